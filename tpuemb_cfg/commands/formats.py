@@ -1,0 +1,194 @@
+"""`tpuemb convert` and `tpuemb fmt`: move between formats, and one canonical text layout.
+
+The canonical layout is exactly what protobuf's ``text_format.MessageToString`` writes with default
+options (fields in field-number order, two-space indentation, shortest float32 spelling), which is
+also what TensorFlow-side tooling writes, so a formatted file diffs cleanly against theirs.
+Comments are kept: a comment on a line of its own stays in front of the field that followed it, a
+comment at the end of a field's line stays on that field's line; comments with no field after them
+move to the end of the file.
+"""
+
+from __future__ import annotations
+
+import difflib
+import sys
+from pathlib import Path
+
+import click
+
+from tpuemb_cfg.errors import InputError, UsageError
+from tpuemb_cfg.io import (
+    atomic_write_bytes,
+    detect_format,
+    normalize_format,
+    read_source,
+    serialize,
+)
+from tpuemb_cfg.locations import scan_locations, tokenize
+from tpuemb_cfg.proto.tpu_embedding_configuration_pb2 import TPUEmbeddingConfiguration
+
+FORMATS = ["text", "binary", "json"]
+
+
+@click.command()
+@click.argument("source", metavar="IN")
+@click.option("-o", "--output", "output", default="-", show_default=True, metavar="OUT",
+              help="Output file; '-' writes to stdout.")
+@click.option("--to", "to_format", type=click.Choice(FORMATS),
+              help="Output format. Default: from OUT's extension (text for stdout).")
+@click.option("--from", "from_format", type=click.Choice(FORMATS),
+              help="Input format. Default: from IN's extension (text for stdin).")
+def convert(source: str, output: str, to_format: str | None, from_format: str | None) -> None:
+    """Convert configuration IN to another format.
+
+    Formats follow the file extension: .pbtxt/.textproto/.txtpb text, .pb/.binpb/.bin binary,
+    .json JSON (proto field names, as TensorFlow tooling writes it). The output bytes are exactly
+    what TensorFlow writes for the same message. The output file is replaced atomically.
+
+    \b
+    Examples:
+      tpuemb convert model.pbtxt -o model.binpb
+      tpuemb convert model.binpb --to json > model.json
+    """
+    src = read_source(source, from_format)
+    fmt = normalize_format(to_format) if to_format else detect_format(output)
+    data = serialize(src.message, fmt)
+    if output == "-" and fmt == "binary" and sys.stdout.isatty():
+        raise UsageError("refusing to write binary protobuf to a terminal; use -o FILE")
+    atomic_write_bytes(output, data)
+
+
+def _comment_plan(text: str) -> tuple[dict[str, list[str]], dict[str, str], list[str]]:
+    """Attach the comments of ``text`` to field paths: (leading, trailing, end-of-file)."""
+    locations = scan_locations(text, TPUEmbeddingConfiguration.DESCRIPTOR)
+    tokens, comments = tokenize(text)
+    lines_with_tokens: dict[int, int] = {}
+    for token in tokens:
+        lines_with_tokens.setdefault(token.line, token.column)
+    starts = sorted((pos, path) for path, pos in locations.positions.items())
+    first_path_on_line = locations.path_at_line()
+    raw_lines = text.split("\n")
+    leading: dict[str, list[str]] = {}
+    trailing: dict[str, str] = {}
+    tail: list[str] = []
+    for line in sorted(comments):
+        for body in comments[line]:
+            source_line = raw_lines[line - 1]
+            comment_col = source_line.find("#" + body) + 1
+            has_code_before = line in lines_with_tokens and lines_with_tokens[line] < comment_col
+            if has_code_before and line in first_path_on_line:
+                path = first_path_on_line[line]
+                trailing[path] = (trailing[path] + " " if path in trailing else "") + "#" + body
+                continue
+            after = next((p for (pos, p) in starts if pos[0] > line), None)
+            if after is None:
+                tail.append("#" + body)
+            else:
+                leading.setdefault(after, []).append("#" + body)
+    return leading, trailing, tail
+
+
+def format_text(text: str, message: TPUEmbeddingConfiguration) -> str:
+    """The canonical text of ``message`` with the comments of ``text`` carried over."""
+    canonical = serialize(message, "text").decode("utf-8")
+    leading, trailing, tail = _comment_plan(text)
+    if not leading and not trailing and not tail:
+        return canonical
+    out_locations = scan_locations(canonical, TPUEmbeddingConfiguration.DESCRIPTOR)
+    at_line = out_locations.path_at_line()
+    placed: set[str] = set()
+
+    def resolve(path: str) -> str | None:
+        for candidate in (path, path + "[0]"):
+            if candidate in out_locations.positions:
+                return candidate
+        return None
+
+    leading_out: dict[str, list[str]] = {}
+    trailing_out: dict[str, str] = {}
+    for path, items in leading.items():
+        target = resolve(path)
+        if target is None:
+            tail = items + tail
+        else:
+            leading_out.setdefault(target, []).extend(items)
+    for path, comment in trailing.items():
+        target = resolve(path)
+        if target is None:
+            tail.append(comment)
+        else:
+            trailing_out[target] = comment
+    lines = canonical.split("\n")
+    result: list[str] = []
+    for number, line in enumerate(lines, start=1):
+        path = at_line.get(number)
+        if path is not None and path not in placed:
+            placed.add(path)
+            indent = line[: len(line) - len(line.lstrip(" "))]
+            result.extend(indent + c for c in leading_out.get(path, []))
+            if path in trailing_out:
+                line = f"{line}  {trailing_out[path]}"
+        result.append(line)
+    body = "\n".join(result)
+    if tail:
+        if body and not body.endswith("\n"):
+            body += "\n"
+        body += "\n".join(tail) + "\n"
+    return body
+
+
+def format_file(path: str) -> tuple[str, str]:
+    """(current content, canonical content) of one text or JSON configuration file."""
+    src = read_source(path)
+    if src.format == "binary":
+        raise InputError("fmt formats text and JSON files; binary files have no layout",
+                         path=src.path)
+    current = src.data.decode("utf-8")
+    if src.format == "json":
+        return current, serialize(src.message, "json").decode("utf-8")
+    return current, format_text(src.text or "", src.message)
+
+
+@click.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--check", is_flag=True,
+              help="Change nothing; exit 1 if any file is not formatted.")
+@click.option("--diff", "show_diff", is_flag=True,
+              help="Change nothing; print a unified diff of what would change.")
+def fmt(files: tuple[str, ...], check: bool, show_diff: bool) -> None:
+    """Rewrite text configurations in the one canonical layout.
+
+    The layout is protobuf's default text output (what TensorFlow tooling writes); comments
+    are kept next to the field they describe. Formatting is idempotent. JSON files get
+    protobuf's JSON layout. Files are replaced atomically, and only when they change.
+
+    Exit status: 0 all formatted (or reformatted), 1 with --check/--diff when a file would
+    change, 2 when a file cannot be read or parsed.
+    """
+    changed = 0
+    failed = 0
+    for path in files:
+        try:
+            current, canonical = format_file(path)
+        except InputError as exc:
+            click.echo(str(exc), err=True)
+            failed += 1
+            continue
+        if current == canonical:
+            continue
+        changed += 1
+        if show_diff:
+            diff = difflib.unified_diff(current.splitlines(keepends=True),
+                                        canonical.splitlines(keepends=True),
+                                        fromfile=path, tofile=path + " (formatted)")
+            sys.stdout.writelines(diff)
+        if check or show_diff:
+            if check:
+                click.echo(f"would reformat {path}", err=True)
+            continue
+        atomic_write_bytes(Path(path), canonical.encode("utf-8"))
+        click.echo(f"reformatted {path}", err=True)
+    if failed:
+        sys.exit(2)
+    if changed and (check or show_diff):
+        sys.exit(1)

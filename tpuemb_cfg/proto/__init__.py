@@ -1,0 +1,1 @@
+"""Generated protobuf modules (built from protos/ by `pip install`; never edited or committed)."""
