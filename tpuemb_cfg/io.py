@@ -120,17 +120,50 @@ def parse_text(text: str, message: Message, path: str) -> None:
     try:
         text_format.Parse(text, message)
     except text_format.ParseError as exc:
-        detail = _PB_LOCATION.sub("", str(exc))
+        detail = _explain(_PB_LOCATION.sub("", str(exc)))
         line = exc.GetLine() if exc.GetLine() is not None else None
         column = exc.GetColumn() if exc.GetColumn() is not None else None
+        if line is not None and "should not have multiple" in detail:
+            # protobuf points after the repeated value; point at the field name instead
+            source_line = text.split("\n")[line - 1]
+            column = len(source_line) - len(source_line.lstrip()) + 1
         raise InputError(_tidy(detail), path=path, line=line, column=column) from None
     except (ValueError, TypeError) as exc:  # e.g. out-of-range values caught by the runtime
         raise InputError(_tidy(str(exc)), path=path, line=1, column=1) from None
 
 
 def _tidy(message: str) -> str:
-    """Drop the internal proto package from protobuf's messages: users know TensorFlow's names."""
-    return message.replace("tpuemb_cfg.proto.xla.", "").replace("tpuemb_cfg.proto.", "")
+    """Drop the internal proto package from protobuf's messages: users know TensorFlow's names.
+
+    Also folds protobuf's multi-line messages into one line.
+    """
+    message = message.replace("tpuemb_cfg.proto.xla.", "").replace("tpuemb_cfg.proto.", "")
+    return " ".join(message.split())
+
+
+_INT_RANGES = {
+    "int32": "-2147483648..2147483647",
+    "int64": "-9223372036854775808..9223372036854775807",
+}
+
+
+def _explain(detail: str) -> str:
+    """Add what was expected to protobuf's terse text-format messages."""
+    enum = re.search(r'Enum type "([\w.]+)" has no value (?:named|with number) (\S+?)\.?$', detail)
+    if enum:
+        from google.protobuf import descriptor_pool
+
+        try:
+            full = enum[1] if enum[1].startswith("tpuemb_cfg.") else "tpuemb_cfg.proto." + enum[1]
+            found = descriptor_pool.Default().FindEnumTypeByName(full)
+            names = ", ".join(v.name for v in found.values)
+            detail += f" Expected one of: {names} (or an enum number)."
+        except KeyError:
+            pass
+    elif "out of range" in detail.lower():
+        detail += (f". int32 fields hold {_INT_RANGES['int32']}, int64 fields (vocabulary_size) "
+                   f"{_INT_RANGES['int64']}.")
+    return detail
 
 
 def _float32_max_fix(value: Any) -> Any:
@@ -238,7 +271,8 @@ def check_wire(data: bytes, desc: _descriptor.Descriptor, pos: int = 0,
         if number == 0:
             raise InputError("field number 0 is not valid", offset=key_at)
         if wire not in _WIRE_NAMES:
-            raise InputError(f"invalid wire type {wire} (field {number})", offset=key_at)
+            raise InputError(f"invalid wire type {wire} (field {number}): not a {desc.name} in "
+                             "binary form, or a corrupted file", offset=key_at)
         value_at = pos
         if wire == 0:
             _, pos = _read_varint(data, pos, end)

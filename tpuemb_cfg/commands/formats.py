@@ -58,8 +58,13 @@ def convert(source: str, output: str, to_format: str | None, from_format: str | 
     atomic_write_bytes(output, data)
 
 
-def _comment_plan(text: str) -> tuple[dict[str, list[str]], dict[str, str], list[str]]:
-    """Attach the comments of ``text`` to field paths: (leading, trailing, end-of-file)."""
+def _comment_plan(
+    text: str,
+) -> tuple[list[str], dict[str, list[str]], dict[str, str], list[str]]:
+    """Attach the comments of ``text`` to field paths: (header, leading, trailing, end-of-file).
+
+    Comments above the first field are the file's header and stay at the top.
+    """
     locations = scan_locations(text, TPUEmbeddingConfiguration.DESCRIPTOR)
     tokens, comments = tokenize(text)
     lines_with_tokens: dict[int, int] = {}
@@ -68,11 +73,16 @@ def _comment_plan(text: str) -> tuple[dict[str, list[str]], dict[str, str], list
     starts = sorted((pos, path) for path, pos in locations.positions.items())
     first_path_on_line = locations.path_at_line()
     raw_lines = text.split("\n")
+    first_line = tokens[0].line if tokens else len(raw_lines) + 1
+    header: list[str] = []
     leading: dict[str, list[str]] = {}
     trailing: dict[str, str] = {}
     tail: list[str] = []
     for line in sorted(comments):
         for body in comments[line]:
+            if line < first_line:
+                header.append("#" + body)
+                continue
             source_line = raw_lines[line - 1]
             comment_col = source_line.find("#" + body) + 1
             has_code_before = line in lines_with_tokens and lines_with_tokens[line] < comment_col
@@ -85,14 +95,14 @@ def _comment_plan(text: str) -> tuple[dict[str, list[str]], dict[str, str], list
                 tail.append("#" + body)
             else:
                 leading.setdefault(after, []).append("#" + body)
-    return leading, trailing, tail
+    return header, leading, trailing, tail
 
 
 def format_text(text: str, message: TPUEmbeddingConfiguration) -> str:
     """The canonical text of ``message`` with the comments of ``text`` carried over."""
     canonical = serialize(message, "text").decode("utf-8")
-    leading, trailing, tail = _comment_plan(text)
-    if not leading and not trailing and not tail:
+    header, leading, trailing, tail = _comment_plan(text)
+    if not header and not leading and not trailing and not tail:
         return canonical
     out_locations = scan_locations(canonical, TPUEmbeddingConfiguration.DESCRIPTOR)
     at_line = out_locations.path_at_line()
@@ -119,7 +129,7 @@ def format_text(text: str, message: TPUEmbeddingConfiguration) -> str:
         else:
             trailing_out[target] = comment
     lines = canonical.split("\n")
-    result: list[str] = []
+    result: list[str] = list(header)
     for number, line in enumerate(lines, start=1):
         path = at_line.get(number)
         if path is not None and path not in placed:
