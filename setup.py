@@ -20,9 +20,8 @@ PROTO_ROOT = ROOT / "protos"
 
 
 def generate_protos() -> None:
-    from grpc_tools import protoc  # build-time dependency (pyproject build-system.requires)
-
     import grpc_tools
+    from grpc_tools import protoc  # build-time dependency (pyproject build-system.requires)
 
     sources = sorted(str(p.relative_to(PROTO_ROOT)) for p in PROTO_ROOT.rglob("*.proto"))
     include = str(Path(grpc_tools.__file__).parent / "_proto")  # google/protobuf/*.proto

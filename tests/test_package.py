@@ -1,4 +1,4 @@
-"""The library surface: names, TensorFlow message compatibility, no descriptor clash, entry points."""
+"""Library surface: names, TensorFlow message compatibility, no descriptor clash, entry points."""
 
 from __future__ import annotations
 
@@ -26,7 +26,8 @@ def test_our_files_and_package_are_not_tensorflows() -> None:
     file = TPUEmbeddingConfiguration.DESCRIPTOR.file
     assert file.name == "tpuemb_cfg/proto/tpu_embedding_configuration.proto"
     assert file.package == "tpuemb_cfg.proto"
-    assert TPUEmbeddingConfiguration.DESCRIPTOR.full_name == "tpuemb_cfg.proto.TPUEmbeddingConfiguration"
+    full_name = TPUEmbeddingConfiguration.DESCRIPTOR.full_name
+    assert full_name == "tpuemb_cfg.proto.TPUEmbeddingConfiguration"
 
 
 def test_tensorflow_messages_are_accepted_and_both_schemas_coexist() -> None:

@@ -2,9 +2,9 @@
 
 The suite needs no TensorFlow, but it must show that TensorFlow's message objects are accepted and
 that both schemas live in one process. TensorFlow registers its files as
-``tensorflow/core/protobuf/tpu/*.proto`` in package ``tensorflow.tpu`` (and ``xla/service/hlo.proto``
-in package ``xla``); this module registers the same messages under those names and returns the
-message classes, which is what ``from tensorflow.core.protobuf.tpu import ...`` would give.
+``tensorflow/core/protobuf/tpu/*.proto`` in package ``tensorflow.tpu`` (and
+``xla/service/hlo.proto`` in package ``xla``); this module registers the same messages under
+those names and returns the message classes, which is what importing TensorFlow would give.
 """
 
 from __future__ import annotations

@@ -26,8 +26,8 @@ from google.protobuf import json_format, text_format
 from google.protobuf.message import DecodeError, Message
 
 from tpuemb_cfg.errors import InputError, UsageError
-from tpuemb_cfg.protoutil import is_repeated
 from tpuemb_cfg.proto.tpu_embedding_configuration_pb2 import TPUEmbeddingConfiguration
+from tpuemb_cfg.protoutil import is_repeated
 
 Format = Literal["text", "binary", "json"]
 
@@ -174,11 +174,11 @@ def _float32_max_fix(value: Any) -> Any:
     return value
 
 
-def _fix_json_floats(node: Any, desc: _descriptor.Descriptor) -> None:
+def _fix_json_floats(node: Any, desc: Any) -> None:
     """Snap float32-max spellings in float fields to the exact float32 max (see above)."""
     if not isinstance(node, dict):
         return
-    by_name = {}
+    by_name: dict[str, Any] = {}
     for field in desc.fields:
         by_name[field.name] = field
         by_name[field.json_name] = field
@@ -254,7 +254,7 @@ _SCALAR_WIRE = {
 }
 
 
-def check_wire(data: bytes, desc: _descriptor.Descriptor, pos: int = 0,
+def check_wire(data: bytes, desc: Any, pos: int = 0,
                end: int | None = None) -> int:
     """Walk protobuf wire data against a descriptor; raise InputError at the first bad byte.
 
@@ -393,7 +393,8 @@ def as_config(obj: Any) -> TPUEmbeddingConfiguration:
         config.ParseFromString(obj.SerializeToString())
         return config
     if isinstance(obj, str | os.PathLike | bytes | bytearray | memoryview):
-        result: TPUEmbeddingConfiguration = load(obj)
+        result: TPUEmbeddingConfiguration = load(obj if not isinstance(obj, bytearray | memoryview)
+                                                 else bytes(obj))
         return result
     raise TypeError(
         "expected a TPUEmbeddingConfiguration (tpuemb's or TensorFlow's), a path or bytes, "

@@ -14,6 +14,10 @@ _EXPORTS = {
     "SparseConditionalAccumulator": "tpuemb_cfg.workers",
     "DropStaleGradient": "tpuemb_cfg.workers",
     "WouldBlock": "tpuemb_cfg.workers",
+    "SyncReplicas": "tpuemb_cfg.workers",
+    "IndexedSlices": "tpuemb_cfg.workers",
+    "GlobalStepWarning": "tpuemb_cfg.workers",
+    "AccumulatorEvent": "tpuemb_cfg.workers",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -131,13 +131,13 @@ def format_text(text: str, message: TPUEmbeddingConfiguration) -> str:
     lines = canonical.split("\n")
     result: list[str] = list(header)
     for number, line in enumerate(lines, start=1):
-        path = at_line.get(number)
-        if path is not None and path not in placed:
-            placed.add(path)
+        at = at_line.get(number)
+        if at is not None and at not in placed:
+            placed.add(at)
             indent = line[: len(line) - len(line.lstrip(" "))]
-            result.extend(indent + c for c in leading_out.get(path, []))
-            if path in trailing_out:
-                line = f"{line}  {trailing_out[path]}"
+            result.extend(indent + c for c in leading_out.get(at, []))
+            if at in trailing_out:
+                line = f"{line}  {trailing_out[at]}"
         result.append(line)
     body = "\n".join(result)
     if tail:
