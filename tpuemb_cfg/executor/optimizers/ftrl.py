@@ -1,0 +1,87 @@
+"""Follow-the-regularized-leader (spec 12.6)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .base import OptimizerSpec, SlotSpec, UpdateContext, always_lazy, constant, f32, hyper_f32
+
+
+def _pow(x: np.ndarray, exponent: np.float32) -> np.ndarray:
+    """``pow(x, exponent)`` in float32; the usual exponent 0.5 (lr_power -0.5) is an exact sqrt.
+
+    ``sqrt`` is correctly rounded, ``pow`` is only faithfully rounded; TensorFlow's FTRL kernels
+    special-case lr_power == -0.5 the same way.
+    """
+    if exponent == f32(0.5):
+        return np.sqrt(x)
+    return np.power(x, exponent)
+
+
+def ftrl_update(
+    params: np.ndarray,
+    slots: tuple[np.ndarray, ...],
+    grad: np.ndarray,
+    lr: np.float32,
+    hyper: Any,
+    ctx: UpdateContext,
+) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+    """FTRL-Proximal (``ftrl``; TPU-OSS, CPU-KERNEL).
+
+    Hyper-parameters: ``l1``, ``l2``, ``lr_power``, ``beta``, ``multiply_linear_by_lr`` (mlbl).
+    Slots: ``accumulators`` (default 0.1), ``linears`` (default 0). ::
+
+        acc_new = acc + G * G
+        p_old   = pow(acc, -lr_power);   p_new = pow(acc_new, -lr_power);   dp = p_new - p_old
+        if mlbl:   lin = lin + lr * G - dp * w;   L1 = lr * l1;   den = p_new + 2 * lr * l2 + beta
+        else:      lin = lin + G - dp * w / lr;   L1 = l1;        den = (p_new + beta) / lr + 2 * l2
+        num     = -lin                              if l1 == 0
+        num     = min(max(lin, -L1), L1) - lin       otherwise      (0 whenever |lin| <= L1)
+        w       = num / den;   where den == 0: w = 0
+        acc     = acc_new
+
+    ``w`` on the right is the weight before this step (after decay). ``den`` is 0 only when
+    acc_new = 0 and beta = l2 = 0; the weight is then 0 instead of NaN (executor's choice).
+    A rate of 0 without mlbl divides by zero (validator OPT014) and gives inf/NaN here.
+    Returns new arrays ``(w, (acc, lin))``; the inputs are not modified.
+    """
+    acc, lin = slots
+    lr = f32(lr)
+    l1 = hyper_f32(hyper, "l1")
+    l2 = hyper_f32(hyper, "l2")
+    beta = hyper_f32(hyper, "beta")
+    exponent = -hyper_f32(hyper, "lr_power")
+    two = f32(2.0)
+    acc_new = acc + grad * grad
+    p_old = _pow(acc, exponent)
+    p_new = _pow(acc_new, exponent)
+    dp = p_new - p_old
+    if hyper.multiply_linear_by_lr:
+        lin = lin + lr * grad - dp * params
+        big_l1 = lr * l1
+        den = p_new + two * lr * l2 + beta
+    else:
+        lin = lin + grad - dp * params / lr
+        big_l1 = l1
+        den = (p_new + beta) / lr + two * l2
+    if l1 == 0:
+        num = -lin
+    else:
+        num = np.minimum(np.maximum(lin, -big_l1), big_l1) - lin
+    with np.errstate(divide="ignore", invalid="ignore"):
+        w = num / den
+    w = np.where(den == 0, f32(0.0), w).astype(np.float32, copy=False)
+    return w, (acc_new, lin)
+
+
+SPECS = (
+    OptimizerSpec(
+        name="ftrl",
+        slots=(SlotSpec("accumulators", constant(0.1)), SlotSpec("linears", constant(0.0))),
+        update=ftrl_update,
+        lazy=always_lazy,
+        equations="TPU-OSS, CPU-KERNEL",
+    ),
+)
