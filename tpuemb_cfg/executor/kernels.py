@@ -1,0 +1,155 @@
+"""The executor's hot loops, one small pure-NumPy function each.
+
+Everything that touches every occurrence or every looked-up row goes through these functions, so
+a compiled engine (numba) can later replace them one by one behind the same signatures. No
+function loops over ids in Python and none copies a whole table.
+
+Conventions: ids are int64, values float32; a *bag* is one row of ``row_splits`` (the occurrences
+``row_splits[b] : row_splits[b + 1]``); *segments* are groups of occurrences sharing an index.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = [
+    "bag_of_occurrence",
+    "bag_scales",
+    "clip",
+    "combine",
+    "deduplicate",
+    "gather",
+    "host_of",
+    "quantize",
+    "scatter",
+    "segment_sum",
+]
+
+F32 = np.float32
+
+
+def deduplicate(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(unique, inverse)``: the sorted distinct ids and, per occurrence, its position in them.
+
+    ``unique[inverse] == ids``. One call per table and partial per step (spec section 4).
+    """
+    unique, inverse = np.unique(ids, return_inverse=True)
+    return unique.astype(np.int64, copy=False), inverse.reshape(-1).astype(np.int64, copy=False)
+
+
+def segment_sum(values: np.ndarray, segments: np.ndarray, num_segments: int) -> np.ndarray:
+    """Per segment, the float32 sum of the rows of ``values`` [n, D] whose ``segments`` equals it.
+
+    Summation order within a segment is the order of the occurrences (a stable sort by segment
+    keeps the spec's reference order among equal ids). Segments with no occurrence are 0.
+    """
+    dim = values.shape[1]
+    out = np.zeros((num_segments, dim), dtype=F32)
+    if values.shape[0] == 0:
+        return out
+    order = np.argsort(segments, kind="stable")
+    sorted_segments = segments[order]
+    starts = np.flatnonzero(np.r_[True, sorted_segments[1:] != sorted_segments[:-1]])
+    out[sorted_segments[starts]] = np.add.reduceat(values[order], starts, axis=0)
+    return out
+
+
+def bag_of_occurrence(row_splits: np.ndarray) -> np.ndarray:
+    """For each occurrence, the index of the bag it belongs to (row_splits must be valid)."""
+    counts = np.diff(row_splits)
+    return np.repeat(np.arange(counts.shape[0], dtype=np.int64), counts)
+
+
+def _bag_sums(values: np.ndarray, row_splits: np.ndarray) -> np.ndarray:
+    """Per bag, the float32 sum of the 1-D ``values`` of its occurrences, in position order."""
+    num_bags = row_splits.shape[0] - 1
+    out = np.zeros(num_bags, dtype=F32)
+    nonempty = row_splits[1:] > row_splits[:-1]
+    if values.shape[0] and nonempty.any():
+        out[nonempty] = np.add.reduceat(values, row_splits[:-1][nonempty])
+    return out
+
+
+def bag_scales(
+    weights: np.ndarray, row_splits: np.ndarray, combiner: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(scale, zero_denominator)`` per bag for ``combiner`` (spec 3.1-3.2).
+
+    sum: 1; mean: 1 / sum of weights; sqrtn: 1 / sqrt(sum of squared weights). A non-empty bag
+    whose denominator is exactly 0 gets scale 0 and is flagged in ``zero_denominator``.
+    """
+    num_bags = row_splits.shape[0] - 1
+    if combiner == "sum":
+        return np.ones(num_bags, dtype=F32), np.zeros(num_bags, dtype=bool)
+    if combiner == "mean":
+        denominator = _bag_sums(weights, row_splits)
+    elif combiner == "sqrtn":
+        denominator = np.sqrt(_bag_sums(weights * weights, row_splits))
+    else:
+        raise ValueError(f"unknown combiner {combiner!r}")
+    nonempty = row_splits[1:] > row_splits[:-1]
+    zero = nonempty & (denominator == 0)
+    scale = np.zeros(num_bags, dtype=F32)
+    ok = denominator != 0
+    scale[ok] = F32(1.0) / denominator[ok]
+    return scale, zero
+
+
+def combine(rows: np.ndarray, gains: np.ndarray, row_splits: np.ndarray) -> np.ndarray:
+    """Activations [B, D]: per bag, the sum of ``gains[j] * rows[j]`` over its occurrences.
+
+    ``rows`` [nnz, D] are the looked-up (possibly quantized) rows of the occurrences in order.
+    Empty bags give 0.
+    """
+    num_bags = row_splits.shape[0] - 1
+    out = np.zeros((num_bags, rows.shape[1]), dtype=F32)
+    nonempty = row_splits[1:] > row_splits[:-1]
+    if rows.shape[0] and nonempty.any():
+        weighted = gains[:, None] * rows
+        out[nonempty] = np.add.reduceat(weighted, row_splits[:-1][nonempty], axis=0)
+    return out
+
+
+def gather(table: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The rows ``rows`` of ``table`` as a new [n, D] array."""
+    return table[rows]
+
+
+def scatter(table: np.ndarray, rows: np.ndarray, values: np.ndarray) -> None:
+    """Write ``values`` [n, D] into the (distinct) rows ``rows`` of ``table`` in place."""
+    table[rows] = values
+
+
+def clip(values: np.ndarray, lower: np.float32 | None, upper: np.float32 | None) -> np.ndarray:
+    """``min(max(values, lower), upper)`` elementwise, an absent bound unbounded; NaN stays NaN."""
+    if lower is not None:
+        values = np.where(values < lower, lower, values)
+    if upper is not None:
+        values = np.where(values > upper, upper, values)
+    return values.astype(F32, copy=False)
+
+
+def quantize(values: np.ndarray, lower: np.float32, upper: np.float32, buckets: int) -> np.ndarray:
+    """Simulated quantization (spec 3.3): clamp to [lower, upper], snap to ``buckets`` levels.
+
+    ``Q(x) = floor((x - lo) / q + 0.5) * q + lo`` with ``q = (hi - lo) / (buckets - 1)``, all in
+    float32 (round half up).
+    """
+    quantum = (upper - lower) / F32(buckets - 1)
+    x = np.minimum(np.maximum(values, lower), upper)
+    return (np.floor((x - lower) / quantum + F32(0.5)) * quantum + lower).astype(F32, copy=False)
+
+
+def host_of(ids: np.ndarray, vocabulary: int, num_hosts: int, mod: bool) -> np.ndarray:
+    """The host owning each id (spec section 8): round robin for MOD, contiguous ranges for DIV.
+
+    With q = V // N and r = V % N, the first r hosts hold q + 1 rows and the others q.
+    """
+    hosts = max(int(num_hosts), 1)
+    if mod:
+        return ids % hosts
+    q, r = divmod(int(vocabulary), hosts)
+    boundary = r * (q + 1)
+    if q == 0:  # fewer rows than hosts (the validator rejects it): one row per host
+        return ids.copy()
+    return np.where(ids < boundary, ids // (q + 1), r + (ids - boundary) // q)
