@@ -1,0 +1,234 @@
+"""``TableConfig``, ``FeatureConfig`` and their helpers, as in ``tf.tpu.experimental.embedding``.
+
+Same argument names, order and defaults as TensorFlow 2.21 and the same conditions (``CTOR013`` to
+``CTOR022`` of ``validation-rules.md``), with messages that name the argument, the value received
+and what is allowed. ``TableConfig`` objects are compared by identity, as in TensorFlow: two equal
+looking tables are two tables.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from tpuemb_cfg.embedding import _checks as chk
+from tpuemb_cfg.embedding.shapes import Shape, format_shape, to_shape
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from tpuemb_cfg.embedding.optimizers import Optimizer
+
+COMBINERS = ("mean", "sum", "sqrtn")
+DTYPES = ("float32", "int32")
+
+
+def _dtype_name(dtype: Any) -> str | None:
+    """``"float32"``/``"int32"`` for the spellings of those types (str, numpy, TensorFlow)."""
+    if isinstance(dtype, str):
+        return dtype if dtype in DTYPES else None
+    name = getattr(dtype, "name", None)  # tf.float32.name, np.dtype("float32").name
+    if name is None and isinstance(dtype, type):
+        name = dtype.__name__  # np.float32
+    return name if name in DTYPES else None
+
+
+class QuantizationConfig:
+    """Simulated quantization of a table's looked-up rows (forward pass only).
+
+    ``num_buckets`` evenly spaced levels, endpoints included, between ``lower`` and ``upper``.
+    """
+
+    def __init__(self, num_buckets: int, lower: float, upper: float) -> None:
+        owner = "QuantizationConfig"
+        buckets = chk.integer(owner, "num_buckets", num_buckets)
+        if buckets < 2:
+            raise chk.fail(
+                owner,
+                f"`num_buckets` must be an int >= 2 (simulated quantization divides the range "
+                f"into num_buckets - 1 steps); received {chk.show(num_buckets)}",
+            )
+        chk.real(owner, "lower", lower)
+        chk.real(owner, "upper", upper)
+        self.num_buckets = num_buckets
+        self.lower = lower
+        self.upper = upper
+
+    def __repr__(self) -> str:
+        return (
+            f"QuantizationConfig(num_buckets={self.num_buckets!r}, lower={self.lower!r}, "
+            f"upper={self.upper!r})"
+        )
+
+
+class RowIdInitializer:
+    """Initializer that fills row i with ``offset + i`` in every column (handy for tests)."""
+
+    def __init__(self, offset: int = 0) -> None:
+        self.offset = offset
+
+    def __call__(self, shape: Any, dtype: Any = "float32") -> np.ndarray:
+        import numpy as np
+
+        rows, *rest = (int(d) for d in shape)
+        ids = np.arange(rows, dtype=np.float64) + self.offset
+        values = np.broadcast_to(ids.reshape((rows,) + (1,) * len(rest)), (rows, *rest))
+        return values.astype(_dtype_name(dtype) or "float32")
+
+    def __repr__(self) -> str:
+        return f"RowIdInitializer(offset={self.offset!r})"
+
+
+class TruncatedNormalInitializer:
+    """Normal values with the given mean and standard deviation, redrawn beyond two deviations.
+
+    ``TableConfig(initializer=None)`` uses mean 0 and standard deviation ``1/sqrt(dim)``.
+    """
+
+    def __init__(self, mean: float = 0.0, stddev: float = 1.0, seed: int | None = None) -> None:
+        self.mean = mean
+        self.stddev = stddev
+        self.seed = seed
+
+    def __call__(self, shape: Any, dtype: Any = "float32") -> np.ndarray:
+        import numpy as np
+
+        rng = np.random.default_rng(self.seed)
+        size = tuple(int(d) for d in shape)
+        values = rng.standard_normal(size)
+        outside = np.abs(values) > 2.0
+        while outside.any():
+            values[outside] = rng.standard_normal(int(outside.sum()))
+            outside = np.abs(values) > 2.0
+        return (self.mean + self.stddev * values).astype(_dtype_name(dtype) or "float32")
+
+    def __repr__(self) -> str:
+        return f"TruncatedNormalInitializer(mean={self.mean!r}, stddev={self.stddev!r})"
+
+
+class TableConfig:
+    """One embedding table: ``vocabulary_size`` rows of width ``dim``.
+
+    ``optimizer=None`` inherits the optimizer given to ``build_config``; ``name=None`` becomes
+    ``table_{i}`` (i = the table's position) when the configuration is built. Both are written
+    back into this object, as TensorFlow does. ``combiner``, ``initializer``, ``layout`` and
+    ``dtype`` are kept for the executor; they do not reach the proto.
+    """
+
+    def __init__(
+        self,
+        vocabulary_size: int,
+        dim: int,
+        initializer: Any = None,
+        optimizer: Optimizer | None = None,
+        combiner: str = "mean",
+        name: str | None = None,
+        quantization_config: QuantizationConfig | None = None,
+        layout: Any = None,
+        dtype: Any = "float32",
+    ) -> None:
+        owner = "TableConfig" if name is None else f"TableConfig {name!r}"
+        chk.integer(owner, "vocabulary_size", vocabulary_size, minimum=1)
+        width = chk.integer(owner, "dim", dim, minimum=1)
+        if initializer is not None and not callable(initializer):
+            raise chk.fail_type(
+                owner,
+                f"`initializer` must be a callable taking (shape, dtype), or None for a truncated "
+                f"normal; received {chk.show(initializer)}",
+            )
+        if isinstance(combiner, str):
+            if combiner not in COMBINERS:
+                raise chk.fail(
+                    owner,
+                    f"`combiner` must be one of 'mean', 'sum', 'sqrtn'; received {combiner!r}",
+                )
+        else:
+            raise chk.fail_type(
+                owner,
+                f"`combiner` must be one of the strings 'mean', 'sum', 'sqrtn'; received "
+                f"{chk.show(combiner)} ({chk.type_name(combiner)})",
+            )
+        dtype_name = _dtype_name(dtype)
+        if dtype_name is None:
+            raise chk.fail(
+                owner, f"`dtype` must be float32 or int32; received {chk.show(dtype)}"
+            )
+        if name is not None and not isinstance(name, str):
+            raise chk.fail_type(
+                owner, f"`name` must be a str or None; received {chk.show(name)}"
+            )
+        if quantization_config is not None and not isinstance(
+            quantization_config, QuantizationConfig
+        ):
+            raise chk.fail_type(
+                owner,
+                f"`quantization_config` must be a QuantizationConfig or None; received "
+                f"{chk.show(quantization_config)}",
+            )
+        if initializer is None:
+            initializer = TruncatedNormalInitializer(0.0, 1.0 / math.sqrt(width))
+        self.vocabulary_size = vocabulary_size
+        self.dim = dim
+        self.initializer = initializer
+        self.optimizer = optimizer
+        self.combiner = combiner
+        self.name = name
+        self.quantization_config = quantization_config
+        self.layout = layout
+        self.dtype = dtype_name
+
+    def __repr__(self) -> str:
+        return (
+            f"TableConfig(vocabulary_size={self.vocabulary_size!r}, dim={self.dim!r}, "
+            f"initializer={self.initializer!r}, optimizer={self.optimizer!r}, "
+            f"combiner={self.combiner!r}, name={self.name!r}, "
+            f"quantization_config={self.quantization_config!r})"
+        )
+
+
+class FeatureConfig:
+    """One input feature looking up ``table``.
+
+    ``max_sequence_length`` > 0 keeps a sequence axis of that length (no combining over it).
+    ``output_shape`` fixes the per-replica shape of the feature's output without the embedding
+    axis (``None``: taken from ``build_config``'s input shapes or batch size).
+    """
+
+    def __init__(
+        self,
+        table: TableConfig,
+        max_sequence_length: int = 0,
+        validate_weights_and_indices: bool = True,
+        output_shape: Any = None,
+        name: str | None = None,
+    ) -> None:
+        owner = "FeatureConfig" if not name else f"FeatureConfig {name!r}"
+        if not isinstance(table, TableConfig):
+            raise chk.fail_type(
+                owner,
+                f"`table` must be a TableConfig; received {chk.show(table)} "
+                f"({chk.type_name(table)})",
+            )
+        chk.integer(owner, "max_sequence_length", max_sequence_length, minimum=0)
+        if not isinstance(validate_weights_and_indices, bool):
+            raise chk.fail_type(
+                owner,
+                f"`validate_weights_and_indices` must be True or False; received "
+                f"{chk.show(validate_weights_and_indices)}",
+            )
+        shape = to_shape(output_shape, owner, "output_shape")
+        if name is not None and not isinstance(name, str):
+            raise chk.fail_type(owner, f"`name` must be a str or None; received {chk.show(name)}")
+        self.table = table
+        self.max_sequence_length = max_sequence_length
+        self.validate_weights_and_indices = validate_weights_and_indices
+        self.output_shape: Shape = shape
+        self.name = name
+
+    def __repr__(self) -> str:
+        return (
+            f"FeatureConfig(table={self.table!r}, max_sequence_length="
+            f"{self.max_sequence_length!r}, validate_weights_and_indices="
+            f"{self.validate_weights_and_indices!r}, output_shape="
+            f"{format_shape(self.output_shape)}, name={self.name!r})"
+        )
