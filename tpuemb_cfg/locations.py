@@ -24,7 +24,7 @@ _TOKEN = re.compile(
   | (?P<nl>\n)
   | (?P<comment>\#[^\n]*)
   | (?P<string>"(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*')
-  | (?P<ident>\[[^\]]*\]|[A-Za-z_][A-Za-z0-9_.]*)
+  | (?P<ident>\[[A-Za-z_][A-Za-z0-9_./]*\]|[A-Za-z_][A-Za-z0-9_.]*)
   | (?P<number>[-+]?(?:\.?[0-9][A-Za-z0-9_.+-]*)|-[A-Za-z]+)
   | (?P<punct>[{}<>:\[\],;])
     """,
@@ -156,6 +156,15 @@ class _Scanner:
             if nxt is not None and nxt.text == "[":
                 self.pos += 1
                 self.list_value(base, sub, counts, name, token)
+                continue
+            if nxt is not None and nxt.kind == "ident" and nxt.text.startswith("["):
+                # `field: [ENUM_VALUE]`, a one-element list that reads like an extension name
+                self.pos += 1
+                self.record(base, token)
+                index = counts.get(name, 0)
+                counts[name] = index + 1
+                self.record(f"{base}[{index}]", Token("ident", nxt.text[1:-1], nxt.line,
+                                                      nxt.column + 1))
                 continue
             path = base
             if repeated:
