@@ -26,9 +26,10 @@ def test_positions_of_fields_and_repeated_elements() -> None:
     assert loc.get("table_descriptor[0]") == (2, 1)
     assert loc.get("table_descriptor[0].name") == (3, 3)
     assert loc.get("table_descriptor[0].optimization_parameters") == (4, 3)
-    assert loc.get("table_descriptor[0].optimization_parameters.learning_rate") == (4, 29)
-    assert loc.get("table_descriptor[0].optimization_parameters.learning_rate.dynamic") == (4, 45)
-    assert loc.get("table_descriptor[0].optimization_parameters.learning_rate.dynamic.tag") == (4, 55)
+    lr = "table_descriptor[0].optimization_parameters.learning_rate"
+    assert loc.get(lr) == (4, 29)
+    assert loc.get(lr + ".dynamic") == (4, 45)
+    assert loc.get(lr + ".dynamic.tag") == (4, 55)
     assert loc.get("table_descriptor[1]") == (6, 1)
     assert loc.get("table_descriptor[1].name") == (6, 20)
     assert loc.get("table_descriptor[1].vocabulary_size") == (6, 34)
