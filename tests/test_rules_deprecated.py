@@ -1,0 +1,109 @@
+"""DEP rules (validation-rules.md 2.9): the deprecated FTRL flag and unknown (binary) fields."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import pytest
+
+from tpuemb_cfg.proto.tpu_embedding_configuration_pb2 import TPUEmbeddingConfiguration
+from tpuemb_cfg.rules import RULES
+from tpuemb_cfg.validator import validate
+
+FTRL = """\
+table_descriptor {
+  name: "t"
+  vocabulary_size: 8
+  dimension: 4
+  optimization_parameters {
+    ftrl {
+      lr_power: -0.5
+      allow_zero_accumulator: %s
+    }
+  }
+}
+"""
+
+
+def run(path: Path, rule_id: str) -> list:
+    found = validate(str(path), select=[rule_id])
+    assert all("internal error" not in d.message for d in found), found
+    return [d for d in found if d.rule == rule_id]
+
+
+def test_registered_with_spec_severities_and_docs() -> None:
+    assert {r for r in RULES if r.startswith("DEP")} == {"DEP001", "DEP002"}
+    for r in ("DEP001", "DEP002"):
+        assert (RULES[r].severity, RULES[r].on_request) == ("warning", False)
+        for heading in ("## What it does", "## Why is this bad?", "## Example", "## Use instead"):
+            assert heading in RULES[r].explanation
+
+
+def test_allow_zero_accumulator(tmp_path: Path) -> None:
+    path = tmp_path / "c.pbtxt"
+    path.write_text(FTRL % "true")
+    (d,) = run(path, "DEP001")
+    assert (d.severity, d.field_path, d.line, d.column) == (
+        "warning",
+        "table_descriptor[0].optimization_parameters.ftrl.allow_zero_accumulator",
+        8,
+        7,
+    )
+    assert "deprecated" in d.message and "table_descriptor[0] 't'" in d.message
+
+
+def test_allow_zero_accumulator_false_is_clean(tmp_path: Path) -> None:
+    path = tmp_path / "c.pbtxt"
+    path.write_text(FTRL % "false")
+    assert run(path, "DEP001") == []
+
+
+def _config() -> TPUEmbeddingConfiguration:
+    config = TPUEmbeddingConfiguration()
+    table = config.table_descriptor.add()
+    table.name = "t"
+    table.vocabulary_size = 8
+    table.dimension = 4
+    table.optimization_parameters.adagrad.SetInParent()
+    return config
+
+
+def test_unknown_fields_in_binary_input(tmp_path: Path) -> None:
+    config = _config()
+    # AdagradParameters field 1 (float, wire type 5) = 0.1: the reserved initial_accumulator.
+    config.table_descriptor[0].optimization_parameters.adagrad.MergeFromString(
+        b"\x0d" + struct.pack("<f", 0.1)
+    )
+    # TableDescriptor field 9 (varint) = 1: never declared.
+    config.table_descriptor[0].MergeFromString(b"\x48\x01")
+    # TPUEmbeddingConfiguration field 8 (length-delimited, empty): the reserved output_layout.
+    config.MergeFromString(b"\x42\x00")
+    path = tmp_path / "c.binpb"
+    path.write_bytes(config.SerializeToString())
+
+    found = run(path, "DEP002")
+    assert [(d.severity, d.field_path, d.line, d.column) for d in found] == [
+        ("warning", "", None, None),
+        ("warning", "table_descriptor[0]", None, None),
+        ("warning", "table_descriptor[0].optimization_parameters.adagrad", None, None),
+    ]
+    top, table, adagrad = (d.message for d in found)
+    assert "8 (length-delimited), reserved: was output_layout" in top
+    assert "9 (varint)" in table and "reserved" not in table
+    assert "1 (32-bit), reserved: was initial_accumulator" in adagrad
+    assert "AdagradParameters" in adagrad
+
+
+@pytest.mark.parametrize("with_program_content", [False, True])
+def test_known_fields_and_program_content_are_clean(
+    tmp_path: Path, with_program_content: bool
+) -> None:
+    config = _config()
+    if with_program_content:
+        # The HLO computations (HloModuleProto field 3) are deliberately undeclared.
+        udp = config.table_descriptor[0].optimization_parameters.user_defined_program
+        udp.program.MergeFromString(b"\x1a\x00")
+    path = tmp_path / "c.binpb"
+    path.write_bytes(config.SerializeToString())
+    assert run(path, "DEP002") == []

@@ -1,0 +1,207 @@
+"""``tpuemb validate``, ``tpuemb rules`` and ``tpuemb explain``: thin wrappers over the library.
+
+Exit codes of ``validate``: 0 nothing at or above ``--fail-on``, 1 findings at or above it, 2 a
+file could not be read or parsed (also reported as a ``PARSE001`` diagnostic) or bad usage.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import sys
+from collections.abc import Sequence
+
+import click
+
+from tpuemb_cfg.errors import InputError, UsageError
+from tpuemb_cfg.io import Source, read_source
+from tpuemb_cfg.report import FORMATS, FileReport, render
+from tpuemb_cfg.rules import RULES, SEVERITY_RANK, Diagnostic
+from tpuemb_cfg.settings import Settings, common_folder, load_settings
+from tpuemb_cfg.validator import PARSE_RULE, parse_error, selected_rules, validate_source
+
+
+def _split(values: Sequence[str]) -> list[str]:
+    out: list[str] = []
+    for value in values:
+        out += [v.strip().upper() for v in value.split(",") if v.strip()]
+    return out
+
+
+def _fix_file(source: Source, fixes: set[str], *, diff: bool) -> list[str]:
+    """Apply (or, with ``diff``, show) the fixes of one file; returns the messages to print."""
+    from tpuemb_cfg.fix import fix_source
+    from tpuemb_cfg.io import atomic_write_bytes
+
+    result = fix_source(source, fixes)
+    notes = list(result.notes)
+    if not result.changed:
+        return notes
+    if diff:
+        notes = [f"{note} [--diff: not written]" for note in notes]
+        if source.format != "binary":
+            lines = difflib.unified_diff(
+                source.data.decode("utf-8", "replace").splitlines(keepends=True),
+                result.data.decode("utf-8", "replace").splitlines(keepends=True),
+                fromfile=source.path,
+                tofile=f"{source.path} (fixed)",
+            )
+            click.echo("".join(lines), nl=False)
+        else:
+            notes.append(
+                f"{source.path}: {source.format} file would be rewritten (no text diff to show)"
+            )
+    else:
+        atomic_write_bytes(source.path, result.data)
+        notes.append(f"{source.path}: fixed ({', '.join(result.applied)})")
+    return notes
+
+
+@click.command("validate")
+@click.argument("files", nargs=-1, required=True, metavar="FILE...")
+@click.option(
+    "--format",
+    "-f",
+    "fmt",
+    type=click.Choice(FORMATS),
+    default="text",
+    show_default=True,
+    help="Output format.",
+)
+@click.option(
+    "--fail-on",
+    type=click.Choice(["error", "warning", "info"]),
+    default=None,
+    help="Lowest severity that makes the exit status 1 [default: error, or fail-on in "
+    "pyproject.toml].",
+)
+@click.option(
+    "--select", multiple=True, help="Only these rule ids or prefixes (comma-separated, repeatable)."
+)
+@click.option(
+    "--ignore", multiple=True, help="Skip these rule ids or prefixes (comma-separated, repeatable)."
+)
+@click.option(
+    "--show-derived",
+    is_flag=True,
+    help="Also report derived facts: tag table, counts, state, sizes.",
+)
+@click.option(
+    "--fix", is_flag=True, help="Apply the mechanical fixes (tags, legacy style, accumulation)."
+)
+@click.option(
+    "--diff", is_flag=True, help="With --fix: print the changes as a diff instead of writing."
+)
+def validate(
+    files: tuple[str, ...],
+    fmt: str,
+    fail_on: str | None,
+    select: tuple[str, ...],
+    ignore: tuple[str, ...],
+    show_derived: bool,
+    fix: bool,
+    diff: bool,
+) -> None:
+    """Check configurations against every rule TensorFlow enforces, with file:line:col positions.
+
+    FILE may be text (.pbtxt), binary (.pb/.binpb) or JSON (.json); '-' reads text from stdin.
+    Settings come from [tool.tpuemb] in the nearest pyproject.toml; options override them.
+    """
+    if diff and not fix:
+        raise UsageError(
+            "--diff only makes sense with --fix (it shows the fixes instead of writing them)"
+        )
+    settings: Settings = load_settings(common_folder(files))
+    chosen = _split(select) if select else settings.select
+    dropped = settings.ignore + _split(ignore)
+    threshold = fail_on or settings.fail_on
+    try:
+        rules = selected_rules(chosen, dropped, show_derived=show_derived or settings.show_derived)
+    except UsageError as exc:
+        if settings.source is None:
+            raise
+        raise UsageError(
+            f"{exc} (options combined with [tool.tpuemb] in {settings.source})"
+        ) from None
+    options = {"memory_budget_bytes": settings.memory_budget_bytes}
+
+    fix_failed = False
+    if fix:
+        from tpuemb_cfg.fix import fixes_for
+
+        if "-" in files:
+            raise UsageError("--fix cannot rewrite standard input; pass file names")
+        fixes = fixes_for(r.id for r in rules)
+        for path in files:
+            try:
+                source = read_source(path)
+            except InputError:
+                continue  # reported below as PARSE001
+            try:
+                notes = _fix_file(source, fixes, diff=diff)
+            except InputError as exc:
+                click.echo(f"{exc} (not fixed)", err=True)
+                fix_failed = True
+                continue
+            for note in notes:
+                click.echo(note, err=True)
+
+    reports: list[FileReport] = []
+    parse_failed = False
+    for path in files:
+        diagnostics: list[Diagnostic]
+        try:
+            source = read_source(path)
+        except InputError as exc:
+            parse_failed = True
+            diagnostics = [parse_error(exc)]
+        else:
+            diagnostics = validate_source(
+                source, rules, severity=settings.severity, options=options
+            )
+        reports.append(FileReport(path=path if path != "-" else "<stdin>", diagnostics=diagnostics))
+
+    output = render(fmt, reports, fail_on=threshold)
+    if output:
+        click.echo(output, nl=False)
+    if parse_failed or fix_failed:
+        sys.exit(2)
+    limit = SEVERITY_RANK[threshold]
+    failing = any(
+        SEVERITY_RANK[d.severity] >= limit
+        for r in reports
+        for d in r.diagnostics
+        if d.rule != PARSE_RULE
+    )
+    sys.exit(1 if failing else 0)
+
+
+@click.command("rules")
+@click.option(
+    "--format", "-f", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
+)
+def rules(fmt: str) -> None:
+    """List the validation rules: id, default severity, summary."""
+    entries = [RULES[rule_id] for rule_id in sorted(RULES)]
+    if fmt == "json":
+        document = [{"id": r.id, "severity": r.severity, "summary": r.summary} for r in entries]
+        click.echo(json.dumps(document, indent=2))
+        return
+    for r in entries:
+        note = "  (on request)" if r.on_request else ""
+        click.echo(f"{r.id:<9} {r.severity:<8} {r.summary}{note}")
+
+
+@click.command("explain")
+@click.argument("rule_id", metavar="ID")
+def explain(rule_id: str) -> None:
+    """Explain one validation rule (what it checks, why, and the fix)."""
+    key = rule_id.strip().upper()
+    rule = RULES.get(key)
+    if rule is None:
+        close = difflib.get_close_matches(key, list(RULES), n=3)
+        suggestion = f"; did you mean {', '.join(close)}?" if close else "; tpuemb rules lists them"
+        raise UsageError(f"unknown rule {rule_id!r}{suggestion}")
+    on_request = " (on request: --select it or use --show-derived)" if rule.on_request else ""
+    click.echo(f"{rule.id} · {rule.severity} · {rule.summary}{on_request}\n")
+    click.echo(rule.explanation)

@@ -1,0 +1,418 @@
+"""Quantities derived from a configuration (``validation-rules.md`` section 1), computed once.
+
+TensorFlow derives several numbers the file does not spell out: the batch size and the per-table
+feature counts of a feature-descriptor configuration, the number K of dynamic learning-rate inputs
+and which table each position feeds, the state variables of every table and the memory they take.
+The validator computes them here once, for all rules; ``tpuemb inspect`` and the on-request info
+rules show them.
+
+Everything here tolerates every defect of the configuration: an out-of-range ``table_id``, a
+missing ``optimization_parameters``, a negative ``num_hosts`` or an undeclared enum number leave
+the affected quantity out (or ``None``) instead of raising.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from tpuemb_cfg.proto.tpu_embedding_configuration_pb2 import TPUEmbeddingConfiguration
+
+INT32_MAX = 2**31 - 1
+
+# Enum numbers (schema.md section 3); plain ints so odd, undeclared numbers compare safely.
+ACCUMULATION_UNSPECIFIED, ACCUMULATION_ENABLED, ACCUMULATION_DISABLED = 0, 1, 2
+PACKING_ENABLED = 1
+
+#: Slot names per algorithm, in TensorFlow's order (section 1.4); ``user_defined_program`` is
+#: computed from its program.
+SLOTS: dict[str, tuple[str, ...]] = {
+    "stochastic_gradient_descent": (),
+    "assign": (),
+    "adagrad": ("accumulators",),
+    "bounded_adagrad": ("accumulators",),
+    "proximal_adagrad": ("accumulators",),
+    "momentum": ("momenta",),
+    "lion": ("momenta",),
+    "frequency_estimator": ("last_hit_step",),
+    "adagrad_momentum": ("accumulators", "momenta"),
+    "frequency_aware_adagrad": ("accumulators", "counters"),
+    "ftrl": ("accumulators", "linears"),
+    "adam": ("momenta", "velocities"),
+    "rms_prop": ("ms", "mom"),
+    "adadelta": ("accumulators", "updates"),
+    "online_yogi": ("vs", "linears"),
+    "proximal_yogi": ("v", "m"),
+    "centered_rms_prop": ("ms", "mom", "mg"),
+    "mdl_adagrad_light": ("accumulators", "weights", "benefits"),
+}
+
+#: Algorithms for which low-dimensional packing can be effective.
+PACKABLE_ALGORITHMS = frozenset({"stochastic_gradient_descent", "adagrad", "ftrl"})
+PACKABLE_DIMENSIONS = frozenset({1, 2, 4})
+
+#: TensorFlow's kMaxAuxiliaryParameterCount.
+MAX_AUXILIARY_PARAMETERS = 7
+
+TagKind = Literal["learning_rate", "step_counter"]
+
+
+@dataclass(frozen=True)
+class TagUse:
+    """One use of a dynamic tag (section 1.3).
+
+    ``present`` is false for a ``frequency_aware_adagrad`` table without ``step_counter``: the
+    use still counts, as tag 0, and ``field_path`` names the absent ``step_counter.tag``.
+    """
+
+    table: int
+    kind: TagKind
+    tag: int
+    field_path: str
+    present: bool = True
+
+
+@dataclass(frozen=True)
+class EffectiveFeature:
+    """A feature as TensorFlow sees it after the rewrite (section 1.2).
+
+    ``index`` is the position in ``feature_descriptor`` (``None`` for the per-table feature
+    synthesised in legacy style); ``size`` is the product of ``input_shape``.
+    """
+
+    index: int | None
+    name: str
+    table_id: int
+    input_shape: tuple[int, ...]
+    size: int
+
+
+@dataclass(frozen=True)
+class TableSize:
+    """Memory of one table (section 1.6); all state is float32.
+
+    ``logical_bytes`` = V * D * 4 * S; ``estimate_bytes`` pads rows to multiples of 8 floats (or
+    packs them when low-dimensional packing is effective), summed over the hosts.
+    """
+
+    table: int
+    state_variables: tuple[str, ...]
+    logical_bytes: int
+    estimate_bytes: int
+    packed: bool
+
+
+@dataclass(frozen=True)
+class HostRange:
+    """Hosts ``first`` .. ``last`` (inclusive) that hold the same number of bytes each."""
+
+    first: int
+    last: int
+    logical_bytes: int
+    estimate_bytes: int
+
+
+@dataclass
+class Derived:
+    """Section 1's quantities for one configuration. Lists are indexed by table (or feature)."""
+
+    style: Literal["feature", "legacy"]
+    num_tables: int
+    #: Effective features: the descriptors that pass FEAT001-003 (feature style), or one synthesised
+    #: feature per table (legacy style).
+    features: list[EffectiveFeature]
+    #: ``batch_size_per_tensor_core``: as written (legacy) or the GCD of the feature sizes (feature
+    #: style; 0 when there is no valid feature).
+    batch_size: int
+    #: ``num_features`` per table: as written (legacy) or derived (feature style; 0 without B).
+    num_features: list[int]
+    #: Product of ``input_shape`` per feature descriptor (``None`` for an empty shape or a
+    #: non-positive entry); may exceed 32 bits (FEAT005).
+    feature_sizes: list[int | None]
+    #: Number of features with an in-range ``table_id`` per table (feature style).
+    features_per_table: list[int]
+    #: Every tag use in table order (learning rate before step counter within a table).
+    tag_uses: list[TagUse]
+    #: tag -> [(table index, field_path)] in table order.
+    tag_map: dict[int, list[tuple[int, str]]]
+    #: Number of distinct tags (length of the per-step learning-rate list).
+    k: int
+    #: Selected oneof member of ``optimization_parameters.parameters`` per table.
+    algorithms: list[str | None]
+    #: Whether gradient accumulation is effective (status UNSPECIFIED or ENABLED) per table.
+    accumulation: list[bool]
+    #: Slot names per table; ``None`` when unknown (no algorithm, or a user program of unknown
+    #: arity).
+    slots: list[tuple[str, ...] | None]
+    #: State variables per table (parameters, slots, gradient_accumulators); ``None`` when unknown.
+    state_variables: list[tuple[str, ...] | None]
+    #: (label, shape) per activation: ``feature_descriptor[j]`` or ``table_descriptor[t]``.
+    activation_shapes: list[tuple[str, tuple[int, ...]]]
+    #: ``num_hosts`` when >= 1, else ``None`` (host sizes unknown).
+    num_hosts: int | None
+    #: Size of each table, ``None`` when its state variables are unknown.
+    table_sizes: list[TableSize | None] = field(default_factory=list)
+    #: Cache of :func:`host_sizes` (computed on first use).
+    host_ranges: list[HostRange] | None = field(default=None, repr=False)
+
+    @property
+    def K(self) -> int:  # noqa: N802 - the spec's name
+        """Alias of :attr:`k`."""
+        return self.k
+
+    def rows_on_host(self, table_vocabulary: int, host: int) -> int:
+        """``floor(V / N) + (1 if h < V mod N else 0)`` (0 when the host count is unknown)."""
+        n = self.num_hosts
+        if n is None or table_vocabulary <= 0:
+            return 0
+        base, extra = divmod(table_vocabulary, n)
+        return base + (1 if host < extra else 0)
+
+    def tags_sorted(self) -> list[int]:
+        """The distinct tags in ascending order."""
+        return sorted(self.tag_map)
+
+
+def _int32_gcd(values: Iterator[int]) -> int:
+    g = 0
+    for v in values:
+        g = math.gcd(g, v)
+    return g
+
+
+def _program_outputs(udp: object) -> int | None:
+    """O, the number of result tuple elements of a user program; ``None`` when not declared."""
+    try:
+        if not udp.HasField("program"):  # type: ignore[attr-defined]
+            return None
+        program = udp.program  # type: ignore[attr-defined]
+        if not program.HasField("host_program_shape"):
+            return None
+        count = len(program.host_program_shape.result.tuple_shapes)
+    except (AttributeError, ValueError):
+        return None
+    return count if count >= 1 else None
+
+
+def _padded_bytes(rows: int, dimension: int, states: int, packed: bool) -> int:
+    if packed:
+        return -(-rows * dimension // 8) * 8 * 4 * states
+    return rows * (-(-dimension // 8) * 8) * 4 * states
+
+
+def derive(config: TPUEmbeddingConfiguration) -> Derived:
+    """Compute section 1's quantities; linear in tables and features, never raises on odd input."""
+    tables = list(config.table_descriptor)
+    descriptors = list(config.feature_descriptor)
+    n_tables = len(tables)
+    style: Literal["feature", "legacy"] = "feature" if descriptors else "legacy"
+
+    # 1.2 features, batch size, feature counts
+    feature_sizes: list[int | None] = []
+    features: list[EffectiveFeature] = []
+    features_per_table = [0] * n_tables
+    for j, fd in enumerate(descriptors):
+        shape = tuple(fd.input_shape)
+        size: int | None = None
+        if shape and all(d > 0 for d in shape):
+            size = math.prod(shape)
+        feature_sizes.append(size)
+        if 0 <= fd.table_id < n_tables:
+            features_per_table[fd.table_id] += 1
+            if size is not None:
+                features.append(EffectiveFeature(j, fd.name, fd.table_id, shape, size))
+
+    if style == "feature":
+        batch = _int32_gcd(f.size for f in features)
+        num_features = [0] * n_tables
+        if batch > 0:
+            for f in features:
+                num_features[f.table_id] += f.size // batch
+    else:
+        batch = config.batch_size_per_tensor_core
+        num_features = [t.num_features for t in tables]
+        for t, n in enumerate(num_features):
+            features.append(EffectiveFeature(None, "", t, (batch * n,), batch * n))
+
+    # per-table algorithm, accumulation, slots, state variables
+    algorithms: list[str | None] = []
+    accumulation: list[bool] = []
+    slots: list[tuple[str, ...] | None] = []
+    state_variables: list[tuple[str, ...] | None] = []
+    tag_uses: list[TagUse] = []
+    for t, table in enumerate(tables):
+        op = table.optimization_parameters
+        algo = op.WhichOneof("parameters") if table.HasField("optimization_parameters") else None
+        algorithms.append(algo)
+        status = op.gradient_accumulation_status
+        acc = status in (ACCUMULATION_UNSPECIFIED, ACCUMULATION_ENABLED)
+        accumulation.append(acc)
+        table_slots: tuple[str, ...] | None
+        if algo is None:
+            table_slots = None
+        elif algo == "user_defined_program":
+            outputs = _program_outputs(op.user_defined_program)
+            table_slots = (
+                None if outputs is None else tuple(f"Slot_{i}" for i in range(outputs - 1))
+            )
+        else:
+            table_slots = SLOTS.get(algo)
+        slots.append(table_slots)
+        state_variables.append(
+            None
+            if table_slots is None
+            else ("parameters", *table_slots, *(("gradient_accumulators",) if acc else ()))
+        )
+
+        # 1.3 tag uses
+        base = f"table_descriptor[{t}].optimization_parameters"
+        if (
+            op.HasField("learning_rate")
+            and op.learning_rate.WhichOneof("learning_rate") == "dynamic"
+        ):
+            tag_uses.append(
+                TagUse(
+                    t,
+                    "learning_rate",
+                    op.learning_rate.dynamic.tag,
+                    f"{base}.learning_rate.dynamic.tag",
+                )
+            )
+        if algo == "frequency_aware_adagrad":
+            faa = op.frequency_aware_adagrad
+            present = faa.HasField("step_counter")
+            tag_uses.append(
+                TagUse(
+                    t,
+                    "step_counter",
+                    faa.step_counter.tag,
+                    f"{base}.frequency_aware_adagrad.step_counter.tag",
+                    present,
+                )
+            )
+    tag_map: dict[int, list[tuple[int, str]]] = {}
+    for use in tag_uses:
+        tag_map.setdefault(use.tag, []).append((use.table, use.field_path))
+
+    # 1.5 activation shapes
+    spmd = config.spmd_sharding
+    scale = 1
+    if config.HasField("spmd_sharding") and spmd.enabled and not spmd.use_manual_partitioning:
+        scale = spmd.num_cores_per_replica
+    activation_shapes: list[tuple[str, tuple[int, ...]]] = []
+    for f in features:
+        dim = tables[f.table_id].dimension
+        if f.index is None:
+            activation_shapes.append((f"table_descriptor[{f.table_id}]", (scale * f.size, dim)))
+        else:
+            shape = (f.input_shape[0] * scale, *f.input_shape[1:], dim)
+            activation_shapes.append((f"feature_descriptor[{f.index}]", shape))
+
+    num_hosts = config.num_hosts if config.num_hosts >= 1 else None
+    derived = Derived(
+        style=style,
+        num_tables=n_tables,
+        features=features,
+        batch_size=batch,
+        num_features=num_features,
+        feature_sizes=feature_sizes,
+        features_per_table=features_per_table,
+        tag_uses=tag_uses,
+        tag_map=tag_map,
+        k=len(tag_map),
+        algorithms=algorithms,
+        accumulation=accumulation,
+        slots=slots,
+        state_variables=state_variables,
+        activation_shapes=activation_shapes,
+        num_hosts=num_hosts,
+    )
+
+    # 1.6 sizes
+    for t, table in enumerate(tables):
+        states = state_variables[t]
+        if states is None:
+            derived.table_sizes.append(None)
+            continue
+        vocab = max(table.vocabulary_size, 0)
+        dim = max(table.dimension, 0)
+        s = len(states)
+        packed = _packing_effective(table, algorithms[t])
+        if num_hosts is None:
+            estimate = _padded_bytes(vocab, dim, s, packed)
+        else:
+            base_rows, extra = divmod(vocab, num_hosts)
+            estimate = extra * _padded_bytes(base_rows + 1, dim, s, packed) + (
+                num_hosts - extra
+            ) * _padded_bytes(base_rows, dim, s, packed)
+        derived.table_sizes.append(TableSize(t, states, vocab * dim * 4 * s, estimate, packed))
+    return derived
+
+
+def _packing_effective(
+    table: TPUEmbeddingConfiguration.TableDescriptor, algorithm: str | None
+) -> bool:
+    return (
+        table.optimization_parameters.low_dimensional_packing_status == PACKING_ENABLED
+        and table.dimension in PACKABLE_DIMENSIONS
+        and algorithm in PACKABLE_ALGORITHMS
+    )
+
+
+def host_sizes(config: TPUEmbeddingConfiguration, derived: Derived) -> list[HostRange]:
+    """Bytes per host as ranges of hosts holding equal amounts (section 1.6).
+
+    Host h of table t holds ``floor(V/N) + 1`` rows when ``h < V mod N``, else ``floor(V/N)``, so
+    the per-host total only changes at the hosts ``V_t mod N``. The result has one range per
+    distinct breakpoint (at most tables + 1 ranges, whatever N is), in host order; empty when the
+    host count is unknown. Tables whose state variables are unknown are left out.
+    """
+    if derived.host_ranges is not None:
+        return derived.host_ranges
+    derived.host_ranges = _host_sizes(config, derived)
+    return derived.host_ranges
+
+
+def _host_sizes(config: TPUEmbeddingConfiguration, derived: Derived) -> list[HostRange]:
+    n = derived.num_hosts
+    if n is None:
+        return []
+    tables = list(config.table_descriptor)
+    # bytes(h) = sum_t b_t(base_t) + sum over {t: h < extra_t} of (b_t(base_t + 1) - b_t(base_t))
+    logical_base = 0
+    estimate_base = 0
+    steps: dict[int, list[int]] = {}
+    for t, size in enumerate(derived.table_sizes):
+        if size is None:
+            continue
+        table = tables[t]
+        vocab = max(table.vocabulary_size, 0)
+        dim = max(table.dimension, 0)
+        s = len(size.state_variables)
+        base_rows, extra = divmod(vocab, n)
+        lb = base_rows * dim * 4 * s
+        eb = _padded_bytes(base_rows, dim, s, size.packed)
+        logical_base += lb
+        estimate_base += eb
+        if extra:
+            delta = steps.setdefault(extra, [0, 0])
+            delta[0] += (base_rows + 1) * dim * 4 * s - lb
+            delta[1] += _padded_bytes(base_rows + 1, dim, s, size.packed) - eb
+    # Hosts below every breakpoint get every extra row: start from the full sum and drop the
+    # extra rows of a table once the host index reaches its V mod N.
+    logical = logical_base + sum(d[0] for d in steps.values())
+    estimate = estimate_base + sum(d[1] for d in steps.values())
+    ranges: list[HostRange] = []
+    first = 0
+    for brk in sorted(steps):
+        if brk > first:
+            ranges.append(HostRange(first, brk - 1, logical, estimate))
+        logical -= steps[brk][0]
+        estimate -= steps[brk][1]
+        first = brk
+    if first < n:
+        ranges.append(HostRange(first, n - 1, logical, estimate))
+    return ranges

@@ -1,0 +1,367 @@
+"""``tpuemb validate --fix``: the mechanical fixes.
+
+1. **Tags** (TAG001, TAG002): renumber every dynamic tag (learning rates and
+   ``frequency_aware_adagrad`` step counters, negative ones included) to 0..K-1 in sorted order.
+   The old -> new mapping is reported, because the training code must reorder its list of
+   learning rates the same way.
+2. **Legacy style** (MODE005): remove ``batch_size_per_tensor_core`` and every ``num_features`` and
+   append, for each table t, ``num_features`` descriptors ``{table_id: t, input_shape: [B]}``.
+3. **Accumulation** (ACC002): write ``gradient_accumulation_status: ENABLED`` where it is
+   UNSPECIFIED (which TensorFlow reads as ENABLED).
+
+The fixes are applied to a copy of the message first; that copy is the truth. For a text file the
+same changes are then made as small edits of the original text, so comments and layout survive;
+the edited text is parsed again and must equal the fixed message, otherwise the whole file is
+re-printed from the message (and a note says comments were lost). Binary and JSON files are
+re-serialized. Nothing is written unless the new bytes parse back to the fixed message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tpuemb_cfg.derived import ACCUMULATION_ENABLED, ACCUMULATION_UNSPECIFIED, INT32_MAX, derive
+from tpuemb_cfg.errors import InputError
+
+if TYPE_CHECKING:
+    from tpuemb_cfg.io import Source
+    from tpuemb_cfg.locations import Token
+    from tpuemb_cfg.proto.tpu_embedding_configuration_pb2 import TPUEmbeddingConfiguration
+
+#: Legacy configurations that would need more descriptors than this are not converted.
+MAX_CONVERTED_FEATURES = 100_000
+
+
+@dataclass
+class FixResult:
+    """Outcome of :func:`fix_source`: the new file content (``data``; ``text`` for text files)."""
+
+    changed: bool
+    data: bytes
+    text: str | None
+    message: Any
+    applied: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    tag_mapping: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass
+class _Edit:
+    start: int
+    end: int
+    text: str
+
+
+@dataclass
+class _Plan:
+    """Changes to make, as field-level operations the text editor and the message share."""
+
+    set_values: dict[str, str] = field(default_factory=dict)  # field path -> new scalar text
+    inserts: list[tuple[str, str]] = field(default_factory=list)  # (message path, "name: value")
+    deletes: list[str] = field(default_factory=list)  # field paths of scalars to remove
+    append: str = ""  # text appended at the end of the file
+
+
+def _renumber_tags(
+    config: TPUEmbeddingConfiguration, plan: _Plan, result: FixResult, path: str
+) -> None:
+    derived = derive(config)
+    tags = sorted(derived.tag_map)
+    if not tags or tags == list(range(len(tags))):
+        return
+    mapping = {old: new for new, old in enumerate(tags)}
+    tables = list(config.table_descriptor)
+    for use in derived.tag_uses:
+        new = mapping[use.tag]
+        op = tables[use.table].optimization_parameters
+        if use.kind == "learning_rate":
+            if new == use.tag:
+                continue
+            op.learning_rate.dynamic.tag = new
+            plan.set_values[use.field_path] = str(new)
+            if new != 0 and use.tag == 0:
+                plan.inserts.append((use.field_path.removesuffix(".tag"), f"tag: {new}"))
+        elif use.present:
+            if new == use.tag:
+                continue
+            op.frequency_aware_adagrad.step_counter.tag = new
+            plan.set_values[use.field_path] = str(new)
+            if use.tag == 0:
+                plan.inserts.append((use.field_path.removesuffix(".tag"), f"tag: {new}"))
+        elif new != 0:
+            op.frequency_aware_adagrad.step_counter.tag = new
+            base = use.field_path.removesuffix(".step_counter.tag")
+            plan.inserts.append((base, f"step_counter {{ tag: {new} }}"))
+    result.tag_mapping = mapping
+    changed = ", ".join(f"{old} -> {new}" for old, new in mapping.items() if old != new)
+    result.applied.append("renumbered dynamic tags")
+    result.notes.append(
+        f"{path}: renumbered dynamic tags (old -> new): {changed}. The training code must now "
+        "send, at position k of its learning-rate list, the value it used to send for the old tag "
+        "that maps to k."
+    )
+
+
+def _convert_legacy(
+    config: TPUEmbeddingConfiguration, plan: _Plan, result: FixResult, path: str
+) -> None:
+    if config.feature_descriptor or not config.table_descriptor:
+        return
+    batch = config.batch_size_per_tensor_core
+    counts = [t.num_features for t in config.table_descriptor]
+    if batch <= 0 or any(n <= 0 for n in counts):
+        return
+    if any(batch * n > INT32_MAX for n in counts):
+        return
+    total = sum(counts)
+    if total > MAX_CONVERTED_FEATURES:
+        result.notes.append(
+            f"{path}: legacy style not converted: it would need {total} feature descriptors (more "
+            f"than {MAX_CONVERTED_FEATURES})"
+        )
+        return
+    config.batch_size_per_tensor_core = 0
+    plan.deletes.append("batch_size_per_tensor_core")
+    blocks = []
+    for t, table in enumerate(config.table_descriptor):
+        table.num_features = 0
+        plan.deletes.append(f"table_descriptor[{t}].num_features")
+        for _ in range(counts[t]):
+            feature = config.feature_descriptor.add()
+            feature.table_id = t
+            feature.input_shape.append(batch)
+            blocks.append(f"feature_descriptor {{\n  table_id: {t}\n  input_shape: {batch}\n}}\n")
+    plan.append = "".join(blocks)
+    result.applied.append("converted legacy style to feature descriptors")
+    result.notes.append(
+        f"{path}: converted batch_size_per_tensor_core {batch} and num_features to {total} feature "
+        "descriptor(s); the TensorCore program now receives one activation per feature instead of "
+        "one per table, so the training code must change with it"
+    )
+
+
+def _explicit_accumulation(
+    config: TPUEmbeddingConfiguration, plan: _Plan, result: FixResult, path: str
+) -> None:
+    count = 0
+    for t, table in enumerate(config.table_descriptor):
+        if not table.HasField("optimization_parameters"):
+            continue
+        op = table.optimization_parameters
+        if op.gradient_accumulation_status != ACCUMULATION_UNSPECIFIED:
+            continue
+        op.gradient_accumulation_status = ACCUMULATION_ENABLED  # type: ignore[assignment]
+        base = f"table_descriptor[{t}].optimization_parameters"
+        plan.set_values[f"{base}.gradient_accumulation_status"] = "ENABLED"
+        plan.inserts.append((base, "gradient_accumulation_status: ENABLED"))
+        count += 1
+    if count:
+        result.applied.append("made gradient accumulation explicit")
+        result.notes.append(
+            f"{path}: wrote gradient_accumulation_status: ENABLED on {count} table(s)"
+        )
+
+
+# ------------------------------------------------------------------------------------------------
+# Text edits
+
+
+class _TextEditor:
+    def __init__(self, text: str, descriptor: Any) -> None:
+        from tpuemb_cfg.locations import scan_locations, tokenize
+
+        self.text = text
+        self.tokens: list[Token] = tokenize(text)[0]
+        self.locations = scan_locations(text, descriptor)
+        starts = [0]
+        for i, ch in enumerate(text):
+            if ch == "\n":
+                starts.append(i + 1)
+        self.line_starts = starts
+        self.index = {(tok.line, tok.column): i for i, tok in enumerate(self.tokens)}
+        self.edits: list[_Edit] = []
+
+    def offset(self, token: Token) -> int:
+        return self.line_starts[token.line - 1] + token.column - 1
+
+    def end(self, token: Token) -> int:
+        return self.offset(token) + len(token.text)
+
+    def _name_token(self, path: str) -> int | None:
+        pos = self.locations.get(path)
+        return None if pos is None else self.index.get(pos)
+
+    def _value_token(self, name_index: int) -> int | None:
+        i = name_index + 1
+        if i < len(self.tokens) and self.tokens[i].text == ":":
+            i += 1
+        if i < len(self.tokens) and self.tokens[i].kind in ("number", "ident"):
+            return i
+        return None
+
+    def has(self, path: str) -> bool:
+        return self.locations.get(path) is not None
+
+    def set_value(self, path: str, value: str) -> bool:
+        name = self._name_token(path)
+        value_index = None if name is None else self._value_token(name)
+        if value_index is None:
+            return False
+        token = self.tokens[value_index]
+        self.edits.append(_Edit(self.offset(token), self.end(token), value))
+        return True
+
+    def delete(self, path: str) -> bool:
+        name = self._name_token(path)
+        value_index = None if name is None else self._value_token(name)
+        if name is None or value_index is None:
+            return False
+        start = self.offset(self.tokens[name])
+        end = self.end(self.tokens[value_index])
+        line_start = self.text.rfind("\n", 0, start) + 1
+        line_end = self.text.find("\n", end)
+        line_end = len(self.text) if line_end < 0 else line_end
+        if not self.text[line_start:start].strip() and not self.text[end:line_end].strip():
+            start, end = line_start, min(line_end + 1, len(self.text))  # the whole line
+        self.edits.append(_Edit(start, end, ""))
+        return True
+
+    def insert(self, message_path: str, snippet: str) -> bool:
+        name = self._name_token(message_path)
+        if name is None:
+            return False
+        i = name + 1
+        if i < len(self.tokens) and self.tokens[i].text == ":":
+            i += 1
+        if i >= len(self.tokens) or self.tokens[i].text not in ("{", "<"):
+            return False
+        brace = self.tokens[i]
+        at = self.end(brace)
+        nxt = self.tokens[i + 1] if i + 1 < len(self.tokens) else None
+        if nxt is None or nxt.line == brace.line:
+            tail = "" if self.text[at : at + 1].isspace() else " "
+            self.edits.append(_Edit(at, at, f" {snippet}{tail}"))
+            return True
+        line_text = self.text[self.line_starts[nxt.line - 1] : self.offset(nxt)]
+        indent = line_text if not line_text.strip() else ""
+        if nxt.text in ("}", ">"):
+            indent += "  "
+        self.edits.append(_Edit(at, at, f"\n{indent}{snippet}"))
+        return True
+
+    def apply(self, append: str) -> str:
+        out = []
+        last = 0
+        for edit in sorted(self.edits, key=lambda e: (e.start, e.end)):
+            if edit.start < last:
+                raise ValueError("overlapping edits")
+            out.append(self.text[last : edit.start])
+            out.append(edit.text)
+            last = edit.end
+        out.append(self.text[last:])
+        result = "".join(out)
+        if append:
+            if result and not result.endswith("\n"):
+                result += "\n"
+            result += append
+        return result
+
+
+def _edit_text(text: str, plan: _Plan, descriptor: Any) -> str | None:
+    """The original text with the plan applied, or ``None`` when an edit cannot be placed."""
+    editor = _TextEditor(text, descriptor)
+    for message_path, snippet in plan.inserts:
+        field_name = snippet.split(":")[0].split("{")[0].strip()
+        if editor.has(f"{message_path}.{field_name}"):
+            continue  # written in the text: set_values changes it in place
+        if not editor.insert(message_path, snippet):
+            return None
+    for path, value in plan.set_values.items():
+        if editor.has(path) and not editor.set_value(path, value):
+            return None
+    for path in plan.deletes:
+        if editor.has(path) and not editor.delete(path):
+            return None
+    try:
+        return editor.apply(plan.append)
+    except ValueError:
+        return None
+
+
+#: Fix name -> the rule ids whose selection enables it.
+FIXES: dict[str, tuple[str, ...]] = {
+    "tags": ("TAG001", "TAG002"),
+    "legacy": ("MODE005",),
+    "accumulation": ("ACC002",),
+}
+
+
+def fixes_for(rule_ids: Iterable[str]) -> set[str]:
+    """The fixes enabled by a selection of rules (a fix runs when one of its rules is selected)."""
+    chosen = set(rule_ids)
+    return {name for name, ids in FIXES.items() if chosen.intersection(ids)}
+
+
+def fix_source(source: Source, fixes: Iterable[str] | None = None) -> FixResult:
+    """Apply the mechanical fixes (all, or those named in ``fixes``, see :data:`FIXES`).
+
+    The result says what changed and holds the new bytes.
+
+    Raises :class:`InputError` when the fixed file would not parse back to the fixed message
+    (nothing must then be written).
+    """
+    from tpuemb_cfg.io import serialize
+
+    original = source.message
+    fixed = type(original)()
+    fixed.CopyFrom(original)
+    plan = _Plan()
+    result = FixResult(changed=False, data=source.data, text=source.text, message=fixed)
+    wanted = set(FIXES) if fixes is None else set(fixes)
+    if "tags" in wanted:
+        _renumber_tags(fixed, plan, result, source.path)
+    if "legacy" in wanted:
+        _convert_legacy(fixed, plan, result, source.path)
+    if "accumulation" in wanted:
+        _explicit_accumulation(fixed, plan, result, source.path)
+    if not result.applied:
+        return result
+
+    expected = fixed.SerializeToString(deterministic=True)
+    new_text: str | None = None
+    if source.format == "text" and source.text is not None:
+        new_text = _edit_text(source.text, plan, original.DESCRIPTOR)
+        if new_text is not None and not _parses_to(
+            new_text.encode("utf-8"), "text", expected, type(original)
+        ):
+            new_text = None
+        if new_text is None:
+            new_text = serialize(fixed, "text").decode("utf-8")
+            result.notes.append(
+                f"{source.path}: the file was re-printed from the message; comments were not kept"
+            )
+        data = new_text.encode("utf-8")
+    else:
+        data = serialize(fixed, source.format)
+    if not _parses_to(data, source.format, expected, type(original)):
+        raise InputError(
+            "the fixed file would not parse back to the fixed configuration; nothing was written",
+            path=source.path,
+        )
+    result.changed = data != source.data
+    result.data = data
+    result.text = new_text
+    return result
+
+
+def _parses_to(data: bytes, fmt: str, expected: bytes, message_type: Any) -> bool:
+    from tpuemb_cfg.io import parse_bytes
+
+    message = message_type()
+    try:
+        parse_bytes(data, fmt, message, "<fixed>")  # type: ignore[arg-type]
+    except InputError:
+        return False
+    return bool(message.SerializeToString(deterministic=True) == expected)

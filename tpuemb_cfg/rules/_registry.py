@@ -1,0 +1,208 @@
+"""The rule registry: what a rule is, what it reports, and what it sees.
+
+A rule is a plain function ``func(ctx: Context) -> Iterable[Diagnostic]`` registered with the
+:func:`rule` decorator under a stable id (``TAG002``), a default severity and a one-line summary.
+Its docstring is the long explanation that ``tpuemb explain ID`` prints, so write it for a user:
+what the rule checks, why it matters (where TensorFlow fails), an example and the fix.
+
+A rule reads the configuration (``ctx.config``) and the quantities derived from it once per
+validation (``ctx.derived``, see :mod:`tpuemb_cfg.derived`), and yields one diagnostic per finding
+through :meth:`Context.diag`, which fills in the rule's id and severity. Rules never raise on odd
+input: every other defect of the configuration may be present at the same time (a ``table_id`` out
+of range, a missing ``optimization_parameters``, an undeclared enum number). The validator still
+guards each rule, turning an unexpected exception into an internal-error diagnostic so that one
+broken rule never hides the findings of the others.
+
+Registering your own rule::
+
+    from tpuemb_cfg.rules import rule
+
+    @rule("X001", "warning", "table names must be lower case")
+    def lower_case_names(ctx):
+        '''Table names are used as checkpoint keys; ...'''
+        for i, table, path in ctx.tables():
+            if table.name != table.name.lower():
+                yield ctx.diag(f"{path}.name", f"{ctx.table_label(i)}: name is not lower case")
+
+The function is registered on import; ``tpuemb_cfg.validate`` and ``tpuemb validate`` then run it
+like a built-in rule (selection, suppression and output formats included).
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+if TYPE_CHECKING:
+    from tpuemb_cfg.derived import Derived
+    from tpuemb_cfg.proto.tpu_embedding_configuration_pb2 import TPUEmbeddingConfiguration
+
+    TableDescriptor = TPUEmbeddingConfiguration.TableDescriptor
+
+Severity = Literal["error", "warning", "info"]
+
+#: Severities from the most to the least serious.
+SEVERITIES: tuple[Severity, ...] = ("error", "warning", "info")
+#: Rank of a severity: a larger number is more serious.
+SEVERITY_RANK: dict[str, int] = {"info": 0, "warning": 1, "error": 2}
+
+_ID_RE = re.compile(r"^[A-Z][A-Z_]*[0-9]{3}$")
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    """One finding.
+
+    ``field_path`` uses proto field names and ``[i]`` for repeated elements
+    (``table_descriptor[2].optimization_parameters.learning_rate.dynamic.tag``); ``""`` is the
+    top-level message. ``line``/``column`` are 1-based positions in a text file (``None`` for
+    binary/JSON input or a message object); ``path`` is the file (``None`` for a message object).
+    The validator fills ``line``, ``column`` and ``path``; a rule only gives the field path.
+    """
+
+    rule: str
+    severity: Severity
+    message: str
+    field_path: str
+    line: int | None = None
+    column: int | None = None
+    hint: str | None = None
+    path: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form of ``tpuemb validate --format json`` (file path excluded)."""
+        return {
+            "rule": self.rule,
+            "severity": self.severity,
+            "message": self.message,
+            "field_path": self.field_path,
+            "line": self.line,
+            "column": self.column,
+            "hint": self.hint,
+        }
+
+
+if TYPE_CHECKING:
+    RuleFunc = Callable[["Context"], Iterable[Diagnostic]]
+else:
+    RuleFunc = Callable
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A registered rule. ``explanation`` is the function's docstring (``tpuemb explain``)."""
+
+    id: str
+    severity: Severity
+    summary: str
+    explanation: str
+    on_request: bool
+    func: RuleFunc = field(repr=False, compare=False)
+
+    @property
+    def family(self) -> str:
+        """The id without its number (``TAG`` for ``TAG002``)."""
+        return self.id.rstrip("0123456789")
+
+
+#: Every registered rule by id (built-in families register on import of :mod:`tpuemb_cfg.rules`).
+RULES: dict[str, Rule] = {}
+
+_F = TypeVar("_F", bound=Callable[..., Iterable[Diagnostic]])
+
+
+def rule(
+    id: str, severity: Severity, summary: str, *, on_request: bool = False
+) -> Callable[[_F], _F]:
+    """Register the decorated function as rule ``id``.
+
+    ``on_request`` rules (derived facts such as the tag table) run only when selected explicitly or
+    when derived data is asked for (``--show-derived``), so that a correct configuration produces
+    no output. Registering an id twice raises ``ValueError`` (ids are stable and unique).
+    """
+    if not _ID_RE.match(id):
+        raise ValueError(
+            f"rule id {id!r} must be upper-case letters followed by three digits, e.g. 'TAG002'"
+        )
+    if severity not in SEVERITY_RANK:
+        raise ValueError(
+            f"rule {id}: severity must be one of error, warning, info, not {severity!r}"
+        )
+
+    def register(func: _F) -> _F:
+        if id in RULES:
+            raise ValueError(f"rule {id} is already registered (by {RULES[id].func.__module__})")
+        RULES[id] = Rule(
+            id=id,
+            severity=severity,
+            summary=summary,
+            explanation=inspect.cleandoc(func.__doc__ or summary),
+            on_request=on_request,
+            func=func,
+        )
+        return func
+
+    return register
+
+
+class Context:
+    """What a rule sees: the configuration, its derived quantities, and helpers.
+
+    ``options`` carries project settings a rule may read (``memory_budget_bytes``: an int per-host
+    budget or ``None``; see :mod:`tpuemb_cfg.settings`). One context is shared by all rules of one
+    validation; the validator sets ``current_rule`` before running each rule.
+    """
+
+    def __init__(
+        self,
+        config: TPUEmbeddingConfiguration,
+        derived: Derived | None = None,
+        *,
+        options: Mapping[str, Any] | None = None,
+    ) -> None:
+        if derived is None:
+            from tpuemb_cfg.derived import derive
+
+            derived = derive(config)
+        self.config = config
+        self.derived = derived
+        self.options: Mapping[str, Any] = dict(options or {})
+        self.current_rule: Rule | None = None
+        self._tables = list(config.table_descriptor)
+
+    def diag(
+        self,
+        field_path: str,
+        message: str,
+        *,
+        hint: str | None = None,
+        severity: Severity | None = None,
+    ) -> Diagnostic:
+        """A diagnostic of the running rule at ``field_path`` (severity defaults to the rule's)."""
+        current = self.current_rule
+        rule_id = current.id if current is not None else "UNKNOWN000"
+        sev: Severity = severity or (current.severity if current is not None else "error")
+        return Diagnostic(
+            rule=rule_id, severity=sev, message=message, field_path=field_path, hint=hint
+        )
+
+    def tables(self) -> Iterator[tuple[int, TableDescriptor, str]]:
+        """``(index, table, "table_descriptor[i]")`` for every table, in order."""
+        for i, table in enumerate(self._tables):
+            yield i, table, f"table_descriptor[{i}]"
+
+    def table(self, i: int) -> TableDescriptor | None:
+        """Table ``i``, or ``None`` when ``i`` is out of range."""
+        if 0 <= i < len(self._tables):
+            return self._tables[i]
+        return None
+
+    def table_label(self, i: int) -> str:
+        """``table_descriptor[2] 'ads'`` (no name when it is empty or ``i`` is out of range)."""
+        table = self.table(i)
+        if table is None or not table.name:
+            return f"table_descriptor[{i}]"
+        return f"table_descriptor[{i}] {table.name!r}"

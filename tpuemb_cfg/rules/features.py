@@ -1,0 +1,220 @@
+"""FEAT: feature descriptors (``validation-rules.md`` section 2.3), feature style only.
+
+TensorFlow checks each feature's ``table_id``, then that its ``input_shape`` is non-empty, then
+that every entry is positive, stopping at the first failure; then that every table has a feature.
+This module reports every finding at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from tpuemb_cfg.derived import INT32_MAX
+from tpuemb_cfg.rules._registry import Context, Diagnostic, rule
+
+_INT32_MIN = -(2**31)
+
+
+def _feature_label(ctx: Context, j: int) -> str:
+    descriptors = ctx.config.feature_descriptor
+    if 0 <= j < len(descriptors) and descriptors[j].name:
+        return f"feature_descriptor[{j}] {descriptors[j].name!r}"
+    return f"feature_descriptor[{j}]"
+
+
+@rule("FEAT001", "error", "table_id out of range")
+def table_id_out_of_range(ctx: Context) -> Iterator[Diagnostic]:
+    """A feature's ``table_id`` must index an existing table.
+
+    **Why is this bad.** TensorFlow rejects it at initialisation: "Invalid table_id: T found in
+    feature_descriptor: ..., all table_ids must be in the range[0, N)".
+
+    **Use instead.** A ``table_id`` between 0 and the number of tables - 1 (a table's id is its
+    position in ``table_descriptor``; an unset ``table_id`` means 0).
+    """
+    n = ctx.derived.num_tables
+    for j, fd in enumerate(ctx.config.feature_descriptor):
+        if not 0 <= fd.table_id < n:
+            expected = f"0..{n - 1}" if n else "nothing: there are no tables"
+            yield ctx.diag(
+                f"feature_descriptor[{j}].table_id",
+                f"{_feature_label(ctx, j)}: table_id {fd.table_id} is out of range; expected "
+                f"{expected}",
+                hint="a table's id is its position in table_descriptor",
+            )
+
+
+@rule("FEAT002", "error", "empty input_shape")
+def empty_input_shape(ctx: Context) -> Iterator[Diagnostic]:
+    """A feature's ``input_shape`` must have at least one entry.
+
+    **Why is this bad.** TensorFlow rejects it: "The input_shape field cannot be empty in
+    feature_descriptor: ...". The shape is the per-replica input shape without the axis the
+    combiner reduces; its first entry is usually the batch size.
+
+    **Use instead.** ``input_shape: 32`` (one ``input_shape`` line per dimension).
+    """
+    for j, fd in enumerate(ctx.config.feature_descriptor):
+        if len(fd.input_shape) == 0:
+            yield ctx.diag(
+                f"feature_descriptor[{j}].input_shape",
+                f"{_feature_label(ctx, j)}: input_shape is empty; it needs at least one entry "
+                "(usually the batch size)",
+                hint="add input_shape: <batch size per replica>",
+            )
+
+
+@rule("FEAT003", "error", "input_shape entry <= 0")
+def non_positive_input_shape(ctx: Context) -> Iterator[Diagnostic]:
+    """Every ``input_shape`` entry must be > 0.
+
+    **Why is this bad.** TensorFlow rejects it: "The input_shape dimension sizes must all be >0 in
+    feature_descriptor: ..., found dimension size set to D".
+
+    **Use instead.** Positive, fully known dimensions.
+    """
+    for j, fd in enumerate(ctx.config.feature_descriptor):
+        for k, d in enumerate(fd.input_shape):
+            if d <= 0:
+                yield ctx.diag(
+                    f"feature_descriptor[{j}].input_shape[{k}]",
+                    f"{_feature_label(ctx, j)}: input_shape[{k}] is {d}; every dimension must be > "
+                    "0",
+                )
+
+
+@rule("FEAT004", "error", "table without features")
+def table_without_features(ctx: Context) -> Iterator[Diagnostic]:
+    """In feature style every table needs at least one feature that looks it up.
+
+    **Why is this bad.** TensorFlow rejects it: "No feature_descriptor fields found for table:
+    NAME (ID: t) in the TPU embedding configuration."
+
+    **Use instead.** Add a ``feature_descriptor { table_id: t ... }`` or remove the table (and
+    renumber the later ``table_id`` values).
+    """
+    derived = ctx.derived
+    if derived.style != "feature":
+        return
+    for i, table, path in ctx.tables():
+        if derived.features_per_table[i] == 0:
+            yield ctx.diag(
+                f"{path}.name" if table.name else path,
+                f"{ctx.table_label(i)}: no feature_descriptor has table_id {i}; every table needs "
+                "a feature",
+                hint=f"add feature_descriptor {{ table_id: {i} input_shape: ... }} or remove "
+                "the table",
+            )
+
+
+@rule("FEAT005", "error", "32-bit overflow of a feature size")
+def size_overflow(ctx: Context) -> Iterator[Diagnostic]:
+    """A feature's size (product of ``input_shape``) or a legacy table's ``B * num_features`` must
+    fit in a signed 32-bit integer.
+
+    **Why is this bad.** TensorFlow computes these products in 32-bit signed arithmetic, where an
+    overflow is undefined behaviour: the derived batch size and feature counts become garbage.
+
+    **Use instead.** Smaller shapes (the size is per replica and per step).
+    """
+    derived = ctx.derived
+    if derived.style == "feature":
+        for j, size in enumerate(derived.feature_sizes):
+            if size is not None and size > INT32_MAX:
+                yield ctx.diag(
+                    f"feature_descriptor[{j}].input_shape",
+                    f"{_feature_label(ctx, j)}: input_shape multiplies to {size}, which exceeds "
+                    f"2^31 - 1 = {INT32_MAX} (TensorFlow computes it in 32-bit integers)",
+                )
+        return
+    batch = ctx.config.batch_size_per_tensor_core
+    for i, table, path in ctx.tables():
+        product = batch * table.num_features
+        if not _INT32_MIN <= product <= INT32_MAX:
+            yield ctx.diag(
+                f"{path}.num_features",
+                f"{ctx.table_label(i)}: batch_size_per_tensor_core {batch} x num_features "
+                f"{table.num_features} = {product} does not fit in 32 bits (TensorFlow computes it "
+                "in 32-bit integers)",
+            )
+
+
+def _feature_style_valid(ctx: Context) -> bool:
+    derived = ctx.derived
+    n = derived.num_tables
+    for j, fd in enumerate(ctx.config.feature_descriptor):
+        size = derived.feature_sizes[j]
+        if not 0 <= fd.table_id < n or size is None or size > INT32_MAX:
+            return False
+    return all(count > 0 for count in derived.features_per_table)
+
+
+@rule("FEAT006", "info", "derived batch size and feature counts", on_request=True)
+def derived_counts(ctx: Context) -> Iterator[Diagnostic]:
+    """The batch size and per-table feature counts TensorFlow derives from the features.
+
+    On request only (``--select FEAT006`` or ``--show-derived``). Feature j's size is the product
+    of all its ``input_shape`` entries; ``batch_size_per_tensor_core`` is the GCD of the sizes and
+    table t's ``num_features`` is the sum of size / B over its features. Example: features [32]
+    and [32, 4] on table 0 and [48] on table 1 give B = 16 and num_features 10 and 3.
+    """
+    derived = ctx.derived
+    if derived.style != "feature" or not _feature_style_valid(ctx):
+        return
+    counts = ", ".join(f"{ctx.table_label(i)}: {n}" for i, n in enumerate(derived.num_features))
+    yield ctx.diag(
+        "feature_descriptor[0]",
+        f"derived batch_size_per_tensor_core = {derived.batch_size}; num_features per table: "
+        f"{counts}",
+    )
+
+
+@rule("FEAT007", "info", "features disagree on the batch (GCD used)")
+def batch_disagreement(ctx: Context) -> Iterator[Diagnostic]:
+    """The features do not share one leading batch dimension.
+
+    **What it does.** Reports the first feature whose first ``input_shape`` entry differs from the
+    derived batch size (the GCD of all feature sizes).
+
+    **Why.** TensorFlow silently uses the GCD: with features [32] and [48] the TPU sees a batch of
+    16 and two "features" of 16 for the first. Usually the features were meant to share a batch
+    size.
+    """
+    derived = ctx.derived
+    if derived.style != "feature" or derived.batch_size <= 0:
+        return
+    for f in derived.features:
+        if f.index is not None and f.input_shape[0] != derived.batch_size:
+            yield ctx.diag(
+                f"feature_descriptor[{f.index}].input_shape[0]",
+                f"{_feature_label(ctx, f.index)}: leading dimension {f.input_shape[0]} differs "
+                f"from the derived batch size {derived.batch_size} (the GCD of all feature sizes); "
+                "the features do not share one batch dimension",
+                hint="TensorFlow uses the GCD silently; check that the features' batch sizes "
+                "are what you meant",
+            )
+            return
+
+
+@rule("FEAT008", "warning", "duplicate feature names")
+def duplicate_feature_names(ctx: Context) -> Iterator[Diagnostic]:
+    """Two feature descriptors share a non-empty name.
+
+    **Why is this bad.** TensorFlow ignores feature names, but tools (and people) that key features
+    by name collide.
+
+    **Use instead.** Unique names, or no names.
+    """
+    first: dict[str, int] = {}
+    for j, fd in enumerate(ctx.config.feature_descriptor):
+        if not fd.name:
+            continue
+        if fd.name in first:
+            yield ctx.diag(
+                f"feature_descriptor[{j}].name",
+                f"feature_descriptor[{j}]: name {fd.name!r} is already used by "
+                f"feature_descriptor[{first[fd.name]}]",
+                hint="give every feature a unique name",
+            )
+        else:
+            first[fd.name] = j

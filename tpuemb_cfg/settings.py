@@ -1,0 +1,171 @@
+"""Project settings for ``tpuemb validate`` from ``[tool.tpuemb]`` in the nearest pyproject.toml.
+
+Example::
+
+    [tool.tpuemb]
+    select = ["TAG", "MODE", "TBL001"]   # ids or prefixes; default: every default-on rule
+    ignore = ["TBL010"]                  # ids or prefixes
+    fail-on = "warning"                  # error (default), warning or info
+    show-derived = false                 # also run the on-request info rules
+    memory-budget = "16GiB"              # per-host budget for SIZE003 (bytes or a size with a unit)
+
+    [tool.tpuemb.severity]               # change a rule's severity
+    TAG006 = "warning"
+
+The nearest pyproject.toml is the first one found walking up from the folder that holds all the
+files being validated (the current folder for standard input); the search stops at the first
+pyproject.toml, with or without a ``[tool.tpuemb]`` table. Command-line options win: ``--select``
+and ``--fail-on`` replace the file's values, ``--ignore`` adds to them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+from tpuemb_cfg.errors import InputError
+from tpuemb_cfg.rules._registry import SEVERITY_RANK, Severity
+
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
+_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*$")
+
+
+@dataclass
+class Settings:
+    """Validation settings; ``source`` is the pyproject.toml they came from (``None``: defaults)."""
+
+    select: list[str] | None = None
+    ignore: list[str] = field(default_factory=list)
+    fail_on: Severity = "error"
+    show_derived: bool = False
+    severity: dict[str, Severity] = field(default_factory=dict)
+    memory_budget_bytes: int | None = None
+    source: str | None = None
+
+
+def parse_size(value: object, *, path: str | None = None, key: str = "memory-budget") -> int:
+    """Bytes from an int or a string such as ``"16GiB"`` / ``"500 MB"``."""
+    if isinstance(value, bool):
+        raise InputError(
+            f"expected a size in bytes or a string like '16GiB', got {value!r}", path=path, key=key
+        )
+    if isinstance(value, int) and value > 0:
+        return value
+    if isinstance(value, str):
+        match = _SIZE.match(value)
+        if match and match.group(2).lower() in _UNITS:
+            number = float(match.group(1)) * _UNITS[match.group(2).lower()]
+            if number >= 1:
+                return int(number)
+    raise InputError(
+        "expected a positive size in bytes or a string like '16GiB' (units B, KB, MB, GB, TB, "
+        f"KiB, MiB, GiB, TiB), got {value!r}",
+        path=path,
+        key=key,
+    )
+
+
+def find_pyproject(start: str | os.PathLike[str]) -> Path | None:
+    """The first pyproject.toml in ``start`` or one of its parents."""
+    folder = Path(start).resolve()
+    for candidate in (folder, *folder.parents):
+        path = candidate / "pyproject.toml"
+        if path.is_file():
+            return path
+    return None
+
+
+def common_folder(files: Iterable[str]) -> Path:
+    """The deepest folder holding every file (the current folder for ``-`` or no files)."""
+    folders = [str(Path(f).resolve().parent) for f in files if f != "-"]
+    if not folders:
+        return Path.cwd()
+    return Path(os.path.commonpath(folders))
+
+
+def _str_list(value: Any, path: str, key: str) -> list[str]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise InputError(
+            f"expected a list of rule ids or prefixes, got {value!r}", path=path, key=key
+        )
+    return [v.strip().upper() for v in value if v.strip()]
+
+
+def _severity(value: Any, path: str, key: str) -> Severity:
+    if not isinstance(value, str) or value.lower() not in SEVERITY_RANK:
+        raise InputError(
+            f"expected 'error', 'warning' or 'info', got {value!r}", path=path, key=key
+        )
+    return cast(Severity, value.lower())
+
+
+def load_settings(start: str | os.PathLike[str] | None = None) -> Settings:
+    """Settings from the nearest pyproject.toml above ``start`` (defaults when there is none).
+
+    Raises :class:`InputError` (with the file and key) for unreadable TOML or a bad value.
+    """
+    pyproject = find_pyproject(start if start is not None else Path.cwd())
+    if pyproject is None:
+        return Settings()
+    name = str(pyproject)
+    try:
+        with open(pyproject, "rb") as handle:
+            document = tomllib.load(handle)
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"invalid TOML: {exc}", path=name) from None
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror or exc}", path=name) from None
+    table = document.get("tool", {}).get("tpuemb")
+    settings = Settings(source=name)
+    if table is None:
+        return settings
+    if not isinstance(table, dict):
+        raise InputError("expected a table", path=name, key="tool.tpuemb")
+    for raw_key, value in table.items():
+        key = raw_key.replace("_", "-")
+        where = f"tool.tpuemb.{raw_key}"
+        if key == "select":
+            settings.select = _str_list(value, name, where)
+        elif key == "ignore":
+            settings.ignore = _str_list(value, name, where)
+        elif key == "fail-on":
+            settings.fail_on = _severity(value, name, where)
+        elif key == "show-derived":
+            if not isinstance(value, bool):
+                raise InputError(f"expected true or false, got {value!r}", path=name, key=where)
+            settings.show_derived = value
+        elif key == "memory-budget":
+            settings.memory_budget_bytes = parse_size(value, path=name, key=where)
+        elif key == "severity":
+            if not isinstance(value, dict):
+                raise InputError("expected a table of rule id = severity", path=name, key=where)
+            settings.severity = {
+                str(rule_id).upper(): _severity(sev, name, f"{where}.{rule_id}")
+                for rule_id, sev in value.items()
+            }
+        elif not isinstance(value, dict):  # sub-tables belong to other commands
+            raise InputError(
+                f"unknown setting {raw_key!r}; known: select, ignore, fail-on, show-derived, "
+                "memory-budget, [tool.tpuemb.severity]",
+                path=name,
+                key=where,
+            )
+    return settings
