@@ -14,26 +14,27 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from tpuemb_cfg.protoutil import is_repeated
 
 _TOKEN = re.compile(
     r"""
-    (?P<ws>[ \t\r\f\v]+)
-  | (?P<nl>\n)
-  | (?P<comment>\#[^\n]*)
-  | (?P<string>"(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*')
-  | (?P<ident>\[[A-Za-z_][A-Za-z0-9_./]*\]|[A-Za-z_][A-Za-z0-9_.]*)
-  | (?P<number>[-+]?(?:\.?[0-9][A-Za-z0-9_.+-]*)|-[A-Za-z]+)
-  | (?P<punct>[{}<>:\[\],;])
+    [ \t\r\f\v]*
+    (?:
+      (?P<nl>\n)
+    | (?P<comment>\#[^\n]*)
+    | (?P<string>"(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*')
+    | (?P<ident>\[[A-Za-z_][A-Za-z0-9_./]*\]|[A-Za-z_][A-Za-z0-9_.]*)
+    | (?P<number>[-+]?(?:\.?[0-9][A-Za-z0-9_.+-]*)|-[A-Za-z]+)
+    | (?P<punct>[{}<>:\[\],;])
+    )
     """,
     re.VERBOSE,
 )
 
 
-@dataclass
-class Token:
+class Token(NamedTuple):
     kind: str
     text: str
     line: int
@@ -43,24 +44,22 @@ class Token:
 def tokenize(text: str) -> tuple[list[Token], dict[int, list[str]]]:
     """Split text into tokens (comments and white space dropped) and comments by line."""
     tokens: list[Token] = []
+    append = tokens.append
     comments: dict[int, list[str]] = {}
-    line, line_start, pos = 1, 0, 0
-    length = len(text)
-    while pos < length:
-        match = _TOKEN.match(text, pos)
-        if match is None:  # not produced by well-formed input; skip one character
-            pos += 1
+    line, line_start = 1, 0
+    for match in _TOKEN.finditer(text):
+        kind = match.lastgroup
+        if kind is None:  # trailing white space
             continue
-        kind = match.lastgroup or ""
-        value = match.group()
         if kind == "nl":
             line += 1
             line_start = match.end()
-        elif kind == "comment":
+            continue
+        value = match.group(kind)
+        if kind == "comment":
             comments.setdefault(line, []).append(value[1:])
-        elif kind != "ws":
-            tokens.append(Token(kind, value, line, pos - line_start + 1))
-        pos = match.end()
+        else:
+            append(Token(kind, value, line, match.end() - len(value) - line_start + 1))
     return tokens, comments
 
 
