@@ -99,3 +99,10 @@ def test_shell_completion_script() -> None:
 def test_cli_shim_is_not_installed_as_a_module() -> None:
     out = subprocess.run([sys.executable, "-c", "import cli"], cwd="/", capture_output=True)
     assert out.returncode != 0
+
+
+def test_builtin_example_is_the_quickstart_example() -> None:
+    from importlib import resources
+
+    packaged = resources.files("tpuemb_cfg.data").joinpath("default_config.pbtxt").read_bytes()
+    assert packaged == (ROOT / "examples" / "quickstart.pbtxt").read_bytes()
