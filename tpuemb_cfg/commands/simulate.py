@@ -74,6 +74,14 @@ def _load_default_config() -> Any:
     return load(resource.read_bytes(), "text")
 
 
+def _spec_callback(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    """``--spec``: the spec's values become the defaults of the other options."""
+    if value is not None:
+        from tpuemb_cfg.simspec import spec_callback
+
+        spec_callback(ctx, param, value)
+
+
 @click.command("simulate")
 @click.argument("config", required=False, type=click.Path(dir_okay=False))
 @click.option("--batches", "batches_path", type=click.Path(dir_okay=False), metavar="B.npz",
@@ -104,6 +112,23 @@ def _load_default_config() -> Any:
               help="Refuse to start when the estimate exceeds SIZE (default: 80% of available "
                    "RAM).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@click.option("--engine", type=click.Choice(["numpy", "numba"]), default="numpy",
+              show_default=True,
+              help="numpy: the readable reference; numba: compiled kernels, same results.")
+@click.option("--spec", type=click.Path(dir_okay=False), metavar="SIM.pbtxt", is_eager=True,
+              expose_value=False, callback=_spec_callback,
+              help="Take every option from a simulation spec (docs/multiworker.md); options "
+                   "given on the command line override it.")
+@click.option("--workers", type=click.IntRange(min=1), metavar="N",
+              help="Multi-worker run with N workers (docs/multiworker.md).")
+@click.option("--replicas-to-aggregate", type=click.IntRange(min=1), metavar="R",
+              help="Sync replicas: gradients the chief averages per update (default: N).")
+@click.option("--max-staleness", type=int, metavar="S",
+              help="DropStale mode: drop a gradient more than S updates old.")
+@click.option("--init-tokens", type=int, metavar="T",
+              help="Sync replicas: tokens queued before the first step (default -1: R).")
+@click.option("--delay", metavar="fixed:K|geometric:P",
+              help="Multi-worker: extra ticks each gradient takes (default fixed:0), seeded.")
 @click.pass_context
 def simulate(
     ctx: click.Context,
@@ -122,6 +147,12 @@ def simulate(
     resume: bool,
     max_memory: str | None,
     quiet: bool,
+    engine: str,
+    workers: int | None,
+    replicas_to_aggregate: int | None,
+    max_staleness: int | None,
+    init_tokens: int | None,
+    delay: str | None,
 ) -> None:
     """Run the configured training updates of CONFIG on the CPU, in float32.
 
@@ -130,8 +161,40 @@ def simulate(
       tpuemb simulate CONFIG --batches B.npz [--init I.npz] --out O.npz [--combiner ...]
     Synthetic run (no --batches; no CONFIG runs the built-in example):
       tpuemb simulate [CONFIG] [--steps N] [--out-dir DIR] [--plot FILE.png] [--json]
+    Several workers (docs/multiworker.md), all options from a spec file:
+      tpuemb simulate [CONFIG] --workers N [--replicas-to-aggregate R | --max-staleness S]
+      tpuemb simulate CONFIG --spec sim.pbtxt [options overriding the spec]
     """
     limit = _memory_limit(max_memory)
+    spec = ctx.meta.get("tpuemb_cfg.simspec")
+    schedules = spec.schedules if spec is not None else ()
+    worker_options = {"workers": workers, "replicas_to_aggregate": replicas_to_aggregate,
+                      "max_staleness": max_staleness, "init_tokens": init_tokens, "delay": delay}
+    if any(value is not None for value in worker_options.values()):
+        if batches_path is not None:
+            raise UsageError("--workers, --replicas-to-aggregate, --max-staleness, --init-tokens "
+                             "and --delay apply to synthetic runs, not to --batches replays")
+        wrong = [_option_name(n) for n in ("checkpoint_every", "resume", *_REPLAY_ONLY)
+                 if _given(ctx, n)]
+        if wrong:
+            raise UsageError(f"{', '.join(wrong)} cannot be combined with a multi-worker run")
+        if plot is not None:
+            _require_matplotlib()
+        from tpuemb_cfg.multiworker import simulate_workers
+
+        with _config_errors(config or "<built-in example>"):
+            summary = simulate_workers(
+                config if config is not None else _load_default_config(),
+                config_label=config or "<built-in example>", steps=steps, out_dir=Path(out_dir),
+                as_json=as_json, quiet=quiet, combiner_args=combiners, seed=seed,
+                learning_rate=learning_rate, schedules=schedules, max_memory=limit,
+                engine=engine, spec_path=spec.path if spec is not None else None,
+                **{**worker_options, "workers": workers or 1,
+                   "init_tokens": -1 if init_tokens is None else init_tokens},
+            )
+        if plot is not None:
+            _plot(summary, plot)
+        return
     if batches_path is not None:
         wrong = [_option_name(n) for n in _SYNTHETIC_ONLY if _given(ctx, n)]
         if wrong:
@@ -143,9 +206,12 @@ def simulate(
         if out_path is None:
             raise UsageError("--batches needs --out O.npz (where the final tables, slots and "
                              "activations go)")
+        if spec is not None and spec.schedules:
+            raise UsageError(f"{spec.path}: learning_rate_schedule applies to synthetic runs; a "
+                             "replay sends its recorded learning rates")
         with _config_errors(config):
             _replay(config, batches_path, init_path, out_path, combiners, seed, limit, as_json,
-                    quiet)
+                    quiet, engine=engine)
         return
     wrong = [_option_name(n) for n in _REPLAY_ONLY if _given(ctx, n)]
     if wrong:
@@ -154,7 +220,8 @@ def simulate(
     with _config_errors(config or "<built-in example>"):
         _synthetic(
             config, combiners, seed, steps, Path(out_dir), learning_rate, as_json, plot,
-            checkpoint_every, resume, limit, quiet,
+            checkpoint_every, resume, limit, quiet, engine=engine, schedules=schedules,
+            spec_path=spec.path if spec is not None else None,
         )
 
 
@@ -179,6 +246,7 @@ def _replay(
     limit: int | None,
     as_json: bool,
     quiet: bool,
+    engine: str = "numpy",
 ) -> None:
     from tpuemb_cfg import load
     from tpuemb_cfg.executor import replay
@@ -203,7 +271,7 @@ def _replay(
     out = replay(
         config, batches, init, combiners=combiners, seed=seed,
         batches_source=batches_path, init_source=init_path, max_memory=limit,
-        validate_config=False, on_step=record,
+        validate_config=False, on_step=record, engine=engine,
     )
     atomic_write_npz(out_path, out)
     steps = sum(1 for k in out if k.endswith("/activations") and "/f0/" in k)
@@ -228,21 +296,25 @@ def _synthetic(
     resume: bool,
     limit: int | None,
     quiet: bool,
+    engine: str = "numpy",
+    schedules: Any = (),
+    spec_path: str | None = None,
 ) -> None:
     from tpuemb_cfg import load
     from tpuemb_cfg.executor.plan import build_plan, parse_combiners, refuse_invalid
     from tpuemb_cfg.executor.synthetic import SyntheticRun
     from tpuemb_cfg.io import atomic_write_text
     from tpuemb_cfg.npzio import atomic_write_npz, read_npz
+    from tpuemb_cfg.simspec import ScheduledRun
 
     if plot is not None:
         _require_matplotlib()
     config = load(config_path) if config_path is not None else _load_default_config()
     refuse_invalid(config_path if config_path is not None else config)
     combiners = parse_combiners(list(combiner_args), len(build_plan(config).features))
-    run = SyntheticRun(
+    run: SyntheticRun = ScheduledRun(
         config, seed=seed, combiners=combiners, learning_rate=learning_rate, max_memory=limit,
-        validate_config=False,
+        validate_config=False, engine=engine, schedules=schedules, spec_path=spec_path,
     )
     checkpoint_path = out_dir / "checkpoint.npz"
     if resume:

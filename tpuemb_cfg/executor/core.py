@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError, UsageError
-from . import kernels
 from .batch import CheckedFeature, FeatureInput, check_batch, check_gradient, check_learning_rates
 from .batch import key as batch_key
+from .engine import Engine, get_engine
 from .optimizers import UpdateContext
 from .plan import Plan, TablePlan, build_plan, refuse_invalid
 from .state import initial_state as make_initial_state
@@ -123,6 +123,8 @@ class Executor:
     (unless ``validate_config`` is false: the caller validated it already), or a table whose
     optimizer cannot be simulated, raises ``InputError``. ``state_source``/``strict``: for
     file-backed callers, the file named in errors about ``initial_state`` and exact dtypes.
+    ``engine``: ``numpy`` (the readable reference) or ``numba`` (compiled kernels, the same
+    results to float32 rounding; see ``tpuemb_cfg.executor.engine``).
     """
 
     def __init__(
@@ -136,8 +138,11 @@ class Executor:
         state_source: str | None = None,
         strict: bool = False,
         validate_config: bool = True,
+        engine: str | Engine = "numpy",
     ) -> None:
         from .. import as_config
+
+        self.kernels = get_engine(engine)
 
         message = as_config(config)
         if validate_config:
@@ -273,19 +278,19 @@ class Executor:
 
     def _snapshot_rows(self, table: TablePlan, rows: np.ndarray) -> np.ndarray:
         """The parameters the forward pass reads for ``rows`` (spec section 7)."""
-        values = kernels.gather(self.tables[table.name], rows)
+        values = self.kernels.gather(self.tables[table.name], rows)
         undo = self._undo.get(table.name) if self._pipelined else None
         if undo is not None:
             undo_rows, undo_values = undo
             if undo_rows is None:
-                values = kernels.gather(undo_values, rows)
+                values = self.kernels.gather(undo_values, rows)
             elif undo_rows.size:
                 position = np.minimum(np.searchsorted(undo_rows, rows), undo_rows.size - 1)
                 hit = undo_rows[position] == rows
                 values[hit] = undo_values[position[hit]]
         if table.quantization is not None:
             lower, upper, buckets = table.quantization
-            values = kernels.quantize(values, lower, upper, buckets)
+            values = self.kernels.quantize(values, lower, upper, buckets)
         return values
 
     def _forward(
@@ -304,8 +309,10 @@ class Executor:
             zero_bags: dict[int, int] = {}
             offset = 0
             for f, c in zip(table.features, feats, strict=True):
-                scale, zero = kernels.bag_scales(c.weights, c.row_splits, plan.features[f].combiner)
-                bag = kernels.bag_of_occurrence(c.row_splits)
+                scale, zero = self.kernels.bag_scales(
+                    c.weights, c.row_splits, plan.features[f].combiner
+                )
+                bag = self.kernels.bag_of_occurrence(c.row_splits)
                 gains_list.append(c.weights * scale[bag])
                 samples.append(bag + offset)
                 zero_bags[f] = int(zero.sum())
@@ -323,13 +330,13 @@ class Executor:
             ids = np.concatenate([c.ids for c in feats]) if feats else np.zeros(0, np.int64)
             gains = np.concatenate(gains_list) if feats else np.zeros(0, F32)
             sample = np.concatenate(samples) if feats else np.zeros(0, np.int64)
-            unique, inverse = kernels.deduplicate(ids)
+            unique, inverse = self.kernels.deduplicate(ids)
             rows = self._snapshot_rows(table, unique)
             start = 0
             for f, c, g in zip(table.features, feats, gains_list, strict=True):
                 stop = start + c.ids.shape[0]
-                activations[f] = kernels.combine(
-                    kernels.gather(rows, inverse[start:stop]), g, c.row_splits
+                activations[f] = self.kernels.gather_combine(
+                    rows, inverse[start:stop], g, c.row_splits
                 )
                 start = stop
             partials: list[Partial] = []
@@ -340,7 +347,7 @@ class Executor:
                     core_of = np.concatenate(cores) if cores else np.zeros(0, np.int64)
                     for core in range(plan.num_cores):
                         covered = np.flatnonzero(core_of == core)
-                        core_rows, core_inverse = kernels.deduplicate(ids[covered])
+                        core_rows, core_inverse = self.kernels.deduplicate(ids[covered])
                         partials.append(Partial(core, core_rows, core_inverse, covered))
             tables[table.name] = TableDeduplication(
                 table=table.name,
@@ -353,8 +360,10 @@ class Executor:
                 inverse=inverse,
                 partials=tuple(partials),
             )
-            hosts = kernels.host_of(ids, table.vocabulary, plan.num_hosts, plan.mod_sharding)
-            unique_hosts = kernels.host_of(
+            hosts = self.kernels.host_of(
+                ids, table.vocabulary, plan.num_hosts, plan.mod_sharding
+            )
+            unique_hosts = self.kernels.host_of(
                 unique, table.vocabulary, plan.num_hosts, plan.mod_sharding
             )
             reports[table.name] = TableReport(
@@ -419,12 +428,11 @@ class Executor:
                 record = dedup.tables[table.name]
                 stacked = [grads[f] for f in table.features]
                 d_activations = (
-                    np.concatenate(stacked)
-                    if stacked
+                    stacked[0] if len(stacked) == 1  # a lone feature's gradient: no copy
+                    else np.concatenate(stacked) if stacked
                     else np.zeros((0, table.dimension), dtype=F32)
                 )
-                contributions = record.gains[:, None] * kernels.gather(d_activations, record.sample)
-                self._update_table(table, record, contributions, rates, dynamic)
+                self._update_table(table, record, d_activations, rates, dynamic)
         self.step_index += 1
 
     def _learning_rate(self, table: TablePlan, rates: np.ndarray) -> np.float32:
@@ -437,7 +445,7 @@ class Executor:
         self,
         table: TablePlan,
         record: TableDeduplication,
-        contributions: np.ndarray,
+        d_activations: np.ndarray,
         rates: np.ndarray,
         dynamic: tuple[float, ...],
     ) -> None:
@@ -449,28 +457,30 @@ class Executor:
             else:
                 changed = np.unique(np.concatenate([p.rows for p in record.partials]))
             assert changed is not None
-            before = kernels.gather(params, changed)
+            before = self.kernels.gather(params, changed)
         else:
             changed = None
             before = params.copy()
         for partial in record.partials:
-            covered = (
-                contributions if partial.occurrences is None
-                else contributions[partial.occurrences]
+            # Spec section 4: sum gains[j] * dA[sample[j]] per row over the covered occurrences.
+            covered = partial.occurrences
+            grad = self.kernels.backprop_sum(
+                d_activations,
+                record.sample if covered is None else record.sample[covered],
+                record.gains if covered is None else record.gains[covered],
+                partial.inverse,
+                partial.rows.shape[0],
             )
-            grad = kernels.segment_sum(covered, partial.inverse, partial.rows.shape[0])
             if table.lazy:
                 self._apply(table, partial.rows, grad, lr, dynamic)
             else:
                 full = np.zeros((table.vocabulary, table.dimension), dtype=F32)
-                kernels.scatter(full, partial.rows, grad)
+                self.kernels.scatter(full, partial.rows, grad)
                 self._apply(table, None, full, lr, dynamic)
-        after = params if changed is None else kernels.gather(params, changed)
-        delta = (after - before).astype(np.float64)
         report = self.last_report.get(table.name)
         if report is not None:
             report.rows_updated = table.vocabulary if changed is None else int(changed.shape[0])
-            report.update_norm = float(np.sqrt(np.sum(delta * delta)))
+            report.update_norm = self.kernels.change_norm(params, changed, before)
         if self._pipelined:
             self._undo[table.name] = (changed, before)
 
@@ -485,29 +495,31 @@ class Executor:
         """The per-row pipeline of spec section 6 on ``rows`` (None: every row)."""
         params = self.tables[table.name]
         slots = self.slots[table.name]
+        if rows is not None and self.kernels.update_rows(table, params, slots, rows, grad, lr):
+            return  # the engine ran 6.1-6.4 fused, in place
         if rows is None:
             w = params
             state = tuple(slots)
         else:
-            w = kernels.gather(params, rows)
-            state = tuple(kernels.gather(s, rows) for s in slots)
+            w = self.kernels.gather(params, rows)
+            state = tuple(self.kernels.gather(s, rows) for s in slots)
         if table.clip_gradients is not None:  # 6.1
-            grad = kernels.clip(grad, *table.clip_gradients)
+            grad = self.kernels.clip(grad, *table.clip_gradients)
         if table.weight_decay != 0:  # 6.2
             decay = table.weight_decay * lr if table.decay_by_lr else table.weight_decay
             w = w - decay * w
         context = UpdateContext(step=self.step_index, dynamic_inputs=dynamic, rows=rows)
         w, state = table.optimizer.update(w, state, grad, lr, table.hyper, context)  # 6.3
         if table.clip_weights is not None:  # 6.4
-            w = kernels.clip(w, *table.clip_weights)
+            w = self.kernels.clip(w, *table.clip_weights)
         if rows is None:
             params[...] = w
             for slot, value in zip(slots, state, strict=True):
                 slot[...] = value
         else:
-            kernels.scatter(params, rows, w)
+            self.kernels.scatter(params, rows, w)
             for slot, value in zip(slots, state, strict=True):
-                kernels.scatter(slot, rows, value)
+                self.kernels.scatter(slot, rows, value)
 
 
 def _grad_of(item: FeatureInput | Mapping[str, Any]) -> Any:

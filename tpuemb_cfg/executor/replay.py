@@ -99,6 +99,7 @@ def replay(
     max_memory: int | None = None,
     validate_config: bool = True,
     on_step: Callable[[int, Mapping[str, TableReport]], None] | None = None,
+    engine: str = "numpy",
 ) -> dict[str, np.ndarray]:
     """Run every step of ``batches`` from the state ``init``; return the replay output arrays.
 
@@ -106,7 +107,8 @@ def replay(
     for ``Executor``. ``max_memory``: refuse (``UsageError``) when the state, the inputs and the
     activations would need more bytes. Raises ``InputError`` (naming the key and, when given,
     the source file) for any bad input, before any step runs. ``on_step(step, reports)`` is
-    called after each step with the per-table ``TableReport`` of that step.
+    called after each step with the per-table ``TableReport`` of that step. ``engine``:
+    ``numpy`` or ``numba`` (see ``tpuemb_cfg.executor.engine``).
     """
     if max_memory is not None:
         plan = build_plan(as_config(config), combiners)
@@ -126,6 +128,7 @@ def replay(
         state_source=init_source,
         strict=True,
         validate_config=validate_config,
+        engine=engine,
     )
     plan = executor.plan
     steps = parse_steps(batches, len(plan.features), batches_source)

@@ -33,8 +33,14 @@ def truncated_normal(rng: np.random.Generator, shape: tuple[int, int], stddev: f
     Deterministic for a given generator state (redraws consume the stream in a fixed order).
     """
     values = rng.standard_normal(shape, dtype=F32)
-    outside = np.flatnonzero(np.abs(values) > 2)
     flat = values.reshape(-1)
+    # The positions beyond 2, in order, a block at a time: np.abs(values) at once would be a
+    # temporary as large as the table (peak memory, issue 8).
+    block = 1 << 20
+    outside = np.concatenate([
+        np.flatnonzero(np.abs(flat[start:start + block]) > 2) + start
+        for start in range(0, flat.shape[0], block)
+    ])
     while outside.size:
         flat[outside] = rng.standard_normal(outside.size, dtype=F32)
         outside = outside[np.abs(flat[outside]) > 2]

@@ -61,12 +61,13 @@ class SyntheticRun:
         learning_rate: float = 0.1,
         max_memory: int | None = None,
         validate_config: bool = True,
+        engine: str = "numpy",
     ) -> None:
         self.seed = int(seed)
         self.learning_rate = float(learning_rate)
         self.executor = Executor(
             config, combiners=combiners, seed=seed, max_memory=max_memory,
-            validate_config=validate_config,
+            validate_config=validate_config, engine=engine,
         )
         self.plan = self.executor.plan
         self.rng = np.random.default_rng([self.seed & 0xFFFFFFFF, 0x5EED])

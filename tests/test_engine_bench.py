@@ -1,0 +1,82 @@
+"""`tpuemb bench` and its library (issue 8, item 1), on small workloads so they stay fast."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from tpuemb_cfg import bench
+from tpuemb_cfg.cli import main
+
+KEYS = {"sec_per_step", "naive_sec_per_step", "limit_sec_per_step", "unique_ids",
+        "peak_rss_bytes", "compile_sec", "engine"}
+
+
+def test_zipf_ids_anchor_workload() -> None:
+    """The issue's anchor: 65,536 Zipf(1.05) ids over 1,000,000 rows, about 21,822 unique."""
+    ids = bench.zipf_ids(1_000_000, 65_536, 1.05, 0)
+    assert ids.dtype == np.int64 and ids.shape == (65_536,)
+    assert 0 <= ids.min() and ids.max() < 1_000_000
+    assert 21_000 < np.unique(ids).shape[0] < 22_700
+    np.testing.assert_array_equal(ids, bench.zipf_ids(1_000_000, 65_536, 1.05, 0))
+
+
+def test_zipf_ids_follow_the_law() -> None:
+    """Rank 1 has probability 1 / H(V, a); with V = 3, a = 1: 6/11, then 3/11 and 2/11."""
+    ids = bench.zipf_ids(3, 200_000, 1.0, 5)
+    counts = np.bincount(ids, minlength=3) / ids.shape[0]
+    assert sorted(counts, reverse=True) == pytest.approx([6 / 11, 3 / 11, 2 / 11], abs=0.01)
+
+
+def test_naive_step_adagrad_by_hand() -> None:
+    """ids [2, 0, 2], rows of 1s: G_2 = 2, G_0 = 1; acc 0.1 + G^2; w -= 0.01 * G / sqrt(acc)."""
+    table = np.zeros((4, 1), np.float32)
+    acc = np.full((4, 1), 0.1, np.float32)
+    bench.naive_step("adagrad", table, [acc], np.array([2, 0, 2]), np.ones((3, 1), np.float32))
+    assert acc[:, 0].tolist() == pytest.approx([1.1, 0.1, 4.1, 0.1])
+    assert table[:, 0].tolist() == pytest.approx(
+        [-0.01 / np.sqrt(1.1), 0.0, -0.02 / np.sqrt(4.1), 0.0], rel=1e-6
+    )
+
+
+@pytest.mark.parametrize("engine", ["numpy", "numba"])
+def test_bench_json(engine: str) -> None:
+    if engine == "numba":
+        pytest.importorskip("numba")
+    result = CliRunner().invoke(main, [
+        "bench", "--vocab", "2000", "--dim", "8", "--ids", "600", "--steps", "2",
+        "--engine", engine, "--json",
+    ])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert KEYS <= set(report)
+    assert report["engine"] == engine
+    assert report["unique_ids"] == np.unique(bench.zipf_ids(2000, 600, 1.05, 0)).shape[0]
+    # 2 * unique * 32 bytes * (table + accumulator) + 600 gradient rows of 32 bytes
+    assert report["limit_bytes"] == 2 * report["unique_ids"] * 32 * 2 + 600 * 32
+    assert report["state_bytes"] == 2000 * 8 * 4 * 2
+    for key in ("sec_per_step", "naive_sec_per_step", "limit_sec_per_step"):
+        assert report[key] > 0
+    assert report["peak_rss_bytes"] > report["state_bytes"]
+
+
+def test_bench_text_multi_feature() -> None:
+    result = CliRunner().invoke(main, [
+        "bench", "--vocab", "3000", "--dim", "4", "--ids", "1000", "--steps", "1",
+        "--engine", "numpy", "--optimizer", "ftrl", "--multi-feature",
+    ])
+    assert result.exit_code == 0, result.output
+    assert "naive NumPy step" in result.output
+    assert "multi-feature step (3 tables, 8 features, mean)" in result.output
+
+
+def test_bench_rejects_bad_threads() -> None:
+    pytest.importorskip("numba")
+    result = CliRunner().invoke(main, [
+        "bench", "--vocab", "100", "--dim", "2", "--ids", "10", "--steps", "1", "--threads", "999",
+    ])
+    assert result.exit_code == 2
+    assert "--threads 999" in result.output

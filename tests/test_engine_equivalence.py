@@ -1,0 +1,311 @@
+"""The numba engine computes what the NumPy engine computes (issue 8, item 2).
+
+Every golden optimizer case is replayed with both engines: the numba run must match the golden
+expectations within the case's tolerance and the NumPy run within 1e-6. Random inputs then
+exercise the fused optimizers with every wrapper (clipping, decay, DISABLED accumulation,
+pipelining) and the kernels on their own. Shapes are small so that the numba compile (cached on
+disk after the first run) dominates the time of this file.
+
+Tolerance: 1e-6 absolute on O(1) values. The numba kernels add in the spec's reference order
+(occurrence by occurrence); NumPy's ``add.reduceat`` groups some additions differently, so sums
+of many terms differ by a few float32 ULP of their magnitude: large sums get 1e-6 relative.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import GOLDEN
+
+import tpuemb_cfg
+from tpuemb_cfg.errors import UsageError
+from tpuemb_cfg.executor import Executor, kernels, parse_combiners, replay
+from tpuemb_cfg.npzio import read_npz
+
+pytest.importorskip("numba")
+
+from tpuemb_cfg.executor import engine as engine_module  # noqa: E402
+from tpuemb_cfg.executor.engine import get_engine  # noqa: E402
+
+CASES_ROOT = GOLDEN / "optimizers"
+CASES = sorted(
+    f"{kind}/{case.name}"
+    for kind in ("tf", "spec")
+    if (CASES_ROOT / kind).is_dir()
+    for case in (CASES_ROOT / kind).iterdir()
+    if (case / "case.json").is_file()
+)
+ATOL = 1e-6
+RTOL = 1e-6
+
+
+def _close(got: np.ndarray, want: np.ndarray, what: str) -> None:
+    assert got.dtype == want.dtype, what
+    assert got.shape == want.shape, what
+    if want.size:
+        excess = np.abs(got - want) - (ATOL + RTOL * np.abs(want))
+        worst = int(np.argmax(excess))
+        assert excess.flat[worst] <= 0, (
+            f"{what}: {got.flat[worst]} != {want.flat[worst]} at flat index {worst}"
+        )
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_golden_case_both_engines(name: str) -> None:
+    case = CASES_ROOT / name
+    config = tpuemb_cfg.load(str(case / "config.pbtxt"))
+    arguments = shlex.split((case / "combiner.txt").read_text())
+    combiners = parse_combiners(arguments[1::2], len(config.feature_descriptor))
+    batches = read_npz(case / "batches.npz")
+    init = read_npz(case / "init.npz")
+    outs = {
+        engine: replay(config, batches, init, combiners=combiners, engine=engine)
+        for engine in ("numpy", "numba")
+    }
+    assert outs["numba"].keys() == outs["numpy"].keys()
+    for key, want in outs["numpy"].items():
+        _close(outs["numba"][key], want, key)
+    tolerance = json.loads((case / "case.json").read_text())["tolerance"]["max_abs"]
+    for key, want in read_npz(case / "expected.npz").items():
+        worst = float(np.max(np.abs(outs["numba"][key] - want))) if want.size else 0.0
+        assert worst <= tolerance, f"{key}: numba engine off the golden value by {worst}"
+
+
+def test_golden_cases_present() -> None:
+    if not CASES_ROOT.is_dir():
+        pytest.skip(f"golden data not found at {CASES_ROOT}")
+    assert len(CASES) >= 21
+
+
+# ------------------------------------------------------------------------------------------------
+# Random configurations: every fused optimizer under every wrapper
+
+_OPTIMIZERS = {
+    "sgd": "stochastic_gradient_descent { }",
+    "adagrad": "adagrad { }",
+    "momentum": "momentum { momentum: 0.9 }",
+    "nesterov": "momentum { momentum: 0.8 use_nesterov: true }",
+    "adam": "adam { beta1: 0.9 beta2: 0.999 epsilon: 1e-3 }",
+    "adam_sum_inside": "adam { beta1: 0.8 beta2: 0.99 epsilon: 1e-3 use_sum_inside_sqrt: true }",
+    "ftrl": "ftrl { l1: 0.01 l2: 0.02 lr_power: -0.5 beta: 0.1 }",
+    "ftrl_mlbl": "ftrl { l1: 0.01 l2: 0.02 lr_power: -0.7 beta: 0.1 multiply_linear_by_lr: true }",
+    "rms_prop": "rms_prop { rho: 0.9 momentum: 0.5 epsilon: 0.1 }",  # no fused kernel
+}
+_WRAPPERS = {
+    "plain": "",
+    "clipped": (
+        "gradient_clipping_limits { lower { value: -0.05 } upper { value: 0.04 } } "
+        "clipping_limits { lower { value: -0.3 } upper { value: 0.35 } }"
+    ),
+    "decay": "weight_decay_factor: 0.01",
+    "decay_by_lr": "weight_decay_factor: 0.2 multiply_weight_decay_factor_by_learning_rate: true",
+}
+
+
+def _config(optimizer: str, wrapper: str, *, cores: int = 1, disabled: bool = False,
+            pipelined: bool = False) -> tpuemb_cfg.TPUEmbeddingConfiguration:
+    accumulation = "DISABLED" if disabled else "ENABLED"
+    tables = "".join(
+        f"""table_descriptor {{ name: "t{t}" vocabulary_size: {vocab} dimension: {dim}
+          optimization_parameters {{ {_OPTIMIZERS[optimizer]} {_WRAPPERS[wrapper]}
+            learning_rate {{ {'dynamic { }' if t == 0 else 'constant: 0.05'} }}
+            gradient_accumulation_status: {accumulation} }} }}"""
+        for t, (vocab, dim) in enumerate([(40, 8), (7, 3)])
+    )
+    features = "".join(
+        f'feature_descriptor {{ name: "f{f}" table_id: {table} input_shape: 6 }}'
+        for f, table in enumerate([0, 0, 1])
+    )
+    text = (
+        f"{tables} {features} mode: TRAINING num_hosts: 1 num_tensor_cores: {cores} "
+        f"pipeline_execution_with_tensor_core: {'true' if pipelined else 'false'}"
+    )
+    return tpuemb_cfg.load(text.encode(), "text")
+
+
+def _batches(seed: int, steps: int, cores: int) -> list[tuple[list[dict[str, np.ndarray]], list]]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(steps):
+        features = []
+        for vocab, dim in [(40, 8), (40, 8), (7, 3)]:
+            bags = 6 * cores
+            sizes = rng.integers(0, 5, bags)
+            ids = rng.integers(0, vocab, int(sizes.sum())).astype(np.int64)
+            features.append({
+                "ids": ids,
+                "row_splits": np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
+                "weights": rng.uniform(-0.5, 2.0, ids.shape[0]).astype(np.float32),
+                "grad": rng.normal(0, 0.1, (bags, dim)).astype(np.float32),
+            })
+        out.append((features, [float(rng.uniform(0.01, 0.2))]))
+    return out
+
+
+def _run_both(config: tpuemb_cfg.TPUEmbeddingConfiguration, combiner: str, cores: int) -> None:
+    executors = {
+        engine: Executor(config, combiners=combiner, seed=3, engine=engine)
+        for engine in ("numpy", "numba")
+    }
+    for step, (batch, rates) in enumerate(_batches(7, 3, cores)):
+        activations = {name: ex.step(batch, rates) for name, ex in executors.items()}
+        for f, want in enumerate(activations["numpy"]):
+            _close(activations["numba"][f], want, f"step {step} feature {f} activations")
+        for name, report in executors["numpy"].last_report.items():
+            other = executors["numba"].last_report[name]
+            assert other.rows_touched == report.rows_touched
+            assert other.rows_updated == report.rows_updated
+            assert other.update_norm == pytest.approx(report.update_norm, rel=1e-5, abs=1e-6)
+    want_state = executors["numpy"].state_arrays()
+    for key, got in executors["numba"].state_arrays().items():
+        _close(got, want_state[key], key)
+
+
+@pytest.mark.parametrize("optimizer", sorted(_OPTIMIZERS))
+@pytest.mark.parametrize("wrapper", sorted(_WRAPPERS))
+def test_random_steps_match(optimizer: str, wrapper: str) -> None:
+    _run_both(_config(optimizer, wrapper), "mean", 1)
+
+
+@pytest.mark.parametrize("optimizer", ["adagrad", "ftrl_mlbl", "adam"])
+def test_accumulation_disabled_and_pipelined_match(optimizer: str) -> None:
+    _run_both(_config(optimizer, "decay_by_lr", cores=2, disabled=True), "sqrtn", 2)
+    _run_both(_config(optimizer, "clipped", pipelined=True), "sum", 1)
+
+
+# ------------------------------------------------------------------------------------------------
+# Kernels
+
+
+def test_deduplicate_equals_np_unique() -> None:
+    fast = get_engine("numba")
+    rng = np.random.default_rng(0)
+    cases = [
+        np.zeros(0, np.int64),
+        np.array([5], np.int64),
+        np.array([3, 3, 3], np.int64),
+        np.array([9, 0, 9, 1, 0], np.int64),
+        rng.integers(0, 2**40, 2000),  # sparse keys: several radix passes
+        rng.integers(0, 30, 5000),  # many duplicates: long probe chains are impossible
+        np.arange(4096, dtype=np.int64)[::-1].copy(),
+    ]
+    for ids in cases:
+        unique, inverse = fast.deduplicate(ids)
+        want_unique, want_inverse = np.unique(ids, return_inverse=True)
+        assert unique.dtype == np.int64 and inverse.dtype == np.int64
+        np.testing.assert_array_equal(unique, want_unique)
+        np.testing.assert_array_equal(inverse, want_inverse.reshape(-1))
+
+
+def test_sums_follow_the_reference_order() -> None:
+    """Occurrence order exactly: the same bytes as a float32 loop over the occurrences."""
+    fast = get_engine("numba")
+    rng = np.random.default_rng(1)
+    values = rng.standard_normal((500, 5)).astype(np.float32)
+    segments = rng.integers(0, 17, 500)
+    gains = rng.uniform(-1, 1, 500).astype(np.float32)
+    sample = rng.integers(0, 40, 500)
+    d_activations = rng.standard_normal((40, 5)).astype(np.float32)
+    want = np.zeros((17, 5), np.float32)
+    want_scaled = np.zeros((17, 5), np.float32)
+    for j in range(500):
+        want[segments[j]] += values[j]
+        want_scaled[segments[j]] += gains[j] * d_activations[sample[j]]
+    np.testing.assert_array_equal(fast.segment_sum(values, segments, 17), want)
+    np.testing.assert_array_equal(
+        fast.backprop_sum(d_activations, sample, gains, segments, 17), want_scaled
+    )
+    splits = np.array([0, 0, 3, 250, 500])
+    want_bags = np.zeros((4, 5), np.float32)
+    for b in range(4):
+        for j in range(splits[b], splits[b + 1]):
+            want_bags[b] += gains[j] * values[j]
+    np.testing.assert_array_equal(fast.combine(values, gains, splits), want_bags)
+    _close(kernels.combine(values, gains, splits), want_bags, "numpy combine")
+
+
+def test_gather_scatter_whole_rows() -> None:
+    fast = get_engine("numba")
+    table = np.arange(60, dtype=np.float32).reshape(12, 5)
+    rows = np.array([11, 0, 4])
+    np.testing.assert_array_equal(fast.gather(table, rows), table[rows])
+    fast.scatter(table, rows, -np.ones((3, 5), np.float32))
+    assert (table[rows] == -1).all() and table[1, 0] == 5
+
+
+# ------------------------------------------------------------------------------------------------
+# Selection and fallback
+
+
+def test_fallback_without_numba(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(engine_module, "_numba", None)
+    monkeypatch.setitem(sys.modules, "tpuemb_cfg.executor.fast", None)  # import fails
+    monkeypatch.delattr(tpuemb_cfg.executor, "fast", raising=False)
+    with pytest.warns(RuntimeWarning, match="pip install numba"):
+        chosen = get_engine("numba")
+    assert chosen.name == "numpy" and chosen.requested == "numba"
+    assert chosen.fallback is not None and "cannot be imported" in chosen.fallback
+
+
+def test_unknown_engine() -> None:
+    with pytest.raises(UsageError, match="numpy, numba"):
+        get_engine("cuda")
+
+
+def test_numpy_engine_never_imports_numba() -> None:
+    code = (
+        "import sys, tpuemb_cfg\n"
+        "from tpuemb_cfg.executor import Executor\n"
+        "from tpuemb_cfg.executor.engine import get_engine\n"
+        "get_engine('numpy')\n"
+        "from tpuemb_cfg.commands import bench, simulate\n"
+        "assert 'numba' not in sys.modules, 'numba imported'\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            cwd=Path(__file__).resolve().parents[1])
+    assert result.returncode == 0, result.stderr
+
+
+def test_simulate_cli_engine_numba(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from tpuemb_cfg.cli import main
+
+    case = CASES_ROOT / "tf" / "13_three_tables_shared_tags"
+    if not case.is_dir():
+        pytest.skip(f"golden data not found at {case}")
+    out = tmp_path / "out.npz"
+    result = CliRunner().invoke(main, [
+        "simulate", str(case / "config.pbtxt"), "--batches", str(case / "batches.npz"),
+        "--init", str(case / "init.npz"), "--out", str(out), "--engine", "numba",
+        *shlex.split((case / "combiner.txt").read_text()),
+    ])
+    assert result.exit_code == 0, result.output
+    got = read_npz(out)
+    for key, want in read_npz(case / "expected.npz").items():
+        assert float(np.max(np.abs(got[key] - want))) <= 1e-5, key
+
+
+def test_empty_and_unusual_inputs_match() -> None:
+    """Empty features, int32 ids and read-only arrays take the same path in both engines."""
+    config = _config("adagrad", "clipped")
+    executors = {e: Executor(config, combiners="sum", seed=1, engine=e) for e in ("numpy", "numba")}
+    empty = {"ids": np.zeros(0, np.int64), "row_splits": np.zeros(7, np.int64),
+             "grad": np.ones((6, 8), np.float32)}
+    ids = np.array([3, 3, 0, 39, 3, 1], np.int32)
+    grad = np.full((6, 8), 0.25, np.float32)
+    grad.flags.writeable = False
+    small = {"ids": np.array([6, 6, 0, 1, 2, 6]), "grad": np.full((6, 3), -0.5, np.float32)}
+    for batch in ([empty, empty, small], [{"ids": ids, "grad": grad}, empty, small]):
+        out = {e: ex.step(batch, [0.1]) for e, ex in executors.items()}
+        for f, want in enumerate(out["numpy"]):
+            _close(out["numba"][f], want, f"feature {f}")
+    want_state = executors["numpy"].state_arrays()
+    for key, got in executors["numba"].state_arrays().items():
+        _close(got, want_state[key], key)

@@ -1,0 +1,395 @@
+"""``tpuemb bench``: the executor on the anchor workload of issue 8, with its yardsticks.
+
+The anchor workload: one training step of a ``vocab x dim`` float32 table (default 1,000,000 x
+64, Adagrad) for a batch of ``ids`` ids (65,536) drawn Zipf-like: rank r in 1..V has probability
+proportional to r^-zipf (1.05), and ranks are mapped to ids through a seeded random permutation
+of the vocabulary, so popular ids are scattered over the table (about 21,800 unique ids).
+
+Everything below is measured in the same run, on the same arrays:
+
+- **step** (``sec_per_step``): the anchor step as the issue defines it and as TensorFlow's and
+  the naive step's timings cover it - de-duplicate the ids, sum the gradient rows of equal ids,
+  update the touched rows - run by the executor's own code for it (the engine's
+  ``deduplicate`` and ``backprop_sum``, then ``Executor._apply``, the per-row pipeline of spec
+  section 6, fused by the numba engine);
+- **executor step** (``executor_step_sec_per_step``): the whole ``Executor.step`` on a
+  one-feature batch (one id per bag, ``sum`` combiner, a random [ids, dim] activation
+  gradient): input checks, the forward pass (activations), the step above, and the per-step
+  report (update norm, per-host counts);
+- **naive step**: the same update written the obvious NumPy way (``np.unique``, ``np.add.at``,
+  fancy indexing), inside this module;
+- **memory-traffic limit**: the bytes the update must move - every touched row of the table
+  and of each slot read and written once, every gradient row read once - divided by the
+  machine's copy bandwidth (``np.copyto`` of a 64 MiB array, best of several, counting the
+  bytes read plus the bytes written);
+- **compile time**: importing numba and loading (or compiling, on the first run) the kernels,
+  reported apart from the steps; the kernels are cached on disk, so only the first run ever
+  pays the compilation;
+- **peak RSS**: the process's high-water mark (``getrusage``), against the tables plus slots.
+
+A ``--multi-feature`` run adds the realistic step of the issue: three tables (together the
+same vocabulary), eight features with the ``mean`` combiner and bags of 1 to 20 ids, about the
+same number of ids, timed against the same ids sent as one anchor-style step.
+"""
+
+from __future__ import annotations
+
+import resource
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .errors import UsageError
+
+__all__ = [
+    "OPTIMIZERS",
+    "BenchResult",
+    "Workload",
+    "copy_bandwidth",
+    "naive_step",
+    "run",
+    "zipf_ids",
+]
+
+F32 = np.float32
+LEARNING_RATE = 0.01
+
+# The optimizers the benchmark knows, as configuration text (the issue's four plus momentum).
+OPTIMIZERS: dict[str, str] = {
+    "sgd": "stochastic_gradient_descent { }",
+    "adagrad": "adagrad { }",
+    "momentum": "momentum { momentum: 0.9 }",
+    "adam": "adam { beta1: 0.9 beta2: 0.999 epsilon: 1e-08 }",
+    "ftrl": "ftrl { l1: 0.001 l2: 0.001 lr_power: -0.5 beta: 0.0 }",
+}
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The benchmark's inputs (defaults: the anchor workload of issue 8)."""
+
+    vocab: int = 1_000_000
+    dim: int = 64
+    ids: int = 65_536
+    zipf: float = 1.05
+    optimizer: str = "adagrad"
+    steps: int = 20
+    seed: int = 0
+
+
+@dataclass
+class BenchResult:
+    """All figures of one run; ``as_json`` is what ``tpuemb bench --json`` prints."""
+
+    engine: str
+    workload: Workload
+    threads: int
+    unique_ids: int
+    sec_per_step: float
+    executor_step_sec_per_step: float
+    naive_sec_per_step: float
+    limit_sec_per_step: float
+    limit_bytes: int
+    copy_bandwidth_bytes_per_sec: float
+    compile_sec: float
+    peak_rss_bytes: int
+    state_bytes: int
+    setup_sec: float
+    engine_note: str | None = None
+    multi_feature: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def ids_per_sec(self) -> float:
+        return self.workload.ids / self.sec_per_step
+
+    def as_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "engine": self.engine,
+            "sec_per_step": self.sec_per_step,
+            "executor_step_sec_per_step": self.executor_step_sec_per_step,
+            "naive_sec_per_step": self.naive_sec_per_step,
+            "limit_sec_per_step": self.limit_sec_per_step,
+            "unique_ids": self.unique_ids,
+            "peak_rss_bytes": self.peak_rss_bytes,
+            "compile_sec": self.compile_sec,
+            "ids_per_sec": self.ids_per_sec,
+            "naive_over_step": self.naive_sec_per_step / self.sec_per_step,
+            "step_over_limit": self.sec_per_step / self.limit_sec_per_step,
+            "executor_step_over_limit": self.executor_step_sec_per_step
+            / self.limit_sec_per_step,
+            "limit_bytes": self.limit_bytes,
+            "copy_bandwidth_bytes_per_sec": self.copy_bandwidth_bytes_per_sec,
+            "state_bytes": self.state_bytes,
+            "peak_rss_over_state": self.peak_rss_bytes / self.state_bytes,
+            "peak_rss_target_bytes": int(1.3 * self.state_bytes) + 200_000_000,
+            "threads": self.threads,
+            "setup_sec": self.setup_sec,
+            "workload": asdict(self.workload),
+        }
+        if self.engine_note:
+            out["engine_note"] = self.engine_note
+        if self.multi_feature:
+            out["multi_feature"] = self.multi_feature
+        return out
+
+
+# ------------------------------------------------------------------------------------------------
+# Inputs
+
+
+def zipf_ids(vocab: int, count: int, exponent: float, seed: int) -> np.ndarray:
+    """``count`` int64 ids: Zipf(``exponent``) ranks over ``vocab`` through a seeded permutation.
+
+    Rank r (1-based) has probability r^-exponent / sum_k k^-exponent (inverse-CDF sampling of
+    the exact discrete law); rank r becomes id ``permutation[r - 1]``.
+    """
+    rng = np.random.default_rng([seed, 0x21F])
+    cdf = np.cumsum(np.arange(1, vocab + 1, dtype=np.float64) ** -float(exponent))
+    cdf /= cdf[-1]
+    ranks = np.minimum(np.searchsorted(cdf, rng.random(count), side="right"), vocab - 1)
+    return rng.permutation(vocab)[ranks].astype(np.int64)
+
+
+def _config_text(tables: list[tuple[str, int, int]], features: list[tuple[int, int]],
+                 optimizer: str) -> str:
+    body = OPTIMIZERS[optimizer]
+    text = "".join(
+        f'table_descriptor {{ name: "{name}" vocabulary_size: {vocab} dimension: {dim} '
+        f"optimization_parameters {{ {body} learning_rate {{ constant: {LEARNING_RATE} }} "
+        "gradient_accumulation_status: ENABLED } } "
+        for name, vocab, dim in tables
+    )
+    text += "".join(
+        f'feature_descriptor {{ name: "f{f}" table_id: {table} input_shape: {bags} }} '
+        for f, (table, bags) in enumerate(features)
+    )
+    return text + "mode: TRAINING num_hosts: 1 num_tensor_cores: 1"
+
+
+def _executor(text: str, combiner: str, engine: str) -> Any:
+    from . import load
+    from .executor import Executor
+
+    return Executor(load(text.encode(), "text"), combiners=combiner, engine=engine)
+
+
+# ------------------------------------------------------------------------------------------------
+# Yardsticks
+
+
+def copy_bandwidth(nbytes: int = 64 << 20, repeats: int = 7) -> float:
+    """Bytes moved per second by ``np.copyto`` (read + write), best of ``repeats``."""
+    source = np.ones(nbytes // 4, dtype=F32)
+    target = np.empty_like(source)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        np.copyto(target, source)
+        best = min(best, time.perf_counter() - start)
+    return 2 * nbytes / best
+
+
+def naive_step(
+    optimizer: str, table: np.ndarray, slots: list[np.ndarray], ids: np.ndarray,
+    grads: np.ndarray, lr: float = LEARNING_RATE,
+) -> None:
+    """The update step written the obvious NumPy way: ``np.unique``, ``np.add.at``, fancy
+    indexing (the yardstick of ``naive_sec_per_step``; same equations as the executor)."""
+    unique, inverse = np.unique(ids, return_inverse=True)
+    g = np.zeros((unique.shape[0], table.shape[1]), dtype=F32)
+    np.add.at(g, inverse.reshape(-1), grads)
+    lr32 = F32(lr)
+    w = table[unique]
+    if optimizer == "sgd":
+        table[unique] = w - lr32 * g
+    elif optimizer == "adagrad":
+        acc = slots[0][unique] + g * g
+        slots[0][unique] = acc
+        table[unique] = w - lr32 * g / np.sqrt(acc)
+    elif optimizer == "momentum":
+        m = F32(0.9) * slots[0][unique] + g
+        slots[0][unique] = m
+        table[unique] = w - lr32 * m
+    elif optimizer == "adam":
+        m = F32(0.9) * slots[0][unique] + F32(0.1) * g
+        v = F32(0.999) * slots[1][unique] + F32(0.001) * g * g
+        slots[0][unique], slots[1][unique] = m, v
+        table[unique] = w - lr32 * m / (np.sqrt(v) + F32(1e-8))
+    elif optimizer == "ftrl":
+        acc_old = slots[0][unique]
+        acc = acc_old + g * g
+        dp = np.sqrt(acc) - np.sqrt(acc_old)
+        lin = slots[1][unique] + g - dp * w / lr32
+        l1, l2 = F32(0.001), F32(0.001)
+        slots[0][unique], slots[1][unique] = acc, lin
+        table[unique] = (np.clip(lin, -l1, l1) - lin) / (np.sqrt(acc) / lr32 + F32(2) * l2)
+    else:
+        raise UsageError(_unknown_optimizer(optimizer))
+
+
+def _unknown_optimizer(name: str) -> str:
+    return f"unknown optimizer {name!r} for the benchmark; expected one of: {', '.join(OPTIMIZERS)}"
+
+
+def _median_time(fn: Callable[[], Any], steps: int) -> float:
+    fn()  # warm-up: caches, lazily loaded kernels, page faults of the first touch
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _peak_rss() -> int:
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak) if sys.platform == "darwin" else int(peak) * 1024
+
+
+# ------------------------------------------------------------------------------------------------
+# The run
+
+
+def _warm_up(engine: str) -> tuple[str, str | None, float]:
+    """Load the engine and every kernel the step uses on a tiny problem; return the engine's
+    name, its fallback note and the seconds it took (numba's import and compile/cache load)."""
+    from .executor.engine import get_engine
+
+    start = time.perf_counter()
+    chosen = get_engine(engine)
+    if chosen.name == "numba":
+        for optimizer in OPTIMIZERS:
+            tiny = _executor(_config_text([("t", 8, 4)], [(0, 4)], optimizer), "sum", engine)
+            batch = [{"ids": np.array([1, 3, 1, 0]), "grad": np.ones((4, 4), dtype=F32)}]
+            tiny.step(batch)
+    return chosen.name, chosen.fallback, time.perf_counter() - start
+
+
+def run(workload: Workload = Workload(), *, engine: str = "numba", threads: int | None = None,
+        multi_feature: bool = False) -> BenchResult:
+    """Measure everything the module docstring lists, for ``workload`` on ``engine``.
+
+    ``threads``: numba's thread count (default: numba's, one per core). Raises ``UsageError``
+    for an unknown optimizer or nonsensical sizes.
+    """
+    w = workload
+    if w.optimizer not in OPTIMIZERS:
+        raise UsageError(_unknown_optimizer(w.optimizer))
+    if w.vocab < 1 or w.dim < 1 or w.ids < 1 or w.steps < 1 or w.zipf <= 0:
+        raise UsageError("--vocab, --dim, --ids and --steps must be >= 1 and --zipf > 0")
+    bandwidth = copy_bandwidth()
+    name, note, compile_sec = _warm_up(engine)
+    used_threads = _set_threads(threads) if name == "numba" else 1
+
+    start = time.perf_counter()
+    ids = zipf_ids(w.vocab, w.ids, w.zipf, w.seed)
+    grads = np.random.default_rng([w.seed, 0x6AD]).standard_normal((w.ids, w.dim), dtype=F32)
+    grads *= F32(0.01)
+    executor = _executor(
+        _config_text([("anchor", w.vocab, w.dim)], [(0, w.ids)], w.optimizer), "sum", engine
+    )
+    setup_sec = time.perf_counter() - start
+    kernels = executor.kernels
+    table_plan = executor.plan.tables[0]
+    table = executor.tables["anchor"]
+    slots = executor.slots["anchor"]
+    batch = [{"ids": ids, "grad": grads}]
+    unique_ids = int(np.unique(ids).shape[0])
+
+    executor_step_sec = _median_time(lambda: executor.step(batch), w.steps)
+    ones = np.ones(w.ids, dtype=F32)
+    sample = np.arange(w.ids, dtype=np.int64)
+
+    def update() -> None:
+        rows, inverse = kernels.deduplicate(ids)
+        g = kernels.backprop_sum(grads, sample, ones, inverse, rows.shape[0])
+        executor._apply(table_plan, rows, g, F32(LEARNING_RATE), ())  # fused when it can be
+
+    step_sec = _median_time(update, w.steps)
+    naive_sec = _median_time(lambda: naive_step(w.optimizer, table, slots, ids, grads), w.steps)
+    row_bytes = w.dim * 4
+    limit_bytes = 2 * unique_ids * row_bytes * (1 + len(slots)) + w.ids * row_bytes
+    state_bytes = executor.plan.state_bytes()
+    multi: dict[str, float] = {}
+    if multi_feature:
+        del executor, table, slots
+        multi = _multi_feature(w, engine)
+    return BenchResult(
+        engine=name,
+        workload=w,
+        threads=used_threads,
+        unique_ids=unique_ids,
+        sec_per_step=step_sec,
+        executor_step_sec_per_step=executor_step_sec,
+        naive_sec_per_step=naive_sec,
+        limit_sec_per_step=limit_bytes / bandwidth,
+        limit_bytes=limit_bytes,
+        copy_bandwidth_bytes_per_sec=bandwidth,
+        compile_sec=compile_sec,
+        peak_rss_bytes=_peak_rss(),
+        state_bytes=state_bytes,
+        setup_sec=setup_sec,
+        engine_note=note,
+        multi_feature=multi,
+    )
+
+
+def _set_threads(threads: int | None) -> int:
+    import numba
+
+    if threads is not None:
+        limit = int(numba.config.NUMBA_NUM_THREADS)  # type: ignore[attr-defined]
+        if not 1 <= threads <= limit:
+            raise UsageError(f"--threads {threads}: expected 1..{limit} (NUMBA_NUM_THREADS)")
+        numba.set_num_threads(threads)
+    return int(numba.get_num_threads())
+
+
+def _time_steps(text: str, combiner: str, engine: str, batch: list[dict[str, np.ndarray]],
+                steps: int) -> float:
+    """Median seconds of ``Executor.step(batch)`` on a fresh executor (freed on return)."""
+    executor = _executor(text, combiner, engine)
+    return _median_time(lambda: executor.step(batch), steps)
+
+
+def _multi_feature(w: Workload, engine: str) -> dict[str, float]:
+    """The realistic step (3 tables, 8 features, mean, bags of 1-20 ids) against the same ids
+    as one anchor-style step (one table holding the three side by side, one id per bag)."""
+    rng = np.random.default_rng([w.seed, 0x3F])
+    sizes = [w.vocab // 2, w.vocab // 4, w.vocab - w.vocab // 2 - w.vocab // 4]
+    offsets = [0, sizes[0], sizes[0] + sizes[1]]
+    feature_tables = [0, 0, 0, 1, 1, 1, 2, 2]
+    bags_per_feature = max(w.ids // (len(feature_tables) * 21 // 2), 1)
+    batch, global_ids = [], []
+    for f, t in enumerate(feature_tables):
+        lengths = rng.integers(1, 21, bags_per_feature)
+        ids = zipf_ids(sizes[t], int(lengths.sum()), w.zipf, w.seed * 131 + f)
+        batch.append({
+            "ids": ids,
+            "row_splits": np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
+            "grad": rng.standard_normal((bags_per_feature, w.dim), dtype=F32) * F32(0.01),
+        })
+        global_ids.append(ids + offsets[t])
+    multi_text = _config_text(
+        [(f"t{t}", size, w.dim) for t, size in enumerate(sizes)],
+        [(t, bags_per_feature) for t in feature_tables], w.optimizer,
+    )
+    multi_sec = _time_steps(multi_text, "mean", engine, batch, w.steps)
+    flat = np.concatenate(global_ids)
+    flat_grads = rng.standard_normal((flat.shape[0], w.dim), dtype=F32) * F32(0.01)
+    anchor_text = _config_text([("all", w.vocab, w.dim)], [(0, flat.shape[0])], w.optimizer)
+    anchor_sec = _time_steps(
+        anchor_text, "sum", engine, [{"ids": flat, "grad": flat_grads}], w.steps
+    )
+    return {
+        "ids": float(flat.shape[0]),
+        "unique_ids": float(np.unique(flat).shape[0]),
+        "multi_feature_sec_per_step": multi_sec,
+        "same_ids_one_feature_sec_per_step": anchor_sec,
+        "ratio": multi_sec / anchor_sec,
+    }
