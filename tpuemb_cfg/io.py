@@ -16,15 +16,14 @@ import json
 import os
 import re
 import sys
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
 
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import json_format, text_format
 from google.protobuf.message import DecodeError, Message
 
+from tpuemb_cfg.atomic import atomic_output
 from tpuemb_cfg.errors import InputError, UsageError
 from tpuemb_cfg.proto.tpu_embedding_configuration_pb2 import TPUEmbeddingConfiguration
 from tpuemb_cfg.protoutil import is_repeated
@@ -445,32 +444,16 @@ def serialize(message: Message, fmt: str) -> bytes:
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file in the same folder and a rename."""
-    target = Path(path)
+    """Write ``data`` to ``path`` through a temporary file in the same folder and a rename.
+
+    ``-`` writes to stdout.
+    """
     if os.fspath(path) == "-":
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()
         return
-    folder = target.parent if str(target.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        if target.exists():
-            os.chmod(tmp, target.stat().st_mode & 0o777)
-        else:
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    with atomic_output(path) as handle:
+        handle.write(data)
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import io
 import os
-import tempfile
 import zipfile
 from collections.abc import Mapping
-from pathlib import Path
 from typing import IO
 
 import numpy as np
 
+from .atomic import atomic_output
 from .errors import InputError
 
 __all__ = ["atomic_write_npz", "npz_bytes", "read_npz"]
@@ -47,27 +46,8 @@ def npz_bytes(arrays: Mapping[str, np.ndarray]) -> bytes:
 def atomic_write_npz(path: str | os.PathLike[str], arrays: Mapping[str, np.ndarray]) -> None:
     """Write ``arrays`` to ``path`` as an ``.npz``: streamed into a temporary file beside it
     (no in-memory copy of the archive), then renamed over ``path``."""
-    target = Path(path)
-    folder = target.parent if str(target.parent) else Path(".")
-    fd, temp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            _write_npz(handle, arrays)
-            handle.flush()
-            os.fsync(handle.fileno())
-        if target.exists():
-            os.chmod(temp, target.stat().st_mode & 0o777)
-        else:
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(temp, 0o666 & ~umask)
-        os.replace(temp, target)
-    except BaseException:
-        try:
-            os.unlink(temp)
-        except OSError:
-            pass
-        raise
+    with atomic_output(path) as handle:
+        _write_npz(handle, arrays)
 
 
 def read_npz(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
