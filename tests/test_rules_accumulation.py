@@ -6,10 +6,10 @@ column is that line's first non-blank character. Field paths are written out by 
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 
 import pytest
+from rulecheck import config, marked, run
 
 from tpuemb_cfg.rules import RULES
 from tpuemb_cfg.validator import validate
@@ -22,41 +22,6 @@ SEVERITY = {
     "ACC005": "error", "ACC006": "warning", "ACC007": "info", "ACC008": "warning",
     "ACC009": "warning", "ACC010": "error", "ACC011": "error", "ACC012": "info",
 }  # fmt: skip
-
-
-def config(op: str, *, dimension: str = "4") -> str:
-    """One table whose optimization_parameters body is ``op`` (dedented, indented 4)."""
-    body = textwrap.indent(textwrap.dedent(op).strip("\n"), "    ")
-    return (
-        "table_descriptor {\n"
-        '  name: "t"\n'
-        "  vocabulary_size: 8\n"
-        f"  dimension: {dimension}\n"
-        "  optimization_parameters {\n"
-        f"{body}\n"
-        "  }\n"
-        "}\n"
-        "mode: TRAINING\n"
-        "num_hosts: 1\n"
-        "num_tensor_cores: 1\n"
-    )
-
-
-def marked(text: str) -> list[tuple[int, int]]:
-    """(line, column) of every line ending in ``#@``: its first non-blank character."""
-    return [
-        (n, len(line) - len(line.lstrip()) + 1)
-        for n, line in enumerate(text.splitlines(), 1)
-        if line.rstrip().endswith("#@")
-    ]
-
-
-def run(tmp_path: Path, rule_id: str, text: str) -> list:
-    path = tmp_path / "config.pbtxt"
-    path.write_text(text)
-    found = validate(str(path), select=[rule_id])
-    assert all("internal error" not in d.message for d in found), found
-    return [d for d in found if d.rule == rule_id]
 
 
 def program(inputs: int, outputs: int, *, mark: bool = False) -> str:

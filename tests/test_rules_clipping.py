@@ -10,9 +10,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from rulecheck import marked, run
 
 from tpuemb_cfg.rules import RULES
-from tpuemb_cfg.validator import validate
 
 T = "table_descriptor[0].optimization_parameters"
 W = f"{T}.clipping_limits"
@@ -68,23 +68,6 @@ def limits(name: str, lower: str | None, upper: str | None, *, mark: str = "") -
 def quantization(body: str, *, mark: bool = False) -> str:
     inner = textwrap.indent(textwrap.dedent(body).strip("\n"), "  ")
     return f"simulated_quantization {{{'  #@' if mark else ''}\n{inner}\n}}"
-
-
-def marked(text: str) -> list[tuple[int, int]]:
-    """(line, column) of every line ending in ``#@``: its first non-blank character."""
-    return [
-        (n, len(line) - len(line.lstrip()) + 1)
-        for n, line in enumerate(text.splitlines(), 1)
-        if line.rstrip().endswith("#@")
-    ]
-
-
-def run(tmp_path: Path, rule_id: str, text: str) -> list:
-    path = tmp_path / "config.pbtxt"
-    path.write_text(text)
-    found = validate(str(path), select=[rule_id])
-    assert all("internal error" not in d.message for d in found), found
-    return [d for d in found if d.rule == rule_id]
 
 
 RANGE = "clipping_limits {\n  lower {\n    value: -1.0\n  }\n  upper {\n    value: 1.0\n  }\n}"

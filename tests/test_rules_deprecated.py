@@ -6,10 +6,10 @@ import struct
 from pathlib import Path
 
 import pytest
+from rulecheck import findings as run
 
 from tpuemb_cfg.proto.tpu_embedding_configuration_pb2 import TPUEmbeddingConfiguration
 from tpuemb_cfg.rules import RULES
-from tpuemb_cfg.validator import validate
 
 FTRL = """\
 table_descriptor {
@@ -24,12 +24,6 @@ table_descriptor {
   }
 }
 """
-
-
-def run(path: Path, rule_id: str) -> list:
-    found = validate(str(path), select=[rule_id])
-    assert all("internal error" not in d.message for d in found), found
-    return [d for d in found if d.rule == rule_id]
 
 
 def test_registered_with_spec_severities_and_docs() -> None:

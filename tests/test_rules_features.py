@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rulecheck import positions
+from rulecheck import validate_text as run
+
 from tpuemb_cfg.derived import derive
 from tpuemb_cfg.io import load
-from tpuemb_cfg.validator import validate
 
 HEAD = "mode: TRAINING\nnum_hosts: 1\nnum_tensor_cores: 8\n"
 OPT = "optimization_parameters { learning_rate { constant: 0.1 } adagrad { } }"
@@ -27,16 +29,6 @@ def feature(name: str, table_id: int | None, shape: str) -> str:
 def config(tables: list[str | None], features: list[str]) -> str:
     """HEAD on lines 1-3, table i on line 4 + i, then five lines per feature."""
     return HEAD + "".join(table(t) for t in tables) + "".join(features)
-
-
-def run(tmp_path: Path, text: str, rule_id: str) -> list:
-    path = tmp_path / "config.pbtxt"
-    path.write_text(text)
-    return validate(str(path), select=[rule_id])
-
-
-def positions(diagnostics: list) -> list[tuple[int, int]]:
-    return [(d.line, d.column) for d in diagnostics]
 
 
 def test_feat001_table_id_out_of_range(tmp_path: Path) -> None:

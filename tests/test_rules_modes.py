@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tpuemb_cfg.validator import validate
+from rulecheck import positions
+from rulecheck import validate_text as run
 
 HEAD = "mode: TRAINING\nnum_hosts: 1\nnum_tensor_cores: 8\n"
 
@@ -35,16 +36,6 @@ def config(batch: str | None, *tables: str, features: bool = False) -> str:
             f"feature_descriptor {{ table_id: {i} input_shape: 16 }}\n" for i in range(len(tables))
         )
     return HEAD + line4 + "".join(tables) + fds
-
-
-def run(tmp_path: Path, text: str, rule_id: str) -> list:
-    path = tmp_path / "config.pbtxt"
-    path.write_text(text)
-    return validate(str(path), select=[rule_id])
-
-
-def positions(diagnostics: list) -> list[tuple[int, int]]:
-    return [(d.line, d.column) for d in diagnostics]
 
 
 def test_mode001_batch_size_with_features(tmp_path: Path) -> None:

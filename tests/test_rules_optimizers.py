@@ -8,13 +8,13 @@ first). Field paths are written out by hand.
 from __future__ import annotations
 
 import struct
-import textwrap
 from pathlib import Path
 
 import pytest
 from conftest import golden
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from rulecheck import config, marked, run
 
 from tpuemb_cfg.proto.tpu_embedding_configuration_pb2 import TPUEmbeddingConfiguration
 from tpuemb_cfg.rules import RULES
@@ -36,41 +36,6 @@ SEVERITY = {
     "OPT043": "info", "OPT044": "info", "OPT045": "warning", "OPT046": "info",
     "OPT047": "info", "OPT048": "info", "OPT049": "info", "OPT050": "error",
 }  # fmt: skip
-
-
-def config(op: str, *, dimension: str = "4") -> str:
-    """One table whose optimization_parameters body is ``op`` (dedented, indented 4)."""
-    body = textwrap.indent(textwrap.dedent(op).strip("\n"), "    ")
-    return (
-        "table_descriptor {\n"
-        '  name: "t"\n'
-        "  vocabulary_size: 8\n"
-        f"  dimension: {dimension}\n"
-        "  optimization_parameters {\n"
-        f"{body}\n"
-        "  }\n"
-        "}\n"
-        "mode: TRAINING\n"
-        "num_hosts: 1\n"
-        "num_tensor_cores: 1\n"
-    )
-
-
-def marked(text: str) -> list[tuple[int, int]]:
-    """(line, column) of every line ending in ``#@``: its first non-blank character."""
-    return [
-        (n, len(line) - len(line.lstrip()) + 1)
-        for n, line in enumerate(text.splitlines(), 1)
-        if line.rstrip().endswith("#@")
-    ]
-
-
-def run(tmp_path: Path, rule_id: str, text: str, **kwargs: object) -> list:
-    path = tmp_path / "config.pbtxt"
-    path.write_text(text)
-    found = validate(str(path), select=[rule_id], **kwargs)  # type: ignore[arg-type]
-    assert all("internal error" not in d.message for d in found), found
-    return [d for d in found if d.rule == rule_id]
 
 
 def program(inputs: int, outputs: int) -> str:

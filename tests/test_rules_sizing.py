@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from rulecheck import run
 
 from tpuemb_cfg.rules import RULES
 from tpuemb_cfg.validator import validate
@@ -52,14 +53,6 @@ table_descriptor {
 }
 num_hosts: 2
 """
-
-
-def run(tmp_path: Path, rule_id: str, text: str, **kwargs: object) -> list:
-    path = tmp_path / "config.pbtxt"
-    path.write_text(text)
-    found = validate(str(path), select=[rule_id], **kwargs)  # type: ignore[arg-type]
-    assert all("internal error" not in d.message for d in found), found
-    return [d for d in found if d.rule == rule_id]
 
 
 def test_registered_with_spec_severities_and_docs() -> None:

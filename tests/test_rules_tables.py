@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tpuemb_cfg.validator import validate
+from rulecheck import positions
+from rulecheck import validate_text as run
 
 
 def head(mode: str | None = "TRAINING", hosts: str | None = "2", cores: str | None = "8") -> str:
@@ -25,16 +26,6 @@ def table(name: str | None = "t", vocab: str | None = "100", dim: str | None = "
     body = "".join(f"  {line}\n" for line in lines)
     opt = "  optimization_parameters { learning_rate { constant: 0.1 } adagrad { } }\n"
     return "table_descriptor {\n" + body + opt + "}\n"
-
-
-def run(tmp_path: Path, text: str, rule_id: str) -> list:
-    path = tmp_path / "config.pbtxt"
-    path.write_text(text)
-    return validate(str(path), select=[rule_id])
-
-
-def positions(diagnostics: list) -> list[tuple[int, int]]:
-    return [(d.line, d.column) for d in diagnostics]
 
 
 def test_tbl001_no_tables(tmp_path: Path) -> None:

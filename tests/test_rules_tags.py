@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rulecheck import positions
+from rulecheck import validate_text as run
+
 from tpuemb_cfg.validator import validate
 
 # Lines 1-3; table i (0-based) then occupies lines 4 + 10 i .. 13 + 10 i.
@@ -39,16 +42,6 @@ def config(*tables: str) -> str:
         f"feature_descriptor {{ table_id: {i} input_shape: 16 }}\n" for i in range(len(tables))
     )
     return HEAD + "".join(tables) + features
-
-
-def run(tmp_path: Path, text: str, rule_id: str) -> list:
-    path = tmp_path / "config.pbtxt"
-    path.write_text(text)
-    return validate(str(path), select=[rule_id])
-
-
-def positions(diagnostics: list) -> list[tuple[int, int]]:
-    return [(d.line, d.column) for d in diagnostics]
 
 
 def test_tag001_negative_learning_rate_and_step_counter(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from conftest import EXAMPLES, GOLDEN
+from rulecheck import CLEAN, write_file
 
 from tpuemb_cfg import TPUEmbeddingConfiguration
 from tpuemb_cfg.derived import derive, host_sizes
@@ -16,23 +17,6 @@ from tpuemb_cfg.errors import UsageError
 from tpuemb_cfg.io import load
 from tpuemb_cfg.rules import RULES, Context, Diagnostic, rule
 from tpuemb_cfg.validator import selected_rules, validate
-
-CLEAN = """\
-mode: TRAINING
-num_hosts: 1
-num_tensor_cores: 8
-table_descriptor {
-  name: "ads"
-  vocabulary_size: 100
-  dimension: 8
-  optimization_parameters {
-    learning_rate { constant: 0.1 }
-    adagrad { }
-    gradient_accumulation_status: ENABLED
-  }
-}
-feature_descriptor { table_id: 0 input_shape: 16 }
-"""
 
 BROKEN = """\
 mode: TRAINING
@@ -53,9 +37,7 @@ feature_descriptor { table_id: 0 input_shape: 16 }
 
 
 def write(tmp_path: Path, text: str, name: str = "c.pbtxt") -> str:
-    path = tmp_path / name
-    path.write_text(text)
-    return str(path)
+    return str(write_file(tmp_path, text, name))
 
 
 def test_clean_config_has_no_findings(tmp_path: Path) -> None:

@@ -7,28 +7,11 @@ import textwrap
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
-from click.testing import CliRunner, Result
+from rulecheck import CLEAN, invoke, write_file
 
-from tpuemb_cfg.cli import main
 from tpuemb_cfg.io import load
 from tpuemb_cfg.rules import RULES
 
-CLEAN = """\
-mode: TRAINING
-num_hosts: 1
-num_tensor_cores: 8
-table_descriptor {
-  name: "ads"
-  vocabulary_size: 100
-  dimension: 8
-  optimization_parameters {
-    learning_rate { constant: 0.1 }
-    adagrad { }
-    gradient_accumulation_status: ENABLED
-  }
-}
-feature_descriptor { table_id: 0 input_shape: 16 }
-"""
 # num_hosts 0 (error, 2:1), cores 3 vs hosts 2 would warn; here: an error and a warning.
 ERRORS = CLEAN.replace("num_hosts: 1", "num_hosts: 0")
 WARNING_ONLY = CLEAN.replace("num_hosts: 1", "num_hosts: 3")  # TBL010 at 3:1
@@ -37,15 +20,8 @@ INFO_ONLY = CLEAN.replace(
 )
 
 
-def invoke(*args: str, stdin: str | None = None) -> Result:
-    return CliRunner().invoke(main, list(args), input=stdin)
-
-
 def write(tmp_path: Path, text: str, name: str = "c.pbtxt") -> str:
-    path = tmp_path / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    return str(path)
+    return str(write_file(tmp_path, text, name))
 
 
 def test_text_format_and_exit_1(tmp_path: Path) -> None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from click.testing import CliRunner, Result
+from rulecheck import invoke
+from rulecheck import write_file as write
 
-from tpuemb_cfg.cli import main
 from tpuemb_cfg.derived import derive
 from tpuemb_cfg.fix import fix_source
 from tpuemb_cfg.io import load, read_source
@@ -76,16 +76,6 @@ table_descriptor {
   }
 }
 """
-
-
-def invoke(*args: str) -> Result:
-    return CliRunner().invoke(main, list(args))
-
-
-def write(tmp_path: Path, text: str, name: str = "c.pbtxt") -> Path:
-    path = tmp_path / name
-    path.write_text(text)
-    return path
 
 
 def lr_tags(path: Path) -> list[int]:

@@ -13,6 +13,7 @@ from tpuemb_cfg.rules._registry import Context, Diagnostic, rule
 from tpuemb_cfg.rules.optimizers import (
     STATUS_DISABLED,
     STATUS_UNSPECIFIED,
+    OpTable,
     algorithm_tables,
     enum_names,
     fmt,
@@ -28,6 +29,11 @@ _STATUS = "gradient_accumulation_status"
 
 def _disabled(op: object) -> bool:
     return getattr(op, _STATUS, None) == STATUS_DISABLED
+
+
+def _disabled_tables(ctx: Context, algorithm: str) -> Iterator[OpTable]:
+    """The tables of ``algorithm`` whose gradient accumulation is explicitly DISABLED."""
+    return (at for at in algorithm_tables(ctx, algorithm) if _disabled(at.op))
 
 
 def slot_count(ctx: Context, i: int) -> int | None:
@@ -130,8 +136,8 @@ def non_lazy_adam(ctx: Context) -> Iterator[Diagnostic]:
     adam { beta1: 0.9 beta2: 0.999 epsilon: 1e-07 use_non_lazy_adam: true }
     ```
     """
-    for at in algorithm_tables(ctx, "adam"):
-        if at.params.use_non_lazy_adam and _disabled(at.op):
+    for at in _disabled_tables(ctx, "adam"):
+        if at.params.use_non_lazy_adam:
             yield ctx.diag(
                 f"{at.op_path}.adam.use_non_lazy_adam",
                 f"{ctx.table_label(at.i)}: non-lazy Adam (use_non_lazy_adam: true) needs "
@@ -163,8 +169,8 @@ def non_lazy_lion(ctx: Context) -> Iterator[Diagnostic]:
     lion { beta1: 0.9 beta2: 0.99 use_non_lazy_lion: true }
     ```
     """
-    for at in algorithm_tables(ctx, "lion"):
-        if at.params.use_non_lazy_lion and _disabled(at.op):
+    for at in _disabled_tables(ctx, "lion"):
+        if at.params.use_non_lazy_lion:
             yield ctx.diag(
                 f"{at.op_path}.lion.use_non_lazy_lion",
                 f"{ctx.table_label(at.i)}: non-lazy Lion (use_non_lazy_lion: true) with "
@@ -307,14 +313,13 @@ def assign_without_accumulation(ctx: Context) -> Iterator[Diagnostic]:
     assign { }
     ```
     """
-    for at in algorithm_tables(ctx, "assign"):
-        if _disabled(at.op):
-            yield ctx.diag(
-                f"{at.op_path}.{_STATUS}",
-                f"{ctx.table_label(at.i)}: assign with {_STATUS} DISABLED: the last partial "
-                "gradient to arrive wins, so the result depends on the core layout",
-                hint=f"set `{_STATUS}: ENABLED`",
-            )
+    for at in _disabled_tables(ctx, "assign"):
+        yield ctx.diag(
+            f"{at.op_path}.{_STATUS}",
+            f"{ctx.table_label(at.i)}: assign with {_STATUS} DISABLED: the last partial "
+            "gradient to arrive wins, so the result depends on the core layout",
+            hint=f"set `{_STATUS}: ENABLED`",
+        )
 
 
 @rule("ACC009", "warning", "FrequencyEstimator without gradient accumulation")
@@ -339,14 +344,13 @@ def frequency_estimator_without_accumulation(ctx: Context) -> Iterator[Diagnosti
     frequency_estimator { tau: 0.1 max_delta: 1000.0 outlier_threshold: 10.0 }
     ```
     """
-    for at in algorithm_tables(ctx, "frequency_estimator"):
-        if _disabled(at.op):
-            yield ctx.diag(
-                f"{at.op_path}.{_STATUS}",
-                f"{ctx.table_label(at.i)}: frequency_estimator with {_STATUS} DISABLED "
-                "counts an id once per partial update, not once per step",
-                hint=f"set `{_STATUS}: ENABLED`",
-            )
+    for at in _disabled_tables(ctx, "frequency_estimator"):
+        yield ctx.diag(
+            f"{at.op_path}.{_STATUS}",
+            f"{ctx.table_label(at.i)}: frequency_estimator with {_STATUS} DISABLED "
+            "counts an id once per partial update, not once per step",
+            hint=f"set `{_STATUS}: ENABLED`",
+        )
 
 
 def _too_many_for_accumulation(ctx: Context, i: int) -> tuple[int, bool] | None:

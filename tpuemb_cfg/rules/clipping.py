@@ -51,6 +51,14 @@ def _inverted(lower: float | None, upper: float | None) -> tuple[float, float] |
     return lower, upper
 
 
+def _inverted_limits(ctx: Context, which: str) -> Iterator[tuple[int, str, float, float]]:
+    """(table index, field path, lower, upper) of every ``which`` limits with lower > upper."""
+    for i, path, limits in _limits(ctx, which):
+        inverted = _inverted(*bounds(limits))
+        if inverted is not None:
+            yield i, path, *inverted
+
+
 @rule("CLIP001", "error", "weight clipping lower > upper")
 def weight_limits_inverted(ctx: Context) -> Iterator[Diagnostic]:
     """## What it does
@@ -72,16 +80,13 @@ def weight_limits_inverted(ctx: Context) -> Iterator[Diagnostic]:
     clipping_limits { lower { value: -1.0 } upper { value: 1.0 } }
     ```
     """
-    for i, path, limits in _limits(ctx, _WEIGHTS):
-        inverted = _inverted(*bounds(limits))
-        if inverted is not None:
-            lower, upper = inverted
-            yield ctx.diag(
-                f"{path}.lower",
-                f"{ctx.table_label(i)}: clipping_limits.lower {fmt(lower)} is above upper "
-                f"{fmt(upper)}: every updated weight becomes {fmt(upper)}",
-                hint="swap the two bounds",
-            )
+    for i, path, lower, upper in _inverted_limits(ctx, _WEIGHTS):
+        yield ctx.diag(
+            f"{path}.lower",
+            f"{ctx.table_label(i)}: clipping_limits.lower {fmt(lower)} is above upper "
+            f"{fmt(upper)}: every updated weight becomes {fmt(upper)}",
+            hint="swap the two bounds",
+        )
 
 
 @rule("CLIP002", "error", "gradient clipping lower > upper")
@@ -105,16 +110,13 @@ def gradient_limits_inverted(ctx: Context) -> Iterator[Diagnostic]:
     gradient_clipping_limits { lower { value: -5.0 } upper { value: 5.0 } }
     ```
     """
-    for i, path, limits in _limits(ctx, _GRADIENTS):
-        inverted = _inverted(*bounds(limits))
-        if inverted is not None:
-            lower, upper = inverted
-            yield ctx.diag(
-                f"{path}.lower",
-                f"{ctx.table_label(i)}: gradient_clipping_limits.lower {fmt(lower)} is above "
-                f"upper {fmt(upper)}: every gradient component becomes {fmt(upper)}",
-                hint="swap the two bounds (a negative scalar clipvalue produces this order)",
-            )
+    for i, path, lower, upper in _inverted_limits(ctx, _GRADIENTS):
+        yield ctx.diag(
+            f"{path}.lower",
+            f"{ctx.table_label(i)}: gradient_clipping_limits.lower {fmt(lower)} is above "
+            f"upper {fmt(upper)}: every gradient component becomes {fmt(upper)}",
+            hint="swap the two bounds (a negative scalar clipvalue produces this order)",
+        )
 
 
 @rule("CLIP003", "error", "NaN clipping bound")

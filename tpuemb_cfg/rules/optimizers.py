@@ -176,6 +176,13 @@ def check_ranges(ctx: Context, name: str, checks: Iterable[Check]) -> Iterator[D
             )
 
 
+def constant_rates(ctx: Context) -> Iterator[tuple[OpTable, float]]:
+    """(table, learning_rate.constant) of every table with a constant learning rate."""
+    for t in op_tables(ctx):
+        if lr_kind(t.op) == "constant":
+            yield t, t.op.learning_rate.constant
+
+
 def _in_unit(lo_closed: bool, hi_closed: bool) -> Callable[[float], bool]:
     """A predicate that is true outside the interval between 0 and 1 (ends as given)."""
 
@@ -268,16 +275,12 @@ def learning_rate_not_finite(ctx: Context) -> Iterator[Diagnostic]:
     learning_rate { constant: 0.01 }
     ```
     """
-    for t in op_tables(ctx):
-        i, op = t.i, t.op
-        if lr_kind(op) != "constant":
-            continue
-        value = op.learning_rate.constant
+    for t, value in constant_rates(ctx):
         if not finite(value):
             yield ctx.diag(
                 f"{t.op_path}.learning_rate.constant",
-                f"{ctx.table_label(i)}: learning_rate.constant is {fmt(value)}, expected a finite "
-                "number: the first update turns every touched row into NaN or infinity",
+                f"{ctx.table_label(t.i)}: learning_rate.constant is {fmt(value)}, expected a "
+                "finite number: the first update turns every touched row into NaN or infinity",
                 hint="set a finite learning rate (float32 overflows above about 3.4e38)",
             )
 
@@ -348,15 +351,11 @@ def negative_learning_rate(ctx: Context) -> Iterator[Diagnostic]:
     learning_rate { constant: 0.1 }
     ```
     """
-    for t in op_tables(ctx):
-        i, op = t.i, t.op
-        if lr_kind(op) != "constant":
-            continue
-        value = op.learning_rate.constant
+    for t, value in constant_rates(ctx):
         if finite(value) and value < 0:
             yield ctx.diag(
                 f"{t.op_path}.learning_rate.constant",
-                f"{ctx.table_label(i)}: learning_rate.constant is {fmt(value)}, expected >= 0: "
+                f"{ctx.table_label(t.i)}: learning_rate.constant is {fmt(value)}, expected >= 0: "
                 "a negative rate climbs the gradient and increases the loss",
                 hint=f"use {fmt(-value)} if the sign is a typo",
             )
@@ -386,10 +385,10 @@ def zero_learning_rate(ctx: Context) -> Iterator[Diagnostic]:
     ```
     or a dynamic learning rate (`learning_rate { dynamic { tag: 0 } }`) for a schedule.
     """
-    for t in op_tables(ctx):
-        i, op = t.i, t.op
-        if lr_kind(op) != "constant" or op.learning_rate.constant != 0:
+    for t, value in constant_rates(ctx):
+        if value != 0:
             continue
+        op = t.op
         name = op.WhichOneof("parameters")
         if name in ("assign", "frequency_estimator"):
             continue
@@ -397,7 +396,7 @@ def zero_learning_rate(ctx: Context) -> Iterator[Diagnostic]:
             continue  # OPT014
         yield ctx.diag(
             f"{t.op_path}.learning_rate.constant",
-            f"{ctx.table_label(i)}: learning_rate.constant is {fmt(op.learning_rate.constant)}: "
+            f"{ctx.table_label(t.i)}: learning_rate.constant is {fmt(value)}: "
             "the weights never change (only the slots do)",
             hint="set a positive learning rate, or use a dynamic learning rate for a schedule",
         )
