@@ -1,15 +1,24 @@
 """Shared test helpers.
 
 GOLDEN is the folder of TensorFlow-written cases. CI clones the project with shared/ beside the
-clone (<clone>/../shared); TPUEMB_GOLDEN overrides the location.
+clone (<clone>/../shared); TPUEMB_GOLDEN overrides the location. A test that needs it calls
+``golden(...)`` inside the test, never at import or collection time, so that a missing folder skips
+the test instead of failing the collection.
+
+Naming: ``run_cli`` runs the ``tpuemb`` command in-process; other helpers that run something say
+what they run (``run_workers``, ...).
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
+from click.testing import CliRunner, Result
+
+from tpuemb_cfg.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = Path(os.environ.get("TPUEMB_GOLDEN", ROOT.parent / "shared" / "golden"))
@@ -22,3 +31,42 @@ def golden(*parts: str) -> Path:
     if not path.exists():
         pytest.skip(f"golden data not found at {path} (set TPUEMB_GOLDEN)")
     return path
+
+
+def golden_names(folder: str, pattern: str, *, exclude: str | None = None) -> list[Any]:
+    """Sorted names in the golden ``folder`` matching ``pattern`` (leaving out names containing
+    ``exclude``), for ``parametrize``. A missing folder gives one parameter that skips, with the
+    reason, so the module still collects."""
+    path = GOLDEN / folder
+    if not path.is_dir():
+        reason = f"golden data not found at {path} (set TPUEMB_GOLDEN)"
+        return [pytest.param(None, marks=pytest.mark.skip(reason=reason), id="no-golden-data")]
+    return sorted(p.name for p in path.glob(pattern) if exclude is None or exclude not in p.name)
+
+
+#: The golden optimizer cases: ``tf/`` (written by TensorFlow's CPU kernels) and ``spec/``.
+OPTIMIZER_CASES = GOLDEN / "optimizers"
+
+
+def optimizer_case_names() -> list[str]:
+    """``kind/name`` of every golden optimizer case (a folder holding ``case.json``), sorted, for
+    ``parametrize``; empty when the golden folder is missing."""
+    return sorted(
+        f"{kind}/{case.name}"
+        for kind in ("tf", "spec")
+        if (OPTIMIZER_CASES / kind).is_dir()
+        for case in (OPTIMIZER_CASES / kind).iterdir()
+        if (case / "case.json").is_file()
+    )
+
+
+def run_cli(*args: str, stdin: str | None = None) -> Result:
+    """``tpuemb ARGS`` in-process through click's ``CliRunner``: ``exit_code``, ``output`` (stdout
+    and stderr as the terminal shows them), ``stdout``, ``stderr``."""
+    return CliRunner().invoke(main, list(args), input=stdin)
+
+
+def run_simulate(*args: str) -> tuple[int, str]:
+    """``tpuemb simulate ARGS``: the exit code and the output."""
+    result = run_cli("simulate", *args)
+    return result.exit_code, result.output

@@ -292,12 +292,12 @@ def test_empty_table_name_is_kept_and_rejected_by_the_validator() -> None:
 
 
 def test_validation_errors_are_raised_all_at_once() -> None:
-    bad = SGD(clip_weight_min=1.0, clip_weight_max=-1.0, learning_rate=float("nan"))
-    t, f = _one(bad, name="t")
+    # Both are errors of TensorFlow's C++ (an empty table name, an input_shape entry of 0).
+    table = TableConfig(10, 4, optimizer=SGD(), name="")
     with pytest.raises(ConfigValidationError) as info:
-        build_config(f)
+        build_config(FeatureConfig(table, output_shape=[8, 0]))
     rules = {d.rule for d in info.value.diagnostics}
-    assert {"CLIP001", "OPT002"} <= rules
+    assert {"TBL002", "FEAT003"} <= rules
     assert isinstance(info.value, ValueError)
 
 
@@ -434,11 +434,11 @@ def test_values_beyond_the_protos_integer_ranges_raise_clearly() -> None:
         build_config(FeatureConfig(TableConfig(10, 4), output_shape=[2**31]), SGD())
 
 
-@pytest.mark.parametrize("algorithm", sorted(emb.optimizers.BY_ALGORITHM))
+@pytest.mark.parametrize("algorithm", sorted(emb.extra_optimizers.BY_ALGORITHM))
 def test_every_optimizer_with_its_defaults_validates_clean(algorithm: str) -> None:
     from tpuemb_cfg import validate
 
-    cls = emb.optimizers.BY_ALGORITHM[algorithm]
+    cls = emb.extra_optimizers.BY_ALGORITHM[algorithm]
     dim = 4
     if cls is emb.FrequencyEstimator:
         optimizer = cls(lambda: 1.0, tau=0.1, max_delta=1000.0, outlier_threshold=4.0,

@@ -351,12 +351,12 @@ def test_project_optimizers_take_base_arguments_and_proto_field_names() -> None:
 
     oneof = OptimizationParameters.DESCRIPTOR.oneofs_by_name["parameters"]
     names = {f.name for f in oneof.fields} - {"user_defined_program"}
-    assert set(emb.optimizers.BY_ALGORITHM) == names
+    assert set(emb.extra_optimizers.BY_ALGORITHM) == names
     base = ["use_gradient_accumulation", "clip_weight_min", "clip_weight_max",
             "weight_decay_factor", "multiply_weight_decay_factor_by_learning_rate", "clipvalue",
             "low_dimensional_packing_status"]
     tf_classes = {SGD, Adagrad, AdagradMomentum, Adam, FTRL}
-    for algorithm, cls in emb.optimizers.BY_ALGORITHM.items():
+    for algorithm, cls in emb.extra_optimizers.BY_ALGORITHM.items():
         params = list(inspect.signature(cls).parameters)
         assert params[0] == "learning_rate"
         assert set(base) <= set(params), cls
@@ -382,7 +382,7 @@ def test_frequency_aware_adagrad_needs_a_step_counter() -> None:
         (lambda: emb.ProximalYogi(initial_accumulator_value=-1),
          ["ProximalYogi", "initial_accumulator_value", ">= 0"]),
         (lambda: emb.Lion(beta1="x"), ["Lion", "beta1", "'x'"]),
-        (lambda: emb.Momentum(use_nesterov=2), ["Momentum", "use_nesterov"]),
+        (lambda: emb.Momentum(use_nesterov=1.5), ["Momentum", "use_nesterov"]),
     ],
 )
 def test_project_optimizer_checks(make, words: list[str]) -> None:  # type: ignore[no-untyped-def]

@@ -11,8 +11,9 @@ from click.testing import CliRunner
 from tpuemb_cfg import bench
 from tpuemb_cfg.cli import main
 
-KEYS = {"sec_per_step", "naive_sec_per_step", "limit_sec_per_step", "unique_ids",
-        "peak_rss_bytes", "compile_sec", "engine"}
+KEYS = {"sec_per_step", "update_sec_per_step", "naive_sec_per_step", "limit_sec_per_step",
+        "update_limit_sec_per_step", "unique_ids", "peak_rss_bytes", "compile_sec",
+        "kernels_compiled", "warm_start_sec", "engine", "step_check_max_abs_diff"}
 
 
 def test_zipf_ids_anchor_workload() -> None:
@@ -55,12 +56,47 @@ def test_bench_json(engine: str) -> None:
     assert KEYS <= set(report)
     assert report["engine"] == engine
     assert report["unique_ids"] == np.unique(bench.zipf_ids(2000, 600, 1.05, 0)).shape[0]
-    # 2 * unique * 32 bytes * (table + accumulator) + 600 gradient rows of 32 bytes
-    assert report["limit_bytes"] == 2 * report["unique_ids"] * 32 * 2 + 600 * 32
+    # The update: 2 * unique * 32 bytes * (table + accumulator) + 600 gradient rows of 32 bytes;
+    # the whole step also writes 600 activation rows of 32 bytes.
+    assert report["update_limit_bytes"] == 2 * report["unique_ids"] * 32 * 2 + 600 * 32
+    assert report["limit_bytes"] == report["update_limit_bytes"] + 600 * 32
     assert report["state_bytes"] == 2000 * 8 * 4 * 2
-    for key in ("sec_per_step", "naive_sec_per_step", "limit_sec_per_step"):
+    for key in ("sec_per_step", "update_sec_per_step", "naive_sec_per_step",
+                "limit_sec_per_step", "warm_start_sec"):
         assert report[key] > 0
-    assert report["peak_rss_bytes"] > report["state_bytes"]
+    # The timed step updated exactly the unique ids, as the naive NumPy step does (checked by
+    # hand above), up to float32 rounding.
+    assert report["step_check_max_abs_diff"] <= 1e-6
+
+
+@pytest.mark.parametrize("optimizer", sorted(bench.OPTIMIZERS))
+def test_timed_step_is_the_naive_step(optimizer: str) -> None:
+    """Every optimizer's timed step computes what the naive step computes, on the same rows."""
+    result = bench.run(bench.Workload(vocab=500, dim=4, ids=300, optimizer=optimizer, steps=1),
+                       engine="numpy")
+    assert result.unique_ids == np.unique(bench.zipf_ids(500, 300, 1.05, 0)).shape[0]
+    assert result.step_check_max_abs_diff <= 1e-6
+
+
+def test_step_check_catches_a_wrong_update() -> None:
+    """A timed step that updates the wrong rows, or the right rows wrongly, is reported."""
+    ids = np.array([4, 1, 4, 2])
+    grads = np.ones((4, 2), np.float32)
+
+    def check(updates: int, rows: np.ndarray) -> tuple[int, float]:
+        table, slots = np.zeros((6, 2), np.float32), [np.full((6, 2), 0.1, np.float32)]
+
+        def update() -> np.ndarray:
+            for _ in range(updates):
+                bench.naive_step("adagrad", table, slots, ids, grads)
+            return rows
+
+        return bench._check_step("adagrad", table, slots, ids, grads, update)
+
+    assert check(1, np.array([1, 2, 4])) == (3, 0.0)
+    assert check(1, np.array([1, 2])) == (2, np.inf)
+    assert check(2, np.array([1, 2, 4]))[1] > 1e-3
+    assert check(0, np.array([1, 2, 4]))[1] > 1e-3
 
 
 def test_bench_text_multi_feature() -> None:
@@ -69,7 +105,8 @@ def test_bench_text_multi_feature() -> None:
         "--engine", "numpy", "--optimizer", "ftrl", "--multi-feature",
     ])
     assert result.exit_code == 0, result.output
-    assert "naive NumPy step" in result.output
+    assert "Executor.step (checks, forward, backward, update, report)" in result.output
+    assert "naive NumPy update" in result.output
     assert "multi-feature step (3 tables, 8 features, mean)" in result.output
 
 

@@ -6,6 +6,10 @@ exercise the fused optimizers with every wrapper (clipping, decay, DISABLED accu
 pipelining) and the kernels on their own. Shapes are small so that the numba compile (cached on
 disk after the first run) dominates the time of this file.
 
+Every test here that claims to run the numba engine asserts that it does (``numba_engine()``,
+``executor.engine.name``): with the compiled module unimportable the engine falls back to NumPy,
+and these tests then fail instead of comparing NumPy with NumPy.
+
 Tolerance: 1e-6 absolute on O(1) values. The numba kernels add in the spec's reference order
 (occurrence by occurrence); NumPy's ``add.reduceat`` groups some additions differently, so sums
 of many terms differ by a few float32 ULP of their magnitude: large sums get 1e-6 relative.
@@ -17,32 +21,36 @@ import json
 import shlex
 import subprocess
 import sys
+import warnings
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
-from conftest import GOLDEN
+from conftest import OPTIMIZER_CASES, optimizer_case_names
 
 import tpuemb_cfg
 from tpuemb_cfg.errors import UsageError
-from tpuemb_cfg.executor import Executor, kernels, parse_combiners, replay
+from tpuemb_cfg.executor import Executor, parse_combiners, replay
+from tpuemb_cfg.executor.engines import Engine, get_engine
+from tpuemb_cfg.executor.engines import numpy as reference
 from tpuemb_cfg.npzio import read_npz
 
 pytest.importorskip("numba")
 
-from tpuemb_cfg.executor import engine as engine_module  # noqa: E402
-from tpuemb_cfg.executor.engine import get_engine  # noqa: E402
-
-CASES_ROOT = GOLDEN / "optimizers"
-CASES = sorted(
-    f"{kind}/{case.name}"
-    for kind in ("tf", "spec")
-    if (CASES_ROOT / kind).is_dir()
-    for case in (CASES_ROOT / kind).iterdir()
-    if (case / "case.json").is_file()
-)
+CASES_ROOT = OPTIMIZER_CASES
+CASES = optimizer_case_names()
 ATOL = 1e-6
 RTOL = 1e-6
+
+
+def numba_engine() -> Engine:
+    """The numba engine, asserting it really is (``get_engine`` falls back to NumPy with a
+    warning when the compiled module cannot be imported)."""
+    engine = get_engine("numba")
+    assert engine.name == "numba", f"the numba engine is not in use: {engine.fallback}"
+    return engine
 
 
 def _close(got: np.ndarray, want: np.ndarray, what: str) -> None:
@@ -64,9 +72,10 @@ def test_golden_case_both_engines(name: str) -> None:
     combiners = parse_combiners(arguments[1::2], len(config.feature_descriptor))
     batches = read_npz(case / "batches.npz")
     init = read_npz(case / "init.npz")
+    engines: dict[str, Any] = {"numpy": "numpy", "numba": numba_engine()}
     outs = {
-        engine: replay(config, batches, init, combiners=combiners, engine=engine)
-        for engine in ("numpy", "numba")
+        name: replay(config, batches, init, combiners=combiners, engine=engine)
+        for name, engine in engines.items()
     }
     assert outs["numba"].keys() == outs["numpy"].keys()
     for key, want in outs["numpy"].items():
@@ -95,7 +104,30 @@ _OPTIMIZERS = {
     "adam_sum_inside": "adam { beta1: 0.8 beta2: 0.99 epsilon: 1e-3 use_sum_inside_sqrt: true }",
     "ftrl": "ftrl { l1: 0.01 l2: 0.02 lr_power: -0.5 beta: 0.1 }",
     "ftrl_mlbl": "ftrl { l1: 0.01 l2: 0.02 lr_power: -0.7 beta: 0.1 multiply_linear_by_lr: true }",
-    "rms_prop": "rms_prop { rho: 0.9 momentum: 0.5 epsilon: 0.1 }",  # no fused kernel
+    "rms_prop": "rms_prop { rho: 0.9 momentum: 0.5 epsilon: 0.1 }",
+    "centered_rms_prop": "centered_rms_prop { rho: 0.9 momentum: 0.5 epsilon: 0.1 }",
+    "adam_non_lazy": "adam { beta1: 0.9 beta2: 0.999 epsilon: 1e-3 use_non_lazy_adam: true }",
+    "lion": "lion { beta1: 0.9 beta2: 0.99 }",
+    "lion_non_lazy": "lion { beta1: 0.9 beta2: 0.99 use_non_lazy_lion: true }",
+    "adagrad_momentum": "adagrad_momentum { momentum: 0.9 exponent: 2 beta2: 0.99 epsilon: 1e-6 }",
+    "adagrad_momentum_nesterov": (
+        "adagrad_momentum { momentum: 0.8 use_nesterov: true exponent: 3 beta2: 1 epsilon: 0.1 }"
+    ),
+    "bounded_adagrad": (
+        "bounded_adagrad { update_accumulator_first: true max_var_update: 0.01 "
+        "max_accumulator: 1.5 }"
+    ),
+    "adadelta": "adadelta { rho: 0.9 epsilon: 1e-3 }",
+    "proximal_adagrad": "proximal_adagrad { l1: 0.01 l2: 0.02 }",
+    "proximal_adagrad_l2": "proximal_adagrad { l2: 0.5 }",
+    "proximal_yogi": "proximal_yogi { l1: 0.01 l2: 0.02 beta1: 0.9 beta2: 0.99 epsilon: 1e-3 }",
+    "proximal_yogi_plain": "proximal_yogi { beta1: 0.9 beta2: 0.99 epsilon: 1e-3 }",
+    "frequency_aware_adagrad": (
+        "frequency_aware_adagrad { l1_regularization_strength: 0.01 "
+        "l2_regularization_strength: 0.02 probability_exponent: 0.5 max_lr_multiplier: 4 "
+        "accumulator_decay: 0.9 initial_accumulator_value: 0.1 step_counter { tag: 0 } }"
+    ),
+    "assign": "assign { }",
 }
 _WRAPPERS = {
     "plain": "",
@@ -148,11 +180,31 @@ def _batches(seed: int, steps: int, cores: int) -> list[tuple[list[dict[str, np.
     return out
 
 
-def _run_both(config: tpuemb_cfg.TPUEmbeddingConfiguration, combiner: str, cores: int) -> None:
-    executors = {
-        engine: Executor(config, combiners=combiner, seed=3, engine=engine)
-        for engine in ("numpy", "numba")
+def _run_both(config: tpuemb_cfg.TPUEmbeddingConfiguration, combiner: str, cores: int) -> int:
+    """Step both engines on the same batches and compare; return how many row updates the numba
+    engine ran through a fused kernel."""
+    compiled = numba_engine()
+    fused: list[bool] = []
+
+    def update_rows(*args: Any) -> bool:
+        fused.append(compiled.update_rows(*args))
+        return fused[-1]
+
+    class Counted(type(compiled.fused)):  # type: ignore[misc]
+        @staticmethod
+        def update(*args: Any) -> float:
+            fused.append(True)
+            return float(compiled.fused.update(*args))
+
+    engines: dict[str, Any] = {
+        "numpy": "numpy",
+        "numba": replace(compiled, update_rows=update_rows, fused=Counted()),
     }
+    executors = {
+        name: Executor(config, combiners=combiner, seed=3, engine=engine)
+        for name, engine in engines.items()
+    }
+    assert executors["numba"].engine.name == "numba"
     for step, (batch, rates) in enumerate(_batches(7, 3, cores)):
         activations = {name: ex.step(batch, rates) for name, ex in executors.items()}
         for f, want in enumerate(activations["numpy"]):
@@ -165,18 +217,21 @@ def _run_both(config: tpuemb_cfg.TPUEmbeddingConfiguration, combiner: str, cores
     want_state = executors["numpy"].state_arrays()
     for key, got in executors["numba"].state_arrays().items():
         _close(got, want_state[key], key)
+    return sum(fused)
 
 
 @pytest.mark.parametrize("optimizer", sorted(_OPTIMIZERS))
 @pytest.mark.parametrize("wrapper", sorted(_WRAPPERS))
 def test_random_steps_match(optimizer: str, wrapper: str) -> None:
-    _run_both(_config(optimizer, wrapper), "mean", 1)
+    fused = _run_both(_config(optimizer, wrapper), "mean", 1)
+    # Two tables, three steps, one partial each: six row updates, every one fused.
+    assert fused == 6
 
 
 @pytest.mark.parametrize("optimizer", ["adagrad", "ftrl_mlbl", "adam"])
 def test_accumulation_disabled_and_pipelined_match(optimizer: str) -> None:
-    _run_both(_config(optimizer, "decay_by_lr", cores=2, disabled=True), "sqrtn", 2)
-    _run_both(_config(optimizer, "clipped", pipelined=True), "sum", 1)
+    assert _run_both(_config(optimizer, "decay_by_lr", cores=2, disabled=True), "sqrtn", 2) == 12
+    assert _run_both(_config(optimizer, "clipped", pipelined=True), "sum", 1) == 6
 
 
 # ------------------------------------------------------------------------------------------------
@@ -184,7 +239,7 @@ def test_accumulation_disabled_and_pipelined_match(optimizer: str) -> None:
 
 
 def test_deduplicate_equals_np_unique() -> None:
-    fast = get_engine("numba")
+    fast = numba_engine()
     rng = np.random.default_rng(0)
     cases = [
         np.zeros(0, np.int64),
@@ -205,7 +260,7 @@ def test_deduplicate_equals_np_unique() -> None:
 
 def test_sums_follow_the_reference_order() -> None:
     """Occurrence order exactly: the same bytes as a float32 loop over the occurrences."""
-    fast = get_engine("numba")
+    fast = numba_engine()
     rng = np.random.default_rng(1)
     values = rng.standard_normal((500, 5)).astype(np.float32)
     segments = rng.integers(0, 17, 500)
@@ -227,11 +282,11 @@ def test_sums_follow_the_reference_order() -> None:
         for j in range(splits[b], splits[b + 1]):
             want_bags[b] += gains[j] * values[j]
     np.testing.assert_array_equal(fast.combine(values, gains, splits), want_bags)
-    _close(kernels.combine(values, gains, splits), want_bags, "numpy combine")
+    _close(reference.combine(values, gains, splits), want_bags, "numpy combine")
 
 
 def test_gather_scatter_whole_rows() -> None:
-    fast = get_engine("numba")
+    fast = numba_engine()
     table = np.arange(60, dtype=np.float32).reshape(12, 5)
     rows = np.array([11, 0, 4])
     np.testing.assert_array_equal(fast.gather(table, rows), table[rows])
@@ -244,17 +299,22 @@ def test_gather_scatter_whole_rows() -> None:
 
 
 def test_fallback_without_numba(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(engine_module, "_numba", None)
-    monkeypatch.setitem(sys.modules, "tpuemb_cfg.executor.fast", None)  # import fails
-    monkeypatch.delattr(tpuemb_cfg.executor, "fast", raising=False)
+    from tpuemb_cfg.executor import engines
+
+    monkeypatch.setitem(sys.modules, "tpuemb_cfg.executor.engines.numba", None)  # import fails
+    monkeypatch.setattr(engines, "_warned", set())
     with pytest.warns(RuntimeWarning, match="pip install numba"):
         chosen = get_engine("numba")
     assert chosen.name == "numpy" and chosen.requested == "numba"
     assert chosen.fallback is not None and "cannot be imported" in chosen.fallback
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once: the second request is silent
+        again = get_engine()
+    assert again.name == "numpy" and again.fallback == chosen.fallback
 
 
 def test_unknown_engine() -> None:
-    with pytest.raises(UsageError, match="numpy, numba"):
+    with pytest.raises(UsageError, match="numba, numpy"):
         get_engine("cuda")
 
 
@@ -262,7 +322,7 @@ def test_numpy_engine_never_imports_numba() -> None:
     code = (
         "import sys, tpuemb_cfg\n"
         "from tpuemb_cfg.executor import Executor\n"
-        "from tpuemb_cfg.executor.engine import get_engine\n"
+        "from tpuemb_cfg.executor.engines import get_engine\n"
         "get_engine('numpy')\n"
         "from tpuemb_cfg.commands import bench, simulate\n"
         "assert 'numba' not in sys.modules, 'numba imported'\n"
@@ -272,10 +332,20 @@ def test_numpy_engine_never_imports_numba() -> None:
     assert result.returncode == 0, result.stderr
 
 
-def test_simulate_cli_engine_numba(tmp_path: Path) -> None:
+def test_simulate_cli_engine_numba(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from click.testing import CliRunner
 
     from tpuemb_cfg.cli import main
+    from tpuemb_cfg.executor import core
+
+    used: list[str] = []
+
+    def spy(name: Any = "numpy") -> Engine:
+        engine = get_engine(name)
+        used.append(engine.name)
+        return engine
+
+    monkeypatch.setattr(core, "get_engine", spy)
 
     case = CASES_ROOT / "tf" / "13_three_tables_shared_tags"
     if not case.is_dir():
@@ -287,6 +357,7 @@ def test_simulate_cli_engine_numba(tmp_path: Path) -> None:
         *shlex.split((case / "combiner.txt").read_text()),
     ])
     assert result.exit_code == 0, result.output
+    assert used == ["numba"]
     got = read_npz(out)
     for key, want in read_npz(case / "expected.npz").items():
         assert float(np.max(np.abs(got[key] - want))) <= 1e-5, key
@@ -296,6 +367,7 @@ def test_empty_and_unusual_inputs_match() -> None:
     """Empty features, int32 ids and read-only arrays take the same path in both engines."""
     config = _config("adagrad", "clipped")
     executors = {e: Executor(config, combiners="sum", seed=1, engine=e) for e in ("numpy", "numba")}
+    assert executors["numba"].engine.name == "numba", executors["numba"].engine.fallback
     empty = {"ids": np.zeros(0, np.int64), "row_splits": np.zeros(7, np.int64),
              "grad": np.ones((6, 8), np.float32)}
     ids = np.array([3, 3, 0, 39, 3, 1], np.int32)

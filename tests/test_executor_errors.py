@@ -45,7 +45,7 @@ def base_batches() -> Arrays:
     return batches
 
 
-def run(
+def run_replay(
     tmp_path: Path,
     change: Callable[[Arrays], None] | None = None,
     config: str = CONFIG,
@@ -66,7 +66,7 @@ def run(
 
 
 def assert_refused(tmp_path: Path, key: str, *words: str, **kwargs: object) -> str:
-    code, output, out = run(tmp_path, **kwargs)  # type: ignore[arg-type]
+    code, output, out = run_replay(tmp_path, **kwargs)  # type: ignore[arg-type]
     assert code == 2, output
     assert f"key {key}: error:" in output, output
     for word in words:
@@ -77,7 +77,7 @@ def assert_refused(tmp_path: Path, key: str, *words: str, **kwargs: object) -> s
 
 
 def test_base_case_runs(tmp_path: Path) -> None:
-    code, output, out = run(tmp_path)
+    code, output, out = run_replay(tmp_path)
     assert code == 0, output
     with np.load(out) as archive:
         assert sorted(archive.files) == [

@@ -13,21 +13,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from conftest import GOLDEN
+from conftest import OPTIMIZER_CASES, optimizer_case_names
 
 import tpuemb_cfg
 from tpuemb_cfg.cli import main
 from tpuemb_cfg.executor import parse_combiners, replay
 from tpuemb_cfg.npzio import read_npz
 
-CASES_ROOT = GOLDEN / "optimizers"
-CASES = sorted(
-    f"{kind}/{case.name}"
-    for kind in ("tf", "spec")
-    if (CASES_ROOT / kind).is_dir()
-    for case in (CASES_ROOT / kind).iterdir()
-    if (case / "case.json").is_file()
-)
+CASES_ROOT = OPTIMIZER_CASES
+CASES = optimizer_case_names()
 
 
 def _case(name: str) -> Path:

@@ -11,7 +11,8 @@ import pytest
 
 import tpuemb_cfg
 from tpuemb_cfg.errors import InputError
-from tpuemb_cfg.executor import Executor, FeatureInput, kernels
+from tpuemb_cfg.executor import Executor, FeatureInput
+from tpuemb_cfg.executor.engines import numpy as kernels
 
 F32 = np.float32
 INIT = {"table/t": np.array([[1.0], [2.0], [3.0], [4.0]], dtype=F32)}
@@ -39,6 +40,20 @@ def config(
     mode: TRAINING num_hosts: 1 num_tensor_cores: 1
     {top}
     {features}
+    """
+    return tpuemb_cfg.load(text.encode(), "text")
+
+
+def two_cores(optimizer: str, status: str, vocabulary: int = 2,
+              input_shape: int = 1) -> tpuemb_cfg.TPUEmbeddingConfiguration:
+    """One table of dimension 1 split over two tensor cores, learning rate 1, accumulation
+    ``status``, and one feature."""
+    text = f"""
+    table_descriptor {{ name: "t" vocabulary_size: {vocabulary} dimension: 1
+      optimization_parameters {{ {optimizer} {{ }} learning_rate {{ constant: 1 }}
+        gradient_accumulation_status: {status} }} }}
+    mode: TRAINING num_hosts: 1 num_tensor_cores: 2
+    feature_descriptor {{ name: "a" input_shape: {input_shape} }}
     """
     return tpuemb_cfg.load(text.encode(), "text")
 
@@ -192,14 +207,7 @@ def test_adam_lazy_and_non_lazy() -> None:
 
 def test_accumulation_enabled_vs_disabled_two_cores() -> None:
     def run(status: str) -> list[float]:
-        text = f"""
-        table_descriptor {{ name: "t" vocabulary_size: 2 dimension: 1
-          optimization_parameters {{ adagrad {{ }} learning_rate {{ constant: 1 }}
-            gradient_accumulation_status: {status} }} }}
-        mode: TRAINING num_hosts: 1 num_tensor_cores: 2
-        feature_descriptor {{ name: "a" input_shape: 1 }}
-        """
-        cfg = tpuemb_cfg.load(text.encode(), "text")
+        cfg = two_cores("adagrad", status)
         init = {"table/t": np.ones((2, 1), dtype=F32)}
         executor = Executor(cfg, combiners="sum", initial_state=init)
         # Two bags (one per core), both id 0, gradient 1 each.
@@ -214,14 +222,7 @@ def test_accumulation_enabled_vs_disabled_two_cores() -> None:
 
 
 def test_disabled_requires_bags_divisible_by_cores() -> None:
-    text = """
-    table_descriptor { name: "t" vocabulary_size: 2 dimension: 1
-      optimization_parameters { adagrad { } learning_rate { constant: 1 }
-        gradient_accumulation_status: DISABLED } }
-    mode: TRAINING num_hosts: 1 num_tensor_cores: 2
-    feature_descriptor { name: "a" input_shape: 1 }
-    """
-    executor = Executor(tpuemb_cfg.load(text.encode(), "text"), combiners="sum")
+    executor = Executor(two_cores("adagrad", "DISABLED"), combiners="sum")
     with pytest.raises(InputError) as info:
         executor.step([feature([0, 1, 1], None, None, [[1.0]] * 3)])
     assert info.value.key == "s0/f0/row_splits"
@@ -230,14 +231,8 @@ def test_disabled_requires_bags_divisible_by_cores() -> None:
 
 
 def test_deduplication_data_partials_per_core() -> None:
-    text = """
-    table_descriptor { name: "t" vocabulary_size: 4 dimension: 1
-      optimization_parameters { stochastic_gradient_descent { } learning_rate { constant: 1 }
-        gradient_accumulation_status: DISABLED } }
-    mode: TRAINING num_hosts: 1 num_tensor_cores: 2
-    feature_descriptor { name: "a" input_shape: 2 }
-    """
-    executor = Executor(tpuemb_cfg.load(text.encode(), "text"), combiners="sum")
+    cfg = two_cores("stochastic_gradient_descent", "DISABLED", vocabulary=4, input_shape=2)
+    executor = Executor(cfg, combiners="sum")
     _, dedup = executor.recv_activations([feature([3, 1, 3, 2, 3], [0, 2, 3, 4, 5])])
     record = dedup.tables["t"]
     assert record.unique_ids.tolist() == [1, 2, 3]

@@ -17,15 +17,18 @@ import numpy as np
 import pytest
 
 from tpuemb_cfg.errors import UsageError
-from tpuemb_cfg.executor.synthetic import SyntheticRun
-from tpuemb_cfg.multiworker import DelayModel, MultiWorkerRun
+from tpuemb_cfg.executor.plan import build_plan
+from tpuemb_cfg.prepare import prepare
+from tpuemb_cfg.sim.multiworker import DelayModel, MultiWorkerRun, chief_config, for_chief
+from tpuemb_cfg.sim.synthetic import SyntheticRun
 
 DATA = Path(__file__).parent / "data" / "multiworker"
 TINY = DATA / "tiny.pbtxt"
 TWO = DATA / "two_tables.pbtxt"
 
 
-def run(config: Path = TINY, steps: int = 3, **options: object) -> dict:
+def run_workers(config: Path = TINY, steps: int = 3, **options: object) -> dict:
+    """Run ``MultiWorkerRun(config, **options)`` for ``steps`` gradients per worker; its summary."""
     simulation = MultiWorkerRun(config, **options)  # type: ignore[arg-type]
     simulation.run(steps)
     return simulation.summary()
@@ -39,7 +42,7 @@ def test_backup_workers_three_of_two() -> None:
     # t3: w0 (local 1) accepted (2), waits -> update 2 (w2, w0), tokens [2, 2, 2] serve w2, w0;
     #     w1 (local 1 < 2) dropped, token 2.
     # t4: w2 (local 2) accepted (1), no token left: waits; the chief holds 1 of 2.
-    summary = run(workers=3, replicas_to_aggregate=2, steps=3)
+    summary = run_workers(workers=3, replicas_to_aggregate=2, steps=3)
     assert summary["mode"] == "sync_replicas"
     assert summary["global_step"] == 2
     assert summary["ticks"] == 4
@@ -69,7 +72,7 @@ def test_too_few_replicas_use_init_tokens() -> None:
     # t2: w0 accepted (3), token 0 -> update 1 averages 3 (w0 twice, w1), tokens [1, 1, 1];
     #     w1 (local 0) dropped, token 1. w0 restarts with local 0.
     # t3: w0 (local 0) dropped, token 1; w1 (local 1) accepted (1), token 1. Both done.
-    summary = run(workers=2, replicas_to_aggregate=3, steps=3)
+    summary = run_workers(workers=2, replicas_to_aggregate=3, steps=3)
     assert summary["global_step"] == 1
     assert summary["ticks"] == 3
     assert summary["tables"]["t"]["averaged_per_update"] == [3]
@@ -88,20 +91,20 @@ def test_too_few_tokens_is_tensorflows_error() -> None:
                                          r"vs 2 \(needed\).*--init-tokens 2"):
         MultiWorkerRun(TINY, workers=1, replicas_to_aggregate=3, init_tokens=1)
     # Exactly R - N tokens finish the first step: N + (R - N) gradients.
-    summary = run(workers=1, replicas_to_aggregate=3, init_tokens=2, steps=3)
+    summary = run_workers(workers=1, replicas_to_aggregate=3, init_tokens=2, steps=3)
     assert summary["global_step"] == 1
     assert summary["tables"]["t"]["averaged_per_update"] == [3]
 
 
 def test_init_tokens_zero_wastes_nothing_when_n_equals_r() -> None:
     # Without init tokens every worker waits for the chief's fresh tokens: no gradient is stale.
-    summary = run(workers=2, init_tokens=0, steps=4)
+    summary = run_workers(workers=2, init_tokens=0, steps=4)
     assert summary["global_step"] == 4
     assert summary["gradients"]["dropped_stale"] == 0
     assert summary["tables"]["t"]["averaged_per_update"] == [2, 2, 2, 2]
     # TensorFlow's default (R init tokens holding step 0): each worker's second gradient carries
     # step 0 and arrives after update 1.
-    default = run(workers=2, steps=4)
+    default = run_workers(workers=2, steps=4)
     assert [w["dropped_stale"] for w in default["per_worker"]] == [1, 1]
 
 
@@ -118,6 +121,20 @@ def test_one_worker_is_the_plain_synthetic_run(mode: dict) -> None:
     for key in expected:
         assert np.array_equal(expected[key], got[key]), key
     assert simulation.loss == [entry["loss"] for entry in plain.history]
+
+
+def test_chief_plan_is_the_plan_of_the_chief_config(tmp_path: Path) -> None:
+    # The chief's plan is derived from the prepared plan, not rebuilt: it must equal the plan
+    # of the chief's configuration (accumulation status and pipelining cleared).
+    path = tmp_path / "c.pbtxt"
+    path.write_text(TINY.read_text().replace("ENABLED", "DISABLED")
+                    + "pipeline_execution_with_tensor_core: true\n")
+    prepared = prepare(path, combiners="sum")
+    assert prepared.plan.pipelined and not prepared.plan.tables[0].accumulate
+    chief = for_chief(prepared)
+    assert chief.plan == build_plan(chief_config(prepared.config), "sum")
+    assert chief.config == chief_config(prepared.config)
+    assert (chief.path, chief.diagnostics) == (prepared.path, prepared.diagnostics)
 
 
 def _delta(options: dict) -> np.ndarray:
@@ -150,9 +167,9 @@ def test_chief_applies_the_per_row_mean() -> None:
 
 def test_delays_are_seeded_and_deterministic() -> None:
     options = {"workers": 4, "replicas_to_aggregate": 3, "delay": "geometric:0.4"}
-    first = run(TWO, steps=6, seed=11, **options)
-    again = run(TWO, steps=6, seed=11, **options)
-    other = run(TWO, steps=6, seed=12, **options)
+    first = run_workers(TWO, steps=6, seed=11, **options)
+    again = run_workers(TWO, steps=6, seed=11, **options)
+    other = run_workers(TWO, steps=6, seed=12, **options)
     assert first == again
     assert first != other
     # Every worker computed its gradients; nothing is lost from the books.

@@ -1,21 +1,19 @@
-"""The optimizer registry: names, slots and defaults (spec sections 11-13), laziness, errors, and
-the properties every update function shares (float32 in and out, inputs untouched, empty blocks)."""
+"""The optimizer registry: names, slots and defaults (spec sections 11-13), laziness, errors, the
+state and hyper-parameter NamedTuples against the algorithm table, binding, and the properties
+every update function shares (float32 in and out, inputs untouched, empty blocks)."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
 
-from tpuemb_cfg.executor.optimizers import (
-    REGISTRY,
-    UNSUPPORTED,
-    OptimizerSpec,
-    SlotSpec,
-    UpdateContext,
-    get,
-)
+from tpuemb_cfg.algorithms import ALGORITHMS
+from tpuemb_cfg.executor.optimizers import REGISTRY, Optimizer, UpdateContext, get, unsupported
+
+UNSUPPORTED = {name for name in ALGORITHMS if unsupported(name) is not None}
 
 # Spec section 13, copied by hand: oneof name -> slot names in state order and default values.
 SUMMARY: dict[str, tuple[tuple[str, ...], tuple[float, ...]]] = {
@@ -67,13 +65,9 @@ HYPER = {
         update_accumulator_first=True, max_var_update=0.1, max_accumulator=10.0
     ),
     "frequency_aware_adagrad": SimpleNamespace(
-        l1_regularization_strength=0.01,
-        l2_regularization_strength=0.01,
-        probability_exponent=0.5,
-        max_lr_multiplier=4.0,
-        accumulator_decay=0.9,
-        initial_accumulator_value=0.25,
-        step_counter=SimpleNamespace(tag=1),
+        l1_regularization_strength=0.01, l2_regularization_strength=0.01,
+        probability_exponent=0.5, max_lr_multiplier=4.0, accumulator_decay=0.9,
+        initial_accumulator_value=0.25, step_counter=SimpleNamespace(tag=1),
     ),
     "ftrl": SimpleNamespace(l1=0.01, l2=0.01, lr_power=-0.5, beta=0.1, multiply_linear_by_lr=False),
     "adam": SimpleNamespace(
@@ -97,21 +91,47 @@ CTX = UpdateContext(step=3, dynamic_inputs=(0.05, 7.0))
 
 def test_registry_holds_exactly_the_simulatable_optimizers() -> None:
     assert set(REGISTRY) == set(SUMMARY)
-    assert set(UNSUPPORTED) == {"mdl_adagrad_light", "online_yogi", "user_defined_program"}
-    assert not set(REGISTRY) & set(UNSUPPORTED)
+    assert UNSUPPORTED == {"mdl_adagrad_light", "online_yogi", "user_defined_program"}
+    assert not set(REGISTRY) & UNSUPPORTED
+    assert set(REGISTRY) | UNSUPPORTED == set(ALGORITHMS)
 
 
 @pytest.mark.parametrize("name", sorted(SUMMARY))
 def test_slots_defaults_and_labels_match_the_spec(name: str) -> None:
     spec = get(name)
-    assert isinstance(spec, OptimizerSpec)
+    assert isinstance(spec, Optimizer)
     assert spec.name == name
-    assert all(isinstance(slot, SlotSpec) for slot in spec.slots)
     names, defaults = SUMMARY[name]
     assert tuple(slot.name for slot in spec.slots) == names
-    got = tuple(np.float32(slot.initial(HYPER[name])) for slot in spec.slots)
+    got = tuple(np.float32(slot.initial_value(HYPER[name])) for slot in spec.slots)
     assert got == tuple(np.float32(d) for d in defaults)
     assert spec.equations == LABELS[name]
+
+
+@pytest.mark.parametrize("name", sorted(SUMMARY))
+def test_state_fields_are_the_algorithm_tables_slots(name: str) -> None:
+    """The state NamedTuple names each slot of the algorithm table, in TensorFlow's order."""
+    spec = get(name)
+    assert spec.state._fields == ALGORITHMS[name].slot_names
+
+
+@pytest.mark.parametrize("name", sorted(SUMMARY))
+def test_bind_gives_float32_hyper_parameters(name: str) -> None:
+    """``bind`` reads the sub-message once into plain float32 (or bool/int) values."""
+    spec = get(name)
+    hyper = spec.bind(HYPER[name])
+    assert isinstance(hyper, spec.hyper)
+    for field, value in zip(hyper._fields, hyper, strict=True):
+        assert type(value) in (np.float32, bool, int), (field, type(value))
+        if type(value) is np.float32:
+            assert value == np.float32(getattr(HYPER[name], field))
+
+
+def test_frequency_aware_adagrad_binds_its_step_counter_tag() -> None:
+    spec = get("frequency_aware_adagrad")
+    assert spec.bind(HYPER["frequency_aware_adagrad"]).step_counter_tag == 1
+    unset = SimpleNamespace(**{**vars(HYPER["frequency_aware_adagrad"]), "step_counter": None})
+    assert spec.bind(unset).step_counter_tag == 0
 
 
 def test_frequency_aware_adagrad_accumulator_starts_at_its_floor() -> None:
@@ -119,7 +139,7 @@ def test_frequency_aware_adagrad_accumulator_starts_at_its_floor() -> None:
     hyper = SimpleNamespace(
         **{**vars(HYPER["frequency_aware_adagrad"]), "initial_accumulator_value": 0.7}
     )
-    assert np.float32(spec.slots[0].initial(hyper)) == np.float32(0.7)
+    assert np.float32(spec.slots[0].initial_value(hyper)) == np.float32(0.7)
 
 
 @pytest.mark.parametrize("name", sorted(SUMMARY))
@@ -147,17 +167,16 @@ def test_unknown_and_missing_optimizer_names_raise_value_error() -> None:
         get("")
 
 
-def _block(
-    n_rows: int, dim: int, name: str, seed: int
-) -> tuple[np.ndarray, tuple[np.ndarray, ...], np.ndarray]:
+def _block(n_rows: int, dim: int, name: str, seed: int) -> tuple[np.ndarray, Any, np.ndarray]:
     rng = np.random.default_rng(seed)
     spec = get(name)
     params = rng.uniform(-1.0, 1.0, (n_rows, dim)).astype(np.float32)
     if name == "frequency_estimator":
         params = rng.uniform(1.0, 50.0, (n_rows, dim)).astype(np.float32)
-    slots = tuple(
-        np.full((n_rows, dim), slot.initial(HYPER[name]), dtype=np.float32) for slot in spec.slots
-    )
+    slots = spec.state(*(
+        np.full((n_rows, dim), slot.initial_value(HYPER[name]), dtype=np.float32)
+        for slot in spec.slots
+    ))
     grad = rng.uniform(-1.0, 1.0, (n_rows, dim)).astype(np.float32)
     if name == "frequency_estimator":
         grad[:] = 0.0
@@ -173,7 +192,8 @@ def test_updates_are_float32_shape_preserving_and_leave_inputs_alone(
     params, slots, grad = _block(n_rows, 3, name, seed=n_rows)
     copies = (params.copy(), tuple(s.copy() for s in slots), grad.copy())
     lr = np.float32(0.05) if name != "frequency_estimator" else np.float32(12.0)
-    new_params, new_slots = spec.update(params, slots, grad, lr, HYPER[name], CTX)
+    new_params, new_slots = spec.update(params, slots, grad, lr, spec.bind(HYPER[name]), CTX)
+    assert isinstance(new_slots, spec.state)
     assert new_params.dtype == np.float32 and new_params.shape == params.shape
     assert len(new_slots) == len(spec.slots)
     for new, old in zip(new_slots, slots, strict=True):
@@ -195,14 +215,15 @@ def test_updates_are_deterministic_and_row_independent(name: str) -> None:
     spec = get(name)
     params, slots, grad = _block(4, 2, name, seed=11)
     lr = np.float32(0.05) if name != "frequency_estimator" else np.float32(12.0)
-    whole_p, whole_s = spec.update(params, slots, grad, lr, HYPER[name], CTX)
+    hyper = spec.bind(HYPER[name])
+    whole_p, whole_s = spec.update(params, slots, grad, lr, hyper, CTX)
     for r in range(4):
         row_p, row_s = spec.update(
             params[r : r + 1],
-            tuple(s[r : r + 1] for s in slots),
+            spec.state(*(s[r : r + 1] for s in slots)),
             grad[r : r + 1],
             lr,
-            HYPER[name],
+            hyper,
             CTX,
         )
         assert row_p.tobytes() == whole_p[r : r + 1].tobytes()

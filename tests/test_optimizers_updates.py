@@ -25,7 +25,7 @@ def f32(values: Any) -> np.ndarray:
     return np.asarray(values, dtype=np.float32).reshape(1, -1)
 
 
-def run(
+def step(
     name: str,
     w: Sequence[float],
     slots: Sequence[Sequence[float]],
@@ -36,8 +36,14 @@ def run(
     **hyper: Any,
 ) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
     """One step of ``name`` on a single row; returns float32 row vectors."""
-    params, new_slots = get(name).update(
-        f32(w), tuple(f32(s) for s in slots), f32(g), np.float32(lr), SimpleNamespace(**hyper), ctx
+    spec = get(name)
+    params, new_slots = spec.update(
+        f32(w),
+        spec.state(*(f32(s) for s in slots)),
+        f32(g),
+        np.float32(lr),
+        spec.bind(SimpleNamespace(**hyper)),
+        ctx,
     )
     assert params.dtype == np.float32
     return params[0], tuple(s[0] for s in new_slots)
@@ -70,13 +76,13 @@ def sign(x: float) -> float:
 
 
 def test_sgd_by_hand() -> None:
-    w, slots = run("stochastic_gradient_descent", [1.0, -2.0, 0.25], [], [0.5, 0.0, -1.0], lr=0.1)
+    w, slots = step("stochastic_gradient_descent", [1.0, -2.0, 0.25], [], [0.5, 0.0, -1.0], lr=0.1)
     close(w, [0.95, -2.0, 0.35])
     assert slots == ()
 
 
 def test_assign_replaces_the_row_by_the_gradient() -> None:
-    w, slots = run("assign", [1.0, -2.0, 3.0], [], [0.5, 0.0, -7.25], lr=123.0)
+    w, slots = step("assign", [1.0, -2.0, 3.0], [], [0.5, 0.0, -7.25], lr=123.0)
     assert w.tolist() == [0.5, 0.0, -7.25]
     assert slots == ()
 
@@ -87,14 +93,14 @@ def test_assign_replaces_the_row_by_the_gradient() -> None:
 
 def test_adagrad_by_hand() -> None:
     # acc = 0.1 + 0.3^2 = 0.19; w = 1 - 0.5 * 0.3 / sqrt(0.19)
-    w, (acc,) = run("adagrad", [1.0, 2.0], [[0.1, 0.1]], [0.3, 0.0], lr=0.5)
+    w, (acc,) = step("adagrad", [1.0, 2.0], [[0.1, 0.1]], [0.3, 0.0], lr=0.5)
     close(acc, [0.19, 0.1])
     close(w, [1.0 - 0.15 / math.sqrt(0.19), 2.0])
 
 
 def test_adagrad_two_steps_use_the_new_accumulator() -> None:
-    w, (acc,) = run("adagrad", [0.5], [[0.1]], [-0.4], lr=0.2)
-    w, (acc,) = run("adagrad", w.tolist(), [acc.tolist()], [0.2], lr=0.2)
+    w, (acc,) = step("adagrad", [0.5], [[0.1]], [-0.4], lr=0.2)
+    w, (acc,) = step("adagrad", w.tolist(), [acc.tolist()], [0.2], lr=0.2)
     a1 = 0.1 + 0.16
     w1 = 0.5 + 0.2 * 0.4 / math.sqrt(a1)
     a2 = a1 + 0.04
@@ -134,8 +140,8 @@ def test_adagrad_momentum_two_steps(nesterov: bool, k: float, beta2: float) -> N
     w0, acc0, m0 = [1.3, -0.6, 1.1], [0.0, 0.2, 0.05], [0.0, 0.1, -0.2]
     g1, g2 = [0.5, -0.25, 0.0], [-0.125, 0.75, 0.4]
     h = (r(0.1), r(0.8), nesterov, r(k), r(beta2), r(1e-3))
-    w, (acc, m) = run("adagrad_momentum", w0, [acc0, m0], g1, lr=0.1, **hyper)
-    w, (acc, m) = run(
+    w, (acc, m) = step("adagrad_momentum", w0, [acc0, m0], g1, lr=0.1, **hyper)
+    w, (acc, m) = step(
         "adagrad_momentum", w.tolist(), [acc.tolist(), m.tolist()], g2, lr=0.1, **hyper
     )
 
@@ -154,7 +160,7 @@ def test_adagrad_momentum_reduces_to_adagrad() -> None:
     hyper: dict[str, Any] = dict(
         momentum=0.0, use_nesterov=False, exponent=2.0, beta2=1.0, epsilon=0.0
     )
-    w, (acc, m) = run("adagrad_momentum", [1.0], [[0.1], [0.0]], [0.3], lr=0.5, **hyper)
+    w, (acc, m) = step("adagrad_momentum", [1.0], [[0.1], [0.0]], [0.3], lr=0.5, **hyper)
     close(acc, [0.19])
     close(w, [1.0 - 0.15 / math.sqrt(0.19)])
     close(m, [0.3 / math.sqrt(0.19)])
@@ -164,7 +170,7 @@ def test_adagrad_momentum_beta2_zero_keeps_only_the_current_square() -> None:
     hyper: dict[str, Any] = dict(
         momentum=0.0, use_nesterov=False, exponent=2.0, beta2=0.0, epsilon=0.0
     )
-    _, (acc, _) = run("adagrad_momentum", [1.0], [[5.0], [0.0]], [0.5], lr=0.5, **hyper)
+    _, (acc, _) = step("adagrad_momentum", [1.0], [[5.0], [0.0]], [0.5], lr=0.5, **hyper)
     close(acc, [0.25])
 
 
@@ -174,7 +180,7 @@ def test_adagrad_momentum_first_step_nesterov_by_hand() -> None:
     hyper: dict[str, Any] = dict(
         momentum=0.9, use_nesterov=True, exponent=2.0, beta2=1.0, epsilon=0.0
     )
-    w, (acc, m) = run("adagrad_momentum", [2.0], [[0.0], [0.0]], [0.5], lr=0.1, **hyper)
+    w, (acc, m) = step("adagrad_momentum", [2.0], [[0.0], [0.0]], [0.5], lr=0.1, **hyper)
     close(acc, [0.25])
     close(m, [1.0])
     close(w, [1.81])
@@ -188,7 +194,7 @@ def test_bounded_adagrad_without_bounds_is_adagrad() -> None:
     hyper: dict[str, Any] = dict(
         update_accumulator_first=True, max_var_update=0.0, max_accumulator=0.0
     )
-    w, (acc,) = run("bounded_adagrad", [1.0], [[0.1]], [0.3], lr=0.5, **hyper)
+    w, (acc,) = step("bounded_adagrad", [1.0], [[0.1]], [0.3], lr=0.5, **hyper)
     close(acc, [0.19])
     close(w, [1.0 - 0.15 / math.sqrt(0.19)])
 
@@ -198,7 +204,7 @@ def test_bounded_adagrad_old_accumulator_when_not_first() -> None:
     hyper: dict[str, Any] = dict(
         update_accumulator_first=False, max_var_update=0.0, max_accumulator=0.0
     )
-    w, (acc,) = run("bounded_adagrad", [1.0], [[0.1]], [0.3], lr=0.5, **hyper)
+    w, (acc,) = step("bounded_adagrad", [1.0], [[0.1]], [0.3], lr=0.5, **hyper)
     close(acc, [0.19])
     close(w, [1.0 - 0.15 / math.sqrt(0.1)])
 
@@ -210,7 +216,7 @@ def test_bounded_adagrad_caps_accumulator_and_step() -> None:
     # element 0: acc 0.1 + 4 -> capped 0.5; delta = 1 * 2 / sqrt(0.5) = 2.83 -> clipped to 0.2
     # element 1: acc 0.1 + 0.01 = 0.11; delta = -0.1 / sqrt(0.11) = -0.3015 -> clipped to -0.2
     # element 2: acc 0.3 + 0.0025 = 0.3025; delta = 0.05 / 0.55 = 0.0909 (inside the bound)
-    w, (acc,) = run(
+    w, (acc,) = step(
         "bounded_adagrad", [1.0, 1.0, 1.0], [[0.1, 0.1, 0.3]], [2.0, -0.1, 0.05], lr=1.0, **hyper
     )
     close(acc, [0.5, 0.11, 0.3025])
@@ -221,7 +227,7 @@ def test_bounded_adagrad_negative_bounds_act_as_zero() -> None:
     hyper: dict[str, Any] = dict(
         update_accumulator_first=True, max_var_update=-1.0, max_accumulator=-1.0
     )
-    w, (acc,) = run("bounded_adagrad", [3.0], [[0.1]], [2.0], lr=1.0, **hyper)
+    w, (acc,) = step("bounded_adagrad", [3.0], [[0.1]], [2.0], lr=1.0, **hyper)
     close(acc, [4.1])
     close(w, [3.0 - 2.0 / math.sqrt(4.1)])
 
@@ -245,7 +251,7 @@ def test_frequency_aware_adagrad_by_hand() -> None:
     # counter 3 -> 4; scale = min((16 / 4)^0.5, 3) = 2
     # element 0: acc = max(0.5 * 1.0 + 0.25, 0.2) = 0.75; u = 0.5 * 2 / sqrt(0.75)
     # element 1: acc = max(0.5 * 0.1 + 0, 0.2) = 0.2 (the floor); u = 0
-    w, (acc, counter) = run(
+    w, (acc, counter) = step(
         "frequency_aware_adagrad",
         [1.0, -1.0],
         [[1.0, 0.1], [3.0, 3.0]],
@@ -263,14 +269,14 @@ def test_frequency_aware_adagrad_scale_is_capped_and_unset_counter_reads_tag_0()
     ctx = UpdateContext(step=0, dynamic_inputs=(100.0,))
     hyper: dict[str, Any] = dict(FAA)  # no step_counter attribute at all: tag 0
     # counter 0 -> 1; scale = min(sqrt(100 / 1), 3) = 3; acc = max(0 + 1, 0.2) = 1; u = 1 * 3 / 1
-    w, (acc, counter) = run(
+    w, (acc, counter) = step(
         "frequency_aware_adagrad", [0.0], [[0.0], [0.0]], [1.0], lr=0.1, ctx=ctx, **hyper
     )
     close(counter, [1.0])
     close(acc, [1.0])
     close(w, [-0.3])
     hyper_proto_like: dict[str, Any] = dict(FAA, step_counter=SimpleNamespace(tag=0))
-    w2, _ = run(
+    w2, _ = step(
         "frequency_aware_adagrad", [0.0], [[0.0], [0.0]], [1.0], lr=0.1, ctx=ctx, **hyper_proto_like
     )
     assert w2.tobytes() == w.tobytes()
@@ -283,7 +289,7 @@ def test_frequency_aware_adagrad_l1_l2_terms() -> None:
     )
     # counter 0 -> 1; scale = min(2, 3) = 2; element 0: acc = max(0.5*0.3 + 0.04, 0.2) = 0.2 (floor)
     # u = 0.2 * 2 / sqrt(0.2) + 0.05 * sign(-2) + 0.1 * (-2); element 1: G = 0, w = 0: u = 0
-    w, (acc, _) = run(
+    w, (acc, _) = step(
         "frequency_aware_adagrad",
         [-2.0, 0.0],
         [[0.3, 0.3], [0.0, 0.0]],
@@ -300,7 +306,7 @@ def test_frequency_aware_adagrad_l1_l2_terms() -> None:
 def test_frequency_aware_adagrad_needs_its_step_counter_input() -> None:
     hyper: dict[str, Any] = dict(FAA, step_counter=SimpleNamespace(tag=2))
     with pytest.raises(ValueError, match=r"dynamic input 2 \(step_counter.tag\).*has 1 dynamic"):
-        run(
+        step(
             "frequency_aware_adagrad",
             [0.0],
             [[0.0], [0.0]],
@@ -344,7 +350,7 @@ def _ftrl_ref(
 def test_ftrl_by_hand() -> None:
     # acc 0.1 -> 0.14; dp = sqrt(0.14) - sqrt(0.1); lin = 0.2 - dp * 0.5 / 0.1;
     # w = -lin / (sqrt(0.14) / 0.1)
-    w, (acc, lin) = run("ftrl", [0.5], [[0.1], [0.0]], [0.2], lr=0.1, **FTRL)
+    w, (acc, lin) = step("ftrl", [0.5], [[0.1], [0.0]], [0.2], lr=0.1, **FTRL)
     dp = math.sqrt(0.14) - math.sqrt(0.1)
     lin_expected = 0.2 - dp * 0.5 / 0.1
     close(acc, [0.14])
@@ -364,7 +370,7 @@ def test_ftrl_three_steps_against_float64(lr_power: float, mlbl: bool) -> None:
     ref = [list(w), list(acc), list(lin)]
     wn, accn, linn = f32(w)[0], f32(acc)[0], f32(lin)[0]
     for g, lr in zip(grads, lrs, strict=True):
-        wn, (accn, linn) = run("ftrl", wn.tolist(), [accn.tolist(), linn.tolist()], g, lr, **hyper)
+        wn, (accn, linn) = step("ftrl", wn.tolist(), [accn.tolist(), linn.tolist()], g, lr, **hyper)
         h = (r(lr), r(0.05), r(0.1), r(lr_power), r(0.5), mlbl)
         ref = [list(c) for c in elementwise(lambda *a, h=h: _ftrl_ref(*a, *h), *ref, g)]
     # The linear term is a running sum of terms of both signs: where it comes out small (~1e-2 from
@@ -377,7 +383,7 @@ def test_ftrl_three_steps_against_float64(lr_power: float, mlbl: bool) -> None:
 def test_ftrl_l1_zeroes_weights_whose_linear_is_inside_the_band() -> None:
     hyper: dict[str, Any] = dict(FTRL, l1=0.5)
     # lr_power 0: dp = 0, lin = lin + G; |lin| <= l1 gives w = 0 exactly; outside it shrinks by l1
-    w, (_, lin) = run(
+    w, (_, lin) = step(
         "ftrl",
         [3.0, 3.0, 3.0],
         [[1.0] * 3, [0.1, 0.0, 1.0]],
@@ -401,7 +407,7 @@ def test_ftrl_constant_rate_mlbl_gives_the_same_weights() -> None:
     for g in ([0.3, -0.1], [0.2, 0.2], [-0.6, 0.05]):
         for mlbl in (False, True):
             w, acc, lin = state[mlbl]
-            nw, (nacc, nlin) = run(
+            nw, (nacc, nlin) = step(
                 "ftrl", w, [acc, lin], g, lr=0.25, multiply_linear_by_lr=mlbl, **base
             )
             state[mlbl] = (nw.tolist(), nacc.tolist(), nlin.tolist())
@@ -411,11 +417,11 @@ def test_ftrl_constant_rate_mlbl_gives_the_same_weights() -> None:
 
 def test_ftrl_zero_denominator_gives_zero_not_nan() -> None:
     # acc = 0 and G = 0 with beta = l2 = 0: den = p_new / lr = 0 -> the executor returns 0
-    w, (acc, lin) = run("ftrl", [0.7, 0.7], [[0.0, 0.0], [0.0, 0.0]], [0.0, 0.5], lr=0.1, **FTRL)
+    w, (acc, lin) = step("ftrl", [0.7, 0.7], [[0.0, 0.0], [0.0, 0.0]], [0.0, 0.5], lr=0.1, **FTRL)
     assert w[0] == 0.0
     close(acc, [0.0, 0.25])
     close(w[1:], [-(0.5 - 0.5 * 0.7 / 0.1) / (0.5 / 0.1)])
-    w, _ = run(
+    w, _ = step(
         "ftrl", [0.7], [[0.0], [0.0]], [0.0], lr=0.1, **dict(FTRL, multiply_linear_by_lr=True)
     )
     assert w[0] == 0.0
@@ -432,7 +438,7 @@ def test_adam_first_step_by_hand(inside: bool) -> None:
     # m = (1 - beta1) * G, v = (1 - beta2) * G^2; den = sqrt(v + eps^2) or sqrt(v) + eps.
     # 1 - beta2 is 1 - float32(0.999) = 0.00099998713 (not 0.001: 1.3e-5 relative), as in float32.
     c2 = 1.0 - r(0.999)
-    w, (m, v) = run(
+    w, (m, v) = step(
         "adam",
         [1.0, 1.0],
         [[0.0, 0.0], [0.0, 0.0]],
@@ -451,7 +457,7 @@ def test_adam_first_step_by_hand(inside: bool) -> None:
 
 
 def test_adam_zero_gradient_row_still_moves() -> None:
-    w, (m, v) = run(
+    w, (m, v) = step(
         "adam", [1.0], [[0.2], [0.04]], [0.0], lr=0.1, use_sum_inside_sqrt=False, **ADAM
     )
     close(m, [0.18])
@@ -465,17 +471,17 @@ def test_adam_zero_gradient_row_still_moves() -> None:
 
 def test_momentum_plain_and_nesterov_by_hand() -> None:
     # m = 0.9 * 0.5 + 1 = 1.45; plain w = 1 - 0.1 * 1.45; Nesterov w = 1 - (0.1 + 0.1 * 0.9 * 1.45)
-    w, (m,) = run("momentum", [1.0], [[0.5]], [1.0], lr=0.1, momentum=0.9, use_nesterov=False)
+    w, (m,) = step("momentum", [1.0], [[0.5]], [1.0], lr=0.1, momentum=0.9, use_nesterov=False)
     close(m, [1.45])
     close(w, [0.855])
-    w, (m,) = run("momentum", [1.0], [[0.5]], [1.0], lr=0.1, momentum=0.9, use_nesterov=True)
+    w, (m,) = step("momentum", [1.0], [[0.5]], [1.0], lr=0.1, momentum=0.9, use_nesterov=True)
     close(m, [1.45])
     close(w, [0.7695])
 
 
 @pytest.mark.parametrize("nesterov", [False, True])
 def test_momentum_zero_gradient_row_still_moves(nesterov: bool) -> None:
-    w, (m,) = run("momentum", [1.0], [[0.5]], [0.0], lr=0.2, momentum=0.5, use_nesterov=nesterov)
+    w, (m,) = step("momentum", [1.0], [[0.5]], [0.0], lr=0.2, momentum=0.5, use_nesterov=nesterov)
     close(m, [0.25])
     close(w, [1.0 - 0.2 * 0.5 * 0.25] if nesterov else [0.95])
 
@@ -488,7 +494,7 @@ def test_lion_by_hand() -> None:
     # c = 0.9 * m + 0.1 * G decides the sign from the OLD m; m = 0.99 * m + 0.01 * G
     # element 0: c = 0.09 - 0.05 > 0 -> w - lr; element 1: c = -0.9 + 0.1 < 0 -> w + lr;
     # element 2: m = 0, G = 0 -> sign(0) = 0, no move
-    w, (m,) = run(
+    w, (m,) = step(
         "lion",
         [1.0, 1.0, 1.0],
         [[0.1, -1.0, 0.0]],
@@ -508,7 +514,7 @@ def test_lion_by_hand() -> None:
 
 def test_rms_prop_by_hand() -> None:
     # ms = 0.9 * 0.5 + 0.1 * 4 = 0.85; mom = 0.5 * 0.2 + 0.1 * 2 / sqrt(0.85 + 0.01); w = 1 - mom
-    w, (ms, mom) = run(
+    w, (ms, mom) = step(
         "rms_prop", [1.0], [[0.5], [0.2]], [2.0], lr=0.1, rho=0.9, momentum=0.5, epsilon=0.01
     )
     close(ms, [0.85])
@@ -520,7 +526,7 @@ def test_rms_prop_by_hand() -> None:
 def test_centered_rms_prop_by_hand() -> None:
     # mg = 0.9 * 0.1 + 0.1 * 2 = 0.29; ms = 0.85;
     # mom = 0.5 * 0.2 + 0.1 * 2 / sqrt(0.85 - 0.0841 + 0.01)
-    w, (ms, mom, mg) = run(
+    w, (ms, mom, mg) = step(
         "centered_rms_prop",
         [1.0],
         [[0.5], [0.2], [0.1]],
@@ -540,7 +546,7 @@ def test_centered_rms_prop_by_hand() -> None:
 def test_adadelta_by_hand() -> None:
     # acc = 0.9 * 0.2 + 0.1 * 0.25 = 0.205; u = sqrt(0.3 + 0.01) / sqrt(0.205 + 0.01) * 0.5
     # w = 1 - 0.8 * u; upd = 0.9 * 0.3 + 0.1 * u^2 (the OLD upd decays)
-    w, (acc, upd) = run("adadelta", [1.0], [[0.2], [0.3]], [0.5], lr=0.8, rho=0.9, epsilon=0.01)
+    w, (acc, upd) = step("adadelta", [1.0], [[0.2], [0.3]], [0.5], lr=0.8, rho=0.9, epsilon=0.01)
     u = math.sqrt(0.31) / math.sqrt(0.215) * 0.5
     close(acc, [0.205])
     close(w, [1.0 - 0.8 * u])
@@ -549,7 +555,7 @@ def test_adadelta_by_hand() -> None:
 
 def test_adadelta_first_step_from_zero_slots_is_tiny() -> None:
     # upd = 0: u = sqrt(eps) / sqrt(0.1 * G^2 + eps) * G
-    w, (acc, upd) = run("adadelta", [0.0], [[0.0], [0.0]], [1.0], lr=1.0, rho=0.9, epsilon=1e-6)
+    w, (acc, upd) = step("adadelta", [0.0], [[0.0], [0.0]], [1.0], lr=1.0, rho=0.9, epsilon=1e-6)
     u = math.sqrt(1e-6) / math.sqrt(0.1 + 1e-6)
     close(acc, [0.1])
     close(w, [-u])
@@ -562,7 +568,7 @@ def test_adadelta_first_step_from_zero_slots_is_tiny() -> None:
 
 def test_proximal_adagrad_without_l1_by_hand() -> None:
     # acc = 0.1 + 0.09 = 0.19; eta = 0.5 / sqrt(0.19); p = 1 - eta * 0.3; w = p / (1 + eta * 0.2)
-    w, (acc,) = run("proximal_adagrad", [1.0], [[0.1]], [0.3], lr=0.5, l1=0.0, l2=0.2)
+    w, (acc,) = step("proximal_adagrad", [1.0], [[0.1]], [0.3], lr=0.5, l1=0.0, l2=0.2)
     eta = 0.5 / math.sqrt(0.19)
     close(acc, [0.19])
     close(w, [(1.0 - eta * 0.3) / (1.0 + eta * 0.2)])
@@ -570,7 +576,7 @@ def test_proximal_adagrad_without_l1_by_hand() -> None:
 
 def test_proximal_adagrad_l1_shrinks_and_zeroes() -> None:
     # G = 0, acc = 0.25 -> eta = 0.2 / 0.5 = 0.4; threshold eta * l1 = 0.2
-    w, (acc,) = run(
+    w, (acc,) = step(
         "proximal_adagrad",
         [1.0, -0.15, -0.5, 0.2],
         [[0.25] * 4],
@@ -614,7 +620,7 @@ def test_proximal_yogi_against_float64(l1: float, l2: float) -> None:
         [0.0, 0.2, 0.0, 0.1],
         [0.5, 0.1, -0.3, 0.5],
     )
-    w, (v, m) = run("proximal_yogi", w0, [v0, m0], g, lr=0.05, **hyper)
+    w, (v, m) = step("proximal_yogi", w0, [v0, m0], g, lr=0.05, **hyper)
     h = (r(0.05), r(l1), r(l2), r(0.9), r(0.99), r(1e-3))
     ref = elementwise(lambda w_, v_, m_, g_: _yogi_ref(w_, v_, m_, g_, *h), w0, v0, m0, g)
     close(w, ref[0])
@@ -627,7 +633,7 @@ def test_proximal_yogi_l1_zeroes_small_weights() -> None:
     # G = 0, m = 0, v = 0.01: eta = 0.1 / (sqrt(0.01) + 0) = 1; p = w; threshold eta * l1 = 0.5;
     # l2 = 0.25 divides by 1.25
     hyper: dict[str, Any] = dict(l1=0.5, l2=0.25, beta1=0.9, beta2=0.99, epsilon=0.0)
-    w, (v, m) = run(
+    w, (v, m) = step(
         "proximal_yogi", [0.4, -0.5, 2.0, -1.0], [[0.01] * 4, [0.0] * 4], [0.0] * 4, lr=0.1, **hyper
     )
     assert w[0] == 0.0 and w[1] == 0.0
@@ -650,7 +656,7 @@ def test_frequency_estimator_by_hand() -> None:
     # delta 20: >= 16 -> outlier, D = 20
     # delta 5: >= 4 -> outlier, D = 5
     # delta 120: outlier, capped at max_delta: D = 50
-    d, (last,) = run(
+    d, (last,) = step(
         "frequency_estimator",
         [8.0, 8.0, 2.0, 8.0],
         [[16.0, 0.0, 15.0, -100.0]],
@@ -667,5 +673,5 @@ def test_frequency_estimator_averages_a_capped_gap() -> None:
         tau=0.5, max_delta=10.0, outlier_threshold=100.0, weight_exponent=1.0
     )
     # delta 30 capped to 10, not an outlier (30 < 100 * 1): D = 1 * 0.5 + 10 * 0.5
-    d, _ = run("frequency_estimator", [1.0], [[0.0]], [0.0], lr=30.0, **hyper)
+    d, _ = step("frequency_estimator", [1.0], [[0.0]], [0.0], lr=30.0, **hyper)
     close(d, [5.5])

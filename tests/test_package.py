@@ -106,3 +106,21 @@ def test_builtin_example_is_the_quickstart_example() -> None:
 
     packaged = resources.files("tpuemb_cfg.data").joinpath("default_config.pbtxt").read_bytes()
     assert packaged == (ROOT / "examples" / "quickstart.pbtxt").read_bytes()
+
+
+def test_importing_the_package_loads_neither_protobuf_nor_click() -> None:
+    """`import tpuemb_cfg` is cheap (every public name loads on first use): the command starts
+    fast, and Ctrl-C during its start-up has almost nothing to interrupt."""
+    code = ("import sys, tpuemb_cfg; "
+            "print(sorted(m for m in ('google.protobuf', 'click', 'numpy') if m in sys.modules)); "
+            "tpuemb_cfg.TPUEmbeddingConfiguration; print('google.protobuf' in sys.modules)")
+    out = _run("-c", code)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["[]", "True"]
+
+
+def test_a_library_import_leaves_sigint_alone() -> None:
+    code = ("import signal, tpuemb_cfg.cli; "
+            "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)")
+    out = _run("-c", code)
+    assert out.returncode == 0 and out.stdout.strip() == "True", out.stderr

@@ -9,9 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from rulecheck import config, marked, run
+from rulecheck import config, family_tests, text_findings
 
-from tpuemb_cfg.rules import RULES
 from tpuemb_cfg.validator import validate
 
 T = "table_descriptor[0].optimization_parameters"
@@ -139,38 +138,13 @@ CLEAN = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("rule_id", "text", "paths"), TRIGGER, ids=[f"{c[0]}-{i}" for i, c in enumerate(TRIGGER)]
+test_rule_triggers_at_the_marked_field, test_rule_does_not_trigger, test_family_is_complete = (
+    # ACC012 (on request) is tested by test_state_variable_list
+    family_tests(
+        SEVERITY, TRIGGER, CLEAN, on_request=frozenset({"ACC012"}),
+        untriggered=frozenset({"ACC012"}),
+    )
 )
-def test_rule_triggers_at_the_marked_field(
-    tmp_path: Path, rule_id: str, text: str, paths: list[str]
-) -> None:
-    found = run(tmp_path, rule_id, text)
-    expected = [(p, *pos) for p, pos in zip(paths, marked(text), strict=True)]
-    assert [(d.field_path, d.line, d.column) for d in found] == expected
-    assert {d.severity for d in found} == {SEVERITY[rule_id]}
-    for d in found:
-        assert "table_descriptor[0] 't'" in d.message
-
-
-@pytest.mark.parametrize(
-    ("rule_id", "text"), CLEAN, ids=[f"{c[0]}-{i}" for i, c in enumerate(CLEAN)]
-)
-def test_rule_does_not_trigger(tmp_path: Path, rule_id: str, text: str) -> None:
-    assert run(tmp_path, rule_id, text) == []
-
-
-def test_every_acc_rule_is_registered_tested_and_documented() -> None:
-    ours = {rule_id for rule_id in RULES if rule_id.startswith("ACC")}
-    assert ours == set(SEVERITY)
-    assert {c[0] for c in TRIGGER} | {"ACC012"} == ours  # ACC012: test_state_variable_list
-    assert {c[0] for c in CLEAN} == ours
-    for rule_id in ours:
-        rule = RULES[rule_id]
-        assert rule.severity == SEVERITY[rule_id]
-        assert rule.on_request == (rule_id == "ACC012")
-        for heading in ("## What it does", "## Why is this bad?", "## Example", "## Use instead"):
-            assert heading in rule.explanation, (rule_id, heading)
 
 
 @pytest.mark.parametrize(
@@ -191,7 +165,7 @@ def test_every_acc_rule_is_registered_tested_and_documented() -> None:
 )
 def test_state_variable_list(tmp_path: Path, op: str, names: str) -> None:
     text = config(op)
-    (d,) = run(tmp_path, "ACC012", text)
+    (d,) = text_findings(tmp_path, "ACC012", text)
     assert (d.field_path, d.line, d.column, d.severity) == (T, 5, 3, "info")
     assert d.message.endswith(names)
     assert f"{len(names.split(', '))} state variable(s)" in d.message
@@ -208,6 +182,7 @@ def test_state_variables_are_reported_only_on_request(tmp_path: Path) -> None:
 
 
 def test_undeclared_status_message_lists_the_enum(tmp_path: Path) -> None:
-    (d,) = run(tmp_path, "ACC001", config("gradient_accumulation_status: 7\nadagrad {\n}"))
+    text = config("gradient_accumulation_status: 7\nadagrad {\n}")
+    (d,) = text_findings(tmp_path, "ACC001", text)
     assert "gradient_accumulation_status is 7" in d.message
     assert "UNSPECIFIED (0), ENABLED (1), DISABLED (2)" in d.message

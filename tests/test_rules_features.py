@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rulecheck import positions
-from rulecheck import validate_text as run
+from rulecheck import positions, validate_text
 
 from tpuemb_cfg.derived import derive
 from tpuemb_cfg.io import load
@@ -40,14 +39,14 @@ def test_feat001_table_id_out_of_range(tmp_path: Path) -> None:
             feature("f2", -1, "input_shape: 16"),
         ],
     )
-    found = run(tmp_path, text, "FEAT001")
+    found = validate_text(tmp_path, text, "FEAT001")
     assert positions(found) == [(13, 3), (18, 3)]
     assert found[0].field_path == "feature_descriptor[1].table_id"
     assert "'f1': table_id 2 is out of range; expected 0..1" in found[0].message
 
 
 def test_feat001_unset_table_id_without_tables(tmp_path: Path) -> None:
-    found = run(tmp_path, config([], [feature("f0", None, "input_shape: 16")]), "FEAT001")
+    found = validate_text(tmp_path, config([], [feature("f0", None, "input_shape: 16")]), "FEAT001")
     # table_id absent (0), no tables: located at feature_descriptor[0] (4, 1).
     assert positions(found) == [(4, 1)]
 
@@ -56,18 +55,19 @@ def test_feat001_clean(tmp_path: Path) -> None:
     text = config(
         ["a", "b"], [feature("f0", None, "input_shape: 16"), feature("f1", 1, "input_shape: 8")]
     )
-    assert run(tmp_path, text, "FEAT001") == []
+    assert validate_text(tmp_path, text, "FEAT001") == []
 
 
 def test_feat002_empty_input_shape(tmp_path: Path) -> None:
     text = config(["a"], [feature("f0", 0, "input_shape: 16"), feature("f1", 0, "# no shape")])
-    found = run(tmp_path, text, "FEAT002")
+    found = validate_text(tmp_path, text, "FEAT002")
     assert positions(found) == [(10, 1)]
     assert found[0].field_path == "feature_descriptor[1].input_shape"
 
 
 def test_feat002_clean(tmp_path: Path) -> None:
-    assert run(tmp_path, config(["a"], [feature("f0", 0, "input_shape: 16")]), "FEAT002") == []
+    text = config(["a"], [feature("f0", 0, "input_shape: 16")])
+    assert validate_text(tmp_path, text, "FEAT002") == []
 
 
 def test_feat003_non_positive_entries(tmp_path: Path) -> None:
@@ -75,7 +75,7 @@ def test_feat003_non_positive_entries(tmp_path: Path) -> None:
         ["a"],
         [feature("f0", 0, "input_shape: 16 input_shape: 0"), feature("f1", 0, "input_shape: -3")],
     )
-    found = run(tmp_path, text, "FEAT003")
+    found = validate_text(tmp_path, text, "FEAT003")
     assert positions(found) == [(8, 19), (13, 3)]
     assert [d.field_path for d in found] == [
         "feature_descriptor[0].input_shape[1]",
@@ -86,11 +86,12 @@ def test_feat003_non_positive_entries(tmp_path: Path) -> None:
 
 def test_feat003_list_syntax_position(tmp_path: Path) -> None:
     text = config(["a"], [feature("f0", 0, "input_shape: [16, 0]")])
-    assert positions(run(tmp_path, text, "FEAT003")) == [(8, 21)]
+    assert positions(validate_text(tmp_path, text, "FEAT003")) == [(8, 21)]
 
 
 def test_feat003_clean(tmp_path: Path) -> None:
-    assert run(tmp_path, config(["a"], [feature("f0", 0, "input_shape: [16, 4]")]), "FEAT003") == []
+    text = config(["a"], [feature("f0", 0, "input_shape: [16, 4]")])
+    assert validate_text(tmp_path, text, "FEAT003") == []
 
 
 def test_feat004_table_without_features(tmp_path: Path) -> None:
@@ -98,7 +99,7 @@ def test_feat004_table_without_features(tmp_path: Path) -> None:
         ["a", None, "c"],
         [feature("f0", None, "input_shape: 16"), feature("f1", 7, "input_shape: 16")],
     )
-    found = run(tmp_path, text, "FEAT004")
+    found = validate_text(tmp_path, text, "FEAT004")
     # table 1 has no name: at table_descriptor[1] (5, 1); table 2 at its name (6, 20).
     assert positions(found) == [(5, 1), (6, 20)]
     assert "table_descriptor[2] 'c': no feature_descriptor has table_id 2" in found[1].message
@@ -106,19 +107,19 @@ def test_feat004_table_without_features(tmp_path: Path) -> None:
 
 def test_feat004_not_in_legacy_style(tmp_path: Path) -> None:
     text = HEAD + "batch_size_per_tensor_core: 8\n" + table("a")
-    assert run(tmp_path, text, "FEAT004") == []
+    assert validate_text(tmp_path, text, "FEAT004") == []
 
 
 def test_feat004_clean(tmp_path: Path) -> None:
     text = config(
         ["a", "b"], [feature("f0", 1, "input_shape: 16"), feature("f1", 0, "input_shape: 16")]
     )
-    assert run(tmp_path, text, "FEAT004") == []
+    assert validate_text(tmp_path, text, "FEAT004") == []
 
 
 def test_feat005_feature_size_overflow(tmp_path: Path) -> None:
     text = config(["a"], [feature("f0", 0, "input_shape: 65536 input_shape: 32768")])
-    found = run(tmp_path, text, "FEAT005")
+    found = validate_text(tmp_path, text, "FEAT005")
     assert positions(found) == [(8, 3)]
     assert "multiplies to 2147483648" in found[0].message
 
@@ -128,7 +129,7 @@ def test_feat005_legacy_overflow(tmp_path: Path) -> None:
         "mode: TRAINING\nbatch_size_per_tensor_core: 65536\n"
         'table_descriptor {\n  name: "a"\n  num_features: 32768\n}\n'
     )
-    found = run(tmp_path, text, "FEAT005")
+    found = validate_text(tmp_path, text, "FEAT005")
     assert positions(found) == [(5, 3)]
     assert "= 2147483648 does not fit in 32 bits" in found[0].message
 
@@ -136,7 +137,7 @@ def test_feat005_legacy_overflow(tmp_path: Path) -> None:
 def test_feat005_clean_at_the_limit(tmp_path: Path) -> None:
     # 65535 * 32768 = 2^31 - 2^15 fits.
     text = config(["a"], [feature("f0", 0, "input_shape: [65535, 32768]")])
-    assert run(tmp_path, text, "FEAT005") == []
+    assert validate_text(tmp_path, text, "FEAT005") == []
 
 
 SPEC_EXAMPLE = config(
@@ -162,8 +163,8 @@ def test_derived_batch_size_spec_example(tmp_path: Path) -> None:
 
 
 def test_feat006_derived_counts_on_request(tmp_path: Path) -> None:
-    assert [d for d in run(tmp_path, SPEC_EXAMPLE, "FEAT") if d.rule == "FEAT006"] == []
-    found = run(tmp_path, SPEC_EXAMPLE, "FEAT006")
+    assert [d for d in validate_text(tmp_path, SPEC_EXAMPLE, "FEAT") if d.rule == "FEAT006"] == []
+    found = validate_text(tmp_path, SPEC_EXAMPLE, "FEAT006")
     assert positions(found) == [(6, 1)]
     assert found[0].message == (
         "derived batch_size_per_tensor_core = 16; num_features per table: "
@@ -173,11 +174,11 @@ def test_feat006_derived_counts_on_request(tmp_path: Path) -> None:
 
 def test_feat006_not_with_feature_errors(tmp_path: Path) -> None:
     text = config(["a"], [feature("f0", 3, "input_shape: 16")])
-    assert run(tmp_path, text, "FEAT006") == []
+    assert validate_text(tmp_path, text, "FEAT006") == []
 
 
 def test_feat007_features_disagree_on_batch(tmp_path: Path) -> None:
-    found = run(tmp_path, SPEC_EXAMPLE, "FEAT007")
+    found = validate_text(tmp_path, SPEC_EXAMPLE, "FEAT007")
     assert positions(found) == [(9, 3)]
     assert found[0].field_path == "feature_descriptor[0].input_shape[0]"
     assert "leading dimension 32 differs from the derived batch size 16" in found[0].message
@@ -187,7 +188,7 @@ def test_feat007_clean(tmp_path: Path) -> None:
     text = config(
         ["a"], [feature("f0", 0, "input_shape: 16"), feature("f1", 0, "input_shape: [16, 3]")]
     )
-    assert run(tmp_path, text, "FEAT007") == []
+    assert validate_text(tmp_path, text, "FEAT007") == []
 
 
 def test_feat008_duplicate_feature_names(tmp_path: Path) -> None:
@@ -199,11 +200,11 @@ def test_feat008_duplicate_feature_names(tmp_path: Path) -> None:
             feature("x", 0, "input_shape: 16"),
         ],
     )
-    found = run(tmp_path, text, "FEAT008")
+    found = validate_text(tmp_path, text, "FEAT008")
     assert positions(found) == [(16, 3)]
     assert "name 'x' is already used by feature_descriptor[0]" in found[0].message
 
 
 def test_feat008_clean_with_empty_names(tmp_path: Path) -> None:
     text = config(["a"], [feature("", 0, "input_shape: 16"), feature("", 0, "input_shape: 16")])
-    assert run(tmp_path, text, "FEAT008") == []
+    assert validate_text(tmp_path, text, "FEAT008") == []

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rulecheck import positions
-from rulecheck import validate_text as run
+from rulecheck import positions, validate_text
 
 from tpuemb_cfg.validator import validate
 
@@ -49,7 +48,7 @@ def test_tag001_negative_learning_rate_and_step_counter(tmp_path: Path) -> None:
         table("ads", dyn(-1)),
         table("news", CONST, "frequency_aware_adagrad { step_counter { tag: -2 } }"),
     )
-    found = run(tmp_path, text, "TAG001")
+    found = validate_text(tmp_path, text, "TAG001")
     assert positions(found) == [(9, 31), (20, 46)]
     assert (
         found[0].field_path
@@ -61,12 +60,12 @@ def test_tag001_negative_learning_rate_and_step_counter(tmp_path: Path) -> None:
 
 
 def test_tag001_clean(tmp_path: Path) -> None:
-    assert run(tmp_path, config(table("ads", dyn(0)), table("b", dyn(1))), "TAG001") == []
+    assert validate_text(tmp_path, config(table("ads", dyn(0)), table("b", dyn(1))), "TAG001") == []
 
 
 def test_tag002_gap_names_missing_tag_and_neighbours(tmp_path: Path) -> None:
     text = config(table("ads", dyn(None)), table("video", dyn(1)), table("news", dyn(3)))
-    found = run(tmp_path, text, "TAG002")
+    found = validate_text(tmp_path, text, "TAG002")
     assert positions(found) == [(29, 31)]
     d = found[0]
     assert d.field_path == "table_descriptor[2].optimization_parameters.learning_rate.dynamic.tag"
@@ -79,7 +78,7 @@ def test_tag002_gap_names_missing_tag_and_neighbours(tmp_path: Path) -> None:
 def test_tag002_reports_first_table_of_smallest_tag_above_gap(tmp_path: Path) -> None:
     # tags 1 and 2 in use: 0 is missing; the first table using tag 1 is table 1.
     text = config(table("a", dyn(2)), table("b", dyn(1)), table("c", dyn(1)))
-    found = run(tmp_path, text, "TAG002")
+    found = validate_text(tmp_path, text, "TAG002")
     assert positions(found) == [(19, 31)]
     assert found[0].message.startswith("dynamic tag 0 is missing")
     assert found[0].hint is not None and "1 -> 0, 2 -> 1" in found[0].hint
@@ -87,7 +86,7 @@ def test_tag002_reports_first_table_of_smallest_tag_above_gap(tmp_path: Path) ->
 
 def test_tag002_several_missing(tmp_path: Path) -> None:
     text = config(table("a", dyn(0)), table("b", dyn(4)), table("c", dyn(7)))
-    found = run(tmp_path, text, "TAG002")
+    found = validate_text(tmp_path, text, "TAG002")
     assert positions(found) == [(19, 31)]
     assert found[0].message.startswith("dynamic tags 1..3, 5 and 6 are missing")
 
@@ -95,18 +94,18 @@ def test_tag002_several_missing(tmp_path: Path) -> None:
 def test_tag002_clean_with_unset_step_counter_counting_as_zero(tmp_path: Path) -> None:
     # The unset step counter is tag 0, so {0, 1} is dense.
     text = config(table("a", CONST, "frequency_aware_adagrad { }"), table("b", dyn(1)))
-    assert run(tmp_path, text, "TAG002") == []
+    assert validate_text(tmp_path, text, "TAG002") == []
 
 
 def test_tag002_unset_step_counter_fills_nothing_when_tags_start_at_one(tmp_path: Path) -> None:
     text = config(table("a", dyn(1)), table("b", dyn(2)))
-    found = run(tmp_path, text, "TAG002")
+    found = validate_text(tmp_path, text, "TAG002")
     assert positions(found) == [(9, 31)]
 
 
 def test_tag003_more_tags_than_tables(tmp_path: Path) -> None:
     text = config(table("a", dyn(0), "frequency_aware_adagrad { step_counter { tag: 1 } }"))
-    found = run(tmp_path, text, "TAG003")
+    found = validate_text(tmp_path, text, "TAG003")
     assert positions(found) == [(10, 46)]
     assert found[0].severity == "warning"
     assert "2 distinct dynamic tags but only 1 table" in found[0].message
@@ -117,12 +116,12 @@ def test_tag003_clean(tmp_path: Path) -> None:
         table("a", dyn(0), "frequency_aware_adagrad { step_counter { tag: 1 } }"),
         table("b", dyn(0)),
     )
-    assert run(tmp_path, text, "TAG003") == []
+    assert validate_text(tmp_path, text, "TAG003") == []
 
 
 def test_tag004_step_counter_unset(tmp_path: Path) -> None:
     text = config(table("a", dyn(1)), table("b", CONST, "frequency_aware_adagrad { }"))
-    found = run(tmp_path, text, "TAG004")
+    found = validate_text(tmp_path, text, "TAG004")
     # step_counter is absent: located at its parent, frequency_aware_adagrad (line 20, column 5).
     assert positions(found) == [(20, 5)]
     assert found[0].field_path == (
@@ -132,7 +131,7 @@ def test_tag004_step_counter_unset(tmp_path: Path) -> None:
 
 def test_tag004_clean(tmp_path: Path) -> None:
     text = config(table("a", CONST, "frequency_aware_adagrad { step_counter { } }"))
-    assert run(tmp_path, text, "TAG004") == []
+    assert validate_text(tmp_path, text, "TAG004") == []
 
 
 def test_tag005_tag_shared_by_learning_rate_and_step_counter(tmp_path: Path) -> None:
@@ -140,7 +139,7 @@ def test_tag005_tag_shared_by_learning_rate_and_step_counter(tmp_path: Path) -> 
         table("a", dyn(0)),
         table("b", CONST, "frequency_aware_adagrad { step_counter { tag: 0 } }"),
     )
-    found = run(tmp_path, text, "TAG005")
+    found = validate_text(tmp_path, text, "TAG005")
     assert positions(found) == [(20, 46)]
     assert "step-counter tag 0 is also the learning-rate tag of 'a'" in found[0].message
 
@@ -150,12 +149,12 @@ def test_tag005_clean(tmp_path: Path) -> None:
         table("a", dyn(0)),
         table("b", CONST, "frequency_aware_adagrad { step_counter { tag: 1 } }"),
     )
-    assert run(tmp_path, text, "TAG005") == []
+    assert validate_text(tmp_path, text, "TAG005") == []
 
 
 def test_tag006_mergeable_tags(tmp_path: Path) -> None:
     text = config(table("a", dyn(0)), table("b", dyn(1)), table("c", dyn(1)))
-    found = run(tmp_path, text, "TAG006")
+    found = validate_text(tmp_path, text, "TAG006")
     assert positions(found) == [(19, 31)]
     assert found[0].severity == "info"
     assert found[0].message.startswith("tags 0 and 1 could be merged")
@@ -163,7 +162,7 @@ def test_tag006_mergeable_tags(tmp_path: Path) -> None:
 
 def test_tag006_clean_when_optimizers_differ(tmp_path: Path) -> None:
     text = config(table("a", dyn(0)), table("b", dyn(1), "stochastic_gradient_descent { }"))
-    assert run(tmp_path, text, "TAG006") == []
+    assert validate_text(tmp_path, text, "TAG006") == []
 
 
 def test_tag007_tag_table_on_request_only(tmp_path: Path) -> None:
@@ -186,12 +185,12 @@ def test_tag007_tag_table_on_request_only(tmp_path: Path) -> None:
 
 
 def test_tag007_clean_without_dynamic_tags(tmp_path: Path) -> None:
-    assert run(tmp_path, config(table("a")), "TAG007") == []
+    assert validate_text(tmp_path, config(table("a")), "TAG007") == []
 
 
 def test_tag008_no_learning_rate(tmp_path: Path) -> None:
     text = config(table("a", "# no learning rate"), table("b", "learning_rate { }"))
-    found = run(tmp_path, text, "TAG008")
+    found = validate_text(tmp_path, text, "TAG008")
     # Table 0: learning_rate absent, located at optimization_parameters (8, 3);
     # table 1: present but empty (19, 5).
     assert positions(found) == [(8, 3), (19, 5)]
@@ -201,4 +200,4 @@ def test_tag008_no_learning_rate(tmp_path: Path) -> None:
 
 def test_tag008_clean_for_assign(tmp_path: Path) -> None:
     text = config(table("a", "# assign needs no rate", "assign { }"), table("b"))
-    assert run(tmp_path, text, "TAG008") == []
+    assert validate_text(tmp_path, text, "TAG008") == []

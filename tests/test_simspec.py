@@ -8,11 +8,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
+from conftest import run_simulate
 
-from tpuemb_cfg.cli import main
 from tpuemb_cfg.errors import InputError, UsageError
-from tpuemb_cfg.simspec import Schedule, ScheduledRun, load_spec
+from tpuemb_cfg.sim.schedules import Schedule
+from tpuemb_cfg.sim.spec import load_spec
+from tpuemb_cfg.sim.synthetic import SyntheticRun
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data" / "multiworker"
@@ -24,11 +25,6 @@ def write(tmp_path: Path, text: str, name: str = "sim.pbtxt") -> Path:
     path = tmp_path / name
     path.write_text(text)
     return path
-
-
-def invoke(*arguments: str) -> tuple[int, str]:
-    result = CliRunner().invoke(main, ["simulate", *arguments])
-    return result.exit_code, result.output
 
 
 def test_every_field_becomes_an_option(tmp_path: Path) -> None:
@@ -49,8 +45,8 @@ def test_every_field_becomes_an_option(tmp_path: Path) -> None:
 def test_replay_paths_are_relative_to_the_spec(tmp_path: Path) -> None:
     spec = load_spec(write(tmp_path, 'workload { replay { batches: "b.npz" out: "/x/o.npz" } }'))
     assert spec.options == {"batches_path": str(tmp_path / "b.npz"), "out_path": "/x/o.npz"}
-    empty = load_spec(write(tmp_path, "workers { max_staleness: -1 delay { fixed: 2 } }"))
-    assert empty.options == {"max_staleness": -1, "delay": "fixed:2", "workers": 1}
+    empty = load_spec(write(tmp_path, "workers { max_staleness: 0 delay { fixed: 2 } }"))
+    assert empty.options == {"max_staleness": 0, "delay": "fixed:2", "workers": 1}
 
 
 @pytest.mark.parametrize(
@@ -59,6 +55,9 @@ def test_replay_paths_are_relative_to_the_spec(tmp_path: Path) -> None:
         ("steps: 0", "1:1", "steps: 0 found, expected at least 1"),
         ("seed: 1\nworkers {\n  count: 0 }", "3:3", "workers.count: 0 found"),
         ("workers { delay { geometric: 1.5 } }", "1:19", "expected a probability 0 < p <= 1"),
+        ("workers { max_staleness: -1 }", "1:11",
+         "workers.max_staleness: -1 found, expected 0 or more"),
+        ("workers { count: 100000 }", "1:11", "100000 found, expected at most 1024"),
         ("workers { max_staleness: 1 replicas_to_aggregate: 2 }", "1:28",
          "max_staleness selects DropStale mode"),
         ("learning_rate_schedule { tag: 0 constant: 1 }\n"
@@ -101,12 +100,12 @@ def test_schedule_values() -> None:
 
 def test_scheduled_run_replaces_only_its_tags() -> None:
     schedule = Schedule(1, "piecewise_constant", (0.5, 0.125), boundaries=(1,))
-    run = ScheduledRun(TWO, learning_rate=0.1, schedules=[schedule])
-    assert run.learning_rates(0).tolist() == [np.float32(0.1), 0.5]
-    assert run.learning_rates(3).tolist() == [np.float32(0.1), 0.125]
+    run = SyntheticRun(TWO, learning_rate=0.1, schedules=[schedule])
+    assert run.data.learning_rates(0).tolist() == [np.float32(0.1), 0.5]
+    assert run.data.learning_rates(3).tolist() == [np.float32(0.1), 0.125]
     with pytest.raises(UsageError, match="schedule for tag 2, but the configuration has tags "
                                          "0..1"):
-        ScheduledRun(TWO, schedules=[Schedule(2, "constant", (1.0,))], spec_path="s.pbtxt")
+        SyntheticRun(TWO, schedules=[Schedule(2, "constant", (1.0,))], spec_path="s.pbtxt")
 
 
 def test_spec_run_equals_the_flags(tmp_path: Path) -> None:
@@ -118,7 +117,8 @@ def test_spec_run_equals_the_flags(tmp_path: Path) -> None:
              "--replicas-to-aggregate", "2", "--delay", "fixed:1")
     outputs = []
     for arguments in (("--spec", str(spec)), flags):
-        code, output = invoke(TWO, *arguments, "--json", "-q", "--out-dir", str(tmp_path / "o"))
+        code, output = run_simulate(TWO, *arguments, "--json", "-q", "--out-dir",
+                                    str(tmp_path / "o"))
         assert code == 0, output
         outputs.append((output, (tmp_path / "o" / "tables.npz").read_bytes()))
     assert outputs[0] == outputs[1]
@@ -126,8 +126,8 @@ def test_spec_run_equals_the_flags(tmp_path: Path) -> None:
 
 def test_flags_override_the_spec(tmp_path: Path) -> None:
     spec = write(tmp_path, "steps: 3 workers { count: 3 max_staleness: 0 }")
-    code, output = invoke(TINY, "--spec", str(spec), "--steps", "2", "--max-staleness", "1",
-                          "--json", "-q", "--out-dir", str(tmp_path / "o"))
+    code, output = run_simulate(TINY, "--spec", str(spec), "--steps", "2", "--max-staleness", "1",
+                                "--json", "-q", "--out-dir", str(tmp_path / "o"))
     assert code == 0, output
     summary = json.loads(output)
     assert (summary["steps_per_worker"], summary["workers"]) == (2, 3)
@@ -141,19 +141,19 @@ def test_single_worker_spec_uses_the_schedules(tmp_path: Path) -> None:
     tables = []
     for arguments in (("--spec", str(spec)), ("--steps", "3", "--learning-rate", "0.25"),
                       ("--steps", "3")):
-        code, output = invoke(TWO, *arguments, "-q", "--out-dir", str(tmp_path / "o"))
+        code, output = run_simulate(TWO, *arguments, "-q", "--out-dir", str(tmp_path / "o"))
         assert code == 0, output
         tables.append((tmp_path / "o" / "tables.npz").read_bytes())
     assert tables[0] == tables[1] != tables[2]
     bad = write(tmp_path, "learning_rate_schedule { tag: 5 constant: 1 }", "bad.pbtxt")
-    code, output = invoke(TWO, "--spec", str(bad), "-q", "--out-dir", str(tmp_path / "o"))
+    code, output = run_simulate(TWO, "--spec", str(bad), "-q", "--out-dir", str(tmp_path / "o"))
     assert code == 2
     assert f"{bad}: learning_rate_schedule for tag 5" in output
 
 
 def test_spec_errors_exit_2(tmp_path: Path) -> None:
     spec = write(tmp_path, "workers { count: -2 }")
-    code, output = invoke(TINY, "--spec", str(spec))
+    code, output = run_simulate(TINY, "--spec", str(spec))
     assert code == 2
     assert output.startswith(f"{spec}:1:11: error: workers.count: -2 found")
 
@@ -165,8 +165,8 @@ def test_example_spec_runs(tmp_path: Path) -> None:
     old = os.getcwd()
     os.chdir(tmp_path)
     try:
-        code, output = invoke(str(ROOT / "examples" / "quickstart.pbtxt"), "--spec",
-                              str(example), "--steps", "4", "--json", "-q")
+        code, output = run_simulate(str(ROOT / "examples" / "quickstart.pbtxt"), "--spec",
+                                    str(example), "--steps", "4", "--json", "-q")
     finally:
         os.chdir(old)
     assert code == 0, output
@@ -190,10 +190,10 @@ def test_replay_workload_from_the_spec(tmp_path: Path) -> None:
     (tmp_path / "specs").mkdir()
     spec = write(tmp_path / "specs", 'seed: 2 workload { replay { batches: "../b.npz" '
                                      'out: "../o1.npz" } }')
-    code, output = invoke(TINY, "--spec", str(spec), "-q")
+    code, output = run_simulate(TINY, "--spec", str(spec), "-q")
     assert code == 0, output
-    code, output = invoke(TINY, "--batches", str(tmp_path / "b.npz"), "--seed", "2", "--out",
-                          str(tmp_path / "o2.npz"), "-q")
+    code, output = run_simulate(TINY, "--batches", str(tmp_path / "b.npz"), "--seed", "2", "--out",
+                                str(tmp_path / "o2.npz"), "-q")
     assert code == 0, output
     assert (tmp_path / "o1.npz").read_bytes() == (tmp_path / "o2.npz").read_bytes()
     with np.load(tmp_path / "o1.npz") as out:

@@ -8,11 +8,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
+from conftest import run_simulate
 
-from tpuemb_cfg.cli import main
 from tpuemb_cfg.commands.simulate import available_memory, parse_size
-from tpuemb_cfg.executor.synthetic import SyntheticRun
+from tpuemb_cfg.sim.synthetic import SyntheticRun
 
 PIPELINED = """
 table_descriptor { name: "a" vocabulary_size: 300 dimension: 4 optimization_parameters {
@@ -28,14 +27,9 @@ feature_descriptor { name: "y" table_id: 1 input_shape: 4 input_shape: 2 }
 """
 
 
-def invoke(*arguments: str) -> tuple[int, str]:
-    result = CliRunner().invoke(main, ["simulate", *arguments])
-    return result.exit_code, result.output
-
-
 def test_no_arguments_runs_the_example(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    code, output = invoke()
+    code, output = run_simulate()
     assert code == 0, output
     assert "100 steps" in output and "loss:" in output
     for name in ("user", "item", "category"):
@@ -56,7 +50,8 @@ def test_no_arguments_runs_the_example(tmp_path: Path, monkeypatch: pytest.Monke
 def test_same_seed_same_bytes(tmp_path: Path) -> None:
     outputs = []
     for folder, seed in (("a", "1"), ("b", "1"), ("c", "2")):
-        code, output = invoke("--steps", "5", "--seed", seed, "--out-dir", str(tmp_path / folder))
+        code, output = run_simulate("--steps", "5", "--seed", seed, "--out-dir",
+                                    str(tmp_path / folder))
         assert code == 0, output
         outputs.append((tmp_path / folder / "tables.npz").read_bytes())
     assert outputs[0] == outputs[1]
@@ -68,8 +63,8 @@ def test_same_seed_same_bytes(tmp_path: Path) -> None:
 
 def test_json_summary_reports_hosts(tmp_path: Path) -> None:
     (tmp_path / "c.pbtxt").write_text(PIPELINED)
-    code, output = invoke(str(tmp_path / "c.pbtxt"), "--steps", "3", "--json",
-                          "--out-dir", str(tmp_path / "out"))
+    code, output = run_simulate(str(tmp_path / "c.pbtxt"), "--steps", "3", "--json",
+                                "--out-dir", str(tmp_path / "out"))
     assert code == 0, output
     summary = json.loads(output)
     assert summary["steps"] == 3 and len(summary["loss"]) == 3
@@ -92,8 +87,8 @@ def test_interrupted_and_resumed_run_is_bit_identical(
         (tmp_path / "c.pbtxt").write_text(PIPELINED)
         arguments = [str(tmp_path / "c.pbtxt")]
     whole, broken = tmp_path / "whole", tmp_path / "broken"
-    code, output = invoke(*arguments, "--steps", "10", "--checkpoint-every", "3",
-                          "--out-dir", str(whole))
+    code, output = run_simulate(*arguments, "--steps", "10", "--checkpoint-every", "3",
+                                "--out-dir", str(whole))
     assert code == 0, output
 
     real_step = SyntheticRun.run_step
@@ -104,16 +99,16 @@ def test_interrupted_and_resumed_run_is_bit_identical(
         return real_step(self)
 
     monkeypatch.setattr(SyntheticRun, "run_step", interrupted)
-    code, output = invoke(*arguments, "--steps", "10", "--checkpoint-every", "3",
-                          "--out-dir", str(broken))
+    code, output = run_simulate(*arguments, "--steps", "10", "--checkpoint-every", "3",
+                                "--out-dir", str(broken))
     assert code == 130
     assert not (broken / "tables.npz").exists()
     with np.load(broken / "checkpoint.npz") as checkpoint:
         assert int(checkpoint["executor/step"]) == 6
     monkeypatch.setattr(SyntheticRun, "run_step", real_step)
 
-    code, output = invoke(*arguments, "--steps", "10", "--checkpoint-every", "3", "--resume",
-                          "--out-dir", str(broken))
+    code, output = run_simulate(*arguments, "--steps", "10", "--checkpoint-every", "3", "--resume",
+                                "--out-dir", str(broken))
     assert code == 0, output
     assert (broken / "tables.npz").read_bytes() == (whole / "tables.npz").read_bytes()
     resumed = json.loads((broken / "summary.json").read_text())
@@ -122,19 +117,48 @@ def test_interrupted_and_resumed_run_is_bit_identical(
     assert resumed == uninterrupted
 
 
+@pytest.mark.parametrize("workers", [(), ("--workers", "2")])
+def test_config_is_parsed_validated_and_planned_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: tuple[str, ...]
+) -> None:
+    import tpuemb_cfg.executor.plan as plan_module
+    import tpuemb_cfg.io as io_module
+    import tpuemb_cfg.validator as validator_module
+
+    calls: dict[str, int] = {}
+
+    def counted(module: object, name: str) -> None:
+        real = getattr(module, name)
+
+        def wrapper(*args: object, **kwargs: object) -> object:
+            calls[name] = calls.get(name, 0) + 1
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, wrapper)
+
+    counted(io_module, "read_source")
+    counted(validator_module, "validate_source")
+    counted(plan_module, "build_plan")
+    (tmp_path / "c.pbtxt").write_text(PIPELINED)
+    code, output = run_simulate(str(tmp_path / "c.pbtxt"), "--steps", "2", "--combiner", "sum",
+                                "-q", "--out-dir", str(tmp_path / "out"), *workers)
+    assert code == 0, output
+    assert calls == {"read_source": 1, "validate_source": 1, "build_plan": 1}
+
+
 def test_resume_refuses_another_run(tmp_path: Path) -> None:
     out = str(tmp_path / "out")
-    assert invoke("--steps", "2", "--checkpoint-every", "1", "--out-dir", out)[0] == 0
-    code, output = invoke("--steps", "4", "--resume", "--seed", "9", "--out-dir", out)
+    assert run_simulate("--steps", "2", "--checkpoint-every", "1", "--out-dir", out)[0] == 0
+    code, output = run_simulate("--steps", "4", "--resume", "--seed", "9", "--out-dir", out)
     assert code == 2
     assert "another configuration, seed" in output
-    code, output = invoke("--resume", "--out-dir", str(tmp_path / "empty"))
+    code, output = run_simulate("--resume", "--out-dir", str(tmp_path / "empty"))
     assert code == 2 and "no checkpoint" in output
 
 
 def test_memory_limit_refuses_before_allocating(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    code, output = invoke("--max-memory", "1M", "--out-dir", str(out))
+    code, output = run_simulate("--max-memory", "1M", "--out-dir", str(out))
     assert code == 2
     assert "more than the memory limit of 976.6 KiB" in output and "--max-memory" in output
     assert not out.exists()
@@ -142,7 +166,8 @@ def test_memory_limit_refuses_before_allocating(tmp_path: Path) -> None:
 
 def test_plot(tmp_path: Path) -> None:
     png = tmp_path / "run.png"
-    code, output = invoke("--steps", "2", "--plot", str(png), "--out-dir", str(tmp_path / "o"))
+    code, output = run_simulate("--steps", "2", "--plot", str(png), "--out-dir",
+                                str(tmp_path / "o"))
     if importlib.util.find_spec("matplotlib") is None:
         assert code == 2
         assert "--plot needs matplotlib" in output and "pip install" in output
@@ -164,7 +189,7 @@ def test_plot(tmp_path: Path) -> None:
     ],
 )
 def test_usage_errors(arguments: list[str], words: str) -> None:
-    code, output = invoke(*arguments)
+    code, output = run_simulate(*arguments)
     assert code == 2
     assert words in output
 
@@ -191,8 +216,8 @@ def test_replay_json_report(tmp_path: Path) -> None:
         "s0/learning_rates": np.array([0.1], dtype=np.float32),
     }
     np.savez(tmp_path / "b.npz", **batches)  # type: ignore[arg-type]
-    code, output = invoke(str(tmp_path / "c.pbtxt"), "--batches", str(tmp_path / "b.npz"),
-                          "--out", str(tmp_path / "o.npz"), "--json")
+    code, output = run_simulate(str(tmp_path / "c.pbtxt"), "--batches", str(tmp_path / "b.npz"),
+                                "--out", str(tmp_path / "o.npz"), "--json")
     assert code == 0, output
     report = json.loads(output)
     assert report["steps"] == 1

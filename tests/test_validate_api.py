@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from conftest import EXAMPLES, GOLDEN
-from rulecheck import CLEAN, write_file
+from rulecheck import CLEAN, NUM_HOSTS_ZERO, write_config
 
 from tpuemb_cfg import TPUEmbeddingConfiguration
 from tpuemb_cfg.derived import derive, host_sizes
@@ -36,16 +36,12 @@ feature_descriptor { table_id: 0 input_shape: 16 }
 """
 
 
-def write(tmp_path: Path, text: str, name: str = "c.pbtxt") -> str:
-    return str(write_file(tmp_path, text, name))
-
-
 def test_clean_config_has_no_findings(tmp_path: Path) -> None:
-    assert validate(write(tmp_path, CLEAN)) == []
+    assert validate(write_config(tmp_path, CLEAN)) == []
 
 
 def test_findings_sorted_by_line_column_rule(tmp_path: Path) -> None:
-    path = write(tmp_path, BROKEN)
+    path = write_config(tmp_path, BROKEN)
     found = validate(path)
     assert [(d.line, d.column, d.rule) for d in found] == [
         (2, 1, "TBL008"),
@@ -53,19 +49,11 @@ def test_findings_sorted_by_line_column_rule(tmp_path: Path) -> None:
         (7, 3, "TBL006"),
     ]
     assert all(d.path == path for d in found)
-    assert found[0].to_dict() == {
-        "rule": "TBL008",
-        "severity": "error",
-        "message": "num_hosts is 0; it must be >= 1",
-        "field_path": "num_hosts",
-        "line": 2,
-        "column": 1,
-        "hint": "set num_hosts to the number of TPU hosts",
-    }
+    assert found[0].to_dict() == NUM_HOSTS_ZERO
 
 
 def test_message_and_bytes_inputs_have_no_positions(tmp_path: Path) -> None:
-    config = load(write(tmp_path, BROKEN))
+    config = load(write_config(tmp_path, BROKEN))
     from_message = validate(config)
     assert [d.rule for d in from_message] == ["TBL002", "TBL006", "TBL008"]
     assert all(d.line is None and d.column is None and d.path is None for d in from_message)
@@ -74,7 +62,7 @@ def test_message_and_bytes_inputs_have_no_positions(tmp_path: Path) -> None:
 
 
 def test_binary_and_json_files(tmp_path: Path) -> None:
-    config = load(write(tmp_path, BROKEN))
+    config = load(write_config(tmp_path, BROKEN))
     binary = tmp_path / "c.binpb"
     binary.write_bytes(config.SerializeToString())
     found = validate(str(binary))
@@ -93,13 +81,13 @@ def test_unreadable_file_is_parse001(tmp_path: Path) -> None:
     missing = validate(str(tmp_path / "nope.pbtxt"))
     assert [(d.rule, d.severity) for d in missing] == [("PARSE001", "error")]
     assert "no such file" in missing[0].message
-    bad = validate(write(tmp_path, "mode: TRAINING\ntable_descriptor {\n  nme: 'x'\n}\n"))
+    bad = validate(write_config(tmp_path, "mode: TRAINING\ntable_descriptor {\n  nme: 'x'\n}\n"))
     assert [(d.rule, d.line) for d in bad] == [("PARSE001", 3)]
     assert "nme" in bad[0].message
 
 
 def test_select_and_ignore_by_id_and_prefix(tmp_path: Path) -> None:
-    path = write(tmp_path, BROKEN)
+    path = write_config(tmp_path, BROKEN)
     assert [d.rule for d in validate(path, select=["TBL00"])] == ["TBL008", "TBL002", "TBL006"]
     assert [d.rule for d in validate(path, select="TBL002,TBL008")] == ["TBL008", "TBL002"]
     assert [d.rule for d in validate(path, ignore=["TBL002", "TBL006"])] == ["TBL008"]
@@ -124,11 +112,12 @@ def test_suppression_comment_on_the_line(tmp_path: Path) -> None:
     text = BROKEN.replace("num_hosts: 0\n", "num_hosts: 0  # tpuemb: disable=TBL008\n").replace(
         'name: ""\n', 'name: ""  # tpuemb: disable=TBL003, TBL\n'
     )
-    assert [d.rule for d in validate(write(tmp_path, text))] == ["TBL006"]
+    assert [d.rule for d in validate(write_config(tmp_path, text))] == ["TBL006"]
 
 
 def test_severity_override(tmp_path: Path) -> None:
-    found = validate(write(tmp_path, BROKEN), select=["TBL006"], severity={"TBL006": "warning"})
+    path = write_config(tmp_path, BROKEN)
+    found = validate(path, select=["TBL006"], severity={"TBL006": "warning"})
     assert [(d.rule, d.severity) for d in found] == [("TBL006", "warning")]
 
 
@@ -150,7 +139,7 @@ def test_user_rule_registration(tmp_path: Path, temporary_rules: list[str]) -> N
 
     temporary_rules.append("XUSR001")
     assert RULES["XUSR001"].explanation.startswith("Table names are checkpoint keys")
-    found = validate(write(tmp_path, CLEAN.replace('"ads"', '"Ads"')), select=["XUSR"])
+    found = validate(write_config(tmp_path, CLEAN.replace('"ads"', '"Ads"')), select=["XUSR"])
     assert [(d.rule, d.severity, d.line, d.column, d.message) for d in found] == [
         ("XUSR001", "warning", 5, 3, "table_descriptor[0] 'Ads': name is not lower case")
     ]
@@ -168,7 +157,7 @@ def test_crashing_rule_becomes_internal_error(tmp_path: Path, temporary_rules: l
         yield  # pragma: no cover
 
     temporary_rules.append("XBRK001")
-    found = validate(write(tmp_path, BROKEN), select=["XBRK", "TBL008"])
+    found = validate(write_config(tmp_path, BROKEN), select=["XBRK", "TBL008"])
     assert [(d.rule, d.severity) for d in found] == [("XBRK001", "error"), ("TBL008", "error")]
     assert "internal error in rule XBRK001 (KeyError" in found[0].message
 
@@ -195,7 +184,7 @@ def test_golden_configs_never_crash_a_rule() -> None:
 
 
 def test_validate_does_not_import_numpy(tmp_path: Path) -> None:
-    path = write(tmp_path, BROKEN)
+    path = write_config(tmp_path, BROKEN)
     code = (
         "import sys, tpuemb_cfg.validator, tpuemb_cfg.commands.validate\n"
         f"tpuemb_cfg.validator.validate({path!r}, show_derived=True)\n"
@@ -216,7 +205,7 @@ table_descriptor { name: "b" optimization_parameters {
 table_descriptor { name: "c" optimization_parameters {
   learning_rate { dynamic { } } frequency_aware_adagrad { step_counter { tag: 2 } } } }
 """
-    derived = derive(load(write(tmp_path, text)))
+    derived = derive(load(write_config(tmp_path, text)))
     assert derived.k == 3
     lr = "optimization_parameters.learning_rate.dynamic.tag"
     sc = "optimization_parameters.frequency_aware_adagrad.step_counter.tag"

@@ -7,7 +7,7 @@ import textwrap
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
-from rulecheck import CLEAN, invoke, write_file
+from rulecheck import CLEAN, NUM_HOSTS_ZERO, invoke, write_config
 
 from tpuemb_cfg.io import load
 from tpuemb_cfg.rules import RULES
@@ -20,12 +20,8 @@ INFO_ONLY = CLEAN.replace(
 )
 
 
-def write(tmp_path: Path, text: str, name: str = "c.pbtxt") -> str:
-    return str(write_file(tmp_path, text, name))
-
-
 def test_text_format_and_exit_1(tmp_path: Path) -> None:
-    path = write(tmp_path, ERRORS)
+    path = write_config(tmp_path, ERRORS)
     result = invoke("validate", path)
     assert result.exit_code == 1
     lines = result.output.splitlines()
@@ -35,22 +31,23 @@ def test_text_format_and_exit_1(tmp_path: Path) -> None:
 
 
 def test_clean_exit_0_and_no_output(tmp_path: Path) -> None:
-    result = invoke("validate", write(tmp_path, CLEAN))
+    result = invoke("validate", write_config(tmp_path, CLEAN))
     assert (result.exit_code, result.output) == (0, "")
 
 
 def test_fail_on(tmp_path: Path) -> None:
-    warn = write(tmp_path, WARNING_ONLY)
+    warn = write_config(tmp_path, WARNING_ONLY)
     assert invoke("validate", warn).exit_code == 0
     assert invoke("validate", "--fail-on", "warning", warn).exit_code == 1
-    info = write(tmp_path, INFO_ONLY, "i.pbtxt")
+    info = write_config(tmp_path, INFO_ONLY, "i.pbtxt")
     assert invoke("validate", "--fail-on", "warning", info).exit_code == 0
     assert invoke("validate", "--fail-on", "info", info).exit_code == 1
 
 
 def test_parse_error_exit_2_and_reported(tmp_path: Path) -> None:
-    good = write(tmp_path, ERRORS, "good.pbtxt")
-    bad = write(tmp_path, "table_descriptor {\n  name: 'x'\n  dimension: x\n}\n", "bad.pbtxt")
+    good = write_config(tmp_path, ERRORS, "good.pbtxt")
+    bad_text = "table_descriptor {\n  name: 'x'\n  dimension: x\n}\n"
+    bad = write_config(tmp_path, bad_text, "bad.pbtxt")
     result = invoke("validate", good, bad)
     assert result.exit_code == 2
     assert f"{good}:2:1: error[TBL008]" in result.output
@@ -62,7 +59,7 @@ def test_parse_error_exit_2_and_reported(tmp_path: Path) -> None:
 
 
 def test_usage_errors_exit_2(tmp_path: Path) -> None:
-    path = write(tmp_path, CLEAN)
+    path = write_config(tmp_path, CLEAN)
     result = invoke("validate", "--select", "NOPE", path)
     assert result.exit_code == 2
     assert "matches no rule" in result.output
@@ -72,7 +69,7 @@ def test_usage_errors_exit_2(tmp_path: Path) -> None:
 
 
 def test_json_format_exact_shape(tmp_path: Path) -> None:
-    path = write(tmp_path, ERRORS)
+    path = write_config(tmp_path, ERRORS)
     result = invoke("validate", "--format", "json", path, "--ignore", "ACC")
     assert result.exit_code == 1
     assert json.loads(result.output) == {
@@ -80,17 +77,7 @@ def test_json_format_exact_shape(tmp_path: Path) -> None:
         "files": [
             {
                 "path": path,
-                "diagnostics": [
-                    {
-                        "rule": "TBL008",
-                        "severity": "error",
-                        "message": "num_hosts is 0; it must be >= 1",
-                        "field_path": "num_hosts",
-                        "line": 2,
-                        "column": 1,
-                        "hint": "set num_hosts to the number of TPU hosts",
-                    }
-                ],
+                "diagnostics": [NUM_HOSTS_ZERO],
             }
         ],
         "summary": {"error": 1, "warning": 0, "info": 0},
@@ -99,7 +86,7 @@ def test_json_format_exact_shape(tmp_path: Path) -> None:
 
 def test_binary_input_has_null_positions(tmp_path: Path) -> None:
     binary = tmp_path / "c.binpb"
-    binary.write_bytes(load(write(tmp_path, ERRORS)).SerializeToString())
+    binary.write_bytes(load(write_config(tmp_path, ERRORS)).SerializeToString())
     doc = json.loads(invoke("validate", "-f", "json", str(binary)).output)
     assert [(d["rule"], d["line"], d["column"]) for d in doc["files"][0]["diagnostics"]] == [
         ("TBL008", None, None)
@@ -212,7 +199,7 @@ def _check_sarif(log: dict) -> None:
 
 
 def test_sarif_format(tmp_path: Path) -> None:
-    path = write(tmp_path, ERRORS)
+    path = write_config(tmp_path, ERRORS)
     result = invoke("validate", "--format", "sarif", path)
     assert result.exit_code == 1
     log = json.loads(result.output)
@@ -235,7 +222,7 @@ def test_sarif_format(tmp_path: Path) -> None:
 
 
 def test_github_format(tmp_path: Path) -> None:
-    path = write(tmp_path, ERRORS)
+    path = write_config(tmp_path, ERRORS)
     result = invoke("validate", "--format", "github", "--select", "TBL008", path)
     assert result.exit_code == 1
     assert result.output == (
@@ -245,8 +232,8 @@ def test_github_format(tmp_path: Path) -> None:
 
 
 def test_junit_format(tmp_path: Path) -> None:
-    bad = write(tmp_path, ERRORS, "bad.pbtxt")
-    good = write(tmp_path, CLEAN, "good.pbtxt")
+    bad = write_config(tmp_path, ERRORS, "bad.pbtxt")
+    good = write_config(tmp_path, CLEAN, "good.pbtxt")
     result = invoke("validate", "--format", "junit", "--select", "TBL", bad, good)
     assert result.exit_code == 1
     root = ET.fromstring(result.output.split("\n", 1)[1])
@@ -260,7 +247,7 @@ def test_junit_format(tmp_path: Path) -> None:
 
 
 def test_select_ignore_options(tmp_path: Path) -> None:
-    path = write(tmp_path, ERRORS.replace('name: "ads"', 'name: ""'))
+    path = write_config(tmp_path, ERRORS.replace('name: "ads"', 'name: ""'))
     out = invoke("validate", "--select", "TBL002,TBL008", path).output
     assert "TBL002" in out and "TBL008" in out
     out = invoke("validate", "--ignore", "TBL008", "--ignore", "TBL002", path)
@@ -268,12 +255,13 @@ def test_select_ignore_options(tmp_path: Path) -> None:
 
 
 def test_suppression_comment(tmp_path: Path) -> None:
-    path = write(tmp_path, ERRORS.replace("num_hosts: 0", "num_hosts: 0  # tpuemb: disable=TBL008"))
+    suppressed = ERRORS.replace("num_hosts: 0", "num_hosts: 0  # tpuemb: disable=TBL008")
+    path = write_config(tmp_path, suppressed)
     assert invoke("validate", path).exit_code == 0
 
 
 def test_show_derived(tmp_path: Path) -> None:
-    path = write(tmp_path, CLEAN)
+    path = write_config(tmp_path, CLEAN)
     result = invoke("validate", "--show-derived", path)
     assert result.exit_code == 0
     assert "info[FEAT006] derived batch_size_per_tensor_core = 16" in result.output
@@ -298,7 +286,7 @@ def test_pyproject_settings(tmp_path: Path) -> None:
             """
         )
     )
-    path = write(tmp_path, ERRORS.replace("dimension: 8", "dimension: 0"), "configs/c.pbtxt")
+    path = write_config(tmp_path, ERRORS.replace("dimension: 8", "dimension: 0"), "configs/c.pbtxt")
     result = invoke("validate", "--select", "TBL", path)
     assert result.exit_code == 1  # TBL006 is now a warning, and warnings fail
     assert "warning[TBL006]" in result.output and "TBL008" not in result.output
@@ -307,7 +295,7 @@ def test_pyproject_settings(tmp_path: Path) -> None:
 
 def test_pyproject_bad_value_is_exit_2(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text('[tool.tpuemb]\nfail-on = "sometimes"\n')
-    result = invoke("validate", write(tmp_path, CLEAN))
+    result = invoke("validate", write_config(tmp_path, CLEAN))
     assert result.exit_code == 2
     assert "key tool.tpuemb.fail-on" in result.output
 

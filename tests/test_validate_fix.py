@@ -4,53 +4,23 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rulecheck import invoke
-from rulecheck import write_file as write
+from rulecheck import HEADER, adagrad_table, invoke, write_file
 
 from tpuemb_cfg.derived import derive
 from tpuemb_cfg.fix import fix_source
 from tpuemb_cfg.io import load, read_source
 from tpuemb_cfg.validator import validate
 
-TAGS = """\
-# tags 0, 1 and 3: 3 must become 2
-mode: TRAINING
-num_hosts: 1
-num_tensor_cores: 8
-table_descriptor {
-  name: "ads"
-  vocabulary_size: 100
-  dimension: 8
-  optimization_parameters {
-    learning_rate { dynamic { } }  # tag 0
-    adagrad { }
-    gradient_accumulation_status: ENABLED
-  }
-}
-table_descriptor {
-  name: "video"
-  vocabulary_size: 100
-  dimension: 8
-  optimization_parameters {
-    learning_rate { dynamic { tag: 1 } }
-    adagrad { }
-    gradient_accumulation_status: ENABLED
-  }
-}
-table_descriptor {
-  name: "news"
-  vocabulary_size: 100
-  dimension: 8
-  optimization_parameters {
-    learning_rate { dynamic { tag: 3 } }  # keep this comment
-    adagrad { }
-    gradient_accumulation_status: ENABLED
-  }
-}
-feature_descriptor { table_id: 0 input_shape: 16 }
-feature_descriptor { table_id: 1 input_shape: 16 }
-feature_descriptor { table_id: 2 input_shape: 16 }
-"""
+TAGS = (
+    "# tags 0, 1 and 3: 3 must become 2\n"
+    + HEADER
+    + adagrad_table("ads", "learning_rate { dynamic { } }  # tag 0")
+    + adagrad_table("video", "learning_rate { dynamic { tag: 1 } }")
+    + adagrad_table("news", "learning_rate { dynamic { tag: 3 } }  # keep this comment")
+    + "feature_descriptor { table_id: 0 input_shape: 16 }\n"
+    + "feature_descriptor { table_id: 1 input_shape: 16 }\n"
+    + "feature_descriptor { table_id: 2 input_shape: 16 }\n"
+)
 
 LEGACY = """\
 mode: TRAINING
@@ -84,7 +54,7 @@ def lr_tags(path: Path) -> list[int]:
 
 
 def test_fix_renumbers_tags_keeps_comments_and_prints_mapping(tmp_path: Path) -> None:
-    path = write(tmp_path, TAGS)
+    path = write_file(tmp_path, TAGS)
     result = invoke("validate", "--fix", str(path))
     assert result.exit_code == 0, result.output
     assert "renumbered dynamic tags (old -> new): 3 -> 2" in result.output
@@ -104,7 +74,7 @@ table_descriptor { name: "b" optimization_parameters {
   frequency_aware_adagrad { initial_accumulator_value: 0.1 }
 } }
 """
-    path = write(tmp_path, text)
+    path = write_file(tmp_path, text)
     source = read_source(str(path))
     result = fix_source(source, {"tags"})
     assert result.tag_mapping == {-1: 0, 0: 1}
@@ -129,7 +99,7 @@ table_descriptor { name: "b"
 table_descriptor { name: "c"
   optimization_parameters { learning_rate { dynamic { tag: -5 } } adagrad { } } }
 """
-    result = fix_source(read_source(str(write(tmp_path, text))), {"tags"})
+    result = fix_source(read_source(str(write_file(tmp_path, text))), {"tags"})
     assert result.tag_mapping == {-5: 0, 0: 1}
     assert result.text is not None
     assert "dynamic < tag: 1 >" in result.text
@@ -139,22 +109,26 @@ table_descriptor { name: "c"
 
 
 def test_fix_legacy_to_feature_descriptors(tmp_path: Path) -> None:
-    path = write(tmp_path, LEGACY)
+    # TensorFlow's own rewrite: one feature per table of [B * num_features] (64 and 32 here).
+    path = write_file(tmp_path, LEGACY)
     before = derive(load(str(path)))
     result = invoke("validate", "--fix", str(path))
     assert result.exit_code == 0, result.output
-    assert "converted batch_size_per_tensor_core 32 and num_features to 3 feature" in result.output
+    assert "batch_size_per_tensor_core 32 and num_features to one feature" in result.output
+    assert "input shapes [64], [32]" in result.output
+    assert "training code does not change" in result.output
     config = load(str(path))
     assert config.batch_size_per_tensor_core == 0
     assert [t.num_features for t in config.table_descriptor] == [0, 0]
     assert [(f.table_id, list(f.input_shape)) for f in config.feature_descriptor] == [
-        (0, [32]),
-        (0, [32]),
+        (0, [64]),
         (1, [32]),
     ]
     after = derive(config)
-    assert (after.style, after.batch_size, after.num_features) == ("feature", 32, [2, 1])
-    assert (before.batch_size, before.num_features) == (after.batch_size, after.num_features)
+    assert after.style == "feature"
+    # Every table keeps its activation shape: [B * n_t, dimension], legacy and converted.
+    assert [shape for _, shape in before.activation_shapes] == [(64, 8), (32, 4)]
+    assert [shape for _, shape in after.activation_shapes] == [(64, 8), (32, 4)]
     assert "num_features" not in path.read_text()
 
 
@@ -175,7 +149,7 @@ table_descriptor {
   optimization_parameters { adagrad { } gradient_accumulation_status: DISABLED }
 }
 """
-    path = write(tmp_path, text)
+    path = write_file(tmp_path, text)
     result = invoke("validate", "--fix", "--select", "ACC002", str(path))
     assert result.exit_code == 0, result.output
     config = load(str(path))
@@ -197,7 +171,7 @@ table_descriptor {
 
 def test_fix_respects_selection(tmp_path: Path) -> None:
     text = TAGS.replace("    gradient_accumulation_status: ENABLED\n", "")
-    path = write(tmp_path, text)
+    path = write_file(tmp_path, text)
     result = invoke("validate", "--fix", "--select", "TAG", str(path))
     assert result.exit_code == 0, result.output
     config = load(str(path))
@@ -208,7 +182,7 @@ def test_fix_respects_selection(tmp_path: Path) -> None:
 
 
 def test_diff_does_not_write(tmp_path: Path) -> None:
-    path = write(tmp_path, TAGS)
+    path = write_file(tmp_path, TAGS)
     result = invoke("validate", "--fix", "--diff", str(path))
     assert path.read_text() == TAGS
     assert "-    learning_rate { dynamic { tag: 3 } }  # keep this comment" in result.output
@@ -217,7 +191,7 @@ def test_diff_does_not_write(tmp_path: Path) -> None:
 
 
 def test_fix_binary_file(tmp_path: Path) -> None:
-    config = load(str(write(tmp_path, TAGS)))
+    config = load(str(write_file(tmp_path, TAGS)))
     binary = tmp_path / "c.binpb"
     binary.write_bytes(config.SerializeToString())
     result = invoke("validate", "--fix", str(binary))
@@ -227,7 +201,7 @@ def test_fix_binary_file(tmp_path: Path) -> None:
 
 def test_nothing_to_fix_leaves_file_untouched(tmp_path: Path) -> None:
     text = TAGS.replace("tag: 3", "tag: 2")
-    path = write(tmp_path, text)
+    path = write_file(tmp_path, text)
     mtime = path.stat().st_mtime_ns
     result = invoke("validate", "--fix", str(path))
     assert result.exit_code == 0
@@ -235,7 +209,7 @@ def test_nothing_to_fix_leaves_file_untouched(tmp_path: Path) -> None:
 
 
 def test_fix_unparsable_file_reports_parse_error(tmp_path: Path) -> None:
-    path = write(tmp_path, "table_descriptor {\n")
+    path = write_file(tmp_path, "table_descriptor {\n")
     result = invoke("validate", "--fix", str(path))
     assert result.exit_code == 2
     assert path.read_text() == "table_descriptor {\n"
@@ -249,7 +223,7 @@ def test_fix_that_cannot_be_written_is_exit_2(tmp_path: Path, monkeypatch) -> No
         raise InputError("the fixed file would not parse back", path=source.path)
 
     monkeypatch.setattr(tpuemb_cfg.fix, "fix_source", refuse)
-    path = write(tmp_path, TAGS)
+    path = write_file(tmp_path, TAGS)
     result = invoke("validate", "--fix", str(path))
     assert result.exit_code == 2
     assert f"{path}: error: the fixed file would not parse back (not fixed)" in result.output

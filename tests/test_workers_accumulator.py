@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tpuemb_cfg.workers import (
+from tpuemb_cfg.sim.accumulators import (
     ConditionalAccumulator,
     GlobalStepWarning,
     SparseConditionalAccumulator,

@@ -8,13 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tpuemb_cfg.workers import (
-    DropStaleGradient,
-    IndexedSlices,
-    StaleDecision,
-    SyncReplicas,
-    WouldBlock,
-)
+from tpuemb_cfg.sim.accumulators import IndexedSlices, WouldBlock
+from tpuemb_cfg.sim.staleness import DropStaleGradient, StaleDecision, SyncReplicas
 
 # ---------------------------------------------------------------------------------------------
 # DropStaleGradient: the worked stories of spec section 3 (all workers compute at global step 0,

@@ -3,13 +3,55 @@
 The message classes are tpuemb's own (proto package ``tpuemb_cfg.proto``) but wire-, text- and
 JSON-compatible with TensorFlow 2.21's ``tensorflow.tpu`` messages; functions that take a
 configuration also accept TensorFlow's message objects.
+
+Every public name is loaded on first use (PEP 562): ``import tpuemb_cfg`` itself imports neither
+protobuf nor the generated modules. That keeps the ``tpuemb`` command's start-up (and the window
+in which Ctrl-C could interrupt an import) short, and lets an environment without protobuf get a
+message that says so instead of an error about generated files.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
 
-try:
+def _guard_start() -> None:
+    """When this process is the `tpuemb` command, make Ctrl-C exit quietly (130) at once.
+
+    The first statement of the package, before any other import: while the command starts, a
+    ``KeyboardInterrupt`` inside an import would print a traceback. Uses only modules Python has
+    loaded already (``_signal`` is the C module; ``signal`` would build enums first). A library
+    import changes nothing. :mod:`tpuemb_cfg._interrupt` takes over once the command runs.
+    """
+    import _signal
+    import os
+    import sys
+
+    argv = list(getattr(sys, "orig_argv", ()))
+    by_module = any(a == "-m" and b == "tpuemb_cfg" for a, b in zip(argv, argv[1:], strict=False))
+    script = os.path.basename(getattr(sys.modules.get("__main__"), "__file__", None) or "")
+    if not (by_module or "-mtpuemb_cfg" in argv or script in ("tpuemb", "tpuemb.exe")):
+        return
+
+    def exit_now(signum: int, frame: object) -> None:
+        os.write(2, b"tpuemb: interrupted; no output file was left half-written\n")
+        os._exit(130)
+
+    try:
+        _signal.signal(_signal.SIGINT, exit_now)
+    except ValueError:  # not the main thread
+        pass
+
+
+_guard_start()
+
+import importlib  # noqa: E402 - after the Ctrl-C guard
+from typing import TYPE_CHECKING, Any  # noqa: E402
+
+from tpuemb_cfg.errors import InputError, TpuembError, UsageError  # noqa: E402
+
+__version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from tpuemb_cfg.io import as_config, dump, load
     from tpuemb_cfg.proto.optimization_parameters_pb2 import (
         AdadeltaParameters,
         AdagradMomentumParameters,
@@ -44,20 +86,34 @@ try:
         TPUEmbeddingConfiguration,
         TPUEmbeddingError,
     )
-except ImportError as _exc:  # pragma: no cover - only in an unbuilt source tree
-    raise ImportError(
-        "tpuemb_cfg's generated protobuf modules are missing. They are built from protos/ at "
-        "install time: run `pip install -e .` (or `pip install .`) in the project folder."
-    ) from _exc
-
-from tpuemb_cfg.errors import InputError, TpuembError, UsageError
-from tpuemb_cfg.io import as_config, dump, load
-
-__version__ = "0.1.0"
-
-if TYPE_CHECKING:
     from tpuemb_cfg.rules._registry import Diagnostic
     from tpuemb_cfg.validator import validate
+
+_OPTIMIZATION = "tpuemb_cfg.proto.optimization_parameters_pb2"
+_CONFIGURATION = "tpuemb_cfg.proto.tpu_embedding_configuration_pb2"
+
+# public name -> module that defines it
+_LAZY: dict[str, str] = {
+    **{name: _OPTIMIZATION for name in (
+        "AdadeltaParameters", "AdagradMomentumParameters", "AdagradParameters", "AdamParameters",
+        "AssignParameters", "BoundedAdagradParameters", "CenteredRmsPropParameters",
+        "ClippingLimits", "DynamicLearningRate", "FrequencyAwareAdagradParameters",
+        "FrequencyEstimatorParameters", "FtrlParameters", "GradientAccumulationStatus",
+        "HotIdReplicationConfiguration", "LearningRate", "LionParameters",
+        "LowDimensionalPackingStatus", "MdlAdagradLightParameters", "MomentumParameters",
+        "OnlineYogiParameters", "OptimizationParameters", "ProximalAdagradParameters",
+        "ProximalYogiParameters", "RmsPropParameters", "SimulatedQuantization",
+        "StateVariableSpecification", "StochasticGradientDescentParameters",
+        "UserDefinedProgramParameters",
+    )},
+    "TPUEmbeddingConfiguration": _CONFIGURATION,
+    "TPUEmbeddingError": _CONFIGURATION,
+    "as_config": "tpuemb_cfg.io",
+    "dump": "tpuemb_cfg.io",
+    "load": "tpuemb_cfg.io",
+    "validate": "tpuemb_cfg.validator",
+    "Diagnostic": "tpuemb_cfg.rules._registry",
+}
 
 __all__ = [
     "AdadeltaParameters",
@@ -101,19 +157,52 @@ __all__ = [
     "validate",
 ]
 
-_LAZY = {
-    "validate": ("tpuemb_cfg.validator", "validate"),
-    "Diagnostic": ("tpuemb_cfg.rules._registry", "Diagnostic"),
-}
+
+def missing_dependency(exc: ImportError) -> str | None:
+    """What to tell the user when ``exc`` comes from a missing dependency or unbuilt tree.
+
+    None when ``exc`` is about something else. Shared by the library's lazy names and the CLI.
+    """
+    import sys
+
+    name = exc.name or ""
+    python = sys.executable or "python3"
+    if name == "google" or name.startswith("google.protobuf"):
+        return (
+            f"the protobuf package is not installed in this Python ({python}); tpuemb needs "
+            f"protobuf>=6.31.1,<8: run `{python} -m pip install 'protobuf>=6.31.1,<8'`, or "
+            "`pip install .` in the tpuemb folder to install every dependency"
+        )
+    if name.startswith("tpuemb_cfg.proto"):
+        return (
+            "tpuemb_cfg's generated protobuf modules (tpuemb_cfg/proto/*_pb2.py) are missing; "
+            "they are built from protos/ at install time: run `pip install -e .` (or "
+            "`pip install .`) in the tpuemb folder"
+        )
+    top = name.split(".")[0]
+    if top in ("numpy", "click", "numba"):
+        return (
+            f"the {top} package is not installed in this Python ({python}); run "
+            f"`{python} -m pip install {top}`, or `pip install .` in the tpuemb folder"
+        )
+    return None
 
 
 def __getattr__(name: str) -> Any:
-    # validate and Diagnostic load the rule registry; keep `import tpuemb_cfg` cheap.
-    if name in _LAZY:
-        import importlib
+    # Everything public is loaded on first use; see the module docstring.
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tpuemb_cfg' has no attribute {name!r}")
+    try:
+        value = getattr(importlib.import_module(module), name)
+    except ImportError as exc:
+        message = missing_dependency(exc)
+        if message is None:
+            raise
+        raise ImportError(message, name=exc.name) from exc
+    globals()[name] = value
+    return value
 
-        module, attr = _LAZY[name]
-        value = getattr(importlib.import_module(module), attr)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'tpuemb_cfg' has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -4,8 +4,9 @@ One :class:`Algorithm` per member of the ``OptimizationParameters.parameters`` o
 (``schema.md`` section 2, ``optimizers.md`` section 12). Everything else reads it:
 
 - sizing (:mod:`tpuemb_cfg.derived`): the slot names, in TensorFlow's state-variable order;
-- the compiler (:mod:`tpuemb_cfg.embedding.optimizers`): slot names and the hyper-parameter
-  constraints its constructors check;
+- the compiler (:mod:`tpuemb_cfg.embedding.optimizers`,
+  :mod:`tpuemb_cfg.embedding.extra_optimizers`): slot names and the hyper-parameter constraints
+  its constructors check;
 - the executor (:mod:`tpuemb_cfg.executor.optimizers`): slot names, default initial values,
   laziness and whether the algorithm can be simulated at all;
 - the validator (:mod:`tpuemb_cfg.rules`): the OPT range rules are generated from the
@@ -19,7 +20,8 @@ Adding an algorithm starts here: one :class:`Algorithm` entry (see ``docs/archit
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import math
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +31,7 @@ __all__ = [
     "Constraint",
     "Hyper",
     "Slot",
+    "constraints",
     "get",
     "slot_names",
 ]
@@ -69,6 +72,11 @@ class Constraint:
     why: str
     hint: str
     section: str = ""
+
+    def allows(self, value: float) -> bool:
+        """Whether a constructor may accept ``value``: in range and not NaN (the OPT rules leave
+        NaN and infinities to OPT002/OPT003; a constructor rejects NaN itself)."""
+        return not math.isnan(value) and not self.bad(value)
 
 
 @dataclass(frozen=True)
@@ -112,10 +120,103 @@ class Algorithm:
             return True
         return not bool(getattr(hyper, self.non_lazy_flag, False))
 
+    def allows(self, field: str, value: float) -> bool:
+        """Whether ``value`` of hyper-parameter ``field`` meets every constraint on it."""
+        return all(
+            c.allows(value) for h in self.hyper if h.field == field for c in h.constraints
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Range predicates: true when a finite value is OUT of range.
+
+
+def negative(v: float) -> bool:
+    """Out of range for ``v >= 0``."""
+    return v < 0
+
+
+def not_positive(v: float) -> bool:
+    """Out of range for ``v > 0``."""
+    return v <= 0
+
+
+def positive(v: float) -> bool:
+    """Out of range for ``v <= 0``."""
+    return v > 0
+
+
+def outside_unit(lo_closed: bool, hi_closed: bool) -> Callable[[float], bool]:
+    """Out of range for the interval between 0 and 1 (each end closed or open as given)."""
+
+    def bad(v: float) -> bool:
+        below = v < 0 if lo_closed else v <= 0
+        above = v > 1 if hi_closed else v >= 1
+        return below or above
+
+    return bad
+
+
+#: ``[0, 1)``, ``(0, 1]``, ``[0, 1]`` and ``(0, 1)``.
+_CO, _OC, _CC, _OO = (
+    outside_unit(True, False), outside_unit(False, True), outside_unit(True, True),
+    outside_unit(False, False),
+)
+
+#: Every OPT range rule enforces ``validation-rules.md`` section 2.5.
+_OPT = "2.5"
+
+
+def _h(field: str, rule: str, bad: Callable[[float], bool], expected: str, why: str,
+       hint: str) -> Hyper:
+    """A hyper-parameter with one constraint (the common case)."""
+    return Hyper(field, (Constraint(rule, bad, expected, why, hint, _OPT),))
+
+
+def _non_negative(rule: str, why: str, *fields: str, expected: str = "{f} >= 0",
+                  hint: str = "set {f} to 0 or a positive value") -> tuple[Hyper, ...]:
+    """Fields that must not be negative, each with the same reason."""
+    return tuple(
+        _h(f, rule, negative, expected.format(f=f), why, hint.format(f=f)) for f in fields
+    )
+
 
 def _s(*names: str, **initial: float) -> tuple[Slot, ...]:
     return tuple(Slot(name, initial.get(name, 0.0)) for name in names)
 
+
+_ADAM_REJECTS = "TensorFlow's Adam rejects it"
+_NEG_STRENGTH = "a negative strength is ignored"
+
+
+def _yogi_beta2(rule: str) -> Hyper:
+    """Yogi's ``beta2`` in [0, 1), shared by both Yogi variants (each under its own rule)."""
+    return _h(
+        "beta2", rule, _CO, "0 <= beta2 < 1", "the second moment diverges or never moves",
+        "set beta2 to a value in [0, 1), e.g. 0.999",
+    )
+
+
+def _rms_prop_hyper(rho_hint: str, *, momentum: bool) -> tuple[Hyper, ...]:
+    """``rho`` in [0, 1) (OPT035) for RMSProp and Adadelta, plus RMSProp's ``momentum >= 0``."""
+    rho = _h(
+        "rho", "OPT035", _CO, "0 <= rho < 1",
+        "the running averages never take in new gradients (or diverge)", rho_hint,
+    )
+    if not momentum:
+        return (rho,)
+    return rho, _h(
+        "momentum", "OPT035", negative, "momentum >= 0",
+        "a negative momentum reverses part of every earlier step",
+        "set momentum to 0 or a value in (0, 1)",
+    )
+
+
+_RMS_PROP_EPSILON = _h(
+    "epsilon", "OPT026", not_positive, "epsilon > 0",
+    "the zero initial mean square divides 0 by 0",
+    "set epsilon to a small positive value, e.g. 1e-10",
+)
 
 _LIST: tuple[Algorithm, ...] = (
     Algorithm(
@@ -125,15 +226,71 @@ _LIST: tuple[Algorithm, ...] = (
     Algorithm(
         "adagrad_momentum", "AdagradMomentumParameters", _s("accumulators", "momenta"),
         equations="TPU-OSS", section="12.3",
+        hyper=(
+            _h(
+                "exponent", "OPT018", not_positive, "exponent > 0",
+                "the preconditioner divides by it and TensorFlow's AdagradMomentum rejects it",
+                "set exponent to 2.0 (Adagrad's square root, TensorFlow's default)",
+            ),
+            _h(
+                "epsilon", "OPT019", not_positive, "epsilon > 0",
+                "the zero initial accumulator is raised to a negative power",
+                "set epsilon to a small positive value, e.g. 1e-10 (TensorFlow's default)",
+            ),
+            _h(
+                "beta2", "OPT020", _OC, "0 < beta2 <= 1",
+                "beta2 decays the squared-gradient accumulator (1 = Adagrad's running sum, 0 "
+                "keeps only the latest squared gradient, outside [0, 1] it diverges)",
+                "set beta2: 1.0 for Adagrad's accumulator (TensorFlow's default), or a decay "
+                "such as 0.999",
+            ),
+            _h(
+                "momentum", "OPT020", _CO, "0 <= momentum < 1",
+                "the momentum buffer never forgets (or oscillates)",
+                "set momentum to a value in [0, 1), e.g. 0.9",
+            ),
+        ),
     ),
     Algorithm(
         "bounded_adagrad", "BoundedAdagradParameters", _s("accumulators", accumulators=0.1),
         equations="RECON", section="12.4",
+        hyper=_non_negative(
+            "OPT028", "a negative bound is ignored as if it were 0",
+            "max_var_update", "max_accumulator",
+            expected="{f} >= 0 (0 = no bound)", hint="set {f} to a positive bound, or 0 for none",
+        ),
     ),
     Algorithm(
         "frequency_aware_adagrad", "FrequencyAwareAdagradParameters",
         (Slot("accumulators", initial_from="initial_accumulator_value"), Slot("counters")),
         equations="RECON", section="12.5",
+        hyper=(
+            _h(
+                "initial_accumulator_value", "OPT029", not_positive,
+                "initial_accumulator_value > 0",
+                "it is the accumulator's floor, and the step divides by its square root",
+                "set initial_accumulator_value to a positive value, e.g. 0.1",
+            ),
+            _h(
+                "max_lr_multiplier", "OPT036", not_positive, "max_lr_multiplier > 0",
+                "the step is scaled by at most this value, so no row is ever updated",
+                "set max_lr_multiplier to a positive cap, e.g. 10",
+            ),
+            _h(
+                "probability_exponent", "OPT036", negative, "probability_exponent >= 0",
+                "rarely updated rows then learn slower instead of faster",
+                "set probability_exponent to 0 or a positive value, e.g. 0.5",
+            ),
+            _h(
+                "accumulator_decay", "OPT036", _OC, "0 < accumulator_decay <= 1",
+                "the accumulator forgets everything (0) or grows without bound (> 1)",
+                "set accumulator_decay: 1.0 for no decay, or a value slightly below 1",
+            ),
+            *_non_negative(
+                "OPT036", _NEG_STRENGTH,
+                "l1_regularization_strength", "l2_regularization_strength",
+            ),
+        ),
     ),
     Algorithm(
         "stochastic_gradient_descent", "StochasticGradientDescentParameters",
@@ -142,26 +299,82 @@ _LIST: tuple[Algorithm, ...] = (
     Algorithm(
         "ftrl", "FtrlParameters", _s("accumulators", "linears", accumulators=0.1),
         equations="TPU-OSS, CPU-KERNEL", packable=True, section="12.6",
+        hyper=(
+            *_non_negative(
+                "OPT015", "a negative regularization strength breaks FTRL's closed-form update",
+                "l1", "l2",
+            ),
+            _h(
+                "lr_power", "OPT016", positive, "lr_power <= 0",
+                "the step size then grows as gradients accumulate",
+                "use lr_power: -0.5 (TensorFlow's default), or 0 for a fixed rate",
+            ),
+            _h(
+                "beta", "OPT017", negative, "beta >= 0",
+                "it lowers FTRL's denominator, which can reach 0",
+                "set beta to 0 or a positive value",
+            ),
+        ),
     ),
     Algorithm(
         "adam", "AdamParameters", _s("momenta", "velocities"),
         non_lazy_flag="use_non_lazy_adam", equations="TPU-OSS, CPU-KERNEL", section="12.7",
+        hyper=(
+            _h(
+                "beta1", "OPT010", _CO, "0 <= beta1 < 1", _ADAM_REJECTS,
+                "set beta1 to a value in [0, 1), e.g. 0.9 (TensorFlow's default)",
+            ),
+            _h(
+                "beta2", "OPT011", _CO, "0 <= beta2 < 1", _ADAM_REJECTS,
+                "set beta2 to a value in [0, 1), e.g. 0.999 (TensorFlow's default)",
+            ),
+            _h(
+                "epsilon", "OPT012", not_positive, "epsilon > 0",
+                "TensorFlow's Adam rejects it, and a zero second moment divides by 0",
+                "set epsilon to a small positive value, e.g. 1e-07 (TensorFlow's default)",
+            ),
+        ),
     ),
     Algorithm(
         "momentum", "MomentumParameters", _s("momenta"),
         equations="PROTO, CPU-KERNEL", section="12.8",
+        hyper=(
+            _h(
+                "momentum", "OPT024", _CO, "0 <= momentum < 1",
+                "the momentum buffer grows without bound or oscillates",
+                "set momentum to a value in [0, 1), e.g. 0.9",
+            ),
+        ),
     ),
     Algorithm(
         "lion", "LionParameters", _s("momenta"),
         non_lazy_flag="use_non_lazy_lion", equations="PROTO", section="12.9",
+        hyper=(
+            _h(
+                "beta1", "OPT025", _CC, "0 <= beta1 <= 1", "the sign step extrapolates",
+                "set beta1 to a value in [0, 1], e.g. 0.9",
+            ),
+            _h(
+                "beta2", "OPT025", _CC, "0 <= beta2 <= 1", "the momentum diverges",
+                "set beta2 to a value in [0, 1], e.g. 0.99",
+            ),
+        ),
     ),
     Algorithm(
         "rms_prop", "RmsPropParameters", _s("ms", "mom"),
         equations="PROTO, CPU-KERNEL", section="12.10",
+        hyper=(
+            *_rms_prop_hyper("set rho to a value in [0, 1), e.g. 0.9", momentum=True),
+            _RMS_PROP_EPSILON,
+        ),
     ),
     Algorithm(
         "centered_rms_prop", "CenteredRmsPropParameters", _s("ms", "mom", "mg"),
         equations="PROTO, CPU-KERNEL", section="12.11",
+        hyper=(
+            *_rms_prop_hyper("set rho to a value in [0, 1), e.g. 0.9", momentum=True),
+            _RMS_PROP_EPSILON,
+        ),
     ),
     Algorithm(
         "mdl_adagrad_light", "MdlAdagradLightParameters",
@@ -174,10 +387,21 @@ _LIST: tuple[Algorithm, ...] = (
     Algorithm(
         "adadelta", "AdadeltaParameters", _s("accumulators", "updates"),
         equations="PROTO, CPU-KERNEL", section="12.13",
+        hyper=(
+            *_rms_prop_hyper("set rho to a value in [0, 1), e.g. 0.95", momentum=False),
+            _h(
+                "epsilon", "OPT027", not_positive, "epsilon > 0",
+                "the zero initial slots give 0/0 on the first step",
+                "set epsilon to a small positive value, e.g. 1e-07",
+            ),
+        ),
     ),
     Algorithm(
         "proximal_adagrad", "ProximalAdagradParameters", _s("accumulators", accumulators=0.1),
         equations="PROTO, CPU-KERNEL", section="12.14",
+        hyper=_non_negative(
+            "OPT021", "a negative strength grows the weights and can divide by zero", "l1", "l2",
+        ),
     ),
     Algorithm(
         "online_yogi", "OnlineYogiParameters", _s("vs", "linears"),
@@ -186,14 +410,52 @@ _LIST: tuple[Algorithm, ...] = (
             "TensorFlow publishes no update equations for Online Yogi; the proto only describes "
             "it in prose (spec section 12.15)"
         ),
+        hyper=(
+            *_non_negative(
+                "OPT023", "a negative strength breaks the FTRL-style update", "l1", "l2",
+            ),
+            _yogi_beta2("OPT023"),
+        ),
     ),
     Algorithm(
         "proximal_yogi", "ProximalYogiParameters", _s("v", "m", v=1e-6),
         equations="RECON", section="12.16",
+        hyper=(
+            _h(
+                "beta1", "OPT022", _CO, "0 <= beta1 < 1",
+                "the first moment diverges or never moves",
+                "set beta1 to a value in [0, 1), e.g. 0.9",
+            ),
+            _yogi_beta2("OPT022"),
+            _h(
+                "epsilon", "OPT022", not_positive, "epsilon > 0",
+                "a zero second moment divides by zero",
+                "set epsilon to a small positive value, e.g. 0.001",
+            ),
+            *_non_negative("OPT022", "a negative strength grows the weights", "l1"),
+            *_non_negative("OPT022", "a negative strength can divide by zero", "l2"),
+        ),
     ),
     Algorithm(
         "frequency_estimator", "FrequencyEstimatorParameters", _s("last_hit_step"),
         equations="PROTO", section="12.17",
+        hyper=(
+            _h(
+                "tau", "OPT030", _OO, "0 < tau < 1",
+                "the proto requires tau strictly between 0 and 1",
+                "set tau to a value in (0, 1), e.g. 0.1",
+            ),
+            _h(
+                "max_delta", "OPT031", not_positive, "max_delta > 0",
+                "it is every row's initial estimate, and the rate 1/D divides by it",
+                "set max_delta to the largest gap (in steps) to measure, e.g. 1000",
+            ),
+            _h(
+                "outlier_threshold", "OPT034", not_positive, "> 0",
+                "every gap counts as an outlier and the estimate is never averaged",
+                "set outlier_threshold to a positive multiple of the estimate, e.g. 10",
+            ),
+        ),
     ),
     Algorithm(
         "user_defined_program", "UserDefinedProgramParameters",
@@ -230,3 +492,12 @@ def slot_names(name: str) -> tuple[str, ...]:
     """
     algorithm = ALGORITHMS.get(name)
     return algorithm.slot_names if algorithm is not None else ()
+
+
+def constraints(rule: str) -> Iterator[tuple[str, str, Constraint]]:
+    """(algorithm, field, constraint) of every constraint reported by ``rule``, in table order."""
+    for algorithm in _LIST:
+        for hyper in algorithm.hyper:
+            for constraint in hyper.constraints:
+                if constraint.rule == rule:
+                    yield algorithm.name, hyper.field, constraint

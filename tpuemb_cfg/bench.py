@@ -7,25 +7,33 @@ of the vocabulary, so popular ids are scattered over the table (about 21,800 uni
 
 Everything below is measured in the same run, on the same arrays:
 
-- **step** (``sec_per_step``): the anchor step as the issue defines it and as TensorFlow's and
-  the naive step's timings cover it - de-duplicate the ids, sum the gradient rows of equal ids,
-  update the touched rows - run by the executor's own code for it (the engine's
-  ``deduplicate`` and ``backprop_sum``, then ``Executor._apply``, the per-row pipeline of spec
-  section 6, fused by the numba engine);
-- **executor step** (``executor_step_sec_per_step``): the whole ``Executor.step`` on a
-  one-feature batch (one id per bag, ``sum`` combiner, a random [ids, dim] activation
-  gradient): input checks, the forward pass (activations), the step above, and the per-step
-  report (update norm, per-host counts);
+- **step** (``sec_per_step``, the main figure): the public ``Executor(config).step(batch)`` a
+  user runs, on a one-feature batch (one id per bag, ``sum`` combiner, a random [ids, dim]
+  activation gradient): input checks, the forward pass (activations), back-propagation and
+  the duplicate sum, the update, and the per-step report (update norm, per-host counts);
+- **update** (``update_sec_per_step``): the update alone as issue 8 defined it - de-duplicate
+  the ids, sum the gradient rows of equal ids, update the touched rows - through the
+  executor's own code for it (the engine's ``deduplicate`` and ``backprop_sum``, then
+  ``Executor.apply_row_gradients``); before it is timed, one such update is checked against
+  the naive step below on copies of the touched rows (``step_check_max_abs_diff``), so a
+  benchmark that times the wrong thing shows;
 - **naive step**: the same update written the obvious NumPy way (``np.unique``, ``np.add.at``,
   fancy indexing), inside this module;
-- **memory-traffic limit**: the bytes the update must move - every touched row of the table
-  and of each slot read and written once, every gradient row read once - divided by the
-  machine's copy bandwidth (``np.copyto`` of a 64 MiB array, best of several, counting the
-  bytes read plus the bytes written);
-- **compile time**: importing numba and loading (or compiling, on the first run) the kernels,
-  reported apart from the steps; the kernels are cached on disk, so only the first run ever
-  pays the compilation;
+- **memory-traffic limits**: the bytes a step must move divided by the machine's copy
+  bandwidth (``np.copyto`` of a 64 MiB array, best of several, counting the bytes read plus
+  the bytes written). The whole step (``limit_sec_per_step``): every touched row of the table
+  and of each slot read and written once, the activation gradients read once, the activations
+  written once; the update (``update_limit_sec_per_step``): the touched rows and slots read and
+  written once, the gradient rows read once;
+- **first call** (``compile_sec``): importing numba and loading (or compiling, when the cache
+  is cold: ``kernels_compiled``) every kernel the steps use, apart from the steps; and
+  ``warm_start_sec``: a fresh process importing tpuemb and running a tiny step with the kernels
+  in the cache (``engines.jit.cache_dir``), the cost a user pays for every new process;
 - **peak RSS**: the process's high-water mark (``getrusage``), against the tables plus slots.
+
+Before anything is allocated, :func:`memory_needed` estimates the run's peak and :func:`run`
+refuses (``UsageError``) a workload that would not fit in ``max_memory`` (default: 80% of the
+memory available), naming a ``--vocab`` that fits and a ``--max-memory`` that admits it.
 
 A ``--multi-feature`` run adds the realistic step of the issue: three tables (together the
 same vocabulary), eight features with the ``mean`` combiner and bags of 1 to 20 ids, about the
@@ -34,6 +42,7 @@ same number of ids, timed against the same ids sent as one anchor-style step.
 
 from __future__ import annotations
 
+import math
 import resource
 import statistics
 import sys
@@ -51,6 +60,8 @@ __all__ = [
     "BenchResult",
     "Workload",
     "copy_bandwidth",
+    "check_memory",
+    "memory_needed",
     "naive_step",
     "run",
     "zipf_ids",
@@ -59,13 +70,16 @@ __all__ = [
 F32 = np.float32
 LEARNING_RATE = 0.01
 
-# The optimizers the benchmark knows, as configuration text (the issue's four plus momentum).
+# The optimizers the benchmark knows, as configuration text: every one with a TensorFlow sparse
+# CPU kernel (issue 14).
 OPTIMIZERS: dict[str, str] = {
     "sgd": "stochastic_gradient_descent { }",
     "adagrad": "adagrad { }",
     "momentum": "momentum { momentum: 0.9 }",
     "adam": "adam { beta1: 0.9 beta2: 0.999 epsilon: 1e-08 }",
     "ftrl": "ftrl { l1: 0.001 l2: 0.001 lr_power: -0.5 beta: 0.0 }",
+    "rms_prop": "rms_prop { rho: 0.9 momentum: 0.9 epsilon: 1e-07 }",
+    "proximal_adagrad": "proximal_adagrad { l1: 0.001 l2: 0.001 }",
 }
 
 
@@ -91,15 +105,20 @@ class BenchResult:
     threads: int
     unique_ids: int
     sec_per_step: float
-    executor_step_sec_per_step: float
+    update_sec_per_step: float
     naive_sec_per_step: float
     limit_sec_per_step: float
     limit_bytes: int
+    update_limit_sec_per_step: float
+    update_limit_bytes: int
     copy_bandwidth_bytes_per_sec: float
     compile_sec: float
+    kernels_compiled: bool
+    warm_start_sec: float
     peak_rss_bytes: int
     state_bytes: int
     setup_sec: float
+    step_check_max_abs_diff: float = 0.0
     engine_note: str | None = None
     multi_feature: dict[str, float] = field(default_factory=dict)
 
@@ -111,18 +130,22 @@ class BenchResult:
         out: dict[str, Any] = {
             "engine": self.engine,
             "sec_per_step": self.sec_per_step,
-            "executor_step_sec_per_step": self.executor_step_sec_per_step,
+            "update_sec_per_step": self.update_sec_per_step,
             "naive_sec_per_step": self.naive_sec_per_step,
             "limit_sec_per_step": self.limit_sec_per_step,
+            "update_limit_sec_per_step": self.update_limit_sec_per_step,
             "unique_ids": self.unique_ids,
+            "step_check_max_abs_diff": self.step_check_max_abs_diff,
             "peak_rss_bytes": self.peak_rss_bytes,
             "compile_sec": self.compile_sec,
+            "kernels_compiled": self.kernels_compiled,
+            "warm_start_sec": self.warm_start_sec,
             "ids_per_sec": self.ids_per_sec,
-            "naive_over_step": self.naive_sec_per_step / self.sec_per_step,
+            "naive_over_update": self.naive_sec_per_step / self.update_sec_per_step,
             "step_over_limit": self.sec_per_step / self.limit_sec_per_step,
-            "executor_step_over_limit": self.executor_step_sec_per_step
-            / self.limit_sec_per_step,
+            "update_over_limit": self.update_sec_per_step / self.update_limit_sec_per_step,
             "limit_bytes": self.limit_bytes,
+            "update_limit_bytes": self.update_limit_bytes,
             "copy_bandwidth_bytes_per_sec": self.copy_bandwidth_bytes_per_sec,
             "state_bytes": self.state_bytes,
             "peak_rss_over_state": self.peak_rss_bytes / self.state_bytes,
@@ -175,7 +198,57 @@ def _executor(text: str, combiner: str, engine: str) -> Any:
     from . import load
     from .executor import Executor
 
-    return Executor(load(text.encode(), "text"), combiners=combiner, engine=engine)
+    # check_memory=False: run() checked the whole benchmark first, against the limit it was given
+    return Executor(load(text.encode(), "text"), combiners=combiner, engine=engine,
+                    check_memory=False)
+
+
+def memory_needed(workload: Workload) -> int:
+    """Estimated peak bytes of :func:`run` for ``workload``: the executor's estimate of the
+    anchor table (table, slots, a step's working arrays: ``Plan.memory_estimate``), the id
+    sampler's float64 CDF and int64 permutation of the vocabulary (16 bytes a row), four
+    ``ids x dim`` float32 arrays (gradients, activations, the naive step's gathered rows and sums)
+    and the 128 MiB of the copy-bandwidth probe."""
+    return _anchor_bytes(workload.vocab, workload) + _fixed_bytes(workload)
+
+
+def _anchor_bytes(vocab: int, w: Workload) -> int:
+    """The bytes that grow with the vocabulary (see :func:`memory_needed`)."""
+    from . import load
+    from .prepare import prepare
+
+    text = _config_text([("anchor", vocab, w.dim)], [(0, w.ids)], w.optimizer)
+    return prepare(load(text.encode(), "text")).plan.memory_estimate() + 16 * vocab
+
+
+def _fixed_bytes(w: Workload) -> int:
+    return 16 * w.ids * w.dim + (128 << 20)
+
+
+def check_memory(w: Workload, max_memory: int | None = None) -> None:
+    """Refuse a workload beyond the memory limit before allocating anything."""
+    from .executor.core import require_memory
+
+    def smaller(limit: int) -> str:
+        """The largest --vocab (two significant digits) whose estimate fits under ``limit``:
+        a bisection, the estimate growing with the vocabulary."""
+        fits, above = 0, w.vocab
+        while above - fits > 1:
+            middle = (fits + above) // 2
+            if _anchor_bytes(middle, w) + _fixed_bytes(w) <= limit:
+                fits = middle
+            else:
+                above = middle
+        if fits < 1:
+            return ("lower --ids or --dim" if limit > (128 << 20)
+                    else "no smaller workload helps (the bandwidth probe alone takes 128 MiB)")
+        digits = 10 ** max(len(str(fits)) - 2, 0)
+        return f"use --vocab {fits // digits * digits} or less at --dim {w.dim}"
+
+    require_memory(memory_needed(w), max_memory,
+                   what=f"the benchmark of a {w.vocab:,} x {w.dim} table",
+                   counted="the table, its slots, a step's working arrays, the id sampler and "
+                   "the gradients", reduce=smaller)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -228,8 +301,38 @@ def naive_step(
         l1, l2 = F32(0.001), F32(0.001)
         slots[0][unique], slots[1][unique] = acc, lin
         table[unique] = (np.clip(lin, -l1, l1) - lin) / (np.sqrt(acc) / lr32 + F32(2) * l2)
+    elif optimizer == "rms_prop":
+        ms = F32(0.9) * slots[0][unique] + F32(0.1) * g * g
+        mom = F32(0.9) * slots[1][unique] + lr32 * g / np.sqrt(ms + F32(1e-7))
+        slots[0][unique], slots[1][unique] = ms, mom
+        table[unique] = w - mom
+    elif optimizer == "proximal_adagrad":
+        acc = slots[0][unique] + g * g
+        eta = lr32 / np.sqrt(acc)
+        p = w - eta * g
+        slots[0][unique] = acc
+        shrunk = np.sign(p) * np.maximum(np.abs(p) - eta * F32(0.001), F32(0))
+        table[unique] = shrunk / (F32(1) + eta * F32(0.001))
     else:
         raise UsageError(_unknown_optimizer(optimizer))
+
+
+def _check_step(
+    optimizer: str, table: np.ndarray, slots: list[np.ndarray], ids: np.ndarray,
+    grads: np.ndarray, update: Callable[[], np.ndarray],
+) -> tuple[int, float]:
+    """Run ``update`` (the timed step) once, and the naive step on copies of the rows it should
+    touch; return the number of rows ``update`` updated and the largest absolute difference
+    between the two results over those rows and their slots (inf when the rows differ)."""
+    expected_rows = np.unique(ids)
+    local = [table[expected_rows]] + [slot[expected_rows] for slot in slots]
+    rows = update()
+    naive_step(optimizer, local[0], local[1:], np.searchsorted(expected_rows, ids), grads)
+    if rows.shape != expected_rows.shape or (rows != expected_rows).any():
+        return int(rows.shape[0]), float("inf")
+    diffs = [float(np.abs(array[rows] - want).max(initial=0.0))
+             for array, want in zip([table, *slots], local, strict=True)]
+    return int(rows.shape[0]), max(diffs)
 
 
 def _unknown_optimizer(name: str) -> str:
@@ -255,35 +358,85 @@ def _peak_rss() -> int:
 # The run
 
 
-def _warm_up(engine: str) -> tuple[str, str | None, float]:
-    """Load the engine and every kernel the step uses on a tiny problem; return the engine's
-    name, its fallback note and the seconds it took (numba's import and compile/cache load)."""
-    from .executor.engine import get_engine
+def _tiny_step(optimizer: str, engine: str) -> None:
+    tiny = _executor(_config_text([("t", 8, 4)], [(0, 4)], optimizer), "sum", engine)
+    tiny.step([{"ids": np.array([1, 3, 1, 0]), "grad": np.ones((4, 4), dtype=F32)}])
+    rows = np.array([0, 3])
+    tiny.apply_row_gradients("t", rows, np.ones((2, 4), dtype=F32))
+
+
+def _warm_up(engine: str, optimizer: str) -> tuple[str, str | None, float, bool]:
+    """Load the engine and every kernel the benchmark uses on a tiny problem; return the
+    engine's name, its fallback note, the seconds it took (numba's import and the kernels'
+    compilation or cache load) and whether any kernel had to be compiled."""
+    from .executor.engines import get_engine
 
     start = time.perf_counter()
     chosen = get_engine(engine)
+    compiled = False
     if chosen.name == "numba":
-        for optimizer in OPTIMIZERS:
-            tiny = _executor(_config_text([("t", 8, 4)], [(0, 4)], optimizer), "sum", engine)
-            batch = [{"ids": np.array([1, 3, 1, 0]), "grad": np.ones((4, 4), dtype=F32)}]
-            tiny.step(batch)
-    return chosen.name, chosen.fallback, time.perf_counter() - start
+        from numba.core.registry import CPUDispatcher
+
+        _tiny_step(optimizer, engine)
+        _tiny_step("adagrad", engine)  # the multi-feature and the naive step's own kernels
+        compiled = any(
+            sum(kernel.stats.cache_misses.values()) > 0
+            for module in _kernel_modules()
+            for kernel in vars(module).values()
+            if isinstance(kernel, CPUDispatcher)
+        )
+    return chosen.name, chosen.fallback, time.perf_counter() - start, compiled
+
+
+def _kernel_modules() -> list[Any]:
+    from .executor.engines import numba as numba_engine
+    from .executor.engines import numba_init, numba_step, numba_update
+
+    return [numba_engine, numba_init, numba_step, numba_update]
+
+
+def warm_start(engine: str = "numba", optimizer: str = "adagrad") -> float:
+    """Seconds a fresh Python process takes to import tpuemb and run one tiny ``Executor.step``
+    (with the kernels already in the cache: what every new process pays)."""
+    import subprocess
+
+    code = (
+        "import time; start = time.perf_counter()\n"
+        "from tpuemb_cfg.bench import _tiny_step\n"
+        f"_tiny_step({optimizer!r}, {engine!r})\n"
+        "print(time.perf_counter() - start)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=False)
+    try:
+        return float(done.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        return float("nan")
 
 
 def run(workload: Workload = Workload(), *, engine: str = "numba", threads: int | None = None,
-        multi_feature: bool = False) -> BenchResult:
+        multi_feature: bool = False, max_memory: int | None = None) -> BenchResult:
     """Measure everything the module docstring lists, for ``workload`` on ``engine``.
 
     ``threads``: numba's thread count (default: numba's, one per core). Raises ``UsageError``
-    for an unknown optimizer or nonsensical sizes.
+    for an unknown optimizer or nonsensical sizes, and before allocating anything when
+    :func:`memory_needed` exceeds ``max_memory`` (default: 80% of the memory available).
     """
     w = workload
     if w.optimizer not in OPTIMIZERS:
         raise UsageError(_unknown_optimizer(w.optimizer))
-    if w.vocab < 1 or w.dim < 1 or w.ids < 1 or w.steps < 1 or w.zipf <= 0:
-        raise UsageError("--vocab, --dim, --ids and --steps must be >= 1 and --zipf > 0")
+    if w.vocab < 1 or w.dim < 1 or w.ids < 1 or w.steps < 1 or not 0 < w.zipf < math.inf:
+        raise UsageError("--vocab, --dim, --ids and --steps must be >= 1 and --zipf a finite "
+                         "number > 0")
+    if w.seed < 0:
+        raise UsageError(f"--seed {w.seed}: the seed of NumPy's generators must be 0 or more")
+    if multi_feature and w.vocab < 3:
+        raise UsageError(f"--multi-feature needs --vocab 3 or more (three tables share it); "
+                         f"got {w.vocab}")
+    check_memory(w, max_memory)
     bandwidth = copy_bandwidth()
-    name, note, compile_sec = _warm_up(engine)
+    name, note, compile_sec, compiled = _warm_up(engine, w.optimizer)
+    warm_sec = warm_start(engine, w.optimizer)
     used_threads = _set_threads(threads) if name == "numba" else 1
 
     start = time.perf_counter()
@@ -294,30 +447,32 @@ def run(workload: Workload = Workload(), *, engine: str = "numba", threads: int 
         _config_text([("anchor", w.vocab, w.dim)], [(0, w.ids)], w.optimizer), "sum", engine
     )
     setup_sec = time.perf_counter() - start
-    kernels = executor.kernels
-    table_plan = executor.plan.tables[0]
-    table = executor.tables["anchor"]
-    slots = executor.slots["anchor"]
+    engine_in_use = executor.engine
+    state = executor.state_arrays()
+    table = state["table/anchor"]
+    slots = [state[f"slot/anchor/{slot}"] for slot in executor.plan.tables[0].slot_names]
     batch = [{"ids": ids, "grad": grads}]
-    unique_ids = int(np.unique(ids).shape[0])
 
-    executor_step_sec = _median_time(lambda: executor.step(batch), w.steps)
+    step_sec = _median_time(lambda: executor.step(batch), w.steps)
     ones = np.ones(w.ids, dtype=F32)
     sample = np.arange(w.ids, dtype=np.int64)
 
-    def update() -> None:
-        rows, inverse = kernels.deduplicate(ids)
-        g = kernels.backprop_sum(grads, sample, ones, inverse, rows.shape[0])
-        executor._apply(table_plan, rows, g, F32(LEARNING_RATE), ())  # fused when it can be
+    def update() -> np.ndarray:
+        rows, inverse = engine_in_use.deduplicate(ids)
+        g = engine_in_use.backprop_sum(grads, sample, ones, inverse, rows.shape[0])
+        executor.apply_row_gradients("anchor", rows, g)  # fused when the engine can
+        return rows
 
-    step_sec = _median_time(update, w.steps)
+    unique_ids, step_check = _check_step(w.optimizer, table, slots, ids, grads, update)
+    update_sec = _median_time(update, w.steps)
     naive_sec = _median_time(lambda: naive_step(w.optimizer, table, slots, ids, grads), w.steps)
     row_bytes = w.dim * 4
-    limit_bytes = 2 * unique_ids * row_bytes * (1 + len(slots)) + w.ids * row_bytes
+    update_limit_bytes = 2 * unique_ids * row_bytes * (1 + len(slots)) + w.ids * row_bytes
+    limit_bytes = update_limit_bytes + w.ids * row_bytes  # the activations, written once
     state_bytes = executor.plan.state_bytes()
     multi: dict[str, float] = {}
     if multi_feature:
-        del executor, table, slots
+        del executor, state, table, slots, update  # free the anchor table first
         multi = _multi_feature(w, engine)
     return BenchResult(
         engine=name,
@@ -325,15 +480,20 @@ def run(workload: Workload = Workload(), *, engine: str = "numba", threads: int 
         threads=used_threads,
         unique_ids=unique_ids,
         sec_per_step=step_sec,
-        executor_step_sec_per_step=executor_step_sec,
+        update_sec_per_step=update_sec,
         naive_sec_per_step=naive_sec,
         limit_sec_per_step=limit_bytes / bandwidth,
         limit_bytes=limit_bytes,
+        update_limit_sec_per_step=update_limit_bytes / bandwidth,
+        update_limit_bytes=update_limit_bytes,
         copy_bandwidth_bytes_per_sec=bandwidth,
         compile_sec=compile_sec,
+        kernels_compiled=compiled,
+        warm_start_sec=warm_sec,
         peak_rss_bytes=_peak_rss(),
         state_bytes=state_bytes,
         setup_sec=setup_sec,
+        step_check_max_abs_diff=step_check,
         engine_note=note,
         multi_feature=multi,
     )

@@ -5,17 +5,25 @@ each family of commands lives in its own module under tpuemb_cfg.commands and is
 This module holds no logic of its own beyond turning library errors into exit codes:
 0 success, 1 findings (validate) or a difference (--check), 2 unreadable input or bad usage,
 130 interrupted.
+
+**Ctrl-C at any moment** prints one line and exits 130, with no traceback and no partial output
+(:mod:`tpuemb_cfg._interrupt`): while the command starts, SIGINT exits at once; once it runs, the
+first Ctrl-C raises ``KeyboardInterrupt`` (every ``with`` block removes its temporary files) and is
+caught here; a second one exits at once. In-process callers (``CliRunner``, ``main(args=[...])``)
+keep Python's own SIGINT handling; only the ``KeyboardInterrupt`` conversion applies to them.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
+import signal
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
-from tpuemb_cfg import __version__
+from tpuemb_cfg import __version__, _interrupt, missing_dependency
 from tpuemb_cfg.errors import TpuembError
 
 # command name -> (module, attribute, one-line help shown in `tpuemb --help`)
@@ -37,6 +45,18 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "completion": ("tpuemb_cfg.commands.shell", "completion",
                    "Print the shell completion script (bash, zsh, fish)."),
 }
+
+
+def _interrupted() -> NoReturn:
+    """Report a caught ``KeyboardInterrupt``: one line, status 130."""
+    if signal.getsignal(signal.SIGINT) is _interrupt.raise_once:
+        _interrupt.install(_interrupt.exit_now)  # a second Ctrl-C while reporting: exit at once
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        pass
+    click.echo(_interrupt.MESSAGE, err=True)
+    sys.exit(130)
 
 
 class LazyGroup(click.Group):
@@ -66,6 +86,13 @@ class LazyGroup(click.Group):
         with formatter.section("Commands"):
             formatter.write_dl(rows)
 
+    def make_context(self, info_name: str | None, args: list[str],
+                     parent: click.Context | None = None, **extra: Any) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except KeyboardInterrupt:
+            _interrupted()
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
@@ -73,11 +100,44 @@ class LazyGroup(click.Group):
             click.echo(str(exc), err=True)
             ctx.exit(2)
         except KeyboardInterrupt:
-            click.echo("tpuemb: interrupted; no output file was left half-written", err=True)
-            ctx.exit(130)
+            _interrupted()
+        except MemoryError as exc:  # the estimates refuse first; this is what they missed
+            click.echo(f"tpuemb: out of memory ({str(exc) or 'MemoryError'}); reduce the sizes "
+                       "(vocabulary_size, dimension, --workers, --vocab) or free memory and run "
+                       "again", err=True)
+            ctx.exit(2)
         except BrokenPipeError:
-            sys.stderr.close()
+            _quiet_broken_pipe()
             ctx.exit(1)
+        except ImportError as exc:
+            message = missing_dependency(exc)
+            if message is None:
+                raise
+            click.echo(f"tpuemb: {message}", err=True)
+            ctx.exit(2)
+
+    def main(self, args: Any = None, prog_name: str | None = None,
+             complete_var: str | None = None, standalone_mode: bool = True,
+             **extra: Any) -> Any:
+        """Run the command; as the `tpuemb` process (``args`` None), also own SIGINT."""
+        previous = _interrupt.install(_interrupt.raise_once) if args is None else None
+        try:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        except KeyboardInterrupt:
+            _interrupted()
+        finally:
+            if previous is not None:
+                _interrupt.install(previous)
+
+
+def _quiet_broken_pipe() -> None:
+    """The reader of stdout went away (``| head``): stop quietly, without a second error at exit."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    sys.stderr.close()
 
 
 def _unavailable(name: str) -> click.Command:
@@ -97,8 +157,10 @@ def main() -> None:
     """tpuemb: read, validate, compile and simulate TensorFlow TPU embedding configurations.
 
     Every command reads text (.pbtxt), binary (.pb/.binpb) and JSON (.json) configurations and
-    exits 0 on success, 1 when validate finds problems or a --check sees a difference, and 2 when
-    an input cannot be read or the options are wrong.
+    exits 0 on success, 1 when validate finds problems or a --check sees a difference, 2 when
+    an input cannot be read, an output cannot be written or the options are wrong, and 130 when
+    interrupted. Outputs are written atomically and never replace an input. Inputs larger than
+    256 MiB are refused; the environment variable TPUEMB_MAX_INPUT (e.g. 1G) raises the limit.
 
     Start with `tpuemb simulate` (runs the built-in example) or `tpuemb validate FILE`.
     """

@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from tpuemb_cfg.algorithms import ALGORITHMS
+
 if TYPE_CHECKING:
     from tpuemb_cfg.proto.tpu_embedding_configuration_pb2 import TPUEmbeddingConfiguration
 
@@ -27,35 +29,35 @@ INT32_MAX = 2**31 - 1
 ACCUMULATION_UNSPECIFIED, ACCUMULATION_ENABLED, ACCUMULATION_DISABLED = 0, 1, 2
 PACKING_ENABLED = 1
 
-#: Slot names per algorithm, in TensorFlow's order (section 1.4); ``user_defined_program`` is
-#: computed from its program.
+#: Slot names per algorithm, in TensorFlow's order (section 1.4), from the algorithm table;
+#: ``user_defined_program`` is computed from its program.
 SLOTS: dict[str, tuple[str, ...]] = {
-    "stochastic_gradient_descent": (),
-    "assign": (),
-    "adagrad": ("accumulators",),
-    "bounded_adagrad": ("accumulators",),
-    "proximal_adagrad": ("accumulators",),
-    "momentum": ("momenta",),
-    "lion": ("momenta",),
-    "frequency_estimator": ("last_hit_step",),
-    "adagrad_momentum": ("accumulators", "momenta"),
-    "frequency_aware_adagrad": ("accumulators", "counters"),
-    "ftrl": ("accumulators", "linears"),
-    "adam": ("momenta", "velocities"),
-    "rms_prop": ("ms", "mom"),
-    "adadelta": ("accumulators", "updates"),
-    "online_yogi": ("vs", "linears"),
-    "proximal_yogi": ("v", "m"),
-    "centered_rms_prop": ("ms", "mom", "mg"),
-    "mdl_adagrad_light": ("accumulators", "weights", "benefits"),
+    name: algorithm.slot_names
+    for name, algorithm in ALGORITHMS.items()
+    if name != "user_defined_program"
 }
 
 #: Algorithms for which low-dimensional packing can be effective.
-PACKABLE_ALGORITHMS = frozenset({"stochastic_gradient_descent", "adagrad", "ftrl"})
+PACKABLE_ALGORITHMS = frozenset(name for name, a in ALGORITHMS.items() if a.packable)
 PACKABLE_DIMENSIONS = frozenset({1, 2, 4})
 
 #: TensorFlow's kMaxAuxiliaryParameterCount.
 MAX_AUXILIARY_PARAMETERS = 7
+
+#: High-bandwidth memory of one TPU device per generation, in bytes. A device is what
+#: ``num_tensor_cores`` counts (one TensorFlow replica core): on v2 and v3 each of a chip's two
+#: TensorCores is a device with half the chip's HBM; v4 and v5p join their two TensorCores into
+#: one device (megacore) with the whole chip's; v5e and v6e chips have one TensorCore. The chip
+#: figures are Google's Cloud TPU system-architecture pages: v2 16 GiB, v3 32 GiB, v4 32 GiB per
+#: chip; v5e 16 GB, v5p 95 GB, v6e 32 GB per chip (decimal units, as those pages give them).
+TPU_DEVICE_MEMORY: dict[str, int] = {
+    "v2": 8 * 2**30,
+    "v3": 16 * 2**30,
+    "v4": 32 * 2**30,
+    "v5e": 16 * 10**9,
+    "v5p": 95 * 10**9,
+    "v6e": 32 * 10**9,
+}
 
 TagKind = Literal["learning_rate", "step_counter"]
 
@@ -340,7 +342,7 @@ def derive(config: TPUEmbeddingConfiguration) -> Derived:
         vocab = max(table.vocabulary_size, 0)
         dim = max(table.dimension, 0)
         s = len(states)
-        packed = _packing_effective(table, algorithms[t])
+        packed = packing_effective(table, algorithms[t])
         if num_hosts is None:
             estimate = _padded_bytes(vocab, dim, s, packed)
         else:
@@ -352,9 +354,11 @@ def derive(config: TPUEmbeddingConfiguration) -> Derived:
     return derived
 
 
-def _packing_effective(
+def packing_effective(
     table: TPUEmbeddingConfiguration.TableDescriptor, algorithm: str | None
 ) -> bool:
+    """Whether the runtime packs the table (section 1.6): packing ENABLED, dimension 1, 2 or 4
+    and an algorithm to which a zero gradient is a no-op (SGD, Adagrad, FTRL)."""
     return (
         table.optimization_parameters.low_dimensional_packing_status == PACKING_ENABLED
         and table.dimension in PACKABLE_DIMENSIONS
@@ -416,3 +420,30 @@ def _host_sizes(config: TPUEmbeddingConfiguration, derived: Derived) -> list[Hos
     if first < n:
         ranges.append(HostRange(first, n - 1, logical, estimate))
     return ranges
+
+
+@dataclass(frozen=True)
+class DeviceShare:
+    """The tables' share of one TPU device: the fullest host's estimate split over its devices.
+
+    ``devices_per_host`` = ``num_tensor_cores // num_hosts``; the runtime spreads a host's rows
+    over the devices attached to it, so each holds about ``bytes`` (the estimate of section 1.6
+    divided by ``devices_per_host``, rounded up). Tables only: the dense model, activations and
+    the runtime's own buffers come on top.
+    """
+
+    devices_per_host: int
+    bytes: int
+
+
+def device_share(config: TPUEmbeddingConfiguration, derived: Derived) -> DeviceShare | None:
+    """:class:`DeviceShare` of the configuration, ``None`` when hosts or cores are unknown (< 1)
+    or there are fewer tensor cores than hosts."""
+    ranges = host_sizes(config, derived)
+    hosts = derived.num_hosts
+    if not ranges or hosts is None or config.num_tensor_cores < hosts:
+        return None
+    per_host = config.num_tensor_cores // hosts
+    fullest = max(r.estimate_bytes for r in ranges)
+    return DeviceShare(per_host, -(-fullest // per_host))
+

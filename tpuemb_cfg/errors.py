@@ -1,10 +1,69 @@
 """Exceptions that carry a location a user can act on.
 
 Every error about user input is an :class:`InputError`; its ``str()`` is the one line the CLI prints
-(``FILE:LINE:COL: error: ...``) before exiting with status 2.
+(``FILE:LINE:COL: error: ...``) before exiting with status 2. An output that cannot be written is
+an :class:`OutputError` (an ``InputError`` naming the output path), also exit status 2.
+
+Values quoted in messages are shortened (:func:`shorten_quoted`): a configuration may hold a
+multi-megabyte string, and a message must stay one readable line however large the value is.
 """
 
 from __future__ import annotations
+
+import re
+
+#: Messages up to this many characters are left as they are.
+SHORT_MESSAGE = 1000
+#: In a longer message, quoted values longer than this many characters are shortened.
+QUOTE_LIMIT = 64
+#: Characters of a shortened value that are kept.
+QUOTE_KEEP = 24
+#: Unquoted runs without white space longer than this are shortened too.
+RUN_LIMIT = 200
+#: A message longer than this (after shortening values) is cut in the middle.
+MESSAGE_LIMIT = 4000
+
+# Every quoted span, short ones included, so that quotes pair up from the left: the closing quote
+# of one value is never taken for the opening quote of a long "value" made of prose.
+_QUOTED = re.compile(r"'[^'\n]*'|\"[^\"\n]*\"")
+_LONG_RUN = re.compile(f"[^\\s'\"]{{{RUN_LIMIT + 1},}}")
+
+
+def shorten(value: str, keep: int = QUOTE_KEEP) -> str:
+    """``'aaaaaaaa…' (5,000,000 characters)`` for a long value, ``'value'`` for a short one."""
+    if len(value) <= QUOTE_LIMIT:
+        return repr(value)
+    head = repr(value[:keep])
+    return f"{head[:-1]}…{head[-1]} ({len(value):,} characters)"
+
+
+def shorten_quoted(text: str) -> str:
+    """``text`` with every long quoted value (and every very long word) shortened.
+
+    A message of up to :data:`SHORT_MESSAGE` characters is returned unchanged (the common case
+    costs a length check). In a longer one, ``name 'aaaa…(5 MB)…'`` becomes
+    ``name 'aaaaaaaaaaaaaaaaaaaaaaaa…' (5,000,000 characters)``, and what is still longer than
+    :data:`MESSAGE_LIMIT` is cut in the middle.
+    """
+    if len(text) <= SHORT_MESSAGE:
+        return text
+
+    def quoted(match: re.Match[str]) -> str:
+        span = match.group(0)
+        if len(span) - 2 <= QUOTE_LIMIT:
+            return span
+        mark = span[0]
+        return f"{mark}{span[1:QUOTE_KEEP + 1]}…{mark} ({len(span) - 2:,} characters)"
+
+    def run(match: re.Match[str]) -> str:
+        body = match.group(0)
+        return f"{body[:QUOTE_KEEP]}… ({len(body):,} characters)"
+
+    text = _LONG_RUN.sub(run, _QUOTED.sub(quoted, text))
+    if len(text) > MESSAGE_LIMIT:
+        head, tail = MESSAGE_LIMIT * 3 // 4, MESSAGE_LIMIT // 8
+        text = f"{text[:head]} … [{len(text) - head - tail:,} characters left out] … {text[-tail:]}"
+    return text
 
 
 class TpuembError(Exception):
@@ -28,6 +87,7 @@ class InputError(TpuembError):
         offset: int | None = None,
         key: str | None = None,
     ) -> None:
+        message = shorten_quoted(message)
         super().__init__(message)
         self.message = message
         self.path = path
@@ -48,6 +108,14 @@ class InputError(TpuembError):
 
     def __str__(self) -> str:
         return f"{self.location()}: error: {self.message}"
+
+
+class OutputError(InputError):
+    """An output that cannot be written (missing or read-only folder, full disk, ...).
+
+    ``path`` is the output's path; the message says what the operating system reported and what
+    to do. An ``InputError`` subclass so that every caller handling bad files handles it too.
+    """
 
 
 class UsageError(TpuembError):

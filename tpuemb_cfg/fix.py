@@ -4,8 +4,12 @@
    ``frequency_aware_adagrad`` step counters, negative ones included) to 0..K-1 in sorted order.
    The old -> new mapping is reported, because the training code must reorder its list of
    learning rates the same way.
-2. **Legacy style** (MODE005): remove ``batch_size_per_tensor_core`` and every ``num_features`` and
-   append, for each table t, ``num_features`` descriptors ``{table_id: t, input_shape: [B]}``.
+2. **Legacy style** (MODE005): TensorFlow's own conversion, ``PopulateFeatureDescriptors`` in
+   ``tpu_embedding_configuration_proto_rewrite.cc``: for each table t in order, one descriptor
+   ``{table_id: t, input_shape: [B * num_features]}`` with an empty name. The legacy fields are
+   then removed, because TensorFlow rejects a file that has both (MODE001, MODE002). Each table
+   still produces one activation of ``[B * num_features, dimension]``, as in legacy style, so
+   the training code does not change.
 3. **Accumulation** (ACC002): write ``gradient_accumulation_status: ENABLED`` where it is
    UNSPECIFIED (which TensorFlow reads as ENABLED).
 
@@ -29,10 +33,6 @@ if TYPE_CHECKING:
     from tpuemb_cfg.io import Source
     from tpuemb_cfg.locations import Token
     from tpuemb_cfg.proto.tpu_embedding_configuration_pb2 import TPUEmbeddingConfiguration
-
-#: Legacy configurations that would need more descriptors than this are not converted.
-MAX_CONVERTED_FEATURES = 100_000
-
 
 @dataclass
 class FixResult:
@@ -107,6 +107,13 @@ def _renumber_tags(
 def _convert_legacy(
     config: TPUEmbeddingConfiguration, plan: _Plan, result: FixResult, path: str
 ) -> None:
+    """TensorFlow's ``PopulateFeatureDescriptors``: one feature of ``[B * n_t]`` ids per table.
+
+    A table's feature then yields the activation ``[B * n_t, dimension]`` its legacy form yields,
+    so nothing changes for the training program. TensorFlow re-derives the batch size as the GCD
+    of the new sizes (validation-rules.md section 1.2); it can be a multiple of the old B, which
+    only changes how the runtime counts features internally, not any shape the program sees.
+    """
     if config.feature_descriptor or not config.table_descriptor:
         return
     batch = config.batch_size_per_tensor_core
@@ -114,31 +121,26 @@ def _convert_legacy(
     if batch <= 0 or any(n <= 0 for n in counts):
         return
     if any(batch * n > INT32_MAX for n in counts):
-        return
-    total = sum(counts)
-    if total > MAX_CONVERTED_FEATURES:
-        result.notes.append(
-            f"{path}: legacy style not converted: it would need {total} feature descriptors (more "
-            f"than {MAX_CONVERTED_FEATURES})"
-        )
-        return
+        return  # TensorFlow's 32-bit product would overflow (FEAT005); nothing to mirror
     config.batch_size_per_tensor_core = 0
     plan.deletes.append("batch_size_per_tensor_core")
     blocks = []
     for t, table in enumerate(config.table_descriptor):
         table.num_features = 0
         plan.deletes.append(f"table_descriptor[{t}].num_features")
-        for _ in range(counts[t]):
-            feature = config.feature_descriptor.add()
-            feature.table_id = t
-            feature.input_shape.append(batch)
-            blocks.append(f"feature_descriptor {{\n  table_id: {t}\n  input_shape: {batch}\n}}\n")
+        feature = config.feature_descriptor.add()
+        feature.table_id = t
+        feature.input_shape.append(batch * counts[t])
+        blocks.append(
+            f"feature_descriptor {{\n  table_id: {t}\n  input_shape: {batch * counts[t]}\n}}\n"
+        )
     plan.append = "".join(blocks)
+    sizes = ", ".join(f"[{batch * n}]" for n in counts[:6]) + (", ..." if len(counts) > 6 else "")
     result.applied.append("converted legacy style to feature descriptors")
     result.notes.append(
-        f"{path}: converted batch_size_per_tensor_core {batch} and num_features to {total} feature "
-        "descriptor(s); the TensorCore program now receives one activation per feature instead of "
-        "one per table, so the training code must change with it"
+        f"{path}: converted batch_size_per_tensor_core {batch} and num_features to one feature "
+        f"descriptor per table, as TensorFlow's own rewrite does (input shapes {sizes}); every "
+        "table still produces the same activation, so the training code does not change"
     )
 
 

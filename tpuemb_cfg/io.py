@@ -2,8 +2,16 @@
 
 Everything that reads user input goes through :func:`read_source`, which turns every kind of bad
 input into one :class:`~tpuemb_cfg.errors.InputError` with a location: line and column for text and
-JSON, a byte offset for binary. Everything that writes goes through :func:`atomic_write_bytes`, so
-an interrupted run never leaves a half-written file behind.
+JSON, a byte offset for binary. Everything that writes goes through :func:`atomic_write_bytes`
+(:mod:`tpuemb_cfg.atomic`), so an interrupted run never leaves a half-written file behind.
+
+Two limits (:mod:`tpuemb_cfg.limits`) keep hostile or mistaken input from exhausting memory or
+the stack: an input size cap (default 256 MiB, ``TPUEMB_MAX_INPUT``), read in bounded chunks, and
+a nesting limit (99 levels below the top-level message, the deepest every protobuf runtime reads
+back in every format): deeper input is a parse error at its line and column or byte offset, and
+:func:`serialize` refuses to write a deeper message, so nothing tpuemb writes is unreadable.
+A file that fails to parse gets a hint when it looks like another format (binary given as text)
+or another message (a ``SimulationSpec`` given as a configuration).
 
 Output is byte-identical to what TensorFlow-side tooling writes with protobuf's defaults:
 ``SerializeToString()``, ``text_format.MessageToString(m)`` and
@@ -15,7 +23,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import sys
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -23,8 +30,16 @@ from google.protobuf import descriptor as _descriptor
 from google.protobuf import json_format, text_format
 from google.protobuf.message import DecodeError, Message
 
-from tpuemb_cfg.atomic import atomic_output
+from tpuemb_cfg import atomic
 from tpuemb_cfg.errors import InputError, UsageError
+from tpuemb_cfg.limits import (
+    MAX_DEPTH,
+    check_json_depth,
+    check_text_depth,
+    read_input,
+    too_deep,
+    too_deep_path,
+)
 from tpuemb_cfg.proto.tpu_embedding_configuration_pb2 import TPUEmbeddingConfiguration
 from tpuemb_cfg.protoutil import is_repeated
 
@@ -57,8 +72,22 @@ def normalize_format(name: str) -> Format:
         ) from None
 
 
-def detect_format(path: str | os.PathLike[str]) -> Format:
-    """The format a file name implies; ``-`` (stdin/stdout) is text."""
+def _pass(option: str, fmt: str) -> str:
+    """How to say "choose format ``fmt``" with ``option`` (``--from``, or ``format=``)."""
+    return f"{option}{fmt!r}" if option.endswith("=") else f"{option} {fmt}"
+
+
+_EXTENSIONS = ".pbtxt/.textproto/.txtpb (text), .pb/.binpb/.bin (binary), .json (JSON)"
+
+
+def detect_format(path: str | os.PathLike[str], option: str | None = None, *,
+                  output: bool = False) -> Format:
+    """The format a file name implies; ``-`` (stdin/stdout) is text.
+
+    ``option`` names the way the caller can give the format instead (``--from``, ``--to``,
+    ``format=``); when it is None the message only suggests renaming. ``output``: the path is
+    one to write (the message then speaks of writing).
+    """
     name = os.fspath(path)
     if name == "-":
         return "text"
@@ -69,11 +98,43 @@ def detect_format(path: str | os.PathLike[str]) -> Format:
         return "binary"
     if lower.endswith(JSON_SUFFIXES):
         return "json"
-    raise UsageError(
-        f"{name}: cannot tell the format from the file name; use one of the extensions "
-        ".pbtxt/.textproto/.txtpb (text), .pb/.binpb/.bin (binary), .json (JSON), "
-        "or pass the format explicitly (--from/--to)"
-    )
+    what = "the format to write" if output else "the format"
+    found = os.path.splitext(name)[1] or "no extension"
+    sniffed = None if output else _sniff(name)
+    if sniffed is None:
+        advice = f"name the file with one of the extensions {_EXTENSIONS}"
+        if option:
+            advice += f", or pass {_pass(option, 'text|binary|json')}"
+    else:
+        stem = os.path.splitext(name)[0]
+        advice = (f"its content looks like {sniffed}: name it {stem}{_SUFFIX_OF[sniffed]} "
+                  f"(extensions: {_EXTENSIONS})")
+        if option:
+            advice += f", or pass {_pass(option, sniffed.lower())}"
+    raise UsageError(f"{name}: cannot tell {what} from the file name ({found}); {advice}")
+
+
+_SUFFIX_OF: dict[str, str] = {"text": ".pbtxt", "binary": ".binpb", "JSON": ".json"}
+
+
+def _sniff(path: str) -> str | None:
+    """What the first KiB of a file looks like (``text``, ``binary``, ``JSON``), if readable."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(1024)
+    except OSError:
+        return None
+    if not head:
+        return None
+    try:
+        sample = head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if exc.start < len(head) - 4:  # not just a character cut at the end of the sample
+            return "binary"
+        sample = head[: exc.start].decode("utf-8")
+    if any(ch < " " and ch not in "\t\n\r\f\v" for ch in sample):
+        return "binary"
+    return "JSON" if sample.lstrip("\ufeff \t\r\n").startswith("{") else "text"
 
 
 @dataclass
@@ -91,20 +152,6 @@ class Source:
 # Reading
 
 
-def _read_bytes(path: str) -> bytes:
-    if path == "-":
-        return sys.stdin.buffer.read()
-    try:
-        with open(path, "rb") as handle:
-            return handle.read()
-    except FileNotFoundError:
-        raise InputError("no such file", path=path) from None
-    except IsADirectoryError:
-        raise InputError("is a directory, expected a configuration file", path=path) from None
-    except OSError as exc:
-        raise InputError(f"cannot read: {exc.strerror or exc}", path=path) from None
-
-
 def _line_col(text: str, index: int) -> tuple[int, int]:
     line = text.count("\n", 0, index) + 1
     start = text.rfind("\n", 0, index) + 1
@@ -112,10 +159,9 @@ def _line_col(text: str, index: int) -> tuple[int, int]:
 
 
 _PB_LOCATION = re.compile(r"^\s*(\d+):(\d+)\s*:\s*")
-
-
 def parse_text(text: str, message: Message, path: str) -> None:
     """Parse protobuf text format into ``message``; errors carry the parser's line and column."""
+    check_text_depth(text, path)
     try:
         text_format.Parse(text, message)
     except text_format.ParseError as exc:
@@ -211,11 +257,26 @@ def _json_key_location(text: str, names: list[str]) -> tuple[int, int]:
 
 def parse_json(text: str, message: Message, path: str) -> None:
     """Parse protobuf JSON into ``message``; syntax and schema errors carry a line and column."""
+    check_json_depth(text, path)
     try:
         tree = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(f"invalid JSON: {exc.msg}", path=path, line=exc.lineno,
                          column=exc.colno) from None
+    except ValueError:  # an integer too long for Python to convert (over 4,300 digits)
+        match = re.search(r"\d{4301,}", text)
+        line, column = _line_col(text, match.start()) if match else (1, 1)
+        digits = len(match.group()) if match else 0
+        raise InputError(
+            f"a number with {digits:,} digits; the widest integer field (int64) holds 19 digits",
+            path=path, line=line, column=column) from None
+    if not isinstance(tree, dict):
+        found = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(
+            type(tree), "a number")
+        line, column = _line_col(text, len(text) - len(text.lstrip()))
+        raise InputError(
+            f"expected a JSON object {{...}} holding the {message.DESCRIPTOR.name}, found "
+            f"{found}", path=path, line=line, column=column)
     _fix_json_floats(tree, message.DESCRIPTOR)
     try:
         json_format.ParseDict(tree, message)
@@ -254,12 +315,13 @@ _SCALAR_WIRE = {
 
 
 def check_wire(data: bytes, desc: Any, pos: int = 0,
-               end: int | None = None) -> int:
+               end: int | None = None, depth: int = 0) -> int:
     """Walk protobuf wire data against a descriptor; raise InputError at the first bad byte.
 
     Stricter than protobuf's own parser in one respect: a known field carrying the wrong wire type
     is an error (protobuf would keep it as an unknown field), which is what random or corrupted
-    files almost always produce. Returns the number of known fields found at this level.
+    files almost always produce. A message nested deeper than MAX_DEPTH is an error too.
+    Returns the number of known fields found at this level.
     """
     end = len(data) if end is None else end
     known = 0
@@ -300,7 +362,9 @@ def check_wire(data: bytes, desc: Any, pos: int = 0,
                 f"{desc.name} or a corrupted file",
                 offset=key_at)
         if field.type == _FD.TYPE_MESSAGE:
-            check_wire(data, field.message_type, value_at, pos)
+            if depth >= MAX_DEPTH:
+                raise too_deep("<input>", offset=key_at)
+            check_wire(data, field.message_type, value_at, pos, depth + 1)
         elif field.type == _FD.TYPE_STRING:
             try:
                 data[value_at:pos].decode("utf-8")
@@ -328,8 +392,32 @@ def parse_binary(data: bytes, message: Message, path: str) -> None:
         raise InputError(f"cannot decode binary protobuf: {exc}", path=path, offset=0) from None
 
 
-def parse_bytes(data: bytes, fmt: Format, message: Message, path: str) -> str | None:
-    """Parse ``data`` in format ``fmt`` into ``message``; return the decoded text, if any."""
+def parse_bytes(data: bytes, fmt: Format, message: Message, path: str, *,
+                option: str | None = None, explicit: bool = False) -> str | None:
+    """Parse ``data`` in format ``fmt`` into ``message``; return the decoded text, if any.
+
+    ``option`` (``--from``, ``format=``) and ``explicit`` (the format was given rather than
+    taken from the extension) shape the hint added when the bytes look like another format or
+    another message type.
+    """
+    try:
+        return _parse_bytes(data, fmt, message, path)
+    except InputError as exc:
+        hint = _hint(data, fmt, type(message), path, option, explicit)
+        if hint:
+            exc.message = exc.message.rstrip(".") + hint
+        raise
+    except RecursionError:  # a last line of defence: the depth checks run first
+        raise too_deep(path) from None
+    except (ValueError, TypeError, OverflowError) as exc:  # the runtime's own checks, unforeseen
+        raise InputError(f"cannot read as {fmt}: {_tidy(str(exc))}", path=path) from None
+    except MemoryError:
+        raise InputError(
+            f"not enough memory to parse {len(data):,} bytes of {fmt}; free memory or split "
+            "the configuration", path=path) from None
+
+
+def _parse_bytes(data: bytes, fmt: Format, message: Message, path: str) -> str | None:
     if fmt == "binary":
         parse_binary(data, message, path)
         return None
@@ -337,8 +425,7 @@ def parse_bytes(data: bytes, fmt: Format, message: Message, path: str) -> str | 
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InputError(
-            f"not UTF-8 text (byte 0x{data[exc.start]:02x}); is this a binary file? "
-            "name binary files .pb/.binpb or pass the format",
+            f"not UTF-8 text: byte 0x{data[exc.start]:02x} cannot appear in text",
             path=path, offset=exc.start) from None
     if text.startswith("\ufeff"):
         text = text[1:]
@@ -349,31 +436,119 @@ def parse_bytes(data: bytes, fmt: Format, message: Message, path: str) -> str | 
     return text
 
 
+# Other messages a file given as one may really be: (module, class, how to describe it).
+_LOOKALIKES: dict[str, tuple[tuple[str, str, str], ...]] = {
+    "tpuemb_cfg.proto.TPUEmbeddingConfiguration": (
+        ("tpuemb_cfg.proto.simulation_pb2", "SimulationSpec",
+         "a SimulationSpec (the --spec file of `tpuemb simulate`)"),
+    ),
+    "tpuemb_cfg.proto.SimulationSpec": (
+        ("tpuemb_cfg.proto.tpu_embedding_configuration_pb2", "TPUEmbeddingConfiguration",
+         "a TPUEmbeddingConfiguration (the CONFIG argument of `tpuemb simulate`)"),
+    ),
+}
+
+
+def _parses_as(data: bytes, fmt: Format, message_type: Any) -> bool:
+    """Whether ``data`` is a non-empty ``message_type`` in format ``fmt``."""
+    candidate = message_type()
+    try:
+        _parse_bytes(data, fmt, candidate, "<probe>")
+    except (InputError, RecursionError):
+        return False
+    return bool(candidate.ListFields())
+
+
+def _looks_binary(data: bytes) -> bool:
+    return any(byte < 0x20 and byte not in b"\t\n\r\f\v" for byte in data[:4096]) or (
+        _not_utf8(data[:4096]))
+
+
+def _not_utf8(sample: bytes) -> bool:
+    try:
+        sample.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return exc.start < len(sample) - 4
+    return False
+
+
+def _hint(data: bytes, fmt: Format, message_type: Any, path: str, option: str | None,
+          explicit: bool) -> str:
+    """What the bytes look like when they failed to parse as ``fmt``: a hint, or ``""``."""
+    name = message_type.DESCRIPTOR.name
+    if fmt != "binary" and _looks_binary(data) and _parses_as(data, "binary", message_type):
+        return "; the file looks like a binary " + name + _choose("binary", path, option, explicit)
+    if fmt == "binary" and not _looks_binary(data):
+        for other in ("text", "json"):
+            if _parses_as(data, other, message_type):
+                return (f"; the file looks like {name} in {other} format"
+                        + _choose(other, path, option, explicit))
+    for module_name, class_name, description in _LOOKALIKES.get(
+            message_type.DESCRIPTOR.full_name, ()):
+        import importlib
+
+        other_type = getattr(importlib.import_module(module_name), class_name)
+        if _parses_as(data, fmt, other_type):
+            return f"; the file looks like {description}, not a {name}"
+    if fmt != "binary" and _looks_binary(data):
+        return "; if it is binary protobuf," + _choose("binary", path, option, explicit)[1:]
+    return ""
+
+
+def _choose(fmt: str, path: str, option: str | None, explicit: bool) -> str:
+    """``: pass --from binary`` / ``: name it x.binpb`` - how to read the file as ``fmt``."""
+    suffix = {"binary": ".binpb", "text": ".pbtxt", "json": ".json"}[fmt]
+    if option and explicit:
+        return f": pass {_pass(option, fmt)} instead"
+    rename = f"name it {os.path.splitext(os.path.basename(path))[0]}{suffix}"
+    if path in ("<stdin>", "<bytes>", "<probe>"):
+        if option:
+            return f": pass {_pass(option, fmt)}"
+        if path == "<stdin>":
+            return (f": standard input is read as text; save it as a {suffix} file and pass "
+                    "its name")
+        return ""
+    if option:
+        return f": {rename} or pass {_pass(option, fmt)}"
+    return f": {rename} (the extension decides the format)"
+
+
 def read_source(path: str | os.PathLike[str], format: str | None = None, *,
-                message_type: type[Message] = TPUEmbeddingConfiguration) -> Source:
-    """Read and parse one file (``-`` for stdin)."""
+                message_type: type[Message] = TPUEmbeddingConfiguration,
+                format_option: str | None = None, max_bytes: int | None = None) -> Source:
+    """Read and parse one file (``-`` for stdin).
+
+    ``format_option``: how the caller lets the user choose the input format (``--from``), named
+    in hints; None when there is no such option. ``max_bytes``: the size limit (default
+    :func:`max_input_bytes`).
+    """
     name = os.fspath(path)
-    fmt = normalize_format(format) if format else detect_format(name)
-    data = _read_bytes(name)
+    if name != "-" and not os.path.lexists(name):
+        raise InputError("no such file", path=name)
+    fmt = normalize_format(format) if format else detect_format(name, format_option)
+    data = read_input(name, max_bytes)
     message = message_type()
     shown = "<stdin>" if name == "-" else name
-    text = parse_bytes(data, fmt, message, shown)
+    text = parse_bytes(data, fmt, message, shown, option=format_option, explicit=bool(format))
     return Source(path=shown, format=fmt, data=data, text=text, message=message)
 
 
 def load(path_or_bytes: str | os.PathLike[str] | bytes, format: str | None = None, *,
-         message_type: type[Message] = TPUEmbeddingConfiguration) -> Any:
+         message_type: type[Message] = TPUEmbeddingConfiguration,
+         max_bytes: int | None = None) -> Any:
     """Load a message from a file path (format from its extension), ``-`` (stdin) or bytes.
 
-    Bytes are binary unless ``format`` says otherwise.
+    Bytes are binary unless ``format`` says otherwise. Errors are :class:`InputError`;
+    ``max_bytes`` overrides the input size limit (``TPUEMB_MAX_INPUT``, default 256 MiB).
     """
     if isinstance(path_or_bytes, bytes | bytearray | memoryview):
         data = bytes(path_or_bytes)
         fmt = normalize_format(format) if format else "binary"
         message = message_type()
-        parse_bytes(data, fmt, message, "<bytes>")
+        parse_bytes(data, fmt, message, "<bytes>", option="format=", explicit=bool(format))
         return message
-    return read_source(path_or_bytes, format, message_type=message_type).message
+    return read_source(path_or_bytes, format, message_type=message_type,
+                       format_option="format=", max_bytes=max_bytes).message
 
 
 def as_config(obj: Any) -> TPUEmbeddingConfiguration:
@@ -427,9 +602,18 @@ def serialize(message: Message, fmt: str) -> bytes:
     """The bytes of ``message`` in format ``fmt``, as TensorFlow-side tooling writes them.
 
     Text and JSON cannot carry unknown fields (e.g. the body of a user-defined HLO program);
-    rather than dropping them silently this raises InputError naming where they are.
+    rather than dropping them silently this raises InputError naming where they are. A message
+    nested deeper than MAX_DEPTH is refused too: no protobuf runtime could read it back.
     """
     kind = normalize_format(fmt)
+    deep = too_deep_path(message)
+    if deep is not None:
+        parts = deep.split(".")
+        shown = ".".join(parts[:3]) + f". ... .{parts[-1]}" if len(parts) > 6 else deep
+        raise InputError(
+            f"cannot write {kind}: the message nests more than {MAX_DEPTH} levels deep "
+            f"({shown}, level {len(parts)}); protobuf could not read the file back - flatten "
+            "the nesting")
     if kind == "binary":
         return message.SerializeToString()
     lost = unknown_field_paths(message)
@@ -444,16 +628,11 @@ def serialize(message: Message, fmt: str) -> bytes:
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file in the same folder and a rename.
+    """Write ``data`` to ``path`` atomically (:func:`tpuemb_cfg.atomic.write_bytes`).
 
-    ``-`` writes to stdout.
+    ``-`` writes to stdout; a symbolic link is written through; an OS error is an OutputError.
     """
-    if os.fspath(path) == "-":
-        sys.stdout.buffer.write(data)
-        sys.stdout.buffer.flush()
-        return
-    with atomic_output(path) as handle:
-        handle.write(data)
+    atomic.write_bytes(path, data)
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
@@ -462,6 +641,17 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
 
 
 def dump(message: Message, path: str | os.PathLike[str], format: str | None = None) -> None:
-    """Write ``message`` to ``path`` (``-`` for stdout), format from the extension unless given."""
-    fmt = normalize_format(format) if format else detect_format(path)
-    atomic_write_bytes(path, serialize(message, fmt))
+    """Write ``message`` to ``path`` (``-`` for stdout), format from the extension unless given.
+
+    The file is replaced atomically; a symbolic link is written through. Errors: UsageError for
+    an unknown extension, InputError for a message no format can hold, OutputError when the file
+    cannot be written.
+    """
+    fmt = normalize_format(format) if format else detect_format(path, "format=", output=True)
+    try:
+        data = serialize(message, fmt)
+    except InputError as exc:
+        exc.path = exc.path or os.fspath(path)
+        raise
+    atomic.check_outputs([path])
+    atomic_write_bytes(path, data)

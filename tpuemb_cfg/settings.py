@@ -8,6 +8,7 @@ Example::
     fail-on = "warning"                  # error (default), warning or info
     show-derived = false                 # also run the on-request info rules
     memory-budget = "16GiB"              # per-host budget for SIZE003 (bytes or a size with a unit)
+    tpu = "v4"                           # TPU generation whose device memory SIZE004 checks
 
     [tool.tpuemb.severity]               # change a rule's severity
     TAG006 = "warning"
@@ -56,6 +57,7 @@ class Settings:
     show_derived: bool = False
     severity: dict[str, Severity] = field(default_factory=dict)
     memory_budget_bytes: int | None = None
+    tpu_generation: str | None = None
     source: str | None = None
 
 
@@ -76,6 +78,19 @@ def parse_size(value: object, *, path: str | None = None, key: str = "memory-bud
     raise InputError(
         "expected a positive size in bytes or a string like '16GiB' (units B, KB, MB, GB, TB, "
         f"KiB, MiB, GiB, TiB), got {value!r}",
+        path=path,
+        key=key,
+    )
+
+
+def parse_tpu(value: object, *, path: str | None = None, key: str = "tpu") -> str:
+    """A known TPU generation name (``"v4"``, ``"V5e"`` -> ``"v5e"``) for SIZE004."""
+    from tpuemb_cfg.derived import TPU_DEVICE_MEMORY
+
+    if isinstance(value, str) and value.strip().lower() in TPU_DEVICE_MEMORY:
+        return value.strip().lower()
+    raise InputError(
+        f"expected a TPU generation, one of {', '.join(TPU_DEVICE_MEMORY)}; got {value!r}",
         path=path,
         key=key,
     )
@@ -154,6 +169,8 @@ def load_settings(start: str | os.PathLike[str] | None = None) -> Settings:
             settings.show_derived = value
         elif key == "memory-budget":
             settings.memory_budget_bytes = parse_size(value, path=name, key=where)
+        elif key == "tpu":
+            settings.tpu_generation = parse_tpu(value, path=name, key=where)
         elif key == "severity":
             if not isinstance(value, dict):
                 raise InputError("expected a table of rule id = severity", path=name, key=where)
@@ -164,7 +181,7 @@ def load_settings(start: str | os.PathLike[str] | None = None) -> Settings:
         elif not isinstance(value, dict):  # sub-tables belong to other commands
             raise InputError(
                 f"unknown setting {raw_key!r}; known: select, ignore, fail-on, show-derived, "
-                "memory-budget, [tool.tpuemb.severity]",
+                "memory-budget, tpu, [tool.tpuemb.severity]",
                 path=name,
                 key=where,
             )

@@ -1,4 +1,5 @@
-"""The simulator's public API in one place: the executor and the multi-worker aggregation objects.
+"""The simulator's public API in one place: the executor and the multi-worker aggregation objects
+(``tpuemb_cfg.sim``).
 
 Names are loaded lazily so that importing this module costs nothing until one is used.
 """
@@ -10,14 +11,14 @@ from typing import Any
 
 _EXPORTS = {
     "Executor": "tpuemb_cfg.executor",
-    "ConditionalAccumulator": "tpuemb_cfg.workers",
-    "SparseConditionalAccumulator": "tpuemb_cfg.workers",
-    "DropStaleGradient": "tpuemb_cfg.workers",
-    "WouldBlock": "tpuemb_cfg.workers",
-    "SyncReplicas": "tpuemb_cfg.workers",
-    "IndexedSlices": "tpuemb_cfg.workers",
-    "GlobalStepWarning": "tpuemb_cfg.workers",
-    "AccumulatorEvent": "tpuemb_cfg.workers",
+    "ConditionalAccumulator": "tpuemb_cfg.sim.accumulators",
+    "SparseConditionalAccumulator": "tpuemb_cfg.sim.accumulators",
+    "DropStaleGradient": "tpuemb_cfg.sim.staleness",
+    "WouldBlock": "tpuemb_cfg.sim.accumulators",
+    "SyncReplicas": "tpuemb_cfg.sim.staleness",
+    "IndexedSlices": "tpuemb_cfg.sim.accumulators",
+    "GlobalStepWarning": "tpuemb_cfg.sim.accumulators",
+    "AccumulatorEvent": "tpuemb_cfg.sim.accumulators",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from tpuemb_cfg.errors import InputError, UsageError
+from tpuemb_cfg.errors import InputError, UsageError, shorten_quoted
 from tpuemb_cfg.rules import RULES, Context, Diagnostic, Rule, Severity
 
 if TYPE_CHECKING:
@@ -101,6 +101,16 @@ def _internal_error(rule: Rule, exc: Exception) -> Diagnostic:
     )
 
 
+def _shortened(diagnostic: Diagnostic) -> Diagnostic:
+    """The diagnostic with long quoted values (a 5 MB table name) cut to their first characters
+    and length, so that every message stays one readable line whatever the configuration holds."""
+    message = shorten_quoted(diagnostic.message)
+    hint = shorten_quoted(diagnostic.hint) if diagnostic.hint else diagnostic.hint
+    if message == diagnostic.message and hint == diagnostic.hint:
+        return diagnostic
+    return replace(diagnostic, message=message, hint=hint)
+
+
 def run_rules(
     config: TPUEmbeddingConfiguration,
     rules: Sequence[Rule],
@@ -118,7 +128,7 @@ def run_rules(
                     raise TypeError(
                         f"rule yielded {type(diagnostic).__name__}, expected a Diagnostic"
                     )
-                found.append(diagnostic)
+                found.append(_shortened(diagnostic))
         except Exception as exc:  # noqa: BLE001 - one broken rule must not hide the others' findings
             found.append(_internal_error(rule, exc))
     ctx.current_rule = None
@@ -171,9 +181,14 @@ def place(
 # and brackets, and the full scanner (tpuemb_cfg.locations) runs on the elements that matter.
 # Anything unusual at the top level (list syntax, extensions) falls back to scanning everything.
 
-_INNER = re.compile(r"""\"(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*'|#[^\n]*|[{}<>]""")
+# Strings as unrolled loops: a repeated alternation costs regex memory per character (see
+# tpuemb_cfg.locations), which for a multi-megabyte string is hundreds of megabytes.
+_INNER = re.compile(
+    r"""\"[^"\\\n]*(?:\\.[^"\\\n]*)*"|'[^'\\\n]*(?:\\.[^'\\\n]*)*'|#[^\n]*|[{}<>]"""
+)
 _TOP = re.compile(
-    r"""\s+|#[^\n]*|"(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*'|[A-Za-z_][A-Za-z0-9_]*"""
+    r"""\s+|#[^\n]*|"[^"\\\n]*(?:\\.[^"\\\n]*)*"|'[^'\\\n]*(?:\\.[^'\\\n]*)*'"""
+    r"""|[A-Za-z_][A-Za-z0-9_]*"""
     r"""|[-+.0-9][A-Za-z0-9_.+-]*|."""
 )
 
@@ -376,6 +391,9 @@ def validate(
             source = read_source(config_or_path)
         except InputError as exc:
             return [parse_error(exc)]
+        except UsageError as exc:  # an extension that names no format
+            name = os.fspath(config_or_path)
+            return [parse_error(InputError(str(exc).removeprefix(f"{name}: "), path=name))]
         return validate_source(source, rules, severity=severity, options=options)
     from tpuemb_cfg.io import as_config
 

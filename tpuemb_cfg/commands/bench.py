@@ -19,7 +19,8 @@ __all__ = ["bench"]
               help="Ids per step (one per bag).")
 @click.option("--zipf", type=click.FloatRange(min=0, min_open=True), default=1.05,
               show_default=True, help="Exponent of the Zipf law of the ids.")
-@click.option("--optimizer", type=click.Choice(["adagrad", "sgd", "momentum", "adam", "ftrl"]),
+@click.option("--optimizer", type=click.Choice(
+                  ["adagrad", "sgd", "momentum", "adam", "ftrl", "rms_prop", "proximal_adagrad"]),
               default="adagrad", show_default=True)
 @click.option("--steps", type=click.IntRange(min=1), default=20, show_default=True,
               help="Timed steps per measurement (the median is reported).")
@@ -31,24 +32,70 @@ __all__ = ["bench"]
               help="Also time the realistic step: 3 tables, 8 features, mean, bags of 1-20 ids.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of ids and gradients.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+@click.option("--max-memory", metavar="SIZE",
+              help="Refuse to start when the estimate exceeds SIZE, e.g. 8G (default: 80% of "
+                   "the memory available).")
+@click.option("--backend", type=click.Choice(["local", "ray"]), default="local",
+              show_default=True,
+              help="ray: the same step with each host's rows in a Ray actor, timed against the "
+                   "local step in the same run, with the bytes sent per step per host.")
+@click.option("--shards", type=click.IntRange(min=1), default=2, show_default=True,
+              help="--backend ray: host actors (the table's num_hosts, MOD sharding).")
+@click.option("--ray-address", metavar="ADDR",
+              help="--backend ray: join this Ray cluster (default: RAY_ADDRESS, else start a "
+                   "local instance).")
 def bench(vocab: int, dim: int, ids: int, zipf: float, optimizer: str, steps: int, engine: str,
-          threads: int | None, multi_feature: bool, seed: int, as_json: bool) -> None:
+          threads: int | None, multi_feature: bool, seed: int, as_json: bool,
+          max_memory: str | None, backend: str, shards: int, ray_address: str | None) -> None:
     """Time one training step of a VOCAB x DIM float32 table for IDS Zipf-distributed ids.
 
-    Prints the median seconds per step of the executor, the naive NumPy step and the
-    memory-traffic limit (copy bandwidth x bytes the step must move), all measured in this
-    run, with the unique ids, peak memory and the compile time of the numba kernels.
+    Prints the median seconds of the public Executor.step (checks, forward pass, backward
+    pass, update, report), of the update alone, of the naive NumPy step and the memory-traffic
+    limits (copy bandwidth x bytes a step must move), all measured in this run, with the
+    unique ids, peak memory, the first-call cost of the numba kernels and a fresh process's
+    warm start.
     """
-    from tpuemb_cfg.bench import Workload, run
+    from tpuemb_cfg.bench import Workload, check_memory, run
+    from tpuemb_cfg.commands.simulate import parse_size
 
     workload = Workload(vocab=vocab, dim=dim, ids=ids, zipf=zipf, optimizer=optimizer,
                         steps=steps, seed=seed)
-    result = run(workload, engine=engine, threads=threads, multi_feature=multi_feature)
+    limit = parse_size(max_memory) if max_memory is not None else None
+    check_memory(workload, limit)  # before anything is allocated, on either backend
+    if backend == "ray":
+        from tpuemb_cfg import bench_ray
+
+        scaled = bench_ray.run(workload, shards=shards, engine=engine, address=ray_address)
+        click.echo(json.dumps(scaled, indent=2) if as_json else _ray_text(scaled))
+        return
+    result = run(workload, engine=engine, threads=threads, multi_feature=multi_feature,
+                 max_memory=limit)
     report = result.as_json()
     if as_json:
         click.echo(json.dumps(report, indent=2))
     else:
         click.echo(_text(report))
+
+
+def _ray_text(r: dict[str, Any]) -> str:
+    w = r["workload"]
+    lines = [
+        f"tpuemb bench --backend ray: {w['optimizer']}, {w['vocab']:,} x {w['dim']} float32 "
+        f"table over {r['shards']} host actors ({r['sharding_strategy']}), {w['ids']:,} ids per "
+        f"step, {r['unique_ids']:,} unique; engine {r['engine']}; median of {w['steps']} steps",
+        f"  local step (tables in this process)   {_ms(r['local_sec_per_step'])}",
+        f"  ray step (rows in the host actors)    {_ms(r['ray_sec_per_step'])}   "
+        f"{r['ray_over_local']:.2f}x the local step; bit-identical: "
+        f"{'yes' if r['bit_identical'] else 'NO'}",
+        f"  Ray start {r['ray_init_sec']:.1f} s, actor set-up {r['actor_setup_sec']:.1f} s",
+        "  per host and step: unique ids, bytes sent / received (model: sent / received)",
+    ]
+    for host, (unique, sent, received, model) in enumerate(zip(
+            r["unique_ids_per_host"], r["bytes_sent_per_step"], r["bytes_received_per_step"],
+            r["model_bytes_per_step"], strict=True)):
+        lines.append(f"    host {host}: {unique:>9,} ids  {sent / 1e6:.2f} / {received / 1e6:.2f} "
+                     f"MB  ({model[0] / 1e6:.2f} / {model[1] / 1e6:.2f} MB)")
+    return "\n".join(lines)
 
 
 def _ms(seconds: float) -> str:
@@ -69,20 +116,25 @@ def _text(r: dict[str, Any]) -> str:
     if "engine_note" in r:
         lines.append(f"note: {r['engine_note']}")
     lines += [
-        f"  step (dedup + duplicate sum + row update)        {_ms(r['sec_per_step'])}"
-        f"   {r['ids_per_sec'] / 1e6:.1f} M ids/s; {r['naive_over_step']:.1f}x faster than "
-        f"naive, {r['step_over_limit']:.1f}x the memory-traffic limit",
-        f"  executor step (checks, forward, step, report)    "
-        f"{_ms(r['executor_step_sec_per_step'])}",
-        f"  naive NumPy step (np.unique + np.add.at)         {_ms(r['naive_sec_per_step'])}",
-        f"  memory-traffic limit                             {_ms(r['limit_sec_per_step'])}"
-        f"   {_mb(r['limit_bytes'])} at {r['copy_bandwidth_bytes_per_sec'] / 1e9:.1f} GB/s "
-        "copy bandwidth",
+        f"  Executor.step (checks, forward, backward, update, report) {_ms(r['sec_per_step'])}"
+        f"   {r['ids_per_sec'] / 1e6:.1f} M ids/s; {r['step_over_limit']:.1f}x its "
+        "memory-traffic limit",
+        f"  update alone (dedup + duplicate sum + row update)          "
+        f"{_ms(r['update_sec_per_step'])}   {r['naive_over_update']:.1f}x faster than naive, "
+        f"{r['update_over_limit']:.1f}x its limit",
+        f"  naive NumPy update (np.unique + np.add.at)                 "
+        f"{_ms(r['naive_sec_per_step'])}",
+        f"  memory-traffic limit of the step                           "
+        f"{_ms(r['limit_sec_per_step'])}   {_mb(r['limit_bytes'])} at "
+        f"{r['copy_bandwidth_bytes_per_sec'] / 1e9:.1f} GB/s copy bandwidth",
+        f"  memory-traffic limit of the update                         "
+        f"{_ms(r['update_limit_sec_per_step'])}   {_mb(r['update_limit_bytes'])}",
         f"  peak RSS {_mb(r['peak_rss_bytes'])} for {_mb(r['state_bytes'])} of tables and slots "
         f"({r['peak_rss_over_state']:.2f}x; target 1.3x + 200 MB = "
         f"{_mb(r['peak_rss_target_bytes'])})",
-        f"  compile/load of the kernels {r['compile_sec']:.2f} s (not in the steps; cached on "
-        "disk after the first run)",
+        f"  first call: kernels {'compiled' if r['kernels_compiled'] else 'loaded from cache'} "
+        f"in {r['compile_sec']:.2f} s (not in the steps); a new process starts in "
+        f"{r['warm_start_sec']:.2f} s",
     ]
     multi = r.get("multi_feature")
     if multi:

@@ -10,6 +10,7 @@ import difflib
 import json
 import math
 import os
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +26,7 @@ FORMATS = ["text", "binary", "json"]
 
 def _render(compiled: CompiledConfig, spec_path: str, fmt: str) -> bytes:
     """The output file's bytes; text output starts with a comment naming the spec and the tags."""
-    from tpuemb_cfg.embedding.summary import tag_table_lines
+    from tpuemb_cfg.embedding.tag_table import tag_table_lines
     from tpuemb_cfg.io import serialize
 
     data = serialize(compiled.config, fmt)
@@ -55,7 +56,9 @@ def _check(output: str, data: bytes, fmt: str) -> int:
     if not target.is_file():
         click.echo(f"{output}: does not exist; run without --check to write it", err=True)
         return 1
-    existing = target.read_bytes()
+    from tpuemb_cfg.limits import read_input
+
+    existing = read_input(output)
     if existing == data:
         click.echo(f"{output}: up to date")
         return 0
@@ -96,19 +99,22 @@ def compile_(spec: str, output: str, to_format: str | None, check: bool) -> None
       tpuemb compile model_spec.py -o embedding.pbtxt
       tpuemb compile ranking.toml -o ranking.pbtxt --check    # in CI
     """
-    from tpuemb_cfg.embedding.spec import load_spec
-    from tpuemb_cfg.embedding.summary import tag_table_lines
+    from tpuemb_cfg.embedding.tag_table import tag_table_lines
     from tpuemb_cfg.io import atomic_write_bytes, detect_format, normalize_format
 
     if check and output == "-":
         raise UsageError("--check needs the file to compare with: -o OUT")
-    fmt = normalize_format(to_format) if to_format else detect_format(output)
-    compiled = load_spec(spec).compile()
+    fmt = normalize_format(to_format) if to_format else detect_format(output, "--to", output=True)
+    if output == "-" and fmt == "binary" and not check:
+        raise UsageError("refusing to write binary protobuf to stdout; use -o FILE")
+    if not check:
+        from tpuemb_cfg.atomic import check_outputs
+
+        check_outputs([("-o", output)], [("SPEC", spec)])
+    compiled = _load(spec).compile()
     data = _render(compiled, spec, fmt)
     if check:
         click.get_current_context().exit(_check(output, data, fmt))
-    if output == "-" and fmt == "binary":
-        raise UsageError("refusing to write binary protobuf to stdout; use -o FILE")
     atomic_write_bytes(output, data)
     to_stderr = output == "-"
     if not to_stderr:
@@ -120,6 +126,34 @@ def compile_(spec: str, output: str, to_format: str | None, check: bool) -> None
     for line in tag_table_lines(compiled):
         click.echo(line, err=to_stderr)
     _print_warnings(spec, compiled.config)
+
+
+def _load(spec: str) -> Any:
+    """``load_spec`` within the input size limit, with runaway nesting as one error line."""
+    from tpuemb_cfg.embedding.spec import load_spec
+    from tpuemb_cfg.limits import MAX_INPUT_ENV, format_size, max_input_bytes, suggest_size
+
+    limit = max_input_bytes()
+    try:
+        size = os.stat(spec).st_size
+    except OSError:
+        size = 0  # load_spec names the problem
+    if size > limit:
+        raise InputError(
+            f"the spec has {size:,} bytes, more than the input limit of {format_size(limit)}; "
+            f"if it really is a spec, raise the limit: {MAX_INPUT_ENV}={suggest_size(size)}",
+            path=spec)
+    try:
+        return load_spec(spec)
+    except RecursionError:
+        raise InputError(
+            "nested too deeply to read (the reader ran out of stack); flatten the spec",
+            path=spec) from None
+    except ValueError as exc:  # tomllib on an integer of more than 4,300 digits
+        digits = re.search(r"value has (\d+) digits", str(exc))
+        reason = (f"an integer with {int(digits[1]):,} digits; no field holds more than 19"
+                  if digits else " ".join(str(exc).split()))
+        raise InputError(f"cannot read the spec: {reason}", path=spec) from None
 
 
 def _print_warnings(spec: str, config: Any) -> None:
@@ -154,15 +188,43 @@ def inspect(config: str, as_json: bool) -> None:
     For every table: vocabulary, dimension, optimizer and hyper-parameters, learning rate or
     tag, weight and gradient clipping, weight decay, gradient accumulation, slots and bytes
     (parameters + slots + the hidden gradient accumulator, float32); bytes per host.
-    """
-    from tpuemb_cfg.embedding.summary import format_summary, summarize
-    from tpuemb_cfg.io import load
 
-    summary = summarize(load(config))
+    The configuration is also validated, with the settings `tpuemb validate` uses: findings at
+    or above its fail-on severity are printed on stderr and the exit status is 1, as with
+    `tpuemb validate` (2 when the file cannot be read).
+    """
+    from tpuemb_cfg.inspect_summary import format_summary, summarize
+    from tpuemb_cfg.io import read_source
+    from tpuemb_cfg.report import FileReport, format_text
+    from tpuemb_cfg.rules import SEVERITY_RANK
+    from tpuemb_cfg.settings import common_folder, load_settings
+    from tpuemb_cfg.validator import selected_rules, validate_source
+
+    source = read_source(config)
+    settings = load_settings(common_folder([config]))
+    rules = selected_rules(settings.select, settings.ignore)
+    found = validate_source(source, rules, severity=settings.severity,
+                            options={"memory_budget_bytes": settings.memory_budget_bytes,
+                                     "tpu_generation": settings.tpu_generation})
+    limit = SEVERITY_RANK[settings.fail_on]
+    failing = [d for d in found if SEVERITY_RANK[d.severity] >= limit]
+    summary = summarize(source.message)
+    summary["valid"] = not failing
     if as_json:
+        summary["diagnostics"] = [
+            {"rule": d.rule, "severity": d.severity, "message": d.message,
+             "field_path": d.field_path, "line": d.line, "column": d.column}
+            for d in failing
+        ]
         click.echo(json.dumps(_json_safe(summary), indent=2, ensure_ascii=False))
     else:
         click.echo(format_summary(summary, title=config), nl=False)
+    if failing:
+        name = config if config != "-" else "<stdin>"
+        click.echo(format_text([FileReport(name, failing)]), err=True, nl=False)
+        click.echo(f"{name}: does not validate; the summary shows what the file says, not what "
+                   "TensorFlow would run (see tpuemb validate)", err=True)
+        click.get_current_context().exit(1)
 
 
 # The contract names command objects like their command; `compile_` avoids hiding the builtin

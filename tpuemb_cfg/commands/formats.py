@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import difflib
 import sys
-from pathlib import Path
 
 import click
 
+from tpuemb_cfg.atomic import check_outputs
 from tpuemb_cfg.errors import InputError, UsageError
 from tpuemb_cfg.io import (
     atomic_write_bytes,
@@ -43,19 +43,20 @@ def convert(source: str, output: str, to_format: str | None, from_format: str | 
 
     Formats follow the file extension: .pbtxt/.textproto/.txtpb text, .pb/.binpb/.bin binary,
     .json JSON (proto field names, as TensorFlow tooling writes it). The output bytes are exactly
-    what TensorFlow writes for the same message. The output file is replaced atomically.
+    what TensorFlow writes for the same message. The output file is replaced atomically (a
+    symbolic link is written through) and is never IN itself: that is refused before reading.
 
     \b
     Examples:
       tpuemb convert model.pbtxt -o model.binpb
       tpuemb convert model.binpb --to json > model.json
     """
-    src = read_source(source, from_format)
-    fmt = normalize_format(to_format) if to_format else detect_format(output)
-    data = serialize(src.message, fmt)
+    fmt = normalize_format(to_format) if to_format else detect_format(output, "--to", output=True)
     if output == "-" and fmt == "binary" and sys.stdout.isatty():
         raise UsageError("refusing to write binary protobuf to a terminal; use -o FILE")
-    atomic_write_bytes(output, data)
+    check_outputs([("-o", output)], [("IN", source)])
+    src = read_source(source, from_format, format_option="--from")
+    atomic_write_bytes(output, serialize(src.message, fmt))
 
 
 def _comment_plan(
@@ -170,7 +171,8 @@ def fmt(files: tuple[str, ...], check: bool, show_diff: bool) -> None:
 
     The layout is protobuf's default text output (what TensorFlow tooling writes); comments
     are kept next to the field they describe. Formatting is idempotent. JSON files get
-    protobuf's JSON layout. Files are replaced atomically, and only when they change.
+    protobuf's JSON layout. Files are replaced atomically, and only when they change; a
+    symbolic link is written through (the file it points to is formatted, the link stays).
 
     Exit status: 0 all formatted (or reformatted), 1 with --check/--diff when a file would
     change, 2 when a file cannot be read or parsed.
@@ -180,7 +182,7 @@ def fmt(files: tuple[str, ...], check: bool, show_diff: bool) -> None:
     for path in files:
         try:
             current, canonical = format_file(path)
-        except InputError as exc:
+        except (InputError, UsageError) as exc:
             click.echo(str(exc), err=True)
             failed += 1
             continue
@@ -196,7 +198,12 @@ def fmt(files: tuple[str, ...], check: bool, show_diff: bool) -> None:
             if check:
                 click.echo(f"would reformat {path}", err=True)
             continue
-        atomic_write_bytes(Path(path), canonical.encode("utf-8"))
+        try:
+            atomic_write_bytes(path, canonical.encode("utf-8"))
+        except InputError as exc:  # OutputError: a read-only folder, a full disk
+            click.echo(str(exc), err=True)
+            failed += 1
+            continue
         click.echo(f"reformatted {path}", err=True)
     if failed:
         sys.exit(2)

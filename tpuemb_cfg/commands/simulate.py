@@ -1,7 +1,9 @@
 """`tpuemb simulate`: replay recorded steps (--batches) or run the synthetic example.
 
-Thin by design: options are parsed and checked here, the work is ``tpuemb_cfg.executor.replay``
-and ``tpuemb_cfg.executor.synthetic.SyntheticRun``.
+Thin by design: options are parsed and checked here, the work is ``tpuemb_cfg.executor.replay``,
+``tpuemb_cfg.sim.synthetic.SyntheticRun`` (one worker) and
+``tpuemb_cfg.sim.multiworker.MultiWorkerRun`` (``--workers N``); ``_outputs`` draws the progress
+bar and writes the files of both synthetic runs.
 """
 
 from __future__ import annotations
@@ -9,21 +11,26 @@ from __future__ import annotations
 import contextlib
 import importlib.resources
 import json
-import os
 import re
-import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from tpuemb_cfg.errors import InputError, UsageError
+from tpuemb_cfg.errors import InputError, OutputError, UsageError
+from tpuemb_cfg.limits import available_memory
+
+if TYPE_CHECKING:
+    from tpuemb_cfg.prepare import Prepared
 
 __all__ = ["available_memory", "parse_size", "simulate"]
 
-_SYNTHETIC_ONLY = ("steps", "out_dir", "plot", "checkpoint_every", "resume", "learning_rate")
+_SYNTHETIC_ONLY = ("steps", "out_dir", "plot", "checkpoint_every", "resume", "learning_rate",
+                   "bag_sizes")
 _REPLAY_ONLY = ("init_path", "out_path")
+_SPEC_KEY = "tpuemb_cfg.sim.spec"  # where --spec leaves its LoadedSpec in click's ctx.meta
+_BUILT_IN = "<built-in example>"
 _UNITS = {"": 1, "k": 1000, "m": 1000**2, "g": 1000**3, "t": 1000**4,
           "ki": 1024, "mi": 1024**2, "gi": 1024**3, "ti": 1024**4}
 
@@ -37,25 +44,6 @@ def parse_size(text: str) -> int:
         )
     unit = (match.group(2) or "").lower()
     return int(float(match.group(1)) * _UNITS[unit])
-
-
-def available_memory(meminfo: str = "/proc/meminfo") -> int | None:
-    """``MemAvailable`` of ``/proc/meminfo`` in bytes, or None where it cannot be read."""
-    try:
-        with open(meminfo, encoding="ascii") as handle:
-            for line in handle:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
-def _memory_limit(option: str | None) -> int | None:
-    if option is not None:
-        return parse_size(option)
-    available = available_memory()
-    return None if available is None else int(available * 0.8)
 
 
 def _given(ctx: click.Context, name: str) -> bool:
@@ -75,11 +63,17 @@ def _load_default_config() -> Any:
 
 
 def _spec_callback(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
-    """``--spec``: the spec's values become the defaults of the other options."""
-    if value is not None:
-        from tpuemb_cfg.simspec import spec_callback
+    """``--spec``: the spec's values become the defaults of the other options.
 
-        spec_callback(ctx, param, value)
+    The option is eager, so this runs before the options it provides defaults for; the loaded
+    spec (its schedules and path) waits in ``ctx.meta`` for the command.
+    """
+    if value is not None:
+        from tpuemb_cfg.sim.spec import load_spec
+
+        loaded = load_spec(value)
+        ctx.default_map = {**(ctx.default_map or {}), **loaded.options}
+        ctx.meta[_SPEC_KEY] = loaded
 
 
 @click.command("simulate")
@@ -91,8 +85,13 @@ def _spec_callback(ctx: click.Context, param: click.Parameter, value: str | None
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), metavar="O.npz",
               help="Replay: write final tables, slots and every step's activations here.")
 @click.option("--combiner", "combiners", multiple=True, metavar="NAME | F=NAME",
-              help="Combiner (sum, mean, sqrtn): NAME sets the default (mean), F=NAME sets "
-                   "feature index F. Repeatable.")
+              help="Combiner (sum, mean, sqrtn): NAME sets every feature, F=NAME feature index "
+                   "F; the others keep a spec's (CONFIG.py/.toml), else mean. Repeatable.")
+@click.option("--bag-sizes", type=click.Choice(["auto", "fixed", "uniform"]), default="auto",
+              show_default=True,
+              help="Synthetic run: ids per bag. fixed: as many as the spec's input shapes give; "
+                   "uniform: 1 to that many; auto: fixed where the configuration says, else 1 "
+                   "to 4 (docs/simulate.md).")
 @click.option("--seed", type=int, default=0, show_default=True,
               help="Seed of the default initial values and of the synthetic data.")
 @click.option("--steps", type=click.IntRange(min=1), default=100, show_default=True,
@@ -110,11 +109,22 @@ def _spec_callback(ctx: click.Context, param: click.Parameter, value: str | None
               help="Synthetic run: continue from OUT_DIR/checkpoint.npz.")
 @click.option("--max-memory", metavar="SIZE",
               help="Refuse to start when the estimate exceeds SIZE (default: 80% of available "
-                   "RAM).")
+                   "RAM; --backend ray: the limit of each host's actor, default what the "
+                   "largest Ray node offers).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
-@click.option("--engine", type=click.Choice(["numpy", "numba"]), default="numpy",
+@click.option("--engine", type=click.Choice(["numba", "numpy"]), default="numba",
               show_default=True,
-              help="numpy: the readable reference; numba: compiled kernels, same results.")
+              help="numba: compiled kernels (falls back to numpy, with a warning, when numba "
+                   "cannot be imported); numpy: the readable reference, same results.")
+@click.option("--backend", type=click.Choice(["local", "ray"]), default="local",
+              show_default=True,
+              help="local: the tables in this process; ray: each host's rows in its own Ray "
+                   "actor, same results bit for bit (docs/scale.md; pip install 'tpuemb[ray]').")
+@click.option("--ray-address", metavar="ADDR",
+              help="--backend ray: join the Ray cluster at ADDR (default: RAY_ADDRESS, else "
+                   "start a local Ray instance for the run).")
+@click.option("--shards", type=click.IntRange(min=1), metavar="N",
+              help="--backend ray: N host actors instead of the configuration's num_hosts.")
 @click.option("--spec", type=click.Path(dir_okay=False), metavar="SIM.pbtxt", is_eager=True,
               expose_value=False, callback=_spec_callback,
               help="Take every option from a simulation spec (docs/multiworker.md); options "
@@ -137,6 +147,7 @@ def simulate(
     init_path: str | None,
     out_path: str | None,
     combiners: tuple[str, ...],
+    bag_sizes: str,
     seed: int,
     steps: int,
     out_dir: str,
@@ -148,6 +159,9 @@ def simulate(
     max_memory: str | None,
     quiet: bool,
     engine: str,
+    backend: str,
+    ray_address: str | None,
+    shards: int | None,
     workers: int | None,
     replicas_to_aggregate: int | None,
     max_staleness: int | None,
@@ -165,9 +179,22 @@ def simulate(
       tpuemb simulate [CONFIG] --workers N [--replicas-to-aggregate R | --max-staleness S]
       tpuemb simulate CONFIG --spec sim.pbtxt [options overriding the spec]
     """
-    limit = _memory_limit(max_memory)
-    spec = ctx.meta.get("tpuemb_cfg.simspec")
-    schedules = spec.schedules if spec is not None else ()
+    # None: the library's default, 80% of the memory available (--backend ray: what the
+    # largest Ray node offers); its refusal says so and suggests a --max-memory that works.
+    limit = parse_size(max_memory) if max_memory is not None else None
+    if backend != "ray":
+        wrong = [_option_name(n) for n in ("ray_address", "shards") if _given(ctx, n)]
+        if wrong:
+            raise UsageError(f"{', '.join(wrong)} appl{'ies' if len(wrong) == 1 else 'y'} to "
+                             "--backend ray only")
+    spec = ctx.meta.get(_SPEC_KEY)
+    placement = {"backend": backend, "ray_address": ray_address, "shards": shards}
+    run_options: dict[str, Any] = {
+        "seed": seed, "learning_rate": learning_rate, "max_memory": limit, "engine": engine,
+        **placement,
+        "schedules": spec.schedules if spec is not None else (),
+        "spec_path": spec.path if spec is not None else None,
+    }
     worker_options = {"workers": workers, "replicas_to_aggregate": replicas_to_aggregate,
                       "max_staleness": max_staleness, "init_tokens": init_tokens, "delay": delay}
     if any(value is not None for value in worker_options.values()):
@@ -178,22 +205,18 @@ def simulate(
                  if _given(ctx, n)]
         if wrong:
             raise UsageError(f"{', '.join(wrong)} cannot be combined with a multi-worker run")
-        if plot is not None:
-            _require_matplotlib()
-        from tpuemb_cfg.multiworker import simulate_workers
-
-        with _config_errors(config or "<built-in example>"):
-            summary = simulate_workers(
-                config if config is not None else _load_default_config(),
-                config_label=config or "<built-in example>", steps=steps, out_dir=Path(out_dir),
-                as_json=as_json, quiet=quiet, combiner_args=combiners, seed=seed,
-                learning_rate=learning_rate, schedules=schedules, max_memory=limit,
-                engine=engine, spec_path=spec.path if spec is not None else None,
-                **{**worker_options, "workers": workers or 1,
-                   "init_tokens": -1 if init_tokens is None else init_tokens},
-            )
-        if plot is not None:
-            _plot(summary, plot)
+        if max_staleness is not None and max_staleness < 0:
+            raise UsageError(
+                f"--max-staleness {max_staleness}: a gradient more than S updates old is "
+                "dropped, so a negative S drops every gradient and nothing is ever trained; "
+                "expected 0 or more (0: only gradients computed on the latest tables apply)")
+        _check_synthetic_outputs(config, spec, Path(out_dir), plot, resume=False,
+                                 checkpoints=False)
+        with _config_errors(config or _BUILT_IN), _backend_session(backend, ray_address):
+            _synthetic(config, combiners, steps, Path(out_dir), as_json, plot, quiet, run_options,
+                       workers={**worker_options, "workers": workers or 1,
+                                "init_tokens": -1 if init_tokens is None else init_tokens},
+                       bag_sizes=bag_sizes)
         return
     if batches_path is not None:
         wrong = [_option_name(n) for n in _SYNTHETIC_ONLY if _given(ctx, n)]
@@ -209,20 +232,76 @@ def simulate(
         if spec is not None and spec.schedules:
             raise UsageError(f"{spec.path}: learning_rate_schedule applies to synthetic runs; a "
                              "replay sends its recorded learning rates")
-        with _config_errors(config):
+        _check_replay_outputs(config, spec, batches_path, init_path, out_path)
+        with _config_errors(config), _backend_session(backend, ray_address):
             _replay(config, batches_path, init_path, out_path, combiners, seed, limit, as_json,
-                    quiet, engine=engine)
+                    quiet, engine=engine, placement=placement)
         return
     wrong = [_option_name(n) for n in _REPLAY_ONLY if _given(ctx, n)]
     if wrong:
         raise UsageError(f"{', '.join(wrong)} need{'s' if len(wrong) == 1 else ''} --batches "
                          "(replay mode); a synthetic run writes to --out-dir")
-    with _config_errors(config or "<built-in example>"):
-        _synthetic(
-            config, combiners, seed, steps, Path(out_dir), learning_rate, as_json, plot,
-            checkpoint_every, resume, limit, quiet, engine=engine, schedules=schedules,
-            spec_path=spec.path if spec is not None else None,
-        )
+    _check_synthetic_outputs(config, spec, Path(out_dir), plot, resume=resume,
+                             checkpoints=checkpoint_every is not None)
+    with _config_errors(config or _BUILT_IN), _backend_session(backend, ray_address):
+        _synthetic(config, combiners, steps, Path(out_dir), as_json, plot, quiet, run_options,
+                   checkpoint_every=checkpoint_every, resume=resume, bag_sizes=bag_sizes)
+
+
+def _read(config: str | None, spec: Any, *more: tuple[str, str | None]) -> list[tuple[str, str]]:
+    """The files a run reads, as ``(option, path)`` pairs: no output may be one of them."""
+    pairs = [("CONFIG", config), ("--spec", spec.path if spec is not None else None), *more]
+    return [(label, str(path)) for label, path in pairs if path is not None]
+
+
+def _check_replay_outputs(config: str, spec: Any, batches: str, init: str | None,
+                          out: str) -> None:
+    """Before anything is read: ``--out`` is a writable ``.npz`` path and no input."""
+    from tpuemb_cfg.atomic import check_outputs
+
+    if out == "-":
+        raise UsageError("--out -: a replay writes an .npz archive; give its file name (O.npz)")
+    check_outputs([("--out", out)], _read(config, spec, ("--batches", batches), ("--init", init)))
+    check_outputs([("--out", out)], suffixes=(".npz",))  # after: an input named as --out says so
+
+
+def _check_synthetic_outputs(config: str | None, spec: Any, out_dir: Path, plot: str | None,
+                             *, resume: bool, checkpoints: bool) -> None:
+    """Before anything is read: every file of a synthetic run can be written and is no input
+    (``--resume`` reads OUT_DIR/checkpoint.npz, which later checkpoints replace by design)."""
+    from tpuemb_cfg.atomic import check_outputs
+    from tpuemb_cfg.commands._outputs import check_run_outputs
+
+    checkpoint = str(out_dir / "checkpoint.npz")
+    inputs = _read(config, spec, ("--resume", checkpoint if resume else None))
+    check_run_outputs(out_dir, plot, inputs)
+    if checkpoints and not resume:
+        check_outputs([("--checkpoint-every", checkpoint)], inputs, make_dirs=True)
+
+
+@contextlib.contextmanager
+def _host_lost(hint: str | Callable[[], str]) -> Iterator[None]:
+    """A Ray host lost during the block: its one-line error, completed with where to resume."""
+    from tpuemb_cfg.executor.ray_storage import ShardLost
+
+    try:
+        yield
+    except ShardLost as exc:
+        raise exc.with_resume_hint(hint if isinstance(hint, str) else hint()) from None
+
+
+@contextlib.contextmanager
+def _backend_session(backend: str, address: str | None) -> Iterator[None]:
+    """``--backend ray``: connected to Ray for the command (a local instance started and
+    stopped, or the cluster at ``--ray-address``/``RAY_ADDRESS`` joined and left); an
+    unreachable address fails here, before anything is written."""
+    if backend != "ray":
+        yield
+        return
+    from tpuemb_cfg.executor.ray_storage import ray_session
+
+    with ray_session(address):
+        yield
 
 
 @contextlib.contextmanager
@@ -246,21 +325,21 @@ def _replay(
     limit: int | None,
     as_json: bool,
     quiet: bool,
-    engine: str = "numpy",
+    engine: str = "numba",
+    placement: dict[str, Any] | None = None,
 ) -> None:
-    from tpuemb_cfg import load
     from tpuemb_cfg.executor import replay
-    from tpuemb_cfg.executor.plan import build_plan, parse_combiners, refuse_invalid
-    from tpuemb_cfg.npzio import atomic_write_npz, read_npz
+    from tpuemb_cfg.npzio import atomic_write_npz, map_npz, read_npz
+    from tpuemb_cfg.prepare import prepare, with_combiner_arguments
 
-    config = load(config_path)
-    refuse_invalid(config_path)  # the path: diagnostics get line:column and suppressions
-    plan = build_plan(config)
-    combiners = parse_combiners(list(combiner_args), len(plan.features))
+    # One parse of the file: diagnostics get line:column and suppressions, then the plan.
+    prepared = with_combiner_arguments(prepare(config_path), combiner_args)
     batches = read_npz(batches_path)
-    init = read_npz(init_path) if init_path is not None else None
+    # The Ray backend sends the initial tables to its hosts a block at a time: map the file.
+    read_state = map_npz if (placement or {}).get("backend") == "ray" else read_npz
+    init = read_state(init_path) if init_path is not None else None
     tables: dict[str, dict[str, Any]] = {}
-    for table in plan.tables:
+    for table in prepared.plan.tables:
         tables[table.name] = {"optimizer": table.optimizer.name}
 
     def record(step: int, reports: Any) -> None:
@@ -268,12 +347,13 @@ def _replay(
             for field, value in report.as_dict().items():
                 tables[name].setdefault(field, []).append(value)
 
-    out = replay(
-        config, batches, init, combiners=combiners, seed=seed,
-        batches_source=batches_path, init_source=init_path, max_memory=limit,
-        validate_config=False, on_step=record, engine=engine,
-    )
-    atomic_write_npz(out_path, out)
+    with _host_lost("a replay writes nothing before its end: run it again"):
+        out = replay(
+            prepared, batches, init, seed=seed, batches_source=batches_path,
+            init_source=init_path, max_memory=limit, on_step=record, engine=engine,
+            **(placement or {}),
+        )
+        atomic_write_npz(out_path, out)
     steps = sum(1 for k in out if k.endswith("/activations") and "/f0/" in k)
     if as_json:
         summary = {"steps": steps, "config": config_path, "out": out_path, "tables": tables}
@@ -281,150 +361,110 @@ def _replay(
     elif not quiet:
         click.echo(f"replayed {steps} step(s) of {batches_path} on {config_path}; wrote {out_path}",
                    err=True)
+        _combiner_note(prepared)
+
+
+def _combiner_note(prepared: Prepared) -> None:
+    """After a run's output: which combiners a configuration that records none was run with."""
+    note = prepared.combiner_note
+    if note is not None:
+        click.echo(f"note: {note}", err=True)
+
+
+def _prepare(
+    config_path: str | None, combiner_args: tuple[str, ...], bag_sizes: str = "auto"
+) -> Prepared:
+    """CONFIG (a configuration or a spec; else the built-in example) parsed, validated and
+    planned once, with the combiners of ``--combiner`` on top of the spec's (the plan is
+    re-labelled, not rebuilt) and the ``--bag-sizes`` distribution."""
+    from dataclasses import replace
+
+    from tpuemb_cfg.prepare import prepare, with_combiner_arguments
+
+    prepared = prepare(config_path if config_path is not None else _load_default_config())
+    prepared = with_combiner_arguments(prepared, combiner_args)
+    if bag_sizes != "auto":
+        prepared = replace(prepared, plan=prepared.plan.with_bags(bag_sizes=bag_sizes))
+    return prepared
 
 
 def _synthetic(
     config_path: str | None,
     combiner_args: tuple[str, ...],
-    seed: int,
     steps: int,
     out_dir: Path,
-    learning_rate: float,
     as_json: bool,
     plot: str | None,
-    checkpoint_every: int | None,
-    resume: bool,
-    limit: int | None,
     quiet: bool,
-    engine: str = "numpy",
-    schedules: Any = (),
-    spec_path: str | None = None,
+    run_options: dict[str, Any],
+    *,
+    checkpoint_every: int | None = None,
+    resume: bool = False,
+    workers: dict[str, Any] | None = None,
+    bag_sizes: str = "auto",
 ) -> None:
-    from tpuemb_cfg import load
-    from tpuemb_cfg.executor.plan import build_plan, parse_combiners, refuse_invalid
-    from tpuemb_cfg.executor.synthetic import SyntheticRun
-    from tpuemb_cfg.io import atomic_write_text
-    from tpuemb_cfg.npzio import atomic_write_npz, read_npz
-    from tpuemb_cfg.simspec import ScheduledRun
+    """A synthetic run, on one worker or (``workers``: MultiWorkerRun's options) several: run
+    with a progress bar, write OUT_DIR/tables.npz and summary.json, print the summary.
+
+    One worker resumes from and checkpoints to OUT_DIR/checkpoint.npz.
+    """
+    from tpuemb_cfg.commands._outputs import progress, require_matplotlib, write_run
+    from tpuemb_cfg.npzio import atomic_write_npz, map_npz, read_npz
+    from tpuemb_cfg.sim.multiworker import MultiWorkerRun
+    from tpuemb_cfg.sim.report import run_text, workers_text
+    from tpuemb_cfg.sim.synthetic import SyntheticRun
 
     if plot is not None:
-        _require_matplotlib()
-    config = load(config_path) if config_path is not None else _load_default_config()
-    refuse_invalid(config_path if config_path is not None else config)
-    combiners = parse_combiners(list(combiner_args), len(build_plan(config).features))
-    run: SyntheticRun = ScheduledRun(
-        config, seed=seed, combiners=combiners, learning_rate=learning_rate, max_memory=limit,
-        validate_config=False, engine=engine, schedules=schedules, spec_path=spec_path,
-    )
+        require_matplotlib()
     checkpoint_path = out_dir / "checkpoint.npz"
-    if resume:
-        if not checkpoint_path.exists():
-            raise UsageError(f"--resume: no checkpoint at {checkpoint_path}; run with "
-                             "--checkpoint-every N first, or drop --resume")
-        run.restore(read_npz(checkpoint_path), str(checkpoint_path))
-    out_dir.mkdir(parents=True, exist_ok=True)
-
-    def save_checkpoint() -> None:
-        atomic_write_npz(checkpoint_path, run.checkpoint_arrays())
-
-    show_bar = not quiet and sys.stderr.isatty()
-    remaining = max(steps - run.step, 0)
-    if show_bar:
-        with click.progressbar(length=remaining, label="simulating", file=sys.stderr,
-                               show_pos=True) as bar:
-            run.run(steps, checkpoint_every=checkpoint_every, checkpoint=save_checkpoint,
-                    progress=lambda _step: bar.update(1))
+    if resume and not checkpoint_path.exists():
+        raise UsageError(f"--resume: no checkpoint at {checkpoint_path}; run with "
+                         "--checkpoint-every N first, or drop --resume")
+    prepared = _prepare(config_path, combiner_args, bag_sizes)
+    if workers is not None:
+        several = MultiWorkerRun(prepared, **run_options, **workers)
+        with progress(2 * several.num_workers * steps, quiet) as advance, \
+                _host_lost("a multi-worker run keeps no checkpoint: run it again"):
+            several.run(steps, progress=advance)
+        summary, state = several.summary(), several.executor.state_arrays()
     else:
-        run.run(steps, checkpoint_every=checkpoint_every, checkpoint=save_checkpoint)
+        run = SyntheticRun(prepared, **run_options)
+        if resume:
+            read_state = map_npz if run_options.get("backend") == "ray" else read_npz
+            run.restore(read_state(checkpoint_path), str(checkpoint_path))
+            if run.step > steps:  # continuing would rewrite a longer run's outputs
+                raise UsageError(
+                    f"--resume: the checkpoint {checkpoint_path} is at step {run.step}, past "
+                    f"--steps {steps}; give --steps {run.step} or more to continue that run, or "
+                    "another --out-dir without --resume to start a new one")
+        saved = [run.step] if resume else []  # the step of the checkpoint this run can resume
 
-    summary = run.summary()
-    summary["config"] = config_path if config_path is not None else "<built-in example>"
-    summary["out_dir"] = str(out_dir)
-    tables_path = out_dir / "tables.npz"
-    atomic_write_npz(tables_path, run.executor.state_arrays())
-    atomic_write_text(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
-    if plot is not None:
-        _plot(summary, plot)
+        def save_checkpoint() -> None:
+            try:
+                out_dir.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise OutputError(f"cannot create the folder: {exc.strerror or exc}",
+                                  path=str(out_dir)) from None
+            atomic_write_npz(checkpoint_path, run.checkpoint_arrays())  # atomic, as every output
+            saved[:] = [run.step]
+
+        def resume_hint() -> str:
+            if not saved:
+                return ("this run wrote no checkpoint (--checkpoint-every N keeps one): run it "
+                        "again")
+            return (f"the last checkpoint is {checkpoint_path} (step {saved[0]}): run the same "
+                    "command with --resume to continue from it on a fresh cluster")
+
+        with progress(max(steps - run.step, 0), quiet) as advance, _host_lost(resume_hint):
+            run.run(steps, checkpoint_every=checkpoint_every, checkpoint=save_checkpoint,
+                    progress=advance)
+        summary, state = run.summary(), run.executor.state_arrays()
+    tables_path = write_run(out_dir, summary, state,
+                            config_path if config_path is not None else _BUILT_IN, plot)
     if as_json:
         click.echo(json.dumps(summary, indent=2))
     else:
-        click.echo(_summary_table(summary, str(tables_path), plot))
-
-
-def _require_matplotlib() -> None:
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        raise UsageError(
-            "--plot needs matplotlib, which is not installed; install it with "
-            "`pip install 'tpuemb[plot]'` (or `pip install matplotlib`), or drop --plot"
-        ) from None
-
-
-def _plot(summary: dict[str, Any], path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(8, 6))
-    top.plot(summary["loss"])
-    top.set_ylabel("loss")
-    for name, table in summary["tables"].items():
-        bottom.plot(table["update_norm"], label=name)
-    bottom.set_ylabel("update norm")
-    bottom.set_xlabel("step")
-    bottom.legend()
-    figure.tight_layout()
-    directory = os.path.dirname(os.path.abspath(path))
-    temp = os.path.join(directory, f".{os.path.basename(path)}.tmp.png")
-    figure.savefig(temp, metadata={"Software": None})
-    plt.close(figure)
-    os.replace(temp, path)
-
-
-def _per_host(per_step: list[list[int]]) -> str:
-    """Mean count per step for each host: ``h0 12.5, h1 11.0`` (just the number for one host)."""
-    if not per_step:
-        return "-"
-    hosts = len(per_step[0])
-    means = [sum(step[h] for step in per_step) / len(per_step) for h in range(hosts)]
-    if hosts == 1:
-        return f"{means[0]:.1f}"
-    return ", ".join(f"h{h} {mean:.1f}" for h, mean in enumerate(means))
-
-
-def _summary_table(summary: dict[str, Any], tables_path: str, plot: str | None) -> str:
-    loss = summary["loss"]
-    lines = [
-        f"tpuemb simulate: {summary['steps']} steps of synthetic data on {summary['config']} "
-        f"(seed {summary['seed']})",
-    ]
-    if loss:
-        lines.append(f"loss: {loss[0]:.4f} (step 0) -> {loss[-1]:.4f} (step {len(loss) - 1})")
-    header = ("table", "optimizer", "rows touched/step", "update norm first -> last",
-              "ids/step per host", "unique ids/step per host")
-    rows = [header]
-    for name, table in summary["tables"].items():
-        touched = table["rows_touched"]
-        norms = table["update_norm"]
-        rows.append((
-            name,
-            table["optimizer"],
-            f"{sum(touched) / max(len(touched), 1):.1f}",
-            f"{norms[0]:.4g} -> {norms[-1]:.4g}" if norms else "-",
-            _per_host(table["ids_per_host"]),
-            _per_host(table["unique_ids_per_host"]),
-        ))
-    widths = [max(len(str(row[i])) for row in rows) for i in range(len(header))]
-    for index, row in enumerate(rows):
-        lines.append("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths,
-                                                                            strict=True)).rstrip())
-        if index == 0:
-            lines.append("  ".join("-" * width for width in widths))
-    lines.append(f"tables and slots written to {tables_path}; summary in "
-                 f"{os.path.join(summary['out_dir'], 'summary.json')}")
-    if plot is not None:
-        lines.append(f"plot written to {plot}")
-    return "\n".join(lines)
-
+        click.echo(workers_text(summary) if workers is not None
+                   else run_text(summary, str(tables_path), plot))
+        if not quiet:
+            _combiner_note(prepared)

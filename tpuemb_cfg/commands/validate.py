@@ -9,7 +9,8 @@ from __future__ import annotations
 import difflib
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import click
 
@@ -19,6 +20,16 @@ from tpuemb_cfg.report import FORMATS, FileReport, render
 from tpuemb_cfg.rules import RULES, SEVERITY_RANK, Diagnostic
 from tpuemb_cfg.settings import Settings, common_folder, load_settings
 from tpuemb_cfg.validator import PARSE_RULE, parse_error, selected_rules, validate_source
+
+
+def tpu_option(value: str) -> str:
+    """``--tpu GEN`` checked (``UsageError`` naming the known generations)."""
+    from tpuemb_cfg.settings import parse_tpu
+
+    try:
+        return parse_tpu(value)
+    except InputError as exc:
+        raise UsageError(f"--tpu: {exc.message}") from None
 
 
 def _split(values: Sequence[str]) -> list[str]:
@@ -57,6 +68,14 @@ def _fix_file(source: Source, fixes: set[str], *, diff: bool) -> list[str]:
     return notes
 
 
+def _rule_filter(name: str, which: str) -> Callable[[Callable[..., Any]], Any]:
+    """``--select``/``--ignore``: rule ids or prefixes, comma-separated and repeatable."""
+    return click.option(
+        name, multiple=True,
+        help=f"{which} these rule ids or prefixes (comma-separated, repeatable).",
+    )
+
+
 @click.command("validate")
 @click.argument("files", nargs=-1, required=True, metavar="FILE...")
 @click.option(
@@ -69,22 +88,23 @@ def _fix_file(source: Source, fixes: set[str], *, diff: bool) -> list[str]:
     help="Output format.",
 )
 @click.option(
-    "--fail-on",
-    type=click.Choice(["error", "warning", "info"]),
-    default=None,
+    "--fail-on", type=click.Choice(["error", "warning", "info"]), default=None,
     help="Lowest severity that makes the exit status 1 [default: error, or fail-on in "
     "pyproject.toml].",
 )
-@click.option(
-    "--select", multiple=True, help="Only these rule ids or prefixes (comma-separated, repeatable)."
-)
-@click.option(
-    "--ignore", multiple=True, help="Skip these rule ids or prefixes (comma-separated, repeatable)."
-)
+@_rule_filter("--select", "Only")
+@_rule_filter("--ignore", "Skip")
 @click.option(
     "--show-derived",
     is_flag=True,
     help="Also report derived facts: tag table, counts, state, sizes.",
+)
+@click.option(
+    "--tpu",
+    "tpu",
+    metavar="GEN",
+    help="TPU generation whose device memory SIZE004 checks (v2, v3, v4, v5e, v5p, v6e) "
+    "[default: tpu in pyproject.toml, else the largest device of any generation].",
 )
 @click.option(
     "--fix", is_flag=True, help="Apply the mechanical fixes (tags, legacy style, accumulation)."
@@ -99,6 +119,7 @@ def validate(
     select: tuple[str, ...],
     ignore: tuple[str, ...],
     show_derived: bool,
+    tpu: str | None,
     fix: bool,
     diff: bool,
 ) -> None:
@@ -123,7 +144,10 @@ def validate(
         raise UsageError(
             f"{exc} (options combined with [tool.tpuemb] in {settings.source})"
         ) from None
-    options = {"memory_budget_bytes": settings.memory_budget_bytes}
+    options = {
+        "memory_budget_bytes": settings.memory_budget_bytes,
+        "tpu_generation": tpu_option(tpu) if tpu is not None else settings.tpu_generation,
+    }
 
     fix_failed = False
     if fix:
@@ -135,7 +159,7 @@ def validate(
         for path in files:
             try:
                 source = read_source(path)
-            except InputError:
+            except (InputError, UsageError):
                 continue  # reported below as PARSE001
             try:
                 notes = _fix_file(source, fixes, diff=diff)
@@ -155,6 +179,10 @@ def validate(
         except InputError as exc:
             parse_failed = True
             diagnostics = [parse_error(exc)]
+        except UsageError as exc:  # e.g. an extension that names no format: this file only
+            parse_failed = True
+            reason = str(exc).removeprefix(f"{path}: ")
+            diagnostics = [parse_error(InputError(reason, path=path))]
         else:
             diagnostics = validate_source(
                 source, rules, severity=settings.severity, options=options

@@ -16,18 +16,14 @@ Port a model's embedding configuration by changing the import::
 from __future__ import annotations
 
 from tpuemb_cfg.embedding.build import CompiledConfig, Feature, TagUse, build_config
+from tpuemb_cfg.embedding.custom import CustomCombiner, CustomOptimizer
 from tpuemb_cfg.embedding.errors import (
     ConfigValidationError,
     EmbeddingConfigError,
     EmbeddingTypeError,
 )
-from tpuemb_cfg.embedding.optimizers import (
-    FTRL,
-    SGD,
+from tpuemb_cfg.embedding.extra_optimizers import (
     Adadelta,
-    Adagrad,
-    AdagradMomentum,
-    Adam,
     Assign,
     BoundedAdagrad,
     CenteredRMSProp,
@@ -37,13 +33,15 @@ from tpuemb_cfg.embedding.optimizers import (
     MDLAdagradLight,
     Momentum,
     OnlineYogi,
-    Optimizer,
     ProximalAdagrad,
     ProximalYogi,
     RMSProp,
 )
+from tpuemb_cfg.embedding.keras import KerasSchedule, from_keras
+from tpuemb_cfg.embedding.optimizers import FTRL, SGD, Adagrad, AdagradMomentum, Adam, Optimizer
 from tpuemb_cfg.embedding.schedules import Schedule
 from tpuemb_cfg.embedding.tables import (
+    ConstantInitializer,
     FeatureConfig,
     QuantizationConfig,
     RowIdInitializer,
@@ -63,12 +61,16 @@ __all__ = [
     "CenteredRMSProp",
     "CompiledConfig",
     "ConfigValidationError",
+    "ConstantInitializer",
+    "CustomCombiner",
+    "CustomOptimizer",
     "EmbeddingConfigError",
     "EmbeddingTypeError",
     "Feature",
     "FeatureConfig",
     "FrequencyAwareAdagrad",
     "FrequencyEstimator",
+    "KerasSchedule",
     "Lion",
     "MDLAdagradLight",
     "Momentum",
@@ -84,4 +86,5 @@ __all__ = [
     "TagUse",
     "TruncatedNormalInitializer",
     "build_config",
+    "from_keras",
 ]

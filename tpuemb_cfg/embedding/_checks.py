@@ -6,10 +6,10 @@ allowed: ``Adam: `beta_2` must be >= 0 and < 1; received 1.5``.
 
 from __future__ import annotations
 
-import numbers
 import operator
 from typing import Any
 
+from tpuemb_cfg.embedding import pbvalues
 from tpuemb_cfg.embedding.errors import EmbeddingConfigError, EmbeddingTypeError
 
 
@@ -32,17 +32,14 @@ def fail_type(owner: str, message: str) -> EmbeddingTypeError:
 
 
 def is_real(value: Any) -> bool:
-    """A real number that is not a ``bool`` (``True`` is rarely meant as 1.0)."""
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+    """A number as TensorFlow's writer takes one (``True`` is 1.0, NumPy scalars count; strings
+    do not): see :mod:`tpuemb_cfg.embedding.pbvalues`."""
+    return pbvalues.is_number(value)
 
 
 def real(owner: str, name: str, value: Any) -> float:
     """``value`` as a float; a non-number raises a type error naming ``name``."""
-    if not is_real(value):
-        raise fail_type(
-            owner, f"`{name}` must be a number; received {show(value)} ({type_name(value)})"
-        )
-    return float(value)
+    return pbvalues.to_float(owner, name, value)
 
 
 def optional_real(owner: str, name: str, value: Any) -> float | None:
@@ -64,9 +61,6 @@ def integer(owner: str, name: str, value: Any, *, minimum: int | None = None) ->
 
 
 def boolean(owner: str, name: str, value: Any) -> bool:
-    """A bool flag of a proto message (``True``/``False`` or the ints 0 and 1)."""
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, numbers.Integral) and int(value) in (0, 1):
-        return bool(value)
-    raise fail_type(owner, f"`{name}` must be True or False; received {show(value)}")
+    """A bool flag of a proto message, as TensorFlow's writer takes it: a bool, or an int read
+    as its truth value (``2`` is True); floats, None and strings are refused."""
+    return pbvalues.to_bool(owner, name, value)

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tpuemb_cfg.embedding import _checks as chk
+from tpuemb_cfg.embedding import pbvalues
+from tpuemb_cfg.embedding.bagsizes import ids_per_bag
 from tpuemb_cfg.embedding.errors import (
     ConfigValidationError,
     EmbeddingConfigError,
@@ -44,12 +46,17 @@ INT64_MAX = 2**63 - 1
 
 @dataclass
 class Feature:
-    """One flattened feature: its path in the structure, its config and its final shape."""
+    """One flattened feature: its path in the structure, its config and its final shape.
+
+    ``ids_per_bag``: the most ids one bag (one entry of ``shape``) holds, from the input shape
+    (``embedding.bagsizes``); ``None`` when the build arguments do not say.
+    """
 
     path: str
     config: FeatureConfig
     table_id: int
     shape: tuple[int, ...]
+    ids_per_bag: int | None = None
 
 
 @dataclass
@@ -73,6 +80,13 @@ class CompiledConfig:
     tables: list[TableConfig]
     features: list[Feature]
     tag_uses: list[list[TagUse]] = field(default_factory=list)
+
+    @property
+    def combiners(self) -> list[Any]:
+        """Each feature's combiner (its table's: ``'mean'``, ``'sum'``, ``'sqrtn'`` or a
+        ``CustomCombiner``), in feature order. The proto has no field for it, so the executor
+        takes it from here (``tpuemb_cfg.prepare``)."""
+        return [feature.config.table.combiner for feature in self.features]
 
 
 def _flatten_features(feature_config: Any) -> list[tuple[str, FeatureConfig]]:
@@ -204,7 +218,7 @@ def _resolve_shapes(
     per_replica_batch_size: Any,
 ) -> list[tuple[int, ...]]:
     incoming: list[Shape] = [None] * len(flat)
-    if isinstance(per_replica_input_shapes, int) and not isinstance(per_replica_input_shapes, bool):
+    if isinstance(per_replica_input_shapes, int):  # True too, as in TensorFlow (a batch of 1)
         per_replica_batch_size, per_replica_input_shapes = per_replica_input_shapes, None
     if per_replica_input_shapes is not None:
         shapes = _input_shapes(feature_config, per_replica_input_shapes, len(flat))
@@ -295,11 +309,12 @@ def _write_config(
             raise type(e)(f"table {table.name!r}: {e}") from None
         quant = table.quantization_config
         if quant is not None:
+            owner = f"table {table.name!r}: QuantizationConfig"
             sq = params.simulated_quantization
             sq.enabled = True
-            sq.num_buckets = int(quant.num_buckets)
-            sq.clipping_limits.lower.value = quant.lower
-            sq.clipping_limits.upper.value = quant.upper
+            sq.num_buckets = pbvalues.to_int(owner, "num_buckets", quant.num_buckets)
+            sq.clipping_limits.lower.value = pbvalues.to_float(owner, "lower", quant.lower)
+            sq.clipping_limits.upper.value = pbvalues.to_float(owner, "upper", quant.upper)
     config.mode = MODE_TRAINING  # type: ignore[assignment]
     config.num_hosts = num_hosts
     cores = num_replicas * (num_cores_per_replica or 1)
@@ -314,9 +329,9 @@ def _write_config(
     for feature in features:
         fd = config.feature_descriptor.add()
         if feature.config.name:
-            fd.name = feature.config.name
+            fd.name = pbvalues.to_str(f"feature {feature.path!r}", "name", feature.config.name)
         fd.table_id = feature.table_id
-        fd.input_shape.extend(feature.shape)
+        fd.input_shape.extend(int(d) for d in feature.shape)  # True (a dimension of 1) -> 1
     if num_cores_per_replica:
         config.spmd_sharding.enabled = True
         config.spmd_sharding.num_cores_per_replica = num_cores_per_replica
@@ -380,10 +395,11 @@ def build_config(
     inputs, uses = _dynamic_inputs(tables)
     shapes = _resolve_shapes(flat, feature_config, per_replica_input_shapes, per_replica_batch_size)
 
+    bags = ids_per_bag(flat, feature_config, per_replica_input_shapes)
     table_ids = {id(t): i for i, t in enumerate(tables)}
     features = [
-        Feature(path, f, table_ids[id(f.table)], shape)
-        for (path, f), shape in zip(flat, shapes, strict=True)
+        Feature(path, f, table_ids[id(f.table)], shape, bag)
+        for (path, f), shape, bag in zip(flat, shapes, bags, strict=True)
     ]
     config = _write_config(
         tables,

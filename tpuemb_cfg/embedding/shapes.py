@@ -4,10 +4,15 @@ TensorFlow passes ``tf.TensorShape`` objects; the project accepts plain Python v
 shape is expected:
 
 - ``None``: unknown rank (counts as "not set" for ``FeatureConfig.output_shape``);
-- a list or tuple of ints (and ``None`` for an unknown dimension), ``[]`` included (rank 0);
+- a list or tuple of ints (and ``None`` for an unknown dimension), ``[]`` included (rank 0), or
+  any other iterable of them except a string (a NumPy array, a generator);
 - an int n: the one-dimensional shape ``[n]`` (as ``tf.TensorShape(n)``);
 - any object with ``as_list()`` (a ``tf.TensorShape``): its list, or unknown rank when
   ``as_list`` raises ``ValueError`` (TensorFlow's behaviour for unknown ranks).
+
+A dimension is anything with ``__index__`` (``True`` is a dimension of 1, as in TensorFlow;
+``numpy.int64`` too); a float, a string or a negative number is refused as ``TensorShape``
+refuses it (``TypeError``, negative: ``ValueError``).
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ def _is_int(value: Any) -> bool:
         operator.index(value)
     except TypeError:
         return False
-    return not isinstance(value, bool)
+    return True
 
 
 def to_shape(value: Any, owner: str, name: str) -> Shape:
@@ -49,6 +54,8 @@ def to_shape(value: Any, owner: str, name: str) -> Shape:
             return None
     if _is_int(value):
         value = [value]
+    if not isinstance(value, list | tuple | str | bytes) and hasattr(value, "__iter__"):
+        value = list(value)
     if not isinstance(value, list | tuple):
         raise fail_type(
             owner,
@@ -75,6 +82,14 @@ def to_shape(value: Any, owner: str, name: str) -> Shape:
 
 def is_fully_defined(shape: Shape) -> bool:
     return shape is not None and all(d is not None for d in shape)
+
+
+def shape_repr(shape: Shape) -> str:
+    """The shape as TensorFlow prints a ``TensorShape``: ``TensorShape([16, None])``,
+    ``TensorShape(None)`` for an unknown rank."""
+    if shape is None:
+        return "TensorShape(None)"
+    return "TensorShape([" + ", ".join(repr(d) for d in shape) + "])"
 
 
 def format_shape(shape: Shape) -> str:

@@ -51,6 +51,7 @@ from typing import Any
 from tpuemb_cfg.embedding import optimizers as opt
 from tpuemb_cfg.embedding.build import CompiledConfig, build_config
 from tpuemb_cfg.embedding.errors import ConfigValidationError
+from tpuemb_cfg.embedding.extra_optimizers import BY_ALGORITHM
 from tpuemb_cfg.embedding.schedules import Schedule, schedule_from_mapping
 from tpuemb_cfg.embedding.tables import (
     FeatureConfig,
@@ -165,7 +166,7 @@ _TOML_POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)")
 
 #: Optimizer classes by the names a TOML spec may use (class names and oneof names).
 _OPTIMIZERS: dict[str, type[opt.Optimizer]] = {}
-for _cls in opt.BY_ALGORITHM.values():
+for _cls in BY_ALGORITHM.values():
     _OPTIMIZERS[_cls.__name__.lower()] = _cls
     _OPTIMIZERS[_cls.algorithm] = _cls
 
@@ -296,7 +297,7 @@ def _load_toml(path: str) -> Spec:
         kind = body.pop("type", None)
         cls = _OPTIMIZERS.get(str(kind).lower()) if isinstance(kind, str) else None
         if cls is None:
-            names = ", ".join(c.__name__ for c in opt.BY_ALGORITHM.values())
+            names = ", ".join(c.__name__ for c in BY_ALGORITHM.values())
             raise t.error((*key, "type"), f"`type` must name an optimizer ({names}); "
                           f"received {kind!r}")
         t.check_keys(key, body, {"type", *inspect.signature(cls).parameters})

@@ -12,7 +12,9 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from tpuemb_cfg.embedding import _checks as chk
-from tpuemb_cfg.embedding.shapes import Shape, format_shape, to_shape
+from tpuemb_cfg.embedding import pbvalues
+from tpuemb_cfg.embedding.custom import CustomCombiner
+from tpuemb_cfg.embedding.shapes import Shape, shape_repr, to_shape
 
 if TYPE_CHECKING:
     import numpy as np
@@ -21,6 +23,20 @@ if TYPE_CHECKING:
 
 COMBINERS = ("mean", "sum", "sqrtn")
 DTYPES = ("float32", "int32")
+
+
+def _python_int(owner: str, name: str, value: Any, minimum: int) -> int:
+    """TensorFlow's ``isinstance(value, int) and value >= minimum``: a Python int (``True``
+    counts as 1), not a NumPy integer or a float."""
+    if not isinstance(value, int):
+        raise chk.fail_type(
+            owner,
+            f"`{name}` must be an int >= {minimum} (a Python int, as TensorFlow checks it: not "
+            f"a float or a NumPy integer); received {chk.show(value)} ({chk.type_name(value)})",
+        )
+    if value < minimum:
+        raise chk.fail(owner, f"`{name}` must be an int >= {minimum}; received {chk.show(value)}")
+    return value
 
 
 def _dtype_name(dtype: Any) -> str | None:
@@ -41,15 +57,15 @@ class QuantizationConfig:
 
     def __init__(self, num_buckets: int, lower: float, upper: float) -> None:
         owner = "QuantizationConfig"
-        buckets = chk.integer(owner, "num_buckets", num_buckets)
+        buckets = pbvalues.to_int(owner, "num_buckets", num_buckets)
         if buckets < 2:
             raise chk.fail(
                 owner,
                 f"`num_buckets` must be an int >= 2 (simulated quantization divides the range "
                 f"into num_buckets - 1 steps); received {chk.show(num_buckets)}",
             )
-        chk.real(owner, "lower", lower)
-        chk.real(owner, "upper", upper)
+        pbvalues.to_float(owner, "lower", lower)
+        pbvalues.to_float(owner, "upper", upper)
         self.num_buckets = num_buckets
         self.lower = lower
         self.upper = upper
@@ -77,6 +93,23 @@ class RowIdInitializer:
 
     def __repr__(self) -> str:
         return f"RowIdInitializer(offset={self.offset!r})"
+
+
+class ConstantInitializer:
+    """Every entry ``value`` (TensorFlow's ``tf.constant_initializer`` for scalars); for the slots
+    of a :class:`~tpuemb_cfg.embedding.CustomOptimizer` or the weights of a ``CustomCombiner``."""
+
+    def __init__(self, value: float = 0.0) -> None:
+        self.value = value
+
+    def __call__(self, shape: Any, dtype: Any = "float32") -> np.ndarray:
+        import numpy as np
+
+        size = tuple(int(d) for d in shape)
+        return np.full(size, self.value, dtype=_dtype_name(dtype) or "float32")
+
+    def __repr__(self) -> str:
+        return f"ConstantInitializer(value={self.value!r})"
 
 
 class TruncatedNormalInitializer:
@@ -111,8 +144,9 @@ class TableConfig:
 
     ``optimizer=None`` inherits the optimizer given to ``build_config``; ``name=None`` becomes
     ``table_{i}`` (i = the table's position) when the configuration is built. Both are written
-    back into this object, as TensorFlow does. ``combiner``, ``initializer``, ``layout`` and
-    ``dtype`` are kept for the executor; they do not reach the proto.
+    back into this object, as TensorFlow does. ``combiner`` ('mean', 'sum', 'sqrtn' or a
+    :class:`CustomCombiner`), ``initializer``, ``layout`` and ``dtype`` are kept for the
+    executor; they do not reach the proto.
     """
 
     def __init__(
@@ -121,15 +155,15 @@ class TableConfig:
         dim: int,
         initializer: Any = None,
         optimizer: Optimizer | None = None,
-        combiner: str = "mean",
+        combiner: str | CustomCombiner = "mean",
         name: str | None = None,
         quantization_config: QuantizationConfig | None = None,
         layout: Any = None,
         dtype: Any = "float32",
     ) -> None:
         owner = "TableConfig" if name is None else f"TableConfig {name!r}"
-        chk.integer(owner, "vocabulary_size", vocabulary_size, minimum=1)
-        width = chk.integer(owner, "dim", dim, minimum=1)
+        _python_int(owner, "vocabulary_size", vocabulary_size, 1)
+        width = _python_int(owner, "dim", dim, 1)
         if initializer is not None and not callable(initializer):
             raise chk.fail_type(
                 owner,
@@ -142,11 +176,11 @@ class TableConfig:
                     owner,
                     f"`combiner` must be one of 'mean', 'sum', 'sqrtn'; received {combiner!r}",
                 )
-        else:
+        elif not isinstance(combiner, CustomCombiner):
             raise chk.fail_type(
                 owner,
-                f"`combiner` must be one of the strings 'mean', 'sum', 'sqrtn'; received "
-                f"{chk.show(combiner)} ({chk.type_name(combiner)})",
+                f"`combiner` must be one of the strings 'mean', 'sum', 'sqrtn' or a "
+                f"CustomCombiner; received {chk.show(combiner)} ({chk.type_name(combiner)})",
             )
         dtype_name = _dtype_name(dtype)
         if dtype_name is None:
@@ -178,9 +212,17 @@ class TableConfig:
         self.dtype = dtype_name
 
     def __repr__(self) -> str:
+        # TensorFlow prints the default initializer as None.
+        initializer = self.initializer
+        if (
+            isinstance(initializer, TruncatedNormalInitializer)
+            and initializer.mean == 0.0
+            and math.isclose(initializer.stddev, 1 / math.sqrt(self.dim))
+        ):
+            initializer = None
         return (
             f"TableConfig(vocabulary_size={self.vocabulary_size!r}, dim={self.dim!r}, "
-            f"initializer={self.initializer!r}, optimizer={self.optimizer!r}, "
+            f"initializer={initializer!r}, optimizer={self.optimizer!r}, "
             f"combiner={self.combiner!r}, name={self.name!r}, "
             f"quantization_config={self.quantization_config!r})"
         )
@@ -209,7 +251,7 @@ class FeatureConfig:
                 f"`table` must be a TableConfig; received {chk.show(table)} "
                 f"({chk.type_name(table)})",
             )
-        chk.integer(owner, "max_sequence_length", max_sequence_length, minimum=0)
+        _python_int(owner, "max_sequence_length", max_sequence_length, 0)
         if not isinstance(validate_weights_and_indices, bool):
             raise chk.fail_type(
                 owner,
@@ -217,7 +259,7 @@ class FeatureConfig:
                 f"{chk.show(validate_weights_and_indices)}",
             )
         shape = to_shape(output_shape, owner, "output_shape")
-        if name is not None and not isinstance(name, str):
+        if name and not isinstance(name, str):  # a falsy name is not written, as in TensorFlow
             raise chk.fail_type(owner, f"`name` must be a str or None; received {chk.show(name)}")
         self.table = table
         self.max_sequence_length = max_sequence_length
@@ -230,5 +272,5 @@ class FeatureConfig:
             f"FeatureConfig(table={self.table!r}, max_sequence_length="
             f"{self.max_sequence_length!r}, validate_weights_and_indices="
             f"{self.validate_weights_and_indices!r}, output_shape="
-            f"{format_shape(self.output_shape)}, name={self.name!r})"
+            f"{shape_repr(self.output_shape)}, name={self.name!r})"
         )

@@ -2,8 +2,10 @@
 
 ``Executor(config)`` holds the tables and slots of a ``TPUEmbeddingConfiguration`` and runs the
 steps of ``../shared/spec/optimizers.md``; ``replay`` runs a whole replay-contract input (the
-arrays of ``tpuemb simulate CONFIG --batches B.npz``). The hot loops live in ``kernels``, the
-per-row optimizers in ``optimizers``.
+arrays of ``tpuemb simulate CONFIG --batches B.npz``). Both take a configuration prepared once
+by ``tpuemb_cfg.prepare.prepare`` (parse, validate, ``plan``). The hot loops live in
+``engines`` (``numpy``, ``numba``), the per-row optimizers in ``optimizers``, the wrapping
+pipeline of spec section 6 in ``pipeline``, and the tables and slots behind ``storage``.
 """
 
 from __future__ import annotations
@@ -12,14 +14,17 @@ from .batch import FeatureInput
 from .core import DeduplicationData, Executor, Partial, TableDeduplication, TableReport
 from .plan import COMBINERS, parse_combiners
 from .replay import replay
+from .storage import LocalStorage, Storage
 
 __all__ = [
     "COMBINERS",
     "DeduplicationData",
     "Executor",
     "FeatureInput",
+    "LocalStorage",
     "Partial",
     "TableDeduplication",
+    "Storage",
     "TableReport",
     "parse_combiners",
     "replay",

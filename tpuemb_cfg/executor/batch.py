@@ -20,6 +20,7 @@ __all__ = [
     "FeatureInput",
     "check_batch",
     "check_feature",
+    "check_finite",
     "check_gradient",
     "check_learning_rates",
     "key",
@@ -45,11 +46,15 @@ class FeatureInput:
 
 @dataclass(frozen=True)
 class CheckedFeature:
-    """A feature input after ``check_batch``: int64 ids/row_splits, float32 weights."""
+    """A feature input after ``check_batch``: int64 ids/row_splits, float32 weights.
+
+    ``unit_bags``: the input gave no row_splits (one id per bag, so no bag is empty).
+    """
 
     ids: np.ndarray
     row_splits: np.ndarray
     weights: np.ndarray
+    unit_bags: bool = False
 
     @property
     def batch(self) -> int:
@@ -184,7 +189,7 @@ def check_feature(
                 k_weights, source,
             )
         _finite(weights, "weights", k_weights, source)
-    return CheckedFeature(ids, row_splits, weights)
+    return CheckedFeature(ids, row_splits, weights, unit_bags=value.row_splits is None)
 
 
 def check_batch(
@@ -223,8 +228,14 @@ def check_gradient(
     step: int,
     source: str | None = None,
     strict: bool = False,
+    *,
+    finite: bool = True,
 ) -> np.ndarray:
-    """The float32 [batch, dim] gradient of one feature; raise ``InputError`` naming its key."""
+    """The float32 [batch, dim] gradient of one feature; raise ``InputError`` naming its key.
+
+    ``finite=False`` leaves the NaN/infinity check to the caller (the compiled step makes it
+    while it reads the gradient, then calls ``check_finite`` to report it).
+    """
     k = key(step, feature.index, "grad")
     if value is None:
         raise _error(
@@ -240,8 +251,14 @@ def check_gradient(
             f"{plan.tables[feature.table].name!r})",
             k, source,
         )
-    _finite(grad, "gradients", k, source)
+    if finite:
+        _finite(grad, "gradients", k, source)
     return grad
+
+
+def check_finite(grad: np.ndarray, step: int, feature: int, source: str | None = None) -> None:
+    """Raise ``InputError`` at the first NaN or infinity of feature ``feature``'s gradient."""
+    _finite(grad, "gradients", key(step, feature, "grad"), source)
 
 
 def check_learning_rates(

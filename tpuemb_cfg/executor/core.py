@@ -9,26 +9,38 @@ The public pair mirrors TensorFlow's TPU ops so a training loop ports line by li
 ``recv_activations`` does the forward pass (sections 3 and 7) and records, per table and per
 TensorCore partial, the unique ids and gains the activations came from (``DeduplicationData``);
 ``send_gradients`` back-propagates through that record (section 4), groups contributions into
-partials (section 5) and runs the per-row pipeline on each (section 6). ``step`` does both with
-the gradients carried in the batch, which is what the replay contract needs.
+partials (section 5) and runs the per-row pipeline on each (section 6, ``pipeline``). ``step``
+does both with the gradients carried in the batch, which is what the replay contract needs.
+
+The executor reaches its tables and slots only through a ``Storage`` (``storage``): row gathers,
+row updates, the update norm and whole-state export and import.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ..errors import InputError, UsageError
-from .batch import CheckedFeature, FeatureInput, check_batch, check_gradient, check_learning_rates
+from ..prepare import Prepared, prepare
+from .batch import (
+    CheckedFeature,
+    FeatureInput,
+    check_batch,
+    check_finite,
+    check_gradient,
+    check_learning_rates,
+)
 from .batch import key as batch_key
-from .engine import Engine, get_engine
+from .engines import Engine, get_engine
 from .optimizers import UpdateContext
-from .plan import Plan, TablePlan, build_plan, refuse_invalid
+from .pipeline import RowPipeline
+from .plan import Plan, TablePlan
 from .state import initial_state as make_initial_state
-from .state import slot_key, table_key
+from .storage import LocalStorage, Storage, rows_of
 
 __all__ = ["DeduplicationData", "Executor", "Partial", "TableDeduplication", "TableReport"]
 
@@ -59,6 +71,7 @@ class TableDeduplication:
     spec's reference order). ``sample[j]`` is the row of occurrence j in the table's features'
     activation gradients stacked in that order; ``gains[j]`` is its combiner gain (spec 3.1).
     ``unique_ids``/``inverse`` are the table-wide de-duplication the forward pass gathered.
+    ``compiled``: the compiled step made the record (its forward pass read the live table).
     """
 
     table: str
@@ -70,6 +83,7 @@ class TableDeduplication:
     unique_ids: np.ndarray
     inverse: np.ndarray
     partials: tuple[Partial, ...]
+    compiled: bool = False
 
 
 @dataclass(frozen=True)
@@ -115,16 +129,30 @@ class TableReport:
 class Executor:
     """The CPU reference of one ``TPUEmbeddingConfiguration``'s embedding layer.
 
-    ``config``: anything ``tpuemb_cfg.as_config`` takes. ``combiners``: one name for every
-    feature, a list with one per feature, or ``{feature_index: name}`` (default ``mean``).
-    ``initial_state``: ``table/NAME`` and ``slot/NAME/SLOT`` arrays; missing entries get the
-    defaults of spec section 11 from ``seed``. ``max_memory``: refuse (``UsageError``) when the
-    tables and slots would need more bytes. A configuration the validator reports errors for
-    (unless ``validate_config`` is false: the caller validated it already), or a table whose
-    optimizer cannot be simulated, raises ``InputError``. ``state_source``/``strict``: for
-    file-backed callers, the file named in errors about ``initial_state`` and exact dtypes.
-    ``engine``: ``numpy`` (the readable reference) or ``numba`` (compiled kernels, the same
-    results to float32 rounding; see ``tpuemb_cfg.executor.engine``).
+    ``config``: a ``Prepared`` (``tpuemb_cfg.prepare``: used as is, nothing is parsed, validated
+    or planned again) or anything ``prepare`` takes (a path, bytes, tpuemb's or TensorFlow's
+    message). ``combiners``: one name for every feature, a list with one per feature, or
+    ``{feature_index: name}`` (default ``mean``). ``initial_state``: ``table/NAME`` and
+    ``slot/NAME/SLOT`` arrays; missing entries get the defaults of spec section 11 from
+    ``seed``. ``max_memory``: refuse (``UsageError``, naming a limit that would do) when the
+    tables, slots and a step's working arrays (``Plan.memory_estimate``) would need more bytes;
+    by default (None) the limit is 80% of the memory available (``limits.default_memory_limit``),
+    so a configuration too large for the machine is refused instead of failing with
+    ``MemoryError`` halfway; ``check_memory=False`` skips the check. A configuration the
+    validator reports errors for (unless ``validate_config`` is false: the caller validated it
+    already), or a table whose optimizer cannot be simulated, raises ``InputError``.
+    ``state_source``/``strict``: for file-backed callers, the file named in errors about
+    ``initial_state`` and exact dtypes. ``engine``: ``numba`` (the default: compiled kernels;
+    without an importable numba it warns once and runs NumPy) or ``numpy`` (the readable
+    reference), the same results to float32 rounding (see ``tpuemb_cfg.executor.engines``);
+    ``self.engine`` is the one in use. ``report``: False skips the per-step report
+    (``last_report`` stays empty). ``storage``: makes
+    the ``Storage`` of the tables and slots from the plan, the initial arrays and the engine
+    (default ``LocalStorage``). ``backend="ray"``: the tables live in Ray actors, one per host
+    (``shards`` overrides ``num_hosts``), each holding only its rows (spec section 8), with the
+    same results bit for bit (``ray_storage.RayStorage``: ``ray_address`` or ``RAY_ADDRESS``
+    names a cluster to join, else a local Ray instance starts; ``max_memory`` is then each
+    actor's limit). ``close()`` (or ``with``) releases the actors.
     """
 
     def __init__(
@@ -135,28 +163,51 @@ class Executor:
         initial_state: Mapping[str, Any] | None = None,
         seed: int = 0,
         max_memory: int | None = None,
+        check_memory: bool = True,
         state_source: str | None = None,
         strict: bool = False,
         validate_config: bool = True,
-        engine: str | Engine = "numpy",
+        engine: str | Engine = "numba",
+        report: bool = True,
+        storage: Callable[[Plan, dict[str, np.ndarray], Engine], Storage] = LocalStorage,
+        backend: str = "local",
+        ray_address: str | None = None,
+        shards: int | None = None,
     ) -> None:
-        from .. import as_config
+        if backend not in ("local", "ray"):
+            raise UsageError(f"unknown backend {backend!r}; expected local or ray")
+        self.engine: Engine = get_engine(engine)
+        self.prepared: Prepared = prepare(config, combiners=combiners, check=validate_config)
+        self.config = self.prepared.config
+        self.plan: Plan = self.prepared.plan
+        self.backend = backend
+        if backend == "ray":
+            from .ray_storage import RayStorage
 
-        self.kernels = get_engine(engine)
-
-        message = as_config(config)
-        if validate_config:
-            refuse_invalid(message)
-        self.config = message
-        self.plan: Plan = build_plan(message, combiners)
-        needed = self.plan.memory_estimate()
-        if max_memory is not None and needed > max_memory:
-            raise UsageError(memory_message(needed, max_memory))
-        self.tables, self.slots = make_initial_state(
-            self.plan, initial_state, seed, state_source, strict
-        )
+            self.storage: Storage = RayStorage(
+                self.plan, self.engine, given=initial_state, seed=seed, source=state_source,
+                strict=strict, shards=shards, max_memory=max_memory, address=ray_address,
+            )
+        else:
+            if check_memory:
+                require_memory(self.plan.memory_estimate(), max_memory)
+            # LocalStorage computes default rows when first touched (``state.Pending``); another
+            # storage gets every value up front.
+            self.storage = storage(
+                self.plan,
+                make_initial_state(self.plan, initial_state, seed, state_source, strict,
+                                   lazy=storage is LocalStorage),
+                self.engine,
+            )
         self.step_index = 0
+        self.report = bool(report)
+        # The compiled step (numba) works on the live arrays of a storage in this process.
+        self._fused: Any = (
+            self.engine.fused if callable(getattr(self.storage, "local", None)) else None
+        )
         self.last_report: dict[str, TableReport] = {}
+        # Per feature of a fused table, its empty bags: gradient rows no bag reads.
+        self._empty_bags: dict[int, np.ndarray] = {}
         self._pipelined = self.plan.pipelined and self.plan.mode == "TRAINING"
         # Pipelining: per table, the rows the last update changed and their values before it
         # (None rows: the whole table), so the forward pass can read one update back.
@@ -176,13 +227,20 @@ class Executor:
         return self.plan.num_learning_rates
 
     def state_arrays(self) -> dict[str, np.ndarray]:
-        """Every table and slot under its state-file key (the live arrays, not copies)."""
-        out: dict[str, np.ndarray] = {}
-        for table in self.plan.tables:
-            out[table_key(table.name)] = self.tables[table.name]
-            for name, array in zip(table.slot_names, self.slots[table.name], strict=True):
-                out[slot_key(table.name, name)] = array
-        return out
+        """Every table and slot under its state-file key (the live arrays of a local storage,
+        not copies; with the Ray backend, live ``ShardedArray`` views that ``np.asarray``
+        fetches and ``npzio`` streams into a file host by host)."""
+        return self.storage.arrays()
+
+    def close(self) -> None:
+        """Release the storage (the Ray backend's actors); a local storage has nothing to do."""
+        self.storage.close()
+
+    def __enter__(self) -> Executor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def checkpoint_arrays(self) -> dict[str, np.ndarray]:
         """The full executor state: tables, slots, step number and pipelining buffers."""
@@ -196,11 +254,14 @@ class Executor:
 
     def restore_checkpoint(self, arrays: Mapping[str, np.ndarray]) -> None:
         """Load what ``checkpoint_arrays`` returned (from the same configuration)."""
-        self.tables, self.slots = make_initial_state(
-            self.plan,
-            {k: v for k, v in arrays.items() if k.startswith(("table/", "slot/"))},
-            0, None, True,
-        )
+        given = {k: v for k, v in arrays.items() if k.startswith(("table/", "slot/"))}
+        if self.backend == "ray":
+            from .ray_storage import RayStorage
+
+            assert isinstance(self.storage, RayStorage)
+            self.storage.load_given(given)  # checked, then sent host by host a block at a time
+        else:
+            self.storage.load(make_initial_state(self.plan, given, 0, None, True))
         self.step_index = int(arrays["executor/step"])
         self._undo = {}
         for table in self.plan.tables:
@@ -264,33 +325,50 @@ class Executor:
         if self.plan.updates:
             grads = [
                 check_gradient(
-                    _grad_of(item), self.plan, feature, c.batch, self.step_index, source, strict
+                    _grad_of(item), self.plan, feature, c.batch, self.step_index, source, strict,
+                    finite=not self._fused_backward(self.plan.tables[feature.table]),
                 )
                 for item, feature, c in zip(batch, self.plan.features, checked, strict=True)
             ]
+        previous = self.last_report
         activations, dedup = self._forward(checked, source)
         self._pending = None
-        self._backward(dedup, grads, rates)
+        try:
+            self._backward(dedup, grads, rates, source)
+        except InputError:
+            self.last_report = previous  # a refused step leaves no trace
+            raise
         return activations
+
+    def _fused_forward(self, table: TablePlan) -> bool:
+        """Whether the compiled step runs the forward pass of ``table``: the numba engine with
+        the tables in this process, no quantization and no pipelining (both read other values
+        than the live rows)."""
+        return self._fused is not None and table.quantization is None and not self._pipelined
+
+    def _fused_backward(self, table: TablePlan) -> bool:
+        """Whether the compiled step back-propagates and updates ``table`` (one partial: spec
+        5.1); it then checks the table's gradients for NaN and infinities itself."""
+        return self._fused_forward(table) and table.accumulate and self.plan.updates
 
     # ----------------------------------------------------------------------------------------
     # Forward
 
     def _snapshot_rows(self, table: TablePlan, rows: np.ndarray) -> np.ndarray:
         """The parameters the forward pass reads for ``rows`` (spec section 7)."""
-        values = self.kernels.gather(self.tables[table.name], rows)
+        values = self.storage.gather(table.name, rows)
         undo = self._undo.get(table.name) if self._pipelined else None
         if undo is not None:
             undo_rows, undo_values = undo
             if undo_rows is None:
-                values = self.kernels.gather(undo_values, rows)
+                values = rows_of(undo_values, rows, self.engine)
             elif undo_rows.size:
                 position = np.minimum(np.searchsorted(undo_rows, rows), undo_rows.size - 1)
                 hit = undo_rows[position] == rows
                 values[hit] = undo_values[position[hit]]
         if table.quantization is not None:
             lower, upper, buckets = table.quantization
-            values = self.kernels.quantize(values, lower, upper, buckets)
+            values = self.engine.quantize(values, lower, upper, buckets)
         return values
 
     def _forward(
@@ -309,10 +387,12 @@ class Executor:
             zero_bags: dict[int, int] = {}
             offset = 0
             for f, c in zip(table.features, feats, strict=True):
-                scale, zero = self.kernels.bag_scales(
+                if self._fused_backward(table) and not c.unit_bags:
+                    self._empty_bags[f] = np.flatnonzero(c.row_splits[1:] == c.row_splits[:-1])
+                scale, zero = self.engine.bag_scales(
                     c.weights, c.row_splits, plan.features[f].combiner
                 )
-                bag = self.kernels.bag_of_occurrence(c.row_splits)
+                bag = self.engine.bag_of_occurrence(c.row_splits)
                 gains_list.append(c.weights * scale[bag])
                 samples.append(bag + offset)
                 zero_bags[f] = int(zero.sum())
@@ -327,17 +407,34 @@ class Executor:
                         )
                     cores.append(bag // max(c.batch // plan.num_cores, 1))
                 offset += c.batch
-            ids = np.concatenate([c.ids for c in feats]) if feats else np.zeros(0, np.int64)
-            gains = np.concatenate(gains_list) if feats else np.zeros(0, F32)
-            sample = np.concatenate(samples) if feats else np.zeros(0, np.int64)
-            unique, inverse = self.kernels.deduplicate(ids)
-            rows = self._snapshot_rows(table, unique)
+            ids, gains, sample = (
+                (feats[0].ids, gains_list[0], samples[0]) if len(feats) == 1  # no copies
+                else (np.concatenate([c.ids for c in feats]), np.concatenate(gains_list),
+                      np.concatenate(samples)) if feats
+                else (np.zeros(0, np.int64), np.zeros(0, F32), np.zeros(0, np.int64))
+            )
+            fused = self._fused if self._fused_forward(table) else None
+            if fused is not None:
+                # Rows read straight from the live table: no gathered copy (spec section 3).
+                unique, inverse = fused.deduplicate(np.ascontiguousarray(ids, dtype=np.int64))
+                rows, _ = self.storage.local(table.name, unique)  # type: ignore[attr-defined]
+                index = unique
+            else:
+                unique, inverse = self.engine.deduplicate(ids)
+                rows = self._snapshot_rows(table, unique)
+                index = np.arange(unique.shape[0], dtype=np.int64)
             start = 0
             for f, c, g in zip(table.features, feats, gains_list, strict=True):
                 stop = start + c.ids.shape[0]
-                activations[f] = self.kernels.gather_combine(
-                    rows, inverse[start:stop], g, c.row_splits
-                )
+                if fused is not None:
+                    activations[f] = fused.lookup(
+                        rows, index, inverse[start:stop], np.ascontiguousarray(g, dtype=F32),
+                        np.ascontiguousarray(c.row_splits, dtype=np.int64),
+                    )
+                else:
+                    activations[f] = self.engine.gather_combine(
+                        rows, inverse[start:stop], g, c.row_splits
+                    )
                 start = stop
             partials: list[Partial] = []
             if plan.updates:
@@ -347,7 +444,7 @@ class Executor:
                     core_of = np.concatenate(cores) if cores else np.zeros(0, np.int64)
                     for core in range(plan.num_cores):
                         covered = np.flatnonzero(core_of == core)
-                        core_rows, core_inverse = self.kernels.deduplicate(ids[covered])
+                        core_rows, core_inverse = self.engine.deduplicate(ids[covered])
                         partials.append(Partial(core, core_rows, core_inverse, covered))
             tables[table.name] = TableDeduplication(
                 table=table.name,
@@ -359,19 +456,10 @@ class Executor:
                 unique_ids=unique,
                 inverse=inverse,
                 partials=tuple(partials),
+                compiled=fused is not None,
             )
-            hosts = self.kernels.host_of(
-                ids, table.vocabulary, plan.num_hosts, plan.mod_sharding
-            )
-            unique_hosts = self.kernels.host_of(
-                unique, table.vocabulary, plan.num_hosts, plan.mod_sharding
-            )
-            reports[table.name] = TableReport(
-                ids_per_host=np.bincount(hosts, minlength=plan.num_hosts),
-                unique_ids_per_host=np.bincount(unique_hosts, minlength=plan.num_hosts),
-                rows_touched=int(unique.shape[0]),
-                zero_denominator_bags=zero_bags,
-            )
+            if self.report:
+                reports[table.name] = self._table_report(table, ids, unique, zero_bags)
         dedup = DeduplicationData(
             step=step,
             tables=tables,
@@ -411,21 +499,67 @@ class Executor:
                 key=batch_key(self.step_index, min(len(items), self.num_features), "grad"),
             )
         return [
-            check_gradient(g, self.plan, feature, batch, self.step_index)
+            check_gradient(g, self.plan, feature, batch, self.step_index,
+                           finite=not self._fused_backward(self.plan.tables[feature.table]))
             for g, feature, batch in zip(items, self.plan.features, dedup.batch_sizes, strict=True)
         ]
+
+    def _table_report(
+        self, table: TablePlan, ids: np.ndarray, unique: np.ndarray, zero_bags: dict[int, int]
+    ) -> TableReport:
+        hosts = self.plan.num_hosts
+        per_host: list[np.ndarray]
+        if hosts == 1:
+            per_host = [np.array([ids.shape[0]]), np.array([unique.shape[0]])]
+        else:
+            per_host = [
+                np.bincount(
+                    self.engine.host_of(values, table.vocabulary, hosts, self.plan.mod_sharding),
+                    minlength=hosts,
+                )
+                for values in (ids, unique)
+            ]
+        return TableReport(
+            ids_per_host=per_host[0],
+            unique_ids_per_host=per_host[1],
+            rows_touched=int(unique.shape[0]),
+            zero_denominator_bags=zero_bags,
+        )
 
     def _backward(
         self,
         dedup: DeduplicationData,
         grads: list[np.ndarray] | None,
         rates: np.ndarray,
+        source: str | None = None,
     ) -> None:
         self._pending = None
         if self.plan.updates and grads is not None:
             dynamic = tuple(float(r) for r in rates)
+            # The compiled back-propagation of every fused table first (tables on several
+            # threads): it checks the gradients it reads, and a refused step must change no
+            # table (spec section 1).
+            fused = [
+                table for table in self.plan.tables
+                if dedup.tables[table.name].compiled and self._fused_backward(table)
+            ]
+            results = self._fused.parallel([
+                lambda table=table: self._fused_backprop(table, dedup.tables[table.name], grads)
+                for table in fused
+            ]) if fused else []
+            if not all(ok for _, ok in results):
+                for feature in self.plan.features:  # the first NaN or infinity, in feature order
+                    if self._fused_backward(self.plan.tables[feature.table]):
+                        check_finite(grads[feature.index], self.step_index, feature.index,
+                                     source)
+            fused_grads = {
+                table.name: grad for table, (grad, _) in zip(fused, results, strict=True)
+            }
             for table in self.plan.tables:
                 record = dedup.tables[table.name]
+                if table.name in fused_grads:
+                    self._fused_update(table, record, fused_grads[table.name], rates, dynamic)
+                    continue
                 stacked = [grads[f] for f in table.features]
                 d_activations = (
                     stacked[0] if len(stacked) == 1  # a lone feature's gradient: no copy
@@ -433,7 +567,51 @@ class Executor:
                     else np.zeros((0, table.dimension), dtype=F32)
                 )
                 self._update_table(table, record, d_activations, rates, dynamic)
+            self.storage.commit()
         self.step_index += 1
+
+    def _fused_backprop(
+        self, table: TablePlan, record: TableDeduplication, grads: list[np.ndarray]
+    ) -> tuple[np.ndarray, bool]:
+        """Spec section 4 for ``table`` by the compiled step: its rows' summed gradients, and
+        whether the gradients it read were all finite (the pass checks every gradient row a bag
+        reads; the rows of empty bags are read by no one and checked here)."""
+        stacked = [grads[f] for f in table.features]
+        d_activations = (
+            stacked[0] if len(stacked) == 1 else np.concatenate(stacked) if stacked
+            else np.zeros((0, table.dimension), dtype=F32)
+        )
+        grad, finite = self._fused.backprop(
+            np.ascontiguousarray(d_activations, dtype=F32), record.sample, record.gains,
+            record.inverse, record.unique_ids.shape[0],
+        )
+        for f, g in zip(table.features, stacked, strict=True):
+            empty = self._empty_bags.get(f)
+            if empty is not None and not np.isfinite(g[empty]).all():
+                finite = False
+        return grad, finite
+
+    def _fused_update(
+        self,
+        table: TablePlan,
+        record: TableDeduplication,
+        grad: np.ndarray,
+        rates: np.ndarray,
+        dynamic: tuple[float, ...],
+    ) -> None:
+        """Spec section 6 for ``table`` by the compiled step, in place; the report's update norm
+        comes out of the same pass."""
+        params, slots = self.storage.local(  # type: ignore[attr-defined]
+            table.name, record.unique_ids if table.lazy else None
+        )
+        squared = self._fused.update(
+            table, params, slots, record.unique_ids, grad, self._learning_rate(table, rates),
+            UpdateContext(self.step_index, dynamic),
+        )
+        report = self.last_report.get(table.name)
+        if report is not None:
+            report.rows_updated = table.vocabulary if not table.lazy else record.unique_ids.size
+            report.update_norm = float(np.sqrt(squared))
 
     def _learning_rate(self, table: TablePlan, rates: np.ndarray) -> np.float32:
         if table.lr_constant is not None:
@@ -449,77 +627,100 @@ class Executor:
         rates: np.ndarray,
         dynamic: tuple[float, ...],
     ) -> None:
-        params = self.tables[table.name]
         lr = self._learning_rate(table, rates)
+        changed: np.ndarray | None = None
         if table.lazy:
             if len(record.partials) == 1:
-                changed: np.ndarray | None = record.partials[0].rows
+                changed = record.partials[0].rows
             else:
                 changed = np.unique(np.concatenate([p.rows for p in record.partials]))
-            assert changed is not None
-            before = self.kernels.gather(params, changed)
-        else:
-            changed = None
-            before = params.copy()
+        before = self.storage.gather(table.name, changed)
         for partial in record.partials:
             # Spec section 4: sum gains[j] * dA[sample[j]] per row over the covered occurrences.
             covered = partial.occurrences
-            grad = self.kernels.backprop_sum(
+            grad = self.engine.backprop_sum(
                 d_activations,
                 record.sample if covered is None else record.sample[covered],
                 record.gains if covered is None else record.gains[covered],
                 partial.inverse,
                 partial.rows.shape[0],
             )
-            if table.lazy:
-                self._apply(table, partial.rows, grad, lr, dynamic)
-            else:
-                full = np.zeros((table.vocabulary, table.dimension), dtype=F32)
-                self.kernels.scatter(full, partial.rows, grad)
-                self._apply(table, None, full, lr, dynamic)
+            self._update_rows(table, partial.rows, grad, lr, dynamic)
         report = self.last_report.get(table.name)
         if report is not None:
             report.rows_updated = table.vocabulary if changed is None else int(changed.shape[0])
-            report.update_norm = self.kernels.change_norm(params, changed, before)
+            report.update_norm = self.storage.change_norm(table.name, changed, before)
         if self._pipelined:
             self._undo[table.name] = (changed, before)
 
-    def _apply(
+    def _update_rows(
         self,
         table: TablePlan,
-        rows: np.ndarray | None,
+        rows: np.ndarray,
         grad: np.ndarray,
         lr: np.float32,
         dynamic: tuple[float, ...],
     ) -> None:
-        """The per-row pipeline of spec section 6 on ``rows`` (None: every row)."""
-        params = self.tables[table.name]
-        slots = self.slots[table.name]
-        if rows is not None and self.kernels.update_rows(table, params, slots, rows, grad, lr):
-            return  # the engine ran 6.1-6.4 fused, in place
-        if rows is None:
-            w = params
-            state = tuple(slots)
-        else:
-            w = self.kernels.gather(params, rows)
-            state = tuple(self.kernels.gather(s, rows) for s in slots)
-        if table.clip_gradients is not None:  # 6.1
-            grad = self.kernels.clip(grad, *table.clip_gradients)
-        if table.weight_decay != 0:  # 6.2
-            decay = table.weight_decay * lr if table.decay_by_lr else table.weight_decay
-            w = w - decay * w
-        context = UpdateContext(step=self.step_index, dynamic_inputs=dynamic, rows=rows)
-        w, state = table.optimizer.update(w, state, grad, lr, table.hyper, context)  # 6.3
-        if table.clip_weights is not None:  # 6.4
-            w = self.kernels.clip(w, *table.clip_weights)
-        if rows is None:
-            params[...] = w
-            for slot, value in zip(slots, state, strict=True):
-                slot[...] = value
-        else:
-            self.kernels.scatter(params, rows, w)
-            for slot, value in zip(slots, state, strict=True):
-                self.kernels.scatter(slot, rows, value)
+        """The per-row pipeline of spec section 6 for one partial: on ``rows`` (lazy), or on
+        every row with ``grad`` for ``rows`` and zero for the others (non-lazy Adam/Lion; the
+        pipeline densifies where the rows live, so no [V, D] gradient is built here)."""
+        fn = RowPipeline(table, lr, UpdateContext(self.step_index, dynamic), self.engine)
+        self.storage.update(table.name, rows, grad, fn)
+
+    # ----------------------------------------------------------------------------------------
+    # Row updates on their own
+
+    def apply_row_gradients(
+        self,
+        table: str,
+        rows: Any,
+        grad: Any,
+        learning_rates: Sequence[float] | np.ndarray | None = None,
+    ) -> None:
+        """Run the per-row pipeline of spec section 6 on ``rows`` of ``table`` with ``grad``.
+
+        ``rows``: distinct ids in increasing order; ``grad``: float32 [len(rows), dim], already
+        de-duplicated and summed per row (what back-propagation and the duplicate sum of spec
+        sections 4-5 give for one partial). Gradient clipping, weight decay, the optimizer and
+        weight clipping run as in a step (a non-lazy optimizer steps every row, the others
+        ``rows``); ``learning_rates`` as for ``send_gradients``. The step number, the report and
+        the pipelining buffers do not change: this is one partial's update, not a step. Raises
+        ``InputError`` for an unknown table, bad rows or a gradient of the wrong shape.
+        """
+        plan = self._table_plan(table)
+        ids = np.asarray(rows)
+        if ids.ndim != 1 or ids.dtype.kind not in "iu":
+            raise InputError(
+                f"rows of table {table!r}: expected a 1-D array of integer ids, found "
+                f"dtype {ids.dtype} and shape {ids.shape}"
+            )
+        ids = ids.astype(np.int64, copy=False)
+        if ids.size and (ids[0] < 0 or ids[-1] >= plan.vocabulary or (ids[1:] <= ids[:-1]).any()):
+            raise InputError(
+                f"rows of table {table!r} must be distinct ids in increasing order within "
+                f"[0, {plan.vocabulary}) (vocabulary_size); sort them with np.unique"
+            )
+        values = np.asarray(grad, dtype=F32)
+        if values.shape != (ids.shape[0], plan.dimension):
+            raise InputError(
+                f"gradient of table {table!r}: shape {values.shape} found, expected "
+                f"{(ids.shape[0], plan.dimension)} ([len(rows), dimension])"
+            )
+        if not self.plan.updates:
+            raise UsageError(
+                f"the configuration's mode is {self.plan.mode}: its tables never change"
+            )
+        rates = check_learning_rates(learning_rates, self.plan, self.step_index)
+        dynamic = tuple(float(r) for r in rates)
+        self._update_rows(plan, ids, values, self._learning_rate(plan, rates), dynamic)
+        self.storage.commit()
+
+    def _table_plan(self, name: str) -> TablePlan:
+        for table in self.plan.tables:
+            if table.name == name:
+                return table
+        names = ", ".join(repr(t.name) for t in self.plan.tables)
+        raise InputError(f"no table {name!r}; the configuration's tables are {names}")
 
 
 def _grad_of(item: FeatureInput | Mapping[str, Any]) -> Any:
@@ -528,12 +729,39 @@ def _grad_of(item: FeatureInput | Mapping[str, Any]) -> Any:
     return item.grad
 
 
-def memory_message(needed: int, limit: int) -> str:
-    """The refusal when the state would not fit under ``limit`` bytes."""
-    return (
-        f"the simulation needs about {format_bytes(needed)} (estimate: tables, slots and a "
-        f"step's working arrays), more than the memory limit of {format_bytes(limit)}; raise "
-        "--max-memory (e.g. --max-memory 16G), or reduce vocabulary_size/dimension"
+def require_memory(
+    needed: int,
+    max_memory: int | None,
+    *,
+    what: str = "the simulation",
+    counted: str = "tables, slots and a step's working arrays",
+    reduce: str | Callable[[int], str] = "reduce vocabulary_size/dimension",
+) -> None:
+    """Raise ``UsageError`` when ``needed`` bytes exceed ``max_memory`` (None: the default limit,
+    ``limits.default_memory_limit``; no check where the available memory is unknown).
+
+    The message says which limit it was - the one given, or the share of the memory available -
+    and suggests a ``--max-memory`` that admits the run (``limits.suggest_memory``), after
+    ``reduce``, the fix that shrinks the run instead (or a function of the limit giving it).
+    """
+    from ..limits import MEMORY_SHARE, default_memory_limit, suggest_memory
+
+    limit = max_memory if max_memory is not None else default_memory_limit()
+    if limit is None or needed <= limit:
+        return
+    size = suggest_memory(needed)
+    if callable(reduce):
+        reduce = reduce(limit)
+    head = f"{what} needs about {format_bytes(needed)} (estimate: {counted}), more than "
+    if max_memory is not None:
+        raise UsageError(
+            f"{head}the memory limit of {format_bytes(limit)}; {reduce}, or raise the limit "
+            f"to --max-memory {size} (max_memory= in Python)"
+        )
+    raise UsageError(
+        f"{head}the {format_bytes(limit)} it may use here ({MEMORY_SHARE:.0%} of the memory "
+        f"available); {reduce}, or set a limit to try anyway: --max-memory {size} (max_memory= "
+        "in Python)"
     )
 
 

@@ -1,19 +1,20 @@
 """From a ``TPUEmbeddingConfiguration`` to the executor's plan: what every table and feature does.
 
-The plan is read once from the message and holds only plain Python and NumPy values (float32
-scalars for every hyper-parameter the wrappers use), so the step code never touches protobuf.
+The plan is read once from the message and holds only plain Python and NumPy values: float32
+scalars for every hyper-parameter the wrappers use, and each optimizer's hyper-parameters bound
+to its float32 NamedTuple (``Optimizer.bind``), so the step code never touches protobuf.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from ..errors import InputError, UsageError
-from .optimizers import UNSUPPORTED, OptimizerSpec, get
+from .optimizers import Optimizer, get, unsupported
 
 __all__ = [
     "COMBINERS",
@@ -37,25 +38,36 @@ _MODE_NAMES = {0: "UNSPECIFIED", 1: "INFERENCE", 2: "TRAINING", 3: "BACKWARD_PAS
 
 @dataclass(frozen=True)
 class FeaturePlan:
-    """Feature ``index`` (replay-contract numbering) looking up table ``table``."""
+    """Feature ``index`` (replay-contract numbering) looking up table ``table``.
+
+    ``ids_per_bag``: the most ids one bag holds, when the configuration says (``None``: it does
+    not); ``bag_sizes``: how synthetic data draws bag sizes (``executor.bags``).
+    """
 
     index: int
     name: str
     table: int
     input_shape: tuple[int, ...]
     combiner: str
+    ids_per_bag: int | None = None
+    bag_sizes: str = "auto"
 
 
 @dataclass(frozen=True)
 class TablePlan:
-    """Everything the per-row pipeline of spec section 6 needs for one table."""
+    """Everything the per-row pipeline of spec section 6 needs for one table.
+
+    ``hyper``: the optimizer's bound hyper-parameters (its ``hyper`` NamedTuple);
+    ``slot_defaults``: the float32 initial value of each slot, in state order (spec section 11).
+    """
 
     index: int
     name: str
     vocabulary: int
     dimension: int
-    optimizer: OptimizerSpec
+    optimizer: Optimizer
     hyper: Any
+    slot_defaults: tuple[np.float32, ...]
     lr_constant: np.float32 | None
     lr_tag: int | None
     clip_weights: tuple[np.float32 | None, np.float32 | None] | None
@@ -91,6 +103,42 @@ class Plan:
         """Whether steps back-propagate and update (every mode but INFERENCE, spec section 2)."""
         return self.mode != "INFERENCE"
 
+    def with_combiners(
+        self, combiners: str | Sequence[str] | Mapping[int, str] | None
+    ) -> Plan:
+        """This plan with other combiners (as for ``build_plan``); nothing else is rebuilt."""
+        names = _normalise_combiners(combiners, len(self.features))
+        features = tuple(
+            replace(feature, combiner=name)
+            for feature, name in zip(self.features, names, strict=True)
+        )
+        return replace(self, features=features)
+
+    def with_bags(
+        self, ids_per_bag: Sequence[int | None] | None = None, bag_sizes: str | None = None
+    ) -> Plan:
+        """This plan with other bag sizes: ``ids_per_bag`` one per feature (a compiled spec's),
+        ``bag_sizes`` the synthetic distribution for every feature (``executor.bags``)."""
+        from .bags import DISTRIBUTIONS
+
+        if bag_sizes is not None and bag_sizes not in DISTRIBUTIONS:
+            raise UsageError(
+                f"unknown bag-size distribution {bag_sizes!r}; expected one of "
+                + ", ".join(DISTRIBUTIONS)
+            )
+        counts = (
+            [f.ids_per_bag for f in self.features] if ids_per_bag is None else list(ids_per_bag)
+        )
+        if len(counts) != len(self.features):
+            raise UsageError(
+                f"{len(counts)} bag size(s) given for {len(self.features)} feature(s)"
+            )
+        features = tuple(
+            replace(f, ids_per_bag=n, bag_sizes=bag_sizes or f.bag_sizes)
+            for f, n in zip(self.features, counts, strict=True)
+        )
+        return replace(self, features=features)
+
     def describe_tags(self) -> str:
         """``tag 0: tables 'a', 'b'; tag 1: step counter of 'c'`` for error messages."""
         if not self.tag_users:
@@ -106,52 +154,38 @@ class Plan:
         )
 
     def memory_estimate(self) -> int:
-        """An estimate of the peak bytes of a step: the state, plus for every non-lazy table
-        (every row steps) a full-size gradient, the pre-step copy and the optimizer's new
-        parameters and slots. Batches and lazy row blocks are small next to the tables and are
-        not counted."""
-        working = sum(
-            t.vocabulary * t.dimension * 4 * (3 + len(t.optimizer.slots))
-            for t in self.tables
-            if not t.lazy
-        )
-        return self.state_bytes() + working
+        """An estimate of the peak bytes of a synthetic step: the tables and slots plus every
+        working array of one step for the configured bags, cores and bag sizes (ids, gains,
+        activations, gradients, gathered rows, per-core partials, a non-lazy optimizer's
+        full-size arrays) and the process itself; ``executor.memory`` has the model."""
+        from .memory import estimate
+
+        return estimate(self).total
 
 
 def refuse_invalid(config: Any) -> None:
     """Raise ``InputError`` listing the validator's error diagnostics, if it reports any.
 
     ``config``: what ``tpuemb_cfg.validate`` takes; pass the path of a text file to get the
-    first error's line and column and to honour ``# tpuemb: disable=ID`` comments.
-
-    The simulator never runs a configuration TensorFlow would reject. When the validator is not
-    installed (a partial checkout), the executor's own checks still apply.
+    first error's line and column and to honour ``# tpuemb: disable=ID`` comments. Prefer
+    ``tpuemb_cfg.prepare.prepare``, which parses, validates and plans a file in one pass.
     """
-    try:
-        from .. import validate
-    except ImportError:  # pragma: no cover - the validator ships with the package
-        return
-    errors = [d for d in validate(config) if getattr(d, "severity", "") == "error"]
-    if not errors:
-        return
-    shown = "; ".join(f"{d.rule} at {d.field_path or '(config)'}: {d.message}" for d in errors[:5])
-    more = f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""
-    first = errors[0]
-    raise InputError(
-        f"the configuration has {len(errors)} validation error(s): {shown}{more}; "
-        "run `tpuemb validate` for details and fix them before simulating",
-        line=getattr(first, "line", None),
-        column=getattr(first, "column", None),
-    )
+    from ..prepare import refuse_errors
+    from ..validator import validate
+
+    refuse_errors(validate(config))
 
 
-def parse_combiners(values: Sequence[str], num_features: int) -> list[str]:
+def parse_combiners(
+    values: Sequence[str], num_features: int, base: Sequence[str] | None = None
+) -> list[str]:
     """The combiner of every feature from ``--combiner NAME`` / ``--combiner F=NAME`` arguments.
 
-    ``NAME`` sets the default (``mean`` when not given); ``F=NAME`` overrides feature index F.
-    Raises ``UsageError`` for an unknown name or a feature index out of range.
+    ``NAME`` sets every feature; ``F=NAME`` overrides feature index F; the others keep ``base``
+    (one name per feature, a compiled spec's), else ``mean``. Raises ``UsageError`` for an
+    unknown name or a feature index out of range.
     """
-    default = DEFAULT_COMBINER
+    default: str | None = None if base is not None else DEFAULT_COMBINER
     overrides: dict[int, str] = {}
     for value in values:
         text = value.strip()
@@ -179,6 +213,9 @@ def parse_combiners(values: Sequence[str], num_features: int) -> list[str]:
             default = text
         else:
             overrides[feature] = text
+    if default is None:
+        assert base is not None
+        return [overrides.get(f, base[f]) for f in range(num_features)]
     return [overrides.get(f, default) for f in range(num_features)]
 
 
@@ -221,6 +258,12 @@ def _features(config: Any) -> list[tuple[str, int, tuple[int, ...]]]:
     ]
 
 
+def _ids_per_bag(shape: tuple[int, ...]) -> int | None:
+    """What a plain configuration says about bag sizes (``executor.bags``): one id per position
+    of a multi-dimensional feature, nothing about a ``[batch]`` feature."""
+    return 1 if len(shape) > 1 else None
+
+
 def build_plan(
     config: Any, combiners: str | Sequence[str] | Mapping[int, str] | None = None
 ) -> Plan:
@@ -241,7 +284,9 @@ def build_plan(
                 f"feature_descriptor[{index}] ({name!r}) looks up table_id {table}, but the "
                 f"configuration has {num_tables} table(s)"
             )
-        features.append(FeaturePlan(index, name, table, shape, names[index]))
+        features.append(
+            FeaturePlan(index, name, table, shape, names[index], ids_per_bag=_ids_per_bag(shape))
+        )
         per_table[table].append(index)
 
     tag_users: dict[int, list[str]] = {}
@@ -249,16 +294,18 @@ def build_plan(
     for t, td in enumerate(config.table_descriptor):
         op = td.optimization_parameters
         algorithm = op.WhichOneof("parameters") or ""
-        if algorithm in UNSUPPORTED:
+        reason = unsupported(algorithm)
+        if reason is not None:
             raise InputError(
                 f"table {td.name!r} (table_descriptor[{t}]) uses {algorithm}, which cannot be "
-                f"simulated: {UNSUPPORTED[algorithm]}"
+                f"simulated: {reason}"
             )
         try:
-            spec = get(algorithm)
+            optimizer = get(algorithm)
         except ValueError as exc:
             raise InputError(f"table {td.name!r} (table_descriptor[{t}]): {exc}") from None
-        hyper = getattr(op, algorithm)
+        message = getattr(op, algorithm)
+        hyper = optimizer.bind(message)
         which_lr = op.learning_rate.WhichOneof("learning_rate")
         lr_constant: np.float32 | None = None
         lr_tag: int | None = None
@@ -273,8 +320,9 @@ def build_plan(
                 "optimization_parameters.learning_rate.constant or .dynamic"
             )
         if algorithm == "frequency_aware_adagrad":
-            counter_tag = int(hyper.step_counter.tag) if hyper.HasField("step_counter") else 0
-            tag_users.setdefault(counter_tag, []).append(f"step counter of {td.name!r}")
+            tag_users.setdefault(hyper.step_counter_tag, []).append(
+                f"step counter of {td.name!r}"
+            )
         quantization = None
         sq = op.simulated_quantization
         if op.HasField("simulated_quantization") and sq.enabled:
@@ -291,8 +339,11 @@ def build_plan(
                 name=td.name,
                 vocabulary=int(td.vocabulary_size),
                 dimension=int(td.dimension),
-                optimizer=spec,
+                optimizer=optimizer,
                 hyper=hyper,
+                slot_defaults=tuple(
+                    np.float32(slot.initial_value(message)) for slot in optimizer.slots
+                ),
                 lr_constant=lr_constant,
                 lr_tag=lr_tag,
                 clip_weights=(
@@ -307,7 +358,7 @@ def build_plan(
                 decay_by_lr=bool(op.multiply_weight_decay_factor_by_learning_rate),
                 accumulate=int(op.gradient_accumulation_status) != _ACCUMULATION_DISABLED,
                 quantization=quantization,
-                lazy=bool(spec.lazy(hyper)),
+                lazy=bool(optimizer.lazy(message)),
                 features=tuple(per_table[t]),
             )
         )

@@ -15,11 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InputError, UsageError
-from ..io import as_config
+from ..errors import InputError
+from ..prepare import prepare
 from .batch import FeatureInput, check_batch, check_gradient, check_learning_rates
-from .core import Executor, TableReport, memory_message
-from .plan import build_plan
+from .core import Executor, TableReport, require_memory
 
 __all__ = ["parse_steps", "replay"]
 
@@ -99,36 +98,50 @@ def replay(
     max_memory: int | None = None,
     validate_config: bool = True,
     on_step: Callable[[int, Mapping[str, TableReport]], None] | None = None,
-    engine: str = "numpy",
+    engine: str = "numba",
+    backend: str = "local",
+    ray_address: str | None = None,
+    shards: int | None = None,
 ) -> dict[str, np.ndarray]:
     """Run every step of ``batches`` from the state ``init``; return the replay output arrays.
 
-    Arrays must have the contract's dtypes exactly (int64 ids, float32 floats). ``combiners`` as
-    for ``Executor``. ``max_memory``: refuse (``UsageError``) when the state, the inputs and the
-    activations would need more bytes. Raises ``InputError`` (naming the key and, when given,
-    the source file) for any bad input, before any step runs. ``on_step(step, reports)`` is
-    called after each step with the per-table ``TableReport`` of that step. ``engine``:
-    ``numpy`` or ``numba`` (see ``tpuemb_cfg.executor.engine``).
+    ``config``: a ``Prepared`` (``tpuemb_cfg.prepare``; nothing is parsed or planned again) or
+    anything ``prepare`` takes; ``validate_config=False`` skips validation. Arrays must have the
+    contract's dtypes exactly (int64 ids, float32 floats). ``combiners`` as for ``Executor`` (a
+    ``Prepared`` is re-planned with them). ``max_memory``: refuse (``UsageError``) when the
+    state (estimated from the prepared plan), the inputs and the activations would need more
+    bytes (default: 80% of the memory available, as for ``Executor``). Raises ``InputError``
+    (naming the key and, when given, the source file) for any bad input, before any step runs.
+    ``on_step(step, reports)`` is called after each step with the per-table ``TableReport`` of
+    that step. ``engine``: ``numba`` (default) or ``numpy`` (see
+    ``tpuemb_cfg.executor.engines``): the same results to float32 rounding.
+    ``backend``, ``ray_address``, ``shards``: where the tables live, as for ``Executor``; with
+    ``backend="ray"``, ``max_memory`` is each host actor's limit, and the returned tables and
+    slots are live ``ShardedArray`` views (``npzio.atomic_write_npz`` streams them host by host)
+    valid while the Ray session lasts.
     """
-    if max_memory is not None:
-        plan = build_plan(as_config(config), combiners)
+    prepared = prepare(config, combiners=combiners, check=validate_config)
+    if backend != "ray":
         output_bytes = sum(
             int(np.asarray(value).nbytes) for name, value in batches.items()
             if name.endswith("/grad")
         )
         input_bytes = sum(int(np.asarray(value).nbytes) for value in batches.values())
-        needed = plan.memory_estimate() + output_bytes + input_bytes
-        if needed > max_memory:
-            raise UsageError(memory_message(needed, max_memory))
+        require_memory(prepared.plan.memory_estimate() + output_bytes + input_bytes, max_memory,
+                       counted="tables, slots, a step's working arrays, the batches and the "
+                       "activations")
     executor = Executor(
-        config,
-        combiners=combiners,
+        prepared,
         initial_state=init,
         seed=seed,
         state_source=init_source,
         strict=True,
-        validate_config=validate_config,
         engine=engine,
+        backend=backend,
+        ray_address=ray_address,
+        shards=shards,
+        max_memory=max_memory if backend == "ray" else None,
+        check_memory=False,  # checked above, with the inputs and outputs counted too
     )
     plan = executor.plan
     steps = parse_steps(batches, len(plan.features), batches_source)

@@ -1,22 +1,43 @@
 """Tables and slots: the initial state (given or default, spec section 11) and its npz key names.
 
+Default values are counter-based (``counter``): element (r, c) of a table depends only on the
+seed, the table's index, r and c, so ``initial_table_rows`` gives any subset of rows (a shard, a
+row first touched) exactly as the whole table has them, and whole tables initialise in parallel
+(with numba: about 1 GB of tables and slots a second per core).
+
 State-file keys (replay contract): ``table/{table}`` and ``slot/{table}/{slot}``, float32
 [vocabulary_size, dimension].
 """
 
 from __future__ import annotations
 
+import math
+import sys
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ..errors import InputError
+from .counter import normal_rows
 from .plan import Plan, TablePlan
 
-__all__ = ["initial_state", "slot_key", "table_key", "truncated_normal"]
+__all__ = [
+    "InitialState",
+    "Pending",
+    "initial_slot_rows",
+    "initial_state",
+    "initial_table_rows",
+    "slot_key",
+    "table_key",
+]
 
 F32 = np.float32
+
+# Rows per block of the NumPy fallback (bounds its temporaries: about 100 bytes per element).
+_NUMPY_BLOCK_ELEMENTS = 1 << 20
+_SMALL = 1 << 12
 
 
 def table_key(table: str) -> str:
@@ -27,34 +48,100 @@ def slot_key(table: str, slot: str) -> str:
     return f"slot/{table}/{slot}"
 
 
-def truncated_normal(rng: np.random.Generator, shape: tuple[int, int], stddev: float) -> np.ndarray:
-    """float32 normal(0, stddev) samples redrawn until within two standard deviations.
+def _compiled(elements: int) -> Any:
+    """``engines.numba_init`` when numba can be imported, else None (NumPy computes the same
+    bits, slower). For a few elements NumPy too: unless numba is loaded already and there are
+    more than a small table's, importing it or loading its kernels costs more than the work
+    (a new process's first small step would pay that)."""
+    if elements < (_SMALL if "numba" in sys.modules else _NUMPY_BLOCK_ELEMENTS):
+        return None
+    try:
+        from .engines import numba_init
+    except ImportError:
+        return None
+    return numba_init
 
-    Deterministic for a given generator state (redraws consume the stream in a fixed order).
+
+def _stddev(table: TablePlan) -> float:
+    return 1.0 / math.sqrt(table.dimension)
+
+
+def _fill_table(
+    table: TablePlan, seed: int, rows: np.ndarray | None, out: np.ndarray, at: bool = False
+) -> None:
+    """Write the default values of ``rows`` (None: rows 0..len(out)-1) of ``table`` into ``out``
+    (``at``: into those rows of ``out``, a whole table; else into out[0], out[1], ...)."""
+    if table.optimizer.name == "frequency_estimator":
+        # The rows hold the estimate D, initialised to the cap (spec section 11).
+        _fill(out, F32(table.hyper.max_delta), rows if at else None)
+        return
+    count = out.shape[0] if rows is None else rows.shape[0]
+    compiled = _compiled(count * table.dimension)
+    if compiled is not None:
+        if rows is None:
+            compiled.fill_normal_range(seed, table.index, 0, out, _stddev(table))
+        elif at:
+            compiled.fill_normal_at(seed, table.index, rows, out, _stddev(table))
+        else:
+            compiled.fill_normal_rows(seed, table.index, rows, out, _stddev(table))
+        return
+    block = max(1, _NUMPY_BLOCK_ELEMENTS // table.dimension)
+    for start in range(0, count, block):
+        stop = min(start + block, count)
+        ids = np.arange(start, stop, dtype=np.int64) if rows is None else rows[start:stop]
+        values = normal_rows(seed, table.index, ids, table.dimension, _stddev(table))
+        if at:
+            out[ids] = values
+        else:
+            out[start:stop] = values
+
+
+def _fill(out: np.ndarray, value: np.float32, rows: np.ndarray | None = None) -> None:
+    """``out[:] = value`` (``rows``: ``out[rows] = value``)."""
+    count = out.shape[0] if rows is None else rows.shape[0]
+    compiled = _compiled(count * out.shape[1])
+    if compiled is not None:
+        compiled.fill_rows(out, value, rows)  # first touch of the pages on every thread
+    elif rows is None:
+        out.fill(value)
+    else:
+        out[rows] = value
+
+
+def initial_table_rows(table: TablePlan, seed: int, rows: np.ndarray) -> np.ndarray:
+    """float32 ``[len(rows), dimension]``: the default initial values of ``rows`` of ``table``.
+
+    Spec section 11: truncated normal, mean 0, standard deviation 1/sqrt(D), within two standard
+    deviations; a ``frequency_estimator`` table starts at ``max_delta``. Row r's values are a
+    function of (``seed``, ``table.index``, r) only (``counter``: Philox4x32-10 and a ziggurat),
+    so any sharding's rows concatenate to the whole table bit for bit, whatever the order of
+    ``rows`` and whichever engine computes them. ``rows``: int64 ids in [0, vocabulary).
     """
-    values = rng.standard_normal(shape, dtype=F32)
-    flat = values.reshape(-1)
-    # The positions beyond 2, in order, a block at a time: np.abs(values) at once would be a
-    # temporary as large as the table (peak memory, issue 8).
-    block = 1 << 20
-    outside = np.concatenate([
-        np.flatnonzero(np.abs(flat[start:start + block]) > 2) + start
-        for start in range(0, flat.shape[0], block)
-    ])
-    while outside.size:
-        flat[outside] = rng.standard_normal(outside.size, dtype=F32)
-        outside = outside[np.abs(flat[outside]) > 2]
-    values *= F32(stddev)
-    return values
+    ids = np.ascontiguousarray(np.asarray(rows, dtype=np.int64).reshape(-1))
+    out = np.empty((ids.shape[0], table.dimension), dtype=F32)
+    _fill_table(table, seed, ids, out)
+    return out
+
+
+def initial_slot_rows(table: TablePlan, slot: int | str, rows: np.ndarray) -> np.ndarray:
+    """float32 ``[len(rows), dimension]``: the default value of slot ``slot`` (its index in state
+    order, or its name) of ``table`` in every row (spec sections 11 and 13)."""
+    index = table.slot_names.index(slot) if isinstance(slot, str) else int(slot)
+    out = np.empty((np.asarray(rows).reshape(-1).shape[0], table.dimension), dtype=F32)
+    _fill(out, table.slot_defaults[index])
+    return out
 
 
 def _default_table(table: TablePlan, seed: int) -> np.ndarray:
-    shape = (table.vocabulary, table.dimension)
-    if table.optimizer.name == "frequency_estimator":
-        # The rows hold the estimate D, initialised to the cap (spec section 11).
-        return np.full(shape, F32(table.hyper.max_delta), dtype=F32)
-    rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, 0x7A62, table.index])
-    return truncated_normal(rng, shape, 1.0 / float(np.sqrt(table.dimension)))
+    out = np.empty((table.vocabulary, table.dimension), dtype=F32)
+    _fill_table(table, seed, None, out)
+    return out
+
+
+def _default_slot(table: TablePlan, slot: int) -> np.ndarray:
+    out = np.empty((table.vocabulary, table.dimension), dtype=F32)
+    _fill(out, table.slot_defaults[slot])
+    return out
 
 
 def _given(
@@ -75,44 +162,108 @@ def _given(
     return np.array(array, dtype=F32, copy=True)
 
 
+@dataclass
+class Pending:
+    """The default rows of one table not computed yet (``initial_state(lazy=True)``).
+
+    ``params`` / ``slots``: which of the table's arrays hold defaults (the others were given);
+    ``done[r]``: row r of those arrays holds its values; ``remaining``: rows still to compute.
+    """
+
+    table: TablePlan
+    seed: int
+    params: bool
+    slots: tuple[bool, ...]
+    done: np.ndarray
+    remaining: int
+
+    def materialize(
+        self, params: np.ndarray, slots: tuple[np.ndarray, ...], rows: np.ndarray | None
+    ) -> bool:
+        """Compute the pending default values of ``rows`` (sorted distinct ids; None: every
+        row) into the arrays, in place; return True once no row is pending."""
+        if rows is None:
+            missing = None if self.remaining == self.done.shape[0] else (
+                np.flatnonzero(self.done == 0)
+            )
+        else:
+            missing = rows[self.done[rows] == 0]
+            if not missing.size:
+                return False
+        table = self.table
+        if self.params:
+            _fill_table(table, self.seed, missing, params, at=True)
+        for index, (slot, pending) in enumerate(zip(slots, self.slots, strict=True)):
+            if pending:
+                _fill(slot, table.slot_defaults[index], missing)
+        if missing is None:
+            self.remaining = 0
+        else:
+            self.done[missing] = 1
+            self.remaining -= int(missing.shape[0])
+        return self.remaining == 0
+
+
+class InitialState(dict[str, np.ndarray]):
+    """What ``initial_state`` returns: the arrays by state-file key, and ``pending`` (lazy: per
+    table name, the default rows not computed yet; empty otherwise)."""
+
+    pending: dict[str, Pending]
+
+
 def initial_state(
     plan: Plan,
     given: Mapping[str, Any] | None = None,
     seed: int = 0,
     source: str | None = None,
     strict: bool = False,
-) -> tuple[dict[str, np.ndarray], dict[str, list[np.ndarray]]]:
-    """``(tables, slots)`` from the state arrays ``given`` plus defaults for what is missing.
+    lazy: bool = False,
+) -> InitialState:
+    """Every table and slot under its state-file key: the arrays ``given`` (private float32
+    copies), plus the defaults of spec section 11 for what is missing.
 
+    The keys come table by table: ``table/NAME``, then its ``slot/NAME/SLOT`` in state order.
     Raises ``InputError`` naming the key for an unknown key, a wrong dtype (``strict``: only
-    float32) or a wrong shape.
+    float32) or a wrong shape. ``lazy``: the default arrays are allocated but not written (the
+    operating system provides their memory only when touched) and ``pending`` says which rows
+    still need their values: the owner computes a row when it is first read or written
+    (``Pending.materialize``; ``LocalStorage`` does), so a run pays only for the rows it
+    touches. The values are the same either way (counter-based, ``counter``).
     """
     given = given or {}
-    expected: dict[str, tuple[TablePlan, str | None]] = {}
-    for table in plan.tables:
-        expected[table_key(table.name)] = (table, None)
-        for slot in table.slot_names:
-            expected[slot_key(table.name, slot)] = (table, slot)
+    expected = {
+        key for table in plan.tables
+        for key in (table_key(table.name), *(slot_key(table.name, s) for s in table.slot_names))
+    }
     for key in given:
         if key not in expected:
             raise InputError(_unknown_key_message(plan, key), path=source, key=key)
-    tables: dict[str, np.ndarray] = {}
-    slots: dict[str, list[np.ndarray]] = {}
+    state = InitialState()
+    state.pending = {}
     for table in plan.tables:
         shape = (table.vocabulary, table.dimension)
         name = table_key(table.name)
-        tables[table.name] = (
+        params_pending = name not in given and lazy
+        state[name] = (
             _given(given, name, shape, source, strict) if name in given
+            else np.empty(shape, dtype=F32) if lazy
             else _default_table(table, seed)
         )
-        slots[table.name] = []
-        for spec in table.optimizer.slots:
-            name = slot_key(table.name, spec.name)
-            if name in given:
-                slots[table.name].append(_given(given, name, shape, source, strict))
-            else:
-                slots[table.name].append(np.full(shape, F32(spec.initial(table.hyper)), dtype=F32))
-    return tables, slots
+        slots_pending = []
+        for index, slot in enumerate(table.slot_names):
+            name = slot_key(table.name, slot)
+            slots_pending.append(name not in given and lazy)
+            state[name] = (
+                _given(given, name, shape, source, strict) if name in given
+                else np.empty(shape, dtype=F32) if lazy
+                else _default_slot(table, index)
+            )
+        if params_pending or any(slots_pending):
+            state.pending[table.name] = Pending(
+                table, int(seed), params_pending, tuple(slots_pending),
+                np.zeros(table.vocabulary, dtype=np.uint8), table.vocabulary,
+            )
+    return state
 
 
 def _unknown_key_message(plan: Plan, key: str) -> str:

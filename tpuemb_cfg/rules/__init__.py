@@ -1,8 +1,10 @@
 """Validation rules: one module per family, registered in :data:`RULES` on import.
 
 Families (``validation-rules.md`` section 2): ``tags`` (TAG), ``modes`` (MODE), ``features``
-(FEAT), ``tables`` (TBL), ``optimizers`` (OPT), ``accumulation`` (ACC), ``clipping`` (CLIP, QNT),
-``sizing`` (SIZE), ``deprecated`` (DEP). Add a rule of your own with the :func:`rule` decorator
+(FEAT), ``tables`` (TBL), ``optimizers``, ``hyperparameters`` and ``programs`` (OPT; the
+hyper-parameter ranges are generated from :mod:`tpuemb_cfg.algorithms`), ``accumulation`` (ACC),
+``clipping`` (CLIP, QNT), ``sizing`` (SIZE), ``deprecated`` (DEP); helpers they share are in
+``common``. Add a rule of your own with the :func:`rule` decorator
 (see :mod:`tpuemb_cfg.rules._registry`).
 """
 
@@ -35,15 +37,35 @@ __all__ = [
 
 @rule("PARSE001", "error", "the file could not be read or parsed")
 def parse_failure(ctx: Context) -> Iterator[Diagnostic]:
-    """The file could not be read or parsed, so no other rule ran on it.
+    """## What it does
+    Reports a file that could not be read or parsed, so no other rule ran on it: a missing or
+    unreadable file, text that is not valid protobuf text format (with the parser's line and
+    column), malformed JSON, bytes that do not decode as a `TPUEmbeddingConfiguration`, or a field
+    name the schema does not know.
 
-    **What it reports.** A missing or unreadable file, text that is not valid protobuf text format
-    (with the parser's line and column), malformed JSON, bytes that do not decode as a
-    ``TPUEmbeddingConfiguration``, or a field name the schema does not know. ``tpuemb validate``
-    exits with status 2 when any file gives this diagnostic; it cannot be ignored or suppressed.
+    ## Why is this bad?
+    Nothing else can be checked. `tpuemb validate` exits with status 2 when any file gives this
+    diagnostic; it cannot be ignored or suppressed.
 
-    **Use instead.** Fix the syntax at the position shown; check the file extension (``.pbtxt``
-    text, ``.pb``/``.binpb`` binary, ``.json`` JSON).
+    ## Example
+    ```
+    table_descriptor {
+      name: "ads"
+      dimension: eight
+    }
+    ```
+
+    ## Use instead
+    ```
+    table_descriptor {
+      name: "ads"
+      dimension: 8
+    }
+    ```
+    Fix the syntax at the position shown, and check the file extension (`.pbtxt` text, `.pb` or
+    `.binpb` binary, `.json` JSON).
+
+    Spec: validation-rules.md section 0
     """
     return iter(())
 
@@ -54,11 +76,25 @@ from tpuemb_cfg.rules import (  # noqa: E402
     clipping,
     deprecated,
     features,
+    hyperparameters,
     modes,
     optimizers,
+    programs,
     sizing,
     tables,
     tags,
 )
 
-FAMILIES = (tags, modes, features, tables, optimizers, accumulation, clipping, sizing, deprecated)
+FAMILIES = (
+    tags,
+    modes,
+    features,
+    tables,
+    optimizers,
+    hyperparameters,
+    programs,
+    accumulation,
+    clipping,
+    sizing,
+    deprecated,
+)

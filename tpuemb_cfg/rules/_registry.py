@@ -2,8 +2,10 @@
 
 A rule is a plain function ``func(ctx: Context) -> Iterable[Diagnostic]`` registered with the
 :func:`rule` decorator under a stable id (``TAG002``), a default severity and a one-line summary.
-Its docstring is the long explanation that ``tpuemb explain ID`` prints, so write it for a user:
-what the rule checks, why it matters (where TensorFlow fails), an example and the fix.
+Its docstring is the long explanation that ``tpuemb explain ID`` prints, so write it for a user,
+in the sections every built-in rule has (as ruff documents its rules): ``## What it does``,
+``## Why is this bad?`` (where TensorFlow fails), ``## Example``, ``## Use instead`` (the fix),
+then the catalogue section it enforces (``Spec: validation-rules.md section 2.1``).
 
 A rule reads the configuration (``ctx.config``) and the quantities derived from it once per
 validation (``ctx.derived``, see :mod:`tpuemb_cfg.derived`), and yields one diagnostic per finding

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from tpuemb_cfg.rules._registry import Context, Diagnostic, rule
-from tpuemb_cfg.rules.optimizers import (
+from tpuemb_cfg.rules.common import (
     STATUS_DISABLED,
     STATUS_UNSPECIFIED,
     OpTable,
@@ -34,6 +34,34 @@ def _disabled(op: object) -> bool:
 def _disabled_tables(ctx: Context, algorithm: str) -> Iterator[OpTable]:
     """The tables of ``algorithm`` whose gradient accumulation is explicitly DISABLED."""
     return (at for at in algorithm_tables(ctx, algorithm) if _disabled(at.op))
+
+
+def _non_lazy_without_accumulation(
+    ctx: Context, algorithm: str, name: str, what: str
+) -> Iterator[Diagnostic]:
+    """``<label>: non-lazy <name> (use_non_lazy_<algorithm>: true) <what>`` at that flag of every
+    table with accumulation DISABLED and the flag set."""
+    flag = f"use_non_lazy_{algorithm}"
+    what = f"non-lazy {name} ({flag}: true) {what}"
+    for at in _disabled_tables(ctx, algorithm):
+        if getattr(at.params, flag):
+            yield ctx.diag(
+                f"{at.op_path}.{algorithm}.{flag}",
+                f"{ctx.table_label(at.i)}: {what}",
+                hint=f"set `{_STATUS}: ENABLED`, or remove {flag}",
+            )
+
+
+def _algorithm_without_accumulation(
+    ctx: Context, algorithm: str, what: str
+) -> Iterator[Diagnostic]:
+    """``<label>: <algorithm> with ... DISABLED <what>`` at the status of every such table."""
+    for at in _disabled_tables(ctx, algorithm):
+        yield ctx.diag(
+            f"{at.op_path}.{_STATUS}",
+            f"{ctx.table_label(at.i)}: {algorithm} with {_STATUS} DISABLED{what}",
+            hint=f"set `{_STATUS}: ENABLED`",
+        )
 
 
 def slot_count(ctx: Context, i: int) -> int | None:
@@ -63,15 +91,16 @@ def undeclared_status(ctx: Context) -> Iterator[Diagnostic]:
     ```
     gradient_accumulation_status: ENABLED
     ```
+
+    Spec: validation-rules.md section 2.6
     """
     for t in op_tables(ctx):
-        i, op = t.i, t.op
-        status = op.gradient_accumulation_status
+        status = t.op.gradient_accumulation_status
         if status not in DECLARED_STATUSES:
             yield ctx.diag(
                 f"{t.op_path}.{_STATUS}",
-                f"{ctx.table_label(i)}: {_STATUS} is {status}, which the enum does not declare; "
-                f"expected one of {enum_names(op, _STATUS)}",
+                f"{ctx.table_label(t.i)}: {_STATUS} is {status}, which the enum does not "
+                f"declare; expected one of {enum_names(t.op, _STATUS)}",
                 hint=f"write `{_STATUS}: ENABLED` (or DISABLED)",
             )
 
@@ -100,6 +129,8 @@ def unspecified_status(ctx: Context) -> Iterator[Diagnostic]:
     }
     ```
     `tpuemb validate --fix` writes it.
+
+    Spec: validation-rules.md section 2.6
     """
     for t in op_tables(ctx):
         i, op = t.i, t.op
@@ -135,15 +166,12 @@ def non_lazy_adam(ctx: Context) -> Iterator[Diagnostic]:
     gradient_accumulation_status: ENABLED
     adam { beta1: 0.9 beta2: 0.999 epsilon: 1e-07 use_non_lazy_adam: true }
     ```
+
+    Spec: validation-rules.md section 2.6
     """
-    for at in _disabled_tables(ctx, "adam"):
-        if at.params.use_non_lazy_adam:
-            yield ctx.diag(
-                f"{at.op_path}.adam.use_non_lazy_adam",
-                f"{ctx.table_label(at.i)}: non-lazy Adam (use_non_lazy_adam: true) needs "
-                f"gradient accumulation, but {_STATUS} is DISABLED",
-                hint=f"set `{_STATUS}: ENABLED`, or remove use_non_lazy_adam",
-            )
+    return _non_lazy_without_accumulation(
+        ctx, "adam", "Adam", f"needs gradient accumulation, but {_STATUS} is DISABLED"
+    )
 
 
 @rule("ACC004", "warning", "non-lazy Lion without gradient accumulation")
@@ -168,15 +196,13 @@ def non_lazy_lion(ctx: Context) -> Iterator[Diagnostic]:
     gradient_accumulation_status: ENABLED
     lion { beta1: 0.9 beta2: 0.99 use_non_lazy_lion: true }
     ```
+
+    Spec: validation-rules.md section 2.6
     """
-    for at in _disabled_tables(ctx, "lion"):
-        if at.params.use_non_lazy_lion:
-            yield ctx.diag(
-                f"{at.op_path}.lion.use_non_lazy_lion",
-                f"{ctx.table_label(at.i)}: non-lazy Lion (use_non_lazy_lion: true) with "
-                f"{_STATUS} DISABLED updates every row once per partial gradient",
-                hint=f"set `{_STATUS}: ENABLED`, or remove use_non_lazy_lion",
-            )
+    return _non_lazy_without_accumulation(
+        ctx, "lion", "Lion",
+        f"with {_STATUS} DISABLED updates every row once per partial gradient",
+    )
 
 
 @rule("ACC005", "error", "gradient clipping without gradient accumulation")
@@ -202,6 +228,8 @@ def clipping_without_accumulation(ctx: Context) -> Iterator[Diagnostic]:
     gradient_clipping_limits { lower { value: -1.0 } upper { value: 1.0 } }
     gradient_accumulation_status: ENABLED
     ```
+
+    Spec: validation-rules.md section 2.6
     """
     for t in op_tables(ctx):
         i, op = t.i, t.op
@@ -240,6 +268,8 @@ def decay_without_accumulation(ctx: Context) -> Iterator[Diagnostic]:
     weight_decay_factor: 0.0001
     gradient_accumulation_status: ENABLED
     ```
+
+    Spec: validation-rules.md section 2.6
     """
     for t in op_tables(ctx):
         i, op = t.i, t.op
@@ -276,6 +306,8 @@ def sgd_weight_decay(ctx: Context) -> Iterator[Diagnostic]:
     gradient_accumulation_status: ENABLED
     stochastic_gradient_descent { }
     ```
+
+    Spec: validation-rules.md section 2.6
     """
     for at in algorithm_tables(ctx, "stochastic_gradient_descent"):
         if at.op.weight_decay_factor == 0:
@@ -312,14 +344,13 @@ def assign_without_accumulation(ctx: Context) -> Iterator[Diagnostic]:
     gradient_accumulation_status: ENABLED
     assign { }
     ```
+
+    Spec: validation-rules.md section 2.6
     """
-    for at in _disabled_tables(ctx, "assign"):
-        yield ctx.diag(
-            f"{at.op_path}.{_STATUS}",
-            f"{ctx.table_label(at.i)}: assign with {_STATUS} DISABLED: the last partial "
-            "gradient to arrive wins, so the result depends on the core layout",
-            hint=f"set `{_STATUS}: ENABLED`",
-        )
+    return _algorithm_without_accumulation(
+        ctx, "assign",
+        ": the last partial gradient to arrive wins, so the result depends on the core layout",
+    )
 
 
 @rule("ACC009", "warning", "FrequencyEstimator without gradient accumulation")
@@ -343,14 +374,12 @@ def frequency_estimator_without_accumulation(ctx: Context) -> Iterator[Diagnosti
     gradient_accumulation_status: ENABLED
     frequency_estimator { tau: 0.1 max_delta: 1000.0 outlier_threshold: 10.0 }
     ```
+
+    Spec: validation-rules.md section 2.6
     """
-    for at in _disabled_tables(ctx, "frequency_estimator"):
-        yield ctx.diag(
-            f"{at.op_path}.{_STATUS}",
-            f"{ctx.table_label(at.i)}: frequency_estimator with {_STATUS} DISABLED "
-            "counts an id once per partial update, not once per step",
-            hint=f"set `{_STATUS}: ENABLED`",
-        )
+    return _algorithm_without_accumulation(
+        ctx, "frequency_estimator", " counts an id once per partial update, not once per step"
+    )
 
 
 def _too_many_for_accumulation(ctx: Context, i: int) -> tuple[int, bool] | None:
@@ -383,6 +412,8 @@ def accumulation_not_supported(ctx: Context) -> Iterator[Diagnostic]:
     gradient_accumulation_status: DISABLED
     ```
     or a program with at most 6 slots.
+
+    Spec: validation-rules.md section 2.6
     """
     for at in algorithm_tables(ctx):
         found = _too_many_for_accumulation(ctx, at.i)
@@ -416,6 +447,8 @@ def too_many_state_variables(ctx: Context) -> Iterator[Diagnostic]:
 
     ## Use instead
     A program with at most 7 slots (6 with gradient accumulation).
+
+    Spec: validation-rules.md section 2.6
     """
     for at in algorithm_tables(ctx):
         i = at.i
@@ -450,6 +483,8 @@ def state_variables(ctx: Context) -> Iterator[Diagnostic]:
 
     ## Use instead
     Nothing to change.
+
+    Spec: validation-rules.md section 2.6
     """
     states = ctx.derived.state_variables
     for at in algorithm_tables(ctx):

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from tpuemb_cfg.rules._registry import Context, Diagnostic, rule
-from tpuemb_cfg.rules.optimizers import fmt, op_tables
+from tpuemb_cfg.rules.common import fmt, op_tables
 
 _WEIGHTS = "clipping_limits"
 _GRADIENTS = "gradient_clipping_limits"
@@ -51,15 +51,23 @@ def _inverted(lower: float | None, upper: float | None) -> tuple[float, float] |
     return lower, upper
 
 
-def _inverted_limits(ctx: Context, which: str) -> Iterator[tuple[int, str, float, float]]:
-    """(table index, field path, lower, upper) of every ``which`` limits with lower > upper."""
+def _inverted_limits(ctx: Context, which: str, clipped: str, hint: str) -> Iterator[Diagnostic]:
+    """One diagnostic at ``lower`` of every ``which`` limits with lower > upper: every
+    ``clipped`` value becomes the upper bound."""
     for i, path, limits in _limits(ctx, which):
         inverted = _inverted(*bounds(limits))
-        if inverted is not None:
-            yield i, path, *inverted
+        if inverted is None:
+            continue
+        lower, upper = (fmt(bound) for bound in inverted)
+        yield ctx.diag(
+            f"{path}.lower",
+            f"{ctx.table_label(i)}: {which}.lower {lower} is above upper {upper}: every "
+            f"{clipped} becomes {upper}",
+            hint=hint,
+        )
 
 
-@rule("CLIP001", "error", "weight clipping lower > upper")
+@rule("CLIP001", "warning", "weight clipping lower > upper")
 def weight_limits_inverted(ctx: Context) -> Iterator[Diagnostic]:
     """## What it does
     Reports weight clipping limits (`clipping_limits`) whose lower bound is above the upper
@@ -69,6 +77,8 @@ def weight_limits_inverted(ctx: Context) -> Iterator[Diagnostic]:
     After each update a weight is clipped with `min(max(w, lower), upper)`: with lower > upper
     every updated weight becomes `upper`, whatever the gradient. TensorFlow accepts
     `clip_weight_min > clip_weight_max` without a word.
+    TensorFlow builds and runs such a configuration (no check in its Python API or its C++), so
+    this is a warning: the training runs, but its numbers are wrong.
 
     ## Example
     ```
@@ -79,17 +89,13 @@ def weight_limits_inverted(ctx: Context) -> Iterator[Diagnostic]:
     ```
     clipping_limits { lower { value: -1.0 } upper { value: 1.0 } }
     ```
+
+    Spec: validation-rules.md section 2.7
     """
-    for i, path, lower, upper in _inverted_limits(ctx, _WEIGHTS):
-        yield ctx.diag(
-            f"{path}.lower",
-            f"{ctx.table_label(i)}: clipping_limits.lower {fmt(lower)} is above upper "
-            f"{fmt(upper)}: every updated weight becomes {fmt(upper)}",
-            hint="swap the two bounds",
-        )
+    return _inverted_limits(ctx, _WEIGHTS, "updated weight", "swap the two bounds")
 
 
-@rule("CLIP002", "error", "gradient clipping lower > upper")
+@rule("CLIP002", "warning", "gradient clipping lower > upper")
 def gradient_limits_inverted(ctx: Context) -> Iterator[Diagnostic]:
     """## What it does
     Reports gradient clipping limits (`gradient_clipping_limits`) whose lower bound is above the
@@ -99,6 +105,8 @@ def gradient_limits_inverted(ctx: Context) -> Iterator[Diagnostic]:
     Every gradient component becomes `upper`, whatever the data. TensorFlow's optimizers accept
     `clipvalue=(5, -5)`, and a negative scalar `clipvalue=-v` silently produces lower = +v,
     upper = -v.
+    TensorFlow builds and runs such a configuration (no check in its Python API or its C++), so
+    this is a warning: the training runs, but its numbers are wrong.
 
     ## Example
     ```
@@ -109,17 +117,16 @@ def gradient_limits_inverted(ctx: Context) -> Iterator[Diagnostic]:
     ```
     gradient_clipping_limits { lower { value: -5.0 } upper { value: 5.0 } }
     ```
+
+    Spec: validation-rules.md section 2.7
     """
-    for i, path, lower, upper in _inverted_limits(ctx, _GRADIENTS):
-        yield ctx.diag(
-            f"{path}.lower",
-            f"{ctx.table_label(i)}: gradient_clipping_limits.lower {fmt(lower)} is above "
-            f"upper {fmt(upper)}: every gradient component becomes {fmt(upper)}",
-            hint="swap the two bounds (a negative scalar clipvalue produces this order)",
-        )
+    return _inverted_limits(
+        ctx, _GRADIENTS, "gradient component",
+        "swap the two bounds (a negative scalar clipvalue produces this order)",
+    )
 
 
-@rule("CLIP003", "error", "NaN clipping bound")
+@rule("CLIP003", "warning", "NaN clipping bound")
 def nan_bound(ctx: Context) -> Iterator[Diagnostic]:
     """## What it does
     Reports a bound of weight clipping, gradient clipping or the quantization range that is NaN.
@@ -128,6 +135,8 @@ def nan_bound(ctx: Context) -> Iterator[Diagnostic]:
     Comparisons with NaN are false, so what a clip to NaN does depends on the order of the
     min/max in the implementation: the clipped values may all become NaN. TensorFlow does not
     check it.
+    TensorFlow builds and runs such a configuration (no check in its Python API or its C++), so
+    this is a warning: the training runs, but its numbers are wrong.
 
     ## Example
     ```
@@ -139,6 +148,8 @@ def nan_bound(ctx: Context) -> Iterator[Diagnostic]:
     clipping_limits { upper { value: 1.0 } }
     ```
     (an absent bound means no limit on that side).
+
+    Spec: validation-rules.md section 2.7
     """
     for which in (_WEIGHTS, _GRADIENTS, _QUANTIZATION):
         for i, path, limits in _limits(ctx, which):
@@ -155,7 +166,7 @@ def nan_bound(ctx: Context) -> Iterator[Diagnostic]:
 def gradient_limits_constant(ctx: Context) -> Iterator[Diagnostic]:
     """## What it does
     Reports gradient clipping limits that leave no room for the sign of a gradient: lower ==
-    upper, lower > 0, or upper < 0 (inverted limits are CLIP002's error).
+    upper, lower > 0, or upper < 0 (inverted limits are CLIP002's warning).
 
     ## Why is this bad?
     With lower == upper every clipped gradient component becomes that constant; the zero-width
@@ -171,6 +182,8 @@ def gradient_limits_constant(ctx: Context) -> Iterator[Diagnostic]:
     ```
     gradient_clipping_limits { lower { value: -1.0 } upper { value: 1.0 } }
     ```
+
+    Spec: validation-rules.md section 2.7
     """
     for i, path, limits in _limits(ctx, _GRADIENTS):
         lower, upper = bounds(limits)
@@ -224,6 +237,8 @@ def empty_limits(ctx: Context) -> Iterator[Diagnostic]:
     ```
     clipping_limits { lower { value: -1.0 } upper { value: 1.0 } }
     ```
+
+    Spec: validation-rules.md section 2.7
     """
     for which in (_WEIGHTS, _GRADIENTS):
         for i, path, limits in _limits(ctx, which):
@@ -254,6 +269,8 @@ def weight_limits_single_value(ctx: Context) -> Iterator[Diagnostic]:
     ```
     clipping_limits { lower { value: -0.5 } upper { value: 0.5 } }
     ```
+
+    Spec: validation-rules.md section 2.7
     """
     for i, path, limits in _limits(ctx, _WEIGHTS):
         lower, upper = bounds(limits)
@@ -300,6 +317,8 @@ def too_few_buckets(ctx: Context) -> Iterator[Diagnostic]:
       num_buckets: 256
     }
     ```
+
+    Spec: validation-rules.md section 2.7
     """
     for i, path, sq in _quantization(ctx):
         if sq.enabled and sq.num_buckets < 2:
@@ -311,18 +330,20 @@ def too_few_buckets(ctx: Context) -> Iterator[Diagnostic]:
             )
 
 
-@rule("QNT002", "error", "unusable simulated quantization range")
+@rule("QNT002", "warning", "unusable simulated quantization range")
 def unusable_range(ctx: Context) -> Iterator[Diagnostic]:
     """## What it does
     Checks the range of enabled simulated quantization: `simulated_quantization.clipping_limits`
     must be present with both bounds, both finite, and lower < upper. (A NaN bound is CLIP003's
-    error.)
+    warning.)
 
     ## Why is this bad?
     Looked-up rows are clipped to [lower, upper] and snapped to levels `lower + k * q` with
     `q = (upper - lower) / (num_buckets - 1)`: without both finite bounds there is no quantum,
     and with lower >= upper it is zero or negative. TensorFlow's `QuantizationConfig` accepts
     lower > upper without a word.
+    TensorFlow builds and runs such a configuration (no check in its Python API or its C++), so
+    this is a warning: the training runs, but its numbers are wrong.
 
     ## Example
     ```
@@ -330,13 +351,12 @@ def unusable_range(ctx: Context) -> Iterator[Diagnostic]:
     ```
 
     ## Use instead
+    Both bounds, finite, lower below upper, inside `simulated_quantization`:
     ```
-    simulated_quantization {
-      enabled: true
-      clipping_limits { lower { value: -1.0 } upper { value: 1.0 } }
-      num_buckets: 256
-    }
+    clipping_limits { lower { value: -1.0 } upper { value: 1.0 } }
     ```
+
+    Spec: validation-rules.md section 2.7
     """
     for i, path, sq in _quantization(ctx):
         if not sq.enabled:
@@ -409,6 +429,8 @@ def quantization_ignored(ctx: Context) -> Iterator[Diagnostic]:
     simulated_quantization { enabled: true num_buckets: 256
       clipping_limits { lower { value: -1.0 } upper { value: 1.0 } } }
     ```
+
+    Spec: validation-rules.md section 2.7
     """
     for i, path, sq in _quantization(ctx):
         if sq.enabled:

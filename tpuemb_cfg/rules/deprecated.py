@@ -7,7 +7,7 @@ from typing import Any
 
 from tpuemb_cfg.protoutil import is_repeated
 from tpuemb_cfg.rules._registry import Context, Diagnostic, rule
-from tpuemb_cfg.rules.optimizers import algorithm_tables
+from tpuemb_cfg.rules.common import algorithm_tables
 
 #: Reserved field numbers and what they used to be, by message name (``schema.md`` section 4).
 RESERVED: dict[str, dict[int, str]] = {
@@ -92,6 +92,8 @@ def allow_zero_accumulator(ctx: Context) -> Iterator[Diagnostic]:
     ```
     ftrl { l1: 0.01 lr_power: -0.5 }
     ```
+
+    Spec: validation-rules.md section 2.9
     """
     for at in algorithm_tables(ctx, "ftrl"):
         if at.params.allow_zero_accumulator:
@@ -124,6 +126,8 @@ def unknown_fields(ctx: Context) -> Iterator[Diagnostic]:
     ## Use instead
     Remove the field, and set the value where the current API takes it (for Adagrad: the
     initial value of the accumulator slot, in the training code).
+
+    Spec: validation-rules.md section 2.9
     """
     if not _has_unknown_fields(ctx.config):
         return

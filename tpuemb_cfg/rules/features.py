@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 from tpuemb_cfg.derived import INT32_MAX
 from tpuemb_cfg.rules._registry import Context, Diagnostic, rule
+from tpuemb_cfg.rules.common import duplicate_names
 
 _INT32_MIN = -(2**31)
 
@@ -24,13 +25,28 @@ def _feature_label(ctx: Context, j: int) -> str:
 
 @rule("FEAT001", "error", "table_id out of range")
 def table_id_out_of_range(ctx: Context) -> Iterator[Diagnostic]:
-    """A feature's ``table_id`` must index an existing table.
+    """## What it does
+    Reports a feature whose `table_id` does not index an existing table (below 0, or not below
+    the number of tables).
 
-    **Why is this bad.** TensorFlow rejects it at initialisation: "Invalid table_id: T found in
-    feature_descriptor: ..., all table_ids must be in the range[0, N)".
+    ## Why is this bad?
+    TensorFlow rejects it at initialisation: "Invalid table_id: T found in feature_descriptor:
+    ..., all table_ids must be in the range[0, N)".
 
-    **Use instead.** A ``table_id`` between 0 and the number of tables - 1 (a table's id is its
-    position in ``table_descriptor``; an unset ``table_id`` means 0).
+    ## Example
+    With one table:
+    ```
+    feature_descriptor { table_id: 1 input_shape: 16 }
+    ```
+
+    ## Use instead
+    ```
+    feature_descriptor { table_id: 0 input_shape: 16 }
+    ```
+    A `table_id` between 0 and the number of tables - 1 (a table's id is its position in
+    `table_descriptor`; an unset `table_id` means 0).
+
+    Spec: validation-rules.md section 2.3
     """
     n = ctx.derived.num_tables
     for j, fd in enumerate(ctx.config.feature_descriptor):
@@ -46,13 +62,28 @@ def table_id_out_of_range(ctx: Context) -> Iterator[Diagnostic]:
 
 @rule("FEAT002", "error", "empty input_shape")
 def empty_input_shape(ctx: Context) -> Iterator[Diagnostic]:
-    """A feature's ``input_shape`` must have at least one entry.
+    """## What it does
+    Reports a feature whose `input_shape` has no entry.
 
-    **Why is this bad.** TensorFlow rejects it: "The input_shape field cannot be empty in
-    feature_descriptor: ...". The shape is the per-replica input shape without the axis the
-    combiner reduces; its first entry is usually the batch size.
+    ## Why is this bad?
+    TensorFlow's C++ rejects it when the TPU is configured: `ValidateFeatureDescriptors` in
+    `tensorflow/core/tpu/tpu_embedding_configuration_proto_rewrite.cc` fails with "The
+    input_shape field cannot be empty in feature_descriptor: ...". TensorFlow's Python API
+    writes it for `FeatureConfig(output_shape=[])`. The shape is the per-replica input shape
+    without the axis the combiner reduces; its first entry is usually the batch size.
 
-    **Use instead.** ``input_shape: 32`` (one ``input_shape`` line per dimension).
+    ## Example
+    ```
+    feature_descriptor { table_id: 0 }
+    ```
+
+    ## Use instead
+    ```
+    feature_descriptor { table_id: 0 input_shape: 32 }
+    ```
+    One `input_shape` line per dimension.
+
+    Spec: validation-rules.md section 2.3
     """
     for j, fd in enumerate(ctx.config.feature_descriptor):
         if len(fd.input_shape) == 0:
@@ -66,12 +97,27 @@ def empty_input_shape(ctx: Context) -> Iterator[Diagnostic]:
 
 @rule("FEAT003", "error", "input_shape entry <= 0")
 def non_positive_input_shape(ctx: Context) -> Iterator[Diagnostic]:
-    """Every ``input_shape`` entry must be > 0.
+    """## What it does
+    Reports every `input_shape` entry that is 0 or negative (one diagnostic per entry).
 
-    **Why is this bad.** TensorFlow rejects it: "The input_shape dimension sizes must all be >0 in
-    feature_descriptor: ..., found dimension size set to D".
+    ## Why is this bad?
+    TensorFlow's C++ rejects it when the TPU is configured: `ValidateFeatureDescriptors` in
+    `tensorflow/core/tpu/tpu_embedding_configuration_proto_rewrite.cc` fails with "The
+    input_shape dimension sizes must all be >0 in feature_descriptor: ..., found dimension size
+    set to D". TensorFlow's Python API writes it for `FeatureConfig(output_shape=[0])`.
 
-    **Use instead.** Positive, fully known dimensions.
+    ## Example
+    ```
+    feature_descriptor { table_id: 0 input_shape: [16, -1] }
+    ```
+
+    ## Use instead
+    ```
+    feature_descriptor { table_id: 0 input_shape: [16, 4] }
+    ```
+    Positive, fully known dimensions.
+
+    Spec: validation-rules.md section 2.3
     """
     for j, fd in enumerate(ctx.config.feature_descriptor):
         for k, d in enumerate(fd.input_shape):
@@ -85,13 +131,27 @@ def non_positive_input_shape(ctx: Context) -> Iterator[Diagnostic]:
 
 @rule("FEAT004", "error", "table without features")
 def table_without_features(ctx: Context) -> Iterator[Diagnostic]:
-    """In feature style every table needs at least one feature that looks it up.
+    """## What it does
+    Reports, in feature style, a table that no feature looks up.
 
-    **Why is this bad.** TensorFlow rejects it: "No feature_descriptor fields found for table:
-    NAME (ID: t) in the TPU embedding configuration."
+    ## Why is this bad?
+    TensorFlow rejects it: "No feature_descriptor fields found for table: NAME (ID: t) in the TPU
+    embedding configuration."
 
-    **Use instead.** Add a ``feature_descriptor { table_id: t ... }`` or remove the table (and
-    renumber the later ``table_id`` values).
+    ## Example
+    Two tables and only
+    ```
+    feature_descriptor { table_id: 0 input_shape: 16 }
+    ```
+
+    ## Use instead
+    ```
+    feature_descriptor { table_id: 0 input_shape: 16 }
+    feature_descriptor { table_id: 1 input_shape: 16 }
+    ```
+    or remove the unused table (and renumber the later `table_id` values).
+
+    Spec: validation-rules.md section 2.3
     """
     derived = ctx.derived
     if derived.style != "feature":
@@ -109,13 +169,26 @@ def table_without_features(ctx: Context) -> Iterator[Diagnostic]:
 
 @rule("FEAT005", "error", "32-bit overflow of a feature size")
 def size_overflow(ctx: Context) -> Iterator[Diagnostic]:
-    """A feature's size (product of ``input_shape``) or a legacy table's ``B * num_features`` must
-    fit in a signed 32-bit integer.
+    """## What it does
+    Reports a feature whose size (the product of its `input_shape`), or a legacy table whose
+    `batch_size_per_tensor_core * num_features`, does not fit in a signed 32-bit integer.
 
-    **Why is this bad.** TensorFlow computes these products in 32-bit signed arithmetic, where an
-    overflow is undefined behaviour: the derived batch size and feature counts become garbage.
+    ## Why is this bad?
+    TensorFlow computes these products in 32-bit signed arithmetic, where an overflow is undefined
+    behaviour: the derived batch size and feature counts become garbage.
 
-    **Use instead.** Smaller shapes (the size is per replica and per step).
+    ## Example
+    ```
+    feature_descriptor { table_id: 0 input_shape: [65536, 65536] }
+    ```
+
+    ## Use instead
+    ```
+    feature_descriptor { table_id: 0 input_shape: [256, 64] }
+    ```
+    Smaller shapes (the size is per replica and per step).
+
+    Spec: validation-rules.md section 2.3
     """
     derived = ctx.derived
     if derived.style == "feature":
@@ -151,12 +224,23 @@ def _feature_style_valid(ctx: Context) -> bool:
 
 @rule("FEAT006", "info", "derived batch size and feature counts", on_request=True)
 def derived_counts(ctx: Context) -> Iterator[Diagnostic]:
-    """The batch size and per-table feature counts TensorFlow derives from the features.
+    """## What it does
+    States the batch size and per-table feature counts TensorFlow derives from the features. On
+    request only (`--select FEAT006` or `--show-derived`).
 
-    On request only (``--select FEAT006`` or ``--show-derived``). Feature j's size is the product
-    of all its ``input_shape`` entries; ``batch_size_per_tensor_core`` is the GCD of the sizes and
-    table t's ``num_features`` is the sum of size / B over its features. Example: features [32]
-    and [32, 4] on table 0 and [48] on table 1 give B = 16 and num_features 10 and 3.
+    ## Why is this bad?
+    It is not wrong; these are the numbers the TPU sees. Feature j's size is the product of all its
+    `input_shape` entries; `batch_size_per_tensor_core` is the GCD of the sizes and table t's
+    `num_features` is the sum of size / B over its features.
+
+    ## Example
+    Features [32] and [32, 4] on table 0 and [48] on table 1 give B = 16 and `num_features` 10
+    and 3.
+
+    ## Use instead
+    Nothing to change; check the numbers against the training code's batch.
+
+    Spec: validation-rules.md section 2.3
     """
     derived = ctx.derived
     if derived.style != "feature" or not _feature_style_valid(ctx):
@@ -171,14 +255,25 @@ def derived_counts(ctx: Context) -> Iterator[Diagnostic]:
 
 @rule("FEAT007", "info", "features disagree on the batch (GCD used)")
 def batch_disagreement(ctx: Context) -> Iterator[Diagnostic]:
-    """The features do not share one leading batch dimension.
+    """## What it does
+    Reports the first feature whose first `input_shape` entry differs from the derived batch size
+    (the GCD of all feature sizes): the features do not share one leading batch dimension.
 
-    **What it does.** Reports the first feature whose first ``input_shape`` entry differs from the
-    derived batch size (the GCD of all feature sizes).
+    ## Why is this bad?
+    TensorFlow silently uses the GCD: with features [32] and [48] the TPU sees a batch of 16 and
+    two "features" of 16 for the first. Usually the features were meant to share a batch size.
 
-    **Why.** TensorFlow silently uses the GCD: with features [32] and [48] the TPU sees a batch of
-    16 and two "features" of 16 for the first. Usually the features were meant to share a batch
-    size.
+    ## Example
+    ```
+    feature_descriptor { table_id: 0 input_shape: 32 }
+    feature_descriptor { table_id: 1 input_shape: 48 }
+    ```
+
+    ## Use instead
+    One batch size for every feature, here `input_shape: 48` for both (extra ids per sample go
+    in a second dimension).
+
+    Spec: validation-rules.md section 2.3
     """
     derived = ctx.derived
     if derived.style != "feature" or derived.batch_size <= 0:
@@ -198,23 +293,25 @@ def batch_disagreement(ctx: Context) -> Iterator[Diagnostic]:
 
 @rule("FEAT008", "warning", "duplicate feature names")
 def duplicate_feature_names(ctx: Context) -> Iterator[Diagnostic]:
-    """Two feature descriptors share a non-empty name.
+    """## What it does
+    Reports a feature descriptor whose non-empty `name` an earlier one already uses.
 
-    **Why is this bad.** TensorFlow ignores feature names, but tools (and people) that key features
-    by name collide.
+    ## Why is this bad?
+    TensorFlow ignores feature names, but tools (and people) that key features by name collide.
 
-    **Use instead.** Unique names, or no names.
+    ## Example
+    ```
+    feature_descriptor { name: "user" table_id: 0 input_shape: 16 }
+    feature_descriptor { name: "user" table_id: 1 input_shape: 16 }
+    ```
+
+    ## Use instead
+    ```
+    feature_descriptor { name: "user" table_id: 0 input_shape: 16 }
+    feature_descriptor { name: "item" table_id: 1 input_shape: 16 }
+    ```
+    Unique names, or no names.
+
+    Spec: validation-rules.md section 2.3
     """
-    first: dict[str, int] = {}
-    for j, fd in enumerate(ctx.config.feature_descriptor):
-        if not fd.name:
-            continue
-        if fd.name in first:
-            yield ctx.diag(
-                f"feature_descriptor[{j}].name",
-                f"feature_descriptor[{j}]: name {fd.name!r} is already used by "
-                f"feature_descriptor[{first[fd.name]}]",
-                hint="give every feature a unique name",
-            )
-        else:
-            first[fd.name] = j
+    return duplicate_names(ctx, "feature_descriptor", "feature", ctx.config.feature_descriptor)

@@ -8,6 +8,13 @@ and N = ``num_hosts``, host h holds ``floor(V / N) + (1 if h < V mod N else 0)``
 - memory estimate: rows padded to a multiple of 8 floats, ``rows * ceil(D / 8) * 8 * 4 * S``, or
   with effective low-dimensional packing ``ceil(rows * D / 8) * 8 * 4 * S``.
 
+Per TPU device (what ``num_tensor_cores`` counts), the fullest host's estimate is split over the
+host's ``num_tensor_cores / num_hosts`` devices and compared with the high-bandwidth memory of a
+device of each known TPU generation (``derived.TPU_DEVICE_MEMORY``). SIZE004 does this by
+default: with no generation chosen (``tpu = "v4"`` under ``[tool.tpuemb]``, or ``--tpu``) the
+budget is the largest device memory of any generation, so it warns exactly when the tables fit on
+no TPU at all, and never about a configuration some TPU can hold.
+
 The numbers come from :mod:`tpuemb_cfg.derived`; these rules only present them.
 """
 
@@ -15,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from tpuemb_cfg.derived import HostRange, host_sizes
+from tpuemb_cfg.derived import TPU_DEVICE_MEMORY, HostRange, device_share, host_sizes
 from tpuemb_cfg.rules._registry import Context, Diagnostic, rule
 
 _UNITS = (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
@@ -56,6 +63,8 @@ def bytes_per_table(ctx: Context) -> Iterator[Diagnostic]:
 
     ## Use instead
     Nothing to change.
+
+    Spec: validation-rules.md section 2.8
     """
     sizes = ctx.derived.table_sizes
     for i, _, path in ctx.tables():
@@ -97,6 +106,8 @@ def bytes_per_host(ctx: Context) -> Iterator[Diagnostic]:
 
     ## Use instead
     Nothing to change; compare with SIZE003's budget.
+
+    Spec: validation-rules.md section 2.8
     """
     if ctx.derived.num_hosts is None:
         yield ctx.diag(
@@ -116,6 +127,16 @@ def bytes_per_host(ctx: Context) -> Iterator[Diagnostic]:
     unknown = _unknown_tables(ctx)
     if unknown:
         message += f"; not counted (size unknown): {', '.join(unknown)}"
+    share = device_share(ctx.config, ctx.derived)
+    if share is not None:
+        fits = [g for g, size in TPU_DEVICE_MEMORY.items() if share.bytes <= size]
+        short = [g for g in TPU_DEVICE_MEMORY if g not in fits]
+        message += (
+            f"; per TPU device ({share.devices_per_host} per host): about "
+            f"{human_bytes(share.bytes)} of tables, "
+            + (f"fits {', '.join(fits)}" if fits else "fits no known TPU generation")
+            + (f", too large for {', '.join(short)}" if short and fits else "")
+        )
     yield ctx.diag("", message)
 
 
@@ -136,6 +157,8 @@ def over_budget(ctx: Context) -> Iterator[Diagnostic]:
 
     ## Use instead
     More hosts (`num_hosts`), smaller tables, or an optimizer with fewer slots.
+
+    Spec: validation-rules.md section 2.8
     """
     budget = ctx.options.get("memory_budget_bytes")
     if isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0:
@@ -153,3 +176,62 @@ def over_budget(ctx: Context) -> Iterator[Diagnostic]:
         hint="add hosts (num_hosts), shrink the largest tables, or use an optimizer with fewer "
         "slots",
     )
+
+
+def _budget(ctx: Context) -> tuple[int, str]:
+    """The per-device budget and what it is: the chosen generation's, else the largest."""
+    generation = ctx.options.get("tpu_generation")
+    if isinstance(generation, str) and generation in TPU_DEVICE_MEMORY:
+        return TPU_DEVICE_MEMORY[generation], f"a TPU {generation} device"
+    largest = max(TPU_DEVICE_MEMORY, key=TPU_DEVICE_MEMORY.__getitem__)
+    return TPU_DEVICE_MEMORY[largest], (
+        f"the largest TPU device ({largest}; no known generation has more)"
+    )
+
+
+@rule("SIZE004", "warning", "tables larger than a TPU device's memory")
+def over_device_memory(ctx: Context) -> Iterator[Diagnostic]:
+    """## What it does
+    Splits the estimated bytes of the fullest host (SIZE002) over the TPU devices attached to
+    it (`num_tensor_cores / num_hosts`; a device is what `num_tensor_cores` counts) and warns
+    when one device's share exceeds its high-bandwidth memory. The memory is that of the TPU
+    generation named by `tpu = "v4"` under `[tool.tpuemb]` in pyproject.toml or by
+    `tpuemb validate --tpu v4` (v2 8 GiB and v3 16 GiB per TensorCore; v4 32 GiB, v5e 16 GB,
+    v5p 95 GB, v6e 32 GB per chip). Without a generation the budget is the largest of them, so
+    the rule then reports only tables that fit on no TPU.
+
+    ## Why is this bad?
+    The tables, their slots and the gradient accumulators live in the devices' memory; a share
+    that does not fit fails when the TPU system is initialised, after the job was scheduled.
+    The estimate pads rows as the TPU does but leaves out the dense model and the runtime's
+    buffers: the real need is higher, never lower.
+
+    ## Example
+    `num_hosts: 4`, `num_tensor_cores: 32` (8 devices per host) and 1 TiB of Adagrad tables
+    with accumulation: each device must hold about 32 GiB, more than a v5e device's 16 GB.
+
+    ## Use instead
+    More hosts and cores (`num_hosts`, `num_tensor_cores`), a generation with more memory per
+    device, smaller tables, or an optimizer with fewer slots; `tpuemb validate --show-derived`
+    shows every device's share and which generations hold it.
+
+    Spec: validation-rules.md section 2.8
+    """
+    share = device_share(ctx.config, ctx.derived)
+    if share is None:
+        return
+    budget, what = _budget(ctx)
+    if share.bytes <= budget:
+        return
+    fits = [g for g, size in TPU_DEVICE_MEMORY.items() if share.bytes <= size]
+    yield ctx.diag(
+        "num_tensor_cores",
+        f"each TPU device must hold about {human_bytes(share.bytes)} of tables (estimate: the "
+        f"fullest host's tables over its {share.devices_per_host} device(s)), more than the "
+        f"{human_bytes(budget)} of {what}",
+        hint=(
+            f"fits {', '.join(fits)}; " if fits else ""
+        ) + "add hosts and cores (num_hosts, num_tensor_cores), shrink the largest tables, or "
+        "use an optimizer with fewer slots",
+    )
+

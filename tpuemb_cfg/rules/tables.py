@@ -5,18 +5,53 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from tpuemb_cfg.rules._registry import Context, Diagnostic, rule
+from tpuemb_cfg.rules.common import duplicate_names
 
 _MODES = {1: "INFERENCE", 2: "TRAINING", 3: "BACKWARD_PASS_ONLY"}
 _SHARDING = {0: "DIV_DEFAULT", 1: "MOD"}
 
 
+def _tables_below_one(ctx: Context, field: str) -> Iterator[Diagnostic]:
+    """``table_descriptor[i].<field> is V; it must be >= 1`` for every table below 1."""
+    for i, table, path in ctx.tables():
+        value = getattr(table, field)
+        if value < 1:
+            yield ctx.diag(
+                f"{path}.{field}", f"{ctx.table_label(i)}: {field} is {value}; it must be >= 1"
+            )
+
+
+def _count_below_one(ctx: Context, field: str, hint: str) -> Iterator[Diagnostic]:
+    """``<field> is V; it must be >= 1`` for a top-level count below 1."""
+    value = getattr(ctx.config, field)
+    if value < 1:
+        yield ctx.diag(field, f"{field} is {value}; it must be >= 1", hint=hint)
+
+
 @rule("TBL001", "error", "no tables")
 def no_tables(ctx: Context) -> Iterator[Diagnostic]:
-    """The configuration has no ``table_descriptor``.
+    """## What it does
+    Reports a configuration without any `table_descriptor`.
 
-    **Why is this bad.** Without tables and features TensorFlow fails the batch-size check, and an
-    all-default configuration serializes to zero bytes, which TensorFlow rejects as "TPU embedding
-    config is empty."
+    ## Why is this bad?
+    Without tables and features TensorFlow fails the batch-size check, and an all-default
+    configuration serializes to zero bytes, which TensorFlow rejects as "TPU embedding config is
+    empty."
+
+    ## Example
+    ```
+    mode: TRAINING
+    num_hosts: 1
+    ```
+
+    ## Use instead
+    ```
+    mode: TRAINING
+    num_hosts: 1
+    table_descriptor { name: "ads" vocabulary_size: 100 dimension: 8 ... }
+    ```
+
+    Spec: validation-rules.md section 2.4
     """
     if ctx.derived.num_tables == 0:
         yield ctx.diag(
@@ -26,12 +61,28 @@ def no_tables(ctx: Context) -> Iterator[Diagnostic]:
 
 @rule("TBL002", "error", "empty table name")
 def empty_name(ctx: Context) -> Iterator[Diagnostic]:
-    """Every table needs a non-empty ``name``.
+    """## What it does
+    Reports a table whose `name` is empty or unset.
 
-    **Why is this bad.** Load and retrieve ops find tables by name; TensorFlow rejects "Table t has
-    empty name string." (Its Python API names unnamed tables ``table_<index>``.)
+    ## Why is this bad?
+    Load and retrieve ops find tables by name. TensorFlow's C++ rejects it on the TPU host:
+    `ValidateEmbeddingTableNames` in
+    `tensorflow/core/tpu/graph_rewrite/combine_tpu_embedding_load_retrieve_pass.cc` fails with
+    "Table N has empty name string." TensorFlow's Python API writes such a table
+    (`TableConfig(name="")`) without complaint. (It names tables created without a name
+    `table_<index>`.)
 
-    **Use instead.** ``name: "table_0"``.
+    ## Example
+    ```
+    table_descriptor { name: "" vocabulary_size: 100 dimension: 8 ... }
+    ```
+
+    ## Use instead
+    ```
+    table_descriptor { name: "table_0" vocabulary_size: 100 dimension: 8 ... }
+    ```
+
+    Spec: validation-rules.md section 2.4
     """
     for i, table, path in ctx.tables():
         if not table.name:
@@ -45,53 +96,80 @@ def empty_name(ctx: Context) -> Iterator[Diagnostic]:
 
 @rule("TBL003", "error", "duplicate table name")
 def duplicate_name(ctx: Context) -> Iterator[Diagnostic]:
-    """Table names must be unique.
+    """## What it does
+    Reports a table whose name an earlier table already uses, naming the earlier index.
 
-    **Why is this bad.** TensorFlow rejects "Tables i and j have the same name 'X'." (and its
-    Python API "Tables must have a unique name"). Checkpoints key tables by name.
+    ## Why is this bad?
+    TensorFlow rejects "Tables i and j have the same name 'X'." (and its Python API "Tables must
+    have a unique name"). Checkpoints key tables by name.
+
+    ## Example
+    ```
+    table_descriptor { name: "ads" ... }
+    table_descriptor { name: "ads" ... }
+    ```
+
+    ## Use instead
+    ```
+    table_descriptor { name: "ads" ... }
+    table_descriptor { name: "video" ... }
+    ```
+
+    Spec: validation-rules.md section 2.4
     """
-    first: dict[str, int] = {}
-    for i, table, path in ctx.tables():
-        if not table.name:
-            continue
-        if table.name in first:
-            yield ctx.diag(
-                f"{path}.name",
-                f"table_descriptor[{i}]: name {table.name!r} is already used by "
-                f"table_descriptor[{first[table.name]}]",
-                hint="give every table a unique name",
-            )
-        else:
-            first[table.name] = i
+    return duplicate_names(ctx, "table_descriptor", "table", ctx.config.table_descriptor)
 
 
 @rule("TBL004", "error", "vocabulary_size < 1")
 def vocabulary_too_small(ctx: Context) -> Iterator[Diagnostic]:
-    """``vocabulary_size`` must be at least 1.
+    """## What it does
+    Reports a table whose `vocabulary_size` is below 1.
 
-    **Why is this bad.** TensorFlow's load/retrieve ops reject empty shards ("All embedding shards
-    must be non-empty, shard ID: 0 is empty, vocabulary size: 0 ...") and its Python API rejects
-    ``vocabulary_size < 1``.
+    ## Why is this bad?
+    TensorFlow's load/retrieve ops reject empty shards ("All embedding shards must be non-empty,
+    shard ID: 0 is empty, vocabulary size: 0 ...") and its Python API rejects
+    `vocabulary_size < 1`.
+
+    ## Example
+    ```
+    table_descriptor { name: "ads" vocabulary_size: 0 dimension: 8 ... }
+    ```
+
+    ## Use instead
+    ```
+    table_descriptor { name: "ads" vocabulary_size: 100 dimension: 8 ... }
+    ```
+
+    Spec: validation-rules.md section 2.4
     """
-    for i, table, path in ctx.tables():
-        if table.vocabulary_size < 1:
-            yield ctx.diag(
-                f"{path}.vocabulary_size",
-                f"{ctx.table_label(i)}: vocabulary_size is {table.vocabulary_size}; it must be >= "
-                "1",
-            )
+    return _tables_below_one(ctx, "vocabulary_size")
 
 
 @rule("TBL005", "error", "vocabulary_size < num_hosts")
 def fewer_rows_than_hosts(ctx: Context) -> Iterator[Diagnostic]:
-    """A table needs at least one row per host.
+    """## What it does
+    Reports a table with fewer rows (`vocabulary_size`) than hosts (`num_hosts`).
 
-    **Why is this bad.** Tables are sharded row-wise over ``num_hosts`` hosts; with fewer rows than
-    hosts, host shard number V (and every later one) is empty and TensorFlow rejects it: "All
-    embedding shards must be non-empty, shard ID: V is empty".
+    ## Why is this bad?
+    Tables are sharded row-wise over `num_hosts` hosts; with fewer rows than hosts, host shard
+    number V (and every later one) is empty and TensorFlow rejects it: "All embedding shards must
+    be non-empty, shard ID: V is empty".
 
-    **Use instead.** Set ``vocabulary_size`` to ``num_hosts`` (TensorFlow's Python API pads the
-    vocabulary the same way).
+    ## Example
+    ```
+    num_hosts: 4
+    table_descriptor { name: "ads" vocabulary_size: 3 ... }
+    ```
+
+    ## Use instead
+    ```
+    num_hosts: 4
+    table_descriptor { name: "ads" vocabulary_size: 4 ... }
+    ```
+    Set `vocabulary_size` to `num_hosts` (TensorFlow's Python API pads the vocabulary the same
+    way).
+
+    Spec: validation-rules.md section 2.4
     """
     hosts = ctx.config.num_hosts
     if hosts < 1:
@@ -109,29 +187,49 @@ def fewer_rows_than_hosts(ctx: Context) -> Iterator[Diagnostic]:
 
 @rule("TBL006", "error", "dimension < 1")
 def dimension_too_small(ctx: Context) -> Iterator[Diagnostic]:
-    """A table's ``dimension`` (embedding width) must be at least 1.
+    """## What it does
+    Reports a table whose `dimension` (embedding width) is below 1.
 
-    **Why is this bad.** TensorFlow's Python API rejects ``dim < 1``; a zero-width table has no
-    embedding and a negative width fails the shape functions.
+    ## Why is this bad?
+    TensorFlow's Python API rejects `dim < 1`; a zero-width table has no embedding and a negative
+    width fails the shape functions.
+
+    ## Example
+    ```
+    table_descriptor { name: "ads" vocabulary_size: 100 dimension: 0 ... }
+    ```
+
+    ## Use instead
+    A width of at least 1, e.g. `dimension: 8`.
+
+    Spec: validation-rules.md section 2.4
     """
-    for i, table, path in ctx.tables():
-        if table.dimension < 1:
-            yield ctx.diag(
-                f"{path}.dimension",
-                f"{ctx.table_label(i)}: dimension is {table.dimension}; it must be >= 1",
-            )
+    return _tables_below_one(ctx, "dimension")
 
 
 @rule("TBL007", "error", "mode UNSPECIFIED or invalid")
 def invalid_mode(ctx: Context) -> Iterator[Diagnostic]:
-    """``mode`` must be INFERENCE, TRAINING or BACKWARD_PASS_ONLY.
+    """## What it does
+    Reports a `mode` that is UNSPECIFIED (unset) or an undeclared number; it must be INFERENCE,
+    TRAINING or BACKWARD_PASS_ONLY.
 
-    **Why is this bad.** TensorFlow's partitioner and host-configuration ops reject an unset mode:
+    ## Why is this bad?
+    TensorFlow's partitioner and host-configuration ops reject an unset mode:
     "TPUEmbeddingConfiguration.mode is INVALID. Must be INFERENCE, TRAINING, or
     BACKWARD_PASS_ONLY".
 
-    **Use instead.** ``mode: TRAINING`` (what TensorFlow's Python API writes; it overrides the
-    mode per step at enqueue time).
+    ## Example
+    ```
+    mode: UNSPECIFIED
+    ```
+
+    ## Use instead
+    ```
+    mode: TRAINING
+    ```
+    This is what TensorFlow's Python API writes; it overrides the mode per step at enqueue time.
+
+    Spec: validation-rules.md section 2.4
     """
     mode = ctx.config.mode
     if mode not in _MODES:
@@ -147,39 +245,76 @@ def invalid_mode(ctx: Context) -> Iterator[Diagnostic]:
 
 @rule("TBL008", "error", "num_hosts < 1")
 def no_hosts(ctx: Context) -> Iterator[Diagnostic]:
-    """``num_hosts`` must be at least 1.
+    """## What it does
+    Reports a `num_hosts` below 1 (unset included).
 
-    **Why is this bad.** The load/retrieve ops receive the host count as the number of shards:
-    "The number of shards for the embedding layer must be > 0. Currently set to: 0".
+    ## Why is this bad?
+    The load/retrieve ops receive the host count as the number of shards: "The number of shards
+    for the embedding layer must be > 0. Currently set to: 0".
+
+    ## Example
+    ```
+    num_hosts: 0
+    ```
+
+    ## Use instead
+    ```
+    num_hosts: 1
+    ```
+    The number of TPU hosts.
+
+    Spec: validation-rules.md section 2.4
     """
-    if ctx.config.num_hosts < 1:
-        yield ctx.diag(
-            "num_hosts",
-            f"num_hosts is {ctx.config.num_hosts}; it must be >= 1",
-            hint="set num_hosts to the number of TPU hosts",
-        )
+    return _count_below_one(ctx, "num_hosts", "set num_hosts to the number of TPU hosts")
 
 
 @rule("TBL009", "error", "num_tensor_cores < 1")
 def no_tensor_cores(ctx: Context) -> Iterator[Diagnostic]:
-    """``num_tensor_cores`` must be at least 1.
+    """## What it does
+    Reports a `num_tensor_cores` below 1 (unset included).
 
-    **Why is this bad.** The TPU runtime needs the number of TensorCores taking part; TensorFlow's
-    Python API always writes replicas x cores per replica.
+    ## Why is this bad?
+    The TPU runtime needs the number of TensorCores taking part; TensorFlow's Python API always
+    writes replicas x cores per replica.
+
+    ## Example
+    ```
+    num_tensor_cores: 0
+    ```
+
+    ## Use instead
+    ```
+    num_tensor_cores: 8
+    ```
+
+    Spec: validation-rules.md section 2.4
     """
-    if ctx.config.num_tensor_cores < 1:
-        yield ctx.diag(
-            "num_tensor_cores",
-            f"num_tensor_cores is {ctx.config.num_tensor_cores}; it must be >= 1",
-            hint="set num_tensor_cores to the total number of TensorCores",
-        )
+    return _count_below_one(
+        ctx, "num_tensor_cores", "set num_tensor_cores to the total number of TensorCores"
+    )
 
 
 @rule("TBL010", "warning", "cores not a multiple of hosts")
 def cores_not_multiple_of_hosts(ctx: Context) -> Iterator[Diagnostic]:
-    """``num_tensor_cores`` should be a multiple of ``num_hosts``.
+    """## What it does
+    Reports a `num_tensor_cores` that is not a multiple of `num_hosts`.
 
-    **Why.** Every host drives the same number of TensorCores; TensorFlow 1's API required it.
+    ## Why is this bad?
+    Every host drives the same number of TensorCores; TensorFlow 1's API required it.
+
+    ## Example
+    ```
+    num_hosts: 3
+    num_tensor_cores: 8
+    ```
+
+    ## Use instead
+    ```
+    num_hosts: 2
+    num_tensor_cores: 8
+    ```
+
+    Spec: validation-rules.md section 2.4
     """
     hosts, cores = ctx.config.num_hosts, ctx.config.num_tensor_cores
     if hosts >= 1 and cores >= 1 and cores % hosts != 0:
@@ -192,10 +327,24 @@ def cores_not_multiple_of_hosts(ctx: Context) -> Iterator[Diagnostic]:
 
 @rule("TBL011", "error", "SPMD enabled with num_cores_per_replica < 1")
 def spmd_without_cores(ctx: Context) -> Iterator[Diagnostic]:
-    """With ``spmd_sharding.enabled``, ``num_cores_per_replica`` must be at least 1.
+    """## What it does
+    Reports `spmd_sharding.enabled` with a `num_cores_per_replica` below 1.
 
-    **Why is this bad.** TensorFlow's shape functions multiply the activations' leading dimension
-    by this number: 0 or a negative value gives empty or negative shapes.
+    ## Why is this bad?
+    TensorFlow's shape functions multiply the activations' leading dimension by this number: 0 or a
+    negative value gives empty or negative shapes.
+
+    ## Example
+    ```
+    spmd_sharding { enabled: true }
+    ```
+
+    ## Use instead
+    ```
+    spmd_sharding { enabled: true num_cores_per_replica: 2 }
+    ```
+
+    Spec: validation-rules.md section 2.4
     """
     spmd = ctx.config.spmd_sharding
     if spmd.enabled and spmd.num_cores_per_replica < 1:
@@ -208,9 +357,27 @@ def spmd_without_cores(ctx: Context) -> Iterator[Diagnostic]:
 
 @rule("TBL012", "warning", "cores not a multiple of cores per replica")
 def cores_not_multiple_of_replica(ctx: Context) -> Iterator[Diagnostic]:
-    """With SPMD, ``num_tensor_cores`` should be a multiple of ``num_cores_per_replica``.
+    """## What it does
+    With SPMD enabled, reports a `num_tensor_cores` that is not a multiple of
+    `num_cores_per_replica`.
 
-    **Why.** TensorFlow's Python API writes ``num_tensor_cores = replicas * num_cores_per_replica``.
+    ## Why is this bad?
+    TensorFlow's Python API writes `num_tensor_cores = replicas * num_cores_per_replica`; another
+    count cannot come from it and leaves some cores without a whole replica.
+
+    ## Example
+    ```
+    num_tensor_cores: 8
+    spmd_sharding { enabled: true num_cores_per_replica: 3 }
+    ```
+
+    ## Use instead
+    ```
+    num_tensor_cores: 8
+    spmd_sharding { enabled: true num_cores_per_replica: 2 }
+    ```
+
+    Spec: validation-rules.md section 2.4
     """
     spmd = ctx.config.spmd_sharding
     cores = ctx.config.num_tensor_cores
@@ -225,7 +392,25 @@ def cores_not_multiple_of_replica(ctx: Context) -> Iterator[Diagnostic]:
 
 @rule("TBL013", "info", "SPMD settings ignored")
 def spmd_settings_ignored(ctx: Context) -> Iterator[Diagnostic]:
-    """``spmd_sharding`` sets fields but ``enabled`` is false, so they have no effect."""
+    """## What it does
+    Notes a `spmd_sharding` message that sets fields while `enabled` is false.
+
+    ## Why is this bad?
+    The settings have no effect, which usually means `enabled: true` was forgotten.
+
+    ## Example
+    ```
+    spmd_sharding { num_cores_per_replica: 2 }
+    ```
+
+    ## Use instead
+    ```
+    spmd_sharding { enabled: true num_cores_per_replica: 2 }
+    ```
+    or remove `spmd_sharding`.
+
+    Spec: validation-rules.md section 2.4
+    """
     config = ctx.config
     if not config.HasField("spmd_sharding"):
         return
@@ -251,10 +436,24 @@ def spmd_settings_ignored(ctx: Context) -> Iterator[Diagnostic]:
 
 @rule("TBL014", "error", "undeclared sharding strategy")
 def undeclared_sharding(ctx: Context) -> Iterator[Diagnostic]:
-    """``sharding_strategy`` must be DIV_DEFAULT or MOD.
+    """## What it does
+    Reports a `sharding_strategy` other than DIV_DEFAULT or MOD.
 
-    **Why is this bad.** Any other number (possible from binary, JSON or numeric text input) leaves
-    the row-to-host mapping undefined in the TPU runtime.
+    ## Why is this bad?
+    Any other number (possible from binary, JSON or numeric text input) leaves the row-to-host
+    mapping undefined in the TPU runtime.
+
+    ## Example
+    ```
+    sharding_strategy: 5
+    ```
+
+    ## Use instead
+    ```
+    sharding_strategy: MOD
+    ```
+
+    Spec: validation-rules.md section 2.4
     """
     strategy = ctx.config.sharding_strategy
     if strategy not in _SHARDING:
@@ -267,7 +466,27 @@ def undeclared_sharding(ctx: Context) -> Iterator[Diagnostic]:
 
 @rule("TBL015", "info", "pipelining without TRAINING")
 def pipelining_without_training(ctx: Context) -> Iterator[Diagnostic]:
-    """``pipeline_execution_with_tensor_core`` only affects results when ``mode`` is TRAINING."""
+    """## What it does
+    Notes `pipeline_execution_with_tensor_core: true` when `mode` is INFERENCE or
+    BACKWARD_PASS_ONLY.
+
+    ## Why is this bad?
+    The proto states that pipelining only affects results when `mode` is TRAINING; elsewhere the
+    setting does nothing.
+
+    ## Example
+    ```
+    mode: INFERENCE
+    pipeline_execution_with_tensor_core: true
+    ```
+
+    ## Use instead
+    ```
+    mode: INFERENCE
+    ```
+
+    Spec: validation-rules.md section 2.4
+    """
     config = ctx.config
     if config.pipeline_execution_with_tensor_core and config.mode in (1, 3):
         yield ctx.diag(

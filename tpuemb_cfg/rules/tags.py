@@ -85,22 +85,30 @@ def _kind(use: TagUse) -> str:
 
 @rule("TAG001", "error", "negative dynamic tag")
 def negative_tag(ctx: Context) -> Iterator[Diagnostic]:
-    """Dynamic tags must be >= 0.
+    """## What it does
+    Reports every `learning_rate.dynamic.tag` and every `frequency_aware_adagrad.step_counter.tag`
+    below 0.
 
-    **What it does.** Reports every ``learning_rate.dynamic.tag`` and every
-    ``frequency_aware_adagrad.step_counter.tag`` below 0.
+    ## Why is this bad?
+    A tag is an index into the list of dynamic scalars (learning rates, step counters) that the
+    training step sends with the gradients. TensorFlow's proto comment requires tags >= 0, and the
+    TPU runtime rejects the configuration at initialisation with the confusing "Dynamic learning
+    rate tag: 0 not found in the TPU embedding configuration, instead found: -1", which never says
+    that a tag is negative.
 
-    **Why is this bad.** A tag is an index into the list of dynamic scalars (learning rates, step
-    counters) that the training step sends with the gradients. TensorFlow's proto comment requires
-    tags >= 0, and the TPU runtime rejects the configuration at initialisation with the confusing
-    "Dynamic learning rate tag: 0 not found in the TPU embedding configuration, instead found: -1",
-    which never says that a tag is negative.
+    ## Example
+    ```
+    learning_rate { dynamic { tag: -1 } }
+    ```
 
-    **Example.** ``learning_rate { dynamic { tag: -1 } }``
+    ## Use instead
+    ```
+    learning_rate { dynamic { tag: 0 } }
+    ```
+    Renumber every tag to 0..K-1: `tpuemb validate --fix` does it and prints the mapping your
+    training code must apply to its list of learning rates.
 
-    **Use instead.** ``learning_rate { dynamic { tag: 0 } }``: renumber every tag to 0..K-1
-    (``tpuemb validate --fix`` does it and prints the mapping your training code must apply to its
-    list of learning rates).
+    Spec: validation-rules.md section 2.1
     """
     for use in ctx.derived.tag_uses:
         if use.tag < 0:
@@ -114,24 +122,33 @@ def negative_tag(ctx: Context) -> Iterator[Diagnostic]:
 
 @rule("TAG002", "error", "tags are not exactly 0..K-1")
 def tags_not_dense(ctx: Context) -> Iterator[Diagnostic]:
-    """The distinct dynamic tags must be exactly 0, 1, ..., K-1.
+    """## What it does
+    Collects the tags of every dynamic learning rate and of every `frequency_aware_adagrad` step
+    counter (an unset step counter counts as tag 0) and reports, once per configuration, every
+    missing tag between 0 and the largest tag in use, the tags in use and the tables on both sides
+    of the first gap.
 
-    **What it does.** Collects the tags of every dynamic learning rate and of every
-    ``frequency_aware_adagrad`` step counter (an unset step counter counts as tag 0) and reports,
-    once per configuration, every missing tag between 0 and the largest tag in use, the tags in use
-    and the tables on both sides of the first gap.
+    ## Why is this bad?
+    Position k of the per-step learning-rate list feeds the tables with tag k, so the list has
+    exactly K elements (K = number of distinct tags). The TPU runtime checks, at initialisation and
+    one mismatch at a time, that the sorted tags are 0..K-1: "Dynamic learning rate tag: 2 not
+    found in the TPU embedding configuration, instead found: 3. tag set size: 3".
 
-    **Why is this bad.** Position k of the per-step learning-rate list feeds the tables with tag k,
-    so the list has exactly K elements (K = number of distinct tags). The TPU runtime checks, at
-    initialisation and one mismatch at a time, that the sorted tags are 0..K-1:
-    "Dynamic learning rate tag: 2 not found in the TPU embedding configuration, instead found: 3.
-    tag set size: 3".
+    ## Example
+    Tables 'ads' and 'video' use tags 0 and 1, table 'news' uses tag 3:
+    ```
+    learning_rate { dynamic { tag: 3 } }
+    ```
 
-    **Example.** Tables 'ads' and 'video' use tags 0 and 1, table 'news' uses tag 3.
+    ## Use instead
+    ```
+    learning_rate { dynamic { tag: 2 } }
+    ```
+    `tpuemb validate --fix` renumbers every tag (negative ones included) to 0..K-1 in sorted order
+    and prints the old -> new mapping: the training code must then send, at new position k, the
+    value it used to send for the old tag that maps to k.
 
-    **Use instead.** Renumber 3 to 2. ``tpuemb validate --fix`` renumbers every tag (negative ones
-    included) to 0..K-1 in sorted order and prints the old -> new mapping: the training code must
-    then send, at new position k, the value it used to send for the old tag that maps to k.
+    Spec: validation-rules.md section 2.1
     """
     derived = ctx.derived
     used = sorted(t for t in derived.tag_map if t >= 0)
@@ -162,17 +179,28 @@ def tags_not_dense(ctx: Context) -> Iterator[Diagnostic]:
 
 @rule("TAG003", "warning", "more distinct tags than tables")
 def more_tags_than_tables(ctx: Context) -> Iterator[Diagnostic]:
-    """K, the number of distinct dynamic tags, exceeds the number of tables.
+    """## What it does
+    Reports when step counters of `frequency_aware_adagrad` tables use tags of their own so that
+    K, the number of distinct dynamic tags, exceeds the number of tables.
 
-    **What it does.** Reports when step counters of ``frequency_aware_adagrad`` tables use tags of
-    their own so that there are more distinct tags than tables.
+    ## Why is this bad?
+    Older TensorFlow releases documented "number of unique tags <= number of tables"; current
+    comments dropped the bound because step counters are extra dynamic inputs, and nothing
+    enforces it. A long per-step list is usually a sign that step counters were given separate
+    tags although they all carry the same global step.
 
-    **Why is this bad.** Older TensorFlow releases documented "number of unique tags <= number of
-    tables"; current comments dropped the bound because step counters are extra dynamic inputs,
-    and nothing enforces it. A long per-step list is usually a sign that step counters were given
-    separate tags although they all carry the same global step.
+    ## Example
+    One `frequency_aware_adagrad` table with learning-rate tag 0 and
+    `step_counter { tag: 1 }`, another with learning-rate tag 0 and `step_counter { tag: 2 }`.
 
-    **Use instead.** Give every step counter the same tag (they all receive the global step).
+    ## Use instead
+    Give every step counter the same tag (they all receive the global step):
+    ```
+    step_counter { tag: 1 }
+    ```
+    in both tables.
+
+    Spec: validation-rules.md section 2.1
     """
     derived = ctx.derived
     if derived.k <= derived.num_tables:
@@ -193,15 +221,26 @@ def more_tags_than_tables(ctx: Context) -> Iterator[Diagnostic]:
 
 @rule("TAG004", "warning", "frequency-aware Adagrad step counter not set (counts as tag 0)")
 def step_counter_unset(ctx: Context) -> Iterator[Diagnostic]:
-    """A ``frequency_aware_adagrad`` table without ``step_counter``.
+    """## What it does
+    Reports a `frequency_aware_adagrad` message without `step_counter`.
 
-    **What it does.** Reports a ``frequency_aware_adagrad`` message without ``step_counter``.
+    ## Why is this bad?
+    TensorFlow's tag collection counts the unset step counter as tag 0, so position 0 of the
+    per-step list must then carry the global step count, which is easy to miss when position 0 is
+    also a learning rate.
 
-    **Why is this bad.** TensorFlow's tag collection counts the unset step counter as tag 0, so
-    position 0 of the per-step list must then carry the global step count, which is easy to miss
-    when position 0 is also a learning rate.
+    ## Example
+    ```
+    frequency_aware_adagrad { initial_accumulator_value: 0.1 }
+    ```
 
-    **Use instead.** ``frequency_aware_adagrad { step_counter { tag: N } }`` with an explicit tag.
+    ## Use instead
+    ```
+    frequency_aware_adagrad { initial_accumulator_value: 0.1 step_counter { tag: 1 } }
+    ```
+    with an explicit tag, and send the global step at that position.
+
+    Spec: validation-rules.md section 2.1
     """
     for use in ctx.derived.tag_uses:
         if use.kind == "step_counter" and not use.present:
@@ -216,14 +255,27 @@ def step_counter_unset(ctx: Context) -> Iterator[Diagnostic]:
 
 @rule("TAG005", "warning", "tag used both as a learning rate and a step counter")
 def shared_lr_and_step_tag(ctx: Context) -> Iterator[Diagnostic]:
-    """One tag value feeds a learning rate and a step counter.
+    """## What it does
+    Reports each step-counter use whose tag is also a learning-rate tag.
 
-    **What it does.** Reports each step-counter use whose tag is also a learning-rate tag.
+    ## Why is this bad?
+    Both inputs read the same scalar: the learning rate would equal the step count (or the step
+    counter the learning rate). Nothing in TensorFlow checks it.
 
-    **Why is this bad.** Both inputs read the same scalar: the learning rate would equal the step
-    count (or the step counter the learning rate). Nothing in TensorFlow checks it.
+    ## Example
+    ```
+    learning_rate { dynamic { tag: 0 } }
+    frequency_aware_adagrad { step_counter { tag: 0 } }
+    ```
 
-    **Use instead.** Give the step counter a tag of its own.
+    ## Use instead
+    ```
+    learning_rate { dynamic { tag: 0 } }
+    frequency_aware_adagrad { step_counter { tag: 1 } }
+    ```
+    The step counter gets a tag of its own.
+
+    Spec: validation-rules.md section 2.1
     """
     derived = ctx.derived
     lr_uses: dict[int, list[tuple[int, str]]] = {}
@@ -242,17 +294,24 @@ def shared_lr_and_step_tag(ctx: Context) -> Iterator[Diagnostic]:
 
 @rule("TAG006", "info", "tags that could be merged")
 def mergeable_tags(ctx: Context) -> Iterator[Diagnostic]:
-    """Several learning-rate tags whose tables have identical optimizer settings.
+    """## What it does
+    Groups tables with a dynamic learning rate by their `optimization_parameters` ignoring the tag
+    value, and reports each group that uses two or more distinct tags.
 
-    **What it does.** Groups tables with a dynamic learning rate by their
-    ``optimization_parameters``
-    ignoring the tag value, and reports each group that uses two or more distinct tags.
+    ## Why is this bad?
+    TensorFlow's proto comment notes that partitioning is better the fewer distinct tags there
+    are. Tables with the same optimizer probably follow the same schedule.
 
-    **Why is this bad.** TensorFlow's proto comment notes that partitioning is better the fewer
-    distinct tags there are. Tables with the same optimizer probably follow the same schedule.
+    ## Example
+    Two tables with identical `adagrad { }` settings, one with
+    `learning_rate { dynamic { tag: 0 } }` and the other with
+    `learning_rate { dynamic { tag: 1 } }`.
 
-    **Use instead.** If these schedules are equal, give the tables one tag (then renumber with
-    ``tpuemb validate --fix``).
+    ## Use instead
+    If these schedules are equal, give both tables `learning_rate { dynamic { tag: 0 } }` (then
+    renumber with `tpuemb validate --fix`).
+
+    Spec: validation-rules.md section 2.1
     """
     groups: dict[bytes, dict[int, list[TagUse]]] = {}
     for use in ctx.derived.tag_uses:
@@ -286,12 +345,24 @@ def mergeable_tags(ctx: Context) -> Iterator[Diagnostic]:
 
 @rule("TAG007", "info", "tag table (K, list order)", on_request=True)
 def tag_table(ctx: Context) -> Iterator[Diagnostic]:
-    """The tag table: K and which tables each position of the learning-rate list feeds.
+    """## What it does
+    States the tag table: K, the number of distinct dynamic tags, and which tables each position
+    of the learning-rate list feeds. On request only (`--select TAG007` or `--show-derived`).
 
-    On request only (``--select TAG007`` or ``--show-derived``). K is the number of distinct
-    dynamic tags; the training step must send a list of exactly K scalars, and position k is the
-    value for tag k: the learning rate of every table with ``dynamic { tag: k }`` and the step count
-    of every ``frequency_aware_adagrad`` table whose step counter uses tag k.
+    ## Why is this bad?
+    It is not wrong; it is what the training code must send. The training step must send a list of
+    exactly K scalars, and position k is the value for tag k: the learning rate of every table with
+    `dynamic { tag: k }` and the step count of every `frequency_aware_adagrad` table whose step
+    counter uses tag k.
+
+    ## Example
+    Table 'ads' with `learning_rate { dynamic { tag: 0 } }` and table 'video' with
+    `learning_rate { dynamic { tag: 1 } }`: K = 2, position 0 feeds 'ads' and position 1 'video'.
+
+    ## Use instead
+    Nothing to change; build the per-step list in this order.
+
+    Spec: validation-rules.md section 2.1
     """
     derived = ctx.derived
     if derived.k == 0:
@@ -323,17 +394,26 @@ def tag_table(ctx: Context) -> Iterator[Diagnostic]:
 
 @rule("TAG008", "error", "table without a learning rate")
 def no_learning_rate(ctx: Context) -> Iterator[Diagnostic]:
-    """A table whose optimizer uses a learning rate but has none.
+    """## What it does
+    Reports a table with an algorithm other than `assign` whose `learning_rate` is absent or sets
+    neither `constant` nor `dynamic`.
 
-    **What it does.** Reports a table with an algorithm other than ``assign`` whose
-    ``learning_rate``
-    is absent or sets neither ``constant`` nor ``dynamic``.
+    ## Why is this bad?
+    TensorFlow's Python API always writes a learning rate; what the runtime does without one is
+    undocumented.
 
-    **Why is this bad.** TensorFlow's Python API always writes a learning rate; what the runtime
-    does without one is undocumented.
+    ## Example
+    ```
+    optimization_parameters { adagrad { } }
+    ```
 
-    **Use instead.** ``learning_rate { constant: 0.01 }`` or
-    ``learning_rate { dynamic { tag: k } }``.
+    ## Use instead
+    ```
+    optimization_parameters { learning_rate { constant: 0.01 } adagrad { } }
+    ```
+    or `learning_rate { dynamic { tag: k } }` for a schedule.
+
+    Spec: validation-rules.md section 2.1
     """
     for i, table, path in ctx.tables():
         algorithm = ctx.derived.algorithms[i]

@@ -1,76 +1,64 @@
 """Per-row optimizer updates of the reference executor (spec ``optimizers.md`` sections 6, 11-14).
 
-Each optimizer is a pure NumPy function over a block of gathered rows,
+Each optimizer is a pure NumPy function over a block of gathered rows (see ``base``),
 
-    update(params, slots, grad, lr, hyper, ctx) -> (params, slots)
+    update(params, state, grad, lr, hyper, ctx) -> (params, state)
 
-registered under the ``OptimizationParameters.parameters`` oneof member name together with its
-slots (name and default initial value, in TensorFlow's state-variable order), its laziness and the
-spec's confidence label. ``params``, every slot and ``grad`` are float32 ``[n_rows, dim]``;
+registered with ``@register(name, state=..., hyper=...)`` under the ``OptimizationParameters
+.parameters`` oneof member name, next to the NamedTuples of its state (one field per slot) and of
+its bound hyper-parameters. Slot names and default values, laziness, the spec's confidence label
+and why an optimizer cannot be simulated all come from the algorithm table
+(``tpuemb_cfg.algorithms``). ``params``, every slot and ``grad`` are float32 ``[n_rows, dim]``;
 the caller has already de-duplicated, accumulated and clipped ``grad`` and applied weight decay
 to ``params`` (spec 6.1-6.2). Every update returns NEW arrays and never writes to its inputs.
 
-    >>> spec = get("adagrad")
-    >>> [slot.name for slot in spec.slots], spec.slots[0].initial(None)
-    (['accumulators'], 0.1)
+    >>> opt = get("adagrad")
+    >>> opt.state._fields, opt.slots[0].initial
+    (('accumulators',), 0.1)
+
+Adding an optimizer: its entry in the algorithm table, then one decorated update function (with
+its state and hyper NamedTuples) in the module of its family; optionally a fused kernel in
+``tpuemb_cfg.executor.engines.numba``.
 """
 
 from __future__ import annotations
 
-from . import adagrad, adam, frequency, ftrl, momentum, proximal, rmsprop, sgd
-from .base import OptimizerSpec, SlotSpec, UpdateContext, UpdateFn
+from ...algorithms import ALGORITHMS
+from . import adagrad, adam, frequency, ftrl, momentum, proximal, rmsprop, sgd  # noqa: F401
+from .base import REGISTRY, NoHyper, NoState, Optimizer, UpdateContext, UpdateFn, register
 
 __all__ = [
     "REGISTRY",
-    "UNSUPPORTED",
-    "OptimizerSpec",
-    "SlotSpec",
+    "NoHyper",
+    "NoState",
+    "Optimizer",
     "UpdateContext",
     "UpdateFn",
     "get",
+    "register",
+    "unsupported",
 ]
 
-REGISTRY: dict[str, OptimizerSpec] = {
-    spec.name: spec
-    for spec in (
-        *sgd.SPECS,
-        *adagrad.SPECS,
-        *ftrl.SPECS,
-        *adam.SPECS,
-        *momentum.SPECS,
-        *rmsprop.SPECS,
-        *proximal.SPECS,
-        *frequency.SPECS,
-    )
-}
 
-UNSUPPORTED: dict[str, str] = {
-    "mdl_adagrad_light": (
-        "TensorFlow publishes no update equations for MDL Adagrad Light (spec section 12.12)"
-    ),
-    "online_yogi": (
-        "TensorFlow publishes no update equations for Online Yogi; the proto only describes it "
-        "in prose (spec section 12.15)"
-    ),
-    "user_defined_program": (
-        "simulating a user-defined optimizer needs an XLA HLO interpreter, which the executor "
-        "does not have (spec section 12.18)"
-    ),
-}
+def unsupported(name: str) -> str | None:
+    """Why optimizer ``name`` cannot be simulated (the algorithm table's reason), or ``None``."""
+    algorithm = ALGORITHMS.get(name)
+    return algorithm.unsupported if algorithm is not None else None
 
 
-def get(name: str) -> OptimizerSpec:
+def get(name: str) -> Optimizer:
     """The registered optimizer for the proto oneof member ``name``.
 
     Raises ``ValueError`` (never ``KeyError``) naming the optimizer and why it cannot be simulated
-    when it is one of ``UNSUPPORTED``, or listing the known names when ``name`` is unknown.
+    when the algorithm table says so, or listing the known names when ``name`` is unknown.
     """
-    spec = REGISTRY.get(name)
-    if spec is not None:
-        return spec
-    if name in UNSUPPORTED:
+    optimizer = REGISTRY.get(name)
+    if optimizer is not None:
+        return optimizer
+    reason = unsupported(name)
+    if reason is not None:
         raise ValueError(
-            f"optimizer {name!r} cannot be simulated: {UNSUPPORTED[name]}; "
+            f"optimizer {name!r} cannot be simulated: {reason}; "
             f"choose another optimizer for this table or leave it out of the simulation"
         )
     if not name:
@@ -78,7 +66,8 @@ def get(name: str) -> OptimizerSpec:
             "the table has no optimizer (OptimizationParameters.parameters is unset); "
             f"set one of: {', '.join(sorted(REGISTRY))}"
         )
+    cannot = sorted(n for n, a in ALGORITHMS.items() if a.unsupported)
     raise ValueError(
         f"unknown optimizer {name!r}: expected one of {', '.join(sorted(REGISTRY))}"
-        f" (not simulatable: {', '.join(sorted(UNSUPPORTED))})"
+        f" (not simulatable: {', '.join(cannot)})"
     )

@@ -3,49 +3,67 @@ frequency_aware_adagrad (12.5)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from .base import OptimizerSpec, SlotSpec, UpdateContext, always_lazy, constant, f32, hyper_f32
+from .base import NoHyper, UpdateContext, f32, register
 
 
+class AdagradState(NamedTuple):
+    accumulators: np.ndarray
+
+
+@register("adagrad", state=AdagradState)
 def adagrad_update(
     params: np.ndarray,
-    slots: tuple[np.ndarray, ...],
+    state: AdagradState,
     grad: np.ndarray,
     lr: np.float32,
-    hyper: Any,
+    hyper: NoHyper,
     ctx: UpdateContext,
-) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+) -> tuple[np.ndarray, AdagradState]:
     """Adagrad (``adagrad``; TPU-OSS, CPU-KERNEL).
 
-    Slots: ``accumulators`` (default 0.1; must be > 0, there is no epsilon). ::
+    Slots: ``accumulators`` acc (default 0.1; must be > 0, there is no epsilon). ::
 
         acc = acc + G * G
         w   = w - lr * G / sqrt(acc)            (the new accumulator)
 
-    Returns new arrays ``(w, (acc,))``; the inputs are not modified.
+    Returns new arrays; the inputs are not modified.
     """
-    (acc,) = slots
     lr = f32(lr)
-    acc = acc + grad * grad
+    acc = state.accumulators + grad * grad
     w = params - lr * grad / np.sqrt(acc)
-    return w, (acc,)
+    return w, AdagradState(acc)
 
 
+class AdagradMomentumState(NamedTuple):
+    accumulators: np.ndarray
+    momenta: np.ndarray
+
+
+class AdagradMomentumHyper(NamedTuple):
+    momentum: np.float32
+    use_nesterov: bool
+    exponent: np.float32
+    beta2: np.float32
+    epsilon: np.float32
+
+
+@register("adagrad_momentum", state=AdagradMomentumState, hyper=AdagradMomentumHyper)
 def adagrad_momentum_update(
     params: np.ndarray,
-    slots: tuple[np.ndarray, ...],
+    state: AdagradMomentumState,
     grad: np.ndarray,
     lr: np.float32,
-    hyper: Any,
+    hyper: AdagradMomentumHyper,
     ctx: UpdateContext,
-) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+) -> tuple[np.ndarray, AdagradMomentumState]:
     """Adagrad with momentum (``adagrad_momentum``; TPU-OSS).
 
     Hyper-parameters: ``momentum`` mu, ``use_nesterov``, ``exponent`` k, ``beta2``, ``epsilon`` eps.
-    Slots: ``accumulators`` (default 0), ``momenta`` (default 0). ::
+    Slots: ``accumulators`` acc (default 0), ``momenta`` m (default 0). ::
 
         if beta2 == 1.0 (exact):  acc = acc + G * G
         else:                     acc = beta2 * acc + (1 - beta2) * G * G
@@ -55,41 +73,45 @@ def adagrad_momentum_update(
         w   = w - lr * m                          otherwise
 
     The preconditioned gradient ``s`` enters the momentum (TensorFlow's SparseCore builder and the
-    JAX lowering), not the bare preconditioner of the proto comment. Returns new arrays
-    ``(w, (acc, m))``; the inputs are not modified.
+    JAX lowering), not the bare preconditioner of the proto comment. Returns new arrays; the
+    inputs are not modified.
     """
-    acc, m = slots
     lr = f32(lr)
-    mu = hyper_f32(hyper, "momentum")
-    beta2 = hyper_f32(hyper, "beta2")
-    eps = hyper_f32(hyper, "epsilon")
-    k = hyper_f32(hyper, "exponent")
+    mu, beta2, eps, k = hyper.momentum, hyper.beta2, hyper.epsilon, hyper.exponent
     one = f32(1.0)
+    acc = state.accumulators
     if beta2 == one:
         acc = acc + grad * grad
     else:
         acc = beta2 * acc + (one - beta2) * grad * grad
     s = np.power(acc + eps, -(one / k)) * grad
-    m = mu * m + s
+    m = mu * state.momenta + s
     if hyper.use_nesterov:
         w = params - lr * (mu * m + s)
     else:
         w = params - lr * m
-    return w, (acc, m)
+    return w, AdagradMomentumState(acc, m)
 
 
+class BoundedAdagradHyper(NamedTuple):
+    update_accumulator_first: bool
+    max_var_update: np.float32
+    max_accumulator: np.float32
+
+
+@register("bounded_adagrad", state=AdagradState, hyper=BoundedAdagradHyper)
 def bounded_adagrad_update(
     params: np.ndarray,
-    slots: tuple[np.ndarray, ...],
+    state: AdagradState,
     grad: np.ndarray,
     lr: np.float32,
-    hyper: Any,
+    hyper: BoundedAdagradHyper,
     ctx: UpdateContext,
-) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+) -> tuple[np.ndarray, AdagradState]:
     """Bounded Adagrad (``bounded_adagrad``; RECON).
 
     Hyper-parameters: ``update_accumulator_first``, ``max_var_update``, ``max_accumulator``
-    (a bound <= 0 is disabled). Slots: ``accumulators`` (default 0.1). ::
+    (a bound <= 0 is disabled). Slots: ``accumulators`` acc (default 0.1). ::
 
         acc_new = acc + G * G
         if max_accumulator > 0:  acc_new = min(acc_new, max_accumulator)
@@ -99,13 +121,12 @@ def bounded_adagrad_update(
         w       = w - delta
         acc     = acc_new
 
-    ``max_var_update`` bounds the step, not the gradient. Returns new arrays ``(w, (acc,))``; the
-    inputs are not modified.
+    ``max_var_update`` bounds the step, not the gradient. Returns new arrays; the inputs are not
+    modified.
     """
-    (acc,) = slots
     lr = f32(lr)
-    max_accumulator = hyper_f32(hyper, "max_accumulator")
-    max_var_update = hyper_f32(hyper, "max_var_update")
+    max_accumulator, max_var_update = hyper.max_accumulator, hyper.max_var_update
+    acc = state.accumulators
     acc_new = acc + grad * grad
     if max_accumulator > 0:
         acc_new = np.minimum(acc_new, max_accumulator)
@@ -114,26 +135,55 @@ def bounded_adagrad_update(
     if max_var_update > 0:
         delta = np.minimum(np.maximum(delta, -max_var_update), max_var_update)
     w = params - delta
-    return w, (acc_new,)
+    return w, AdagradState(acc_new)
 
 
-def step_counter_tag(hyper: Any) -> int:
-    """The dynamic-input tag carrying the global step count (0 when ``step_counter`` is unset)."""
-    counter = getattr(hyper, "step_counter", None)
-    return int(getattr(counter, "tag", 0)) if counter is not None else 0
+class FrequencyAwareAdagradState(NamedTuple):
+    accumulators: np.ndarray
+    counters: np.ndarray
 
 
+class FrequencyAwareAdagradHyper(NamedTuple):
+    l1_regularization_strength: np.float32
+    l2_regularization_strength: np.float32
+    probability_exponent: np.float32
+    max_lr_multiplier: np.float32
+    accumulator_decay: np.float32
+    initial_accumulator_value: np.float32
+    step_counter_tag: int
+
+
+def _bind_frequency_aware(message: Any) -> FrequencyAwareAdagradHyper:
+    """The float fields, plus ``step_counter.tag`` (0 when ``step_counter`` is unset)."""
+    counter = getattr(message, "step_counter", None)
+    return FrequencyAwareAdagradHyper(
+        l1_regularization_strength=f32(message.l1_regularization_strength),
+        l2_regularization_strength=f32(message.l2_regularization_strength),
+        probability_exponent=f32(message.probability_exponent),
+        max_lr_multiplier=f32(message.max_lr_multiplier),
+        accumulator_decay=f32(message.accumulator_decay),
+        initial_accumulator_value=f32(message.initial_accumulator_value),
+        step_counter_tag=int(getattr(counter, "tag", 0)) if counter is not None else 0,
+    )
+
+
+@register(
+    "frequency_aware_adagrad",
+    state=FrequencyAwareAdagradState,
+    hyper=FrequencyAwareAdagradHyper,
+    bind=_bind_frequency_aware,
+)
 def frequency_aware_adagrad_update(
     params: np.ndarray,
-    slots: tuple[np.ndarray, ...],
+    state: FrequencyAwareAdagradState,
     grad: np.ndarray,
     lr: np.float32,
-    hyper: Any,
+    hyper: FrequencyAwareAdagradHyper,
     ctx: UpdateContext,
-) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+) -> tuple[np.ndarray, FrequencyAwareAdagradState]:
     """Frequency-aware Adagrad (``frequency_aware_adagrad``; RECON from a garbled proto comment).
 
-    Slots: ``accumulators`` (default ``initial_accumulator_value``), ``counters`` (default 0).
+    Slots: ``accumulators`` acc (default ``initial_accumulator_value``), ``counters`` (default 0).
     Input: ``n_global = ctx.dynamic_inputs[step_counter.tag]`` (tag 0 if unset). ::
 
         counter = counter + 1
@@ -145,12 +195,11 @@ def frequency_aware_adagrad_update(
         w       = w - lr * u
 
     ``counter`` is the row's update counter (every element of a row holds the same count).
-    Returns new arrays ``(w, (acc, counter))``; the inputs are not modified. Raises ``ValueError``
-    when the dynamic inputs have no element for the step-counter tag.
+    Returns new arrays; the inputs are not modified. Raises ``ValueError`` when the dynamic
+    inputs have no element for the step-counter tag.
     """
-    acc, counter = slots
     lr = f32(lr)
-    tag = step_counter_tag(hyper)
+    tag = hyper.step_counter_tag
     if not 0 <= tag < len(ctx.dynamic_inputs):
         raise ValueError(
             f"frequency_aware_adagrad reads the global step count from dynamic input "
@@ -158,58 +207,19 @@ def frequency_aware_adagrad_update(
             f"input(s); pass a learning-rate list with the step count at position {tag}"
         )
     n_global = f32(ctx.dynamic_inputs[tag])
-    decay = hyper_f32(hyper, "accumulator_decay")
-    floor = hyper_f32(hyper, "initial_accumulator_value")
-    exponent = hyper_f32(hyper, "probability_exponent")
-    max_multiplier = hyper_f32(hyper, "max_lr_multiplier")
-    l1 = hyper_f32(hyper, "l1_regularization_strength")
-    l2 = hyper_f32(hyper, "l2_regularization_strength")
-    counter = counter + f32(1.0)
-    acc = np.maximum(decay * acc + grad * grad, floor)
-    scale = np.minimum(np.power(n_global / counter, exponent), max_multiplier)
+    l1, l2 = hyper.l1_regularization_strength, hyper.l2_regularization_strength
+    counter = state.counters + f32(1.0)
+    acc = np.maximum(
+        hyper.accumulator_decay * state.accumulators + grad * grad,
+        hyper.initial_accumulator_value,
+    )
+    scale = np.minimum(
+        np.power(n_global / counter, hyper.probability_exponent), hyper.max_lr_multiplier
+    )
     u = grad * scale / np.sqrt(acc)
     if l1 > 0:
         u = u + l1 * np.sign(params)
     if l2 > 0:
         u = u + l2 * params
     w = params - lr * u
-    return w, (acc, counter)
-
-
-def _initial_accumulator_value(hyper: Any) -> float:
-    return float(hyper_f32(hyper, "initial_accumulator_value"))
-
-
-SPECS = (
-    OptimizerSpec(
-        name="adagrad",
-        slots=(SlotSpec("accumulators", constant(0.1)),),
-        update=adagrad_update,
-        lazy=always_lazy,
-        equations="TPU-OSS, CPU-KERNEL",
-    ),
-    OptimizerSpec(
-        name="adagrad_momentum",
-        slots=(SlotSpec("accumulators", constant(0.0)), SlotSpec("momenta", constant(0.0))),
-        update=adagrad_momentum_update,
-        lazy=always_lazy,
-        equations="TPU-OSS",
-    ),
-    OptimizerSpec(
-        name="bounded_adagrad",
-        slots=(SlotSpec("accumulators", constant(0.1)),),
-        update=bounded_adagrad_update,
-        lazy=always_lazy,
-        equations="RECON",
-    ),
-    OptimizerSpec(
-        name="frequency_aware_adagrad",
-        slots=(
-            SlotSpec("accumulators", _initial_accumulator_value),
-            SlotSpec("counters", constant(0.0)),
-        ),
-        update=frequency_aware_adagrad_update,
-        lazy=always_lazy,
-        equations="RECON",
-    ),
-)
+    return w, FrequencyAwareAdagradState(acc, counter)

@@ -1,33 +1,53 @@
-"""The types every optimizer module shares: slot declarations, the step context, the spec record.
+"""What every optimizer module shares: the step context, the registry record and ``register``.
 
-An optimizer is one pure function over a block of gathered rows (the optax ``update_fn`` shape,
-specialised to sparse rows) plus the declaration of its slots next to it. Gradient clipping,
-weight decay, laziness and weight clipping wrap the function in the executor (spec section 6);
-nothing here knows about them.
+An optimizer is one pure function over a block of gathered rows, in the shape of optax's
+``update_fn`` specialised to sparse rows::
 
-Numbers: every array is float32 and every hyper-parameter is read as a float32 scalar before it
-takes part in arithmetic, so each intermediate is rounded to float32 exactly as the spec's
-equations are written (spec "Numbers"). Each equation line is evaluated the way Python evaluates
-the same text, left to right (``a * G * G`` is ``(a * G) * G``).
+    update(params, state, grad, lr, hyper, ctx) -> (params, state)
+
+- ``params``: float32 ``[n, D]``, the rows being updated (after weight decay);
+- ``state``: the optimizer's NamedTuple of slots, one float32 ``[n, D]`` array per slot, its
+  fields named after the slots of the algorithm table (``tpuemb_cfg.algorithms``) in
+  TensorFlow's state-variable order;
+- ``grad``: float32 ``[n, D]``, de-duplicated, accumulated and clipped;
+- ``lr``: the float32 learning rate of the step;
+- ``hyper``: the optimizer's NamedTuple of hyper-parameters, already float32 (or bool/int):
+  ``bind(message)`` converts the proto sub-message ONCE, when the plan is built, so nothing in a
+  step reads protobuf;
+- ``ctx``: the step number and the dynamic inputs (``UpdateContext``).
+
+Gradient clipping, weight decay, laziness and weight clipping wrap the function in the executor
+(spec section 6, ``tpuemb_cfg.executor.pipeline``); nothing here knows about them. Slot names,
+default initial values, laziness and support come from the algorithm table, never from here.
+
+Numbers: every array is float32 and every hyper-parameter is a float32 scalar, so each
+intermediate is rounded to float32 exactly as the spec's equations are written (spec
+"Numbers"). Each equation line is evaluated the way Python evaluates the same text, left to
+right (``a * G * G`` is ``(a * G) * G``).
 """
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["OptimizerSpec", "SlotSpec", "UpdateContext", "UpdateFn", "f32", "hyper_f32"]
+from ...algorithms import ALGORITHMS, Algorithm, Slot
 
-
-@dataclass(frozen=True)
-class SlotSpec:
-    """One optimizer slot: its name in the spec (and in state files) and its default value."""
-
-    name: str
-    initial: Callable[[Any], float]
+__all__ = [
+    "REGISTRY",
+    "NoHyper",
+    "NoState",
+    "Optimizer",
+    "UpdateContext",
+    "UpdateFn",
+    "binder",
+    "f32",
+    "register",
+]
 
 
 @dataclass(frozen=True)
@@ -36,24 +56,20 @@ class UpdateContext:
 
     step: int
     dynamic_inputs: Sequence[float]
-    rows: np.ndarray | None = None
 
 
 UpdateFn = Callable[
-    [np.ndarray, tuple[np.ndarray, ...], np.ndarray, np.float32, Any, UpdateContext],
-    tuple[np.ndarray, tuple[np.ndarray, ...]],
+    [np.ndarray, Any, np.ndarray, np.float32, Any, UpdateContext],
+    tuple[np.ndarray, Any],
 ]
 
 
-@dataclass(frozen=True)
-class OptimizerSpec:
-    """A registered optimizer: proto oneof name, slots in state order, update, laziness, source."""
+class NoHyper(NamedTuple):
+    """The hyper-parameters of an optimizer that has none the update reads."""
 
-    name: str
-    slots: tuple[SlotSpec, ...]
-    update: UpdateFn
-    lazy: Callable[[Any], bool]
-    equations: str
+
+class NoState(NamedTuple):
+    """The state of an optimizer without slots."""
 
 
 def f32(value: Any) -> np.float32:
@@ -61,20 +77,75 @@ def f32(value: Any) -> np.float32:
     return np.float32(value)
 
 
-def hyper_f32(hyper: Any, field: str) -> np.float32:
-    """The float field ``field`` of the optimizer's proto sub-message, as a float32 scalar."""
-    return np.float32(getattr(hyper, field))
+_CONVERTERS: dict[Any, Callable[[Any], Any]] = {np.float32: f32, bool: bool, int: int}
 
 
-def constant(value: float) -> Callable[[Any], float]:
-    """A slot initialiser that ignores the hyper-parameters."""
+def binder(hyper: type) -> Callable[[Any], Any]:
+    """The default ``bind`` of the NamedTuple class ``hyper``: read each of its fields from the
+    proto sub-message by name, converting it to the field's annotated type (float32, bool, int).
+    """
+    hints = typing.get_type_hints(hyper)
+    fields: tuple[str, ...] = hyper._fields  # type: ignore[attr-defined]
+    converters = [(name, _CONVERTERS[hints[name]]) for name in fields]
 
-    def initial(hyper: Any) -> float:
-        return value
+    def bind(message: Any) -> Any:
+        return hyper(**{name: convert(getattr(message, name)) for name, convert in converters})
 
-    return initial
+    return bind
 
 
-def always_lazy(hyper: Any) -> bool:
-    """Laziness of every optimizer except non-lazy Adam/Lion: only touched rows update."""
-    return True
+@dataclass(frozen=True)
+class Optimizer:
+    """A registered optimizer: its update, state and hyper-parameter types, and ``bind``.
+
+    ``name`` is the ``OptimizationParameters.parameters`` oneof member; ``algorithm`` its entry
+    of the algorithm table (slots, laziness, the spec's confidence label).
+    """
+
+    name: str
+    update: UpdateFn
+    state: type
+    hyper: type
+    bind: Callable[[Any], Any]
+
+    @property
+    def algorithm(self) -> Algorithm:
+        return ALGORITHMS[self.name]
+
+    @property
+    def slots(self) -> tuple[Slot, ...]:
+        """The slots (name, default initial value) in TensorFlow's state-variable order."""
+        return self.algorithm.slots
+
+    @property
+    def equations(self) -> str:
+        return self.algorithm.equations
+
+    def lazy(self, message: Any) -> bool:
+        """Whether only touched rows update, from the proto sub-message (plan time only)."""
+        return self.algorithm.lazy(message)
+
+
+#: Every simulatable optimizer by oneof member name (filled by ``register``).
+REGISTRY: dict[str, Optimizer] = {}
+
+
+def register(
+    name: str,
+    *,
+    state: type = NoState,
+    hyper: type = NoHyper,
+    bind: Callable[[Any], Any] | None = None,
+) -> Callable[[UpdateFn], UpdateFn]:
+    """Register the decorated update function as optimizer ``name``.
+
+    ``state``: its NamedTuple of slots (fields: the algorithm table's slot names, in order);
+    ``hyper``: its NamedTuple of bound hyper-parameters; ``bind``: proto sub-message -> ``hyper``
+    (default: ``binder(hyper)``, field by field).
+    """
+
+    def decorate(update: UpdateFn) -> UpdateFn:
+        REGISTRY[name] = Optimizer(name, update, state, hyper, bind or binder(hyper))
+        return update
+
+    return decorate

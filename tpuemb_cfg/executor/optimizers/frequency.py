@@ -2,21 +2,32 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import NamedTuple
 
 import numpy as np
 
-from .base import OptimizerSpec, SlotSpec, UpdateContext, always_lazy, constant, f32, hyper_f32
+from .base import UpdateContext, f32, register
 
 
+class FrequencyEstimatorState(NamedTuple):
+    last_hit_step: np.ndarray
+
+
+class FrequencyEstimatorHyper(NamedTuple):
+    tau: np.float32
+    max_delta: np.float32
+    outlier_threshold: np.float32
+
+
+@register("frequency_estimator", state=FrequencyEstimatorState, hyper=FrequencyEstimatorHyper)
 def frequency_estimator_update(
     params: np.ndarray,
-    slots: tuple[np.ndarray, ...],
+    state: FrequencyEstimatorState,
     grad: np.ndarray,
     lr: np.float32,
-    hyper: Any,
+    hyper: FrequencyEstimatorHyper,
     ctx: UpdateContext,
-) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+) -> tuple[np.ndarray, FrequencyEstimatorState]:
     """Frequency estimator (``frequency_estimator``; PROTO).
 
     The table (width 1) holds D, the estimated number of global steps between two hits of the
@@ -31,29 +42,14 @@ def frequency_estimator_update(
         D       = D * (1 - tau) + cdelta * tau      elsewhere
         last_hit_step = n
 
-    ``weight_exponent`` is not used (the forward pass returns D itself). Returns new arrays
-    ``(D, (last_hit_step,))``; the inputs are not modified.
+    ``weight_exponent`` is not used (the forward pass returns D itself). Returns new arrays; the
+    inputs are not modified.
     """
-    (last_hit_step,) = slots
     n = f32(lr)
-    tau = hyper_f32(hyper, "tau")
-    max_delta = hyper_f32(hyper, "max_delta")
-    outlier_threshold = hyper_f32(hyper, "outlier_threshold")
+    tau, max_delta = hyper.tau, hyper.max_delta
     one = f32(1.0)
-    delta = n - last_hit_step
+    delta = n - state.last_hit_step
     cdelta = np.minimum(delta, max_delta)
-    outlier = delta >= outlier_threshold * params
+    outlier = delta >= hyper.outlier_threshold * params
     d = np.where(outlier, cdelta, params * (one - tau) + cdelta * tau)
-    last_hit_step = np.full_like(last_hit_step, n)
-    return d, (last_hit_step,)
-
-
-SPECS = (
-    OptimizerSpec(
-        name="frequency_estimator",
-        slots=(SlotSpec("last_hit_step", constant(0.0)),),
-        update=frequency_estimator_update,
-        lazy=always_lazy,
-        equations="PROTO",
-    ),
-)
+    return d, FrequencyEstimatorState(np.full_like(state.last_hit_step, n))

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import NamedTuple
 
 import numpy as np
 
-from .base import OptimizerSpec, SlotSpec, UpdateContext, always_lazy, constant, f32, hyper_f32
+from .base import UpdateContext, f32, register
 
 
 def _pow(x: np.ndarray, exponent: np.float32) -> np.ndarray:
@@ -20,18 +20,32 @@ def _pow(x: np.ndarray, exponent: np.float32) -> np.ndarray:
     return np.power(x, exponent)
 
 
+class FtrlState(NamedTuple):
+    accumulators: np.ndarray
+    linears: np.ndarray
+
+
+class FtrlHyper(NamedTuple):
+    l1: np.float32
+    l2: np.float32
+    lr_power: np.float32
+    beta: np.float32
+    multiply_linear_by_lr: bool
+
+
+@register("ftrl", state=FtrlState, hyper=FtrlHyper)
 def ftrl_update(
     params: np.ndarray,
-    slots: tuple[np.ndarray, ...],
+    state: FtrlState,
     grad: np.ndarray,
     lr: np.float32,
-    hyper: Any,
+    hyper: FtrlHyper,
     ctx: UpdateContext,
-) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+) -> tuple[np.ndarray, FtrlState]:
     """FTRL-Proximal (``ftrl``; TPU-OSS, CPU-KERNEL).
 
     Hyper-parameters: ``l1``, ``l2``, ``lr_power``, ``beta``, ``multiply_linear_by_lr`` (mlbl).
-    Slots: ``accumulators`` (default 0.1), ``linears`` (default 0). ::
+    Slots: ``accumulators`` acc (default 0.1), ``linears`` lin (default 0). ::
 
         acc_new = acc + G * G
         p_old   = pow(acc, -lr_power);   p_new = pow(acc_new, -lr_power);   dp = p_new - p_old
@@ -45,15 +59,13 @@ def ftrl_update(
     ``w`` on the right is the weight before this step (after decay). ``den`` is 0 only when
     acc_new = 0 and beta = l2 = 0; the weight is then 0 instead of NaN (executor's choice).
     A rate of 0 without mlbl divides by zero (validator OPT014) and gives inf/NaN here.
-    Returns new arrays ``(w, (acc, lin))``; the inputs are not modified.
+    Returns new arrays; the inputs are not modified.
     """
-    acc, lin = slots
     lr = f32(lr)
-    l1 = hyper_f32(hyper, "l1")
-    l2 = hyper_f32(hyper, "l2")
-    beta = hyper_f32(hyper, "beta")
-    exponent = -hyper_f32(hyper, "lr_power")
+    l1, l2, beta = hyper.l1, hyper.l2, hyper.beta
+    exponent = -hyper.lr_power
     two = f32(2.0)
+    acc, lin = state.accumulators, state.linears
     acc_new = acc + grad * grad
     p_old = _pow(acc, exponent)
     p_new = _pow(acc_new, exponent)
@@ -73,15 +85,4 @@ def ftrl_update(
     with np.errstate(divide="ignore", invalid="ignore"):
         w = num / den
     w = np.where(den == 0, f32(0.0), w).astype(np.float32, copy=False)
-    return w, (acc_new, lin)
-
-
-SPECS = (
-    OptimizerSpec(
-        name="ftrl",
-        slots=(SlotSpec("accumulators", constant(0.1)), SlotSpec("linears", constant(0.0))),
-        update=ftrl_update,
-        lazy=always_lazy,
-        equations="TPU-OSS, CPU-KERNEL",
-    ),
-)
+    return w, FtrlState(acc_new, lin)

@@ -2,50 +2,47 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import NamedTuple
 
 import numpy as np
 
-from .base import OptimizerSpec, SlotSpec, UpdateContext, always_lazy, constant, f32, hyper_f32
+from .base import UpdateContext, f32, register
 
 
+class MomentumState(NamedTuple):
+    momenta: np.ndarray
+
+
+class MomentumHyper(NamedTuple):
+    momentum: np.float32
+    use_nesterov: bool
+
+
+@register("momentum", state=MomentumState, hyper=MomentumHyper)
 def momentum_update(
     params: np.ndarray,
-    slots: tuple[np.ndarray, ...],
+    state: MomentumState,
     grad: np.ndarray,
     lr: np.float32,
-    hyper: Any,
+    hyper: MomentumHyper,
     ctx: UpdateContext,
-) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+) -> tuple[np.ndarray, MomentumState]:
     """Momentum (``momentum``; PROTO pointing at the kernel, CPU-KERNEL).
 
-    Hyper-parameters: ``momentum``, ``use_nesterov``. Slots: ``momenta`` (default 0). ::
+    Hyper-parameters: ``momentum``, ``use_nesterov``. Slots: ``momenta`` m (default 0). ::
 
         m = momentum * m + G
         w = w - lr * m                           (plain)
         w = w - (lr * G + lr * momentum * m)     (use_nesterov; the new m)
 
     The momentum is stored un-scaled (``ResourceSparseApplyMomentum``), so a changing dynamic rate
-    scales the whole accumulated step. Returns new arrays ``(w, (m,))``; the inputs are not
-    modified.
+    scales the whole accumulated step. Returns new arrays; the inputs are not modified.
     """
-    (m,) = slots
     lr = f32(lr)
-    mu = hyper_f32(hyper, "momentum")
-    m = mu * m + grad
+    mu = hyper.momentum
+    m = mu * state.momenta + grad
     if hyper.use_nesterov:
         w = params - (lr * grad + lr * mu * m)
     else:
         w = params - lr * m
-    return w, (m,)
-
-
-SPECS = (
-    OptimizerSpec(
-        name="momentum",
-        slots=(SlotSpec("momenta", constant(0.0)),),
-        update=momentum_update,
-        lazy=always_lazy,
-        equations="PROTO, CPU-KERNEL",
-    ),
-)
+    return w, MomentumState(m)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import NamedTuple
 
 import numpy as np
 
-from .base import OptimizerSpec, SlotSpec, UpdateContext, always_lazy, constant, f32, hyper_f32
+from .adagrad import AdagradState
+from .base import UpdateContext, f32, register
 
 
 def _soft_threshold(p: np.ndarray, threshold: np.ndarray) -> np.ndarray:
@@ -14,17 +15,23 @@ def _soft_threshold(p: np.ndarray, threshold: np.ndarray) -> np.ndarray:
     return np.sign(p) * np.maximum(np.abs(p) - threshold, f32(0.0))
 
 
+class ProximalAdagradHyper(NamedTuple):
+    l1: np.float32
+    l2: np.float32
+
+
+@register("proximal_adagrad", state=AdagradState, hyper=ProximalAdagradHyper)
 def proximal_adagrad_update(
     params: np.ndarray,
-    slots: tuple[np.ndarray, ...],
+    state: AdagradState,
     grad: np.ndarray,
     lr: np.float32,
-    hyper: Any,
+    hyper: ProximalAdagradHyper,
     ctx: UpdateContext,
-) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+) -> tuple[np.ndarray, AdagradState]:
     """Proximal Adagrad (``proximal_adagrad``; PROTO pointing at the kernel, CPU-KERNEL).
 
-    Hyper-parameters: ``l1``, ``l2``. Slots: ``accumulators`` (default 0.1). ::
+    Hyper-parameters: ``l1``, ``l2``. Slots: ``accumulators`` acc (default 0.1). ::
 
         acc = acc + G * G
         eta = lr / sqrt(acc)
@@ -32,35 +39,47 @@ def proximal_adagrad_update(
         w   = sign(p) * max(|p| - eta * l1, 0) / (1 + eta * l2)    if l1 > 0
         w   = p / (1 + eta * l2)                                   otherwise
 
-    Returns new arrays ``(w, (acc,))``; the inputs are not modified.
+    Returns new arrays; the inputs are not modified.
     """
-    (acc,) = slots
     lr = f32(lr)
-    l1 = hyper_f32(hyper, "l1")
-    l2 = hyper_f32(hyper, "l2")
+    l1, l2 = hyper.l1, hyper.l2
     one = f32(1.0)
-    acc = acc + grad * grad
+    acc = state.accumulators + grad * grad
     eta = lr / np.sqrt(acc)
     p = params - eta * grad
     if l1 > 0:
         w = _soft_threshold(p, eta * l1) / (one + eta * l2)
     else:
         w = p / (one + eta * l2)
-    return w, (acc,)
+    return w, AdagradState(acc)
 
 
+class ProximalYogiState(NamedTuple):
+    v: np.ndarray
+    m: np.ndarray
+
+
+class ProximalYogiHyper(NamedTuple):
+    l1: np.float32
+    l2: np.float32
+    beta1: np.float32
+    beta2: np.float32
+    epsilon: np.float32
+
+
+@register("proximal_yogi", state=ProximalYogiState, hyper=ProximalYogiHyper)
 def proximal_yogi_update(
     params: np.ndarray,
-    slots: tuple[np.ndarray, ...],
+    state: ProximalYogiState,
     grad: np.ndarray,
     lr: np.float32,
-    hyper: Any,
+    hyper: ProximalYogiHyper,
     ctx: UpdateContext,
-) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+) -> tuple[np.ndarray, ProximalYogiState]:
     """Proximal Yogi (``proximal_yogi``; RECON from TensorFlow Addons' Yogi).
 
     Hyper-parameters: ``l1``, ``l2``, ``beta1``, ``beta2``, ``epsilon``.
-    Slots: ``v`` (default 1e-6), ``m`` (default 0). ::
+    Slots: ``v`` (default 1e-6), ``m`` (default 0), in that state order. ::
 
         m   = beta1 * m + (1 - beta1) * G
         v   = v + (1 - beta2) * sign(G * G - v) * G * G
@@ -70,18 +89,13 @@ def proximal_yogi_update(
         w   = p / (1 + eta * l2)                                   elif l2 > 0
         w   = p                                                    otherwise
 
-    No bias correction; lazy momentum. Returns new arrays ``(w, (v, m))`` (slots in state order
-    ``v``, ``m``); the inputs are not modified.
+    No bias correction; lazy momentum. Returns new arrays; the inputs are not modified.
     """
-    v, m = slots
     lr = f32(lr)
-    l1 = hyper_f32(hyper, "l1")
-    l2 = hyper_f32(hyper, "l2")
-    beta1 = hyper_f32(hyper, "beta1")
-    beta2 = hyper_f32(hyper, "beta2")
-    eps = hyper_f32(hyper, "epsilon")
+    l1, l2, beta1, beta2, eps = hyper.l1, hyper.l2, hyper.beta1, hyper.beta2, hyper.epsilon
     one = f32(1.0)
-    m = beta1 * m + (one - beta1) * grad
+    v = state.v
+    m = beta1 * state.m + (one - beta1) * grad
     v = v + (one - beta2) * np.sign(grad * grad - v) * grad * grad
     eta = lr / (np.sqrt(v) + eps)
     p = params - eta * m
@@ -91,22 +105,4 @@ def proximal_yogi_update(
         w = p / (one + eta * l2)
     else:
         w = p
-    return w, (v, m)
-
-
-SPECS = (
-    OptimizerSpec(
-        name="proximal_adagrad",
-        slots=(SlotSpec("accumulators", constant(0.1)),),
-        update=proximal_adagrad_update,
-        lazy=always_lazy,
-        equations="PROTO, CPU-KERNEL",
-    ),
-    OptimizerSpec(
-        name="proximal_yogi",
-        slots=(SlotSpec("v", constant(1e-6)), SlotSpec("m", constant(0.0))),
-        update=proximal_yogi_update,
-        lazy=always_lazy,
-        equations="RECON",
-    ),
-)
+    return w, ProximalYogiState(v, m)

@@ -3,21 +3,33 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import NamedTuple
 
 import numpy as np
 
-from .base import OptimizerSpec, SlotSpec, UpdateContext, always_lazy, constant, f32, hyper_f32
+from .base import UpdateContext, f32, register
 
 
+class RmsPropState(NamedTuple):
+    ms: np.ndarray
+    mom: np.ndarray
+
+
+class RmsPropHyper(NamedTuple):
+    rho: np.float32
+    momentum: np.float32
+    epsilon: np.float32
+
+
+@register("rms_prop", state=RmsPropState, hyper=RmsPropHyper)
 def rms_prop_update(
     params: np.ndarray,
-    slots: tuple[np.ndarray, ...],
+    state: RmsPropState,
     grad: np.ndarray,
     lr: np.float32,
-    hyper: Any,
+    hyper: RmsPropHyper,
     ctx: UpdateContext,
-) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+) -> tuple[np.ndarray, RmsPropState]:
     """RMSProp (``rms_prop``; PROTO pointing at the kernel, CPU-KERNEL).
 
     Hyper-parameters: ``rho``, ``momentum``, ``epsilon``. Slots: ``ms`` (default 0), ``mom``
@@ -27,28 +39,32 @@ def rms_prop_update(
         mom = momentum * mom + lr * G / sqrt(ms + epsilon)     (epsilon inside the root)
         w   = w - mom
 
-    Returns new arrays ``(w, (ms, mom))``; the inputs are not modified.
+    Returns new arrays; the inputs are not modified.
     """
-    ms, mom = slots
     lr = f32(lr)
-    rho = hyper_f32(hyper, "rho")
-    mu = hyper_f32(hyper, "momentum")
-    eps = hyper_f32(hyper, "epsilon")
+    rho, mu, eps = hyper.rho, hyper.momentum, hyper.epsilon
     one = f32(1.0)
-    ms = rho * ms + (one - rho) * grad * grad
-    mom = mu * mom + lr * grad / np.sqrt(ms + eps)
+    ms = rho * state.ms + (one - rho) * grad * grad
+    mom = mu * state.mom + lr * grad / np.sqrt(ms + eps)
     w = params - mom
-    return w, (ms, mom)
+    return w, RmsPropState(ms, mom)
 
 
+class CenteredRmsPropState(NamedTuple):
+    ms: np.ndarray
+    mom: np.ndarray
+    mg: np.ndarray
+
+
+@register("centered_rms_prop", state=CenteredRmsPropState, hyper=RmsPropHyper)
 def centered_rms_prop_update(
     params: np.ndarray,
-    slots: tuple[np.ndarray, ...],
+    state: CenteredRmsPropState,
     grad: np.ndarray,
     lr: np.float32,
-    hyper: Any,
+    hyper: RmsPropHyper,
     ctx: UpdateContext,
-) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+) -> tuple[np.ndarray, CenteredRmsPropState]:
     """Centered RMSProp (``centered_rms_prop``; PROTO pointing at the kernel, CPU-KERNEL).
 
     Hyper-parameters: ``rho``, ``momentum``, ``epsilon``. Slots: ``ms`` (default 0), ``mom``
@@ -59,77 +75,55 @@ def centered_rms_prop_update(
         mom = momentum * mom + lr * G / sqrt(ms - mg * mg + epsilon)
         w   = w - mom
 
-    Returns new arrays ``(w, (ms, mom, mg))``; the inputs are not modified.
+    Returns new arrays; the inputs are not modified.
     """
-    ms, mom, mg = slots
     lr = f32(lr)
-    rho = hyper_f32(hyper, "rho")
-    mu = hyper_f32(hyper, "momentum")
-    eps = hyper_f32(hyper, "epsilon")
+    rho, mu, eps = hyper.rho, hyper.momentum, hyper.epsilon
     one = f32(1.0)
-    mg = rho * mg + (one - rho) * grad
-    ms = rho * ms + (one - rho) * grad * grad
-    mom = mu * mom + lr * grad / np.sqrt(ms - mg * mg + eps)
+    mg = rho * state.mg + (one - rho) * grad
+    ms = rho * state.ms + (one - rho) * grad * grad
+    mom = mu * state.mom + lr * grad / np.sqrt(ms - mg * mg + eps)
     w = params - mom
-    return w, (ms, mom, mg)
+    return w, CenteredRmsPropState(ms, mom, mg)
 
 
+class AdadeltaState(NamedTuple):
+    accumulators: np.ndarray
+    updates: np.ndarray
+
+
+class AdadeltaHyper(NamedTuple):
+    rho: np.float32
+    epsilon: np.float32
+
+
+@register("adadelta", state=AdadeltaState, hyper=AdadeltaHyper)
 def adadelta_update(
     params: np.ndarray,
-    slots: tuple[np.ndarray, ...],
+    state: AdadeltaState,
     grad: np.ndarray,
     lr: np.float32,
-    hyper: Any,
+    hyper: AdadeltaHyper,
     ctx: UpdateContext,
-) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+) -> tuple[np.ndarray, AdadeltaState]:
     """Adadelta (``adadelta``; PROTO pointing at the kernel, CPU-KERNEL).
 
-    Hyper-parameters: ``rho``, ``epsilon``. Slots: ``accumulators`` (default 0), ``updates``
-    (default 0). ::
+    Hyper-parameters: ``rho``, ``epsilon``. Slots: ``accumulators`` acc (default 0), ``updates``
+    upd (default 0). ::
 
         acc = rho * acc + (1 - rho) * G * G
         u   = sqrt(upd + epsilon) / sqrt(acc + epsilon) * G     (the old upd, the new acc)
         w   = w - lr * u                                        (lr is usually 1.0)
         upd = rho * upd + (1 - rho) * u * u
 
-    Returns new arrays ``(w, (acc, upd))``; the inputs are not modified.
+    Returns new arrays; the inputs are not modified.
     """
-    acc, upd = slots
     lr = f32(lr)
-    rho = hyper_f32(hyper, "rho")
-    eps = hyper_f32(hyper, "epsilon")
+    rho, eps = hyper.rho, hyper.epsilon
     one = f32(1.0)
-    acc = rho * acc + (one - rho) * grad * grad
+    upd = state.updates
+    acc = rho * state.accumulators + (one - rho) * grad * grad
     u = np.sqrt(upd + eps) / np.sqrt(acc + eps) * grad
     w = params - lr * u
     upd = rho * upd + (one - rho) * u * u
-    return w, (acc, upd)
-
-
-SPECS = (
-    OptimizerSpec(
-        name="rms_prop",
-        slots=(SlotSpec("ms", constant(0.0)), SlotSpec("mom", constant(0.0))),
-        update=rms_prop_update,
-        lazy=always_lazy,
-        equations="PROTO, CPU-KERNEL",
-    ),
-    OptimizerSpec(
-        name="centered_rms_prop",
-        slots=(
-            SlotSpec("ms", constant(0.0)),
-            SlotSpec("mom", constant(0.0)),
-            SlotSpec("mg", constant(0.0)),
-        ),
-        update=centered_rms_prop_update,
-        lazy=always_lazy,
-        equations="PROTO, CPU-KERNEL",
-    ),
-    OptimizerSpec(
-        name="adadelta",
-        slots=(SlotSpec("accumulators", constant(0.0)), SlotSpec("updates", constant(0.0))),
-        update=adadelta_update,
-        lazy=always_lazy,
-        equations="PROTO, CPU-KERNEL",
-    ),
-)
+    return w, AdadeltaState(acc, upd)

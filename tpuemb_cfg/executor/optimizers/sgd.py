@@ -2,40 +2,40 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
-from .base import OptimizerSpec, UpdateContext, always_lazy, f32
+from .base import NoHyper, NoState, UpdateContext, f32, register
 
 
+@register("stochastic_gradient_descent")
 def sgd_update(
     params: np.ndarray,
-    slots: tuple[np.ndarray, ...],
+    state: NoState,
     grad: np.ndarray,
     lr: np.float32,
-    hyper: Any,
+    hyper: NoHyper,
     ctx: UpdateContext,
-) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+) -> tuple[np.ndarray, NoState]:
     """Stochastic gradient descent (``stochastic_gradient_descent``; TPU-OSS, CPU-KERNEL).
 
     Slots: none. ::
 
         w = w - lr * G
 
-    Returns a new parameter array and the empty slot tuple; the inputs are not modified.
+    Returns a new parameter array and the empty state; the inputs are not modified.
     """
-    return params - f32(lr) * grad, ()
+    return params - f32(lr) * grad, NoState()
 
 
+@register("assign")
 def assign_update(
     params: np.ndarray,
-    slots: tuple[np.ndarray, ...],
+    state: NoState,
     grad: np.ndarray,
     lr: np.float32,
-    hyper: Any,
+    hyper: NoHyper,
     ctx: UpdateContext,
-) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+) -> tuple[np.ndarray, NoState]:
     """Assign (``assign``; PROTO): the row becomes its de-duplicated gradient.
 
     Slots: none. ::
@@ -43,24 +43,6 @@ def assign_update(
         w = G
 
     ``G`` is the summed gradient of the partial; the learning rate is not used. Returns a copy of
-    ``grad`` (float32) and the empty slot tuple; the inputs are not modified.
+    ``grad`` (float32) and the empty state; the inputs are not modified.
     """
-    return np.array(grad, dtype=np.float32, copy=True), ()
-
-
-SPECS = (
-    OptimizerSpec(
-        name="stochastic_gradient_descent",
-        slots=(),
-        update=sgd_update,
-        lazy=always_lazy,
-        equations="TPU-OSS, CPU-KERNEL",
-    ),
-    OptimizerSpec(
-        name="assign",
-        slots=(),
-        update=assign_update,
-        lazy=always_lazy,
-        equations="PROTO",
-    ),
-)
+    return np.array(grad, dtype=np.float32, copy=True), NoState()

@@ -9,7 +9,6 @@ round-trip form (``0.1``, not ``0.10000000149011612``).
 
 from __future__ import annotations
 
-import os
 import struct
 from typing import TYPE_CHECKING, Any
 
@@ -123,6 +122,7 @@ def summarize(config: TPUEmbeddingConfiguration | Any) -> dict[str, Any]:
     names = [td.name for td in config.table_descriptor]
     shapes = dict(d.activation_shapes)
     features: list[dict[str, Any]] = []
+    left_out: list[dict[str, Any]] = []
     if d.style == "feature":
         for j, fd in enumerate(config.feature_descriptor):
             in_range = 0 <= fd.table_id < len(names)
@@ -135,6 +135,24 @@ def summarize(config: TPUEmbeddingConfiguration | Any) -> dict[str, Any]:
                 "input_shape": list(fd.input_shape),
                 "activation_shape": list(shape) if shape is not None else None,
             })
+            reason = _left_out_reason(fd, len(names))
+            if reason is not None:
+                left_out.append({"index": j, "reason": reason})
+        feature_count = len(features)
+    else:
+        # TensorFlow's own conversion: one feature of [B * num_features] per table.
+        for f in d.features:
+            shape = shapes.get(f"table_descriptor[{f.table_id}]")
+            features.append({
+                "index": None,
+                "name": "",
+                "table_id": f.table_id,
+                "table": names[f.table_id],
+                "num_features": config.table_descriptor[f.table_id].num_features,
+                "input_shape": list(f.input_shape),
+                "activation_shape": list(shape) if shape is not None else None,
+            })
+        feature_count = sum(max(n, 0) for n in d.num_features)
 
     tags = [
         {
@@ -158,6 +176,8 @@ def summarize(config: TPUEmbeddingConfiguration | Any) -> dict[str, Any]:
     known = [s for s in d.table_sizes if s is not None]
     return {
         "style": d.style,
+        "feature_count": feature_count,
+        "left_out_features": left_out,
         "mode": _MODES.get(config.mode, str(config.mode)),
         "num_hosts": config.num_hosts,
         "num_tensor_cores": config.num_tensor_cores,
@@ -177,6 +197,18 @@ def summarize(config: TPUEmbeddingConfiguration | Any) -> dict[str, Any]:
         "total_bytes": sum(s.logical_bytes for s in known),
         "total_bytes_estimate": sum(s.estimate_bytes for s in known),
     }
+
+
+def _left_out_reason(fd: Any, num_tables: int) -> str | None:
+    """Why a feature descriptor does not count towards the derived batch size (section 1.2)."""
+    if not 0 <= fd.table_id < num_tables:
+        return f"table_id {fd.table_id} is out of range ({num_tables} table(s))"
+    if not fd.input_shape:
+        return "input_shape is empty"
+    bad = [d for d in fd.input_shape if d <= 0]
+    if bad:
+        return f"input_shape {list(fd.input_shape)} has a dimension <= 0"
+    return None
 
 
 # -- text ----------------------------------------------------------------------------------------
@@ -229,8 +261,9 @@ def format_summary(summary: dict[str, Any], title: str = "") -> str:
     s = summary
     lines: list[str] = []
     head = f"{title}: " if title else ""
+    count = s["feature_count"]
     lines.append(
-        f"{head}{len(s['tables'])} tables, {len(s['features'])} features, "
+        f"{head}{len(s['tables'])} tables, {count} feature{'' if count == 1 else 's'}, "
         f"{s['num_hosts']} hosts, {s['num_tensor_cores']} tensor cores, mode {s['mode']}, "
         f"sharding {s['sharding_strategy']}"
         + (", pipelined" if s["pipeline_execution_with_tensor_core"] else "")
@@ -242,6 +275,11 @@ def format_summary(summary: dict[str, Any], title: str = "") -> str:
         + (" (derived from the features)" if s["style"] == "feature" else " (legacy style)")
         + f"; K = {s['num_dynamic_learning_rates']} dynamic learning rate(s)"
     )
+    for skipped in s["left_out_features"]:
+        lines.append(
+            f"note: feature_descriptor[{skipped['index']}] is left out of the derived batch size "
+            f"and feature counts: {skipped['reason']}"
+        )
     lines.append("")
     lines.append("tables:")
     rows = []
@@ -271,7 +309,19 @@ def format_summary(summary: dict[str, Any], title: str = "") -> str:
     lines += _table(rows, ["#", "name", "vocab", "dim", "optimizer", "learning rate",
                            "weight clip", "gradient clip", "decay", "accumulation", "slots",
                            "bytes"])
-    if s["features"]:
+    if s["features"] and s["style"] == "legacy":
+        lines.append("")
+        lines.append(
+            "features (legacy style: TensorFlow turns each table's num_features into one "
+            "feature of [batch size * num_features]):"
+        )
+        lrows = [
+            [str(f["table_id"]), f["table"], str(f["num_features"]), str(f["input_shape"]),
+             str(f["activation_shape"]) if f["activation_shape"] is not None else "-"]
+            for f in s["features"]
+        ]
+        lines += _table(lrows, ["table", "name", "num_features", "input shape", "activations"])
+    elif s["features"]:
         lines.append("")
         lines.append("features:")
         frows = [
@@ -314,51 +364,23 @@ def format_summary(summary: dict[str, Any], title: str = "") -> str:
         f"  all tables: {human_bytes(s['total_bytes'])} "
         f"(estimate {human_bytes(s['total_bytes_estimate'])})"
     )
-    for h in s["hosts"]:
-        which = f"host {h['first']}" if h["first"] == h["last"] else (
-            f"hosts {h['first']}-{h['last']}"
-        )
-        lines.append(
-            f"  {which}: {human_bytes(h['bytes'])} (estimate {human_bytes(h['bytes_estimate'])})"
-            + (" each" if h["first"] != h["last"] else "")
-        )
+    for first, last, text in _host_lines(s["hosts"]):
+        which = f"host {first}" if first == last else f"hosts {first}-{last}"
+        lines.append(f"  {which}: {text}" + (" each" if first != last else ""))
     return "\n".join(lines) + "\n"
 
 
-# -- compile: the tag table of a compiled spec ---------------------------------------------------
+def _host_lines(hosts: list[dict[str, Any]]) -> list[tuple[int, int, str]]:
+    """One line per run of consecutive hosts whose rounded sizes read the same.
 
-
-def describe_callable(fn: Any) -> str:
-    """A short, stable description of a dynamic learning rate for tag tables.
-
-    A :class:`~tpuemb_cfg.embedding.schedules.Schedule` shows its name and formula; a function or
-    bound method its qualified name and where it is defined (file name and line).
+    Hosts differ by the odd row of each table (``V mod N``), often by a few KiB: printed at
+    0.1 precision, such ranges would repeat the same line. The JSON keeps the exact ranges.
     """
-    from tpuemb_cfg.embedding.schedules import Schedule
-
-    if isinstance(fn, Schedule):
-        return f"{fn.name} = {fn.describe()}"
-    name = getattr(fn, "__qualname__", None) or type(fn).__qualname__
-    code = getattr(fn, "__code__", None)
-    if code is not None:
-        return f"{name} ({os.path.basename(code.co_filename)}:{code.co_firstlineno})"
-    return f"{name} object"
-
-
-def tag_table_lines(compiled: Any) -> list[str]:
-    """``tag k -> tables a, b -> schedule`` for every dynamic input of a compiled spec."""
-    if not compiled.dynamic_learning_rates:
-        return ["dynamic learning rates: none (every table has a constant learning rate)"]
-    k = len(compiled.dynamic_learning_rates)
-    lines = [
-        f"dynamic learning rates: {k} (send [lr() for lr in dynamic_learning_rates] every step; "
-        f"position k feeds tag k)"
-    ]
-    for tag, (fn, uses) in enumerate(
-        zip(compiled.dynamic_learning_rates, compiled.tag_uses, strict=True)
-    ):
-        tables = ", ".join(
-            u.table + (" (step counter)" if u.argument == "step_counter" else "") for u in uses
-        )
-        lines.append(f"  tag {tag} -> {tables} -> {describe_callable(fn)}")
-    return lines
+    out: list[tuple[int, int, str]] = []
+    for h in hosts:
+        text = f"{human_bytes(h['bytes'])} (estimate {human_bytes(h['bytes_estimate'])})"
+        if out and out[-1][2] == text and out[-1][1] + 1 == h["first"]:
+            out[-1] = (out[-1][0], h["last"], text)
+        else:
+            out.append((h["first"], h["last"], text))
+    return out

@@ -7,93 +7,26 @@ A run is reproducible from two files, the configuration and the spec
 
 :func:`load_spec` reads and checks a spec (text, binary or JSON, by extension) and returns a
 :class:`LoadedSpec`: ``options`` maps the command's option names to the values the spec sets
-(paths resolved relative to the spec file) and ``schedules`` holds the learning-rate schedules.
-The command installs ``options`` as click's ``default_map``, so an option given on the command
-line overrides the spec field by field and a field the spec leaves out takes the command default.
-
-:class:`ScheduledRun` is the synthetic run with the schedules applied: for a scheduled tag the
-value of the schedule at the global step replaces the run's default value.
+(paths resolved relative to the spec file) and ``schedules`` holds the learning-rate schedules
+(:mod:`.schedules`). The command makes ``options`` the defaults of its options, so an option given
+on the command line overrides the spec field by field and a field the spec leaves out takes the
+command default.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import os
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from .errors import InputError, UsageError
-from .executor.synthetic import SyntheticRun
+from ..errors import InputError
+from .schedules import Schedule
 
 if TYPE_CHECKING:
-    import click
+    from ..proto.simulation_pb2 import SimulationSpec
 
-    from .proto.simulation_pb2 import SimulationSpec
-
-__all__ = [
-    "SPEC_KEY",
-    "LoadedSpec",
-    "Schedule",
-    "ScheduledRun",
-    "check_schedule_tags",
-    "load_spec",
-    "spec_callback",
-]
-
-SPEC_KEY = "tpuemb_cfg.simspec"
-"""Where :func:`spec_callback` leaves the :class:`LoadedSpec` in ``click.Context.meta``."""
-
-ScheduleKind = Literal["constant", "exponential_decay", "piecewise_constant"]
-
-
-@dataclass(frozen=True)
-class Schedule:
-    """The learning rate of one dynamic tag as a function of the global step ``g``.
-
-    - ``constant``: ``values[0]``;
-    - ``exponential_decay``: ``initial * rate ^ (g / decay_steps)`` (``floor`` of the exponent
-      with ``staircase``), computed in float32 like TensorFlow's ``ExponentialDecay``;
-    - ``piecewise_constant``: ``values[i]`` for ``boundaries[i-1] <= g < boundaries[i]``.
-    """
-
-    tag: int
-    kind: ScheduleKind
-    values: tuple[float, ...] = ()
-    boundaries: tuple[int, ...] = ()
-    decay_steps: int = 1
-    decay_rate: float = 1.0
-    staircase: bool = False
-
-    def __call__(self, step: int) -> np.float32:
-        f32 = np.float32
-        if self.kind == "constant":
-            return f32(self.values[0])
-        if self.kind == "exponential_decay":
-            if self.staircase:
-                exponent = f32(step // self.decay_steps)
-            else:
-                exponent = f32(step) / f32(self.decay_steps)
-            return f32(f32(self.values[0]) * f32(self.decay_rate) ** exponent)
-        position = sum(1 for boundary in self.boundaries if step >= boundary)
-        return f32(self.values[position])
-
-    def describe(self) -> str:
-        """One line for summaries: ``tag 0: exponential_decay(0.1, rate 0.5 every 10 steps)``."""
-        if self.kind == "constant":
-            return f"tag {self.tag}: constant {self.values[0]:g}"
-        if self.kind == "exponential_decay":
-            stair = ", staircase" if self.staircase else ""
-            return (f"tag {self.tag}: exponential_decay({self.values[0]:g}, rate "
-                    f"{self.decay_rate:g} every {self.decay_steps} steps{stair})")
-        pieces = [f"{self.values[0]:g}"]
-        for boundary, value in zip(self.boundaries, self.values[1:], strict=True):
-            pieces.append(f"from {boundary}: {value:g}")
-        return f"tag {self.tag}: piecewise_constant({', '.join(pieces)})"
+__all__ = ["LoadedSpec", "load_spec"]
 
 
 @dataclass(frozen=True)
@@ -117,9 +50,9 @@ def load_spec(path: str | os.PathLike[str]) -> LoadedSpec:
     Relative paths in the spec (``out_dir``, the replay files) are resolved against the spec
     file's folder, so the spec works from any working directory.
     """
-    from .io import read_source
-    from .locations import scan_locations
-    from .proto.simulation_pb2 import SimulationSpec
+    from ..io import read_source
+    from ..locations import scan_locations
+    from ..proto.simulation_pb2 import SimulationSpec
 
     source = read_source(path, message_type=SimulationSpec)
     spec: SimulationSpec = source.message
@@ -188,11 +121,16 @@ def load_spec(path: str | os.PathLike[str]) -> LoadedSpec:
 
 
 def _worker_options(spec: SimulationSpec, fail: Any) -> dict[str, Any]:
+    from .multiworker import MAX_WORKERS
+
     workers = spec.workers
     options: dict[str, Any] = {}
     if workers.HasField("count"):
         if workers.count < 1:
             raise fail("workers.count", f"{workers.count} found, expected at least 1")
+        if workers.count > MAX_WORKERS:
+            raise fail("workers.count", f"{workers.count} found, expected at most {MAX_WORKERS} "
+                       "(each worker's gradients are computed in turn on this CPU)")
         options["workers"] = int(workers.count)
     if workers.HasField("replicas_to_aggregate"):
         if workers.replicas_to_aggregate < 1:
@@ -200,6 +138,10 @@ def _worker_options(spec: SimulationSpec, fail: Any) -> dict[str, Any]:
                        f"{workers.replicas_to_aggregate} found, expected at least 1")
         options["replicas_to_aggregate"] = int(workers.replicas_to_aggregate)
     if workers.HasField("max_staleness"):
+        if workers.max_staleness < 0:
+            raise fail("workers.max_staleness",
+                       f"{workers.max_staleness} found, expected 0 or more (a negative "
+                       "max_staleness drops every gradient)")
         options["max_staleness"] = int(workers.max_staleness)
     if workers.HasField("init_tokens"):
         options["init_tokens"] = int(workers.init_tokens)
@@ -267,55 +209,3 @@ def _schedule(item: Any, where: str, fail: Any) -> Schedule:
 def _finite(value: float, where: str, fail: Any) -> None:
     if not math.isfinite(value):
         raise fail(where, f"{value} found, expected a finite number")
-
-
-def spec_callback(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
-    """The ``--spec`` option's callback: load the spec, make its values the option defaults.
-
-    The option must be eager, so that it runs before the options it provides defaults for.
-    """
-    if value is None:
-        return
-    loaded = load_spec(value)
-    ctx.default_map = {**(ctx.default_map or {}), **loaded.options}
-    ctx.meta[SPEC_KEY] = loaded
-
-
-def check_schedule_tags(schedules: Sequence[Schedule],
-                        num_learning_rates: int, source: str | None = None) -> None:
-    """Refuse (``UsageError``) a schedule for a tag the configuration does not have."""
-    for schedule in schedules:
-        if schedule.tag >= num_learning_rates:
-            where = f"{source}: " if source else ""
-            have = (f"tags 0..{num_learning_rates - 1}" if num_learning_rates
-                    else "no dynamic learning rate")
-            raise UsageError(
-                f"{where}learning_rate_schedule for tag {schedule.tag}, but the configuration "
-                f"has {have}; remove the schedule or fix its tag"
-            )
-
-
-class ScheduledRun(SyntheticRun):
-    """A ``SyntheticRun`` (same keyword arguments) whose scheduled tags follow ``schedules``.
-
-    The value of a schedule at step ``g`` replaces the run's default value for its tag (no Adam
-    bias correction is added). The schedules enter the run's fingerprint, so ``--resume``
-    refuses a checkpoint written with other schedules. Raises ``UsageError`` for a schedule of a
-    tag the configuration lacks (``spec_path`` names the spec in that message).
-    """
-
-    def __init__(self, config: Any, *, schedules: Sequence[Schedule] = (),
-                 spec_path: str | None = None, **kwargs: Any) -> None:
-        super().__init__(config, **kwargs)
-        check_schedule_tags(schedules, self.plan.num_learning_rates, spec_path)
-        self.schedules = tuple(schedules)
-        if self.schedules:
-            described = json.dumps([s.describe() for s in self.schedules])
-            self.fingerprint = hashlib.sha256(
-                (self.fingerprint + described).encode()).hexdigest()
-
-    def learning_rates(self, step: int) -> np.ndarray:
-        rates = super().learning_rates(step)
-        for schedule in self.schedules:
-            rates[schedule.tag] = schedule(step)
-        return rates

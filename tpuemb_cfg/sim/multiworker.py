@@ -6,17 +6,20 @@ and compute gradients against the tables as they are when they start; the gradie
 chief later, and the chief decides what to apply:
 
 - **Synchronous replicas** (default; TensorFlow's ``SyncReplicasOptimizer``, modelled by
-  :class:`~tpuemb_cfg.workers.SyncReplicas`): every table has a ``SparseConditionalAccumulator``.
-  A worker's gradient carries its ``local_step`` (the token it last dequeued, or the initial
-  global step); the accumulator drops it when ``local_step`` is behind the accumulator's clock.
-  When every table holds R fresh gradients the chief takes them (per-row MEAN: a row is divided by
-  the number of gradients that touched it), applies the result with the table's optimizer,
-  advances the global step and enqueues ``max(N, R)`` tokens. A worker dequeues a token after
-  each gradient and waits when the queue is empty.
+  :class:`~tpuemb_cfg.sim.staleness.SyncReplicas`): every table has a
+  ``SparseConditionalAccumulator``. A worker's gradient carries its ``local_step`` (the token it
+  last dequeued, or the initial global step); the accumulator drops it when ``local_step`` is
+  behind the accumulator's clock. When every table holds R fresh gradients the chief takes them
+  (per-row MEAN: a row is divided by the number of gradients that touched it), applies the result
+  with the table's optimizer, advances the global step and enqueues ``max(N, R)`` tokens. A
+  worker dequeues a token after each gradient and waits when the queue is empty.
 - **DropStale** (``max_staleness`` set; TensorFlow's ``DropStaleGradientOptimizer``, modelled by
-  :class:`~tpuemb_cfg.workers.DropStaleGradient`): a gradient computed at global step ``l`` and
-  arriving at global step ``g`` is applied on its own when ``g - l <= max_staleness`` (the global
-  step advances), and dropped for every table otherwise.
+  :class:`~tpuemb_cfg.sim.staleness.DropStaleGradient`): a gradient computed at global step
+  ``l`` and arriving at global step ``g`` is applied on its own when ``g - l <= max_staleness``
+  (the global step advances), and dropped for every table otherwise.
+
+Workers draw their batches from the synthetic workload (:class:`~.synthetic.SyntheticData`, the
+same data, teacher and loss as the single-worker run; worker 0 uses the single-worker stream).
 
 Time is counted in ticks. A worker that starts at tick ``t`` (reading the tables and drawing its
 batch) delivers its gradient at tick ``t + 1 + d``, with the delay ``d`` drawn per gradient from
@@ -42,29 +45,30 @@ run and its summary are the same bytes for the same options.
 from __future__ import annotations
 
 import heapq
-import json
-import os
-import sys
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
 
-from .errors import UsageError
-from .executor import kernels
-from .executor.batch import FeatureInput
-from .executor.plan import refuse_invalid
-from .io import as_config
-from .simspec import Schedule, ScheduledRun
-from .workers import DropStaleGradient, IndexedSlices, SyncReplicas, WouldBlock
+from ..errors import UsageError
+from ..executor import Executor, FeatureInput
+from ..executor.plan import Plan
+from ..prepare import Prepared, prepare
+from .accumulators import IndexedSlices, WouldBlock
+from .schedules import Schedule
+from .staleness import DropStaleGradient, SyncReplicas
+from .synthetic import SyntheticData
 
-__all__ = ["DelayModel", "MultiWorkerRun", "simulate_workers", "summary_text"]
+__all__ = ["MAX_WORKERS", "DelayModel", "MultiWorkerRun", "chief_config", "for_chief"]
+
+#: The most workers a run simulates. Every worker's gradients are computed in turn on this CPU
+#: and held until the chief applies them, so time and memory grow with N x steps; aggregation
+#: and staleness patterns show with a handful of workers.
+MAX_WORKERS = 1024
 
 F32 = np.float32
-_DATA_STREAM = 0x5EED  # the synthetic run's own stream; worker 0 keeps it
 _DELAY_STREAM = 0xDE1A
 
 RowGradients = dict[str, tuple[np.ndarray, np.ndarray]]
@@ -144,13 +148,17 @@ class _WorkerStats:
 class MultiWorkerRun:
     """N workers on synthetic data, aggregated by synchronous replicas or by DropStale.
 
-    ``workers`` = N; ``replicas_to_aggregate`` = R (default N) and ``init_tokens`` (default -1:
-    R tokens; fewer than ``R - N`` raises ``UsageError`` "Too few tokens ...") for synchronous
-    replicas; ``max_staleness`` selects DropStale mode instead. ``delay``: a
-    :class:`DelayModel` or its text (default ``fixed:0``). ``seed``, ``combiners``,
+    ``workers`` = N (at most :data:`MAX_WORKERS`); ``replicas_to_aggregate`` = R (default N)
+    and ``init_tokens`` (default -1: R tokens; fewer than ``R - N`` raises ``UsageError`` "Too
+    few tokens ...") for synchronous replicas; ``max_staleness`` selects DropStale mode instead
+    (a negative one drops every gradient, as TensorFlow's rule does; ``tpuemb simulate`` refuses
+    it). ``delay``: a
+    :class:`DelayModel` or its text (default ``fixed:0``). ``config``: a ``Prepared``
+    (``tpuemb_cfg.prepare``) or anything ``prepare`` takes; ``seed``, ``combiners``,
     ``learning_rate``, ``max_memory``, ``validate_config`` as for ``SyntheticRun``;
-    ``schedules``: learning-rate schedules per tag (see ``tpuemb_cfg.simspec``); ``engine``:
-    the executor's engine (``numpy`` or ``numba``).
+    ``schedules``: learning-rate schedules per tag (see ``tpuemb_cfg.sim.schedules``);
+    ``engine``: the executor's engine (``numba``, the default, or ``numpy``); ``backend``,
+    ``ray_address``, ``shards``: where the chief's tables live, as for ``Executor``.
     """
 
     def __init__(
@@ -169,10 +177,20 @@ class MultiWorkerRun:
         max_memory: int | None = None,
         validate_config: bool = True,
         spec_path: str | None = None,
-        engine: str = "numpy",
+        engine: str = "numba",
+        backend: str = "local",
+        ray_address: str | None = None,
+        shards: int | None = None,
     ) -> None:
         if workers < 1:
             raise UsageError(f"--workers {workers}: expected at least 1 worker")
+        if workers > MAX_WORKERS:
+            raise UsageError(
+                f"--workers {workers}: at most {MAX_WORKERS} workers are simulated (each one's "
+                "gradients are computed in turn on this CPU and held until applied, so time and "
+                f"memory grow with N x steps); use --workers {MAX_WORKERS} or fewer - the "
+                "aggregation and staleness patterns show with a few workers"
+            )
         if replicas_to_aggregate is not None and replicas_to_aggregate < 1:
             raise UsageError(
                 f"--replicas-to-aggregate {replicas_to_aggregate}: expected at least 1"
@@ -186,9 +204,7 @@ class MultiWorkerRun:
         if max_staleness is not None and init_tokens != -1:
             raise UsageError("--init-tokens applies to synchronous replicas, not to DropStale "
                              "mode (--max-staleness); remove it")
-        message = as_config(config)
-        if validate_config:
-            refuse_invalid(message)
+        prepared = prepare(config, combiners=combiners, check=validate_config)
         self.delay = DelayModel.parse(delay) if isinstance(delay, str) else (
             delay or DelayModel("fixed", 0))
         self.seed = int(seed)
@@ -199,13 +215,12 @@ class MultiWorkerRun:
             else int(replicas_to_aggregate or workers)
         )
         self.init_tokens = init_tokens
-        self.data = ScheduledRun(
-            chief_config(message), seed=seed, combiners=combiners, learning_rate=learning_rate,
-            max_memory=max_memory, validate_config=False, schedules=schedules,
-            spec_path=spec_path, engine=engine,
-        )
-        self.executor = self.data.executor
+        self.executor = Executor(for_chief(prepared), seed=seed, max_memory=max_memory,
+                                 engine=engine, backend=backend, ray_address=ray_address,
+                                 shards=shards)
         self.plan = self.executor.plan
+        self.data = SyntheticData(self.plan, seed=seed, learning_rate=learning_rate,
+                                  schedules=schedules, schedules_source=spec_path)
         if not self.plan.updates:
             raise UsageError(
                 f"the configuration's mode is {self.plan.mode}: nothing is trained, so there is "
@@ -234,8 +249,7 @@ class MultiWorkerRun:
         else:
             self.rule = DropStaleGradient(max_staleness)
         self._data_rngs = [self.data.rng] + [
-            np.random.default_rng([self.seed & 0xFFFFFFFF, _DATA_STREAM, w])
-            for w in range(1, self.num_workers)
+            self.data.stream(w) for w in range(1, self.num_workers)
         ]
         self._delay_rngs = [
             np.random.default_rng([self.seed & 0xFFFFFFFF, _DELAY_STREAM, w])
@@ -249,6 +263,8 @@ class MultiWorkerRun:
         self.steps = 0
         self._pending: dict[str, list[int]] = {name: [] for name in self.variables}
         self._flight: list[tuple[int, int, _Gradient]] = []
+        self._progress: Callable[[int], None] | None = None
+        self._events = 0
 
     # ----------------------------------------------------------------------------------------
 
@@ -265,22 +281,30 @@ class MultiWorkerRun:
         return self.rule.global_step
 
     def run(self, steps: int, progress: Callable[[int], None] | None = None) -> None:
-        """Let every worker compute ``steps`` gradients; ``progress(n)`` after each delivery."""
+        """Let every worker compute ``steps`` gradients; ``progress(n)`` after each of the
+        ``2 x N x steps`` events (a gradient computed, a gradient delivered; ``n`` counts them),
+        so that the N first gradients, computed before anything arrives, show progress too."""
         if steps < 1:
             raise UsageError(f"--steps {steps}: expected at least 1")
         self.steps = int(steps)
-        for worker in range(self.num_workers):
-            self._start(worker)
-        delivered = 0
-        while self._flight:
-            self.tick, worker, gradient = heapq.heappop(self._flight)
-            if self.sync is not None:
-                self._deliver_sync(gradient)
-            else:
-                self._deliver_drop_stale(gradient)
-            delivered += 1
-            if progress is not None:
-                progress(delivered)
+        self._progress = progress
+        try:
+            for worker in range(self.num_workers):
+                self._start(worker)
+            while self._flight:
+                self.tick, worker, gradient = heapq.heappop(self._flight)
+                if self.sync is not None:
+                    self._deliver_sync(gradient)
+                else:
+                    self._deliver_drop_stale(gradient)
+                self._advance()
+        finally:
+            self._progress = None
+
+    def _advance(self) -> None:
+        self._events += 1
+        if self._progress is not None:
+            self._progress(self._events)
 
     # ----------------------------------------------------------------------------------------
     # Workers
@@ -291,10 +315,9 @@ class MultiWorkerRun:
         if stats.computed >= self.steps:
             return
         stats.computed += 1
-        self.data.rng = self._data_rngs[worker]
-        batch = self.data.next_batch()
+        batch = self.data.next_batch(self._data_rngs[worker])
         activations, dedup = self.executor.recv_activations(batch)
-        loss, grads = self._loss_gradients(batch, activations, dedup)
+        loss, grads = self.data.loss_gradients(batch, activations, dedup)
         self.loss.append(loss)
         rows: RowGradients = {}
         for table in self.plan.tables:
@@ -302,7 +325,7 @@ class MultiWorkerRun:
                 continue
             record = dedup.tables[table.name]
             d_activations = np.concatenate([grads[f] for f in table.features])
-            rows[table.name] = (record.unique_ids, self.executor.kernels.backprop_sum(
+            rows[table.name] = (record.unique_ids, self.executor.engine.backprop_sum(
                 d_activations, record.sample, record.gains, record.inverse,
                 record.unique_ids.shape[0]))
         read_step = self.global_step
@@ -310,33 +333,7 @@ class MultiWorkerRun:
         arrival = self.tick + 1 + self.delay.draw(self._delay_rngs[worker])
         heapq.heappush(self._flight, (arrival, worker, _Gradient(worker, read_step, local_step,
                                                                  rows)))
-
-    def _loss_gradients(self, batch: list[FeatureInput], activations: list[np.ndarray],
-                        dedup: Any) -> tuple[float, list[np.ndarray]]:
-        """The synthetic run's regression loss and its activation gradients (``synthetic.py``)."""
-        loss = 0.0
-        grads: list[np.ndarray] = []
-        offsets: dict[int, int] = {}
-        for table in self.plan.tables:
-            start = 0
-            for f in table.features:
-                offsets[f] = start
-                start += int(batch[f].ids.shape[0])
-        for feature, item, activation in zip(self.plan.features, batch, activations,
-                                             strict=True):
-            table = self.plan.tables[feature.table]
-            record = dedup.tables[table.name]
-            start = offsets[feature.index]
-            stop = start + int(item.ids.shape[0])
-            teacher = kernels.combine(
-                self.data._teacher_rows(table, item.ids), record.gains[start:stop],
-                item.row_splits,
-            )
-            error = activation - teacher
-            bags = max(activation.shape[0], 1)
-            loss += float(np.sum(error.astype(np.float64) ** 2)) / (2.0 * bags)
-            grads.append((error / F32(bags)).astype(F32))
-        return loss, grads
+        self._advance()
 
     # ----------------------------------------------------------------------------------------
     # The chief
@@ -512,6 +509,20 @@ def _histogram(counts: Counter[int]) -> dict[str, int]:
     return {str(k): counts[k] for k in sorted(counts)}
 
 
+def for_chief(prepared: Prepared) -> Prepared:
+    """``prepared`` as the chief's executor runs it: :func:`chief_config` and its plan.
+
+    The plan is derived, not rebuilt: clearing ``gradient_accumulation_status`` makes every
+    table accumulate (UNSPECIFIED is not DISABLED) and clearing pipelining clears ``pipelined``;
+    nothing else in the plan depends on the two fields.
+    """
+    plan: Plan = replace(
+        prepared.plan, pipelined=False,
+        tables=tuple(replace(table, accumulate=True) for table in prepared.plan.tables),
+    )
+    return replace(prepared, config=chief_config(prepared.config), plan=plan)
+
+
 def chief_config(config: Any) -> Any:
     """A copy of ``config`` for the chief's executor: accumulation status and pipelining cleared.
 
@@ -524,129 +535,3 @@ def chief_config(config: Any) -> Any:
         table.optimization_parameters.ClearField("gradient_accumulation_status")
     copy.pipeline_execution_with_tensor_core = False
     return copy
-
-
-# --------------------------------------------------------------------------------------------
-# The command's back end
-
-
-def summary_text(summary: Mapping[str, Any]) -> str:
-    """The human summary of :meth:`MultiWorkerRun.summary` (plus ``config``/``out_dir`` keys)."""
-    if summary["mode"] == "sync_replicas":
-        tokens = summary["init_tokens"]
-        how = (f"sync replicas, R = {summary['replicas_to_aggregate']} of N = "
-               f"{summary['workers']}, init tokens {'R' if tokens == -1 else tokens}")
-    else:
-        how = f"DropStale, max staleness {summary['max_staleness']}, N = {summary['workers']}"
-    grads = summary["gradients"]
-    lines = [
-        f"tpuemb simulate: {summary['workers']} worker(s) x {summary['steps_per_worker']} "
-        f"gradients on {summary.get('config', '<config>')} ({how}, delay {summary['delay']}, "
-        f"seed {summary['seed']})",
-        f"global step {summary['global_step']} after {summary['ticks']} ticks; gradients: "
-        f"{grads['computed']} computed, {grads['applied']} applied, {grads['dropped_stale']} "
-        f"dropped stale, {grads['pending']} pending",
-        "staleness (updates behind at arrival): " + ", ".join(
-            f"{k}: {v}" for k, v in summary["staleness_histogram"].items()),
-    ]
-    if summary["mode"] == "drop_stale":
-        lines.append(f"stale_counter {summary['stale_counter']} (staleness percentage "
-                     f"{summary['staleness_percentage']:.3f})")
-    for line in summary.get("learning_rate_schedules", []):
-        lines.append(f"learning rate {line}")
-    loss = summary["loss"]
-    if loss:
-        lines.append(f"loss: {loss[0]:.4f} (first gradient) -> {loss[-1]:.4f} (last)")
-    rows: list[tuple[str, ...]] = [(
-        "table", "optimizer", "received", "applied", "dropped stale", "pending", "updates",
-        "averaged/update", "update norm first -> last")]
-    for name, table in summary["tables"].items():
-        averaged = table["averaged_per_update"]
-        norms = table["update_norm"]
-        rows.append((
-            name, table["optimizer"], str(table["received"]), str(table["applied"]),
-            str(table["dropped_stale"]), str(table["pending"]), str(table["updates"]),
-            f"{sum(averaged) / len(averaged):.2f}" if averaged else "-",
-            f"{norms[0]:.4g} -> {norms[-1]:.4g}" if norms else "-",
-        ))
-    lines.extend(_table(rows))
-    rows = [("worker", "computed", "applied", "dropped stale", "pending", "staleness", "at end")]
-    for worker in summary["per_worker"]:
-        rows.append((
-            f"w{worker['worker']}", str(worker["computed"]), str(worker["applied"]),
-            str(worker["dropped_stale"]), str(worker["pending"]),
-            " ".join(f"{k}:{v}" for k, v in worker["staleness_histogram"].items()) or "-",
-            "waiting for a token" if worker["waiting_for_token"] else "done",
-        ))
-    lines.extend(_table(rows))
-    if summary["waiting_for_token"] or summary["chief_short"]:
-        short = ", ".join(f"{name!r} holds {count}" for name, count in
-                          summary["chief_short"].items())
-        lines.append(
-            "at the end: "
-            + (f"worker(s) {', '.join(f'w{w}' for w in summary['waiting_for_token'])} wait for "
-               "a token" if summary["waiting_for_token"] else "no worker waits")
-            + (f"; the chief waits for {summary['replicas_to_aggregate']} gradients per table "
-               f"({short})" if short else "")
-            + " - TensorFlow would hang here"
-        )
-    if "out_dir" in summary:
-        lines.append(f"tables and slots written to {os.path.join(summary['out_dir'], 'tables.npz')}"
-                     f"; summary in {os.path.join(summary['out_dir'], 'summary.json')}")
-    return "\n".join(lines)
-
-
-def _table(rows: list[tuple[str, ...]]) -> list[str]:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = []
-    for index, row in enumerate(rows):
-        lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
-        if index == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    return lines
-
-
-def simulate_workers(
-    config: Any,
-    *,
-    config_label: str,
-    steps: int,
-    out_dir: Path,
-    as_json: bool,
-    quiet: bool,
-    combiner_args: Sequence[str] = (),
-    **options: Any,
-) -> dict[str, Any]:
-    """``tpuemb simulate --workers N ...``: run, write ``tables.npz`` and ``summary.json`` to
-    ``out_dir``, print the summary (text, or JSON with ``as_json``); return the summary.
-
-    ``config``: a path (validated with line numbers) or a message; ``combiner_args``: the
-    ``--combiner`` values; ``options``: the other keyword arguments of :class:`MultiWorkerRun`.
-    """
-    import click
-
-    from .executor.plan import build_plan, parse_combiners
-    from .io import atomic_write_text
-    from .npzio import atomic_write_npz
-
-    refuse_invalid(config)
-    message = as_config(config)
-    combiners = parse_combiners(list(combiner_args), len(build_plan(message).features))
-    run = MultiWorkerRun(message, validate_config=False, combiners=combiners, **options)
-    total = run.num_workers * steps
-    if not quiet and sys.stderr.isatty():
-        with click.progressbar(length=total, label="simulating", file=sys.stderr,
-                               show_pos=True) as bar:
-            run.run(steps, progress=lambda _n: bar.update(1))
-    else:
-        run.run(steps)
-    summary = run.summary()
-    summary["config"] = config_label
-    summary["out_dir"] = str(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_npz(out_dir / "tables.npz", run.executor.state_arrays())
-    text = json.dumps(summary, indent=2)
-    atomic_write_text(out_dir / "summary.json", text + "\n")
-    click.echo(text if as_json else summary_text(summary))
-    return summary
-

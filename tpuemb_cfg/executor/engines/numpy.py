@@ -1,8 +1,9 @@
-"""The executor's hot loops, one small pure-NumPy function each.
+"""The NumPy engine: the executor's hot loops, one small pure-NumPy function each.
 
-Everything that touches every occurrence or every looked-up row goes through these functions, so
-a compiled engine (numba) can later replace them one by one behind the same signatures. No
-function loops over ids in Python and none copies a whole table.
+The readable reference (the default engine). Everything that touches every occurrence or every
+looked-up row goes through these functions; the numba engine (``engines.numba``) replaces them
+one by one behind the same signatures (``engines.base``). No function loops over ids in Python
+and none copies a whole table.
 
 Conventions: ids are int64, values float32; a *bag* is one row of ``row_splits`` (the occurrences
 ``row_splits[b] : row_splits[b + 1]``); *segments* are groups of occurrences sharing an index.
@@ -10,15 +11,23 @@ Conventions: ids are int64, values float32; a *bag* is one row of ``row_splits``
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
+from .base import Engine
+
 __all__ = [
+    "ENGINE",
+    "backprop_sum",
     "bag_of_occurrence",
     "bag_scales",
+    "change_norm",
     "clip",
     "combine",
     "deduplicate",
     "gather",
+    "gather_combine",
     "host_of",
     "quantize",
     "scatter",
@@ -153,3 +162,56 @@ def host_of(ids: np.ndarray, vocabulary: int, num_hosts: int, mod: bool) -> np.n
     if q == 0:  # fewer rows than hosts (the validator rejects it): one row per host
         return ids.copy()
     return np.where(ids < boundary, ids // (q + 1), r + (ids - boundary) // q)
+
+
+def backprop_sum(
+    d_activations: np.ndarray,
+    sample: np.ndarray,
+    gains: np.ndarray,
+    segments: np.ndarray,
+    num_segments: int,
+) -> np.ndarray:
+    """Per segment s, the sum over occurrences j in it of ``gains[j] * d_activations[sample[j]]``
+    (spec section 4): the contributions, then ``segment_sum``."""
+    contributions = gains[:, None] * gather(d_activations, sample)
+    return segment_sum(contributions, segments, num_segments)
+
+
+def gather_combine(
+    rows: np.ndarray, index: np.ndarray, gains: np.ndarray, row_splits: np.ndarray
+) -> np.ndarray:
+    """``combine(gather(rows, index), gains, row_splits)``: the activations of a feature."""
+    return combine(gather(rows, index), gains, row_splits)
+
+
+def change_norm(params: np.ndarray, rows: np.ndarray | None, before: np.ndarray) -> float:
+    """Euclidean norm of ``params[rows] - before`` (every row when ``rows`` is None): the
+    difference in float32, squared and summed in float64."""
+    after = params if rows is None else gather(params, rows)
+    delta = (after - before).astype(np.float64)
+    return float(np.sqrt(np.sum(delta * delta)))
+
+
+def _no_fused_update(*args: Any) -> bool:
+    """The NumPy engine fuses nothing: the executor runs the NumPy pipeline."""
+    return False
+
+
+ENGINE = Engine(
+    name="numpy",
+    requested="numpy",
+    deduplicate=deduplicate,
+    segment_sum=segment_sum,
+    backprop_sum=backprop_sum,
+    gather=gather,
+    scatter=scatter,
+    combine=combine,
+    gather_combine=gather_combine,
+    update_rows=_no_fused_update,
+    change_norm=change_norm,
+    bag_of_occurrence=bag_of_occurrence,
+    bag_scales=bag_scales,
+    clip=clip,
+    quantize=quantize,
+    host_of=host_of,
+)

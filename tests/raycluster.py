@@ -1,0 +1,54 @@
+"""The local Ray instance the Ray-backend tests share: 2 CPUs, no dashboard, a 200 MB object store.
+
+Import ``ray_cluster`` into a test module to use it (``from raycluster import ray_cluster``). The
+first module to need it starts Ray (``ray_init_seconds`` keeps how long that took: pytest's
+``--durations`` lists it as that test's setup); the instance lives until the end of the session,
+and the actors a closed executor releases are reused by the next one. Without Ray the importing
+module is skipped, with the reason. ``same_reports`` compares what two runs reported.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'tpuemb[ray]'")
+
+ray_init_seconds: list[float] = []
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[None]:
+    if not ray.is_initialized():
+        start = time.perf_counter()
+        ray.init(address="local", num_cpus=2, include_dashboard=False,
+                 object_store_memory=200 << 20,
+                 log_to_driver=False, logging_level=logging.ERROR)
+        ray_init_seconds.append(time.perf_counter() - start)
+    yield
+    from tpuemb_cfg.executor.ray_storage import disconnect
+
+    disconnect()
+
+
+def same_reports(got: Any, want: Any) -> None:
+    """``got == want`` for nested reports (dicts, lists, numbers), except that every
+    ``update_norm`` may differ by float64 rounding: the Ray backend adds the hosts' sums of
+    squares, the local engines add the same squares in their own order."""
+    if isinstance(want, dict):
+        assert isinstance(got, dict) and got.keys() == want.keys()
+        for key, value in want.items():
+            if key == "update_norm":
+                assert got[key] == pytest.approx(value, rel=1e-12, abs=1e-300), key
+            else:
+                same_reports(got[key], value)
+    elif isinstance(want, list):
+        assert isinstance(got, list) and len(got) == len(want)
+        for mine, theirs in zip(got, want, strict=True):
+            same_reports(mine, theirs)
+    else:
+        assert got == want

@@ -1,0 +1,225 @@
+"""The Ray backend when things go wrong: a host dies mid-step, a table does not fit one actor, the
+cluster address answers nobody, Ray is not installed.
+
+A step is applied on every host or on none; a lost host stops the run with one line naming it
+and the last checkpoint, and ``--resume`` on fresh actors ends with the uninterrupted run's bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import ROOT, run_simulate
+from raycluster import ray, ray_cluster, same_reports  # noqa: F401  (the fixture)
+
+import tpuemb_cfg
+from tpuemb_cfg.errors import UsageError
+from tpuemb_cfg.executor import Executor
+from tpuemb_cfg.executor.ray_storage import RayStorage, ShardLost
+from tpuemb_cfg.npzio import npz_bytes
+from tpuemb_cfg.sim.synthetic import SyntheticRun
+
+pytestmark = pytest.mark.usefixtures("ray_cluster")
+
+TWO_TABLES = """
+table_descriptor { name: "a" vocabulary_size: 120 dimension: 4 optimization_parameters {
+  adagrad { } learning_rate { constant: 0.2 } } }
+table_descriptor { name: "b" vocabulary_size: 60 dimension: 2 optimization_parameters {
+  momentum { momentum: 0.9 } learning_rate { dynamic { } } } }
+mode: TRAINING num_hosts: 2 num_tensor_cores: 1 sharding_strategy: MOD
+feature_descriptor { name: "x" input_shape: 8 }
+feature_descriptor { name: "y" table_id: 1 input_shape: 5 }
+"""
+
+
+def _kill_host_during_update(monkeypatch: pytest.MonkeyPatch, host: int, call: int) -> None:
+    """Kill ``host``'s actor right after the ``call``-th table update (1-based) has been applied
+    on every host, so that the next update of the same step meets a dead host."""
+    original = RayStorage.update
+    count = [0]
+
+    def update(self: RayStorage, *args: Any) -> None:
+        original(self, *args)
+        count[0] += 1
+        if count[0] == call:
+            ray.kill(self._actors[host], no_restart=True)
+
+    monkeypatch.setattr(RayStorage, "update", update)
+
+
+def test_a_dead_host_rolls_the_step_back_and_the_checkpoint_resumes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    config = tpuemb_cfg.load(TWO_TABLES.encode(), "text")
+    uninterrupted = SyntheticRun(config, seed=5)
+    uninterrupted.run(6)
+    run = SyntheticRun(config, seed=5, backend="ray")
+    run.run(3)
+    saved = {key: np.asarray(value) for key, value in run.checkpoint_arrays().items()}
+    _kill_host_during_update(monkeypatch, host=1, call=1)  # table a updated, then b fails
+    with pytest.raises(ShardLost, match=r"host 1 of 2 \(its Ray actor\) died while updating "
+                                        r"table 'b' \(.*\); the open step was rolled back on "
+                                        r"every other host \(applied on none\)") as error:
+        run.run_step()
+    assert error.value.host == 1
+    assert run.step == 3
+    storage = run.executor.storage
+    assert isinstance(storage, RayStorage)
+    survivor = storage._actors[0]
+    for key, array in saved.items():
+        if key.startswith(("table/", "slot/")):
+            layout = storage.layouts[key.split("/")[1]]
+            held = ray.get(survivor.read.remote(key, slice(None)))
+            np.testing.assert_array_equal(held, array[layout.global_ids(0)], err_msg=key)
+    with pytest.raises(ShardLost, match="host 1 of 2"):
+        run.run_step()  # the storage stays broken
+    monkeypatch.undo()
+    again = SyntheticRun(config, seed=5, backend="ray")
+    again.restore(saved, "checkpoint")
+    again.run(6)
+    assert npz_bytes(again.executor.state_arrays()) == npz_bytes(
+        uninterrupted.executor.state_arrays())
+    same_reports(again.summary(), uninterrupted.summary())
+    again.executor.close()
+
+
+def test_the_command_names_the_host_and_the_checkpoint_then_resumes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = tmp_path / "two.pbtxt"
+    config.write_text(TWO_TABLES)
+    common = (str(config), "--steps", "6", "--seed", "2", "--checkpoint-every", "2", "-q")
+    code, output = run_simulate(*common, "--out-dir", str(tmp_path / "local"))
+    assert code == 0, output
+    out = tmp_path / "ray"
+    _kill_host_during_update(monkeypatch, host=0, call=7)  # in step 4, after table a
+    code, output = run_simulate(*common, "--out-dir", str(out), "--backend", "ray")
+    assert code == 2
+    lines = output.strip().splitlines()
+    assert len(lines) == 1, output
+    assert "host 0 of 2 (its Ray actor) died while updating table 'b'" in lines[0]
+    assert f"the last checkpoint is {out / 'checkpoint.npz'} (step 2)" in lines[0]
+    assert "--resume" in lines[0]
+    assert not (out / "tables.npz").exists()
+    monkeypatch.undo()
+    code, output = run_simulate(*common, "--out-dir", str(out), "--backend", "ray", "--resume")
+    assert code == 0, output
+    assert (out / "tables.npz").read_bytes() == (tmp_path / "local" / "tables.npz").read_bytes()
+    summary = json.loads((out / "summary.json").read_text())
+    want = json.loads((tmp_path / "local" / "summary.json").read_text())
+    assert summary.pop("out_dir") == str(out)
+    want.pop("out_dir")
+    same_reports(summary, want)
+
+
+# ------------------------------------------------------------------------------------------------
+# Memory
+
+
+def _one_table(vocabulary: int, hosts: int = 1) -> Any:
+    text = f"""table_descriptor {{ name: "big" vocabulary_size: {vocabulary} dimension: 8
+      optimization_parameters {{ adagrad {{ }} learning_rate {{ constant: 0.1 }} }} }}
+      feature_descriptor {{ name: "f" table_id: 0 input_shape: 16 }}
+      mode: TRAINING num_hosts: {hosts} num_tensor_cores: 1"""
+    return tpuemb_cfg.load(text.encode(), "text")
+
+
+def test_a_table_too_large_for_one_actor_runs_split_over_enough(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    config = _one_table(1000)  # 1000 x 8 float32, table and accumulator: 64,000 bytes
+    limit = 40_000
+
+    def no_actor(self: RayStorage, threads: Any) -> None:
+        raise AssertionError("an actor was started before the memory check")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(RayStorage, "_start", no_actor)
+        with pytest.raises(UsageError, match=r"host 0 of 1 would hold 62\.5 KiB .* more than "
+                                             r"the memory limit of one actor \(39\.1 KiB\); "
+                                             r"split the tables over more hosts \(--shards 2 "
+                                             r"fits\)"):
+            Executor(config, backend="ray", max_memory=limit)
+        with pytest.raises(UsageError, match="more than the largest Ray node offers"):
+            Executor(_one_table(10**12), backend="ray")
+    local = Executor(config, seed=1)
+    split = Executor(config, seed=1, backend="ray", shards=2, max_memory=limit)
+    assert split.storage.nbytes() == [32_000, 32_000]  # type: ignore[attr-defined]
+    batch = [{"ids": np.arange(0, 1000, 63), "grad": np.ones((16, 8), np.float32)}]
+    for executor in (local, split):
+        executor.step(batch)
+    for key, array in local.state_arrays().items():
+        np.testing.assert_array_equal(np.asarray(split.state_arrays()[key]), array)
+    split.close()
+
+
+def test_the_command_refuses_before_writing(tmp_path: Path) -> None:
+    config = tmp_path / "big.pbtxt"
+    config.write_text("""table_descriptor { name: "big" vocabulary_size: 1000 dimension: 8
+      optimization_parameters { adagrad { } learning_rate { constant: 0.1 } } }
+      feature_descriptor { name: "f" table_id: 0 input_shape: 16 }
+      mode: TRAINING num_hosts: 1 num_tensor_cores: 1""")
+    out = tmp_path / "out"
+    common = (str(config), "--steps", "2", "--out-dir", str(out), "--backend", "ray",
+              "--max-memory", "40000")
+    code, output = run_simulate(*common)
+    assert code == 2 and "--shards 2 fits" in output, output
+    assert not out.exists()
+    code, output = run_simulate(*common, "--shards", "2", "-q")
+    assert code == 0, output
+    code, output = run_simulate(str(config), "--shards", "2")
+    assert code == 2 and "--shards applies to --backend ray only" in output
+
+
+# ------------------------------------------------------------------------------------------------
+# No cluster, no Ray
+
+
+def _closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_an_unreachable_address_is_one_line_and_writes_nothing(tmp_path: Path) -> None:
+    """The installed command, in its own process (no Ray running in it)."""
+    address = f"127.0.0.1:{_closed_port()}"
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    done = subprocess.run(
+        [sys.executable, "-m", "tpuemb_cfg", "simulate", "--steps", "1", "--out-dir", str(out),
+         "--backend", "ray", "--ray-address", address],
+        capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith(f"--ray-address {address}: no Ray cluster answers there")
+    assert "ray start --head" in lines[0]
+    assert not out.exists()
+
+
+def test_ray_address_in_the_environment_is_used(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    address = f"127.0.0.1:{_closed_port()}"
+    monkeypatch.setenv("RAY_ADDRESS", address)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)  # as in a fresh process
+    code, output = run_simulate("--steps", "1", "--out-dir", str(tmp_path / "out"), "--backend",
+                                "ray")
+    assert code == 2
+    assert output.startswith(f"RAY_ADDRESS {address}: no Ray cluster answers there"), output
+    assert not (tmp_path / "out").exists()
+
+
+def test_without_ray_the_command_says_how_to_install_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
+    code, output = run_simulate("--steps", "1", "--out-dir", str(tmp_path / "out"), "--backend",
+                                "ray")
+    assert code == 2
+    assert "pip install 'tpuemb[ray]'" in output and "--backend local" in output
+    assert not (tmp_path / "out").exists()

@@ -1,0 +1,168 @@
+"""1,200 random constructor and build argument combinations, built by TensorFlow 2.21 and tpuemb.
+
+``data/tf/generate.py`` drew the combinations (fixed seed: optimizers with numbers, bools, ints,
+None, NaN, strings and other objects for their arguments; tables; features; shapes; flags; build
+arguments) and stored what TensorFlow made of each: the configuration bytes or the exception.
+tpuemb must produce the same bytes wherever TensorFlow builds, and accept and reject the same
+combinations, except for the deliberate differences below, which the README's Compatibility
+section lists with their reasons.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import tfcases
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+DATA = tfcases.load("random_cases.json")
+CASES: list[dict[str, Any]] = DATA["cases"]
+SIDE = tfcases.tpuemb_side()
+
+
+def _refs(value: Any) -> set[str]:
+    if isinstance(value, list):
+        return set().union(*(_refs(v) for v in value)) if value else set()
+    if isinstance(value, dict):
+        if "$ref" in value:
+            return {value["$ref"]}
+        return set().union(*(_refs(v) for v in value.values())) if value else set()
+    return set()
+
+
+def used_objects(case: dict[str, Any]) -> set[str]:
+    """The objects the configuration reads: the features, their tables, the tables' optimizers
+    (or the global one for a table without), their learning-rate callables."""
+    entries = {e["id"]: e for e in case["objects"]}
+    used: set[str] = set()
+    todo = _refs(case["feature_config"])
+    tables_without_optimizer = False
+    while todo:
+        oid = todo.pop()
+        if oid in used:
+            continue
+        used.add(oid)
+        entry = entries[oid]
+        if entry.get("class") == "TableConfig" and "optimizer" not in entry.get("kwargs", {}):
+            tables_without_optimizer = True
+        todo |= _refs(entry.get("args", [])) | _refs(entry.get("kwargs", {}))
+    if tables_without_optimizer:
+        for oid in _refs(case.get("optimizer")):
+            used.add(oid)
+            used |= _refs(entries[oid].get("kwargs", {})) if oid in entries else set()
+    return used
+
+
+def _has_nan(entry: dict[str, Any]) -> bool:
+    return '"nan"' in repr(entry).replace("'", '"')
+
+
+#: The deliberate differences (README, "Compatibility"): name -> why.
+DELIBERATE = {
+    "unused object": "tpuemb checks every argument when the object is constructed; TensorFlow "
+    "checks most of them only when it writes the configuration, so a wrong value in an object "
+    "no table uses never fails there",
+    "NaN": "tpuemb refuses NaN where TensorFlow's comparisons (x <= 0, 0 <= x < 1) let it "
+    "through",
+    "TensorFlow crash": "where TensorFlow fails with an internal AttributeError, tpuemb raises "
+    "a TypeError naming the argument",
+}
+
+
+def deliberate(case: dict[str, Any], want: dict[str, Any], got: dict[str, Any]) -> str | None:
+    """The deliberate difference explaining a mismatch, or ``None``."""
+    if want.get("exception") == "AttributeError" and not got["ok"]:
+        return "TensorFlow crash"
+    if got["ok"] or got["stage"] != "construct":
+        return None
+    entry = next(e for e in case["objects"] if e["id"] == got["object"])
+    if got["object"] not in used_objects(case):
+        return "unused object"
+    if _has_nan(entry) and "nan" in got["message"]:
+        return "NaN"
+    return None
+
+
+def _compare(case: dict[str, Any]) -> tuple[str | None, str | None]:
+    """(difference, deliberate reason) for one case."""
+    got = tfcases.run(case, SIDE)
+    difference = tfcases.same_outcome(case["expect"], got)
+    if difference is None:
+        return None, None
+    return difference, deliberate(case, case["expect"], got)
+
+
+def test_the_stored_outcomes_are_tensorflows() -> None:
+    assert DATA["tensorflow"].startswith("2.21.") and DATA["protobuf"] == "6.31.1"
+    assert DATA["seed"] == 2026 and len(CASES) >= 1000
+    accepted = sum(c["expect"]["ok"] for c in CASES)
+    assert accepted >= 500 and len(CASES) - accepted >= 500  # both outcomes well covered
+
+
+def test_every_random_case_matches_tensorflow() -> None:
+    unexplained = []
+    explained: dict[str, int] = {}
+    byte_comparisons = 0
+    for case in CASES:
+        difference, reason = _compare(case)
+        if difference is None:
+            byte_comparisons += case["expect"]["ok"]
+        elif reason is None:
+            unexplained.append(f"{case['name']}: {difference}")
+        else:
+            explained[reason] = explained.get(reason, 0) + 1
+    assert not unexplained, "\n".join(unexplained)
+    assert byte_comparisons >= 500
+    # Deliberate differences stay rare (each one is a few odd values in unused objects, NaNs).
+    assert sum(explained.values()) <= len(CASES) // 20, explained
+
+
+@settings(max_examples=200, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(CASES))
+def test_random_case_hypothesis(case: dict[str, Any]) -> None:
+    """The same comparison, drawn by hypothesis from the stored TensorFlow outcomes; a drawn
+    case also gives the same result when built twice (no state leaks between builds)."""
+    difference, reason = _compare(case)
+    assert difference is None or reason is not None, (case["name"], difference)
+    assert tfcases.run(case, SIDE) == tfcases.run(case, SIDE)
+
+
+@pytest.mark.parametrize("reason", sorted(DELIBERATE))
+def test_each_deliberate_difference_is_documented(reason: str) -> None:
+    from conftest import ROOT
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Compatibility", 1)[1].split("\n## ", 1)[0]
+    assert reason in section
+
+
+def _tensorflow_built_configs() -> list[tuple[str, bytes]]:
+    built = []
+    for name in ("random_cases.json", "tpu_cases.json", "utils_cases.json",
+                 "coercion_cases.json"):
+        for case in tfcases.load(name)["cases"]:
+            if case["expect"].get("config"):
+                built.append((case["name"], bytes.fromhex(case["expect"]["config"])))
+    return built
+
+
+def test_tensorflow_built_configs_fail_validation_only_where_tensorflow_cpp_does() -> None:
+    """An error of the validator on a configuration TensorFlow's Python API builds must be one
+    the TPU runtime would raise too: its rule's explanation (``tpuemb explain``) names the
+    TensorFlow C++ source that rejects it. Everything else TensorFlow builds is at most a
+    warning."""
+    from tpuemb_cfg import validate
+    from tpuemb_cfg.proto.tpu_embedding_configuration_pb2 import TPUEmbeddingConfiguration
+    from tpuemb_cfg.rules._registry import RULES
+
+    uncited: dict[str, str] = {}
+    for name, data in _tensorflow_built_configs():
+        for d in validate(TPUEmbeddingConfiguration.FromString(data)):
+            if str(getattr(d.severity, "value", d.severity)) != "error":
+                continue
+            if "tensorflow/core/" not in RULES[d.rule].explanation:
+                uncited.setdefault(d.rule, name)
+    assert not uncited, f"error rules without a TensorFlow C++ source (rule: case): {uncited}"

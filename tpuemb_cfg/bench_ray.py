@@ -1,0 +1,149 @@
+"""``tpuemb bench --backend ray``: the anchor workload on Ray host actors against one process.
+
+The workload is ``tpuemb bench``'s (``bench.Workload``: one ``vocab x dim`` table, Adagrad by
+default, ``ids`` Zipf ids per step, one id per bag, ``sum`` combiner), laid out over ``shards``
+hosts (``num_hosts``; MOD or DIV_DEFAULT). Measured in the same run, steps alternating between
+the two executors so that both see the same machine load:
+
+- ``local_sec_per_step``: ``Executor.step`` with the tables in this process;
+- ``ray_sec_per_step``: ``Executor.step`` with each host's rows in its own Ray actor;
+- ``bytes_sent_per_step`` / ``bytes_received_per_step``: per host, the payload the driver sent
+  to and got from the host's actor in one step (ids, gradient rows, parameter rows), next to
+  ``model_bytes_per_step``, what the cost model of ``docs/scale.md`` predicts from the step's
+  unique ids per host;
+- ``bit_identical``: whether the two executors' activations of every step and the touched rows
+  of the table and its slots after the last step are equal bit for bit;
+- ``ray_init_sec`` (connecting, or starting a local instance) and ``actor_setup_sec`` (starting
+  the actors and initialising their rows).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict
+from typing import Any
+
+import numpy as np
+
+from .bench import LEARNING_RATE, OPTIMIZERS, Workload, zipf_ids
+from .errors import UsageError
+
+__all__ = ["model_bytes", "run"]
+
+F32 = np.float32
+
+
+def model_bytes(unique: int, dim: int) -> tuple[int, int]:
+    """(bytes sent to, bytes received from) one host in one step, for ``unique`` of the step's
+    distinct ids held by that host, of one table of dimension ``dim`` (docs/scale.md): the ids
+    to read (8 B each), then the ids and their gradient rows (8 + 4 D B); back the rows read
+    (4 D B). Slots never travel; the update's reply is one float64 (its sum of squares)."""
+    return unique * (8 + 8 + 4 * dim), unique * 4 * dim
+
+
+def _config(w: Workload, hosts: int, mod: bool) -> Any:
+    from . import load
+
+    text = (
+        f'table_descriptor {{ name: "anchor" vocabulary_size: {w.vocab} dimension: {w.dim} '
+        f"optimization_parameters {{ {OPTIMIZERS[w.optimizer]} "
+        f"learning_rate {{ constant: {LEARNING_RATE} }} "
+        "gradient_accumulation_status: ENABLED } } "
+        f'feature_descriptor {{ name: "f0" table_id: 0 input_shape: {w.ids} }} '
+        f"mode: TRAINING num_tensor_cores: 1 num_hosts: {hosts} "
+        f"sharding_strategy: {'MOD' if mod else 'DIV_DEFAULT'}"
+    )
+    return load(text.encode(), "text")
+
+
+def run(workload: Workload | None = None, *, shards: int = 2, engine: str = "numba",
+        mod: bool = True, address: str | None = None) -> dict[str, Any]:
+    """Measure what the module docstring lists for ``workload`` (default: the anchor); return
+    it as a JSON-ready dict."""
+    from .executor import Executor
+    from .executor.ray_storage import connect, disconnect, import_ray
+
+    w = workload or Workload()
+    if w.optimizer not in OPTIMIZERS:
+        raise UsageError(f"unknown optimizer {w.optimizer!r}; expected one of: "
+                         + ", ".join(OPTIMIZERS))
+    if shards < 1 or w.vocab < shards:
+        raise UsageError(f"--shards {shards}: expected 1..{w.vocab} (one row per host at least)")
+    import_ray()
+    ids = zipf_ids(w.vocab, w.ids, w.zipf, w.seed)
+    grads = np.random.default_rng([w.seed, 0x6AD]).standard_normal((w.ids, w.dim), dtype=F32)
+    grads *= F32(0.01)
+    batch = [{"ids": ids, "grad": grads}]
+    config = _config(w, shards, mod)
+    local = Executor(config, combiners="sum", engine=engine)
+    start = time.perf_counter()
+    started = connect(address)
+    init_sec = time.perf_counter() - start
+    try:
+        start = time.perf_counter()
+        sharded = Executor(config, combiners="sum", engine=engine, backend="ray")
+        setup_sec = time.perf_counter() - start
+        result = _measure(local, sharded, batch, w.steps)
+        storage = sharded.storage
+        layout = storage.layouts["anchor"]  # type: ignore[attr-defined]
+        rows = np.unique(ids)
+        per_host = np.bincount(layout.host_of(rows), minlength=shards)
+        result.update({
+            "backend": "ray",
+            "shards": shards,
+            "sharding_strategy": "MOD" if mod else "DIV_DEFAULT",
+            "engine": sharded.engine.name,
+            "workload": asdict(w),
+            "unique_ids": int(rows.shape[0]),
+            "unique_ids_per_host": [int(n) for n in per_host],
+            "model_bytes_per_step": [list(model_bytes(int(n), w.dim)) for n in per_host],
+            "ray_init_sec": init_sec,
+            "actor_setup_sec": setup_sec,
+            "actor_bytes": storage.nbytes(),  # type: ignore[attr-defined]
+            "state_bytes": sharded.plan.state_bytes(),
+        })
+        result["bit_identical"] = result["bit_identical"] and _same_rows(local, sharded, rows)
+        sharded.close()
+    finally:
+        if started:
+            disconnect()
+    return result
+
+
+def _measure(local: Any, sharded: Any, batch: list[dict[str, np.ndarray]],
+             steps: int) -> dict[str, Any]:
+    """Alternate ``steps`` (+1 warm-up) steps of both executors; medians, bytes, equality."""
+    same = True
+    times: dict[str, list[float]] = {"local": [], "ray": []}
+    traffic = None
+    for step in range(steps + 1):
+        outputs = []
+        for name, executor in (("local", local), ("ray", sharded)):
+            if step == 1 and name == "ray":
+                traffic = sharded.storage.traffic.copy()
+            begin = time.perf_counter()
+            outputs.append(executor.step(batch))
+            if step:
+                times[name].append(time.perf_counter() - begin)
+        same = same and all(np.array_equal(a, b) for a, b in zip(*outputs, strict=True))
+    assert traffic is not None or steps == 0
+    moved = (sharded.storage.traffic - (traffic if traffic is not None else 0)) / max(steps, 1)
+    local_sec = statistics.median(times["local"]) if steps else float("nan")
+    ray_sec = statistics.median(times["ray"]) if steps else float("nan")
+    return {
+        "local_sec_per_step": local_sec,
+        "ray_sec_per_step": ray_sec,
+        "ray_over_local": ray_sec / local_sec,
+        "bytes_sent_per_step": [int(v) for v in moved[:, 0]],
+        "bytes_received_per_step": [int(v) for v in moved[:, 1]],
+        "bit_identical": bool(same),
+    }
+
+
+def _same_rows(local: Any, sharded: Any, rows: np.ndarray) -> bool:
+    """Touched rows of the table and every slot, equal bit for bit on both executors."""
+    wanted = local.state_arrays()
+    held = sharded.state_arrays()
+    return all(np.array_equal(np.asarray(wanted[key])[rows], held[key].take(rows))
+               for key in wanted)

@@ -1,0 +1,73 @@
+"""The engine record: one implementation of the executor's hot loops behind one interface.
+
+The executor calls nothing but these functions for the work that touches every occurrence or
+every looked-up row; each engine module (``numpy``, ``numba``) builds one ``Engine``.
+
+Conventions: ids are int64, values float32; a *bag* is one row of ``row_splits`` (the occurrences
+``row_splits[b] : row_splits[b + 1]``); *segments* are groups of occurrences sharing an index.
+
+``deduplicate(ids) -> (unique, inverse)``
+    the sorted distinct ids and, per occurrence, its position in them (``unique[inverse] == ids``);
+``segment_sum(values, segments, num_segments)``
+    per segment, the float32 sum of the rows of ``values`` [n, D] in it, in occurrence order;
+``backprop_sum(d_activations, sample, gains, segments, num_segments)``
+    per segment s, the sum over occurrences j with ``segments[j] == s`` of
+    ``gains[j] * d_activations[sample[j]]`` (spec section 4: back-propagation and the duplicate
+    sum in one call);
+``gather(table, rows)`` / ``scatter(table, rows, values)``
+    whole rows out of / into a [V, D] array (rows distinct for ``scatter``);
+``combine(rows, gains, row_splits)`` / ``gather_combine(rows, index, gains, row_splits)``
+    activations: per bag, the sum of ``gains[j] * rows[j]`` (``rows[index[j]]``) in position order;
+``update_rows(table, params, slots, rows, grad, lr, ctx) -> bool``
+    run the per-row pipeline (gradient clipping, weight decay, the optimizer, weight clipping)
+    on ``rows`` of ``params`` and ``slots`` in place (every row, the others with a zero
+    gradient, for a non-lazy table) and return True, or return False without touching anything
+    when the engine has no fused kernel for the arrays (the executor then runs the NumPy
+    pipeline of ``tpuemb_cfg.executor.pipeline``);
+``change_norm(params, rows, before) -> float``
+    the Euclidean norm (float64) of ``params[rows] - before`` (``rows`` None: every row);
+``bag_of_occurrence``, ``bag_scales``, ``clip``, ``quantize``, ``host_of``
+    as in ``tpuemb_cfg.executor.engines.numpy``;
+``fused``
+    None, or the compiled step the executor runs on tables in this process
+    (``engines.numba.FusedStep``: de-duplication with occurrence lists, the forward pass from
+    the table, back-propagation with the input check, the fused update with its norm).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Engine"]
+
+
+@dataclass(frozen=True)
+class Engine:
+    """One implementation of the executor's hot loops (see the module docstring).
+
+    ``name`` is the engine actually in use; ``requested`` the one asked for (they differ after a
+    fallback, and ``fallback`` then says why).
+    """
+
+    name: str
+    requested: str
+    deduplicate: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
+    segment_sum: Callable[[np.ndarray, np.ndarray, int], np.ndarray]
+    backprop_sum: Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int], np.ndarray]
+    gather: Callable[[np.ndarray, np.ndarray], np.ndarray]
+    scatter: Callable[[np.ndarray, np.ndarray, np.ndarray], None]
+    combine: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+    gather_combine: Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+    update_rows: Callable[..., bool]
+    change_norm: Callable[[np.ndarray, np.ndarray | None, np.ndarray], float]
+    bag_of_occurrence: Callable[[np.ndarray], np.ndarray]
+    bag_scales: Callable[..., tuple[np.ndarray, np.ndarray]]
+    clip: Callable[..., np.ndarray]
+    quantize: Callable[..., np.ndarray]
+    host_of: Callable[..., np.ndarray]
+    fallback: str | None = None
+    fused: Any = None

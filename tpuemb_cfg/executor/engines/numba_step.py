@@ -1,0 +1,203 @@
+"""The compiled step around the optimizer: de-duplication, forward pass and back-propagation.
+
+For one table and one step (spec sections 3-5, accumulation ENABLED: one partial), with the
+occurrences j of the table's features in the spec's reference order (features, bags,
+positions), ``unique`` the sorted distinct ids and ``inverse[j]`` the position of occurrence
+j's id in ``unique``:
+
+``deduplicate(ids) -> (unique, inverse)``
+    as ``np.unique(ids, return_inverse=True)``.
+``lookup(params, unique, inverse, gains, row_splits) -> activations``
+    per bag b, ``A[b] = sum over j in bag b of gains[j] * params[unique[inverse[j]]]``, in
+    position order, read straight from the table (no gathered copy of the rows).
+``backprop(d_activations, sample, gains, inverse, rows) -> (grad, finite)``
+    per row u, ``G[u] = sum over its occurrences j, in order, of gains[j] * dA[sample[j]]``
+    (spec section 4: back-propagation and the duplicate sum in one pass, no [occurrences, D]
+    temporary), and whether every gradient value it read was finite (the input check of spec
+    section 1, in the same pass; the caller checks the rows no bag reads). A row's first
+    contribution is stored as is (the sum starts from it, as from 0), so the sums need no
+    zeroed array.
+    One pass over the occurrences in order on the calling thread: the gradient rows are read in
+    increasing order, which the hardware prefetches, and each is added into its row's sum
+    (measured on the anchor workload: grouping the occurrences by row first reads them in
+    random order, 3x slower; two threads each owning half the rows and scanning every
+    occurrence, 1.6x slower than this one thread).
+
+The sums run in the same order as ``engines.numba``'s one-pass ``backprop_sum`` and
+``gather_combine`` (hence the same float32 results). Rows and bags are split into ranges run on
+several threads (``numba_update.run_ranges``; back-propagation: tables on several threads,
+``numba_update.parallel``); the kernels are serial, ``nogil`` and use
+NumPy's error model, which keeps them small to compile and lets the loops vectorise.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .jit import njit, prefetch
+from .numba_update import run_ranges
+
+__all__ = ["backprop", "deduplicate", "lookup"]
+
+F32 = np.float32
+_ZERO = np.float32(0.0)
+_EMPTY = np.int64(-1)
+_AHEAD = 8  # rows or bags: how far ahead scattered rows are prefetched
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: multiply, keep the top bits
+
+
+@njit(cache=True, error_model="numpy")
+def _radix_argsort(keys: np.ndarray) -> np.ndarray:
+    """The stable order sorting the non-negative int64 ``keys``: LSD radix, 11 bits a pass.
+
+    Unique ids are few (tens of thousands) and below the vocabulary size, so two or three
+    counting passes beat a comparison sort by an order of magnitude.
+    """
+    n = keys.shape[0]
+    order = np.arange(n)
+    if n < 2:
+        return order
+    top = keys.max()
+    buffer = np.empty(n, dtype=np.int64)
+    counts = np.empty(2049, dtype=np.int64)
+    shift = 0
+    while shift == 0 or (top >> shift) > 0:
+        counts[:] = 0
+        for k in range(n):
+            counts[((keys[order[k]] >> shift) & 2047) + 1] += 1
+        for b in range(2048):
+            counts[b + 1] += counts[b]
+        for k in range(n):
+            digit = (keys[order[k]] >> shift) & 2047
+            buffer[counts[digit]] = order[k]
+            counts[digit] += 1
+        order, buffer = buffer, order
+        shift += 11
+    return order
+
+
+@njit(cache=True, error_model="numpy")
+def deduplicate(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(unique, inverse)`` of the non-negative int64 ``ids``, as ``np.unique``'s.
+
+    One pass over the ids with an open-addressing hash table (linear probing, 2n to 4n slots,
+    sized by the batch, never by the vocabulary) labels each new id in first-appearance order;
+    a radix sort of the u unique ids relabels them in increasing order: O(n + u) instead of a
+    sort of every id.
+    """
+    n = ids.shape[0]
+    bits = 1
+    while (1 << bits) < 2 * n:
+        bits += 1
+    mask = (1 << bits) - 1
+    shift = np.uint64(64 - bits)
+    keys = np.full(1 << bits, _EMPTY, dtype=np.int64)
+    label = np.empty(1 << bits, dtype=np.int64)
+    first = np.empty(n, dtype=np.int64)  # unique ids in first-appearance order
+    inverse = np.empty(n, dtype=np.int64)
+    count = 0
+    for j in range(n):
+        key = ids[j]
+        slot = np.int64((np.uint64(key) * _GOLDEN) >> shift)
+        while True:
+            stored = keys[slot]
+            if stored == key:
+                inverse[j] = label[slot]
+                break
+            if stored == _EMPTY:
+                keys[slot] = key
+                label[slot] = count
+                first[count] = key
+                inverse[j] = count
+                count += 1
+                break
+            slot = (slot + 1) & mask
+    first = first[:count]
+    order = _radix_argsort(first)
+    unique = np.empty(count, dtype=np.int64)
+    rank = np.empty(count, dtype=np.int64)
+    for k in range(count):
+        unique[k] = first[order[k]]
+        rank[order[k]] = k
+    for j in range(n):
+        inverse[j] = rank[inverse[j]]
+    return unique, inverse
+
+
+@njit(nogil=True, cache=True, error_model="numpy")
+def _lookup(
+    params: np.ndarray, unique: np.ndarray, inverse: np.ndarray, gains: np.ndarray,
+    row_splits: np.ndarray, out: np.ndarray, start: int, stop: int,
+) -> float:
+    for b in range(start, stop):
+        ahead = min(b + _AHEAD, stop)
+        for j in range(row_splits[ahead], row_splits[min(ahead + 1, stop)]):
+            prefetch(params, unique[inverse[j]])
+        first, last = row_splits[b], row_splits[b + 1]
+        if first == last:
+            for d in range(out.shape[1]):
+                out[b, d] = _ZERO
+            continue
+        # The first product as is (as NumPy's reduceat starts), then the others added.
+        g = gains[first]
+        r = unique[inverse[first]]
+        for d in range(out.shape[1]):
+            out[b, d] = g * params[r, d]
+        for j in range(first + 1, last):
+            g = gains[j]
+            r = unique[inverse[j]]
+            for d in range(out.shape[1]):
+                out[b, d] += g * params[r, d]
+    return 0.0
+
+
+def lookup(
+    params: np.ndarray, unique: np.ndarray, inverse: np.ndarray, gains: np.ndarray,
+    row_splits: np.ndarray,
+) -> np.ndarray:
+    """The activations [bags, D] of one feature (module docstring); bags split over threads."""
+    bags = row_splits.shape[0] - 1
+    # Allocated by NumPy, which asks the kernel for huge pages for large arrays: a fresh 16 MB
+    # array then costs a few page faults instead of thousands.
+    out = np.empty((bags, params.shape[1]), dtype=F32)
+    run_ranges(_lookup, bags, inverse.shape[0] * params.shape[1],
+               params, unique, inverse, gains, row_splits, out)
+    return out
+
+
+@njit(nogil=True, cache=True, error_model="numpy")
+def _backprop(
+    d_activations: np.ndarray, sample: np.ndarray, gains: np.ndarray, inverse: np.ndarray,
+    out: np.ndarray,
+) -> float:
+    dim = out.shape[1]
+    seen = np.zeros(out.shape[0], dtype=np.bool_)
+    checks = np.zeros(dim, dtype=np.float32)
+    count = inverse.shape[0]
+    for j in range(count):
+        if j + _AHEAD < count:
+            prefetch(out, inverse[j + _AHEAD])
+        u = inverse[j]
+        g = gains[j]
+        b = sample[j]
+        if seen[u]:
+            for d in range(dim):
+                out[u, d] += g * d_activations[b, d]
+        else:  # the row's first contribution as is (the sum from 0: 0 + x is x)
+            seen[u] = True
+            for d in range(dim):
+                out[u, d] = g * d_activations[b, d]
+        for d in range(dim):
+            # x - x is 0 for a finite x and NaN for NaN and +-inf: the input check, per value.
+            checks[d] += d_activations[b, d] - d_activations[b, d]
+    return np.float64(checks.sum())
+
+
+def backprop(
+    d_activations: np.ndarray, sample: np.ndarray, gains: np.ndarray, inverse: np.ndarray,
+    rows: int,
+) -> tuple[np.ndarray, bool]:
+    """``(grad [rows, D], finite)`` (module docstring), in one pass."""
+    out = np.empty((rows, d_activations.shape[1]), dtype=F32)
+    bad = _backprop(d_activations, sample, gains, inverse, out)
+    return out, bad == 0.0

@@ -1,0 +1,736 @@
+"""The Ray backend: each host's rows in its own Ray actor, steps bit-identical to one machine.
+
+``Executor(config, backend="ray")`` keeps its tables and slots in a :class:`RayStorage`: one
+Ray actor per host (``num_hosts``, or ``shards`` for experiments), each running a
+``shard.Shard`` that allocates only the rows ``sharding_strategy`` gives its host (spec section
+8). The step logic does not change (it reaches the tables only through the ``Storage``
+interface); per step only touched rows travel:
+
+- **forward**: ``gather`` splits the step's sorted unique ids by host, each host returns its
+  rows, the driver puts them back in id order (and keeps them for the pre-update copy the
+  report needs, so the same rows are not fetched twice);
+- **update**: the driver de-duplicates, combines, back-propagates and sums duplicates exactly as
+  on one machine, then sends each host the per-row gradients of its rows and the per-row
+  pipeline (``pipeline.RowPipeline``); the host runs it on its own arrays. Non-lazy optimizers
+  step every row: each host receives its touched rows and steps the others with a zero
+  gradient, which is what the local executor computes for them;
+- **all or nothing**: every host logs the rows it changes; when one host fails the driver
+  rolls every other host back (``Shard.abort``) before raising, and ``commit`` (the end of the
+  step) drops the logs. An actor that dies raises :class:`ShardLost`, naming the host.
+
+Whole tables never gather on the driver: ``arrays()`` and a non-lazy table's pre-step copy are
+:class:`ShardedArray` objects - array-likes held by the shards that ``np.asarray`` fetches and
+``npzio.write_npz`` streams into a file one block of rows at a time.
+
+Ray is optional (``pip install 'tpuemb[ray]'``); :func:`connect` joins the cluster at an address
+(``--ray-address``, else ``RAY_ADDRESS``) or starts a local instance with this machine's cores
+and no dashboard; :func:`ray_session` does that for one command and shuts down at its end.
+Actors of a closed storage are kept for the next one in the same session (starting a Python
+process per host is the slow part of setting up).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import weakref
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from ..errors import InputError, TpuembError, UsageError
+from .engines import Engine
+from .pipeline import RowPipeline
+from .plan import Plan
+from .shard import PipelineRef, Shard, shard_bytes
+from .sharding import HostRows, TableLayout
+from .state import _unknown_key_message, slot_key, table_key
+from .storage import RowUpdate
+
+__all__ = [
+    "INSTALL_HINT",
+    "RayStorage",
+    "ShardLost",
+    "ShardedArray",
+    "connect",
+    "disconnect",
+    "import_ray",
+    "ray_session",
+]
+
+F32 = np.float32
+#: Bytes of one block of rows streamed from the shards (a file write, a fetch, a load).
+BLOCK_BYTES = 32 << 20
+#: Array bytes of one batch of calls above which each host's calls are sent by a thread.
+PARALLEL_BYTES = 1 << 20
+#: Seconds to wait for the cluster to place an actor before saying it cannot.
+PLACEMENT_TIMEOUT = 120.0
+
+INSTALL_HINT = (
+    "--backend ray needs Ray, which is not installed; install it with "
+    "`pip install 'tpuemb[ray]'` (or `pip install ray`), or use --backend local"
+)
+
+
+class ShardLost(TpuembError):
+    """A host's actor died or failed; the open step was rolled back on every other host.
+
+    ``host`` is the host that failed; ``str()`` is one line the command completes with where to
+    resume from (``with_resume_hint``).
+    """
+
+    def __init__(self, message: str, host: int) -> None:
+        super().__init__(message)
+        self.message = message
+        self.host = host
+
+    def with_resume_hint(self, hint: str) -> ShardLost:
+        """The same error with ``hint`` (the last checkpoint and how to resume) appended."""
+        return ShardLost(f"{self.message}; {hint}", self.host)
+
+
+def import_ray() -> Any:
+    """The ``ray`` module, or ``UsageError`` saying how to install it."""
+    try:
+        import ray
+    except ImportError:
+        raise UsageError(INSTALL_HINT) from None
+    return ray
+
+
+# ------------------------------------------------------------------------------------------------
+# The connection
+
+
+_POOL: list[tuple[Any, int, tuple[str, str]]] = []  # idle actors: (handle, reserved bytes, session)
+
+
+def _session_token(ray: Any) -> tuple[str, str]:
+    context = ray.get_runtime_context()
+    return str(context.gcs_address), str(context.get_node_id())
+
+
+def _first_line(exc: BaseException, limit: int = 160) -> str:
+    """The first line of an error's text, shortened (Ray's messages run over many lines)."""
+    text = (str(exc).strip().splitlines() or [""])[0].strip()
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def _release(ray: Any, actors: list[Any], reserved: list[int], dead: set[int]) -> None:
+    """Empty the actors of a closed (or collected) storage and keep them for the next one,
+    except the lost ones (``dead``; Ray ends them with their last handle)."""
+    if ray.is_initialized():
+        token = _session_token(ray)
+        for host, (actor, size) in enumerate(zip(actors, reserved, strict=True)):
+            if host not in dead:
+                actor.reset.remote()
+                _POOL.append((actor, size, token))
+    actors.clear()
+    reserved.clear()
+
+
+def _take_idle(token: tuple[str, str], need: int) -> tuple[Any, int] | None:
+    """An idle actor of this session with at least ``need`` bytes reserved, out of the pool."""
+    for index, (actor, reserved, session) in enumerate(_POOL):
+        if session == token and reserved >= need:
+            del _POOL[index]
+            return actor, reserved
+    return None
+
+
+def _check_reachable(address: str, origin: str) -> None:
+    """A TCP connection to ``host:port`` within 5 s, or ``UsageError`` naming the address."""
+    target = address.removeprefix("ray://")
+    if target in ("auto", "local") or ":" not in target:
+        return
+    host, _, port = target.rpartition(":")
+    try:
+        number = int(port)
+    except ValueError:
+        raise UsageError(f"{origin} {address!r}: expected HOST:PORT (e.g. 10.0.0.1:6379), "
+                         "the address `ray start --head` prints") from None
+    try:
+        socket.create_connection((host.strip("[]"), number), timeout=5).close()
+    except OSError as exc:
+        raise UsageError(
+            f"{origin} {address}: no Ray cluster answers there ({exc.strerror or exc}); start one "
+            "with `ray start --head` and pass the address it prints, or leave the address out to "
+            "run on a local Ray instance"
+        ) from None
+
+
+def connect(address: str | None = None, num_cpus: int | None = None) -> bool:
+    """Connect this process to Ray unless it is connected; return True when this call did.
+
+    ``address``: a cluster to join (``HOST:PORT`` or ``ray://HOST:PORT``); None: ``RAY_ADDRESS``
+    when set, else a new local instance with ``num_cpus`` (default: this machine's cores), no
+    dashboard. An address nobody answers at is one ``UsageError`` line, before anything starts.
+    """
+    ray = import_ray()
+    if ray.is_initialized():
+        return False
+    origin = "--ray-address"
+    if address is None and os.environ.get("RAY_ADDRESS"):
+        address, origin = os.environ["RAY_ADDRESS"], "RAY_ADDRESS"
+    quiet = {"logging_level": logging.ERROR, "log_to_driver": False}
+    if address is None:
+        ray.init(address="local", num_cpus=num_cpus or os.cpu_count() or 1,
+                 include_dashboard=False, **quiet)
+        return True
+    _check_reachable(address, origin)
+    try:
+        ray.init(address=address, **quiet)
+    except Exception as exc:  # Ray raises ConnectionError, RuntimeError, ValueError ...
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UsageError(f"{origin} {address}: cannot join the Ray cluster there ({reason})"
+                         ) from None
+    return True
+
+
+def disconnect() -> None:
+    """Leave Ray (a local instance this process started stops); idle actors are dropped."""
+    ray = import_ray()
+    _POOL.clear()
+    if ray.is_initialized():
+        ray.shutdown()
+
+
+@contextlib.contextmanager
+def ray_session(address: str | None = None) -> Iterator[None]:
+    """Connected to Ray for the block (see :func:`connect`); disconnected at its end when the
+    block connected."""
+    started = connect(address)
+    try:
+        yield
+    finally:
+        if started:
+            disconnect()
+
+
+# ------------------------------------------------------------------------------------------------
+# Whole arrays held by the shards
+
+
+class ShardedArray:
+    """A float32 ``[V, D]`` table, slot or pre-step copy held by the shards of a RayStorage.
+
+    ``np.asarray(a)`` fetches it (a block of rows at a time); ``blocks()`` yields it in row
+    order without ever holding more than a block, which is how ``npzio.write_npz`` writes it;
+    ``take(rows)`` fetches some rows. A table or slot is a live view (it shows the state as it
+    is when read, as a local storage's arrays do); a pre-step copy is valid until the next
+    step's copy of the same table replaces it.
+    """
+
+    dtype = np.dtype(F32)
+    ndim = 2
+
+    def __init__(self, storage: RayStorage, key: str, table: str, shape: tuple[int, int]) -> None:
+        self._storage = storage
+        self.key = key
+        self.table = table
+        self.shape = shape
+
+    @property
+    def nbytes(self) -> int:
+        return self.shape[0] * self.shape[1] * 4
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __repr__(self) -> str:
+        return f"ShardedArray({self.key!r}, shape={self.shape}, dtype=float32)"
+
+    def blocks(self) -> Iterator[tuple[int, np.ndarray]]:
+        """``(first row, block)`` pairs covering the array in order."""
+        return self._storage.read_blocks(self.key, self.table)
+
+    def npy_chunks(self) -> Iterator[np.ndarray]:
+        """The blocks alone, in row order (the data of the array's ``.npy`` member)."""
+        for _, block in self.blocks():
+            yield block
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        out = np.empty(self.shape, dtype=F32)
+        for start, block in self.blocks():
+            out[start:start + block.shape[0]] = block
+        return out if dtype is None else out.astype(dtype, copy=False)
+
+    def take(self, rows: np.ndarray) -> np.ndarray:
+        """The rows ``rows`` (sorted distinct ids), as a new [len(rows), D] array."""
+        return self._storage.read_rows(self.key, self.table, rows)
+
+
+# ------------------------------------------------------------------------------------------------
+# The storage
+
+
+class RayStorage:
+    """Every table and slot of ``plan``, each host's rows in its own Ray actor (a ``Storage``).
+
+    ``given``: initial arrays by state-file key (checked like ``state.initial_state``: an
+    unknown key, a wrong dtype - ``strict``: anything but float32 - or a wrong shape raises
+    ``InputError`` naming ``source``); the hosts initialise the others from ``seed``.
+    ``shards``: the number of actors (default ``num_hosts``). ``max_memory``: each actor's limit
+    in bytes; a host whose estimate (``shard.shard_bytes``) exceeds it is refused before
+    anything is allocated, and so is one no Ray node has the memory for. ``address``: as for
+    :func:`connect` (used only when this process is not connected yet; the storage then owns
+    the connection and ``close`` ends it). ``threads``: numba threads per actor (default: the
+    cores of its machine divided among the actors on it).
+    """
+
+    def __init__(
+        self,
+        plan: Plan,
+        engine: Engine,
+        *,
+        given: Mapping[str, Any] | None = None,
+        seed: int = 0,
+        source: str | None = None,
+        strict: bool = False,
+        shards: int | None = None,
+        max_memory: int | None = None,
+        address: str | None = None,
+        threads: int | None = None,
+    ) -> None:
+        self.plan = plan
+        self.engine = engine
+        self.hosts = int(shards if shards is not None else plan.num_hosts)
+        if self.hosts < 1:
+            raise UsageError(f"--shards {self.hosts}: a table needs at least one host")
+        self._tables = {t.name: t for t in plan.tables}
+        self.layouts = {t.name: TableLayout(t.vocabulary, self.hosts, plan.mod_sharding)
+                        for t in plan.tables}
+        given = dict(given or {})
+        check_given(plan, given, source, strict)
+        self.estimates = [shard_bytes(plan, h, self.hosts) for h in range(self.hosts)]
+        if max_memory is not None:
+            self._check_limit(max_memory, "the memory limit of one actor", "raise --max-memory")
+        #: Payload bytes sent to (column 0) and received from (column 1) each host so far.
+        self.traffic = np.zeros((self.hosts, 2), dtype=np.int64)
+        self._actors: list[Any] = []
+        self._reserved: list[int] = []
+        self._broken: ShardLost | None = None
+        self._dead: set[int] = set()  # hosts whose actor is lost (never kept for reuse)
+        self._senders: ThreadPoolExecutor | None = None
+        self._open = False  # a step's updates are under way (not committed)
+        self._step = 0  # the number of the open (or last) step, as the hosts log it
+        self._unconfirmed: set[int] = set()  # hosts not yet told the last step is complete
+        self._version = 0
+        self._cache: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._splits: dict[str, tuple[np.ndarray, list[HostRows]]] = {}
+        self._pipelined = plan.pipelined and plan.mode == "TRAINING"  # as the executor's
+        # Per table, the sums of squares of its updates of the open step (one per update).
+        self._sumsq: dict[str, list[float]] = {}
+        self._ray = import_ray()
+        self._owns_session = connect(address)
+        self._release = weakref.finalize(self, _release, self._ray, self._actors, self._reserved,
+                                         self._dead)
+        try:
+            if max_memory is None:
+                self._check_cluster()
+            self._start(threads)
+            allocated = self._submit([(h, "allocate", (seed, frozenset(given)))
+                                      for h in range(self.hosts)])
+            self._ship(given, allocated)  # a host runs its calls in order: allocate first
+        except BaseException:
+            self._dead.update(range(len(self._actors)))  # half set up: none is kept
+            self.close()
+            raise
+
+    # ------------------------------------------------------------------------------------------
+    # Set-up
+
+    def _check_limit(self, limit: int, what: str, fix: str) -> None:
+        from .core import format_bytes
+
+        host = int(np.argmax(self.estimates))
+        if self.estimates[host] <= limit:
+            return
+        fits = fitting_hosts(self.plan, limit, self.hosts)
+        split = (f"split the tables over more hosts (--shards {fits} fits)" if fits is not None
+                 else "no number of hosts fits: a single row of a table is too large")
+        raise UsageError(
+            f"host {host} of {self.hosts} would hold {format_bytes(self.estimates[host])} (its "
+            f"rows of every table and slot, with a step's working arrays), more than {what} "
+            f"({format_bytes(limit)}); {split}, or {fix}"
+        )
+
+    def _check_cluster(self) -> None:
+        """Refuse what no node of the cluster has the memory for (instead of waiting forever)."""
+        nodes = [n for n in self._ray.nodes() if n.get("Alive")]
+        largest = max((int(n["Resources"].get("memory", 0)) for n in nodes), default=0)
+        if largest:
+            self._check_limit(largest, "the largest Ray node offers",
+                              "add machines with more memory")
+
+    def _start(self, threads: int | None) -> None:
+        """Take idle actors of this session or start new ones, and give each its host."""
+        ray = self._ray
+        token = _session_token(ray)
+        remote = ray.remote(max_restarts=0, max_task_retries=0)(Shard)
+        for host in range(self.hosts):
+            idle = _take_idle(token, self.estimates[host])
+            if idle is None:
+                reserved = max(self.estimates[host], 64 << 20)
+                idle = (remote.options(memory=reserved, scheduling_strategy="SPREAD").remote(),
+                        reserved)
+            self._actors.append(idle[0])
+            self._reserved.append(idle[1])
+        where = [actor.where.remote() for actor in self._actors]
+        ready, _ = ray.wait(where, num_returns=len(where), timeout=PLACEMENT_TIMEOUT)
+        if len(ready) < len(where):
+            raise UsageError(
+                f"the Ray cluster placed {len(ready)} of {self.hosts} host actors within "
+                f"{PLACEMENT_TIMEOUT:.0f} s; it lacks the CPUs or memory for the others "
+                "(ray status shows its resources), or use fewer --shards"
+            )
+        places = self._collect(list(enumerate(where)), "starting")
+        per_machine: dict[str, int] = {}
+        for name, _ in places:
+            per_machine[name] = per_machine.get(name, 0) + 1
+        engine = self.engine.name
+        self._run([
+            (h, "setup", (self.plan, h, self.hosts, engine,
+                          threads or max(1, cpus // per_machine[name])))
+            for h, (name, cpus) in enumerate(places)
+        ], "starting")
+
+    def close(self) -> None:
+        """Release the actors (kept, emptied, for the next storage of this Ray session; also
+        done when the storage is garbage-collected) and, when this storage connected to Ray,
+        disconnect."""
+        self._release()
+        if self._senders is not None:
+            self._senders.shutdown(wait=False)
+            self._senders = None
+        if self._owns_session:
+            self._owns_session = False
+            disconnect()
+
+    # ------------------------------------------------------------------------------------------
+    # Calls to the hosts
+
+    def _submit(self, calls: Sequence[tuple[int, str, tuple[Any, ...]]]) -> list[tuple[int, Any]]:
+        """Send ``calls`` ((host, method, args)); a host receives its calls in their order.
+
+        Ray copies large array arguments into its object store as it sends them; with several
+        hosts and more than ``PARALLEL_BYTES`` of arrays, each host's calls are sent from a thread
+        of their own, so the copies run in parallel."""
+        if self._broken is not None:
+            raise self._broken
+        refs: list[Any] = [None] * len(calls)
+        by_host: dict[int, list[int]] = {}
+        payload = 0
+        for index, (host, _, args) in enumerate(calls):
+            sent = sum(a.nbytes for a in args if isinstance(a, np.ndarray))
+            self.traffic[host, 0] += sent
+            payload += sent
+            by_host.setdefault(host, []).append(index)
+
+        def send(host: int) -> None:
+            for index in by_host[host]:
+                _, method, args = calls[index]
+                committed = self._step if host in self._unconfirmed else None
+                self._unconfirmed.discard(host)
+                refs[index] = self._actors[host].call.remote(committed, method, *args)
+
+        if len(by_host) > 1 and payload > PARALLEL_BYTES:
+            if self._senders is None:
+                self._senders = ThreadPoolExecutor(min(self.hosts, os.cpu_count() or 1),
+                                                   thread_name_prefix="tpuemb-ray")
+            for future in [self._senders.submit(send, host) for host in by_host]:
+                future.result()
+        else:
+            for host in by_host:
+                send(host)
+        return [(host, ref) for (host, _, _), ref in zip(calls, refs, strict=True)]
+
+    def _collect(self, submitted: Sequence[tuple[int, Any]], what: str) -> list[Any]:
+        """Every result, in order; on a failure, roll the open step back on every other host
+        and raise (``ShardLost`` for a dead actor, the host's own error otherwise)."""
+        ray = self._ray
+        results: list[Any] = []
+        failure: tuple[int, BaseException] | None = None
+        for host, ref in submitted:
+            try:
+                value = ray.get(ref)
+            except ray.exceptions.RayError as exc:
+                failure = failure or (host, exc)
+                continue
+            if isinstance(value, np.ndarray):
+                self.traffic[host, 1] += value.nbytes
+            results.append(value)
+        if failure is not None:
+            self._fail(*failure, what)
+        return results
+
+    def _run(self, calls: Sequence[tuple[int, str, tuple[Any, ...]]], what: str) -> list[Any]:
+        return self._collect(self._submit(calls), what)
+
+    def _fail(self, host: int, exc: BaseException, what: str) -> None:
+        """Roll the open step back wherever it ran and raise: the host's own error when it
+        raised one (the host lives on), else ``ShardLost`` (the actor died: Ray ended it, the
+        machine went away or ran out of memory), after which the storage refuses every call."""
+        ray = self._ray
+        cause = exc.cause if isinstance(exc, ray.exceptions.RayTaskError) else None
+        died = cause is None or isinstance(cause, ray.exceptions.RayError)
+        rolled = ""
+        if self._open:
+            aborts = [a.call.remote(None, "abort", self._step)
+                      for h, a in enumerate(self._actors) if not (died and h == host)]
+            with contextlib.suppress(ray.exceptions.RayError):
+                ray.get(aborts, timeout=60)
+            self._open = False
+            rolled = (f"; the open step was rolled back on every {'other ' if died else ''}host "
+                      "(applied on none)")
+        if cause is not None and not died:
+            if isinstance(cause, TpuembError):
+                raise cause
+            raise ShardLost(f"host {host} of {self.hosts} failed while {what}: "
+                            f"{type(cause).__name__}: {_first_line(cause)}{rolled}", host
+                            ) from None
+        self._dead.add(host)
+        self._broken = ShardLost(
+            f"host {host} of {self.hosts} (its Ray actor) died while {what} "
+            f"({type(exc).__name__}: {_first_line(exc)}){rolled}; the run cannot go on without "
+            "its rows", host)
+        raise self._broken from None
+
+    # ------------------------------------------------------------------------------------------
+    # The Storage interface
+
+    def gather(self, table: str, rows: np.ndarray | None) -> np.ndarray:
+        """Rows ``rows`` of ``table`` from their hosts, in id order; ``rows=None``: a pre-step
+        copy of the whole table, kept by the hosts (a :class:`ShardedArray`)."""
+        if rows is None:
+            return self._snapshot(table)  # type: ignore[return-value]
+        cached = self._cache.pop(table, None)
+        if cached is not None and cached[0] is rows:
+            return cached[1]  # the forward pass fetched exactly these rows, unchanged since
+        out = self._gather(table, rows)
+        # A pipelined forward pass overwrites rows of what it read with older values: keep a
+        # copy for the pre-update read; otherwise nobody writes into the rows read.
+        self._cache[table] = (rows, out.copy() if self._pipelined else out)
+        return out
+
+    def _split(self, table: str, rows: np.ndarray) -> list[HostRows]:
+        """``layout.split(rows)``, remembered for the same array of the same table (the rows
+        a step reads are the rows it updates)."""
+        cached = self._splits.get(table)
+        if cached is None or cached[0] is not rows:
+            cached = (rows, self.layouts[table].split(rows))
+            self._splits[table] = cached
+        return cached[1]
+
+    def _gather(self, table: str, rows: np.ndarray) -> np.ndarray:
+        parts = [p for p in self._split(table, rows) if p.count]
+        values = self._run([(p.host, "gather", (table, p.local)) for p in parts],
+                           f"reading rows of table {table!r}")
+        out = np.empty((rows.shape[0], self._tables[table].dimension), dtype=F32)
+        for part, block in zip(parts, values, strict=True):
+            out[part.positions] = block
+        return out
+
+    def update(self, table: str, rows: np.ndarray | None, grad: np.ndarray, fn: RowUpdate) -> None:
+        """Send each host its rows' gradients and ``fn``; every host of a non-lazy table steps
+        (its untouched rows with a zero gradient). All hosts or none (see ``commit``)."""
+        self._cache.pop(table, None)
+        layout = self.layouts[table]
+        if isinstance(fn, RowPipeline) and fn.table is self._tables[table]:
+            fn = PipelineRef(fn.lr, fn.ctx)  # type: ignore[assignment]  # the shard rebuilds it
+        if not self._open:
+            self._open = True
+            self._step += 1
+        step = self._step
+        calls: list[tuple[int, str, tuple[Any, ...]]]
+        if rows is None:
+            calls = [(h, "update", (table, None, grad[layout.global_ids(h)], fn, step))
+                     for h in range(self.hosts)]
+        else:
+            lazy = self._tables[table].lazy
+            calls = [(p.host, "update", (table, p.local, grad[p.positions], fn, step))
+                     for p in self._split(table, rows) if p.count or not lazy]
+        sums = self._run(calls, f"updating table {table!r}")
+        self._sumsq.setdefault(table, []).append(sum(sums))
+
+    def commit(self) -> None:
+        """Every host applied the step: they may drop its undo log. No message of its own: the
+        confirmation rides on each host's next call (``Shard.call``), which runs first."""
+        if self._open:
+            self._unconfirmed = set(range(self.hosts))
+        self._open = False
+        self._sumsq.clear()
+
+    def change_norm(self, table: str, rows: np.ndarray | None, before: np.ndarray) -> float:
+        """The update norm: the square root of the hosts' float64 sums of squares of the change
+        of their rows (``before`` a pre-step ShardedArray for a whole table), added in host
+        order. Equal to the local value to float64 rounding: the local engines sum the same
+        squares in another order (the numba engine's order depends on its thread count)."""
+        if rows is None:
+            copy = before if isinstance(before, ShardedArray) else None
+            if copy is None:
+                raise TypeError("change_norm of a whole sharded table needs its pre-step copy")
+            version = int(copy.key.rsplit("/", 1)[1])
+            sums = self._run([(h, "change_sumsq", (table, version)) for h in range(self.hosts)],
+                             f"summing the change of table {table!r}")
+            return float(np.sqrt(sum(sums)))
+        sums = self._sumsq.pop(table, [])
+        if len(sums) != 1:  # several partial updates: each row against its pre-step value
+            sums = self._run([(h, "change_sumsq_rows", (table, self._step))
+                              for h in range(self.hosts)], f"summing the change of {table!r}")
+        return float(np.sqrt(sum(sums)))
+
+    def arrays(self) -> dict[str, Any]:
+        """Every table and slot under its state-file key, as live ShardedArrays."""
+        out: dict[str, Any] = {}
+        for table in self.plan.tables:
+            shape = (table.vocabulary, table.dimension)
+            out[table_key(table.name)] = ShardedArray(self, table_key(table.name), table.name,
+                                                      shape)
+            for name in table.slot_names:
+                key = slot_key(table.name, name)
+                out[key] = ShardedArray(self, key, table.name, shape)
+        return out
+
+    def load(self, arrays: Mapping[str, Any]) -> None:
+        """Replace every table and slot by ``arrays`` (checked state-file arrays)."""
+        self.load_given(arrays, strict=False)
+
+    def load_given(self, given: Mapping[str, Any], *, seed: int = 0, source: str | None = None,
+                   strict: bool = True) -> None:
+        """Replace every table and slot: the arrays ``given`` (checked as for the constructor),
+        the defaults of ``seed`` for the others; a host's rows are sent a block at a time."""
+        check_given(self.plan, given, source, strict)
+        self._cache.clear()
+        missing = [key for key in self.arrays() if key not in given]
+        self._ship(given, self._submit([(h, "put_defaults", (key, seed))
+                                        for key in missing for h in range(self.hosts)]))
+
+    # ------------------------------------------------------------------------------------------
+    # Whole-table transfers
+
+    def _ship(self, arrays: Mapping[str, Any], pending: list[tuple[int, Any]]) -> None:
+        """Send each host its rows of every array (float32 after casting), after the calls
+        ``pending``, and wait for all: the rows of a block (``BLOCK_BYTES``) of the arrays go in
+        one call per host, with about two blocks in flight."""
+        what = "receiving its rows"
+        parts: dict[int, list[tuple[str, slice, np.ndarray]]] = {}
+        size = 0
+        in_flight = 0
+
+        def flush() -> None:
+            nonlocal pending, size, in_flight
+            pending += self._submit([(h, "put", (batch,)) for h, batch in parts.items()])
+            parts.clear()
+            in_flight += size
+            size = 0
+            if in_flight >= 2 * BLOCK_BYTES:
+                self._collect(pending, what)
+                pending, in_flight = [], 0
+
+        for key, array in arrays.items():
+            table = key.split("/")[1]
+            layout = self.layouts[table]
+            for start, stop in self._block_ranges(table):
+                block = np.asarray(array[start:stop], dtype=F32)
+                for h, local, positions in layout.split_range(start, stop):
+                    rows = np.ascontiguousarray(block[positions])
+                    parts.setdefault(h, []).append((key, local, rows))
+                    self.traffic[h, 0] += rows.nbytes
+                size += block.nbytes
+                if size >= BLOCK_BYTES:
+                    flush()
+        if parts:
+            flush()
+        self._collect(pending, what)
+
+    def _block_ranges(self, table: str) -> Iterator[tuple[int, int]]:
+        plan = self._tables[table]
+        step = max(1, BLOCK_BYTES // (plan.dimension * 4))
+        for start in range(0, plan.vocabulary, step):
+            yield start, min(start + step, plan.vocabulary)
+
+    def read_blocks(self, key: str, table: str) -> Iterator[tuple[int, np.ndarray]]:
+        """``(first row, rows)`` blocks of the table, slot or pre-step copy ``key``, in order;
+        the next block's reads are in flight while one is handed out."""
+        layout = self.layouts[table]
+        dimension = self._tables[table].dimension
+        ranges = list(self._block_ranges(table))
+
+        def submit(start: int, stop: int) -> tuple[list[Any], list[tuple[int, Any]]]:
+            parts = layout.split_range(start, stop)
+            return parts, self._submit([(h, "read", (key, local)) for h, local, _ in parts])
+
+        pending = submit(*ranges[0]) if ranges else None
+        for index, (start, stop) in enumerate(ranges):
+            assert pending is not None
+            parts, refs = pending
+            pending = submit(*ranges[index + 1]) if index + 1 < len(ranges) else None
+            block = np.empty((stop - start, dimension), dtype=F32)
+            values = self._collect(refs, f"sending its rows of {key}")
+            for (_, _, positions), rows in zip(parts, values, strict=True):
+                block[positions] = rows
+            yield start, block
+
+    def read_rows(self, key: str, table: str, rows: np.ndarray) -> np.ndarray:
+        """Rows ``rows`` (sorted distinct ids) of a table, slot or pre-step copy ``key``."""
+        parts = [p for p in self.layouts[table].split(rows) if p.count]
+        values = self._run([(p.host, "read", (key, p.local)) for p in parts],
+                           f"sending rows of {key}")
+        out = np.empty((rows.shape[0], self._tables[table].dimension), dtype=F32)
+        for part, block in zip(parts, values, strict=True):
+            out[part.positions] = block
+        return out
+
+    def _snapshot(self, table: str) -> ShardedArray:
+        self._version += 1
+        self._run([(h, "snapshot", (table, self._version)) for h in range(self.hosts)],
+                  f"copying table {table!r}")
+        plan = self._tables[table]
+        return ShardedArray(self, f"before/{table}/{self._version}", table,
+                            (plan.vocabulary, plan.dimension))
+
+    def nbytes(self) -> list[int]:
+        """Bytes each host's actor holds now (tables, slots, pre-step copies)."""
+        return [int(n) for n in self._run([(h, "nbytes", ()) for h in range(self.hosts)],
+                                          "counting its bytes")]
+
+
+def check_given(plan: Plan, given: Mapping[str, Any], source: str | None, strict: bool) -> None:
+    """The checks of ``state.initial_state`` on given arrays, without copying them: a known
+    state-file key, a float32 (``strict``) or numeric dtype, shape [vocabulary_size, dimension]."""
+    shapes = {}
+    for table in plan.tables:
+        shape = (table.vocabulary, table.dimension)
+        shapes[table_key(table.name)] = shape
+        for slot in table.slot_names:
+            shapes[slot_key(table.name, slot)] = shape
+    for key, value in given.items():
+        if key not in shapes:
+            raise InputError(_unknown_key_message(plan, key), path=source, key=key)
+        dtype = np.dtype(getattr(value, "dtype", np.asarray(value).dtype))
+        if dtype != F32 and (strict or dtype.kind not in "fiu"):
+            raise InputError(f"dtype {dtype} found, expected float32; cast with "
+                             ".astype(np.float32)", path=source, key=key)
+        shape = tuple(getattr(value, "shape", np.shape(value)))
+        if shape != shapes[key]:
+            raise InputError(f"shape {shape} found, expected {shapes[key]} ([vocabulary_size, "
+                             "dimension])", path=source, key=key)
+
+
+def fitting_hosts(plan: Plan, limit: int, at_least: int = 1, most: int = 1 << 20) -> int | None:
+    """The fewest hosts (>= ``at_least``) whose largest share fits ``limit`` bytes, or None."""
+    if shard_bytes(plan, 0, most) > limit:
+        return None
+    low, high = at_least, most
+    while low < high:
+        middle = (low + high) // 2
+        if shard_bytes(plan, 0, middle) <= limit:
+            high = middle
+        else:
+            low = middle + 1
+    return low

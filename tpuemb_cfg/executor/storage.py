@@ -1,0 +1,160 @@
+"""Where the tables and slots live: the one interface the executor's step reaches them through.
+
+The step logic (``core``) never indexes a table or slot array itself. It reads parameter rows
+for the forward pass and for the report, hands each partial's row update to the storage, and
+exports or imports whole states for checkpoints; nothing else. So a second implementation - the
+Ray-sharded one of ``ray_storage``, keeping each host's rows in its own actor - plugs in without
+touching the step. The interface (:class:`Storage`):
+
+``gather(table, rows) -> ndarray``
+    a new float32 ``[len(rows), D]`` array of the parameter rows ``rows`` (sorted distinct int64
+    ids) of table ``table``; ``rows=None``: a copy of the whole table (a remote storage may
+    keep that copy where the rows live and return an array-like standing for it, which
+    ``np.asarray`` fetches and :func:`rows_of` reads rows of). Reads only.
+``update(table, rows, grad, fn)``
+    run ``fn(params, slots, rows, grad)`` where the rows live: ``params`` and ``slots`` are the
+    arrays holding them (a shard may pass its local arrays and local row numbers with the
+    matching rows of ``grad``), and ``fn`` updates ``params[rows]`` and each ``slot[rows]`` in
+    place (the per-row pipeline of spec section 6, ``pipeline.RowPipeline``). For a non-lazy
+    optimizer ``fn`` steps every row of the arrays it is given, those not in ``rows`` with a zero
+    gradient (so a shard holding none of the touched rows is still called); ``rows=None``: every
+    row, ``grad`` [V, D]. ``fn``
+    (a ``pipeline.RowPipeline``) holds only plain values - the table's plan, the rate, the step
+    context, the engine - so it can be shipped to a remote shard (with cloudpickle, as Ray does).
+``change_norm(table, rows, before) -> float``
+    the Euclidean norm (float64) of ``params[rows] - before``, ``before`` being what
+    ``gather(table, rows)`` returned before the updates (the report's ``update_norm``; a shard
+    returns its sum of squares and the caller adds them).
+``commit()``
+    the step's updates are final (called once after a step's last ``update``): a storage that
+    can roll a step back (the Ray one, when a host fails mid-step) forgets how.
+``arrays() -> dict``
+    every table and slot under its state-file key (``table/NAME``, ``slot/NAME/SLOT``): the live
+    arrays for a local storage, live array-likes a file writer streams for a remote one
+    (checkpoint export).
+``load(arrays)``
+    replace every table and slot by ``arrays`` (state-file keys, checked by
+    ``state.initial_state``; checkpoint import).
+``close()``
+    release what the storage holds outside this process (nothing for a local one).
+
+:class:`LocalStorage` keeps NumPy arrays in this process and runs the engine's kernels on them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Protocol
+
+import numpy as np
+
+from .engines import Engine
+from .plan import Plan
+from .state import Pending, slot_key, table_key
+
+__all__ = ["LocalStorage", "RowUpdate", "Storage", "rows_of"]
+
+#: ``fn(params, slots, rows, grad)``: update ``rows`` (None: every row) of the arrays in place.
+RowUpdate = Callable[[np.ndarray, tuple[np.ndarray, ...], np.ndarray | None, np.ndarray], None]
+
+
+class Storage(Protocol):
+    """The tables and slots of one executor (see the module docstring for the contract)."""
+
+    def gather(self, table: str, rows: np.ndarray | None) -> np.ndarray: ...
+
+    def update(
+        self, table: str, rows: np.ndarray | None, grad: np.ndarray, fn: RowUpdate
+    ) -> None: ...
+
+    def change_norm(self, table: str, rows: np.ndarray | None, before: np.ndarray) -> float: ...
+
+    def commit(self) -> None: ...
+
+    def arrays(self) -> dict[str, np.ndarray]: ...
+
+    def load(self, arrays: Mapping[str, np.ndarray]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def rows_of(whole: np.ndarray, rows: np.ndarray, engine: Engine) -> np.ndarray:
+    """Rows ``rows`` of a whole-table copy ``gather(table, None)`` returned: through the engine
+    for a local array, by the array-like's own ``take`` for a copy kept by a remote storage."""
+    if isinstance(whole, np.ndarray):
+        return engine.gather(whole, rows)
+    taken: np.ndarray = whole.take(rows)
+    return taken
+
+
+class LocalStorage:
+    """Every table and slot as a NumPy array of this process, worked on by ``engine``.
+
+    ``arrays``: the state-file keys of ``state.initial_state`` (the arrays are kept, not copied).
+    Default rows still pending there (``initial_state(lazy=True)``) are computed when first
+    read or written (a gather, an update, ``local``) or exported (``arrays``), so a run that
+    touches a small part of a large table never computes the rest until it writes the table.
+    """
+
+    def __init__(self, plan: Plan, arrays: Mapping[str, np.ndarray], engine: Engine) -> None:
+        self._plan = plan
+        self._engine = engine
+        self._lazy = {table.name: table.lazy for table in plan.tables}
+        self._params: dict[str, np.ndarray] = {}
+        self._slots: dict[str, tuple[np.ndarray, ...]] = {}
+        self._pending: dict[str, Pending] = {}
+        self.load(arrays)
+
+    def _materialize(self, table: str, rows: np.ndarray | None) -> None:
+        pending = self._pending.get(table)
+        if pending is not None and pending.materialize(
+            self._params[table], self._slots[table], rows
+        ):
+            del self._pending[table]
+
+    def gather(self, table: str, rows: np.ndarray | None) -> np.ndarray:
+        self._materialize(table, rows)
+        params = self._params[table]
+        return params.copy() if rows is None else self._engine.gather(params, rows)
+
+    def update(
+        self, table: str, rows: np.ndarray | None, grad: np.ndarray, fn: RowUpdate
+    ) -> None:
+        self._materialize(table, rows if self._lazy[table] else None)
+        fn(self._params[table], self._slots[table], rows, grad)
+
+    def change_norm(self, table: str, rows: np.ndarray | None, before: np.ndarray) -> float:
+        return self._engine.change_norm(self._params[table], rows, before)
+
+    def local(
+        self, table: str, rows: np.ndarray | None = None
+    ) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+        """The live parameter and slot arrays of ``table``, with ``rows`` (sorted distinct ids;
+        None: every row) holding their values (not part of ``Storage``): a storage in this
+        process offers them so that compiled steps (the numba engine's forward pass and fused
+        update) read and update the rows in place, without gathered copies."""
+        self._materialize(table, rows)
+        return self._params[table], self._slots[table]
+
+    def commit(self) -> None:
+        """Updates are made in place: nothing to finish."""
+
+    def close(self) -> None:
+        """Nothing is held outside this process."""
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        out: dict[str, np.ndarray] = {}
+        for table in self._plan.tables:
+            self._materialize(table.name, None)
+            out[table_key(table.name)] = self._params[table.name]
+            for name, array in zip(table.slot_names, self._slots[table.name], strict=True):
+                out[slot_key(table.name, name)] = array
+        return out
+
+    def load(self, arrays: Mapping[str, np.ndarray]) -> None:
+        self._pending = dict(getattr(arrays, "pending", {}))
+        for table in self._plan.tables:
+            self._params[table.name] = arrays[table_key(table.name)]
+            self._slots[table.name] = tuple(
+                arrays[slot_key(table.name, name)] for name in table.slot_names
+            )

@@ -1,0 +1,198 @@
+"""Prepare a configuration for simulation once: parse, validate, plan.
+
+Every simulation entry point (``Executor``, ``replay``, the synthetic and multi-worker runs,
+``tpuemb simulate``) starts from the same three stages, file -> message -> diagnostics -> plan.
+:func:`prepare` runs each exactly once and returns them together as a :class:`Prepared`, which
+every entry point accepts in place of a configuration, so a file is read and parsed once however
+many of them a command uses::
+
+    prepared = prepare("config.pbtxt")            # one parse, one validation, one plan
+    executor = Executor(prepared)                 # no second parse or plan
+    out = replay(prepared, batches)
+
+A compiled spec carries what the proto cannot hold: each feature's combiner (its table's) and how
+many ids a bag holds. ``prepare`` therefore also takes the compiler's result
+(``build_config(...)``, a ``CompiledConfig``) and spec files (``.py``, ``.toml``), which it
+compiles; a plain configuration gets TensorFlow's default combiner, ``mean``, and says so
+(:attr:`Prepared.combiner_note`).
+
+The module imports nothing heavy at import time (no protobuf, no NumPy): ``tpuemb validate``
+shares the CLI process and must never load NumPy.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from .errors import InputError
+
+if TYPE_CHECKING:
+    from .executor.plan import Plan
+    from .proto.tpu_embedding_configuration_pb2 import TPUEmbeddingConfiguration
+    from .rules import Diagnostic
+
+__all__ = ["Prepared", "prepare", "refuse_errors", "with_combiner_arguments"]
+
+Combiners = str | Sequence[str] | Mapping[int, str] | None
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A configuration ready to simulate.
+
+    ``config``: tpuemb's ``TPUEmbeddingConfiguration`` message; ``plan``: the executor's
+    :class:`~tpuemb_cfg.executor.plan.Plan` of it (combiners included); ``path``: the file it was
+    read from (``None`` for bytes and messages); ``diagnostics``: every validator finding (empty
+    when prepared with ``check=False``, which skips validation); ``combiners_source``: where the
+    combiners came from: ``"spec"`` (a compiled spec's tables), ``"given"`` (the ``combiners``
+    argument) or ``"default"`` (none recorded: ``mean`` for every feature).
+    """
+
+    config: TPUEmbeddingConfiguration
+    plan: Plan
+    path: str | None
+    diagnostics: tuple[Diagnostic, ...]
+    combiners_source: str = "default"
+
+    @property
+    def combiner_note(self) -> str | None:
+        """For combiners nobody chose, the sentence that says which ones are used."""
+        if self.combiners_source != "default" or not self.plan.features:
+            return None
+        name = self.path or "the configuration"
+        return (
+            f"{name} records no combiners (TPUEmbeddingConfiguration has no field for them): "
+            "every feature uses mean, TensorFlow's default; pass --combiner (combiners=) or "
+            "simulate the spec (.py/.toml) it was compiled from"
+        )
+
+
+def prepare(source: Any, *, combiners: Combiners = None, check: bool = True) -> Prepared:
+    """Parse, validate and plan ``source`` once.
+
+    ``source``: a path (text, binary or JSON by extension; ``-`` for stdin; a ``.py`` or
+    ``.toml`` spec, compiled), binary bytes, a ``TPUEmbeddingConfiguration`` (tpuemb's or
+    TensorFlow's), the ``CompiledConfig`` ``build_config`` returns, or a :class:`Prepared`
+    (returned as is when ``combiners`` is None, else re-planned with them: the message is not
+    parsed or validated again). ``combiners``: one name for every feature, one per feature, or
+    ``{feature_index: name}``; default: a compiled spec's (each feature's table's combiner),
+    else ``mean``. A compiled spec also gives each feature's ids per bag (``executor.bags``).
+
+    A file is validated from its parsed message and text together, so findings carry line and
+    column and honour ``# tpuemb: disable=ID`` comments. With ``check`` (the default) error
+    findings raise ``InputError`` (the first one's line and column, the first five listed);
+    ``check=False`` skips validation. Raises ``InputError`` for a file that cannot be read or
+    parsed and for what the executor cannot run (``build_plan``), ``UsageError`` for bad
+    combiners.
+    """
+    from .executor.plan import build_plan
+
+    if isinstance(source, Prepared):
+        if combiners is None:
+            return source
+        return replace(
+            source, plan=source.plan.with_combiners(combiners), combiners_source="given"
+        )
+    path: str | None = None
+    diagnostics: tuple[Diagnostic, ...] = ()
+    if isinstance(source, str | os.PathLike) and os.fspath(source).endswith((".py", ".toml")):
+        from .embedding.spec import load_spec
+
+        path = os.fspath(source)
+        source = load_spec(path).compile()
+    if _is_compiled(source):
+        return _prepare_compiled(source, path, combiners, check)
+    if isinstance(source, str | os.PathLike):
+        from .io import read_source
+
+        parsed = read_source(source)
+        config = parsed.message
+        path = parsed.path
+        if check:
+            from .validator import selected_rules, validate_source
+
+            diagnostics = tuple(validate_source(parsed, selected_rules()))
+    else:
+        from .io import as_config
+
+        config = as_config(source)
+        if check:
+            from .validator import validate
+
+            diagnostics = tuple(validate(config))
+    if check:
+        refuse_errors(diagnostics)
+    source_of = "default" if combiners is None else "given"
+    return Prepared(config, build_plan(config, combiners), path, diagnostics, source_of)
+
+
+def _is_compiled(source: Any) -> bool:
+    """Whether ``source`` is what ``build_config`` returns (read by its attributes, so this
+    module need not import the compiler)."""
+    return all(hasattr(source, name) for name in ("config", "features", "combiners"))
+
+
+def _prepare_compiled(
+    compiled: Any, path: str | None, combiners: Combiners, check: bool
+) -> Prepared:
+    """A ``CompiledConfig``: its message, validated, planned with its combiners and bag sizes
+    unless ``combiners`` overrides them."""
+    from .executor.plan import build_plan
+    from .validator import validate
+
+    config = compiled.config
+    diagnostics: tuple[Diagnostic, ...] = tuple(validate(config)) if check else ()
+    if check:
+        refuse_errors(diagnostics)
+    source_of = "given"
+    if combiners is None:
+        source_of = "spec"
+        combiners = []
+        for feature, combiner in zip(compiled.features, compiled.combiners, strict=True):
+            if not isinstance(combiner, str):
+                raise InputError(
+                    f"feature {feature.path!r} uses a CustomCombiner (a SparseCore program), "
+                    "which the simulator cannot run; pass combiners= (--combiner) to simulate "
+                    "it with sum, mean or sqrtn",
+                    path=path,
+                )
+            combiners.append(combiner)
+    plan = build_plan(config, combiners)
+    plan = plan.with_bags([feature.ids_per_bag for feature in compiled.features])
+    return Prepared(config, plan, path, diagnostics, source_of)
+
+
+def with_combiner_arguments(prepared: Prepared, values: Sequence[str]) -> Prepared:
+    """``prepared`` with ``--combiner NAME`` / ``--combiner F=NAME`` applied on top of its own
+    combiners (a compiled spec's, else ``mean``); unchanged when ``values`` is empty."""
+    from .executor.plan import parse_combiners
+
+    if not values:
+        return prepared
+    features = prepared.plan.features
+    names = parse_combiners(list(values), len(features), [f.combiner for f in features])
+    return prepare(prepared, combiners=names)
+
+
+def refuse_errors(diagnostics: Iterable[Diagnostic]) -> None:
+    """Raise ``InputError`` listing the error diagnostics among ``diagnostics``, if any.
+
+    The simulator never runs a configuration TensorFlow would reject. The message names the
+    first five errors (rule, field path, message); the exception carries the first one's line
+    and column.
+    """
+    errors = [d for d in diagnostics if getattr(d, "severity", "") == "error"]
+    if not errors:
+        return
+    shown = "; ".join(f"{d.rule} at {d.field_path or '(config)'}: {d.message}" for d in errors[:5])
+    more = f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""
+    first = errors[0]
+    raise InputError(
+        f"the configuration has {len(errors)} validation error(s): {shown}{more}; "
+        "run `tpuemb validate` for details and fix them before simulating",
+        line=getattr(first, "line", None),
+        column=getattr(first, "column", None),
+    )

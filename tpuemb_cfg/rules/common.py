@@ -1,0 +1,204 @@
+"""Helpers shared by the rule families, most of them for ``optimization_parameters``.
+
+The optimizer rules (``optimizers``, ``hyperparameters``, ``programs``) and the accumulation,
+clipping and deprecated-field families all iterate the tables that have
+``optimization_parameters`` (:func:`op_tables`) or a given algorithm (:func:`algorithm_tables`),
+print float32 values the way the text format writes them (:func:`fmt`), name enum values
+(:func:`enum_name`) and check hyper-parameters against the algorithm table
+(:func:`table_violations`). Tables and features share :func:`duplicate_names`.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any, NamedTuple
+from weakref import WeakKeyDictionary
+
+from tpuemb_cfg.algorithms import Constraint
+from tpuemb_cfg.rules._registry import Context, Diagnostic
+
+if TYPE_CHECKING:
+    from tpuemb_cfg.proto.optimization_parameters_pb2 import OptimizationParameters
+    from tpuemb_cfg.proto.tpu_embedding_configuration_pb2 import TPUEmbeddingConfiguration
+
+    TableDescriptor = TPUEmbeddingConfiguration.TableDescriptor
+
+# Enum numbers (schema.md section 3) as plain ints, so undeclared numbers compare safely.
+STATUS_UNSPECIFIED, STATUS_ENABLED, STATUS_DISABLED = 0, 1, 2
+HOT_ID_MIGRATION_ONLY = 3
+
+def fmt(x: float) -> str:
+    """A float32 value in its shortest round-trip form, as protobuf's text format writes it.
+
+    ``0.1`` rather than ``0.10000000149011612``, ``100.0``, ``3.4028235e+38``; ``-0.0``, ``nan``,
+    ``inf`` and ``-inf`` as such.
+    """
+    if math.isnan(x):
+        return "nan"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    for digits in range(1, 10):
+        candidate = float(f"{x:.{digits}g}")
+        try:
+            if struct.unpack("<f", struct.pack("<f", candidate))[0] == x:
+                return repr(candidate)
+        except OverflowError:  # rounded above float32's maximum
+            continue
+    return repr(x)  # not a float32 value
+
+
+def finite(x: float) -> bool:
+    """True for a finite float (False for NaN and infinities)."""
+    return math.isfinite(x)
+
+
+def opt_path(table_path: str) -> str:
+    """``table_descriptor[i].optimization_parameters``."""
+    return f"{table_path}.optimization_parameters"
+
+
+def optimization(table: TableDescriptor) -> OptimizationParameters | None:
+    """The table's ``optimization_parameters``, or ``None`` when absent."""
+    if table.HasField("optimization_parameters"):
+        return table.optimization_parameters
+    return None
+
+
+def lr_kind(op: OptimizationParameters) -> str | None:
+    """``"constant"``, ``"dynamic"`` or ``None`` (no learning rate)."""
+    if not op.HasField("learning_rate"):
+        return None
+    return op.learning_rate.WhichOneof("learning_rate")
+
+
+class OpTable(NamedTuple):
+    """A table that has ``optimization_parameters``."""
+
+    i: int
+    table: TableDescriptor
+    op: OptimizationParameters
+    #: ``table_descriptor[i].optimization_parameters``
+    op_path: str
+    #: The selected member of the oneof ``parameters`` (``None`` when nothing is selected).
+    algorithm: str | None
+    #: The algorithm's parameters message (``op.<algorithm>``; ``None`` without an algorithm).
+    params: Any
+
+
+class _Index(NamedTuple):
+    with_op: list[OpTable]
+    by_algorithm: dict[str, list[OpTable]]
+
+
+#: Per-validation index of the tables, built once and shared by every rule of this package (a
+#: rule iterating only the tables of its algorithm keeps validation linear in the table count).
+_INDEX: WeakKeyDictionary[Context, _Index] = WeakKeyDictionary()
+
+
+def _index(ctx: Context) -> _Index:
+    try:
+        index = _INDEX.get(ctx)
+    except TypeError:  # a context that cannot be weakly referenced: no cache
+        index = None
+    if index is None:
+        with_op: list[OpTable] = []
+        by_algorithm: dict[str, list[OpTable]] = {}
+        for i, table, path in ctx.tables():
+            if not table.HasField("optimization_parameters"):
+                continue
+            op = table.optimization_parameters
+            name = op.WhichOneof("parameters")
+            entry = OpTable(i, table, op, opt_path(path), name, getattr(op, name) if name else None)
+            with_op.append(entry)
+            if name is not None:
+                by_algorithm.setdefault(name, []).append(entry)
+        index = _Index(with_op, by_algorithm)
+        try:
+            _INDEX[ctx] = index
+        except TypeError:
+            pass
+    return index
+
+
+def op_tables(ctx: Context) -> list[OpTable]:
+    """Every table that has ``optimization_parameters``, in table order."""
+    return _index(ctx).with_op
+
+
+def algorithm_tables(ctx: Context, *algorithms: str) -> list[OpTable]:
+    """Every table whose algorithm is one of ``algorithms``, in table order (every table with an
+    algorithm when none is named)."""
+    index = _index(ctx)
+    if not algorithms:
+        return [entry for entry in index.with_op if entry.algorithm is not None]
+    found = [entry for name in algorithms for entry in index.by_algorithm.get(name, ())]
+    if len(algorithms) > 1:
+        found.sort(key=lambda entry: entry.i)
+    return found
+
+
+def constant_rates(ctx: Context) -> Iterator[tuple[OpTable, float]]:
+    """(table, learning_rate.constant) of every table with a constant learning rate."""
+    for t in op_tables(ctx):
+        if lr_kind(t.op) == "constant":
+            yield t, t.op.learning_rate.constant
+
+
+def duplicate_names(
+    ctx: Context, field: str, what: str, messages: Iterable[Any]
+) -> Iterator[Diagnostic]:
+    """``<field>[j]: name 'x' is already used by <field>[i]`` at every message (the elements of
+    the repeated ``field``) whose non-empty name an earlier one has."""
+    first: dict[str, int] = {}
+    for j, message in enumerate(messages):
+        name = message.name
+        if not name:
+            continue
+        if name in first:
+            yield ctx.diag(
+                f"{field}[{j}].name",
+                f"{field}[{j}]: name {name!r} is already used by {field}[{first[name]}]",
+                hint=f"give every {what} a unique name",
+            )
+        else:
+            first[name] = j
+
+
+def table_violations(
+    ctx: Context, at: OpTable, checks: Iterable[tuple[str, Constraint]]
+) -> Iterator[Diagnostic]:
+    """One diagnostic per (field, constraint) of ``checks`` that table ``at`` fails.
+
+    ``checks`` name fields of the table's algorithm message; NaN and infinities are skipped
+    (OPT002/OPT003 report them), so one bad value gives one diagnostic.
+    """
+    for field, constraint in checks:
+        value = getattr(at.params, field, None)
+        if not isinstance(value, float) or not finite(value) or not constraint.bad(value):
+            continue
+        yield ctx.diag(
+            f"{at.op_path}.{at.algorithm}.{field}",
+            f"{ctx.table_label(at.i)}: {at.algorithm}.{field} is {fmt(value)}, expected "
+            f"{constraint.expected}: {constraint.why}",
+            hint=constraint.hint,
+        )
+
+
+def enum_name(message: Any, field: str, number: int) -> str | None:
+    """The name of enum value ``number`` of ``message.field``, ``None`` when undeclared."""
+    try:
+        value = message.DESCRIPTOR.fields_by_name[field].enum_type.values_by_number.get(number)
+    except (AttributeError, KeyError):
+        return None
+    return None if value is None else value.name
+
+
+def enum_names(message: Any, field: str) -> str:
+    """``"UNSPECIFIED (0), ENABLED (1), ..."`` for the enum of ``message.field``."""
+    try:
+        values = message.DESCRIPTOR.fields_by_name[field].enum_type.values
+    except (AttributeError, KeyError):
+        return "?"
+    return ", ".join(f"{v.name} ({v.number})" for v in values)

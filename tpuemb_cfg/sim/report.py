@@ -1,0 +1,136 @@
+"""The text `tpuemb simulate` prints for a run summary: one table per run, columns aligned.
+
+Both functions take the JSON-ready summaries of :meth:`~.synthetic.SyntheticRun.summary` and
+:meth:`~.multiworker.MultiWorkerRun.summary` with the command's ``config`` and ``out_dir`` keys
+added, so the text and ``summary.json`` always show the same numbers.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["run_text", "workers_text"]
+
+
+def _per_host(per_step: list[list[int]]) -> str:
+    """Mean count per step for each host: ``h0 12.5, h1 11.0`` (just the number for one host)."""
+    if not per_step:
+        return "-"
+    hosts = len(per_step[0])
+    means = [sum(step[h] for step in per_step) / len(per_step) for h in range(hosts)]
+    if hosts == 1:
+        return f"{means[0]:.1f}"
+    return ", ".join(f"h{h} {mean:.1f}" for h, mean in enumerate(means))
+
+
+def run_text(summary: Mapping[str, Any], tables_path: str, plot: str | None = None) -> str:
+    """The text of a single-worker run: loss, then one row per table; names the files written."""
+    loss = summary["loss"]
+    lines = [
+        f"tpuemb simulate: {summary['steps']} steps of synthetic data on {summary['config']} "
+        f"(seed {summary['seed']})",
+    ]
+    if loss:
+        lines.append(f"loss: {loss[0]:.4f} (step 0) -> {loss[-1]:.4f} (step {len(loss) - 1})")
+    header = ("table", "optimizer", "rows touched/step", "update norm first -> last",
+              "ids/step per host", "unique ids/step per host")
+    rows: list[tuple[str, ...]] = [header]
+    for name, table in summary["tables"].items():
+        touched = table["rows_touched"]
+        norms = table["update_norm"]
+        rows.append((
+            name,
+            table["optimizer"],
+            f"{sum(touched) / max(len(touched), 1):.1f}",
+            f"{norms[0]:.4g} -> {norms[-1]:.4g}" if norms else "-",
+            _per_host(table["ids_per_host"]),
+            _per_host(table["unique_ids_per_host"]),
+        ))
+    lines.extend(_table(rows))
+    lines.append(_written(tables_path, summary["out_dir"]))
+    if plot is not None:
+        lines.append(f"plot written to {plot}")
+    return "\n".join(lines)
+
+
+def workers_text(summary: Mapping[str, Any]) -> str:
+    """The text of a multi-worker run: counts, one row per table, one row per worker, hangs."""
+    if summary["mode"] == "sync_replicas":
+        tokens = summary["init_tokens"]
+        how = (f"sync replicas, R = {summary['replicas_to_aggregate']} of N = "
+               f"{summary['workers']}, init tokens {'R' if tokens == -1 else tokens}")
+    else:
+        how = f"DropStale, max staleness {summary['max_staleness']}, N = {summary['workers']}"
+    grads = summary["gradients"]
+    lines = [
+        f"tpuemb simulate: {summary['workers']} worker(s) x {summary['steps_per_worker']} "
+        f"gradients on {summary.get('config', '<config>')} ({how}, delay {summary['delay']}, "
+        f"seed {summary['seed']})",
+        f"global step {summary['global_step']} after {summary['ticks']} ticks; gradients: "
+        f"{grads['computed']} computed, {grads['applied']} applied, {grads['dropped_stale']} "
+        f"dropped stale, {grads['pending']} pending",
+        "staleness (updates behind at arrival): " + ", ".join(
+            f"{k}: {v}" for k, v in summary["staleness_histogram"].items()),
+    ]
+    if summary["mode"] == "drop_stale":
+        lines.append(f"stale_counter {summary['stale_counter']} (staleness percentage "
+                     f"{summary['staleness_percentage']:.3f})")
+    for line in summary.get("learning_rate_schedules", []):
+        lines.append(f"learning rate {line}")
+    loss = summary["loss"]
+    if loss:
+        lines.append(f"loss: {loss[0]:.4f} (first gradient) -> {loss[-1]:.4f} (last)")
+    rows: list[tuple[str, ...]] = [(
+        "table", "optimizer", "received", "applied", "dropped stale", "pending", "updates",
+        "averaged/update", "update norm first -> last")]
+    for name, table in summary["tables"].items():
+        averaged = table["averaged_per_update"]
+        norms = table["update_norm"]
+        rows.append((
+            name, table["optimizer"], str(table["received"]), str(table["applied"]),
+            str(table["dropped_stale"]), str(table["pending"]), str(table["updates"]),
+            f"{sum(averaged) / len(averaged):.2f}" if averaged else "-",
+            f"{norms[0]:.4g} -> {norms[-1]:.4g}" if norms else "-",
+        ))
+    lines.extend(_table(rows))
+    rows = [("worker", "computed", "applied", "dropped stale", "pending", "staleness", "at end")]
+    for worker in summary["per_worker"]:
+        rows.append((
+            f"w{worker['worker']}", str(worker["computed"]), str(worker["applied"]),
+            str(worker["dropped_stale"]), str(worker["pending"]),
+            " ".join(f"{k}:{v}" for k, v in worker["staleness_histogram"].items()) or "-",
+            "waiting for a token" if worker["waiting_for_token"] else "done",
+        ))
+    lines.extend(_table(rows))
+    if summary["waiting_for_token"] or summary["chief_short"]:
+        short = ", ".join(f"{name!r} holds {count}" for name, count in
+                          summary["chief_short"].items())
+        lines.append(
+            "at the end: "
+            + (f"worker(s) {', '.join(f'w{w}' for w in summary['waiting_for_token'])} wait for "
+               "a token" if summary["waiting_for_token"] else "no worker waits")
+            + (f"; the chief waits for {summary['replicas_to_aggregate']} gradients per table "
+               f"({short})" if short else "")
+            + " - TensorFlow would hang here"
+        )
+    if "out_dir" in summary:
+        lines.append(_written(os.path.join(summary["out_dir"], "tables.npz"), summary["out_dir"]))
+    return "\n".join(lines)
+
+
+def _written(tables_path: str, out_dir: str) -> str:
+    return (f"tables and slots written to {tables_path}; summary in "
+            f"{os.path.join(out_dir, 'summary.json')}")
+
+
+def _table(rows: list[tuple[str, ...]]) -> list[str]:
+    """Left-aligned columns two spaces apart, a dashed line under the header row."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = []
+    for index, row in enumerate(rows):
+        lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+        if index == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return lines
