@@ -145,8 +145,8 @@ def test_kernels_are_cached_in_the_user_cache(tmp_path: Path) -> None:
 
 
 def test_every_optimizer_has_a_compiled_kernel() -> None:
-    from tpuemb_cfg.executor.engines.numba_update import _KERNELS, KINDS
+    from tpuemb_cfg.executor.engines.numba_update import _KERNELS, FTRL_POW, KINDS
     from tpuemb_cfg.executor.optimizers import REGISTRY
 
     assert set(KINDS) == set(REGISTRY)
-    assert sorted(KINDS.values()) == list(range(len(_KERNELS)))
+    assert sorted([*KINDS.values(), FTRL_POW]) == list(range(len(_KERNELS)))

@@ -62,7 +62,7 @@ def run(workload: Workload | None = None, *, shards: int = 2, engine: str = "num
     """Measure what the module docstring lists for ``workload`` (default: the anchor); return
     it as a JSON-ready dict."""
     from .executor import Executor
-    from .executor.ray_storage import connect, disconnect, import_ray
+    from .executor.ray_session import connect, disconnect, import_ray
 
     w = workload or Workload()
     if w.optimizer not in OPTIMIZERS:

@@ -298,7 +298,7 @@ def _backend_session(backend: str, address: str | None) -> Iterator[None]:
     if backend != "ray":
         yield
         return
-    from tpuemb_cfg.executor.ray_storage import ray_session
+    from tpuemb_cfg.executor.ray_session import ray_session
 
     with ray_session(address):
         yield

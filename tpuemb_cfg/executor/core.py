@@ -36,6 +36,7 @@ from .batch import (
 )
 from .batch import key as batch_key
 from .engines import Engine, get_engine
+from .fused import backprop_tables, update_table
 from .optimizers import UpdateContext
 from .pipeline import RowPipeline
 from .plan import Plan, TablePlan
@@ -543,22 +544,29 @@ class Executor:
                 table for table in self.plan.tables
                 if dedup.tables[table.name].compiled and self._fused_backward(table)
             ]
-            results = self._fused.parallel([
-                lambda table=table: self._fused_backprop(table, dedup.tables[table.name], grads)
-                for table in fused
-            ]) if fused else []
-            if not all(ok for _, ok in results):
+            computed, finite = backprop_tables(
+                self._fused, fused, [dedup.tables[t.name] for t in fused], grads,
+                self._empty_bags,
+            )
+            if not finite:
                 for feature in self.plan.features:  # the first NaN or infinity, in feature order
                     if self._fused_backward(self.plan.tables[feature.table]):
                         check_finite(grads[feature.index], self.step_index, feature.index,
                                      source)
-            fused_grads = {
-                table.name: grad for table, (grad, _) in zip(fused, results, strict=True)
-            }
+            fused_grads = {table.name: grad for table, grad in zip(fused, computed, strict=True)}
             for table in self.plan.tables:
                 record = dedup.tables[table.name]
                 if table.name in fused_grads:
-                    self._fused_update(table, record, fused_grads[table.name], rates, dynamic)
+                    squared = update_table(
+                        self._fused, self.storage, table, record, fused_grads[table.name],
+                        self._learning_rate(table, rates), UpdateContext(self.step_index, dynamic),
+                    )
+                    report = self.last_report.get(table.name)
+                    if report is not None:
+                        report.rows_updated = record.unique_ids.size if table.lazy else (
+                            table.vocabulary
+                        )
+                        report.update_norm = float(np.sqrt(squared))
                     continue
                 stacked = [grads[f] for f in table.features]
                 d_activations = (
@@ -569,49 +577,6 @@ class Executor:
                 self._update_table(table, record, d_activations, rates, dynamic)
             self.storage.commit()
         self.step_index += 1
-
-    def _fused_backprop(
-        self, table: TablePlan, record: TableDeduplication, grads: list[np.ndarray]
-    ) -> tuple[np.ndarray, bool]:
-        """Spec section 4 for ``table`` by the compiled step: its rows' summed gradients, and
-        whether the gradients it read were all finite (the pass checks every gradient row a bag
-        reads; the rows of empty bags are read by no one and checked here)."""
-        stacked = [grads[f] for f in table.features]
-        d_activations = (
-            stacked[0] if len(stacked) == 1 else np.concatenate(stacked) if stacked
-            else np.zeros((0, table.dimension), dtype=F32)
-        )
-        grad, finite = self._fused.backprop(
-            np.ascontiguousarray(d_activations, dtype=F32), record.sample, record.gains,
-            record.inverse, record.unique_ids.shape[0],
-        )
-        for f, g in zip(table.features, stacked, strict=True):
-            empty = self._empty_bags.get(f)
-            if empty is not None and not np.isfinite(g[empty]).all():
-                finite = False
-        return grad, finite
-
-    def _fused_update(
-        self,
-        table: TablePlan,
-        record: TableDeduplication,
-        grad: np.ndarray,
-        rates: np.ndarray,
-        dynamic: tuple[float, ...],
-    ) -> None:
-        """Spec section 6 for ``table`` by the compiled step, in place; the report's update norm
-        comes out of the same pass."""
-        params, slots = self.storage.local(  # type: ignore[attr-defined]
-            table.name, record.unique_ids if table.lazy else None
-        )
-        squared = self._fused.update(
-            table, params, slots, record.unique_ids, grad, self._learning_rate(table, rates),
-            UpdateContext(self.step_index, dynamic),
-        )
-        report = self.last_report.get(table.name)
-        if report is not None:
-            report.rows_updated = table.vocabulary if not table.lazy else record.unique_ids.size
-            report.update_norm = float(np.sqrt(squared))
 
     def _learning_rate(self, table: TablePlan, rates: np.ndarray) -> np.float32:
         if table.lr_constant is not None:

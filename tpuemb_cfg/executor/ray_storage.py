@@ -7,8 +7,8 @@ Ray actor per host (``num_hosts``, or ``shards`` for experiments), each running 
 interface); per step only touched rows travel:
 
 - **forward**: ``gather`` splits the step's sorted unique ids by host, each host returns its
-  rows, the driver puts them back in id order (and keeps them for the pre-update copy the
-  report needs, so the same rows are not fetched twice);
+  rows, the driver puts them back in id order (and keeps them for the pre-update read of the
+  same rows, so they are not fetched twice);
 - **update**: the driver de-duplicates, combines, back-propagates and sums duplicates exactly as
   on one machine, then sends each host the per-row gradients of its rows and the per-row
   pipeline (``pipeline.RowPipeline``); the host runs it on its own arrays. Non-lazy optimizers
@@ -16,25 +16,22 @@ interface); per step only touched rows travel:
   gradient, which is what the local executor computes for them;
 - **all or nothing**: every host logs the rows it changes; when one host fails the driver
   rolls every other host back (``Shard.abort``) before raising, and ``commit`` (the end of the
-  step) drops the logs. An actor that dies raises :class:`ShardLost`, naming the host.
+  step, carried by each host's next call) drops the logs. An actor that dies raises
+  :class:`ShardLost`, naming the host; the storage then refuses every call.
 
 Whole tables never gather on the driver: ``arrays()`` and a non-lazy table's pre-step copy are
 :class:`ShardedArray` objects - array-likes held by the shards that ``np.asarray`` fetches and
 ``npzio.write_npz`` streams into a file one block of rows at a time.
 
-Ray is optional (``pip install 'tpuemb[ray]'``); :func:`connect` joins the cluster at an address
-(``--ray-address``, else ``RAY_ADDRESS``) or starts a local instance with this machine's cores
-and no dashboard; :func:`ray_session` does that for one command and shuts down at its end.
-Actors of a closed storage are kept for the next one in the same session (starting a Python
-process per host is the slow part of setting up).
+The hosts' update reports the sum of squares of its rows' change, so the update norm costs no
+rows on the wire; the driver adds the host sums (equal to the local norm to float64 rounding).
+The connection to Ray, and the actors kept between storages, are ``ray_session``'s.
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
-import socket
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -46,21 +43,21 @@ from ..errors import InputError, TpuembError, UsageError
 from .engines import Engine
 from .pipeline import RowPipeline
 from .plan import Plan
+from .ray_session import (
+    connect,
+    disconnect,
+    first_line,
+    import_ray,
+    keep_actors,
+    session_token,
+    take_actor,
+)
 from .shard import PipelineRef, Shard, shard_bytes
 from .sharding import HostRows, TableLayout
 from .state import _unknown_key_message, slot_key, table_key
 from .storage import RowUpdate
 
-__all__ = [
-    "INSTALL_HINT",
-    "RayStorage",
-    "ShardLost",
-    "ShardedArray",
-    "connect",
-    "disconnect",
-    "import_ray",
-    "ray_session",
-]
+__all__ = ["RayStorage", "ShardLost", "ShardedArray"]
 
 F32 = np.float32
 #: Bytes of one block of rows streamed from the shards (a file write, a fetch, a load).
@@ -69,12 +66,6 @@ BLOCK_BYTES = 32 << 20
 PARALLEL_BYTES = 1 << 20
 #: Seconds to wait for the cluster to place an actor before saying it cannot.
 PLACEMENT_TIMEOUT = 120.0
-
-INSTALL_HINT = (
-    "--backend ray needs Ray, which is not installed; install it with "
-    "`pip install 'tpuemb[ray]'` (or `pip install ray`), or use --backend local"
-)
-
 
 class ShardLost(TpuembError):
     """A host's actor died or failed; the open step was rolled back on every other host.
@@ -91,124 +82,6 @@ class ShardLost(TpuembError):
     def with_resume_hint(self, hint: str) -> ShardLost:
         """The same error with ``hint`` (the last checkpoint and how to resume) appended."""
         return ShardLost(f"{self.message}; {hint}", self.host)
-
-
-def import_ray() -> Any:
-    """The ``ray`` module, or ``UsageError`` saying how to install it."""
-    try:
-        import ray
-    except ImportError:
-        raise UsageError(INSTALL_HINT) from None
-    return ray
-
-
-# ------------------------------------------------------------------------------------------------
-# The connection
-
-
-_POOL: list[tuple[Any, int, tuple[str, str]]] = []  # idle actors: (handle, reserved bytes, session)
-
-
-def _session_token(ray: Any) -> tuple[str, str]:
-    context = ray.get_runtime_context()
-    return str(context.gcs_address), str(context.get_node_id())
-
-
-def _first_line(exc: BaseException, limit: int = 160) -> str:
-    """The first line of an error's text, shortened (Ray's messages run over many lines)."""
-    text = (str(exc).strip().splitlines() or [""])[0].strip()
-    return text if len(text) <= limit else text[:limit - 1] + "…"
-
-
-def _release(ray: Any, actors: list[Any], reserved: list[int], dead: set[int]) -> None:
-    """Empty the actors of a closed (or collected) storage and keep them for the next one,
-    except the lost ones (``dead``; Ray ends them with their last handle)."""
-    if ray.is_initialized():
-        token = _session_token(ray)
-        for host, (actor, size) in enumerate(zip(actors, reserved, strict=True)):
-            if host not in dead:
-                actor.reset.remote()
-                _POOL.append((actor, size, token))
-    actors.clear()
-    reserved.clear()
-
-
-def _take_idle(token: tuple[str, str], need: int) -> tuple[Any, int] | None:
-    """An idle actor of this session with at least ``need`` bytes reserved, out of the pool."""
-    for index, (actor, reserved, session) in enumerate(_POOL):
-        if session == token and reserved >= need:
-            del _POOL[index]
-            return actor, reserved
-    return None
-
-
-def _check_reachable(address: str, origin: str) -> None:
-    """A TCP connection to ``host:port`` within 5 s, or ``UsageError`` naming the address."""
-    target = address.removeprefix("ray://")
-    if target in ("auto", "local") or ":" not in target:
-        return
-    host, _, port = target.rpartition(":")
-    try:
-        number = int(port)
-    except ValueError:
-        raise UsageError(f"{origin} {address!r}: expected HOST:PORT (e.g. 10.0.0.1:6379), "
-                         "the address `ray start --head` prints") from None
-    try:
-        socket.create_connection((host.strip("[]"), number), timeout=5).close()
-    except OSError as exc:
-        raise UsageError(
-            f"{origin} {address}: no Ray cluster answers there ({exc.strerror or exc}); start one "
-            "with `ray start --head` and pass the address it prints, or leave the address out to "
-            "run on a local Ray instance"
-        ) from None
-
-
-def connect(address: str | None = None, num_cpus: int | None = None) -> bool:
-    """Connect this process to Ray unless it is connected; return True when this call did.
-
-    ``address``: a cluster to join (``HOST:PORT`` or ``ray://HOST:PORT``); None: ``RAY_ADDRESS``
-    when set, else a new local instance with ``num_cpus`` (default: this machine's cores), no
-    dashboard. An address nobody answers at is one ``UsageError`` line, before anything starts.
-    """
-    ray = import_ray()
-    if ray.is_initialized():
-        return False
-    origin = "--ray-address"
-    if address is None and os.environ.get("RAY_ADDRESS"):
-        address, origin = os.environ["RAY_ADDRESS"], "RAY_ADDRESS"
-    quiet = {"logging_level": logging.ERROR, "log_to_driver": False}
-    if address is None:
-        ray.init(address="local", num_cpus=num_cpus or os.cpu_count() or 1,
-                 include_dashboard=False, **quiet)
-        return True
-    _check_reachable(address, origin)
-    try:
-        ray.init(address=address, **quiet)
-    except Exception as exc:  # Ray raises ConnectionError, RuntimeError, ValueError ...
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UsageError(f"{origin} {address}: cannot join the Ray cluster there ({reason})"
-                         ) from None
-    return True
-
-
-def disconnect() -> None:
-    """Leave Ray (a local instance this process started stops); idle actors are dropped."""
-    ray = import_ray()
-    _POOL.clear()
-    if ray.is_initialized():
-        ray.shutdown()
-
-
-@contextlib.contextmanager
-def ray_session(address: str | None = None) -> Iterator[None]:
-    """Connected to Ray for the block (see :func:`connect`); disconnected at its end when the
-    block connected."""
-    started = connect(address)
-    try:
-        yield
-    finally:
-        if started:
-            disconnect()
 
 
 # ------------------------------------------------------------------------------------------------
@@ -327,7 +200,7 @@ class RayStorage:
         self._sumsq: dict[str, list[float]] = {}
         self._ray = import_ray()
         self._owns_session = connect(address)
-        self._release = weakref.finalize(self, _release, self._ray, self._actors, self._reserved,
+        self._release = weakref.finalize(self, keep_actors, self._ray, self._actors, self._reserved,
                                          self._dead)
         try:
             if max_memory is None:
@@ -370,10 +243,10 @@ class RayStorage:
     def _start(self, threads: int | None) -> None:
         """Take idle actors of this session or start new ones, and give each its host."""
         ray = self._ray
-        token = _session_token(ray)
+        token = session_token(ray)
         remote = ray.remote(max_restarts=0, max_task_retries=0)(Shard)
         for host in range(self.hosts):
-            idle = _take_idle(token, self.estimates[host])
+            idle = take_actor(token, self.estimates[host])
             if idle is None:
                 reserved = max(self.estimates[host], 64 << 20)
                 idle = (remote.options(memory=reserved, scheduling_strategy="SPREAD").remote(),
@@ -491,12 +364,12 @@ class RayStorage:
             if isinstance(cause, TpuembError):
                 raise cause
             raise ShardLost(f"host {host} of {self.hosts} failed while {what}: "
-                            f"{type(cause).__name__}: {_first_line(cause)}{rolled}", host
+                            f"{type(cause).__name__}: {first_line(cause)}{rolled}", host
                             ) from None
         self._dead.add(host)
         self._broken = ShardLost(
             f"host {host} of {self.hosts} (its Ray actor) died while {what} "
-            f"({type(exc).__name__}: {_first_line(exc)}){rolled}; the run cannot go on without "
+            f"({type(exc).__name__}: {first_line(exc)}){rolled}; the run cannot go on without "
             "its rows", host)
         raise self._broken from None
 
@@ -530,10 +403,24 @@ class RayStorage:
         parts = [p for p in self._split(table, rows) if p.count]
         values = self._run([(p.host, "gather", (table, p.local)) for p in parts],
                            f"reading rows of table {table!r}")
-        out = np.empty((rows.shape[0], self._tables[table].dimension), dtype=F32)
+        return self._assemble(table, rows.shape[0], parts, values)
+
+    def _assemble(self, table: str, count: int, parts: Sequence[HostRows],
+                  values: Sequence[np.ndarray]) -> np.ndarray:
+        """The hosts' blocks of rows put back in the order of the ``count`` ids they came from
+        (the engine's parallel scatter for a MOD layout's scattered positions)."""
+        out = np.empty((count, self._tables[table].dimension), dtype=F32)
         for part, block in zip(parts, values, strict=True):
-            out[part.positions] = block
+            if isinstance(part.positions, slice):
+                out[part.positions] = block
+            else:
+                self.engine.scatter(out, part.positions, block)
         return out
+
+    def _part(self, grad: np.ndarray, positions: slice | np.ndarray) -> np.ndarray:
+        """The rows of ``grad`` at ``positions`` (the engine's parallel gather for indices)."""
+        return grad[positions] if isinstance(positions, slice) else self.engine.gather(
+            grad, positions)
 
     def update(self, table: str, rows: np.ndarray | None, grad: np.ndarray, fn: RowUpdate) -> None:
         """Send each host its rows' gradients and ``fn``; every host of a non-lazy table steps
@@ -552,7 +439,8 @@ class RayStorage:
                      for h in range(self.hosts)]
         else:
             lazy = self._tables[table].lazy
-            calls = [(p.host, "update", (table, p.local, grad[p.positions], fn, step))
+            calls = [(p.host, "update", (table, p.local, self._part(grad, p.positions), fn,
+                                          step))
                      for p in self._split(table, rows) if p.count or not lazy]
         sums = self._run(calls, f"updating table {table!r}")
         self._sumsq.setdefault(table, []).append(sum(sums))
@@ -681,10 +569,7 @@ class RayStorage:
         parts = [p for p in self.layouts[table].split(rows) if p.count]
         values = self._run([(p.host, "read", (key, p.local)) for p in parts],
                            f"sending rows of {key}")
-        out = np.empty((rows.shape[0], self._tables[table].dimension), dtype=F32)
-        for part, block in zip(parts, values, strict=True):
-            out[part.positions] = block
-        return out
+        return self._assemble(table, rows.shape[0], parts, values)
 
     def _snapshot(self, table: str) -> ShardedArray:
         self._version += 1

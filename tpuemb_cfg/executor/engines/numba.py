@@ -41,7 +41,7 @@ from . import numba_step
 from . import numpy as reference
 from .base import Engine
 from .jit import njit
-from .numba_update import KINDS, parallel, run_ranges, update
+from .numba_update import FTRL_POW, KINDS, parallel, run_ranges, update
 
 __all__ = [
     "ENGINE",
@@ -216,8 +216,11 @@ def fused_update(
     w_lo, w_hi = _bounds(table.clip_weights)
     lr = F32(lr)
     decay = table.weight_decay * lr if table.decay_by_lr else table.weight_decay
+    kind = KINDS[table.optimizer.name]
+    if table.optimizer.name == "ftrl" and table.hyper.lr_power != F32(-0.5):
+        kind = FTRL_POW
     return update(
-        KINDS[table.optimizer.name], params, slots, rows, grad, lr, (g_lo, g_hi, w_lo, w_hi),
+        kind, params, slots, rows, grad, lr, (g_lo, g_hi, w_lo, w_hi),
         F32(decay), bool(table.weight_decay != 0), _hyper(table, ctx), not table.lazy,
     )
 

@@ -17,16 +17,17 @@ j's id in ``unique``:
     section 1, in the same pass; the caller checks the rows no bag reads). A row's first
     contribution is stored as is (the sum starts from it, as from 0), so the sums need no
     zeroed array.
-    One pass over the occurrences in order on the calling thread: the gradient rows are read in
-    increasing order, which the hardware prefetches, and each is added into its row's sum
-    (measured on the anchor workload: grouping the occurrences by row first reads them in
-    random order, 3x slower; two threads each owning half the rows and scanning every
-    occurrence, 1.6x slower than this one thread).
+    One pass over the occurrences in order, reading the gradient rows in increasing order (the
+    hardware prefetches them) and adding each into its row's sum. Measured on the anchor
+    workload, the alternatives were slower: grouping the occurrences by row first reads the
+    gradient rows in random order (3x); two threads taking the occurrences of their own ranges
+    of rows read them with gaps and pay the grouping (1.3x-1.6x on the 2-core development
+    machine, whose memory bandwidth one core nearly fills).
 
 The sums run in the same order as ``engines.numba``'s one-pass ``backprop_sum`` and
 ``gather_combine`` (hence the same float32 results). Rows and bags are split into ranges run on
-several threads (``numba_update.run_ranges``; back-propagation: tables on several threads,
-``numba_update.parallel``); the kernels are serial, ``nogil`` and use
+several threads (``numba_update.run_ranges`` and ``parallel``); the kernels are serial,
+``nogil`` and use
 NumPy's error model, which keeps them small to compile and lets the loops vectorise.
 """
 
@@ -43,6 +44,7 @@ F32 = np.float32
 _ZERO = np.float32(0.0)
 _EMPTY = np.int64(-1)
 _AHEAD = 8  # rows or bags: how far ahead scattered rows are prefetched
+
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: multiply, keep the top bits
 
 
@@ -177,6 +179,7 @@ def _backprop(
     for j in range(count):
         if j + _AHEAD < count:
             prefetch(out, inverse[j + _AHEAD])
+            prefetch(d_activations, sample[j + _AHEAD])
         u = inverse[j]
         g = gains[j]
         b = sample[j]
@@ -197,7 +200,8 @@ def backprop(
     d_activations: np.ndarray, sample: np.ndarray, gains: np.ndarray, inverse: np.ndarray,
     rows: int,
 ) -> tuple[np.ndarray, bool]:
-    """``(grad [rows, D], finite)`` (module docstring), in one pass."""
+    """``(grad [rows, D], finite)`` (module docstring), in one pass on the calling thread
+    (several tables: on several threads, ``numba_update.parallel``)."""
     out = np.empty((rows, d_activations.shape[1]), dtype=F32)
     bad = _backprop(d_activations, sample, gains, inverse, out)
     return out, bad == 0.0

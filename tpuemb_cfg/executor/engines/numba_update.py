@@ -28,6 +28,8 @@ NumPy engine's ``clip``.
 
 from __future__ import annotations
 
+import functools
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -56,6 +58,7 @@ KINDS: dict[str, int] = {
     "frequency_estimator": 14,
     "assign": 15,
 }
+FTRL_POW = 16  # ftrl with lr_power other than -0.5 (``numba.fused_update`` picks it)
 
 _ZERO = np.float32(0.0)
 _ONE = np.float32(1.0)
@@ -80,14 +83,6 @@ def _sign(x: np.float32) -> np.float32:
     if x < _ZERO:
         return -_ONE
     return x * _ZERO  # 0 (and NaN for NaN), as np.sign
-
-
-@njit(inline="always")
-def _pow(x: np.float32, exponent: np.float32) -> np.float32:
-    """``x ** exponent``; exponent 0.5 is an exact square root (``optimizers.ftrl._pow``)."""
-    if exponent == _HALF:
-        return np.sqrt(x)
-    return x**exponent
 
 
 @njit(inline="always")
@@ -177,12 +172,31 @@ def _ftrl(
     w: np.float32, a: np.float32, b: np.float32, c: np.float32, g: np.float32, lr: np.float32,
     h: Any,
 ) -> tuple[np.float32, np.float32, np.float32, np.float32]:
-    """ftrl: l1, l2, lr_power, beta, multiply_linear_by_lr"""
-    l1, l2, beta = h[0], h[1], h[3]
-    exponent = -h[2]
+    """ftrl with lr_power -0.5: the powers are exact square roots (``optimizers.ftrl._pow``)."""
     fresh = a + g * g
-    dp = _pow(fresh, exponent) - _pow(a, exponent)
-    p_new = _pow(fresh, exponent)
+    return _ftrl_step(w, a, b, c, g, lr, h, fresh, np.sqrt(a), np.sqrt(fresh))
+
+
+@njit(inline="always")
+def _ftrl_pow(
+    w: np.float32, a: np.float32, b: np.float32, c: np.float32, g: np.float32, lr: np.float32,
+    h: Any,
+) -> tuple[np.float32, np.float32, np.float32, np.float32]:
+    """ftrl with any other lr_power: ``pow`` (a separate kernel: a ``pow`` call anywhere in a
+    loop keeps the compiler from vectorising it, 10x slower for the usual exponent)."""
+    fresh = a + g * g
+    exponent = -h[2]
+    return _ftrl_step(w, a, b, c, g, lr, h, fresh, a**exponent, fresh**exponent)
+
+
+@njit(inline="always")
+def _ftrl_step(
+    w: np.float32, a: np.float32, b: np.float32, c: np.float32, g: np.float32, lr: np.float32,
+    h: Any, fresh: np.float32, p_old: np.float32, p_new: np.float32,
+) -> tuple[np.float32, np.float32, np.float32, np.float32]:
+    """ftrl: l1, l2, lr_power, beta, multiply_linear_by_lr; ``p_*`` = acc^-lr_power."""
+    l1, l2, beta = h[0], h[1], h[3]
+    dp = p_new - p_old
     if h[4] != _ZERO:
         b = b + lr * g - dp * w
         big_l1 = lr * l1
@@ -427,83 +441,139 @@ def _drive(
 
 
 @njit(nogil=True, cache=True, error_model="numpy")
-def _update_sgd(p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop):  # type: ignore[no-untyped-def]  # noqa: E501
-    return _drive(_sgd, 0, p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop)  # noqa: E501
+def _update_sgd(  # type: ignore[no-untyped-def]
+    p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop
+):
+    return _drive(_sgd, 0, p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay,
+                  h, dense, start, stop)
 
 
 @njit(nogil=True, cache=True, error_model="numpy")
-def _update_adagrad(p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop):  # type: ignore[no-untyped-def]  # noqa: E501
-    return _drive(_adagrad, 1, p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop)  # noqa: E501
+def _update_adagrad(  # type: ignore[no-untyped-def]
+    p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop
+):
+    return _drive(_adagrad, 1, p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay,
+                  h, dense, start, stop)
 
 
 @njit(nogil=True, cache=True, error_model="numpy")
-def _update_adagrad_momentum(p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop):  # type: ignore[no-untyped-def]  # noqa: E501
-    return _drive(_adagrad_momentum, 2, p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop)  # noqa: E501
+def _update_adagrad_momentum(  # type: ignore[no-untyped-def]
+    p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop
+):
+    return _drive(_adagrad_momentum, 2, p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay,
+                  h, dense, start, stop)
 
 
 @njit(nogil=True, cache=True, error_model="numpy")
-def _update_bounded_adagrad(p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop):  # type: ignore[no-untyped-def]  # noqa: E501
-    return _drive(_bounded_adagrad, 1, p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop)  # noqa: E501
+def _update_bounded_adagrad(  # type: ignore[no-untyped-def]
+    p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop
+):
+    return _drive(_bounded_adagrad, 1, p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay,
+                  h, dense, start, stop)
 
 
 @njit(nogil=True, cache=True, error_model="numpy")
-def _update_frequency_aware_adagrad(p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop):  # type: ignore[no-untyped-def]  # noqa: E501
-    return _drive(_frequency_aware_adagrad, 2, p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop)  # noqa: E501
+def _update_frequency_aware_adagrad(  # type: ignore[no-untyped-def]
+    p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop
+):
+    return _drive(_frequency_aware_adagrad, 2, p, s0, s1, s2, rows, grad, lr, clips, decay,
+                  has_decay, h, dense, start, stop)
 
 
 @njit(nogil=True, cache=True, error_model="numpy")
-def _update_ftrl(p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop):  # type: ignore[no-untyped-def]  # noqa: E501
-    return _drive(_ftrl, 2, p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop)  # noqa: E501
+def _update_ftrl(  # type: ignore[no-untyped-def]
+    p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop
+):
+    return _drive(_ftrl, 2, p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay,
+                  h, dense, start, stop)
 
 
 @njit(nogil=True, cache=True, error_model="numpy")
-def _update_adam(p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop):  # type: ignore[no-untyped-def]  # noqa: E501
-    return _drive(_adam, 2, p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop)  # noqa: E501
+def _update_adam(  # type: ignore[no-untyped-def]
+    p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop
+):
+    return _drive(_adam, 2, p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay,
+                  h, dense, start, stop)
 
 
 @njit(nogil=True, cache=True, error_model="numpy")
-def _update_momentum(p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop):  # type: ignore[no-untyped-def]  # noqa: E501
-    return _drive(_momentum, 1, p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop)  # noqa: E501
+def _update_momentum(  # type: ignore[no-untyped-def]
+    p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop
+):
+    return _drive(_momentum, 1, p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay,
+                  h, dense, start, stop)
 
 
 @njit(nogil=True, cache=True, error_model="numpy")
-def _update_lion(p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop):  # type: ignore[no-untyped-def]  # noqa: E501
-    return _drive(_lion, 1, p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop)  # noqa: E501
+def _update_lion(  # type: ignore[no-untyped-def]
+    p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop
+):
+    return _drive(_lion, 1, p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay,
+                  h, dense, start, stop)
 
 
 @njit(nogil=True, cache=True, error_model="numpy")
-def _update_rms_prop(p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop):  # type: ignore[no-untyped-def]  # noqa: E501
-    return _drive(_rms_prop, 2, p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop)  # noqa: E501
+def _update_rms_prop(  # type: ignore[no-untyped-def]
+    p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop
+):
+    return _drive(_rms_prop, 2, p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay,
+                  h, dense, start, stop)
 
 
 @njit(nogil=True, cache=True, error_model="numpy")
-def _update_centered_rms_prop(p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop):  # type: ignore[no-untyped-def]  # noqa: E501
-    return _drive(_centered_rms_prop, 3, p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop)  # noqa: E501
+def _update_centered_rms_prop(  # type: ignore[no-untyped-def]
+    p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop
+):
+    return _drive(_centered_rms_prop, 3, p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay,
+                  h, dense, start, stop)
 
 
 @njit(nogil=True, cache=True, error_model="numpy")
-def _update_adadelta(p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop):  # type: ignore[no-untyped-def]  # noqa: E501
-    return _drive(_adadelta, 2, p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop)  # noqa: E501
+def _update_adadelta(  # type: ignore[no-untyped-def]
+    p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop
+):
+    return _drive(_adadelta, 2, p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay,
+                  h, dense, start, stop)
 
 
 @njit(nogil=True, cache=True, error_model="numpy")
-def _update_proximal_adagrad(p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop):  # type: ignore[no-untyped-def]  # noqa: E501
-    return _drive(_proximal_adagrad, 1, p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop)  # noqa: E501
+def _update_proximal_adagrad(  # type: ignore[no-untyped-def]
+    p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop
+):
+    return _drive(_proximal_adagrad, 1, p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay,
+                  h, dense, start, stop)
 
 
 @njit(nogil=True, cache=True, error_model="numpy")
-def _update_proximal_yogi(p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop):  # type: ignore[no-untyped-def]  # noqa: E501
-    return _drive(_proximal_yogi, 2, p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop)  # noqa: E501
+def _update_proximal_yogi(  # type: ignore[no-untyped-def]
+    p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop
+):
+    return _drive(_proximal_yogi, 2, p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay,
+                  h, dense, start, stop)
 
 
 @njit(nogil=True, cache=True, error_model="numpy")
-def _update_frequency_estimator(p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop):  # type: ignore[no-untyped-def]  # noqa: E501
-    return _drive(_frequency_estimator, 1, p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop)  # noqa: E501
+def _update_frequency_estimator(  # type: ignore[no-untyped-def]
+    p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop
+):
+    return _drive(_frequency_estimator, 1, p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay,
+                  h, dense, start, stop)
 
 
 @njit(nogil=True, cache=True, error_model="numpy")
-def _update_assign(p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop):  # type: ignore[no-untyped-def]  # noqa: E501
-    return _drive(_assign, 0, p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop)  # noqa: E501
+def _update_assign(  # type: ignore[no-untyped-def]
+    p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop
+):
+    return _drive(_assign, 0, p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay,
+                  h, dense, start, stop)
+
+
+@njit(nogil=True, cache=True, error_model="numpy")
+def _update_ftrl_pow(  # type: ignore[no-untyped-def]
+    p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop
+):
+    return _drive(_ftrl_pow, 2, p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay,
+                  h, dense, start, stop)
 
 
 _KERNELS = (
@@ -523,6 +593,7 @@ _KERNELS = (
     _update_proximal_yogi,
     _update_frequency_estimator,
     _update_assign,
+    _update_ftrl_pow,
 )
 
 # Below this many row-columns a step runs on the calling thread: a hand-off costs tens of
@@ -530,37 +601,49 @@ _KERNELS = (
 _SERIAL_ELEMENTS = 1 << 16
 _HYPER = 8  # hyper-parameter values every kernel takes (a tuple: no aliasing with the rows)
 _pool: ThreadPoolExecutor | None = None
+_local = threading.local()  # ``inside``: this thread runs a task of ``parallel``
+
+
+def _pool_of(count: int) -> ThreadPoolExecutor:
+    global _pool
+    if _pool is None or _pool._max_workers < count:
+        _pool = ThreadPoolExecutor(max_workers=count, thread_name_prefix="tpuemb")
+    return _pool
+
+
+def _inside(task: Callable[[], Any]) -> Any:
+    _local.inside = True
+    try:
+        return task()
+    finally:
+        _local.inside = False
+
+
+def parallel(tasks: Sequence[Callable[[], Any]]) -> list[Any]:
+    """The results of ``tasks`` (functions calling kernels that release the GIL), run on
+    ``threads()`` threads, the calling thread among them. Within a task, ``parallel`` and
+    ``run_ranges`` run their work on the task's own thread: a pool worker waiting for work
+    queued behind other tasks would wait forever."""
+    count = min(threads(), len(tasks))
+    if count <= 1 or getattr(_local, "inside", False):
+        return [task() for task in tasks]
+    pool = _pool_of(count)
+    futures = [pool.submit(_inside, task) for task in tasks[1:]]
+    first = _inside(tasks[0])
+    return [first, *(future.result() for future in futures)]
 
 
 def run_ranges(kernel: Callable[..., float], total: int, work: int, *args: Any) -> float:
     """``sum of kernel(*args, start, stop)`` over ranges splitting ``0..total``, in parallel on
     ``threads()`` threads when ``work`` (elements) is worth it; the kernels release the GIL."""
-    global _pool
     count = min(threads(), max(1, total))
-    if count == 1 or work < _SERIAL_ELEMENTS:
+    if count == 1 or work < _SERIAL_ELEMENTS or getattr(_local, "inside", False):
         return float(kernel(*args, 0, total))
-    if _pool is None or _pool._max_workers < count:
-        _pool = ThreadPoolExecutor(max_workers=count, thread_name_prefix="tpuemb")
     bounds = [total * k // count for k in range(count + 1)]
-    futures = [
-        _pool.submit(kernel, *args, bounds[k], bounds[k + 1]) for k in range(1, count)
-    ]
-    result = float(kernel(*args, bounds[0], bounds[1]))
-    return result + sum(float(f.result()) for f in futures)
-
-
-def parallel(tasks: Sequence[Callable[[], Any]]) -> list[Any]:
-    """The results of ``tasks`` (each calling kernels that release the GIL, none calling
-    ``run_ranges``), run on ``threads()`` threads, the calling thread among them."""
-    global _pool
-    count = min(threads(), len(tasks))
-    if count <= 1:
-        return [task() for task in tasks]
-    if _pool is None or _pool._max_workers < count:
-        _pool = ThreadPoolExecutor(max_workers=count, thread_name_prefix="tpuemb")
-    futures = [_pool.submit(task) for task in tasks[1:]]
-    first = tasks[0]()
-    return [first, *(future.result() for future in futures)]
+    parts = parallel([
+        functools.partial(kernel, *args, bounds[k], bounds[k + 1]) for k in range(count)
+    ])
+    return float(sum(float(part) for part in parts))
 
 
 def update(
