@@ -382,3 +382,17 @@ def test_random_bytes_as_batches_say_what_they_are(work: Path) -> None:
     line = refused(work, "simulate", "c.pbtxt", "--batches", "r.npz", "--out", "o.npz")
     assert "r.npz: error: cannot read as .npz: the file starts with" in line
     assert "pickle" not in line
+
+
+def test_max_memory_beyond_the_machine_is_refused_before_any_work(tmp_path: Path) -> None:
+    """Issue 16: an explicit --max-memory is checked against the machine's physical memory."""
+    from tpuemb_cfg.limits import total_memory
+
+    total = total_memory()
+    if total is None:
+        pytest.skip("this platform does not report its physical memory")
+    out_dir = tmp_path / "out"
+    result = run("simulate", "--steps", "1", "--out-dir", str(out_dir),
+                 "--max-memory", str(2 * total))
+    one_line(result, 2, "more than this machine has")
+    assert not out_dir.exists()

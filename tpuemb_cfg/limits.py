@@ -158,6 +158,14 @@ def available_memory(meminfo: str = "/proc/meminfo") -> int | None:
         return None
 
 
+def total_memory() -> int | None:
+    """Bytes of physical memory of this machine (``sysconf``), or None where it cannot be read."""
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
 def default_memory_limit() -> int | None:
     """The limit of a run given none: :data:`MEMORY_SHARE` of :func:`available_memory` (None,
     no limit, where the available memory cannot be known)."""

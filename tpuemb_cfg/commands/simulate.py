@@ -55,6 +55,20 @@ def _option_name(name: str) -> str:
     return {"init_path": "--init", "out_path": "--out"}.get(name, "--" + name.replace("_", "-"))
 
 
+def _refuse_beyond_machine(limit: int) -> None:
+    """An explicit --max-memory above this machine's physical memory would only trade a clear
+    refusal for the kernel's out-of-memory kill: refuse it (issue 16)."""
+    from tpuemb_cfg.limits import format_size, total_memory
+
+    total = total_memory()
+    if total is not None and limit > total:
+        raise UsageError(
+            f"--max-memory {format_size(limit)} is more than this machine has "
+            f"({format_size(total)} of memory); give at most that, or spread the tables over "
+            "several machines with --backend ray (docs/scale.md)"
+        )
+
+
 def _load_default_config() -> Any:
     from tpuemb_cfg import load
 
@@ -182,6 +196,8 @@ def simulate(
     # None: the library's default, 80% of the memory available (--backend ray: what the
     # largest Ray node offers); its refusal says so and suggests a --max-memory that works.
     limit = parse_size(max_memory) if max_memory is not None else None
+    if backend != "ray" and limit is not None:
+        _refuse_beyond_machine(limit)
     if backend != "ray":
         wrong = [_option_name(n) for n in ("ray_address", "shards") if _given(ctx, n)]
         if wrong:

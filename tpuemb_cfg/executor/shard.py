@@ -179,10 +179,10 @@ class Shard:
         if committed is not None:
             self.commit(committed)
         # Ray hands arrays over read-only; numba compiles (and caches) kernels per argument type,
-        # so writable copies of the row numbers reuse the kernels the driver's process compiled
-        # and cached (gradient rows are copied to contiguous float32 by the kernels' callers).
-        args = tuple(np.array(a) if isinstance(a, np.ndarray) and not a.flags.writeable
-                     and a.dtype.kind in "iu" else a for a in args)
+        # so writable copies reuse the kernels the driver's process compiled and cached instead
+        # of compiling read-only variants in every new actor process.
+        args = tuple(np.array(a) if isinstance(a, np.ndarray) and not a.flags.writeable else a
+                     for a in args)
         return getattr(self, method)(*args)
 
     def gather(self, table: str, local: np.ndarray) -> np.ndarray:
