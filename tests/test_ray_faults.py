@@ -12,6 +12,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -50,9 +51,24 @@ def _kill_host_during_update(monkeypatch: pytest.MonkeyPatch, host: int, call: i
         original(self, *args)
         count[0] += 1
         if count[0] == call:
-            ray.kill(self._actors[host], no_restart=True)
+            actor = self._actors[host]
+            ray.kill(actor, no_restart=True)
+            _wait_until_dead(actor)
 
     monkeypatch.setattr(RayStorage, "update", update)
+
+
+def _wait_until_dead(actor: Any, seconds: float = 30.0) -> None:
+    """``ray.kill`` returns before the actor is gone; wait until a call to it fails, so that the
+    next storage call (not a later one) is the one that meets the dead host."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.where.remote(), timeout=seconds)
+        except Exception:  # noqa: BLE001 - any failure means the actor is gone
+            return
+        time.sleep(0.01)
+    raise AssertionError("the killed actor still answers")
 
 
 def test_a_dead_host_rolls_the_step_back_and_the_checkpoint_resumes(

@@ -388,15 +388,21 @@ class Executor:
             zero_bags: dict[int, int] = {}
             offset = 0
             for f, c in zip(table.features, feats, strict=True):
+                self._empty_bags.pop(f, None)
                 if self._fused_backward(table) and not c.unit_bags:
                     self._empty_bags[f] = np.flatnonzero(c.row_splits[1:] == c.row_splits[:-1])
-                scale, zero = self.engine.bag_scales(
-                    c.weights, c.row_splits, plan.features[f].combiner
-                )
-                bag = self.engine.bag_of_occurrence(c.row_splits)
-                gains_list.append(c.weights * scale[bag])
-                samples.append(bag + offset)
-                zero_bags[f] = int(zero.sum())
+                bag = (np.arange(c.batch, dtype=np.int64) if c.unit_bags  # one id per bag
+                       else self.engine.bag_of_occurrence(c.row_splits))
+                if plan.features[f].combiner == "sum":  # every scale is 1: w * 1 is w
+                    gains_list.append(c.weights)
+                    zero_bags[f] = 0
+                else:
+                    scale, zero = self.engine.bag_scales(
+                        c.weights, c.row_splits, plan.features[f].combiner
+                    )
+                    gains_list.append(c.weights * scale[bag])
+                    zero_bags[f] = int(zero.sum())
+                samples.append(bag + offset if offset else bag)
                 if plan.updates and not table.accumulate:
                     if c.batch % plan.num_cores:
                         raise InputError(

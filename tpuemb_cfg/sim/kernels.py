@@ -125,16 +125,19 @@ def teacher_rows(key: np.uint64, basis: np.ndarray, ids: np.ndarray) -> np.ndarr
 
 def loss_gradients(
     activations: np.ndarray, key: np.uint64, basis: np.ndarray, ids: np.ndarray,
-    gains: np.ndarray, row_splits: np.ndarray,
+    gains: np.ndarray, row_splits: np.ndarray, out: np.ndarray | None = None,
 ) -> tuple[float, np.ndarray]:
-    """``(sum of E^2, dA)`` of one feature (module docstring)."""
+    """``(sum of E^2, dA)`` of one feature (module docstring); ``out``: an array to write dA
+    into, used when it has dA's shape and dtype."""
+    if out is None or out.shape != np.shape(activations) or out.dtype != F32:
+        out = np.empty(np.shape(activations), dtype=F32)
     ids = np.ascontiguousarray(ids, dtype=np.int64)
     gains = np.ascontiguousarray(gains, dtype=F32)
     row_splits = np.ascontiguousarray(row_splits, dtype=np.int64)
     kernels = compiled()
     if kernels is not None:
         return kernels.loss_gradients(  # type: ignore[no-any-return]
-            np.ascontiguousarray(activations, dtype=F32), key, basis, ids, gains, row_splits
+            np.ascontiguousarray(activations, dtype=F32), key, basis, ids, gains, row_splits, out
         )
     bags = row_splits.shape[0] - 1
     weights = teacher_weights(key, ids)
@@ -147,4 +150,5 @@ def loss_gradients(
         sums[has] += gains[j, None] * weights[j]
     error = activations - _combine(sums, basis)
     total = float(np.sum(error.astype(np.float64) ** 2))
-    return total, (error / F32(max(bags, 1))).astype(F32)
+    np.divide(error, F32(max(bags, 1)), out=out)
+    return total, out

@@ -91,6 +91,7 @@ class SyntheticData:
         self._teachers = [
             stream_key(self.seed, (_TEACHER_STREAM << 32) + table.index) for table in plan.tables
         ]
+        self._buffers: dict[int, np.ndarray] = {}  # ``loss_gradients(reuse=True)``'s arrays
         self._bases = [
             kernels.teacher_basis(key, table.dimension)
             for key, table in zip(self._teachers, plan.tables, strict=True)
@@ -127,11 +128,14 @@ class SyntheticData:
         return kernels.teacher_rows(self._teachers[table.index], self._bases[table.index], ids)
 
     def loss_gradients(self, batch: Sequence[FeatureInput], activations: Sequence[np.ndarray],
-                       dedup: Any) -> tuple[float, list[np.ndarray]]:
+                       dedup: Any, reuse: bool = False) -> tuple[float, list[np.ndarray]]:
         """The regression loss of one step and its activation gradients, one per feature.
 
         ``activations`` and ``dedup`` are what ``Executor.recv_activations(batch)`` returned; the
-        teacher activations use the same combiner gains as the forward pass.
+        teacher activations use the same combiner gains as the forward pass. ``reuse``: write
+        the gradients into the arrays the previous call with ``reuse`` returned (the caller is
+        done with them): fresh arrays of hundreds of MB a step would be new memory for the
+        operating system to map and clear every step.
         """
         loss = 0.0
         grads: list[np.ndarray] = []
@@ -149,7 +153,10 @@ class SyntheticData:
             squares, grad = kernels.loss_gradients(
                 activation, self._teachers[table.index], self._bases[table.index], item.ids,
                 record.gains[start:stop], item.row_splits,
+                out=self._buffers.get(feature.index) if reuse else None,
             )
+            if reuse:
+                self._buffers[feature.index] = grad
             loss += squares / (2.0 * max(activation.shape[0], 1))
             grads.append(grad)
         return loss, grads
@@ -239,7 +246,8 @@ class SyntheticRun:
         """One step: draw a batch, forward, loss and its gradient, update; returns the record."""
         batch = self.data.next_batch()
         activations, dedup = self.executor.recv_activations(batch)
-        loss, grads = self.data.loss_gradients(batch, activations, dedup)
+        # The executor is done with the gradients when send_gradients returns: reuse them.
+        loss, grads = self.data.loss_gradients(batch, activations, dedup, reuse=True)
         step = self.step
         self.executor.send_gradients(grads, self.data.learning_rates(step), dedup)
         entry: dict[str, Any] = {"step": step, "loss": loss, "tables": {}}

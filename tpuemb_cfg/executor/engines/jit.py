@@ -1,7 +1,7 @@
-"""numba, imported with the project's cache directory and thread settings.
+"""numba, imported with the project's cache directory, and the helpers every kernel module uses.
 
-Every compiled module imports ``njit`` and ``prange`` from here, never from numba directly, so
-the settings below are in place before the first kernel is decorated:
+Every compiled module imports ``njit`` from here, never from numba directly, so the cache
+directory below is in place before the first kernel is decorated:
 
 - **Cache directory.** Kernels are compiled with ``cache=True``; numba would write the cache
   next to the source, which fails silently in a read-only install (site-packages of a system
@@ -9,11 +9,11 @@ the settings below are in place before the first kernel is decorated:
   the user set ``NUMBA_CACHE_DIR``, the cache lives in the user's cache directory:
   ``$XDG_CACHE_HOME/tpuemb/numba``, else ``~/.cache/tpuemb/numba``. numba keys every entry by the
   source file's path and modification time and the CPU, so installs and machines do not clash.
-- **Idle workers sleep.** numba's OpenMP workers spin after each parallel loop by default. On a
-  machine whose cores are shared with other processes a spinning worker holds a core the next
-  loop needs, and a parallel loop of a millisecond then waits for a scheduler time slice
-  (measured: 0.5 ms -> 8 ms). Sleeping workers cost a wake-up of tens of microseconds instead.
-  A user's own ``OMP_WAIT_POLICY`` wins.
+- **Threads.** The kernels are serial ``nogil`` functions (no ``parallel=True`` loop: those
+  compile several times slower); ``numba_update.run_ranges`` and ``parallel`` split the work
+  over ``threads()`` threads, numba's thread count, so ``NUMBA_NUM_THREADS`` and
+  ``numba.set_num_threads`` still choose it.
+- ``prefetch(array, row)``: an LLVM prefetch of a row, for kernels reading scattered rows.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
-__all__ = ["cache_dir", "njit", "prange", "prefetch", "threads"]
+__all__ = ["cache_dir", "njit", "prefetch", "threads"]
 
 
 def cache_dir() -> Path:
@@ -35,14 +35,13 @@ def cache_dir() -> Path:
     return Path(base) / "tpuemb" / "numba"
 
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 _USER_SET_CACHE = bool(os.environ.get("NUMBA_CACHE_DIR"))
 if not _USER_SET_CACHE:
     os.environ["NUMBA_CACHE_DIR"] = str(cache_dir())
 
 import numba  # noqa: E402
 from llvmlite import ir  # noqa: E402
-from numba import config, njit, prange, types  # noqa: E402
+from numba import config, njit, types  # noqa: E402
 from numba.core import cgutils  # noqa: E402
 from numba.extending import intrinsic  # noqa: E402
 

@@ -100,11 +100,10 @@ def _loss(activations: np.ndarray, key: np.uint64, basis: np.ndarray, ids: np.nd
 
 def loss_gradients(
     activations: np.ndarray, key: np.uint64, basis: np.ndarray, ids: np.ndarray,
-    gains: np.ndarray, row_splits: np.ndarray,
+    gains: np.ndarray, row_splits: np.ndarray, out: np.ndarray,
 ) -> tuple[float, np.ndarray]:
-    """``sim.kernels.loss_gradients``, compiled."""
+    """``sim.kernels.loss_gradients``, compiled, into ``out``."""
     count = row_splits.shape[0] - 1
-    out = np.empty(activations.shape, dtype=F32)
     total = run_ranges(_loss, count, activations.size, activations, np.uint64(key),
                        np.ascontiguousarray(basis, dtype=F32), ids, gains, row_splits,
                        F32(max(count, 1)), out)
