@@ -38,11 +38,9 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -57,16 +55,6 @@ OPTIMIZERS = tuple(bench.OPTIMIZERS)
 FRAMEWORKS = ("tensorflow", "torch")
 _INITIAL = {"adagrad": [0.1], "momentum": [0.0], "adam": [0.0, 0.0], "ftrl": [0.1, 0.0],
             "rms_prop": [0.0, 0.0], "proximal_adagrad": [0.1]}
-
-
-def median_time(fn: Callable[[], Any], steps: int) -> float:
-    fn()  # warm-up: tracing, caches, first touch
-    times = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def workload_arrays(w: bench.Workload) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -139,7 +127,7 @@ def time_tensorflow(w: bench.Workload, optimizer: str) -> float:
         apply(unique, g)
         return activations
 
-    return median_time(step, w.steps)
+    return bench.median_time(step, w.steps)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -210,7 +198,7 @@ def time_torch(w: bench.Workload, optimizer: str) -> float:
                 manual(weight.grad)
         return activations.detach()
 
-    return median_time(step, w.steps)
+    return bench.median_time(step, w.steps)
 
 
 TIMERS = {"tensorflow": time_tensorflow, "torch": time_torch}

@@ -44,6 +44,19 @@ def golden_names(folder: str, pattern: str, *, exclude: str | None = None) -> li
     return sorted(p.name for p in path.glob(pattern) if exclude is None or exclude not in p.name)
 
 
+#: Tables "a" (non-lazy Adam, a dynamic learning rate, ENABLED accumulation) and "b" (momentum,
+#: weight decay, DISABLED accumulation): the start of a configuration whose tables, mode and
+#: features a test appends.
+ADAM_AND_MOMENTUM_TABLES = """
+table_descriptor { name: "a" vocabulary_size: 300 dimension: 4 optimization_parameters {
+  adam { beta1: 0.9 beta2: 0.99 epsilon: 1e-6 use_non_lazy_adam: true }
+  learning_rate { dynamic { } } gradient_accumulation_status: ENABLED } }
+table_descriptor { name: "b" vocabulary_size: 50 dimension: 2 optimization_parameters {
+  momentum { momentum: 0.9 } learning_rate { constant: 0.05 }
+  weight_decay_factor: 0.01 gradient_accumulation_status: DISABLED } }
+"""
+
+
 #: The golden optimizer cases: ``tf/`` (written by TensorFlow's CPU kernels) and ``spec/``.
 OPTIMIZER_CASES = GOLDEN / "optimizers"
 

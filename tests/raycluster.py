@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import pytest
 
 ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'tpuemb[ray]'")
@@ -52,3 +53,13 @@ def same_reports(got: Any, want: Any) -> None:
             same_reports(mine, theirs)
     else:
         assert got == want
+
+
+def same_state(got: Any, want: Any) -> None:
+    """Every table and slot of executor ``got`` (sharded) equals executor ``want``'s, bit for
+    bit."""
+    local = want.state_arrays()
+    sharded = got.state_arrays()
+    assert sharded.keys() == local.keys()
+    for key, array in local.items():
+        np.testing.assert_array_equal(np.asarray(sharded[key]), array, err_msg=key)

@@ -27,7 +27,11 @@ _PHI2 = math.exp(-2.0) / math.sqrt(2 * math.pi)
 TRUNCATED_STD = math.sqrt(1 - 4 * _PHI2 / math.erf(math.sqrt(2.0)))
 
 
-def _plan(optimizer: str = "adagrad { }", vocab: int = 3000, dim: int = 16) -> object:
+def _config(
+    optimizer: str = "adagrad { }", vocab: int = 3000, dim: int = 16
+) -> tpuemb_cfg.TPUEmbeddingConfiguration:
+    """Table "a" (``optimizer``, ``vocab`` x ``dim``) and table "b" (Adam, 50 x 3), one feature
+    each."""
     text = (
         f'table_descriptor {{ name: "a" vocabulary_size: {vocab} dimension: {dim} '
         f"optimization_parameters {{ {optimizer} learning_rate {{ constant: 0.1 }} }} }} "
@@ -38,7 +42,11 @@ def _plan(optimizer: str = "adagrad { }", vocab: int = 3000, dim: int = 16) -> o
         'feature_descriptor { name: "f" table_id: 0 input_shape: 4 } '
         'feature_descriptor { name: "g" table_id: 1 input_shape: 4 }'
     )
-    return prepare(tpuemb_cfg.load(text.encode(), "text")).plan
+    return tpuemb_cfg.load(text.encode(), "text")
+
+
+def _plan(optimizer: str = "adagrad { }", vocab: int = 3000, dim: int = 16) -> object:
+    return prepare(_config(optimizer, vocab, dim)).plan
 
 
 def test_splitmix_known_answers() -> None:
@@ -139,17 +147,3 @@ def test_executor_computes_rows_when_touched() -> None:
     untouched = np.setdiff1d(np.arange(3000), [2, 3, 17])
     np.testing.assert_array_equal(arrays["table/a"][untouched], eager_state["table/a"][untouched])
     assert not lazy.storage._pending
-
-
-def _config() -> tpuemb_cfg.TPUEmbeddingConfiguration:
-    text = (
-        'table_descriptor { name: "a" vocabulary_size: 3000 dimension: 16 '
-        "optimization_parameters { adagrad { } learning_rate { constant: 0.1 } } } "
-        'table_descriptor { name: "b" vocabulary_size: 50 dimension: 3 '
-        "optimization_parameters { adam { beta1: 0.9 beta2: 0.99 epsilon: 1e-3 } "
-        "learning_rate { constant: 0.1 } } } "
-        "mode: TRAINING num_hosts: 1 num_tensor_cores: 1 "
-        'feature_descriptor { name: "f" table_id: 0 input_shape: 4 } '
-        'feature_descriptor { name: "g" table_id: 1 input_shape: 4 }'
-    )
-    return tpuemb_cfg.load(text.encode(), "text")

@@ -31,21 +31,22 @@ from tpuemb_cfg.proto.optimization_parameters_pb2 import OptimizationParameters
 DATA = json.loads((Path(__file__).parent / "data" / "keras" / "translations.json").read_text())
 CASES = {case["name"]: case for case in DATA["cases"]}
 
+#: The Adagrad, Adam and FTRL cases ``generate.py`` builds alike in both libraries
+#: (``legacy_NAME`` and ``keras3_NAME``), written by hand.
+SAME_IN_BOTH: dict[str, Optimizer] = {
+    "adagrad": Adagrad(learning_rate=0.1, initial_accumulator_value=0.5),
+    "adam": Adam(learning_rate=0.002, beta_1=0.8, beta_2=0.99, epsilon=1e-6),
+    "ftrl": FTRL(learning_rate=0.03, learning_rate_power=-0.6, l1_regularization_strength=0.01,
+                 l2_regularization_strength=0.02, beta=0.5, initial_accumulator_value=0.2),
+}
+
 #: The optimizer a user would write by hand for each constant-rate case.
 HAND_WRITTEN: dict[str, Optimizer] = {
     "legacy_sgd_default": SGD(learning_rate=0.01),
     "legacy_sgd": SGD(learning_rate=0.05),
-    "legacy_adagrad": Adagrad(learning_rate=0.1, initial_accumulator_value=0.5),
-    "legacy_adam": Adam(learning_rate=0.002, beta_1=0.8, beta_2=0.99, epsilon=1e-6),
-    "legacy_ftrl": FTRL(learning_rate=0.03, learning_rate_power=-0.6,
-                        l1_regularization_strength=0.01, l2_regularization_strength=0.02,
-                        beta=0.5, initial_accumulator_value=0.2),
     "keras3_sgd": SGD(learning_rate=0.05),
-    "keras3_adagrad": Adagrad(learning_rate=0.1, initial_accumulator_value=0.5),
-    "keras3_adam": Adam(learning_rate=0.002, beta_1=0.8, beta_2=0.99, epsilon=1e-6),
-    "keras3_ftrl": FTRL(learning_rate=0.03, learning_rate_power=-0.6,
-                        l1_regularization_strength=0.01, l2_regularization_strength=0.02,
-                        beta=0.5, initial_accumulator_value=0.2),
+    **{f"{prefix}_{name}": optimizer
+       for prefix in ("legacy", "keras3") for name, optimizer in SAME_IN_BOTH.items()},
     "keras3_adam_weight_decay_clip": Adam(learning_rate=0.001, weight_decay_factor=0.004,
                                           clipvalue=1.0),
     "keras3_adamw": Adam(learning_rate=0.001, weight_decay_factor=0.01),

@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import GOLDEN, run_cli, run_simulate
-from raycluster import ray_cluster, same_reports  # noqa: F401  (the fixture)
+from conftest import ADAM_AND_MOMENTUM_TABLES, GOLDEN, run_cli, run_simulate
+from raycluster import ray_cluster, same_reports, same_state  # noqa: F401  (the fixture)
 
 import tpuemb_cfg
 from tpuemb_cfg.executor import Executor, parse_combiners, replay
@@ -75,13 +75,7 @@ def test_golden_cases_on_more_hosts(name: str, layout: tuple[int, str]) -> None:
 # ------------------------------------------------------------------------------------------------
 # Engines, pipelining, DISABLED accumulation, non-lazy optimizers, apply_row_gradients
 
-MIXED = """
-table_descriptor { name: "a" vocabulary_size: 300 dimension: 4 optimization_parameters {
-  adam { beta1: 0.9 beta2: 0.99 epsilon: 1e-6 use_non_lazy_adam: true }
-  learning_rate { dynamic { } } gradient_accumulation_status: ENABLED } }
-table_descriptor { name: "b" vocabulary_size: 50 dimension: 2 optimization_parameters {
-  momentum { momentum: 0.9 } learning_rate { constant: 0.05 }
-  weight_decay_factor: 0.01 gradient_accumulation_status: DISABLED } }
+MIXED = ADAM_AND_MOMENTUM_TABLES + """\
 table_descriptor { name: "c" vocabulary_size: 97 dimension: 3 optimization_parameters {
   adagrad { } learning_rate { constant: 0.1 }
   gradient_clipping_limits { upper { value: 0.05 } } clipping_limits { lower { value: -0.4 } }
@@ -106,25 +100,17 @@ def _without_history(arrays: dict[str, Any]) -> bytes:
     return npz_bytes({k: v for k, v in arrays.items() if k != "run/history"})
 
 
-def _same_state(got: Executor, want: Executor) -> None:
-    local = want.state_arrays()
-    sharded = got.state_arrays()
-    assert sharded.keys() == local.keys()
-    for key, array in local.items():
-        np.testing.assert_array_equal(np.asarray(sharded[key]), array, err_msg=key)
-
-
 @pytest.mark.parametrize("engine", ["numpy", "numba"])
 @pytest.mark.parametrize("pipelined", [True, False])
 def test_a_synthetic_run_is_bit_identical(engine: str, pipelined: bool) -> None:
     config = _mixed(pipelined, "DIV_DEFAULT" if pipelined else "MOD")
     local = SyntheticRun(config, seed=4, engine=engine)
     sharded = SyntheticRun(config, seed=4, engine=engine, backend="ray")
-    _same_state(sharded.executor, local.executor)
+    same_state(sharded.executor, local.executor)
     local.run(5)
     sharded.run(5)
     same_reports(sharded.history, local.history)
-    _same_state(sharded.executor, local.executor)
+    same_state(sharded.executor, local.executor)
     assert _without_history(sharded.checkpoint_arrays()) == _without_history(
         local.checkpoint_arrays())
     sharded.executor.close()
@@ -139,7 +125,7 @@ def test_a_multi_worker_run_is_bit_identical(options: dict[str, int]) -> None:
     local.run(4)
     sharded.run(4)
     same_reports(sharded.summary(), local.summary())
-    _same_state(sharded.executor, local.executor)
+    same_state(sharded.executor, local.executor)
     sharded.executor.close()
 
 
@@ -158,7 +144,7 @@ def test_the_op_pair_and_row_gradients_match() -> None:
     grad = rng.normal(0, 0.1, (4, 3)).astype(np.float32)
     for executor in (local, sharded):
         executor.apply_row_gradients("c", rows, grad, [0.01])
-    _same_state(sharded, local)
+    same_state(sharded, local)
     sharded.close()
 
 

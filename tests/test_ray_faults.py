@@ -24,11 +24,13 @@ from raycluster import ray, ray_cluster, same_reports  # noqa: F401  (the fixtur
 import tpuemb_cfg
 from tpuemb_cfg.errors import UsageError
 from tpuemb_cfg.executor import Executor
-from tpuemb_cfg.executor.ray_storage import RayStorage, ShardLost
+from tpuemb_cfg.executor.ray_storage import SHARED_MEMORY_ENV, RayStorage, ShardLost
 from tpuemb_cfg.npzio import npz_bytes
 from tpuemb_cfg.sim.synthetic import SyntheticRun
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
+
+original_update = RayStorage.update
 
 TWO_TABLES = """
 table_descriptor { name: "a" vocabulary_size: 120 dimension: 4 optimization_parameters {
@@ -71,8 +73,10 @@ def _wait_until_dead(actor: Any, seconds: float = 30.0) -> None:
     raise AssertionError("the killed actor still answers")
 
 
+@pytest.mark.parametrize("shared_memory", ["1", "0"], ids=["shared-memory", "object-store"])
 def test_a_dead_host_rolls_the_step_back_and_the_checkpoint_resumes(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, shared_memory: str) -> None:
+    monkeypatch.setenv(SHARED_MEMORY_ENV, shared_memory)  # both ways rows travel
     config = tpuemb_cfg.load(TWO_TABLES.encode(), "text")
     uninterrupted = SyntheticRun(config, seed=5)
     uninterrupted.run(6)
@@ -96,7 +100,7 @@ def test_a_dead_host_rolls_the_step_back_and_the_checkpoint_resumes(
             np.testing.assert_array_equal(held, array[layout.global_ids(0)], err_msg=key)
     with pytest.raises(ShardLost, match="host 1 of 2"):
         run.run_step()  # the storage stays broken
-    monkeypatch.undo()
+    monkeypatch.setattr(RayStorage, "update", original_update)
     again = SyntheticRun(config, seed=5, backend="ray")
     again.restore(saved, "checkpoint")
     again.run(6)

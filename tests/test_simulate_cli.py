@@ -8,18 +8,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import run_simulate
+from conftest import ADAM_AND_MOMENTUM_TABLES, run_simulate
 
 from tpuemb_cfg.commands.simulate import available_memory, parse_size
 from tpuemb_cfg.sim.synthetic import SyntheticRun
 
-PIPELINED = """
-table_descriptor { name: "a" vocabulary_size: 300 dimension: 4 optimization_parameters {
-  adam { beta1: 0.9 beta2: 0.99 epsilon: 1e-6 use_non_lazy_adam: true }
-  learning_rate { dynamic { } } gradient_accumulation_status: ENABLED } }
-table_descriptor { name: "b" vocabulary_size: 50 dimension: 2 optimization_parameters {
-  momentum { momentum: 0.9 } learning_rate { constant: 0.05 }
-  weight_decay_factor: 0.01 gradient_accumulation_status: DISABLED } }
+PIPELINED = ADAM_AND_MOMENTUM_TABLES + """\
 mode: TRAINING num_hosts: 2 num_tensor_cores: 2 sharding_strategy: MOD
 pipeline_execution_with_tensor_core: true
 feature_descriptor { name: "x" input_shape: 8 }

@@ -89,7 +89,9 @@ def test_a_plain_configuration_says_which_combiner_it_got(tmp_path: Path) -> Non
     assert prepare(prepared, combiners="sum").combiner_note is None
 
 
-def test_custom_combiners_cannot_be_simulated() -> None:
+def test_a_custom_combiner_returning_nothing_is_refused_when_prepared() -> None:
+    # The combiner is probed with one id per bag while the plan is built (executor/custom.py);
+    # a callable that returns None is refused there, and --combiner replaces it.
     table = TableConfig(vocabulary_size=16, dim=2, name="t",
                         combiner=CustomCombiner(lambda *a: None, max_valency=2))
     compiled = build_config({"f": FeatureConfig(table)}, SGD(0.1), per_replica_batch_size=4)

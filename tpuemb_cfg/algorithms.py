@@ -157,12 +157,6 @@ def outside_unit(lo_closed: bool, hi_closed: bool) -> Callable[[float], bool]:
     return bad
 
 
-#: ``[0, 1)``, ``(0, 1]``, ``[0, 1]`` and ``(0, 1)``.
-_CO, _OC, _CC, _OO = (
-    outside_unit(True, False), outside_unit(False, True), outside_unit(True, True),
-    outside_unit(False, False),
-)
-
 #: Every OPT range rule enforces ``validation-rules.md`` section 2.5.
 _OPT = "2.5"
 
@@ -171,6 +165,27 @@ def _h(field: str, rule: str, bad: Callable[[float], bool], expected: str, why: 
        hint: str) -> Hyper:
     """A hyper-parameter with one constraint (the common case)."""
     return Hyper(field, (Constraint(rule, bad, expected, why, hint, _OPT),))
+
+
+def _in_unit(field: str, rule: str, interval: str, why: str, example: str = "",
+             hint: str = "") -> Hyper:
+    """``field`` in ``interval`` between 0 and 1, written ``"[0, 1)"``, ``"(0, 1]"``, ``"[0, 1]"``
+    or ``"(0, 1)"``; the fix is ``set FIELD to a value in INTERVAL, e.g. EXAMPLE`` unless
+    ``hint`` says otherwise."""
+    lo_closed, hi_closed = interval[0] == "[", interval[-1] == "]"
+    expected = f"0 {'<=' if lo_closed else '<'} {field} {'<=' if hi_closed else '<'} 1"
+    hint = hint or f"set {field} to a value in {interval}, e.g. {example}"
+    return _h(field, rule, outside_unit(lo_closed, hi_closed), expected, why, hint)
+
+
+def _positive(field: str, rule: str, why: str, hint: str) -> Hyper:
+    """``field`` above 0."""
+    return _h(field, rule, not_positive, f"{field} > 0", why, hint)
+
+
+def _epsilon(rule: str, why: str, example: str) -> Hyper:
+    """An ``epsilon`` above 0 (every algorithm adds it to a value that starts at 0)."""
+    return _positive("epsilon", rule, why, f"set epsilon to a small positive value, e.g. {example}")
 
 
 def _non_negative(rule: str, why: str, *fields: str, expected: str = "{f} >= 0",
@@ -186,22 +201,20 @@ def _s(*names: str, **initial: float) -> tuple[Slot, ...]:
 
 
 _ADAM_REJECTS = "TensorFlow's Adam rejects it"
+_TF_DEFAULT = "(TensorFlow's default)"
 _NEG_STRENGTH = "a negative strength is ignored"
 
 
 def _yogi_beta2(rule: str) -> Hyper:
     """Yogi's ``beta2`` in [0, 1), shared by both Yogi variants (each under its own rule)."""
-    return _h(
-        "beta2", rule, _CO, "0 <= beta2 < 1", "the second moment diverges or never moves",
-        "set beta2 to a value in [0, 1), e.g. 0.999",
-    )
+    return _in_unit("beta2", rule, "[0, 1)", "the second moment diverges or never moves", "0.999")
 
 
-def _rms_prop_hyper(rho_hint: str, *, momentum: bool) -> tuple[Hyper, ...]:
+def _rms_prop_hyper(rho_example: str, *, momentum: bool) -> tuple[Hyper, ...]:
     """``rho`` in [0, 1) (OPT035) for RMSProp and Adadelta, plus RMSProp's ``momentum >= 0``."""
-    rho = _h(
-        "rho", "OPT035", _CO, "0 <= rho < 1",
-        "the running averages never take in new gradients (or diverge)", rho_hint,
+    rho = _in_unit(
+        "rho", "OPT035", "[0, 1)", "the running averages never take in new gradients (or diverge)",
+        rho_example,
     )
     if not momentum:
         return (rho,)
@@ -212,10 +225,9 @@ def _rms_prop_hyper(rho_hint: str, *, momentum: bool) -> tuple[Hyper, ...]:
     )
 
 
-_RMS_PROP_EPSILON = _h(
-    "epsilon", "OPT026", not_positive, "epsilon > 0",
-    "the zero initial mean square divides 0 by 0",
-    "set epsilon to a small positive value, e.g. 1e-10",
+_RMS_PROP_HYPER = (
+    *_rms_prop_hyper("0.9", momentum=True),
+    _epsilon("OPT026", "the zero initial mean square divides 0 by 0", "1e-10"),
 )
 
 _LIST: tuple[Algorithm, ...] = (
@@ -227,27 +239,25 @@ _LIST: tuple[Algorithm, ...] = (
         "adagrad_momentum", "AdagradMomentumParameters", _s("accumulators", "momenta"),
         equations="TPU-OSS", section="12.3",
         hyper=(
-            _h(
-                "exponent", "OPT018", not_positive, "exponent > 0",
+            _positive(
+                "exponent", "OPT018",
                 "the preconditioner divides by it and TensorFlow's AdagradMomentum rejects it",
                 "set exponent to 2.0 (Adagrad's square root, TensorFlow's default)",
             ),
-            _h(
-                "epsilon", "OPT019", not_positive, "epsilon > 0",
-                "the zero initial accumulator is raised to a negative power",
-                "set epsilon to a small positive value, e.g. 1e-10 (TensorFlow's default)",
+            _epsilon(
+                "OPT019", "the zero initial accumulator is raised to a negative power",
+                f"1e-10 {_TF_DEFAULT}",
             ),
-            _h(
-                "beta2", "OPT020", _OC, "0 < beta2 <= 1",
+            _in_unit(
+                "beta2", "OPT020", "(0, 1]",
                 "beta2 decays the squared-gradient accumulator (1 = Adagrad's running sum, 0 "
                 "keeps only the latest squared gradient, outside [0, 1] it diverges)",
-                "set beta2: 1.0 for Adagrad's accumulator (TensorFlow's default), or a decay "
-                "such as 0.999",
+                hint="set beta2: 1.0 for Adagrad's accumulator (TensorFlow's default), or a "
+                "decay such as 0.999",
             ),
-            _h(
-                "momentum", "OPT020", _CO, "0 <= momentum < 1",
-                "the momentum buffer never forgets (or oscillates)",
-                "set momentum to a value in [0, 1), e.g. 0.9",
+            _in_unit(
+                "momentum", "OPT020", "[0, 1)", "the momentum buffer never forgets (or oscillates)",
+                "0.9",
             ),
         ),
     ),
@@ -265,14 +275,13 @@ _LIST: tuple[Algorithm, ...] = (
         (Slot("accumulators", initial_from="initial_accumulator_value"), Slot("counters")),
         equations="RECON", section="12.5",
         hyper=(
-            _h(
-                "initial_accumulator_value", "OPT029", not_positive,
-                "initial_accumulator_value > 0",
+            _positive(
+                "initial_accumulator_value", "OPT029",
                 "it is the accumulator's floor, and the step divides by its square root",
                 "set initial_accumulator_value to a positive value, e.g. 0.1",
             ),
-            _h(
-                "max_lr_multiplier", "OPT036", not_positive, "max_lr_multiplier > 0",
+            _positive(
+                "max_lr_multiplier", "OPT036",
                 "the step is scaled by at most this value, so no row is ever updated",
                 "set max_lr_multiplier to a positive cap, e.g. 10",
             ),
@@ -281,10 +290,10 @@ _LIST: tuple[Algorithm, ...] = (
                 "rarely updated rows then learn slower instead of faster",
                 "set probability_exponent to 0 or a positive value, e.g. 0.5",
             ),
-            _h(
-                "accumulator_decay", "OPT036", _OC, "0 < accumulator_decay <= 1",
+            _in_unit(
+                "accumulator_decay", "OPT036", "(0, 1]",
                 "the accumulator forgets everything (0) or grows without bound (> 1)",
-                "set accumulator_decay: 1.0 for no decay, or a value slightly below 1",
+                hint="set accumulator_decay: 1.0 for no decay, or a value slightly below 1",
             ),
             *_non_negative(
                 "OPT036", _NEG_STRENGTH,
@@ -320,18 +329,11 @@ _LIST: tuple[Algorithm, ...] = (
         "adam", "AdamParameters", _s("momenta", "velocities"),
         non_lazy_flag="use_non_lazy_adam", equations="TPU-OSS, CPU-KERNEL", section="12.7",
         hyper=(
-            _h(
-                "beta1", "OPT010", _CO, "0 <= beta1 < 1", _ADAM_REJECTS,
-                "set beta1 to a value in [0, 1), e.g. 0.9 (TensorFlow's default)",
-            ),
-            _h(
-                "beta2", "OPT011", _CO, "0 <= beta2 < 1", _ADAM_REJECTS,
-                "set beta2 to a value in [0, 1), e.g. 0.999 (TensorFlow's default)",
-            ),
-            _h(
-                "epsilon", "OPT012", not_positive, "epsilon > 0",
-                "TensorFlow's Adam rejects it, and a zero second moment divides by 0",
-                "set epsilon to a small positive value, e.g. 1e-07 (TensorFlow's default)",
+            _in_unit("beta1", "OPT010", "[0, 1)", _ADAM_REJECTS, f"0.9 {_TF_DEFAULT}"),
+            _in_unit("beta2", "OPT011", "[0, 1)", _ADAM_REJECTS, f"0.999 {_TF_DEFAULT}"),
+            _epsilon(
+                "OPT012", f"{_ADAM_REJECTS}, and a zero second moment divides by 0",
+                f"1e-07 {_TF_DEFAULT}",
             ),
         ),
     ),
@@ -339,10 +341,9 @@ _LIST: tuple[Algorithm, ...] = (
         "momentum", "MomentumParameters", _s("momenta"),
         equations="PROTO, CPU-KERNEL", section="12.8",
         hyper=(
-            _h(
-                "momentum", "OPT024", _CO, "0 <= momentum < 1",
-                "the momentum buffer grows without bound or oscillates",
-                "set momentum to a value in [0, 1), e.g. 0.9",
+            _in_unit(
+                "momentum", "OPT024", "[0, 1)",
+                "the momentum buffer grows without bound or oscillates", "0.9",
             ),
         ),
     ),
@@ -350,31 +351,17 @@ _LIST: tuple[Algorithm, ...] = (
         "lion", "LionParameters", _s("momenta"),
         non_lazy_flag="use_non_lazy_lion", equations="PROTO", section="12.9",
         hyper=(
-            _h(
-                "beta1", "OPT025", _CC, "0 <= beta1 <= 1", "the sign step extrapolates",
-                "set beta1 to a value in [0, 1], e.g. 0.9",
-            ),
-            _h(
-                "beta2", "OPT025", _CC, "0 <= beta2 <= 1", "the momentum diverges",
-                "set beta2 to a value in [0, 1], e.g. 0.99",
-            ),
+            _in_unit("beta1", "OPT025", "[0, 1]", "the sign step extrapolates", "0.9"),
+            _in_unit("beta2", "OPT025", "[0, 1]", "the momentum diverges", "0.99"),
         ),
     ),
     Algorithm(
         "rms_prop", "RmsPropParameters", _s("ms", "mom"),
-        equations="PROTO, CPU-KERNEL", section="12.10",
-        hyper=(
-            *_rms_prop_hyper("set rho to a value in [0, 1), e.g. 0.9", momentum=True),
-            _RMS_PROP_EPSILON,
-        ),
+        equations="PROTO, CPU-KERNEL", section="12.10", hyper=_RMS_PROP_HYPER,
     ),
     Algorithm(
         "centered_rms_prop", "CenteredRmsPropParameters", _s("ms", "mom", "mg"),
-        equations="PROTO, CPU-KERNEL", section="12.11",
-        hyper=(
-            *_rms_prop_hyper("set rho to a value in [0, 1), e.g. 0.9", momentum=True),
-            _RMS_PROP_EPSILON,
-        ),
+        equations="PROTO, CPU-KERNEL", section="12.11", hyper=_RMS_PROP_HYPER,
     ),
     Algorithm(
         "mdl_adagrad_light", "MdlAdagradLightParameters",
@@ -388,12 +375,8 @@ _LIST: tuple[Algorithm, ...] = (
         "adadelta", "AdadeltaParameters", _s("accumulators", "updates"),
         equations="PROTO, CPU-KERNEL", section="12.13",
         hyper=(
-            *_rms_prop_hyper("set rho to a value in [0, 1), e.g. 0.95", momentum=False),
-            _h(
-                "epsilon", "OPT027", not_positive, "epsilon > 0",
-                "the zero initial slots give 0/0 on the first step",
-                "set epsilon to a small positive value, e.g. 1e-07",
-            ),
+            *_rms_prop_hyper("0.95", momentum=False),
+            _epsilon("OPT027", "the zero initial slots give 0/0 on the first step", "1e-07"),
         ),
     ),
     Algorithm(
@@ -421,17 +404,11 @@ _LIST: tuple[Algorithm, ...] = (
         "proximal_yogi", "ProximalYogiParameters", _s("v", "m", v=1e-6),
         equations="RECON", section="12.16",
         hyper=(
-            _h(
-                "beta1", "OPT022", _CO, "0 <= beta1 < 1",
-                "the first moment diverges or never moves",
-                "set beta1 to a value in [0, 1), e.g. 0.9",
+            _in_unit(
+                "beta1", "OPT022", "[0, 1)", "the first moment diverges or never moves", "0.9",
             ),
             _yogi_beta2("OPT022"),
-            _h(
-                "epsilon", "OPT022", not_positive, "epsilon > 0",
-                "a zero second moment divides by zero",
-                "set epsilon to a small positive value, e.g. 0.001",
-            ),
+            _epsilon("OPT022", "a zero second moment divides by zero", "0.001"),
             *_non_negative("OPT022", "a negative strength grows the weights", "l1"),
             *_non_negative("OPT022", "a negative strength can divide by zero", "l2"),
         ),
@@ -440,13 +417,11 @@ _LIST: tuple[Algorithm, ...] = (
         "frequency_estimator", "FrequencyEstimatorParameters", _s("last_hit_step"),
         equations="PROTO", section="12.17",
         hyper=(
-            _h(
-                "tau", "OPT030", _OO, "0 < tau < 1",
-                "the proto requires tau strictly between 0 and 1",
-                "set tau to a value in (0, 1), e.g. 0.1",
+            _in_unit(
+                "tau", "OPT030", "(0, 1)", "the proto requires tau strictly between 0 and 1", "0.1",
             ),
-            _h(
-                "max_delta", "OPT031", not_positive, "max_delta > 0",
+            _positive(
+                "max_delta", "OPT031",
                 "it is every row's initial estimate, and the rate 1/D divides by it",
                 "set max_delta to the largest gap (in steps) to measure, e.g. 1000",
             ),

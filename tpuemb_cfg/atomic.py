@@ -358,25 +358,10 @@ def atomic_output(path: PathLike) -> Iterator[BinaryIO]:
 
     A symbolic link is written through (its target is replaced, the link kept); an existing
     non-regular file (``/dev/null``) is written directly. ``OSError`` becomes ``OutputError``.
+    An :class:`OutputSet` of one file.
     """
-    if _is_special(path):
-        with _direct(path) as handle:
-            yield handle
-        return
-    target, tmp, fd = _create_temporary(path)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            yield handle
-            _finish(handle, tmp, target)
-        os.replace(tmp, target)
-        _forget(tmp)
-    except OSError as exc:
-        _unlink(tmp)
-        raise _error(path, exc) from None
-    except BaseException:
-        _unlink(tmp)
-        raise
-    _sync_folder(target.parent)
+    with OutputSet() as outputs, outputs.open(path) as handle:
+        yield handle
 
 
 def write_bytes(path: PathLike, data: bytes) -> None:

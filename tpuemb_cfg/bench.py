@@ -61,6 +61,7 @@ __all__ = [
     "Workload",
     "copy_bandwidth",
     "check_memory",
+    "median_time",
     "memory_needed",
     "naive_step",
     "run",
@@ -339,8 +340,10 @@ def _unknown_optimizer(name: str) -> str:
     return f"unknown optimizer {name!r} for the benchmark; expected one of: {', '.join(OPTIMIZERS)}"
 
 
-def _median_time(fn: Callable[[], Any], steps: int) -> float:
-    fn()  # warm-up: caches, lazily loaded kernels, page faults of the first touch
+def median_time(fn: Callable[[], Any], steps: int) -> float:
+    """Median seconds of ``steps`` calls of ``fn``, after one untimed call (the warm-up: tracing,
+    caches, lazily loaded kernels, page faults of the first touch)."""
+    fn()
     times = []
     for _ in range(steps):
         start = time.perf_counter()
@@ -453,7 +456,7 @@ def run(workload: Workload = Workload(), *, engine: str = "numba", threads: int 
     slots = [state[f"slot/anchor/{slot}"] for slot in executor.plan.tables[0].slot_names]
     batch = [{"ids": ids, "grad": grads}]
 
-    step_sec = _median_time(lambda: executor.step(batch), w.steps)
+    step_sec = median_time(lambda: executor.step(batch), w.steps)
     ones = np.ones(w.ids, dtype=F32)
     sample = np.arange(w.ids, dtype=np.int64)
 
@@ -464,8 +467,8 @@ def run(workload: Workload = Workload(), *, engine: str = "numba", threads: int 
         return rows
 
     unique_ids, step_check = _check_step(w.optimizer, table, slots, ids, grads, update)
-    update_sec = _median_time(update, w.steps)
-    naive_sec = _median_time(lambda: naive_step(w.optimizer, table, slots, ids, grads), w.steps)
+    update_sec = median_time(update, w.steps)
+    naive_sec = median_time(lambda: naive_step(w.optimizer, table, slots, ids, grads), w.steps)
     row_bytes = w.dim * 4
     update_limit_bytes = 2 * unique_ids * row_bytes * (1 + len(slots)) + w.ids * row_bytes
     limit_bytes = update_limit_bytes + w.ids * row_bytes  # the activations, written once
@@ -514,7 +517,7 @@ def _time_steps(text: str, combiner: str, engine: str, batch: list[dict[str, np.
                 steps: int) -> float:
     """Median seconds of ``Executor.step(batch)`` on a fresh executor (freed on return)."""
     executor = _executor(text, combiner, engine)
-    return _median_time(lambda: executor.step(batch), steps)
+    return median_time(lambda: executor.step(batch), steps)
 
 
 def _multi_feature(w: Workload, engine: str) -> dict[str, float]:

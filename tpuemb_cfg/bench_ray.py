@@ -10,7 +10,8 @@ the two executors so that both see the same machine load:
 - ``bytes_sent_per_step`` / ``bytes_received_per_step``: per host, the payload the driver sent
   to and got from the host's actor in one step (ids, gradient rows, parameter rows), next to
   ``model_bytes_per_step``, what the cost model of ``docs/scale.md`` predicts from the step's
-  unique ids per host;
+  unique ids per host; ``transport_per_host``: how they travelled (``shared memory``: through
+  the arena of the hosts on the driver's machine; ``object store``: through Ray's);
 - ``bit_identical``: whether the two executors' activations of every step and the touched rows
   of the table and its slots after the last step are equal bit for bit;
 - ``ray_init_sec`` (connecting, or starting a local instance) and ``actor_setup_sec`` (starting
@@ -19,8 +20,11 @@ the two executors so that both see the same machine load:
 
 from __future__ import annotations
 
+import contextlib
+import os
 import statistics
 import time
+from collections.abc import Iterator
 from dataclasses import asdict
 from typing import Any
 
@@ -34,12 +38,15 @@ __all__ = ["model_bytes", "run"]
 F32 = np.float32
 
 
-def model_bytes(unique: int, dim: int) -> tuple[int, int]:
+def model_bytes(unique: int, dim: int, positions: bool = False) -> tuple[int, int]:
     """(bytes sent to, bytes received from) one host in one step, for ``unique`` of the step's
-    distinct ids held by that host, of one table of dimension ``dim`` (docs/scale.md): the ids
-    to read (8 B each), then the ids and their gradient rows (8 + 4 D B); back the rows read
-    (4 D B). Slots never travel; the update's reply is one float64 (its sum of squares)."""
-    return unique * (8 + 8 + 4 * dim), unique * 4 * dim
+    distinct ids held by that host, of one table of dimension ``dim`` (docs/scale.md): the row
+    numbers to read (8 B each; ``positions``: also where each row goes in the step's block, 8 B
+    more, which a host writing into shared memory needs when its ids are not one run, as with
+    MOD), then their gradient rows (4 D B: the host keeps the row numbers it read); back the
+    rows read (4 D B). Slots never travel; the update's reply is one float64 (its sum of
+    squares)."""
+    return unique * (8 + (8 if positions else 0) + 4 * dim), unique * 4 * dim
 
 
 def _config(w: Workload, hosts: int, mod: bool) -> Any:
@@ -58,9 +65,10 @@ def _config(w: Workload, hosts: int, mod: bool) -> Any:
 
 
 def run(workload: Workload | None = None, *, shards: int = 2, engine: str = "numba",
-        mod: bool = True, address: str | None = None) -> dict[str, Any]:
+        mod: bool = True, address: str | None = None,
+        shared_memory: bool | None = None) -> dict[str, Any]:
     """Measure what the module docstring lists for ``workload`` (default: the anchor); return
-    it as a JSON-ready dict."""
+    it as a JSON-ready dict. ``shared_memory``: as for ``RayStorage`` (None: its default)."""
     from .executor import Executor
     from .executor.ray_session import connect, disconnect, import_ray
 
@@ -82,10 +90,12 @@ def run(workload: Workload | None = None, *, shards: int = 2, engine: str = "num
     init_sec = time.perf_counter() - start
     try:
         start = time.perf_counter()
-        sharded = Executor(config, combiners="sum", engine=engine, backend="ray")
+        with _shared_memory(shared_memory):
+            sharded = Executor(config, combiners="sum", engine=engine, backend="ray")
         setup_sec = time.perf_counter() - start
         result = _measure(local, sharded, batch, w.steps)
         storage = sharded.storage
+        shared: set[int] = storage.shared  # type: ignore[attr-defined]
         layout = storage.layouts["anchor"]  # type: ignore[attr-defined]
         rows = np.unique(ids)
         per_host = np.bincount(layout.host_of(rows), minlength=shards)
@@ -97,7 +107,12 @@ def run(workload: Workload | None = None, *, shards: int = 2, engine: str = "num
             "workload": asdict(w),
             "unique_ids": int(rows.shape[0]),
             "unique_ids_per_host": [int(n) for n in per_host],
-            "model_bytes_per_step": [list(model_bytes(int(n), w.dim)) for n in per_host],
+            "model_bytes_per_step": [
+                list(model_bytes(int(n), w.dim, positions=mod and h in shared))
+                for h, n in enumerate(per_host)
+            ],
+            "transport_per_host": ["shared memory" if h in shared else "object store"
+                                   for h in range(shards)],
             "ray_init_sec": init_sec,
             "actor_setup_sec": setup_sec,
             "actor_bytes": storage.nbytes(),  # type: ignore[attr-defined]
@@ -109,6 +124,25 @@ def run(workload: Workload | None = None, *, shards: int = 2, engine: str = "num
         if started:
             disconnect()
     return result
+
+
+@contextlib.contextmanager
+def _shared_memory(wanted: bool | None) -> Iterator[None]:
+    """``RayStorage``'s choice of transport for the block (None: leave it to the environment)."""
+    from .executor.ray_storage import SHARED_MEMORY_ENV
+
+    if wanted is None:
+        yield
+        return
+    saved = os.environ.get(SHARED_MEMORY_ENV)
+    os.environ[SHARED_MEMORY_ENV] = "1" if wanted else "0"
+    try:
+        yield
+    finally:
+        if saved is None:
+            del os.environ[SHARED_MEMORY_ENV]
+        else:
+            os.environ[SHARED_MEMORY_ENV] = saved
 
 
 def _measure(local: Any, sharded: Any, batch: list[dict[str, np.ndarray]],

@@ -28,6 +28,8 @@ import os
 import re
 import stat
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from tpuemb_cfg.errors import InputError, UsageError
@@ -114,21 +116,29 @@ def read_input(path: str, limit: int | None = None) -> bytes:
     limit = max_input_bytes() if limit is None else limit
     if path == "-":
         return read_limited(sys.stdin.buffer, "<stdin>", limit)
+    with read_errors(path, "a configuration file"), open(path, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            return read_limited(handle, path, limit)
+        if info.st_size > limit:
+            raise _too_large(path, limit, info.st_size)
+        data = handle.read(info.st_size + 1)  # one allocation of the right size
+        if len(data) > info.st_size:  # it grows while being read
+            return read_limited(handle, path, limit, data)
+        return bytes(data)
+
+
+@contextmanager
+def read_errors(path: str, expected: str, missing: str = "no such file") -> Iterator[None]:
+    """Turn an ``OSError`` of reading input ``path`` into an ``InputError`` naming it: ``missing``
+    for a file that is not there, "is a directory, expected ``expected``", else the system's
+    reason."""
     try:
-        with open(path, "rb") as handle:
-            info = os.fstat(handle.fileno())
-            if not stat.S_ISREG(info.st_mode):
-                return read_limited(handle, path, limit)
-            if info.st_size > limit:
-                raise _too_large(path, limit, info.st_size)
-            data = handle.read(info.st_size + 1)  # one allocation of the right size
-            if len(data) > info.st_size:  # it grows while being read
-                return read_limited(handle, path, limit, data)
-            return bytes(data)
+        yield
     except FileNotFoundError:
-        raise InputError("no such file", path=path) from None
+        raise InputError(missing, path=path) from None
     except IsADirectoryError:
-        raise InputError("is a directory, expected a configuration file", path=path) from None
+        raise InputError(f"is a directory, expected {expected}", path=path) from None
     except OSError as exc:
         raise InputError(f"cannot read: {exc.strerror or exc}", path=path) from None
 

@@ -27,6 +27,7 @@ import numpy as np
 
 from .atomic import atomic_output
 from .errors import InputError
+from .limits import read_errors
 
 __all__ = ["atomic_write_npz", "map_npz", "npz_bytes", "read_npz", "write_npz"]
 
@@ -79,19 +80,12 @@ _NPY_MAGIC = b"\x93NUMPY"
 
 def _check_magic(name: str) -> None:
     """Refuse what is not an .npz archive from its first bytes, with what was found."""
-    try:
-        with open(name, "rb") as handle:
-            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-                raise InputError(
-                    "not a regular file; save the arrays to an .npz file (numpy.savez) and pass "
-                    "its name", path=name)
-            head = handle.read(8)
-    except FileNotFoundError:
-        raise InputError("file not found", path=name) from None
-    except IsADirectoryError:
-        raise InputError("is a directory, expected an .npz file", path=name) from None
-    except OSError as exc:
-        raise InputError(f"cannot read: {exc.strerror or exc}", path=name) from None
+    with read_errors(name, "an .npz file", missing="file not found"), open(name, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise InputError(
+                "not a regular file; save the arrays to an .npz file (numpy.savez) and pass "
+                "its name", path=name)
+        head = handle.read(8)
     if head.startswith(_ZIP_MAGIC):
         return
     if head.startswith(_NPY_MAGIC):

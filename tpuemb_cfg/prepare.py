@@ -102,7 +102,12 @@ def prepare(source: Any, *, combiners: Combiners = None, check: bool = True) -> 
         from .embedding.spec import load_spec
 
         path = os.fspath(source)
-        source = load_spec(path).compile()
+        spec = load_spec(path)
+        if _uses_custom_optimizer(spec):
+            # TensorFlow writes no algorithm for a CustomOptimizer (OPT001): validated below,
+            # where the executor runs the computation instead.
+            spec = replace(spec, build_arguments={**spec.build_arguments, "validate": False})
+        source = spec.compile()
     if _is_compiled(source):
         return _prepare_compiled(source, path, combiners, check)
     if isinstance(source, str | os.PathLike):
@@ -138,31 +143,60 @@ def _is_compiled(source: Any) -> bool:
 def _prepare_compiled(
     compiled: Any, path: str | None, combiners: Combiners, check: bool
 ) -> Prepared:
-    """A ``CompiledConfig``: its message, validated, planned with its combiners and bag sizes
-    unless ``combiners`` overrides them."""
+    """A ``CompiledConfig``: its message, validated, planned with its combiners, bag sizes and
+    custom optimizers and combiners (whose Python callables the executor runs,
+    ``executor.custom``) unless ``combiners`` overrides the combiners."""
+    from .executor.custom import custom_optimizers
     from .executor.plan import build_plan
     from .validator import validate
 
     config = compiled.config
-    diagnostics: tuple[Diagnostic, ...] = tuple(validate(config)) if check else ()
+    optimizers = custom_optimizers(compiled.tables)
+    diagnostics: tuple[Diagnostic, ...] = ()
     if check:
+        # The tables with a CustomOptimizer hold no algorithm (what TensorFlow writes, OPT001):
+        # the executor runs their computation instead.
+        custom = {
+            f"table_descriptor[{t}]" for t, td in enumerate(config.table_descriptor)
+            if td.name in optimizers
+        }
+        diagnostics = tuple(
+            d for d in validate(config)
+            if not (d.rule == "OPT001" and (d.field_path or "").split(".")[0] in custom)
+        )
         refuse_errors(diagnostics)
     source_of = "given"
+    custom_combiners: dict[int, Any] = {}
     if combiners is None:
         source_of = "spec"
         combiners = []
-        for feature, combiner in zip(compiled.features, compiled.combiners, strict=True):
-            if not isinstance(combiner, str):
-                raise InputError(
-                    f"feature {feature.path!r} uses a CustomCombiner (a SparseCore program), "
-                    "which the simulator cannot run; pass combiners= (--combiner) to simulate "
-                    "it with sum, mean or sqrtn",
-                    path=path,
-                )
+        for index, combiner in enumerate(compiled.combiners):
+            if not isinstance(combiner, str):  # a CustomCombiner: its callable runs
+                custom_combiners[index] = combiner
+                combiner = "sum"  # not used
             combiners.append(combiner)
-    plan = build_plan(config, combiners)
+    try:
+        plan = build_plan(config, combiners, custom_optimizers=optimizers,
+                          custom_combiners=custom_combiners)
+    except InputError as exc:
+        if path is not None and exc.path is None:
+            exc.path = path
+        raise
     plan = plan.with_bags([feature.ids_per_bag for feature in compiled.features])
     return Prepared(config, plan, path, diagnostics, source_of)
+
+
+def _uses_custom_optimizer(spec: Any) -> bool:
+    """Whether a loaded spec's tables (or its global optimizer) use a ``CustomOptimizer``."""
+    from .embedding.custom import CustomOptimizer
+    from .embedding.nest import flatten_with_paths
+
+    if isinstance(spec.build_arguments.get("optimizer"), CustomOptimizer):
+        return True
+    return any(
+        isinstance(getattr(getattr(leaf, "table", None), "optimizer", None), CustomOptimizer)
+        for _, leaf in flatten_with_paths(spec.feature_config)
+    )
 
 
 def with_combiner_arguments(prepared: Prepared, values: Sequence[str]) -> Prepared:

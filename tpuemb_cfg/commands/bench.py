@@ -7,6 +7,8 @@ from typing import Any
 
 import click
 
+from tpuemb_cfg.commands.simulate import backend_option, engine_option, parse_size
+
 __all__ = ["bench"]
 
 
@@ -24,8 +26,7 @@ __all__ = ["bench"]
               default="adagrad", show_default=True)
 @click.option("--steps", type=click.IntRange(min=1), default=20, show_default=True,
               help="Timed steps per measurement (the median is reported).")
-@click.option("--engine", type=click.Choice(["numba", "numpy"]), default="numba",
-              show_default=True, help="numba: compiled kernels; numpy: the readable reference.")
+@engine_option("numba: compiled kernels; numpy: the readable reference.")
 @click.option("--threads", type=click.IntRange(min=1), default=None,
               help="numba threads (default: one per core).")
 @click.option("--multi-feature", is_flag=True,
@@ -35,10 +36,8 @@ __all__ = ["bench"]
 @click.option("--max-memory", metavar="SIZE",
               help="Refuse to start when the estimate exceeds SIZE, e.g. 8G (default: 80% of "
                    "the memory available).")
-@click.option("--backend", type=click.Choice(["local", "ray"]), default="local",
-              show_default=True,
-              help="ray: the same step with each host's rows in a Ray actor, timed against the "
-                   "local step in the same run, with the bytes sent per step per host.")
+@backend_option("ray: the same step with each host's rows in a Ray actor, timed against the local "
+                "step in the same run, with the bytes sent per step per host.")
 @click.option("--shards", type=click.IntRange(min=1), default=2, show_default=True,
               help="--backend ray: host actors (the table's num_hosts, MOD sharding).")
 @click.option("--ray-address", metavar="ADDR",
@@ -56,7 +55,6 @@ def bench(vocab: int, dim: int, ids: int, zipf: float, optimizer: str, steps: in
     warm start.
     """
     from tpuemb_cfg.bench import Workload, check_memory, run
-    from tpuemb_cfg.commands.simulate import parse_size
 
     workload = Workload(vocab=vocab, dim=dim, ids=ids, zipf=zipf, optimizer=optimizer,
                         steps=steps, seed=seed)
@@ -77,12 +75,22 @@ def bench(vocab: int, dim: int, ids: int, zipf: float, optimizer: str, steps: in
         click.echo(_text(report))
 
 
-def _ray_text(r: dict[str, Any]) -> str:
+def _headline(r: dict[str, Any], backend: str = "", tables: str = "", ids: str = "",
+              engine: str = "") -> str:
+    """The first line of either report: the workload, its unique ids, the engine and the steps
+    (``backend``, ``tables``, ``ids``, ``engine``: what the report adds to each)."""
     w = r["workload"]
+    return (
+        f"tpuemb bench{backend}: {w['optimizer']}, {w['vocab']:,} x {w['dim']} float32 "
+        f"table{tables}, {w['ids']:,} ids per step{ids}, {r['unique_ids']:,} unique; "
+        f"engine {r['engine']}{engine}; median of {w['steps']} steps"
+    )
+
+
+def _ray_text(r: dict[str, Any]) -> str:
     lines = [
-        f"tpuemb bench --backend ray: {w['optimizer']}, {w['vocab']:,} x {w['dim']} float32 "
-        f"table over {r['shards']} host actors ({r['sharding_strategy']}), {w['ids']:,} ids per "
-        f"step, {r['unique_ids']:,} unique; engine {r['engine']}; median of {w['steps']} steps",
+        _headline(r, backend=" --backend ray",
+                  tables=f" over {r['shards']} host actors ({r['sharding_strategy']})"),
         f"  local step (tables in this process)   {_ms(r['local_sec_per_step'])}",
         f"  ray step (rows in the host actors)    {_ms(r['ray_sec_per_step'])}   "
         f"{r['ray_over_local']:.2f}x the local step; bit-identical: "
@@ -107,12 +115,8 @@ def _mb(count: float) -> str:
 
 
 def _text(r: dict[str, Any]) -> str:
-    w = r["workload"]
-    lines = [
-        f"tpuemb bench: {w['optimizer']}, {w['vocab']:,} x {w['dim']} float32 table, "
-        f"{w['ids']:,} ids per step (Zipf {w['zipf']}), {r['unique_ids']:,} unique; "
-        f"engine {r['engine']}, {r['threads']} thread(s); median of {w['steps']} steps",
-    ]
+    lines = [_headline(r, ids=f" (Zipf {r['workload']['zipf']})",
+                       engine=f", {r['threads']} thread(s)")]
     if "engine_note" in r:
         lines.append(f"note: {r['engine_note']}")
     lines += [

@@ -24,7 +24,7 @@ from tpuemb_cfg.limits import available_memory
 if TYPE_CHECKING:
     from tpuemb_cfg.prepare import Prepared
 
-__all__ = ["available_memory", "parse_size", "simulate"]
+__all__ = ["available_memory", "backend_option", "engine_option", "parse_size", "simulate"]
 
 _SYNTHETIC_ONLY = ("steps", "out_dir", "plot", "checkpoint_every", "resume", "learning_rate",
                    "bag_sizes")
@@ -44,6 +44,19 @@ def parse_size(text: str) -> int:
         )
     unit = (match.group(2) or "").lower()
     return int(float(match.group(1)) * _UNITS[unit])
+
+
+def engine_option(text: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--engine numba|numpy`` (default numba), the option of every command that runs steps;
+    ``text``: its help in that command."""
+    return click.option("--engine", type=click.Choice(["numba", "numpy"]), default="numba",
+                        show_default=True, help=text)
+
+
+def backend_option(text: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--backend local|ray`` (default local): where the tables live; ``text``: its help."""
+    return click.option("--backend", type=click.Choice(["local", "ray"]), default="local",
+                        show_default=True, help=text)
 
 
 def _given(ctx: click.Context, name: str) -> bool:
@@ -126,14 +139,10 @@ def _spec_callback(ctx: click.Context, param: click.Parameter, value: str | None
                    "RAM; --backend ray: the limit of each host's actor, default what the "
                    "largest Ray node offers).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
-@click.option("--engine", type=click.Choice(["numba", "numpy"]), default="numba",
-              show_default=True,
-              help="numba: compiled kernels (falls back to numpy, with a warning, when numba "
-                   "cannot be imported); numpy: the readable reference, same results.")
-@click.option("--backend", type=click.Choice(["local", "ray"]), default="local",
-              show_default=True,
-              help="local: the tables in this process; ray: each host's rows in its own Ray "
-                   "actor, same results bit for bit (docs/scale.md; pip install 'tpuemb[ray]').")
+@engine_option("numba: compiled kernels (falls back to numpy, with a warning, when numba cannot be "
+               "imported); numpy: the readable reference, same results.")
+@backend_option("local: the tables in this process; ray: each host's rows in its own Ray actor, "
+                "same results bit for bit (docs/scale.md; pip install 'tpuemb[ray]').")
 @click.option("--ray-address", metavar="ADDR",
               help="--backend ray: join the Ray cluster at ADDR (default: RAY_ADDRESS, else "
                    "start a local Ray instance for the run).")

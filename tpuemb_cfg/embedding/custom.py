@@ -4,7 +4,9 @@ TensorFlow takes a traced ``tf.function`` as the computation and compiles it for
 (``TPUEmbeddingV2`` only). tpuemb takes any Python callable with the same signature, NumPy
 arrays in and out, and runs it row by row (:meth:`CustomOptimizer.update_rows`) or sample by
 sample (:meth:`CustomCombiner.combine`), so a custom update or combiner can be checked against
-the built-in ones on a laptop::
+the built-in ones on a laptop. The executor runs both inside a training step
+(``Executor(build_config(..., validate=False))``, ``tpuemb simulate spec.py``;
+``tpuemb_cfg.executor.custom`` and ``docs/simulate.md`` have the decisions)::
 
     def sgd(gradient, embedding_table, slot_variables, learning_rate, hyperparameters):
         return embedding_table - learning_rate * gradient

@@ -108,22 +108,30 @@ def _learning_rate_value(owner: str, learning_rate: Any) -> float:
     return float(learning_rate)
 
 
+#: How each kind of :attr:`Optimizer._fields` entry is written to the algorithm's message.
+_WRITTEN: dict[str, Callable[[Any], Any]] = {
+    "float": float, "bool": bool, "not": lambda value: not value,
+}
+
+
 class Optimizer(ValueEquality):
     """Base class: the arguments every algorithm shares and the base part of the proto.
 
     Subclasses set :attr:`algorithm` (the oneof member of ``OptimizationParameters.parameters``);
     :attr:`slot_names` (the slots in TensorFlow's state-variable order) comes from the algorithm
-    table. The fields of the algorithm's message that are arguments of the same name are listed
-    in :attr:`_fields`, kept by :meth:`_set_fields` and written by :meth:`_write_algorithm`; a
-    class whose arguments are named otherwise (TensorFlow's ``Adam``, ``FTRL``) writes its message
-    itself.
+    table. The algorithm's arguments are listed in :attr:`_fields`, kept by :meth:`_set_fields`
+    and written to the algorithm's message by :meth:`_write_algorithm`.
     """
 
     algorithm: ClassVar[str]
     slot_names: ClassVar[tuple[str, ...]] = ()
-    #: (field name, kind) with kind ``"float"`` or ``"bool"``, in the message's order; every
-    #: field is written (implicit-presence zeros are simply not serialized).
-    _fields: ClassVar[tuple[tuple[str, str], ...]] = ()
+    #: ``(argument, kind)`` or ``(argument, kind, message field)`` (the field is named like the
+    #: argument when not given), in the order the arguments are checked and kept. ``kind``:
+    #: ``"float"`` or ``"bool"`` (checked and written as such), ``"not"`` (any truth value,
+    #: written negated: ``lazy_adam`` -> ``use_non_lazy_adam``) or ``"kept"`` (checked by the
+    #: constructor itself and not written). Every written field is written, even 0 (implicit
+    #: presence zeros are simply not serialized).
+    _fields: ClassVar[tuple[tuple[str, ...], ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -226,11 +234,11 @@ class Optimizer(ValueEquality):
     def _set_fields(self, values: dict[str, Any]) -> None:
         """Check each of :attr:`_fields` among a constructor's ``locals()`` and keep it."""
         owner = self._owner()
-        for name, kind in self._fields:
+        for name, kind, *_ in self._fields:
             value = values[name]
             if kind == "bool":
                 chk.boolean(owner, name, value)
-            else:
+            elif kind == "float":
                 chk.real(owner, name, value)
             setattr(self, name, value)
 
@@ -238,9 +246,9 @@ class Optimizer(ValueEquality):
         """Select the algorithm (present even when every field is 0) and write :attr:`_fields`."""
         msg = getattr(params, self.algorithm)
         msg.SetInParent()
-        for name, kind in self._fields:
-            value = getattr(self, name)
-            setattr(msg, name, bool(value) if kind == "bool" else float(value))
+        for name, kind, *field in self._fields:
+            if kind in _WRITTEN:
+                setattr(msg, field[0] if field else name, _WRITTEN[kind](getattr(self, name)))
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if v is not None)
@@ -345,6 +353,11 @@ class Adam(Optimizer):
     """
 
     algorithm = "adam"
+    _fields = (
+        ("beta_1", "float", "beta1"), ("beta_2", "float", "beta2"), ("epsilon", "float"),
+        ("lazy_adam", "not", "use_non_lazy_adam"),
+        ("sum_inside_sqrt", "bool", "use_sum_inside_sqrt"),
+    )
 
     def __init__(
         self,
@@ -368,7 +381,7 @@ class Adam(Optimizer):
         require(owner, self.algorithm, "beta1", "beta_1", beta_1, "must be >= 0 and < 1")
         require(owner, self.algorithm, "beta2", "beta_2", beta_2, "must be >= 0 and < 1")
         require(owner, self.algorithm, "epsilon", "epsilon", epsilon, "must be > 0")
-        chk.boolean(owner, "sum_inside_sqrt", sum_inside_sqrt)  # lazy_adam: any truth value
+        self._set_fields(locals())
         if not lazy_adam and not use_gradient_accumulation:
             raise chk.fail(
                 owner,
@@ -376,20 +389,6 @@ class Adam(Optimizer):
                 "but `use_gradient_accumulation` is False: set use_gradient_accumulation=True "
                 "or lazy_adam=True",
             )
-        self.beta_1 = beta_1
-        self.beta_2 = beta_2
-        self.epsilon = epsilon
-        self.lazy_adam = lazy_adam
-        self.sum_inside_sqrt = sum_inside_sqrt
-
-    def _write_algorithm(self, params: Any, tag_of: TagOf) -> None:
-        msg = params.adam
-        msg.SetInParent()
-        msg.beta1 = float(self.beta_1)
-        msg.beta2 = float(self.beta_2)
-        msg.epsilon = float(self.epsilon)
-        msg.use_non_lazy_adam = not self.lazy_adam
-        msg.use_sum_inside_sqrt = bool(self.sum_inside_sqrt)
 
 
 class FTRL(Optimizer):
@@ -401,6 +400,15 @@ class FTRL(Optimizer):
     """
 
     algorithm = "ftrl"
+    _fields = (
+        ("learning_rate_power", "float", "lr_power"),
+        ("l1_regularization_strength", "float", "l1"),
+        ("l2_regularization_strength", "float", "l2"),
+        ("beta", "float"),
+        ("initial_accumulator_value", "kept"),
+        ("multiply_linear_by_learning_rate", "bool", "multiply_linear_by_lr"),
+        ("allow_zero_accumulator", "bool"),
+    )
 
     def __init__(
         self,
@@ -435,25 +443,4 @@ class FTRL(Optimizer):
                 f"`initial_accumulator_value` {allowed}; received "
                 f"{chk.show(initial_accumulator_value)}",
             )
-        chk.real(owner, "learning_rate_power", learning_rate_power)
-        chk.real(owner, "l1_regularization_strength", l1_regularization_strength)
-        chk.real(owner, "l2_regularization_strength", l2_regularization_strength)
-        chk.real(owner, "beta", beta)
-        chk.boolean(owner, "multiply_linear_by_learning_rate", multiply_linear_by_learning_rate)
-        self.learning_rate_power = learning_rate_power
-        self.l1_regularization_strength = l1_regularization_strength
-        self.l2_regularization_strength = l2_regularization_strength
-        self.beta = beta
-        self.initial_accumulator_value = initial_accumulator_value
-        self.multiply_linear_by_learning_rate = multiply_linear_by_learning_rate
-        self.allow_zero_accumulator = allow_zero_accumulator
-
-    def _write_algorithm(self, params: Any, tag_of: TagOf) -> None:
-        msg = params.ftrl
-        msg.SetInParent()
-        msg.l1 = float(self.l1_regularization_strength)
-        msg.l2 = float(self.l2_regularization_strength)
-        msg.lr_power = float(self.learning_rate_power)
-        msg.beta = float(self.beta)
-        msg.multiply_linear_by_lr = bool(self.multiply_linear_by_learning_rate)
-        msg.allow_zero_accumulator = bool(self.allow_zero_accumulator)
+        self._set_fields(locals())

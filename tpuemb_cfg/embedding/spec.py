@@ -249,6 +249,15 @@ class _Toml:
                              f"received {value!r}")
         return dict(value)
 
+    def declared(self, key: tuple[str, ...], what: str, section: str,
+                 declared: Mapping[str, Any], name: str) -> Any:
+        """The entry ``name`` of the ``[section]`` table ``declared``, which ``key`` refers to."""
+        if name not in declared:
+            known = ", ".join(sorted(declared)) or "none are declared"
+            raise self.error(key, f"names the {what} {name!r}, which [{section}] does not "
+                             f"declare (declared: {known})")
+        return declared[name]
+
     def check_keys(self, key: tuple[str, ...], value: Mapping[str, Any],
                    allowed: set[str]) -> None:
         unknown = sorted(set(value) - allowed)
@@ -285,11 +294,7 @@ def _load_toml(path: str) -> Spec:
 
     def dynamic(key: tuple[str, ...], value: Any) -> Any:
         if isinstance(value, str):
-            if value not in schedules:
-                known = ", ".join(sorted(schedules)) or "none are declared"
-                raise t.error(key, f"names the schedule {value!r}, which [schedules] does not "
-                              f"declare (declared: {known})")
-            return schedules[value]
+            return t.declared(key, "schedule", "schedules", schedules, value)
         return value
 
     def make_optimizer(key: tuple[str, ...], value: Any) -> opt.Optimizer:
@@ -314,11 +319,7 @@ def _load_toml(path: str) -> Spec:
 
     def optimizer_ref(key: tuple[str, ...], value: Any) -> opt.Optimizer:
         if isinstance(value, str):
-            if value not in named:
-                known = ", ".join(sorted(named)) or "none are declared"
-                raise t.error(key, f"names the optimizer {value!r}, which [optimizers] does not "
-                              f"declare (declared: {known})")
-            return named[value]
+            return t.declared(key, "optimizer", "optimizers", named, value)
         return make_optimizer(key, value)
 
     build: dict[str, Any] = {k: data[k] for k in BUILD_ARGUMENTS if k in data and k != "optimizer"}

@@ -113,6 +113,62 @@ def _finite(array: np.ndarray, what: str, k: str, source: str | None) -> None:
         )
 
 
+def _ids(value: Any, table: TablePlan, k: str, source: str | None) -> np.ndarray:
+    """The ids as int64, each a row of ``table``."""
+    ids = _integers(value, k, source)
+    if ids.shape[0] == 0:
+        return ids
+    low, high = int(ids.min()), int(ids.max())
+    if low >= 0 and high < table.vocabulary:
+        return ids
+    bad = low if low < 0 else high
+    raise _error(
+        f"id {bad} at index {int(np.flatnonzero(ids == bad)[0])} is outside table "
+        f"{table.name!r}: ids must be in [0, {table.vocabulary}) (vocabulary_size "
+        f"{table.vocabulary})",
+        k, source,
+    )
+
+
+def _row_splits(value: Any, nnz: int, k: str, source: str | None) -> np.ndarray:
+    """The row splits as int64 (``None``: one id per bag): from 0 to ``nnz``, non-decreasing."""
+    if value is None:
+        return np.arange(nnz + 1, dtype=np.int64)
+    row_splits = _integers(value, k, source)
+    if row_splits.shape[0] < 1 or row_splits[0] != 0 or row_splits[-1] != nnz:
+        raise _error(
+            f"row_splits must start at 0 and end at the number of ids ({nnz}); found "
+            f"{row_splits[:1].tolist()} ... {row_splits[-1:].tolist()} "
+            f"(length {row_splits.shape[0]})",
+            k, source,
+        )
+    steps = np.diff(row_splits)
+    if (steps < 0).any():
+        position = int(np.flatnonzero(steps < 0)[0])
+        raise _error(
+            f"row_splits must be non-decreasing; index {position + 1} holds "
+            f"{int(row_splits[position + 1])} after {int(row_splits[position])}",
+            k, source,
+        )
+    return row_splits
+
+
+def _weights(
+    value: Any, nnz: int, k_ids: str, k: str, source: str | None, strict: bool
+) -> np.ndarray:
+    """The weights as float32 (``None``: 1.0), one finite weight per id (key ``k_ids``)."""
+    if value is None:
+        return np.ones(nnz, dtype=F32)
+    weights = _floats(value, k, source, strict)
+    if weights.shape != (nnz,):
+        raise _error(
+            f"shape {weights.shape} found, expected ({nnz},): one weight per id of {k_ids}",
+            k, source,
+        )
+    _finite(weights, "weights", k, source)
+    return weights
+
+
 def check_feature(
     value: FeatureInput | Mapping[str, Any],
     plan: Plan,
@@ -145,50 +201,11 @@ def check_feature(
         )
     table: TablePlan = plan.tables[feature.table]
     k_ids = key(step, feature.index, "ids")
-    ids = _integers(value.ids, k_ids, source)
+    ids = _ids(value.ids, table, k_ids, source)
     nnz = ids.shape[0]
-    if nnz:
-        low, high = int(ids.min()), int(ids.max())
-        if low < 0 or high >= table.vocabulary:
-            bad = low if low < 0 else high
-            position = int(np.flatnonzero(ids == bad)[0])
-            raise _error(
-                f"id {bad} at index {position} is outside table {table.name!r}: ids must be in "
-                f"[0, {table.vocabulary}) (vocabulary_size {table.vocabulary})",
-                k_ids, source,
-            )
-    k_splits = key(step, feature.index, "row_splits")
-    if value.row_splits is None:
-        row_splits = np.arange(nnz + 1, dtype=np.int64)
-    else:
-        row_splits = _integers(value.row_splits, k_splits, source)
-        if row_splits.shape[0] < 1 or row_splits[0] != 0 or row_splits[-1] != nnz:
-            raise _error(
-                f"row_splits must start at 0 and end at the number of ids ({nnz}); found "
-                f"{row_splits[:1].tolist()} ... {row_splits[-1:].tolist()} "
-                f"(length {row_splits.shape[0]})",
-                k_splits, source,
-            )
-        steps = np.diff(row_splits)
-        if (steps < 0).any():
-            position = int(np.flatnonzero(steps < 0)[0])
-            raise _error(
-                f"row_splits must be non-decreasing; index {position + 1} holds "
-                f"{int(row_splits[position + 1])} after {int(row_splits[position])}",
-                k_splits, source,
-            )
-    k_weights = key(step, feature.index, "weights")
-    if value.weights is None:
-        weights = np.ones(nnz, dtype=F32)
-    else:
-        weights = _floats(value.weights, k_weights, source, strict)
-        if weights.shape != (nnz,):
-            raise _error(
-                f"shape {weights.shape} found, expected ({nnz},): one weight per id of "
-                f"{key(step, feature.index, 'ids')}",
-                k_weights, source,
-            )
-        _finite(weights, "weights", k_weights, source)
+    row_splits = _row_splits(value.row_splits, nnz, key(step, feature.index, "row_splits"), source)
+    weights = _weights(value.weights, nnz, k_ids, key(step, feature.index, "weights"), source,
+                       strict)
     return CheckedFeature(ids, row_splits, weights, unit_bags=value.row_splits is None)
 
 

@@ -35,7 +35,8 @@ from .batch import (
     check_learning_rates,
 )
 from .batch import key as batch_key
-from .engines import Engine, get_engine
+from .custom import combine_custom, custom_gains, note_fallback
+from .engines import NUMPY, Engine, get_engine
 from .fused import backprop_tables, update_table
 from .optimizers import UpdateContext
 from .pipeline import RowPipeline
@@ -181,6 +182,7 @@ class Executor:
         self.prepared: Prepared = prepare(config, combiners=combiners, check=validate_config)
         self.config = self.prepared.config
         self.plan: Plan = self.prepared.plan
+        note_fallback(self.plan, self.engine)  # custom callables run on the NumPy path
         self.backend = backend
         if backend == "ray":
             from .ray_storage import RayStorage
@@ -345,7 +347,8 @@ class Executor:
         """Whether the compiled step runs the forward pass of ``table``: the numba engine with
         the tables in this process, no quantization and no pipelining (both read other values
         than the live rows)."""
-        return self._fused is not None and table.quantization is None and not self._pipelined
+        return (self._fused is not None and table.quantization is None and not self._pipelined
+                and not table.custom)
 
     def _fused_backward(self, table: TablePlan) -> bool:
         """Whether the compiled step back-propagates and updates ``table`` (one partial: spec
@@ -393,7 +396,11 @@ class Executor:
                     self._empty_bags[f] = np.flatnonzero(c.row_splits[1:] == c.row_splits[:-1])
                 bag = (np.arange(c.batch, dtype=np.int64) if c.unit_bags  # one id per bag
                        else self.engine.bag_of_occurrence(c.row_splits))
-                if plan.features[f].combiner == "sum":  # every scale is 1: w * 1 is w
+                if plan.features[f].custom is not None:  # a CustomCombiner's probed gains
+                    gains_list.append(custom_gains(plan.features[f].custom, c.weights,
+                                                   c.row_splits))
+                    zero_bags[f] = 0
+                elif plan.features[f].combiner == "sum":  # every scale is 1: w * 1 is w
                     gains_list.append(c.weights)
                     zero_bags[f] = 0
                 else:
@@ -442,6 +449,11 @@ class Executor:
                     activations[f] = self.engine.gather_combine(
                         rows, inverse[start:stop], g, c.row_splits
                     )
+                    if plan.features[f].custom is not None:  # the callable, checked against it
+                        activations[f] = combine_custom(
+                            plan.features[f].custom, rows, inverse[start:stop], c.weights,
+                            c.row_splits, activations[f], step,
+                        )
                 start = stop
             partials: list[Partial] = []
             if plan.updates:
@@ -635,7 +647,8 @@ class Executor:
         """The per-row pipeline of spec section 6 for one partial: on ``rows`` (lazy), or on
         every row with ``grad`` for ``rows`` and zero for the others (non-lazy Adam/Lion; the
         pipeline densifies where the rows live, so no [V, D] gradient is built here)."""
-        fn = RowPipeline(table, lr, UpdateContext(self.step_index, dynamic), self.engine)
+        fn = RowPipeline(table, lr, UpdateContext(self.step_index, dynamic),
+                         NUMPY if table.custom else self.engine)
         self.storage.update(table.name, rows, grad, fn)
 
     # ----------------------------------------------------------------------------------------

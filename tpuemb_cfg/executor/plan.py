@@ -41,7 +41,9 @@ class FeaturePlan:
     """Feature ``index`` (replay-contract numbering) looking up table ``table``.
 
     ``ids_per_bag``: the most ids one bag holds, when the configuration says (``None``: it does
-    not); ``bag_sizes``: how synthetic data draws bag sizes (``executor.bags``).
+    not); ``bag_sizes``: how synthetic data draws bag sizes (``executor.bags``); ``custom``: a
+    ``CustomCombiner``'s record (``executor.custom.CombinerPlan``; ``combiner`` is then its
+    name), else None.
     """
 
     index: int
@@ -51,6 +53,7 @@ class FeaturePlan:
     combiner: str
     ids_per_bag: int | None = None
     bag_sizes: str = "auto"
+    custom: Any = None
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,8 @@ class TablePlan:
 
     ``hyper``: the optimizer's bound hyper-parameters (its ``hyper`` NamedTuple);
     ``slot_defaults``: the float32 initial value of each slot, in state order (spec section 11).
+    ``custom``: the table runs a Python callable (a ``CustomOptimizer``, then ``optimizer`` is
+    an ``executor.custom.CustomUpdate``, or a feature's ``CustomCombiner``): the NumPy path.
     """
 
     index: int
@@ -78,6 +83,7 @@ class TablePlan:
     quantization: tuple[np.float32, np.float32, int] | None
     lazy: bool
     features: tuple[int, ...]
+    custom: bool = False
 
     @property
     def slot_names(self) -> tuple[str, ...]:
@@ -106,13 +112,23 @@ class Plan:
     def with_combiners(
         self, combiners: str | Sequence[str] | Mapping[int, str] | None
     ) -> Plan:
-        """This plan with other combiners (as for ``build_plan``); nothing else is rebuilt."""
+        """This plan with other combiners (as for ``build_plan``); nothing else is rebuilt. A
+        feature with a ``CustomCombiner`` keeps it where a list gives its own name
+        (``str(combiner)``, what ``features[i].combiner`` says)."""
+        kept: dict[int, FeaturePlan] = {}
+        if combiners is not None and not isinstance(combiners, str | Mapping):
+            given = list(combiners)
+            kept = {
+                f.index: f for f, name in zip(self.features, given, strict=False)
+                if f.custom is not None and name == f.combiner
+            }
+            combiners = ["sum" if i in kept else n for i, n in enumerate(given)]
         names = _normalise_combiners(combiners, len(self.features))
         features = tuple(
-            replace(feature, combiner=name)
+            kept.get(feature.index) or replace(feature, combiner=name, custom=None)
             for feature, name in zip(self.features, names, strict=True)
         )
-        return replace(self, features=features)
+        return _mark_custom(replace(self, features=features))
 
     def with_bags(
         self, ids_per_bag: Sequence[int | None] | None = None, bag_sizes: str | None = None
@@ -265,14 +281,25 @@ def _ids_per_bag(shape: tuple[int, ...]) -> int | None:
 
 
 def build_plan(
-    config: Any, combiners: str | Sequence[str] | Mapping[int, str] | None = None
+    config: Any,
+    combiners: str | Sequence[str] | Mapping[int, str] | None = None,
+    *,
+    custom_optimizers: Mapping[str, Any] | None = None,
+    custom_combiners: Mapping[int, Any] | None = None,
 ) -> Plan:
     """The plan of ``config`` (a ``TPUEmbeddingConfiguration``), with one combiner per feature.
 
+    ``custom_optimizers``: table name -> ``CustomOptimizer`` (the table's proto then holds no
+    algorithm, as TensorFlow writes it); ``custom_combiners``: feature index ->
+    ``CustomCombiner`` (the name ``combiners`` gives that feature is not used). Their callables
+    run in the step (``executor.custom``; ``prepare`` passes them from a compiled spec).
+
     Raises ``InputError`` for what the executor cannot run: a table whose optimizer has no public
     equations (naming the table), no optimizer or learning rate, features pointing at no table,
-    dynamic tags that are not 0..K-1.
+    dynamic tags that are not 0..K-1, a custom slot initializer that is not a constant or a
+    custom combiner that fails its first probe (``executor.custom.CustomError``).
     """
+    custom_optimizers = custom_optimizers or {}
     raw_features = _features(config)
     names = _normalise_combiners(combiners, len(raw_features))
     num_tables = len(config.table_descriptor)
@@ -294,18 +321,19 @@ def build_plan(
     for t, td in enumerate(config.table_descriptor):
         op = td.optimization_parameters
         algorithm = op.WhichOneof("parameters") or ""
-        reason = unsupported(algorithm)
-        if reason is not None:
-            raise InputError(
-                f"table {td.name!r} (table_descriptor[{t}]) uses {algorithm}, which cannot be "
-                f"simulated: {reason}"
+        custom = custom_optimizers.get(td.name)
+        optimizer: Optimizer
+        if custom is not None:
+            from .custom import optimizer_record
+
+            optimizer, slot_defaults = optimizer_record(td.name, custom, int(td.dimension))
+            message, hyper = None, optimizer.bind(None)
+        else:
+            optimizer, message = _optimizer(td, t, algorithm)
+            hyper = optimizer.bind(message)
+            slot_defaults = tuple(
+                np.float32(slot.initial_value(message)) for slot in optimizer.slots
             )
-        try:
-            optimizer = get(algorithm)
-        except ValueError as exc:
-            raise InputError(f"table {td.name!r} (table_descriptor[{t}]): {exc}") from None
-        message = getattr(op, algorithm)
-        hyper = optimizer.bind(message)
         which_lr = op.learning_rate.WhichOneof("learning_rate")
         lr_constant: np.float32 | None = None
         lr_tag: int | None = None
@@ -341,9 +369,7 @@ def build_plan(
                 dimension=int(td.dimension),
                 optimizer=optimizer,
                 hyper=hyper,
-                slot_defaults=tuple(
-                    np.float32(slot.initial_value(message)) for slot in optimizer.slots
-                ),
+                slot_defaults=slot_defaults,
                 lr_constant=lr_constant,
                 lr_tag=lr_tag,
                 clip_weights=(
@@ -374,7 +400,14 @@ def build_plan(
             f"dynamic learning-rate tags must be exactly 0..{k - 1}; found "
             + ", ".join(str(tag) for tag in sorted(tag_users))
         )
-    return Plan(
+    if custom_combiners:
+        from .custom import combiner_plan
+
+        for f, combiner in custom_combiners.items():
+            feature = features[f]
+            record = combiner_plan(feature.name, combiner, tables[feature.table].dimension)
+            features[f] = replace(feature, combiner=record.name, custom=record)
+    return _mark_custom(Plan(
         tables=tuple(tables),
         features=tuple(features),
         num_learning_rates=k,
@@ -384,4 +417,29 @@ def build_plan(
         mod_sharding=int(config.sharding_strategy) == _SHARDING_MOD,
         pipelined=bool(config.pipeline_execution_with_tensor_core),
         mode=_MODE_NAMES.get(int(config.mode), str(int(config.mode))),
+    ))
+
+
+def _optimizer(td: Any, t: int, algorithm: str) -> tuple[Optimizer, Any]:
+    """The registered optimizer of table descriptor ``td`` (index ``t``) and its message."""
+    reason = unsupported(algorithm)
+    if reason is not None:
+        raise InputError(
+            f"table {td.name!r} (table_descriptor[{t}]) uses {algorithm}, which cannot be "
+            f"simulated: {reason}"
+        )
+    try:
+        optimizer = get(algorithm)
+    except ValueError as exc:
+        raise InputError(f"table {td.name!r} (table_descriptor[{t}]): {exc}") from None
+    return optimizer, getattr(td.optimization_parameters, algorithm)
+
+
+def _mark_custom(plan: Plan) -> Plan:
+    """``plan`` with ``TablePlan.custom`` set on the tables that run a Python callable."""
+    combined = {f.table for f in plan.features if f.custom is not None}
+    tables = tuple(
+        replace(t, custom=t.optimizer.name == "custom_optimizer" or t.index in combined)
+        for t in plan.tables
     )
+    return replace(plan, tables=tables)

@@ -8,12 +8,22 @@ interface); per step only touched rows travel:
 
 - **forward**: ``gather`` splits the step's sorted unique ids by host, each host returns its
   rows, the driver puts them back in id order (and keeps them for the pre-update read of the
-  same rows, so they are not fetched twice);
+  same rows, so they are not fetched twice); each host keeps the row numbers and values it
+  read, under a key;
 - **update**: the driver de-duplicates, combines, back-propagates and sums duplicates exactly as
-  on one machine, then sends each host the per-row gradients of its rows and the per-row
-  pipeline (``pipeline.RowPipeline``); the host runs it on its own arrays. Non-lazy optimizers
-  step every row: each host receives its touched rows and steps the others with a zero
-  gradient, which is what the local executor computes for them;
+  on one machine, then sends each host the per-row gradients of its rows (with the key of the
+  rows it kept, when they are the rows read: the row numbers do not travel again, and the undo
+  log takes the kept values instead of reading the rows again) and the per-row pipeline
+  (``pipeline.RowPipeline``, as a ``shard.PipelineRef``); the host runs it on its own arrays.
+  Non-lazy optimizers step every row: each host receives its touched rows and steps the others
+  with a zero gradient, which is what the local executor computes for them;
+- **transport**: the hosts on the driver's machine exchange the step's rows through a
+  shared-memory ``shard.Arena`` (a file of ``/dev/shm`` both map, unlinked once mapped): the
+  driver writes row numbers, positions and gradient rows there, each host writes the rows it
+  reads straight at their positions in the step's block, and the Ray calls carry only a few
+  numbers. The other hosts (another machine, or ``TPUEMB_RAY_SHARED_MEMORY=0``) get arrays
+  through Ray's object store. Every call pickles its small arguments into one (``call``):
+  Ray's per-argument handling costs more than the pickling;
 - **all or nothing**: every host logs the rows it changes; when one host fails the driver
   rolls every other host back (``Shard.abort``) before raising, and ``commit`` (the end of the
   step, carried by each host's next call) drops the logs. An actor that dies raises
@@ -32,6 +42,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pickle
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -52,7 +63,7 @@ from .ray_session import (
     session_token,
     take_actor,
 )
-from .shard import PipelineRef, Shard, shard_bytes
+from .shard import Arena, PipelineRef, Place, Positions, Shard, shard_bytes
 from .sharding import HostRows, TableLayout
 from .state import _unknown_key_message, slot_key, table_key
 from .storage import RowUpdate
@@ -60,6 +71,9 @@ from .storage import RowUpdate
 __all__ = ["RayStorage", "ShardLost", "ShardedArray"]
 
 F32 = np.float32
+#: The directory of shared-memory files, and the variable that turns their use off ("0").
+SHM_DIR = "/dev/shm"
+SHARED_MEMORY_ENV = "TPUEMB_RAY_SHARED_MEMORY"
 #: Bytes of one block of rows streamed from the shards (a file write, a fetch, a load).
 BLOCK_BYTES = 32 << 20
 #: Array bytes of one batch of calls above which each host's calls are sent by a thread.
@@ -152,7 +166,10 @@ class RayStorage:
     anything is allocated, and so is one no Ray node has the memory for. ``address``: as for
     :func:`connect` (used only when this process is not connected yet; the storage then owns
     the connection and ``close`` ends it). ``threads``: numba threads per actor (default: the
-    cores of its machine divided among the actors on it).
+    cores of its machine divided among the actors on it). ``shared_memory``: whether the hosts
+    on the driver's machine exchange a step's rows through a shared-memory ``shard.Arena``
+    instead of Ray's object store (None, the default: yes where ``/dev/shm`` exists, unless the
+    environment sets ``TPUEMB_RAY_SHARED_MEMORY=0``); the results are the same either way.
     """
 
     def __init__(
@@ -168,6 +185,7 @@ class RayStorage:
         max_memory: int | None = None,
         address: str | None = None,
         threads: int | None = None,
+        shared_memory: bool | None = None,
     ) -> None:
         self.plan = plan
         self.engine = engine
@@ -198,6 +216,16 @@ class RayStorage:
         self._pipelined = plan.pipelined and plan.mode == "TRAINING"  # as the executor's
         # Per table, the sums of squares of its updates of the open step (one per update).
         self._sumsq: dict[str, list[float]] = {}
+        if shared_memory is None:
+            shared_memory = os.environ.get(SHARED_MEMORY_ENV, "1").strip().lower() not in (
+                "0", "no", "off", "false")
+        self._want_shared = bool(shared_memory) and os.path.isdir(SHM_DIR)
+        self._local_hosts: list[int] = []  # hosts on the driver's machine (by Ray node id)
+        #: The hosts that map the arena (a subset of the local hosts, once it exists).
+        self.shared: set[int] = set()
+        self._arena: Arena | None = None
+        self._reads = 0  # the key of the last rows read through the arena
+        self._kept: dict[str, tuple[np.ndarray, int]] = {}  # table: (rows, key) the hosts keep
         self._ray = import_ray()
         self._owns_session = connect(address)
         self._release = weakref.finalize(self, keep_actors, self._ray, self._actors, self._reserved,
@@ -263,20 +291,24 @@ class RayStorage:
             )
         places = self._collect(list(enumerate(where)), "starting")
         per_machine: dict[str, int] = {}
-        for name, _ in places:
+        for name, _, _ in places:
             per_machine[name] = per_machine.get(name, 0) + 1
         engine = self.engine.name
         self._run([
             (h, "setup", (self.plan, h, self.hosts, engine,
                           threads or max(1, cpus // per_machine[name])))
-            for h, (name, cpus) in enumerate(places)
+            for h, (name, cpus, _) in enumerate(places)
         ], "starting")
+        if self._want_shared:
+            here = str(ray.get_runtime_context().get_node_id())
+            self._local_hosts = [h for h, (_, _, node) in enumerate(places) if node == here]
 
     def close(self) -> None:
         """Release the actors (kept, emptied, for the next storage of this Ray session; also
         done when the storage is garbage-collected) and, when this storage connected to Ray,
         disconnect."""
         self._release()
+        self._drop_arena()
         if self._senders is not None:
             self._senders.shutdown(wait=False)
             self._senders = None
@@ -309,7 +341,7 @@ class RayStorage:
                 _, method, args = calls[index]
                 committed = self._step if host in self._unconfirmed else None
                 self._unconfirmed.discard(host)
-                refs[index] = self._actors[host].call.remote(committed, method, *args)
+                refs[index] = call(self._actors[host], committed, method, args)
 
         if len(by_host) > 1 and payload > PARALLEL_BYTES:
             if self._senders is None:
@@ -352,8 +384,9 @@ class RayStorage:
         cause = exc.cause if isinstance(exc, ray.exceptions.RayTaskError) else None
         died = cause is None or isinstance(cause, ray.exceptions.RayError)
         rolled = ""
+        self._kept.clear()
         if self._open:
-            aborts = [a.call.remote(None, "abort", self._step)
+            aborts = [call(a, None, "abort", (self._step,))
                       for h, a in enumerate(self._actors) if not (died and h == host)]
             with contextlib.suppress(ray.exceptions.RayError):
                 ray.get(aborts, timeout=60)
@@ -401,9 +434,145 @@ class RayStorage:
 
     def _gather(self, table: str, rows: np.ndarray) -> np.ndarray:
         parts = [p for p in self._split(table, rows) if p.count]
-        values = self._run([(p.host, "gather", (table, p.local)) for p in parts],
+        if self._local_hosts and any(p.host in self._local_hosts for p in parts):
+            return self._gather_shared(table, rows, parts)
+        self._reads += 1
+        self._kept[table] = (rows, self._reads)
+        values = self._run([(p.host, "gather", (table, p.local, self._reads)) for p in parts],
                            f"reading rows of table {table!r}")
         return self._assemble(table, rows.shape[0], parts, values)
+
+    def _kept_key(self, table: str, rows: np.ndarray) -> int:
+        """The key under which the hosts keep ``rows`` of ``table`` (the rows the step read, not
+        changed since), else 0; either way the update about to be sent consumes them."""
+        kept = self._kept.pop(table, None)
+        return kept[1] if kept is not None and kept[0] is rows else 0
+
+    # ------------------------------------------------------------------------------------------
+    # The shared-memory arena of the hosts on the driver's machine
+
+    def _drop_arena(self) -> None:
+        if self._arena is not None:
+            self._arena.close()
+            self._arena = None
+        self.shared = set()
+
+    def _arena_for(self, nbytes: int) -> Arena | None:
+        """The arena, emptied, with room for ``nbytes`` (placements included); a new one,
+        mapped by the local hosts, when there is none or it is too small. None when no host
+        could map it (the storage then stops trying)."""
+        arena = self._arena
+        if arena is not None and nbytes <= arena.size - Arena.HEADER:
+            arena.reset()
+            return arena
+        size = max(nbytes + Arena.HEADER, 2 * arena.size if arena is not None else 0, 1 << 20)
+        size = -(-size // (1 << 20)) << 20
+        self._drop_arena()
+        token = os.urandom(16)
+        path = os.path.join(SHM_DIR, f"tpuemb-{os.getpid()}-{token[:6].hex()}")
+        try:
+            arena = Arena(path, size, create=True, token=token)
+        except OSError:
+            self._local_hosts = []
+            return None
+        try:
+            mapped = self._run([(h, "attach", (path, size, token)) for h in self._local_hosts],
+                               "mapping the shared-memory arena")
+        finally:
+            os.unlink(path)  # mapped where it is needed: nothing is left when a process dies
+        self.shared = {h for h, ok in zip(self._local_hosts, mapped, strict=True) if ok}
+        if not self.shared:
+            arena.close()
+            self._local_hosts = []
+            return None
+        self._local_hosts = sorted(self.shared)
+        self._arena = arena
+        return arena
+
+    @staticmethod
+    def _placement_bytes(parts: Sequence[HostRows], block: int) -> int:
+        """Arena bytes of a [rows, D] block of ``block`` bytes and each part's row numbers and
+        positions (with the alignment of every placement)."""
+        ids = sum(p.count * 8 * (1 if isinstance(p.positions, slice) else 2) for p in parts)
+        return block + ids + 64 * (2 * len(parts) + 1)
+
+    def _place_rows(self, arena: Arena, part: HostRows) -> tuple[Place, Positions]:
+        """Write a part's local row numbers (and positions, unless a slice) into the arena."""
+        local = arena.alloc(part.local.shape, np.int64)
+        assert local is not None
+        arena.view(local)[...] = part.local
+        sent = part.local.nbytes
+        positions: Positions
+        if isinstance(part.positions, slice):
+            positions = (int(part.positions.start), int(part.positions.stop))
+        else:
+            place = arena.alloc(part.positions.shape, np.int64)
+            assert place is not None
+            arena.view(place)[...] = part.positions
+            positions = place
+            sent += part.positions.nbytes
+        self.traffic[part.host, 0] += sent
+        return local, positions
+
+    def _gather_shared(self, table: str, rows: np.ndarray, parts: list[HostRows]) -> np.ndarray:
+        """``_gather`` with the local hosts writing their rows straight into the arena, each at
+        its rows' positions; the other hosts' rows come through Ray and are put there too."""
+        dimension = self._tables[table].dimension
+        count = rows.shape[0]
+        arena = self._arena_for(self._placement_bytes(parts, count * dimension * 4))
+        if arena is None:
+            return self._gather(table, rows)
+        out = arena.alloc((count, dimension), F32)
+        assert out is not None
+        self._reads += 1
+        calls: list[tuple[int, str, tuple[Any, ...]]] = []
+        for p in parts:
+            if p.host in self.shared:
+                local, positions = self._place_rows(arena, p)
+                calls.append((p.host, "gather_shared", (table, self._reads, local, positions,
+                                                        out)))
+                self.traffic[p.host, 1] += p.count * dimension * 4
+            else:
+                calls.append((p.host, "gather", (table, p.local, self._reads)))
+        self._kept[table] = (rows, self._reads)
+        values = self._run(calls, f"reading rows of table {table!r}")
+        block = arena.view(out)
+        for p, value in zip(parts, values, strict=True):
+            if p.host not in self.shared:
+                if isinstance(p.positions, slice):
+                    block[p.positions] = value
+                else:
+                    self.engine.scatter(block, p.positions, value)
+        return np.array(block)  # the arena is reused by the next call
+
+    def _update_shared(self, table: str, rows: np.ndarray, grad: np.ndarray, fn: Any,
+                       step: int) -> list[Any]:
+        """The update calls with the local hosts reading their gradient rows from the arena (and
+        the rows the step read, kept by them, unless these are others). Every host of a
+        non-lazy table is called (those without touched rows step theirs with zero)."""
+        lazy = self._tables[table].lazy
+        parts = [p for p in self._split(table, rows) if p.count or not lazy]
+        arena = self._arena_for(self._placement_bytes(parts, grad.nbytes))
+        if arena is None:
+            return self._update_calls(table, rows, grad, fn, step)
+        place = arena.alloc(grad.shape, F32)
+        assert place is not None
+        arena.view(place)[...] = grad
+        key = self._kept_key(table, rows)
+        calls: list[tuple[int, str, tuple[Any, ...]]] = []
+        for p in parts:
+            kept = key if p.count else 0  # a host without rows read kept none
+            if p.host not in self.shared:
+                calls.append(self._update_call(table, p, kept, grad, fn, step))
+                continue
+            local: Place | None = None
+            positions: Positions | None = None
+            if not kept:
+                local, positions = self._place_rows(arena, p)
+            self.traffic[p.host, 0] += p.count * grad.shape[1] * 4
+            calls.append((p.host, "update_shared", (table, kept, local, positions, place, fn,
+                                                    step)))
+        return calls
 
     def _assemble(self, table: str, count: int, parts: Sequence[HostRows],
                   values: Sequence[np.ndarray]) -> np.ndarray:
@@ -422,10 +591,29 @@ class RayStorage:
         return grad[positions] if isinstance(positions, slice) else self.engine.gather(
             grad, positions)
 
+    def _update_call(self, table: str, part: HostRows, key: int, grad: np.ndarray, fn: Any,
+                     step: int) -> tuple[int, str, tuple[Any, ...]]:
+        """The update of one host's part through Ray: its gradient rows, with its row numbers
+        unless it keeps them as ``key`` from the step's read."""
+        values = self._part(grad, part.positions)
+        if key:
+            return part.host, "update_kept", (table, key, values, fn, step)
+        return part.host, "update", (table, part.local, values, fn, step)
+
+    def _update_calls(self, table: str, rows: np.ndarray, grad: np.ndarray, fn: Any,
+                      step: int) -> list[tuple[int, str, tuple[Any, ...]]]:
+        lazy = self._tables[table].lazy
+        key = self._kept_key(table, rows)
+        key = key if lazy else 0  # a non-lazy table's hosts step every row
+        return [self._update_call(table, p, key if p.count else 0, grad, fn, step)
+                for p in self._split(table, rows) if p.count or not lazy]
+
     def update(self, table: str, rows: np.ndarray | None, grad: np.ndarray, fn: RowUpdate) -> None:
         """Send each host its rows' gradients and ``fn``; every host of a non-lazy table steps
         (its untouched rows with a zero gradient). All hosts or none (see ``commit``)."""
         self._cache.pop(table, None)
+        if rows is None:
+            self._kept.pop(table, None)
         layout = self.layouts[table]
         if isinstance(fn, RowPipeline) and fn.table is self._tables[table]:
             fn = PipelineRef(fn.lr, fn.ctx)  # type: ignore[assignment]  # the shard rebuilds it
@@ -437,11 +625,10 @@ class RayStorage:
         if rows is None:
             calls = [(h, "update", (table, None, grad[layout.global_ids(h)], fn, step))
                      for h in range(self.hosts)]
+        elif self._local_hosts:
+            calls = self._update_shared(table, rows, grad, fn, step)
         else:
-            lazy = self._tables[table].lazy
-            calls = [(p.host, "update", (table, p.local, self._part(grad, p.positions), fn,
-                                          step))
-                     for p in self._split(table, rows) if p.count or not lazy]
+            calls = self._update_calls(table, rows, grad, fn, step)
         sums = self._run(calls, f"updating table {table!r}")
         self._sumsq.setdefault(table, []).append(sum(sums))
 
@@ -494,6 +681,7 @@ class RayStorage:
         the defaults of ``seed`` for the others; a host's rows are sent a block at a time."""
         check_given(self.plan, given, source, strict)
         self._cache.clear()
+        self._kept.clear()
         missing = [key for key in self.arrays() if key not in given]
         self._ship(given, self._submit([(h, "put_defaults", (key, seed))
                                         for key in missing for h in range(self.hosts)]))
@@ -583,6 +771,23 @@ class RayStorage:
         """Bytes each host's actor holds now (tables, slots, pre-step copies)."""
         return [int(n) for n in self._run([(h, "nbytes", ()) for h in range(self.hosts)],
                                           "counting its bytes")]
+
+
+def call(actor: Any, committed: int | None, method: str, args: Sequence[Any]) -> Any:
+    """``actor.call``: ``method(*args)`` on the host after confirming step ``committed``; the
+    arrays among ``args`` travel as arguments of their own (Ray's zero-copy path), the rest
+    pickled into one (``Shard.call``). ``put`` (lists of blocks of rows) goes as it is."""
+    if method == "put":
+        return actor.call_args.remote(committed, method, *args)
+    holes = [i for i, a in enumerate(args) if isinstance(a, np.ndarray)]
+    values = [None if i in holes else a for i, a in enumerate(args)] if holes else list(args)
+    try:
+        message = pickle.dumps((committed, method, values, holes), protocol=5)
+    except (pickle.PicklingError, AttributeError, TypeError):
+        from ray import cloudpickle
+
+        message = cloudpickle.dumps((committed, method, values, holes), protocol=5)
+    return actor.call.remote(message, *(args[i] for i in holes))
 
 
 def check_given(plan: Plan, given: Mapping[str, Any], source: str | None, strict: bool) -> None:

@@ -15,15 +15,15 @@ from tpuemb_cfg.rules.common import (
     STATUS_UNSPECIFIED,
     OpTable,
     algorithm_tables,
-    enum_names,
     fmt,
     op_tables,
+    table_diag,
+    undeclared_value,
 )
 
 #: TensorFlow's kMaxAuxiliaryParameterCount: slots + 1 must fit for accumulation to be supported,
 #: and parameters + slots + accumulator must not exceed it by more than one.
 MAX_AUXILIARY = 7
-DECLARED_STATUSES = (0, 1, 2)
 _STATUS = "gradient_accumulation_status"
 
 
@@ -31,9 +31,11 @@ def _disabled(op: object) -> bool:
     return getattr(op, _STATUS, None) == STATUS_DISABLED
 
 
-def _disabled_tables(ctx: Context, algorithm: str) -> Iterator[OpTable]:
-    """The tables of ``algorithm`` whose gradient accumulation is explicitly DISABLED."""
-    return (at for at in algorithm_tables(ctx, algorithm) if _disabled(at.op))
+def _disabled_tables(ctx: Context, algorithm: str | None = None) -> Iterator[OpTable]:
+    """The tables (of ``algorithm``, when given) whose gradient accumulation is explicitly
+    DISABLED."""
+    tables = op_tables(ctx) if algorithm is None else algorithm_tables(ctx, algorithm)
+    return (at for at in tables if _disabled(at.op))
 
 
 def _non_lazy_without_accumulation(
@@ -45,11 +47,8 @@ def _non_lazy_without_accumulation(
     what = f"non-lazy {name} ({flag}: true) {what}"
     for at in _disabled_tables(ctx, algorithm):
         if getattr(at.params, flag):
-            yield ctx.diag(
-                f"{at.op_path}.{algorithm}.{flag}",
-                f"{ctx.table_label(at.i)}: {what}",
-                hint=f"set `{_STATUS}: ENABLED`, or remove {flag}",
-            )
+            hint = f"set `{_STATUS}: ENABLED`, or remove {flag}"
+            yield table_diag(ctx, at, f"{algorithm}.{flag}", what, hint=hint)
 
 
 def _algorithm_without_accumulation(
@@ -57,9 +56,8 @@ def _algorithm_without_accumulation(
 ) -> Iterator[Diagnostic]:
     """``<label>: <algorithm> with ... DISABLED <what>`` at the status of every such table."""
     for at in _disabled_tables(ctx, algorithm):
-        yield ctx.diag(
-            f"{at.op_path}.{_STATUS}",
-            f"{ctx.table_label(at.i)}: {algorithm} with {_STATUS} DISABLED{what}",
+        yield table_diag(
+            ctx, at, _STATUS, f"{algorithm} with {_STATUS} DISABLED{what}",
             hint=f"set `{_STATUS}: ENABLED`",
         )
 
@@ -95,14 +93,7 @@ def undeclared_status(ctx: Context) -> Iterator[Diagnostic]:
     Spec: validation-rules.md section 2.6
     """
     for t in op_tables(ctx):
-        status = t.op.gradient_accumulation_status
-        if status not in DECLARED_STATUSES:
-            yield ctx.diag(
-                f"{t.op_path}.{_STATUS}",
-                f"{ctx.table_label(t.i)}: {_STATUS} is {status}, which the enum does not "
-                f"declare; expected one of {enum_names(t.op, _STATUS)}",
-                hint=f"write `{_STATUS}: ENABLED` (or DISABLED)",
-            )
+        yield from undeclared_value(ctx, t, _STATUS, f"write `{_STATUS}: ENABLED` (or DISABLED)")
 
 
 @rule("ACC002", "info", "accumulation status not written (UNSPECIFIED means ENABLED)")
@@ -133,14 +124,11 @@ def unspecified_status(ctx: Context) -> Iterator[Diagnostic]:
     Spec: validation-rules.md section 2.6
     """
     for t in op_tables(ctx):
-        i, op = t.i, t.op
-        if op.gradient_accumulation_status != STATUS_UNSPECIFIED:
-            continue
-        yield ctx.diag(
-            f"{t.op_path}.{_STATUS}",
-            f"{ctx.table_label(i)}: {_STATUS} is not set; UNSPECIFIED means ENABLED",
-            hint=f"write `{_STATUS}: ENABLED` (tpuemb validate --fix)",
-        )
+        if t.op.gradient_accumulation_status == STATUS_UNSPECIFIED:
+            yield table_diag(
+                ctx, t, _STATUS, f"{_STATUS} is not set; UNSPECIFIED means ENABLED",
+                hint=f"write `{_STATUS}: ENABLED` (tpuemb validate --fix)",
+            )
 
 
 @rule("ACC003", "error", "non-lazy Adam without gradient accumulation")
@@ -231,16 +219,13 @@ def clipping_without_accumulation(ctx: Context) -> Iterator[Diagnostic]:
 
     Spec: validation-rules.md section 2.6
     """
-    for t in op_tables(ctx):
-        i, op = t.i, t.op
-        if not _disabled(op) or not op.HasField("gradient_clipping_limits"):
-            continue
-        limits = op.gradient_clipping_limits
+    for t in _disabled_tables(ctx):
+        limits = t.op.gradient_clipping_limits  # an absent message has neither bound
         if limits.HasField("lower") or limits.HasField("upper"):
-            yield ctx.diag(
-                f"{t.op_path}.gradient_clipping_limits",
-                f"{ctx.table_label(i)}: gradient clipping needs gradient accumulation, but "
-                f"{_STATUS} is DISABLED; TensorFlow rejects this combination",
+            yield table_diag(
+                ctx, t, "gradient_clipping_limits",
+                f"gradient clipping needs gradient accumulation, but {_STATUS} is DISABLED; "
+                "TensorFlow rejects this combination",
                 hint=f"set `{_STATUS}: ENABLED`, or remove gradient_clipping_limits",
             )
 
@@ -271,16 +256,14 @@ def decay_without_accumulation(ctx: Context) -> Iterator[Diagnostic]:
 
     Spec: validation-rules.md section 2.6
     """
-    for t in op_tables(ctx):
-        i, op = t.i, t.op
-        if not _disabled(op) or op.weight_decay_factor == 0:
-            continue
-        yield ctx.diag(
-            f"{t.op_path}.weight_decay_factor",
-            f"{ctx.table_label(i)}: weight_decay_factor {fmt(op.weight_decay_factor)} with "
-            f"{_STATUS} DISABLED decays a row once per partial update, not once per step",
-            hint=f"set `{_STATUS}: ENABLED`",
-        )
+    for t in _disabled_tables(ctx):
+        if t.op.weight_decay_factor != 0:
+            yield table_diag(
+                ctx, t, "weight_decay_factor",
+                f"weight_decay_factor {fmt(t.op.weight_decay_factor)} with {_STATUS} DISABLED "
+                "decays a row once per partial update, not once per step",
+                hint=f"set `{_STATUS}: ENABLED`",
+            )
 
 
 @rule("ACC007", "info", "SGD with weight decay")
@@ -313,11 +296,10 @@ def sgd_weight_decay(ctx: Context) -> Iterator[Diagnostic]:
         if at.op.weight_decay_factor == 0:
             continue
         state = "DISABLED" if _disabled(at.op) else "effective"
-        yield ctx.diag(
-            f"{at.op_path}.weight_decay_factor",
-            f"{ctx.table_label(at.i)}: SGD with weight_decay_factor "
-            f"{fmt(at.op.weight_decay_factor)} (gradient accumulation {state}); the decay happens "
-            "once per step only with accumulation",
+        yield table_diag(
+            ctx, at, "weight_decay_factor",
+            f"SGD with weight_decay_factor {fmt(at.op.weight_decay_factor)} (gradient accumulation "
+            f"{state}); the decay happens once per step only with accumulation",
             hint=f"keep `{_STATUS}: ENABLED`",
         )
 
@@ -420,11 +402,10 @@ def accumulation_not_supported(ctx: Context) -> Iterator[Diagnostic]:
         if found is None:
             continue
         slots, _ = found
-        yield ctx.diag(
-            f"{at.op_path}.{_STATUS}",
-            f"{ctx.table_label(at.i)}: {at.algorithm} has {slots} slots, so gradient "
-            f"accumulation is not supported (slots + 1 must be <= {MAX_AUXILIARY}), but "
-            f"{_STATUS} asks for it",
+        yield table_diag(
+            ctx, at, _STATUS,
+            f"{at.algorithm} has {slots} slots, so gradient accumulation is not supported "
+            f"(slots + 1 must be <= {MAX_AUXILIARY}), but {_STATUS} asks for it",
             hint=f"set `{_STATUS}: DISABLED`, or use at most {MAX_AUXILIARY - 1} slots",
         )
 
@@ -458,10 +439,10 @@ def too_many_state_variables(ctx: Context) -> Iterator[Diagnostic]:
         effective = ctx.derived.accumulation[i] if i < len(ctx.derived.accumulation) else False
         total = 1 + slots + (1 if effective else 0)
         if total > MAX_AUXILIARY + 1:
-            yield ctx.diag(
-                f"{at.op_path}.{at.algorithm}",
-                f"{ctx.table_label(i)}: {at.algorithm} needs {total} state variables (parameters "
-                f"and {slots} slots), more than the {MAX_AUXILIARY + 1} TensorFlow supports",
+            yield table_diag(
+                ctx, at, f"{at.algorithm}",
+                f"{at.algorithm} needs {total} state variables (parameters and {slots} slots), "
+                f"more than the {MAX_AUXILIARY + 1} TensorFlow supports",
                 hint=f"reduce the program to at most {MAX_AUXILIARY} slots",
             )
 
@@ -490,13 +471,7 @@ def state_variables(ctx: Context) -> Iterator[Diagnostic]:
     for at in algorithm_tables(ctx):
         names = states[at.i] if at.i < len(states) else None
         if names is None:
-            message = (
-                f"{ctx.table_label(at.i)}: state variables unknown ({at.algorithm} declares "
-                "no usable output count)"
-            )
+            message = f"state variables unknown ({at.algorithm} declares no usable output count)"
         else:
-            message = (
-                f"{ctx.table_label(at.i)}: {len(names)} state variable(s) ({at.algorithm}): "
-                + ", ".join(names)
-            )
-        yield ctx.diag(at.op_path, message)
+            message = f"{len(names)} state variable(s) ({at.algorithm}): " + ", ".join(names)
+        yield table_diag(ctx, at, "", message)

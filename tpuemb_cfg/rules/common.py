@@ -4,7 +4,8 @@ The optimizer rules (``optimizers``, ``hyperparameters``, ``programs``) and the 
 clipping and deprecated-field families all iterate the tables that have
 ``optimization_parameters`` (:func:`op_tables`) or a given algorithm (:func:`algorithm_tables`),
 print float32 values the way the text format writes them (:func:`fmt`), name enum values
-(:func:`enum_name`) and check hyper-parameters against the algorithm table
+(:func:`enum_name`), report undeclared ones (:func:`undeclared_value`), label a table's
+diagnostics (:func:`table_diag`) and check hyper-parameters against the algorithm table
 (:func:`table_violations`). Tables and features share :func:`duplicate_names`.
 """
 
@@ -139,6 +140,15 @@ def algorithm_tables(ctx: Context, *algorithms: str) -> list[OpTable]:
     return found
 
 
+def table_diag(
+    ctx: Context, t: OpTable, field: str, message: str, *, hint: str | None = None
+) -> Diagnostic:
+    """``<table label>: <message>`` at ``field`` of the table's ``optimization_parameters``
+    (``t.op_path`` itself for ``""``)."""
+    path = f"{t.op_path}.{field}" if field else t.op_path
+    return ctx.diag(path, f"{ctx.table_label(t.i)}: {message}", hint=hint)
+
+
 def constant_rates(ctx: Context) -> Iterator[tuple[OpTable, float]]:
     """(table, learning_rate.constant) of every table with a constant learning rate."""
     for t in op_tables(ctx):
@@ -178,10 +188,10 @@ def table_violations(
         value = getattr(at.params, field, None)
         if not isinstance(value, float) or not finite(value) or not constraint.bad(value):
             continue
-        yield ctx.diag(
-            f"{at.op_path}.{at.algorithm}.{field}",
-            f"{ctx.table_label(at.i)}: {at.algorithm}.{field} is {fmt(value)}, expected "
-            f"{constraint.expected}: {constraint.why}",
+        yield table_diag(
+            ctx, at, f"{at.algorithm}.{field}",
+            f"{at.algorithm}.{field} is {fmt(value)}, expected {constraint.expected}: "
+            f"{constraint.why}",
             hint=constraint.hint,
         )
 
@@ -202,3 +212,21 @@ def enum_names(message: Any, field: str) -> str:
     except (AttributeError, KeyError):
         return "?"
     return ", ".join(f"{v.name} ({v.number})" for v in values)
+
+
+def undeclared_value(ctx: Context, t: OpTable, path: str, hint: str) -> Iterator[Diagnostic]:
+    """One diagnostic when the enum field at ``path`` (dotted, below the table's
+    ``optimization_parameters``) holds a number its enum does not declare: proto3 enums are
+    open, so binary, JSON and text input can carry any number."""
+    *parents, field = path.split(".")
+    message: Any = t.op
+    for parent in parents:
+        message = getattr(message, parent)
+    number = getattr(message, field)
+    if enum_name(message, field, number) is None:
+        yield table_diag(
+            ctx, t, path,
+            f"{path} is {number}, which the enum does not declare; expected one of "
+            f"{enum_names(message, field)}",
+            hint=hint,
+        )

@@ -24,6 +24,7 @@ from tpuemb_cfg.rules.common import (
     op_tables,
     opt_path,
     optimization,
+    table_diag,
     table_violations,
 )
 
@@ -109,9 +110,9 @@ def learning_rate_not_finite(ctx: Context) -> Iterator[Diagnostic]:
     """
     for t, value in constant_rates(ctx):
         if not finite(value):
-            yield ctx.diag(
-                f"{t.op_path}.learning_rate.constant",
-                f"{ctx.table_label(t.i)}: learning_rate.constant is {fmt(value)}, expected a "
+            yield table_diag(
+                ctx, t, "learning_rate.constant",
+                f"learning_rate.constant is {fmt(value)}, expected a "
                 "finite number: the first update turns every touched row into NaN or infinity",
                 hint="set a finite learning rate (float32 overflows above about 3.4e38)",
             )
@@ -191,9 +192,9 @@ def negative_learning_rate(ctx: Context) -> Iterator[Diagnostic]:
     """
     for t, value in constant_rates(ctx):
         if finite(value) and value < 0:
-            yield ctx.diag(
-                f"{t.op_path}.learning_rate.constant",
-                f"{ctx.table_label(t.i)}: learning_rate.constant is {fmt(value)}, expected >= 0: "
+            yield table_diag(
+                ctx, t, "learning_rate.constant",
+                f"learning_rate.constant is {fmt(value)}, expected >= 0: "
                 "a negative rate climbs the gradient and increases the loss",
                 hint=f"use {fmt(-value)} if the sign is a typo",
             )
@@ -234,9 +235,9 @@ def zero_learning_rate(ctx: Context) -> Iterator[Diagnostic]:
             continue
         if name == "ftrl" and not op.ftrl.multiply_linear_by_lr:
             continue  # OPT014
-        yield ctx.diag(
-            f"{t.op_path}.learning_rate.constant",
-            f"{ctx.table_label(t.i)}: learning_rate.constant is {fmt(value)}: "
+        yield table_diag(
+            ctx, t, "learning_rate.constant",
+            f"learning_rate.constant is {fmt(value)}: "
             "the weights never change (only the slots do)",
             hint="set a positive learning rate, or use a dynamic learning rate for a schedule",
         )
@@ -278,9 +279,9 @@ def no_bias_correction(ctx: Context) -> Iterator[Diagnostic]:
     for at in algorithm_tables(ctx, *_NO_BIAS_CORRECTION):
         if lr_kind(at.op) != "constant":
             continue
-        yield ctx.diag(
-            f"{at.op_path}.learning_rate.constant",
-            f"{ctx.table_label(at.i)}: {at.algorithm} with a constant learning rate "
+        yield table_diag(
+            ctx, at, "learning_rate.constant",
+            f"{at.algorithm} with a constant learning rate "
             f"({fmt(at.op.learning_rate.constant)}) runs without bias correction on the TPU",
             hint="for ordinary Adam behaviour use a dynamic learning rate and feed "
             "lr * sqrt(1 - beta2^t) / (1 - beta1^t) at step t = 1, 2, ...",
@@ -321,9 +322,9 @@ def ftrl_zero_learning_rate(ctx: Context) -> Iterator[Diagnostic]:
             continue
         if at.op.learning_rate.constant != 0:
             continue
-        yield ctx.diag(
-            f"{at.op_path}.ftrl.multiply_linear_by_lr",
-            f"{ctx.table_label(at.i)}: ftrl with learning_rate.constant "
+        yield table_diag(
+            ctx, at, "ftrl.multiply_linear_by_lr",
+            f"ftrl with learning_rate.constant "
             f"{fmt(at.op.learning_rate.constant)} and multiply_linear_by_lr false divides by the "
             "learning rate: the first update produces NaN or infinity",
             hint="set `multiply_linear_by_lr: true` in ftrl, or use a positive learning rate",
@@ -396,9 +397,9 @@ def frequency_estimator_dynamic(ctx: Context) -> Iterator[Diagnostic]:
         if kind == "dynamic":
             continue
         found = "a constant learning rate" if kind == "constant" else "no learning rate"
-        yield ctx.diag(
-            f"{at.op_path}.learning_rate",
-            f"{ctx.table_label(at.i)}: frequency_estimator has {found}; its learning-rate "
+        yield table_diag(
+            ctx, at, "learning_rate",
+            f"frequency_estimator has {found}; its learning-rate "
             "input must carry the global step, which needs a dynamic learning rate",
             hint="use `learning_rate { dynamic { tag: N } }` and send the global step as input N",
         )
@@ -485,9 +486,9 @@ def ftrl_dynamic_without_mlbl(ctx: Context) -> Iterator[Diagnostic]:
     for at in algorithm_tables(ctx, "ftrl"):
         if at.params.multiply_linear_by_lr or lr_kind(at.op) != "dynamic":
             continue
-        yield ctx.diag(
-            f"{at.op_path}.ftrl.multiply_linear_by_lr",
-            f"{ctx.table_label(at.i)}: ftrl on a dynamic learning rate without "
+        yield table_diag(
+            ctx, at, "ftrl.multiply_linear_by_lr",
+            "ftrl on a dynamic learning rate without "
             "multiply_linear_by_lr divides by the rate: a step whose rate is 0 produces NaN",
             hint="set `multiply_linear_by_lr: true` in ftrl if the schedule can reach 0 "
             "(the linears slot then holds lr * linear)",

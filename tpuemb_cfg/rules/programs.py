@@ -13,12 +13,12 @@ from tpuemb_cfg.rules.common import (
     HOT_ID_MIGRATION_ONLY,
     STATUS_ENABLED,
     algorithm_tables,
-    enum_name,
-    enum_names,
     finite,
     fmt,
     lr_kind,
     op_tables,
+    table_diag,
+    undeclared_value,
 )
 
 
@@ -75,10 +75,9 @@ def user_program_arity(ctx: Context) -> Iterator[Diagnostic]:
             found = "user_defined_program has no program"
         else:
             found = f"the user-defined program has {inputs} input(s) and {outputs} output(s)"
-        yield ctx.diag(
-            f"{at.op_path}.user_defined_program.program",
-            f"{ctx.table_label(at.i)}: {found}; TensorFlow needs at least 2 inputs and 1 or 2 "
-            "fewer outputs than inputs",
+        yield table_diag(
+            ctx, at, "user_defined_program.program",
+            f"{found}; TensorFlow needs at least 2 inputs and 1 or 2 fewer outputs than inputs",
             hint="inputs: gradient, weight, one per slot, optionally a dynamic scalar; "
             "outputs: the new weight and one per slot",
         )
@@ -152,11 +151,10 @@ def mdl_weight_decay(ctx: Context) -> Iterator[Diagnostic]:
     """
     for at in algorithm_tables(ctx, "mdl_adagrad_light"):
         if at.op.weight_decay_factor != 0:
-            yield ctx.diag(
-                f"{at.op_path}.weight_decay_factor",
-                f"{ctx.table_label(at.i)}: weight_decay_factor is "
-                f"{fmt(at.op.weight_decay_factor)}, but mdl_adagrad_light does not support "
-                "weight decay",
+            yield table_diag(
+                ctx, at, "weight_decay_factor",
+                f"weight_decay_factor is {fmt(at.op.weight_decay_factor)}, but mdl_adagrad_light "
+                "does not support weight decay",
                 hint="remove weight_decay_factor (or choose another optimizer)",
             )
 
@@ -189,10 +187,9 @@ def not_simulatable(ctx: Context) -> Iterator[Diagnostic]:
             if at.algorithm == "user_defined_program"
             else "it has no public update equations"
         )
-        yield ctx.diag(
-            f"{at.op_path}.{at.algorithm}",
-            f"{ctx.table_label(at.i)}: tpuemb simulate cannot run {at.algorithm} ({why}) "
-            "and refuses this table",
+        yield table_diag(
+            ctx, at, f"{at.algorithm}",
+            f"tpuemb simulate cannot run {at.algorithm} ({why}) and refuses this table",
         )
 
 
@@ -219,10 +216,10 @@ def reconstructed_equations(ctx: Context) -> Iterator[Diagnostic]:
     Spec: validation-rules.md section 2.5
     """
     for at in algorithm_tables(ctx, "bounded_adagrad", "frequency_aware_adagrad", "proximal_yogi"):
-        yield ctx.diag(
-            f"{at.op_path}.{at.algorithm}",
-            f"{ctx.table_label(at.i)}: tpuemb simulate runs {at.algorithm} from reconstructed "
-            "equations (TensorFlow publishes none); simulated values may differ from a TPU",
+        yield table_diag(
+            ctx, at, f"{at.algorithm}",
+            f"tpuemb simulate runs {at.algorithm} from reconstructed equations (TensorFlow "
+            "publishes none); simulated values may differ from a TPU",
         )
 
 
@@ -248,13 +245,12 @@ def negative_weight_decay(ctx: Context) -> Iterator[Diagnostic]:
     Spec: validation-rules.md section 2.5
     """
     for t in op_tables(ctx):
-        i, op = t.i, t.op
-        value = op.weight_decay_factor
+        value = t.op.weight_decay_factor
         if finite(value) and value < 0:
-            yield ctx.diag(
-                f"{t.op_path}.weight_decay_factor",
-                f"{ctx.table_label(i)}: weight_decay_factor is {fmt(value)}, expected >= 0: "
-                "every updated weight grows by this fraction each step",
+            yield table_diag(
+                ctx, t, "weight_decay_factor",
+                f"weight_decay_factor is {fmt(value)}, expected >= 0: every updated weight grows "
+                "by this fraction each step",
                 hint=f"use {fmt(-value)} if the sign is a typo",
             )
 
@@ -283,14 +279,14 @@ def multiplier_without_decay(ctx: Context) -> Iterator[Diagnostic]:
     Spec: validation-rules.md section 2.5
     """
     for t in op_tables(ctx):
-        i, op = t.i, t.op
+        op = t.op
         if not op.multiply_weight_decay_factor_by_learning_rate:
             continue
         if op.weight_decay_factor == 0:
-            yield ctx.diag(
-                f"{t.op_path}.multiply_weight_decay_factor_by_learning_rate",
-                f"{ctx.table_label(i)}: multiply_weight_decay_factor_by_learning_rate is true "
-                "but weight_decay_factor is 0, so it has no effect",
+            yield table_diag(
+                ctx, t, "multiply_weight_decay_factor_by_learning_rate",
+                "multiply_weight_decay_factor_by_learning_rate is true but weight_decay_factor is "
+                "0, so it has no effect",
                 hint="set weight_decay_factor, or remove the flag",
             )
 
@@ -328,10 +324,10 @@ def packing_ignored(ctx: Context) -> Iterator[Diagnostic]:
         if at.table.dimension not in PACKABLE_DIMENSIONS:
             reasons.append(f"the dimension is {at.table.dimension}, not 1, 2 or 4")
         if reasons:
-            yield ctx.diag(
-                f"{at.op_path}.low_dimensional_packing_status",
-                f"{ctx.table_label(at.i)}: low-dimensional packing is ENABLED but the "
-                f"runtime will not pack this table: {' and '.join(reasons)}",
+            yield table_diag(
+                ctx, at, "low_dimensional_packing_status",
+                "low-dimensional packing is ENABLED but the runtime will not pack this table: "
+                + " and ".join(reasons),
                 hint="remove low_dimensional_packing_status from this table",
             )
 
@@ -377,9 +373,9 @@ def packing_caveats(ctx: Context) -> Iterator[Diagnostic]:
                 "zero-gradient update of a packed neighbour rebuilds its weight from the slots"
             )
         if caveats:
-            yield ctx.diag(
-                f"{at.op_path}.low_dimensional_packing_status",
-                f"{ctx.table_label(at.i)}: low-dimensional packing: {'; '.join(caveats)}",
+            yield table_diag(
+                ctx, at, "low_dimensional_packing_status",
+                f"low-dimensional packing: {'; '.join(caveats)}",
             )
 
 
@@ -404,16 +400,15 @@ def hot_id_experimental(ctx: Context) -> Iterator[Diagnostic]:
     Spec: validation-rules.md section 2.5
     """
     for t in op_tables(ctx):
-        i, op = t.i, t.op
+        op = t.op
         if not op.HasField("hot_id_replication_configuration"):
             continue
         status = op.hot_id_replication_configuration.status
         if status in (STATUS_ENABLED, HOT_ID_MIGRATION_ONLY):
             name = "ENABLED" if status == STATUS_ENABLED else "MIGRATION_ONLY"
-            yield ctx.diag(
-                f"{t.op_path}.hot_id_replication_configuration.status",
-                f"{ctx.table_label(i)}: hot-id replication status {name} is an experimental "
-                "feature",
+            yield table_diag(
+                ctx, t, "hot_id_replication_configuration.status",
+                f"hot-id replication status {name} is an experimental feature",
             )
 
 
@@ -442,18 +437,12 @@ def undeclared_enum(ctx: Context) -> Iterator[Diagnostic]:
     Spec: validation-rules.md section 2.5
     """
     for t in op_tables(ctx):
-        i, op = t.i, t.op
-        base = t.op_path
-        fields: list[tuple[Any, str, str]] = [(op, "low_dimensional_packing_status", "")]
-        if op.HasField("hot_id_replication_configuration"):
-            hot_id = "hot_id_replication_configuration."
-            fields.append((op.hot_id_replication_configuration, "status", hot_id))
-        for message, field, parent in fields:
-            number = getattr(message, field)
-            if enum_name(message, field, number) is None:
-                yield ctx.diag(
-                    f"{base}.{parent}{field}",
-                    f"{ctx.table_label(i)}: {parent}{field} is {number}, which the enum does not "
-                    f"declare; expected one of {enum_names(message, field)}",
-                    hint=f"write {field} by name, e.g. DISABLED",
-                )
+        yield from undeclared_value(
+            ctx, t, "low_dimensional_packing_status",
+            "write low_dimensional_packing_status by name, e.g. DISABLED",
+        )
+        if t.op.HasField("hot_id_replication_configuration"):
+            yield from undeclared_value(
+                ctx, t, "hot_id_replication_configuration.status",
+                "write status by name, e.g. DISABLED",
+            )

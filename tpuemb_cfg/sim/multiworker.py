@@ -125,22 +125,35 @@ class _Gradient:
 
 
 @dataclass
-class _TableStats:
-    received: int = 0
+class _Outcomes:
+    """What became of gradients at the chief: accepted (and of those, applied) or dropped."""
+
     accepted: int = 0
     dropped_stale: int = 0
     applied: int = 0
+
+    @property
+    def pending(self) -> int:
+        """Accepted but not yet applied (waiting in an accumulator)."""
+        return self.accepted - self.applied
+
+
+@dataclass
+class _TableStats(_Outcomes):
+    """One table's gradients as the chief received them, and each update it applied."""
+
+    received: int = 0
     averaged_per_update: list[int] = field(default_factory=list)
     rows_updated: list[int] = field(default_factory=list)
     update_norm: list[float] = field(default_factory=list)
 
 
 @dataclass
-class _WorkerStats:
+class _WorkerStats(_Outcomes):
+    """One worker's gradients (whole: every table accepted, or every one dropped), their
+    staleness and the outcome per table."""
+
     computed: int = 0
-    accepted: int = 0
-    dropped_stale: int = 0
-    applied: int = 0
     staleness: Counter[int] = field(default_factory=Counter)
     tables: dict[str, Counter[str]] = field(default_factory=dict)
 
@@ -463,7 +476,7 @@ class MultiWorkerRun:
                 "accepted": sum(w.accepted for w in self.workers),
                 "applied": sum(w.applied for w in self.workers),
                 "dropped_stale": sum(w.dropped_stale for w in self.workers),
-                "pending": sum(w.accepted - w.applied for w in self.workers),
+                "pending": sum(w.pending for w in self.workers),
             },
             "staleness_histogram": _histogram(self.staleness),
             "waiting_for_token": waiting,
@@ -480,7 +493,7 @@ class MultiWorkerRun:
                 "accepted": stats.accepted,
                 "dropped_stale": stats.dropped_stale,
                 "applied": stats.applied,
-                "pending": stats.accepted - stats.applied,
+                "pending": stats.pending,
                 "updates": len(stats.averaged_per_update),
                 "averaged_per_update": stats.averaged_per_update,
                 "rows_updated": stats.rows_updated,
@@ -493,7 +506,7 @@ class MultiWorkerRun:
                 "accepted": worker.accepted,
                 "applied": worker.applied,
                 "dropped_stale": worker.dropped_stale,
-                "pending": worker.accepted - worker.applied,
+                "pending": worker.pending,
                 "waiting_for_token": index in waiting,
                 "staleness_histogram": _histogram(worker.staleness),
                 "tables": {

@@ -222,7 +222,10 @@ class SyntheticRun:
         self.data = SyntheticData(self.plan, seed=seed, learning_rate=learning_rate,
                                   schedules=schedules, schedules_source=spec_path)
         self.seed = self.data.seed
-        combiner_names = [f.combiner for f in self.plan.features]
+        # A custom combiner's name carries hash(fn) as TensorFlow's does, which changes from
+        # process to process: it counts as "custom" so that --resume in a new process works.
+        combiner_names = ["custom" if f.custom is not None else f.combiner
+                          for f in self.plan.features]
         # Bag sizes other than a plain configuration's change the data: they join the names.
         combiner_names += [
             f"{f.index}:{f.bag_sizes}:{f.ids_per_bag}" for f in self.plan.features

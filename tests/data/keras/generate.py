@@ -94,6 +94,20 @@ def case(name: str, library: str, make: Any) -> dict[str, Any]:
     return entry
 
 
+def same_in_both(prefix: str, library: str, optimizers: Any) -> list[dict[str, Any]]:
+    """The Adagrad, Adam and FTRL cases built with the same arguments in both libraries
+    (``optimizers``: ``tf_keras.optimizers.legacy`` or ``keras.optimizers``)."""
+    return [
+        case(f"{prefix}_adagrad", library,
+             lambda: optimizers.Adagrad(0.1, initial_accumulator_value=0.5)),
+        case(f"{prefix}_adam", library,
+             lambda: optimizers.Adam(0.002, beta_1=0.8, beta_2=0.99, epsilon=1e-6)),
+        case(f"{prefix}_ftrl", library, lambda: optimizers.Ftrl(
+            0.03, learning_rate_power=-0.6, initial_accumulator_value=0.2,
+            l1_regularization_strength=0.01, l2_regularization_strength=0.02, beta=0.5)),
+    ]
+
+
 def legacy_cases() -> list[dict[str, Any]]:
     def c(name: str, make: Any) -> dict[str, Any]:
         return case(name, "tfrs", make)
@@ -101,11 +115,7 @@ def legacy_cases() -> list[dict[str, Any]]:
     return [
         c("legacy_sgd_default", lambda: legacy.SGD()),
         c("legacy_sgd", lambda: legacy.SGD(learning_rate=0.05)),
-        c("legacy_adagrad", lambda: legacy.Adagrad(0.1, initial_accumulator_value=0.5)),
-        c("legacy_adam", lambda: legacy.Adam(0.002, beta_1=0.8, beta_2=0.99, epsilon=1e-6)),
-        c("legacy_ftrl", lambda: legacy.Ftrl(
-            0.03, learning_rate_power=-0.6, initial_accumulator_value=0.2,
-            l1_regularization_strength=0.01, l2_regularization_strength=0.02, beta=0.5)),
+        *same_in_both("legacy", "tfrs", legacy),
         c("legacy_sgd_exponential", lambda: legacy.SGD(
             lsched.ExponentialDecay(0.1, 100, 0.96, staircase=True))),
         c("legacy_adagrad_piecewise", lambda: legacy.Adagrad(
@@ -138,11 +148,7 @@ def keras3_cases() -> list[dict[str, Any]]:
 
     return [
         c("keras3_sgd", lambda: k3.SGD(0.05)),
-        c("keras3_adagrad", lambda: k3.Adagrad(0.1, initial_accumulator_value=0.5)),
-        c("keras3_adam", lambda: k3.Adam(0.002, beta_1=0.8, beta_2=0.99, epsilon=1e-6)),
-        c("keras3_ftrl", lambda: k3.Ftrl(
-            0.03, learning_rate_power=-0.6, initial_accumulator_value=0.2,
-            l1_regularization_strength=0.01, l2_regularization_strength=0.02, beta=0.5)),
+        *same_in_both("keras3", "keras_rs", k3),
         c("keras3_adam_weight_decay_clip", lambda: k3.Adam(
             0.001, weight_decay=0.004, clipvalue=1.0, gradient_accumulation_steps=4)),
         c("keras3_adamw", lambda: k3.AdamW(0.001, weight_decay=0.01)),

@@ -24,6 +24,12 @@ j's id in ``unique``:
     of rows read them with gaps and pay the grouping (1.3x-1.6x on the 2-core development
     machine, whose memory bandwidth one core nearly fills).
 
+``occurrences(d_activations, sample, gains, inverse, rows) -> (Occurrences, finite)``
+    the occurrences grouped by row (a stable counting sort: occurrence order within each row)
+    for the update to sum each row's gradient itself (``numba_update``: the same float32 sums
+    as ``backprop``), and whether every value of ``d_activations`` is finite (``finite``: one
+    streaming pass on several threads; the rows of empty bags included).
+
 The sums run in the same order as ``engines.numba``'s one-pass ``backprop_sum`` and
 ``gather_combine`` (hence the same float32 results). Rows and bags are split into ranges run on
 several threads (``numba_update.run_ranges`` and ``parallel``); the kernels are serial,
@@ -36,9 +42,9 @@ from __future__ import annotations
 import numpy as np
 
 from .jit import njit, prefetch
-from .numba_update import run_ranges
+from .numba_update import Occurrences, run_ranges
 
-__all__ = ["backprop", "deduplicate", "lookup"]
+__all__ = ["backprop", "deduplicate", "finite", "lookup", "occurrences"]
 
 F32 = np.float32
 _ZERO = np.float32(0.0)
@@ -165,6 +171,57 @@ def lookup(
     run_ranges(_lookup, bags, inverse.shape[0] * params.shape[1],
                params, unique, inverse, gains, row_splits, out)
     return out
+
+
+@njit(nogil=True, cache=True, error_model="numpy")
+def _group(
+    inverse: np.ndarray, sample: np.ndarray, gains: np.ndarray, rows: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A stable counting sort of the occurrences by ``inverse``: ``starts`` [rows + 1] and the
+    occurrences' ``sample`` and ``gains`` grouped by row, in occurrence order within each."""
+    n = inverse.shape[0]
+    starts = np.zeros(rows + 1, dtype=np.int64)
+    for j in range(n):
+        starts[inverse[j] + 1] += 1
+    for u in range(rows):
+        starts[u + 1] += starts[u]
+    fill = starts[:rows].copy()
+    grouped_sample = np.empty(n, dtype=np.int64)
+    grouped_gains = np.empty(n, dtype=np.float32)
+    for j in range(n):
+        u = inverse[j]
+        m = fill[u]
+        fill[u] = m + 1
+        grouped_sample[m] = sample[j]
+        grouped_gains[m] = gains[j]
+    return starts, grouped_sample, grouped_gains
+
+
+@njit(nogil=True, cache=True, error_model="numpy")
+def _not_finite(values: np.ndarray, start: int, stop: int) -> float:
+    checks = np.zeros(values.shape[1], dtype=np.float32)
+    for b in range(start, stop):
+        for d in range(values.shape[1]):
+            # x - x is 0 for a finite x and NaN for NaN and +-inf: the input check, per value.
+            checks[d] += values[b, d] - values[b, d]
+    return np.float64(checks.sum())
+
+
+def finite(values: np.ndarray) -> bool:
+    """Whether every value of the float32 C-contiguous [n, D] ``values`` is finite (one
+    streaming pass, rows split over threads)."""
+    return run_ranges(_not_finite, values.shape[0], values.size, values) == 0.0
+
+
+def occurrences(
+    d_activations: np.ndarray, sample: np.ndarray, gains: np.ndarray, inverse: np.ndarray,
+    rows: int,
+) -> tuple[Occurrences, bool]:
+    """``(occurrences, finite)`` (module docstring): back-propagation's inputs grouped by row
+    for the fused update, and whether every value of ``d_activations`` is finite."""
+    starts, grouped_sample, grouped_gains = _group(inverse, sample, gains, rows)
+    grouped = Occurrences(starts, grouped_sample, grouped_gains, d_activations)
+    return grouped, finite(d_activations)
 
 
 @njit(nogil=True, cache=True, error_model="numpy")

@@ -30,15 +30,16 @@ from __future__ import annotations
 
 import functools
 import threading
+import types
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 
 from .jit import njit, prefetch, threads
 
-__all__ = ["KINDS", "parallel", "run_ranges", "update"]
+__all__ = ["KINDS", "Occurrences", "parallel", "run_ranges", "update"]
 
 KINDS: dict[str, int] = {
     "stochastic_gradient_descent": 0,
@@ -65,6 +66,9 @@ _ONE = np.float32(1.0)
 _TWO = np.float32(2.0)
 _HALF = np.float32(0.5)
 _AHEAD = 8  # rows: how far ahead the scattered rows are prefetched
+_AHEAD_OCCURRENCES = 16  # occurrences: how far ahead their gradient rows are prefetched
+F = np.float32
+Quad = tuple[F, F, F, F]  # (w, a, b, c): a parameter and its three slot values
 
 
 @njit(inline="always")
@@ -92,20 +96,14 @@ def _soft(p: np.float32, threshold: np.float32) -> np.float32:
 
 
 @njit(inline="always")
-def _sgd(
-    w: np.float32, a: np.float32, b: np.float32, c: np.float32, g: np.float32, lr: np.float32,
-    h: Any,
-) -> tuple[np.float32, np.float32, np.float32, np.float32]:
+def _sgd(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
     """stochastic_gradient_descent"""
     w = w - lr * g
     return w, a, b, c
 
 
 @njit(inline="always")
-def _adagrad(
-    w: np.float32, a: np.float32, b: np.float32, c: np.float32, g: np.float32, lr: np.float32,
-    h: Any,
-) -> tuple[np.float32, np.float32, np.float32, np.float32]:
+def _adagrad(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
     """adagrad"""
     a = a + g * g
     w = w - lr * g / np.sqrt(a)
@@ -113,10 +111,7 @@ def _adagrad(
 
 
 @njit(inline="always")
-def _adagrad_momentum(
-    w: np.float32, a: np.float32, b: np.float32, c: np.float32, g: np.float32, lr: np.float32,
-    h: Any,
-) -> tuple[np.float32, np.float32, np.float32, np.float32]:
+def _adagrad_momentum(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
     """adagrad_momentum: momentum, use_nesterov, exponent, beta2, epsilon"""
     mu, beta2 = h[0], h[3]
     if beta2 == _ONE:
@@ -133,10 +128,7 @@ def _adagrad_momentum(
 
 
 @njit(inline="always")
-def _bounded_adagrad(
-    w: np.float32, a: np.float32, b: np.float32, c: np.float32, g: np.float32, lr: np.float32,
-    h: Any,
-) -> tuple[np.float32, np.float32, np.float32, np.float32]:
+def _bounded_adagrad(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
     """bounded_adagrad: update_accumulator_first, max_var_update, max_accumulator"""
     fresh = a + g * g
     if h[2] > _ZERO:
@@ -150,10 +142,7 @@ def _bounded_adagrad(
 
 
 @njit(inline="always")
-def _frequency_aware_adagrad(
-    w: np.float32, a: np.float32, b: np.float32, c: np.float32, g: np.float32, lr: np.float32,
-    h: Any,
-) -> tuple[np.float32, np.float32, np.float32, np.float32]:
+def _frequency_aware_adagrad(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
     """frequency_aware_adagrad: l1, l2, p_exp, max_mult, decay, init, tag, n"""
     b = b + _ONE
     a = max(h[4] * a + g * g, h[5])
@@ -168,20 +157,14 @@ def _frequency_aware_adagrad(
 
 
 @njit(inline="always")
-def _ftrl(
-    w: np.float32, a: np.float32, b: np.float32, c: np.float32, g: np.float32, lr: np.float32,
-    h: Any,
-) -> tuple[np.float32, np.float32, np.float32, np.float32]:
+def _ftrl(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
     """ftrl with lr_power -0.5: the powers are exact square roots (``optimizers.ftrl._pow``)."""
     fresh = a + g * g
     return _ftrl_step(w, a, b, c, g, lr, h, fresh, np.sqrt(a), np.sqrt(fresh))
 
 
 @njit(inline="always")
-def _ftrl_pow(
-    w: np.float32, a: np.float32, b: np.float32, c: np.float32, g: np.float32, lr: np.float32,
-    h: Any,
-) -> tuple[np.float32, np.float32, np.float32, np.float32]:
+def _ftrl_pow(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
     """ftrl with any other lr_power: ``pow`` (a separate kernel: a ``pow`` call anywhere in a
     loop keeps the compiler from vectorising it, 10x slower for the usual exponent)."""
     fresh = a + g * g
@@ -191,20 +174,15 @@ def _ftrl_pow(
 
 @njit(inline="always")
 def _ftrl_step(
-    w: np.float32, a: np.float32, b: np.float32, c: np.float32, g: np.float32, lr: np.float32,
-    h: Any, fresh: np.float32, p_old: np.float32, p_new: np.float32,
-) -> tuple[np.float32, np.float32, np.float32, np.float32]:
+    w: F, a: F, b: F, c: F, g: F, lr: F, h: Any, fresh: F, p_old: F, p_new: F
+) -> Quad:
     """ftrl: l1, l2, lr_power, beta, multiply_linear_by_lr; ``p_*`` = acc^-lr_power."""
     l1, l2, beta = h[0], h[1], h[3]
     dp = p_new - p_old
-    if h[4] != _ZERO:
-        b = b + lr * g - dp * w
-        big_l1 = lr * l1
-        den = p_new + _TWO * lr * l2 + beta
-    else:
-        b = b + g - dp * w / lr
-        big_l1 = l1
-        den = (p_new + beta) / lr + _TWO * l2
+    by_lr = h[4] != _ZERO  # multiply_linear_by_lr
+    b = (b + lr * g - dp * w) if by_lr else (b + g - dp * w / lr)
+    big_l1 = lr * l1 if by_lr else l1
+    den = (p_new + _TWO * lr * l2 + beta) if by_lr else ((p_new + beta) / lr + _TWO * l2)
     num = -b if l1 == _ZERO else _clip(b, -big_l1, big_l1) - b
     quotient = num / den
     w = _ZERO if den == _ZERO else quotient
@@ -213,10 +191,7 @@ def _ftrl_step(
 
 
 @njit(inline="always")
-def _adam(
-    w: np.float32, a: np.float32, b: np.float32, c: np.float32, g: np.float32, lr: np.float32,
-    h: Any,
-) -> tuple[np.float32, np.float32, np.float32, np.float32]:
+def _adam(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
     """adam: beta1, beta2, epsilon, use_sum_inside_sqrt"""
     beta1, beta2, eps = h[0], h[1], h[2]
     a = beta1 * a + (_ONE - beta1) * g
@@ -227,10 +202,7 @@ def _adam(
 
 
 @njit(inline="always")
-def _momentum(
-    w: np.float32, a: np.float32, b: np.float32, c: np.float32, g: np.float32, lr: np.float32,
-    h: Any,
-) -> tuple[np.float32, np.float32, np.float32, np.float32]:
+def _momentum(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
     """momentum: momentum, use_nesterov"""
     mu = h[0]
     a = mu * a + g
@@ -242,10 +214,7 @@ def _momentum(
 
 
 @njit(inline="always")
-def _lion(
-    w: np.float32, a: np.float32, b: np.float32, c: np.float32, g: np.float32, lr: np.float32,
-    h: Any,
-) -> tuple[np.float32, np.float32, np.float32, np.float32]:
+def _lion(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
     """lion: beta1, beta2"""
     direction = h[0] * a + (_ONE - h[0]) * g
     w = w - lr * _sign(direction)
@@ -254,10 +223,7 @@ def _lion(
 
 
 @njit(inline="always")
-def _rms_prop(
-    w: np.float32, a: np.float32, b: np.float32, c: np.float32, g: np.float32, lr: np.float32,
-    h: Any,
-) -> tuple[np.float32, np.float32, np.float32, np.float32]:
+def _rms_prop(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
     """rms_prop: rho, momentum, epsilon"""
     a = h[0] * a + (_ONE - h[0]) * g * g
     b = h[1] * b + lr * g / np.sqrt(a + h[2])
@@ -266,10 +232,7 @@ def _rms_prop(
 
 
 @njit(inline="always")
-def _centered_rms_prop(
-    w: np.float32, a: np.float32, b: np.float32, c: np.float32, g: np.float32, lr: np.float32,
-    h: Any,
-) -> tuple[np.float32, np.float32, np.float32, np.float32]:
+def _centered_rms_prop(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
     """centered_rms_prop: rho, momentum, epsilon; slots ms, mom, mg"""
     c = h[0] * c + (_ONE - h[0]) * g
     a = h[0] * a + (_ONE - h[0]) * g * g
@@ -279,10 +242,7 @@ def _centered_rms_prop(
 
 
 @njit(inline="always")
-def _adadelta(
-    w: np.float32, a: np.float32, b: np.float32, c: np.float32, g: np.float32, lr: np.float32,
-    h: Any,
-) -> tuple[np.float32, np.float32, np.float32, np.float32]:
+def _adadelta(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
     """adadelta: rho, epsilon"""
     a = h[0] * a + (_ONE - h[0]) * g * g
     u = np.sqrt(b + h[1]) / np.sqrt(a + h[1]) * g
@@ -292,10 +252,7 @@ def _adadelta(
 
 
 @njit(inline="always")
-def _proximal_adagrad(
-    w: np.float32, a: np.float32, b: np.float32, c: np.float32, g: np.float32, lr: np.float32,
-    h: Any,
-) -> tuple[np.float32, np.float32, np.float32, np.float32]:
+def _proximal_adagrad(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
     """proximal_adagrad: l1, l2"""
     a = a + g * g
     eta = lr / np.sqrt(a)
@@ -308,10 +265,7 @@ def _proximal_adagrad(
 
 
 @njit(inline="always")
-def _proximal_yogi(
-    w: np.float32, a: np.float32, b: np.float32, c: np.float32, g: np.float32, lr: np.float32,
-    h: Any,
-) -> tuple[np.float32, np.float32, np.float32, np.float32]:
+def _proximal_yogi(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
     """proximal_yogi: l1, l2, beta1, beta2, epsilon; slots v, m"""
     b = h[2] * b + (_ONE - h[2]) * g
     a = a + (_ONE - h[3]) * _sign(g * g - a) * g * g
@@ -327,10 +281,7 @@ def _proximal_yogi(
 
 
 @njit(inline="always")
-def _frequency_estimator(
-    w: np.float32, a: np.float32, b: np.float32, c: np.float32, g: np.float32, lr: np.float32,
-    h: Any,
-) -> tuple[np.float32, np.float32, np.float32, np.float32]:
+def _frequency_estimator(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
     """frequency_estimator: tau, max_delta, outlier_threshold; lr is the step n"""
     delta = lr - a
     capped = min(delta, h[1])
@@ -343,10 +294,7 @@ def _frequency_estimator(
 
 
 @njit(inline="always")
-def _assign(
-    w: np.float32, a: np.float32, b: np.float32, c: np.float32, g: np.float32, lr: np.float32,
-    h: Any,
-) -> tuple[np.float32, np.float32, np.float32, np.float32]:
+def _assign(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
     """assign"""
     w = g
     return w, a, b, c
@@ -396,40 +344,72 @@ def _change(params: np.ndarray, r: int, before: np.ndarray) -> float:
 
 
 @njit(inline="always")
+def _sum_occurrences(occurrences: Any, k: int, out: np.ndarray) -> None:
+    """``out[0] = sum over the occurrences m of touched row k, in order, of gains[m] * dA[sample
+    [m]]`` (spec section 4; ``occurrences``: ``Occurrences``). The first contribution is stored
+    as is (the sum from 0: 0 + x is x), then the others added, as back-propagation into a
+    [rows, D] array adds them: the same float32 sum. The gradient rows are scattered: each
+    occurrence asks for the one ``_AHEAD_OCCURRENCES`` occurrences on (rows follow rows)."""
+    starts, sample, gains, d_activations = occurrences
+    first, last = starts[k], starts[k + 1]
+    ahead = sample.shape[0] - _AHEAD_OCCURRENCES
+    for m in range(first, last):
+        if m < ahead:
+            prefetch(d_activations, sample[m + _AHEAD_OCCURRENCES])
+        g, b = gains[m], sample[m]
+        if m == first:
+            for d in range(out.shape[1]):
+                out[0, d] = g * d_activations[b, d]
+        else:
+            for d in range(out.shape[1]):
+                out[0, d] += g * d_activations[b, d]
+
+
+@njit(inline="always")
+def _prefetch_row(params: np.ndarray, s0: np.ndarray, s1: np.ndarray, s2: np.ndarray,
+                  slots: int, r: int) -> None:
+    """Start loading row ``r`` of the table and its slots (scattered rows, a few ahead)."""
+    prefetch(params, r)
+    if slots > 0:
+        prefetch(s0, r)
+    if slots > 1:
+        prefetch(s1, r)
+    if slots > 2:
+        prefetch(s2, r)
+
+
+@njit(inline="always")
 def _drive(
     op: Any, slots: int, params: np.ndarray, s0: np.ndarray, s1: np.ndarray, s2: np.ndarray,
-    rows: np.ndarray, grad: np.ndarray, lr: np.float32, clips: Any, decay: np.float32,
-    has_decay: bool, h: Any, dense: bool, start: int, stop: int,
+    rows: np.ndarray, grad: np.ndarray, occurrences: Any, lr: np.float32, clips: Any,
+    decay: np.float32, has_decay: bool, h: Any, dense: bool, start: int, stop: int,
 ) -> float:
     """Rows ``start:stop`` (of ``rows``, or of the table when ``dense``): the squared norm of
-    their change."""
+    their change. Touched row k's gradient is ``grad[k]``, or with ``occurrences`` (non-empty
+    ``starts``) the sum of its occurrences' contributions, formed here row by row."""
     dim = params.shape[1]
     before = np.empty(dim, dtype=np.float32)
+    summed = np.empty((1, dim), dtype=np.float32)
+    zero = np.zeros((1, dim), dtype=np.float32)
+    grouped = occurrences[0].shape[0] > 0
     total = 0.0
-    if dense:
-        zero = np.zeros((1, dim), dtype=np.float32)
-        k = int(np.searchsorted(rows, start))  # rows[k]: the next touched row at or after r
-        for r in range(start, stop):
-            if k < rows.shape[0] and rows[k] == r:
-                total += _row(op, params, s0, s1, s2, r, grad, k, lr, clips, decay, has_decay,
-                              h, slots, before)
-                k += 1
+    # Dense: every row r of start:stop, k walking the sorted touched rows alongside; lazy: the
+    # touched rows k = start:stop themselves.
+    k = int(np.searchsorted(rows, start)) if dense else start
+    for i in range(start, stop):
+        if not dense and i + _AHEAD < stop:  # scattered rows: start loading one a few rows on
+            _prefetch_row(params, s0, s1, s2, slots, rows[i + _AHEAD])
+        r = i if dense else rows[i]
+        source, gi = zero, 0  # an untouched row of a dense table: a zero gradient
+        if k < rows.shape[0] and rows[k] == r:
+            if grouped:
+                _sum_occurrences(occurrences, k, summed)
+                source = summed
             else:
-                total += _row(op, params, s0, s1, s2, r, zero, 0, lr, clips, decay, has_decay,
-                              h, slots, before)
-    else:
-        for i in range(start, stop):
-            if i + _AHEAD < stop:  # the rows are scattered: start loading one a few rows on
-                ahead = rows[i + _AHEAD]
-                prefetch(params, ahead)
-                if slots > 0:
-                    prefetch(s0, ahead)
-                if slots > 1:
-                    prefetch(s1, ahead)
-                if slots > 2:
-                    prefetch(s2, ahead)
-            total += _row(op, params, s0, s1, s2, rows[i], grad, i, lr, clips, decay, has_decay,
-                          h, slots, before)
+                source, gi = grad, k
+            k += 1
+        total += _row(op, params, s0, s1, s2, r, source, gi, lr, clips, decay, has_decay, h,
+                      slots, before)
     return total
 
 
@@ -438,163 +418,39 @@ def _drive(
 # the optimizers a run uses are ever compiled). Each is ``nogil`` and works on a range of rows:
 # ``update`` runs ranges on several threads. NumPy's error model: a division by zero gives
 # inf/NaN as in the NumPy engine, and the loops vectorise (Python's model tests every divisor).
+# The kernels differ only in the optimizer: ``_kernel`` makes each from ``_template`` with its
+# own ``_OP`` and ``_SLOT_COUNT`` among the globals (compile-time constants for numba) and its
+# own name, which also names its cache file. (A closure over the optimizer would not do: numba
+# keys a closure's cache entries by its cells, and a compiled function's pickle changes with
+# every process.)
+
+_OPS = (
+    _sgd, _adagrad, _adagrad_momentum, _bounded_adagrad, _frequency_aware_adagrad, _ftrl, _adam,
+    _momentum, _lion, _rms_prop, _centered_rms_prop, _adadelta, _proximal_adagrad,
+    _proximal_yogi, _frequency_estimator, _assign, _ftrl_pow,
+)  # in ``KINDS`` order, then ``FTRL_POW``
+_SLOTS = (0, 1, 2, 1, 2, 2, 2, 1, 1, 2, 3, 2, 1, 2, 1, 0, 2)  # slot arrays each one updates
+_OP, _SLOT_COUNT = _OPS[0], _SLOTS[0]  # what ``_template`` reads; each kernel has its own
 
 
-@njit(nogil=True, cache=True, error_model="numpy")
-def _update_sgd(  # type: ignore[no-untyped-def]
-    p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop
+def _template(  # type: ignore[no-untyped-def]
+    p, s0, s1, s2, rows, grad, occurrences, lr, clips, decay, has_decay, h, dense, start, stop
 ):
-    return _drive(_sgd, 0, p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay,
-                  h, dense, start, stop)
-
-
-@njit(nogil=True, cache=True, error_model="numpy")
-def _update_adagrad(  # type: ignore[no-untyped-def]
-    p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop
-):
-    return _drive(_adagrad, 1, p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay,
-                  h, dense, start, stop)
-
-
-@njit(nogil=True, cache=True, error_model="numpy")
-def _update_adagrad_momentum(  # type: ignore[no-untyped-def]
-    p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop
-):
-    return _drive(_adagrad_momentum, 2, p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay,
-                  h, dense, start, stop)
-
-
-@njit(nogil=True, cache=True, error_model="numpy")
-def _update_bounded_adagrad(  # type: ignore[no-untyped-def]
-    p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop
-):
-    return _drive(_bounded_adagrad, 1, p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay,
-                  h, dense, start, stop)
-
-
-@njit(nogil=True, cache=True, error_model="numpy")
-def _update_frequency_aware_adagrad(  # type: ignore[no-untyped-def]
-    p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop
-):
-    return _drive(_frequency_aware_adagrad, 2, p, s0, s1, s2, rows, grad, lr, clips, decay,
+    return _drive(_OP, _SLOT_COUNT, p, s0, s1, s2, rows, grad, occurrences, lr, clips, decay,
                   has_decay, h, dense, start, stop)
 
 
-@njit(nogil=True, cache=True, error_model="numpy")
-def _update_ftrl(  # type: ignore[no-untyped-def]
-    p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop
-):
-    return _drive(_ftrl, 2, p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay,
-                  h, dense, start, stop)
+def _kernel(kind: int, name: str) -> Callable[..., float]:
+    scope = {**globals(), "_OP": _OPS[kind], "_SLOT_COUNT": _SLOTS[kind]}
+    function = types.FunctionType(_template.__code__, scope, name)
+    function.__qualname__ = name
+    return cast(Callable[..., float], njit(nogil=True, cache=True, error_model="numpy")(function))
 
 
-@njit(nogil=True, cache=True, error_model="numpy")
-def _update_adam(  # type: ignore[no-untyped-def]
-    p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop
-):
-    return _drive(_adam, 2, p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay,
-                  h, dense, start, stop)
-
-
-@njit(nogil=True, cache=True, error_model="numpy")
-def _update_momentum(  # type: ignore[no-untyped-def]
-    p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop
-):
-    return _drive(_momentum, 1, p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay,
-                  h, dense, start, stop)
-
-
-@njit(nogil=True, cache=True, error_model="numpy")
-def _update_lion(  # type: ignore[no-untyped-def]
-    p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop
-):
-    return _drive(_lion, 1, p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay,
-                  h, dense, start, stop)
-
-
-@njit(nogil=True, cache=True, error_model="numpy")
-def _update_rms_prop(  # type: ignore[no-untyped-def]
-    p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop
-):
-    return _drive(_rms_prop, 2, p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay,
-                  h, dense, start, stop)
-
-
-@njit(nogil=True, cache=True, error_model="numpy")
-def _update_centered_rms_prop(  # type: ignore[no-untyped-def]
-    p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop
-):
-    return _drive(_centered_rms_prop, 3, p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay,
-                  h, dense, start, stop)
-
-
-@njit(nogil=True, cache=True, error_model="numpy")
-def _update_adadelta(  # type: ignore[no-untyped-def]
-    p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop
-):
-    return _drive(_adadelta, 2, p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay,
-                  h, dense, start, stop)
-
-
-@njit(nogil=True, cache=True, error_model="numpy")
-def _update_proximal_adagrad(  # type: ignore[no-untyped-def]
-    p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop
-):
-    return _drive(_proximal_adagrad, 1, p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay,
-                  h, dense, start, stop)
-
-
-@njit(nogil=True, cache=True, error_model="numpy")
-def _update_proximal_yogi(  # type: ignore[no-untyped-def]
-    p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop
-):
-    return _drive(_proximal_yogi, 2, p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay,
-                  h, dense, start, stop)
-
-
-@njit(nogil=True, cache=True, error_model="numpy")
-def _update_frequency_estimator(  # type: ignore[no-untyped-def]
-    p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop
-):
-    return _drive(_frequency_estimator, 1, p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay,
-                  h, dense, start, stop)
-
-
-@njit(nogil=True, cache=True, error_model="numpy")
-def _update_assign(  # type: ignore[no-untyped-def]
-    p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop
-):
-    return _drive(_assign, 0, p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay,
-                  h, dense, start, stop)
-
-
-@njit(nogil=True, cache=True, error_model="numpy")
-def _update_ftrl_pow(  # type: ignore[no-untyped-def]
-    p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, h, dense, start, stop
-):
-    return _drive(_ftrl_pow, 2, p, s0, s1, s2, rows, grad, lr, clips, decay, has_decay,
-                  h, dense, start, stop)
-
-
-_KERNELS = (
-    _update_sgd,
-    _update_adagrad,
-    _update_adagrad_momentum,
-    _update_bounded_adagrad,
-    _update_frequency_aware_adagrad,
-    _update_ftrl,
-    _update_adam,
-    _update_momentum,
-    _update_lion,
-    _update_rms_prop,
-    _update_centered_rms_prop,
-    _update_adadelta,
-    _update_proximal_adagrad,
-    _update_proximal_yogi,
-    _update_frequency_estimator,
-    _update_assign,
-    _update_ftrl_pow,
-)
+_NAMES = {kind: f"_update_{name}" for name, kind in (*KINDS.items(), ("ftrl_pow", FTRL_POW))}
+_KERNELS = tuple(_kernel(kind, _NAMES[kind]) for kind in range(len(_OPS)))
+# Module attributes too, where ``bench`` counts the kernels a run had to compile.
+globals().update({_NAMES[kind]: kernel for kind, kernel in enumerate(_KERNELS)})
 
 # Below this many row-columns a step runs on the calling thread: a hand-off costs tens of
 # microseconds, more than such a step.
@@ -633,35 +489,73 @@ def parallel(tasks: Sequence[Callable[[], Any]]) -> list[Any]:
     return [first, *(future.result() for future in futures)]
 
 
-def run_ranges(kernel: Callable[..., float], total: int, work: int, *args: Any) -> float:
+def run_ranges(kernel: Callable[..., float], total: int, work: int, *args: Any,
+               cost: np.ndarray | None = None) -> float:
     """``sum of kernel(*args, start, stop)`` over ranges splitting ``0..total``, in parallel on
-    ``threads()`` threads when ``work`` (elements) is worth it; the kernels release the GIL."""
+    ``threads()`` threads when ``work`` (elements) is worth it; the kernels release the GIL.
+
+    ``cost``: optional non-decreasing [total + 1] cumulative cost of the items; the ranges then
+    split it evenly instead of the item count."""
     count = min(threads(), max(1, total))
     if count == 1 or work < _SERIAL_ELEMENTS or getattr(_local, "inside", False):
         return float(kernel(*args, 0, total))
-    bounds = [total * k // count for k in range(count + 1)]
+    if cost is None:
+        bounds = [total * k // count for k in range(count + 1)]
+    else:
+        targets = cost[-1] * np.arange(1, count) // count
+        bounds = [0, *(int(b) for b in np.searchsorted(cost, targets)), total]
     parts = parallel([
         functools.partial(kernel, *args, bounds[k], bounds[k + 1]) for k in range(count)
     ])
     return float(sum(float(part) for part in parts))
 
 
+class Occurrences(NamedTuple):
+    """A table's occurrences grouped by touched row, for the update to back-propagate itself.
+
+    Touched row k's occurrences are ``starts[k]:starts[k + 1]``, in occurrence order: occurrence
+    m contributes ``gains[m] * d_activations[sample[m]]`` (spec section 4). Built by
+    ``numba_step.occurrences``.
+    """
+
+    starts: np.ndarray  # int64 [rows + 1]
+    sample: np.ndarray  # int64 [occurrences]
+    gains: np.ndarray  # float32 [occurrences]
+    d_activations: np.ndarray  # float32 [bags, D], C-contiguous
+
+
+_NO_OCCURRENCES = Occurrences(np.zeros(0, np.int64), np.zeros(0, np.int64),
+                              np.zeros(0, np.float32), np.zeros((1, 1), np.float32))
+_ROW_COST = 4  # the update of a touched row, in gradient rows read: how ranges are balanced
+
+
 def update(
     kind: int, params: np.ndarray, slots: tuple[np.ndarray, ...], rows: np.ndarray,
-    grad: np.ndarray, lr: np.float32, clips: tuple[np.float32, np.float32, np.float32, np.float32],
+    grad: np.ndarray | Occurrences, lr: np.float32,
+    clips: tuple[np.float32, np.float32, np.float32, np.float32],
     decay: np.float32, has_decay: bool, h: tuple[Any, ...], dense: bool,
 ) -> float:
     """The fused pipeline of optimizer ``kind`` (module docstring) on ``rows`` (every row when
     ``dense``), in place; returns the squared norm of the parameters' change.
 
     Arrays: float32 C-contiguous ``params``, ``slots`` and ``grad``, sorted int64 ``rows``;
-    ``clips``: (g_lo, g_hi, w_lo, w_hi), -inf/+inf when absent; ``h``: the hyper-parameters.
+    ``grad``: the summed [rows, D] gradient, or the ``Occurrences`` to sum it from, row by row
+    (back-propagation fused into the update, on every thread); ``clips``: (g_lo, g_hi, w_lo,
+    w_hi), -inf/+inf when absent; ``h``: the hyper-parameters.
     """
     placeholder = np.zeros((1, 1), dtype=np.float32)
     s0, s1, s2 = (*slots, placeholder, placeholder, placeholder)[:3]
     hyper = tuple(np.float32(v) for v in h[:_HYPER]) + (np.float32(0.0),) * (_HYPER - len(h))
     total = params.shape[0] if dense else rows.shape[0]
+    cost = None
+    if isinstance(grad, Occurrences):
+        occurrences, grad = grad, placeholder
+        if not dense:  # rows with many occurrences weigh more
+            cost = occurrences.starts + _ROW_COST * np.arange(total + 1)
+    else:
+        occurrences = _NO_OCCURRENCES
     return run_ranges(
         _KERNELS[kind], total, total * params.shape[1],
-        params, s0, s1, s2, rows, grad, lr, clips, decay, has_decay, hyper, dense,
+        params, s0, s1, s2, rows, grad, occurrences, lr, clips, decay, has_decay, hyper, dense,
+        cost=cost,
     )

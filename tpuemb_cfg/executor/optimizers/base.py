@@ -19,6 +19,8 @@ An optimizer is one pure function over a block of gathered rows, in the shape of
 Gradient clipping, weight decay, laziness and weight clipping wrap the function in the executor
 (spec section 6, ``tpuemb_cfg.executor.pipeline``); nothing here knows about them. Slot names,
 default initial values, laziness and support come from the algorithm table, never from here.
+The package (``tpuemb_cfg.executor.optimizers``) re-exports what a user of the registry needs;
+``binder`` and ``f32`` serve the family modules.
 
 Numbers: every array is float32 and every hyper-parameter is a float32 scalar, so each
 intermediate is rounded to float32 exactly as the spec's equations are written (spec
@@ -36,18 +38,6 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ...algorithms import ALGORITHMS, Algorithm, Slot
-
-__all__ = [
-    "REGISTRY",
-    "NoHyper",
-    "NoState",
-    "Optimizer",
-    "UpdateContext",
-    "UpdateFn",
-    "binder",
-    "f32",
-    "register",
-]
 
 
 @dataclass(frozen=True)
