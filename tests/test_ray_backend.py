@@ -205,3 +205,40 @@ def test_bench_reports_time_and_bytes_per_host() -> None:
     # The cost model of docs/scale.md is exact for the payload.
     assert report["bytes_sent_per_step"] == [m[0] for m in report["model_bytes_per_step"]]
     assert report["bytes_received_per_step"] == [m[1] for m in report["model_bytes_per_step"]]
+
+
+def test_custom_optimizer_and_combiner_tables_run_on_the_hosts() -> None:
+    # The actors rebuild each table's pipeline from the plan: a CustomOptimizer's callable must
+    # run there on the NumPy path, as it does locally (a built-in kernel lookup would fail).
+    import warnings
+
+    from test_custom_executor import batches, compiled
+
+    from tpuemb_cfg.embedding import ConstantInitializer, CustomCombiner, CustomOptimizer
+
+    # Defined here, not imported: Ray ships a module's functions by reference (the actors would
+    # import the test module) and local ones by value.
+    def adagrad(gradient, embedding_table, slot_variables, learning_rate, hyperparameters):  # type: ignore[no-untyped-def]
+        (acc,) = slot_variables
+        acc = acc + gradient * gradient
+        return embedding_table - learning_rate * gradient / np.sqrt(acc), acc
+
+    def mean(valency, vectors):  # type: ignore[no-untyped-def]
+        return vectors[:valency].sum(axis=0) / np.float32(valency)
+
+    source = compiled(CustomOptimizer(adagrad, learning_rate=0.2, slot_names=["acc"],
+                                      slot_initializers=[ConstantInitializer(0.1)]),
+                      CustomCombiner(mean, max_valency=4), vocabulary=30)
+    steps = batches(3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # custom tables: the NumPy-path note
+        local = Executor(source, seed=3)
+        sharded = Executor(source, seed=3, backend="ray", shards=2)
+    try:
+        for batch in steps:
+            for got, want in zip(sharded.step(batch), local.step(batch), strict=True):
+                np.testing.assert_array_equal(got, want)
+        same_state(sharded, local)
+        assert np.any(np.asarray(local.state_arrays()["slot/t/acc"]) != np.float32(0.1))
+    finally:
+        sharded.close()

@@ -15,9 +15,9 @@ from tpuemb_cfg.executor import Executor
 from tpuemb_cfg.executor.engines.numpy import host_of
 from tpuemb_cfg.executor.optimizers import UpdateContext
 from tpuemb_cfg.executor.pipeline import RowPipeline
-from tpuemb_cfg.executor.ray_storage import check_given, fitting_hosts
-from tpuemb_cfg.executor.shard import PipelineRef, Shard, shard_bytes
+from tpuemb_cfg.executor.shard import PipelineRef, Shard, fitting_hosts, shard_bytes
 from tpuemb_cfg.executor.sharding import TableLayout
+from tpuemb_cfg.executor.state import check_given
 from tpuemb_cfg.npzio import npz_bytes
 
 # ------------------------------------------------------------------------------------------------

@@ -37,7 +37,7 @@ from .batch import (
 from .batch import key as batch_key
 from .custom import combine_custom, custom_gains, note_fallback
 from .engines import NUMPY, Engine, get_engine
-from .fused import backprop_tables, update_table
+from .fused import TableInput, backprop_tables, forward_backprop, identity, update_table
 from .optimizers import UpdateContext
 from .pipeline import RowPipeline
 from .plan import Plan, TablePlan
@@ -216,6 +216,13 @@ class Executor:
         # (None rows: the whole table), so the forward pass can read one update back.
         self._undo: dict[str, tuple[np.ndarray | None, np.ndarray]] = {}
         self._pending: DeduplicationData | None = None
+        # ``step`` overlaps forward and back-propagation (``fused.forward_backprop``, which
+        # computes a ``LocalStorage``'s pending rows) when the compiled step does every table
+        # and there are threads for it; ``overlapped_steps`` counts those steps.
+        self._overlap = isinstance(self.storage, LocalStorage) and all(
+            self._fused_backward(table) for table in self.plan.tables
+        )
+        self.overlapped_steps = 0
 
     # ----------------------------------------------------------------------------------------
     # State
@@ -334,10 +341,14 @@ class Executor:
                 for item, feature, c in zip(batch, self.plan.features, checked, strict=True)
             ]
         previous = self.last_report
-        activations, dedup = self._forward(checked, source)
-        self._pending = None
         try:
-            self._backward(dedup, grads, rates, source)
+            computed = None
+            if grads is not None and self._overlap and self._fused.threads() > 1:
+                activations, dedup, computed = self._forward_backprop(checked, grads, source)
+            else:
+                activations, dedup = self._forward(checked, source)
+            self._pending = None
+            self._backward(dedup, grads, rates, source, computed)
         except InputError:
             self.last_report = previous  # a refused step leaves no trace
             raise
@@ -375,58 +386,67 @@ class Executor:
             values = self.engine.quantize(values, lower, upper, buckets)
         return values
 
+    def _table_input(
+        self, table: TablePlan, checked: list[CheckedFeature], source: str | None
+    ) -> TableInput:
+        """The occurrences of ``table`` in a step (``TableInput``) and its features' empty bags."""
+        plan = self.plan
+        feats = [checked[f] for f in table.features]
+        gains_list: list[np.ndarray] = []
+        samples: list[np.ndarray] = []
+        cores: list[np.ndarray] = []
+        zero_bags: dict[int, int] = {}
+        offset = 0
+        for f, c in zip(table.features, feats, strict=True):
+            self._empty_bags.pop(f, None)
+            if self._fused_backward(table) and not c.unit_bags:
+                self._empty_bags[f] = np.flatnonzero(c.row_splits[1:] == c.row_splits[:-1])
+            bag = (identity(c.batch) if c.unit_bags  # one id per bag
+                   else self.engine.bag_of_occurrence(c.row_splits))
+            if plan.features[f].custom is not None:  # a CustomCombiner's probed gains
+                gains_list.append(custom_gains(plan.features[f].custom, c.weights,
+                                               c.row_splits))
+                zero_bags[f] = 0
+            elif plan.features[f].combiner == "sum":  # every scale is 1: w * 1 is w
+                gains_list.append(c.weights)
+                zero_bags[f] = 0
+            else:
+                scale, zero = self.engine.bag_scales(
+                    c.weights, c.row_splits, plan.features[f].combiner
+                )
+                gains_list.append(c.weights * scale[bag])
+                zero_bags[f] = int(zero.sum())
+            samples.append(bag + offset if offset else bag)
+            if plan.updates and not table.accumulate:
+                if c.batch % plan.num_cores:
+                    raise InputError(
+                        f"feature {f} ({plan.features[f].name!r}) has {c.batch} bags, not "
+                        f"divisible by num_tensor_cores = {plan.num_cores}: with gradient "
+                        f"accumulation DISABLED on table {table.name!r} each core owns an "
+                        "equal contiguous block of bags",
+                        path=source, key=batch_key(self.step_index, f, "row_splits"),
+                    )
+                cores.append(bag // max(c.batch // plan.num_cores, 1))
+            offset += c.batch
+        return TableInput.of(feats, gains_list, samples, cores, zero_bags)
+
+    def _record(self, table: TablePlan, given: TableInput, unique: np.ndarray, inverse: np.ndarray,
+                partials: tuple[Partial, ...], compiled: bool) -> TableDeduplication:
+        return TableDeduplication(table.name, table.features, tuple(c.batch for c in given.feats),
+                                  given.ids, given.gains, given.sample, unique, inverse, partials,
+                                  compiled)
+
     def _forward(
         self, checked: list[CheckedFeature], source: str | None = None
     ) -> tuple[list[np.ndarray], DeduplicationData]:
         plan = self.plan
-        step = self.step_index
         activations: list[np.ndarray] = [np.zeros((0, 0), dtype=F32)] * len(checked)
         tables: dict[str, TableDeduplication] = {}
-        reports: dict[str, TableReport] = {}
+        inputs: list[TableInput] = []
         for table in plan.tables:
-            feats = [checked[f] for f in table.features]
-            gains_list: list[np.ndarray] = []
-            samples: list[np.ndarray] = []
-            cores: list[np.ndarray] = []
-            zero_bags: dict[int, int] = {}
-            offset = 0
-            for f, c in zip(table.features, feats, strict=True):
-                self._empty_bags.pop(f, None)
-                if self._fused_backward(table) and not c.unit_bags:
-                    self._empty_bags[f] = np.flatnonzero(c.row_splits[1:] == c.row_splits[:-1])
-                bag = (np.arange(c.batch, dtype=np.int64) if c.unit_bags  # one id per bag
-                       else self.engine.bag_of_occurrence(c.row_splits))
-                if plan.features[f].custom is not None:  # a CustomCombiner's probed gains
-                    gains_list.append(custom_gains(plan.features[f].custom, c.weights,
-                                                   c.row_splits))
-                    zero_bags[f] = 0
-                elif plan.features[f].combiner == "sum":  # every scale is 1: w * 1 is w
-                    gains_list.append(c.weights)
-                    zero_bags[f] = 0
-                else:
-                    scale, zero = self.engine.bag_scales(
-                        c.weights, c.row_splits, plan.features[f].combiner
-                    )
-                    gains_list.append(c.weights * scale[bag])
-                    zero_bags[f] = int(zero.sum())
-                samples.append(bag + offset if offset else bag)
-                if plan.updates and not table.accumulate:
-                    if c.batch % plan.num_cores:
-                        raise InputError(
-                            f"feature {f} ({plan.features[f].name!r}) has {c.batch} bags, not "
-                            f"divisible by num_tensor_cores = {plan.num_cores}: with gradient "
-                            f"accumulation DISABLED on table {table.name!r} each core owns an "
-                            "equal contiguous block of bags",
-                            path=source, key=batch_key(step, f, "row_splits"),
-                        )
-                    cores.append(bag // max(c.batch // plan.num_cores, 1))
-                offset += c.batch
-            ids, gains, sample = (
-                (feats[0].ids, gains_list[0], samples[0]) if len(feats) == 1  # no copies
-                else (np.concatenate([c.ids for c in feats]), np.concatenate(gains_list),
-                      np.concatenate(samples)) if feats
-                else (np.zeros(0, np.int64), np.zeros(0, F32), np.zeros(0, np.int64))
-            )
+            given = self._table_input(table, checked, source)
+            inputs.append(given)
+            ids = given.ids
             fused = self._fused if self._fused_forward(table) else None
             if fused is not None:
                 # Rows read straight from the live table: no gathered copy (spec section 3).
@@ -438,7 +458,7 @@ class Executor:
                 rows = self._snapshot_rows(table, unique)
                 index = np.arange(unique.shape[0], dtype=np.int64)
             start = 0
-            for f, c, g in zip(table.features, feats, gains_list, strict=True):
+            for f, c, g in zip(table.features, given.feats, given.gains_list, strict=True):
                 stop = start + c.ids.shape[0]
                 if fused is not None:
                     activations[f] = fused.lookup(
@@ -452,7 +472,7 @@ class Executor:
                     if plan.features[f].custom is not None:  # the callable, checked against it
                         activations[f] = combine_custom(
                             plan.features[f].custom, rows, inverse[start:stop], c.weights,
-                            c.row_splits, activations[f], step,
+                            c.row_splits, activations[f], self.step_index,
                         )
                 start = stop
             partials: list[Partial] = []
@@ -460,34 +480,46 @@ class Executor:
                 if table.accumulate:
                     partials.append(Partial(None, unique, inverse, None))
                 else:
-                    core_of = np.concatenate(cores) if cores else np.zeros(0, np.int64)
+                    core_of = (np.concatenate(given.cores) if given.cores
+                               else np.zeros(0, np.int64))
                     for core in range(plan.num_cores):
                         covered = np.flatnonzero(core_of == core)
                         core_rows, core_inverse = self.engine.deduplicate(ids[covered])
                         partials.append(Partial(core, core_rows, core_inverse, covered))
-            tables[table.name] = TableDeduplication(
-                table=table.name,
-                features=table.features,
-                batch_sizes=tuple(c.batch for c in feats),
-                ids=ids,
-                gains=gains,
-                sample=sample,
-                unique_ids=unique,
-                inverse=inverse,
-                partials=tuple(partials),
-                compiled=fused is not None,
-            )
-            if self.report:
-                reports[table.name] = self._table_report(table, ids, unique, zero_bags)
-        dedup = DeduplicationData(
-            step=step,
-            tables=tables,
-            batch_sizes=tuple(c.batch for c in checked),
-            token=object(),
+            tables[table.name] = self._record(table, given, unique, inverse, tuple(partials),
+                                              fused is not None)
+        return activations, self._recorded(checked, tables, inputs)
+
+    def _forward_backprop(
+        self, checked: list[CheckedFeature], grads: list[np.ndarray], source: str | None
+    ) -> tuple[list[np.ndarray], DeduplicationData, tuple[list[Any], bool]]:
+        """The forward pass and the compiled back-propagation of every table at once
+        (``fused.forward_backprop``): the activations, the record and what ``_backward``
+        updates from."""
+        inputs = [self._table_input(table, checked, source) for table in self.plan.tables]
+        assert isinstance(self.storage, LocalStorage)  # the overlap runs on live local arrays
+        found, records, computed, finite = forward_backprop(
+            self._fused, self.storage, self.plan.tables, inputs, grads, self._empty_bags,
+            lambda t, g, u, i: self._record(t, g, u, i, (Partial(None, u, i, None),), True),
         )
+        self.overlapped_steps += 1
+        tables = {record.table: record for record in records}
+        return ([found[f] for f in range(len(checked))],
+                self._recorded(checked, tables, inputs), (computed, finite))
+
+    def _recorded(
+        self, checked: list[CheckedFeature], tables: dict[str, TableDeduplication],
+        inputs: list[TableInput],
+    ) -> DeduplicationData:
+        """The step's record, pending for ``send_gradients``, and its report (``last_report``)."""
+        dedup = DeduplicationData(step=self.step_index, tables=tables,
+                                  batch_sizes=tuple(c.batch for c in checked), token=object())
         self._pending = dedup
-        self.last_report = reports
-        return activations, dedup
+        self.last_report = {
+            table.name: self._table_report(table, tables[table.name], given.zero_bags)
+            for table, given in zip(self.plan.tables, inputs, strict=True)
+        } if self.report else {}
+        return dedup
 
     # ----------------------------------------------------------------------------------------
     # Backward and update
@@ -524,8 +556,9 @@ class Executor:
         ]
 
     def _table_report(
-        self, table: TablePlan, ids: np.ndarray, unique: np.ndarray, zero_bags: dict[int, int]
+        self, table: TablePlan, record: TableDeduplication, zero_bags: dict[int, int]
     ) -> TableReport:
+        ids, unique = record.ids, record.unique_ids
         hosts = self.plan.num_hosts
         per_host: list[np.ndarray]
         if hosts == 1:
@@ -551,7 +584,9 @@ class Executor:
         grads: list[np.ndarray] | None,
         rates: np.ndarray,
         source: str | None = None,
+        backprop: tuple[list[Any], bool] | None = None,
     ) -> None:
+        """``backprop``: what ``_forward_backprop`` computed for every table already."""
         self._pending = None
         if self.plan.updates and grads is not None:
             dynamic = tuple(float(r) for r in rates)
@@ -562,7 +597,7 @@ class Executor:
                 table for table in self.plan.tables
                 if dedup.tables[table.name].compiled and self._fused_backward(table)
             ]
-            computed, finite = backprop_tables(
+            computed, finite = backprop if backprop is not None else backprop_tables(
                 self._fused, fused, [dedup.tables[t.name] for t in fused], grads,
                 self._empty_bags,
             )

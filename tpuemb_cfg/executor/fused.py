@@ -9,21 +9,71 @@ touched row (``engines.numba.FusedStep.backprop`` chooses); then, once every tab
 check, one fused update per table (spec section 6; from grouped occurrences it sums each row's
 gradient itself, in occurrence order, with the same float32 result), returning the squared norm
 of the change, which is the report's ``update_norm`` without another pass.
+
+``Executor.step``, which has the gradients before the forward pass, runs the two halves at once
+(``forward_backprop``): the forward pass of every table on the calling thread, reading each
+occurrence's row by its id (no de-duplication needed), while another thread de-duplicates and
+back-propagates; the update, the only write to the tables, comes after both.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
+from .batch import CheckedFeature
 from .optimizers import UpdateContext
 from .plan import TablePlan
+from .storage import LocalStorage
 
-__all__ = ["backprop_tables", "update_table"]
+__all__ = [
+    "TableInput", "backprop_tables", "forward_backprop", "identity", "update_table",
+]
 
 F32 = np.float32
+
+
+class TableInput(NamedTuple):
+    """One table's occurrences in a step: its features' checked inputs and combiner gains, and
+    the occurrences' ids, gains and gradient rows (``sample``) in the spec's reference order,
+    their TensorCores (accumulation DISABLED) and the zero-denominator bags per feature."""
+
+    feats: list[CheckedFeature]
+    gains_list: list[np.ndarray]
+    ids: np.ndarray
+    gains: np.ndarray
+    sample: np.ndarray
+    cores: list[np.ndarray]
+    zero_bags: dict[int, int]
+
+    @classmethod
+    def of(
+        cls, feats: list[CheckedFeature], gains_list: list[np.ndarray], samples: list[np.ndarray],
+        cores: list[np.ndarray], zero_bags: dict[int, int],
+    ) -> TableInput:
+        """The table's input from its features' (the occurrence arrays concatenated)."""
+        ids, gains, sample = (
+            (feats[0].ids, gains_list[0], samples[0]) if len(feats) == 1  # no copies
+            else (np.concatenate([c.ids for c in feats]), np.concatenate(gains_list),
+                  np.concatenate(samples)) if feats
+            else (np.zeros(0, np.int64), np.zeros(0, F32), np.zeros(0, np.int64))
+        )
+        return cls(feats, gains_list, ids, gains, sample, cores, zero_bags)
+
+
+_identity = np.zeros(0, dtype=np.int64)
+
+
+def identity(n: int) -> np.ndarray:
+    """``np.arange(n)`` (int64), read-only: a view of one array kept for every step (the bags of
+    a feature with one id per bag, without writing a new array each step)."""
+    global _identity
+    if _identity.shape[0] < n:
+        _identity = np.arange(max(n, 2 * _identity.shape[0]), dtype=np.int64)
+        _identity.flags.writeable = False
+    return _identity[:n]
 
 
 def _stacked(table: TablePlan, grads: Sequence[np.ndarray]) -> np.ndarray:
@@ -80,3 +130,45 @@ def update_table(
     Euclidean norm of the parameters' change."""
     params, slots = storage.local(table.name, record.unique_ids if table.lazy else None)
     return float(fused.update(table, params, slots, record.unique_ids, grad, lr, ctx))
+
+
+def forward_backprop(
+    fused: Any, storage: LocalStorage, tables: Sequence[TablePlan], inputs: Sequence[TableInput],
+    grads: Sequence[np.ndarray], empty_bags: Mapping[int, np.ndarray],
+    record: Callable[[TablePlan, TableInput, np.ndarray, np.ndarray], Any],
+) -> tuple[dict[int, np.ndarray], list[Any], list[Any], bool]:
+    """The forward pass and back-propagation of ``tables`` (every one compiled), at once.
+
+    The calling thread forms every feature's activations from the live rows by id; another
+    thread (``fused.alongside``) de-duplicates each table's ids, makes its record
+    (``record(table, input, unique, inverse)``) and back-propagates (``_backprop``, with the
+    input check). Neither writes a table (the forward pass only computes pending default rows,
+    as a step's first read does), so a step refused afterwards leaves them as they were.
+    Returns the activations by feature index, the records, what ``update_table`` updates from
+    and whether every gradient value was finite.
+    """
+
+    def forward() -> dict[int, np.ndarray]:
+        activations: dict[int, np.ndarray] = {}
+        for table, given in zip(tables, inputs, strict=True):
+            params = storage.live_params(table.name, np.ascontiguousarray(given.ids, np.int64))
+            for f, c, g in zip(table.features, given.feats, given.gains_list, strict=True):
+                activations[f] = fused.lookup(
+                    params, np.ascontiguousarray(c.ids, dtype=np.int64), None,
+                    np.ascontiguousarray(g, dtype=F32),
+                    np.ascontiguousarray(c.row_splits, dtype=np.int64),
+                )
+        return activations
+
+    def backward() -> tuple[list[Any], list[tuple[Any, bool]]]:
+        records: list[Any] = []
+        results: list[tuple[Any, bool]] = []
+        for table, given in zip(tables, inputs, strict=True):
+            unique, inverse = fused.deduplicate(np.ascontiguousarray(given.ids, dtype=np.int64))
+            records.append(record(table, given, unique, inverse))
+            results.append(_backprop(fused, table, records[-1], grads, empty_bags))
+        return records, results
+
+    (records, results), activations = fused.alongside(backward, forward)
+    return (activations, records, [grad for grad, _ in results],
+            all(finite for _, finite in results))

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import pickle
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -50,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InputError, TpuembError, UsageError
+from ..errors import TpuembError, UsageError
 from .engines import Engine
 from .pipeline import RowPipeline
 from .plan import Plan
@@ -63,9 +62,18 @@ from .ray_session import (
     session_token,
     take_actor,
 )
-from .shard import Arena, PipelineRef, Place, Positions, Shard, shard_bytes
+from .shard import (
+    Arena,
+    PipelineRef,
+    Place,
+    Positions,
+    Shard,
+    call,
+    fitting_hosts,
+    shard_bytes,
+)
 from .sharding import HostRows, TableLayout
-from .state import _unknown_key_message, slot_key, table_key
+from .state import check_given, slot_key, table_key
 from .storage import RowUpdate
 
 __all__ = ["RayStorage", "ShardLost", "ShardedArray"]
@@ -771,56 +779,3 @@ class RayStorage:
         """Bytes each host's actor holds now (tables, slots, pre-step copies)."""
         return [int(n) for n in self._run([(h, "nbytes", ()) for h in range(self.hosts)],
                                           "counting its bytes")]
-
-
-def call(actor: Any, committed: int | None, method: str, args: Sequence[Any]) -> Any:
-    """``actor.call``: ``method(*args)`` on the host after confirming step ``committed``; the
-    arrays among ``args`` travel as arguments of their own (Ray's zero-copy path), the rest
-    pickled into one (``Shard.call``). ``put`` (lists of blocks of rows) goes as it is."""
-    if method == "put":
-        return actor.call_args.remote(committed, method, *args)
-    holes = [i for i, a in enumerate(args) if isinstance(a, np.ndarray)]
-    values = [None if i in holes else a for i, a in enumerate(args)] if holes else list(args)
-    try:
-        message = pickle.dumps((committed, method, values, holes), protocol=5)
-    except (pickle.PicklingError, AttributeError, TypeError):
-        from ray import cloudpickle
-
-        message = cloudpickle.dumps((committed, method, values, holes), protocol=5)
-    return actor.call.remote(message, *(args[i] for i in holes))
-
-
-def check_given(plan: Plan, given: Mapping[str, Any], source: str | None, strict: bool) -> None:
-    """The checks of ``state.initial_state`` on given arrays, without copying them: a known
-    state-file key, a float32 (``strict``) or numeric dtype, shape [vocabulary_size, dimension]."""
-    shapes = {}
-    for table in plan.tables:
-        shape = (table.vocabulary, table.dimension)
-        shapes[table_key(table.name)] = shape
-        for slot in table.slot_names:
-            shapes[slot_key(table.name, slot)] = shape
-    for key, value in given.items():
-        if key not in shapes:
-            raise InputError(_unknown_key_message(plan, key), path=source, key=key)
-        dtype = np.dtype(getattr(value, "dtype", np.asarray(value).dtype))
-        if dtype != F32 and (strict or dtype.kind not in "fiu"):
-            raise InputError(f"dtype {dtype} found, expected float32; cast with "
-                             ".astype(np.float32)", path=source, key=key)
-        shape = tuple(getattr(value, "shape", np.shape(value)))
-        if shape != shapes[key]:
-            raise InputError(f"shape {shape} found, expected {shapes[key]} ([vocabulary_size, "
-                             "dimension])", path=source, key=key)
-
-
-def fitting_hosts(plan: Plan, limit: int, at_least: int = 1, most: int = 1 << 20) -> int | None:
-    """The fewest hosts (>= ``at_least``) whose largest share fits ``limit`` bytes, or None."""
-    if shard_bytes(plan, 0, most) > limit:
-        return None
-    low, high = at_least, most
-    while low < high:
-        middle = (low + high) // 2
-        if shard_bytes(plan, 0, middle) <= limit:
-            high = middle
-        else:
-            low = middle + 1
-    return low

@@ -31,6 +31,7 @@ from __future__ import annotations
 import mmap
 import os
 import pickle
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,7 +46,7 @@ from .sharding import TableLayout
 from .state import slot_key, table_key
 from .storage import RowUpdate
 
-__all__ = ["Arena", "PipelineRef", "Shard", "shard_bytes"]
+__all__ = ["Arena", "PipelineRef", "Shard", "call", "fitting_hosts", "shard_bytes"]
 
 F32 = np.float32
 
@@ -394,8 +395,10 @@ class Shard:
         float64 sum of squares of the parameters' change on the rows ``local`` (0 for a
         non-lazy table: its change is summed by ``change_sumsq``)."""
         self._kept.pop(table, None)
-        if isinstance(fn, PipelineRef):
-            fn = RowPipeline(self._tables[table], fn.lr, fn.ctx, self.engine)
+        if isinstance(fn, PipelineRef):  # a table running a Python callable: the NumPy path
+            custom = self._tables[table].custom
+            fn = RowPipeline(self._tables[table], fn.lr, fn.ctx,
+                             get_engine("numpy") if custom else self.engine)
         params, slots = self._params[table], self._slots[table]
         if self._tables[table].lazy and local is not None:
             if before is None:
@@ -414,7 +417,8 @@ class Shard:
             return 0.0
         rows = np.ascontiguousarray(local, dtype=np.int64)
         fused = self.engine.fused
-        if isinstance(fn, RowPipeline) and fn.table is plan and fused is not None:
+        if (isinstance(fn, RowPipeline) and fn.table is plan and fused is not None
+                and not plan.custom):
             # The compiled step's update: the same per-row pipeline, with the sum of squares
             # of the change from the same pass.
             return float(fused.update(plan, params, slots, rows,
@@ -505,3 +509,34 @@ class Shard:
         else:
             array = self._array(key)
         return np.array(array[local], dtype=F32, copy=True)
+
+
+def call(actor: Any, committed: int | None, method: str, args: Sequence[Any]) -> Any:
+    """``actor.call``: ``method(*args)`` on the host after confirming step ``committed``; the
+    arrays among ``args`` travel as arguments of their own (Ray's zero-copy path), the rest
+    pickled into one (``Shard.call``). ``put`` (lists of blocks of rows) goes as it is."""
+    if method == "put":
+        return actor.call_args.remote(committed, method, *args)
+    holes = [i for i, a in enumerate(args) if isinstance(a, np.ndarray)]
+    values = [None if i in holes else a for i, a in enumerate(args)] if holes else list(args)
+    try:
+        message = pickle.dumps((committed, method, values, holes), protocol=5)
+    except (pickle.PicklingError, AttributeError, TypeError):
+        from ray import cloudpickle
+
+        message = cloudpickle.dumps((committed, method, values, holes), protocol=5)
+    return actor.call.remote(message, *(args[i] for i in holes))
+
+
+def fitting_hosts(plan: Plan, limit: int, at_least: int = 1, most: int = 1 << 20) -> int | None:
+    """The fewest hosts (>= ``at_least``) whose largest share fits ``limit`` bytes, or None."""
+    if shard_bytes(plan, 0, most) > limit:
+        return None
+    low, high = at_least, most
+    while low < high:
+        middle = (low + high) // 2
+        if shard_bytes(plan, 0, middle) <= limit:
+            high = middle
+        else:
+            low = middle + 1
+    return low

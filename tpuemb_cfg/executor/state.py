@@ -26,6 +26,7 @@ from .plan import Plan, TablePlan
 __all__ = [
     "InitialState",
     "Pending",
+    "check_given",
     "initial_slot_rows",
     "initial_state",
     "initial_table_rows",
@@ -281,3 +282,25 @@ def _unknown_key_message(plan: Plan, key: str) -> str:
         f"unexpected key; a state file holds table/NAME and slot/NAME/SLOT for the tables "
         f"{tables}"
     )
+
+
+def check_given(plan: Plan, given: Mapping[str, Any], source: str | None, strict: bool) -> None:
+    """The checks of ``state.initial_state`` on given arrays, without copying them: a known
+    state-file key, a float32 (``strict``) or numeric dtype, shape [vocabulary_size, dimension]."""
+    shapes = {}
+    for table in plan.tables:
+        shape = (table.vocabulary, table.dimension)
+        shapes[table_key(table.name)] = shape
+        for slot in table.slot_names:
+            shapes[slot_key(table.name, slot)] = shape
+    for key, value in given.items():
+        if key not in shapes:
+            raise InputError(_unknown_key_message(plan, key), path=source, key=key)
+        dtype = np.dtype(getattr(value, "dtype", np.asarray(value).dtype))
+        if dtype != F32 and (strict or dtype.kind not in "fiu"):
+            raise InputError(f"dtype {dtype} found, expected float32; cast with "
+                             ".astype(np.float32)", path=source, key=key)
+        shape = tuple(getattr(value, "shape", np.shape(value)))
+        if shape != shapes[key]:
+            raise InputError(f"shape {shape} found, expected {shapes[key]} ([vocabulary_size, "
+                             "dimension])", path=source, key=key)

@@ -136,6 +136,14 @@ class LocalStorage:
         self._materialize(table, rows)
         return self._params[table], self._slots[table]
 
+    def live_params(self, table: str, ids: np.ndarray) -> np.ndarray:
+        """The live parameter array of ``table`` with the rows ``ids`` (any order, repeated)
+        holding their values (not part of ``Storage``): what a forward pass reading rows by id,
+        before any de-duplication, needs. Pending default rows among them are computed first."""
+        pending = self._pending.get(table)
+        missing = ids[pending.done[ids] == 0] if pending is not None else ids[:0]
+        return self.local(table, np.unique(missing))[0]
+
     def commit(self) -> None:
         """Updates are made in place: nothing to finish."""
 

@@ -9,7 +9,9 @@ j's id in ``unique``:
     as ``np.unique(ids, return_inverse=True)``.
 ``lookup(params, unique, inverse, gains, row_splits) -> activations``
     per bag b, ``A[b] = sum over j in bag b of gains[j] * params[unique[inverse[j]]]``, in
-    position order, read straight from the table (no gathered copy of the rows).
+    position order, read straight from the table (no gathered copy of the rows);
+    ``inverse=None``: ``unique`` holds the occurrences' ids themselves (``params[unique[j]]``,
+    the same rows, so the same sums), and the forward pass needs no de-duplication.
 ``backprop(d_activations, sample, gains, inverse, rows) -> (grad, finite)``
     per row u, ``G[u] = sum over its occurrences j, in order, of gains[j] * dA[sample[j]]``
     (spec section 4: back-propagation and the duplicate sum in one pass, no [occurrences, D]
@@ -38,6 +40,8 @@ NumPy's error model, which keeps them small to compile and lets the loops vector
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 
@@ -84,7 +88,7 @@ def _radix_argsort(keys: np.ndarray) -> np.ndarray:
     return order
 
 
-@njit(cache=True, error_model="numpy")
+@njit(nogil=True, cache=True, error_model="numpy")
 def deduplicate(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(unique, inverse)`` of the non-negative int64 ``ids``, as ``np.unique``'s.
 
@@ -132,15 +136,27 @@ def deduplicate(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return unique, inverse
 
 
-@njit(nogil=True, cache=True, error_model="numpy")
-def _lookup(
-    params: np.ndarray, unique: np.ndarray, inverse: np.ndarray, gains: np.ndarray,
+@njit(inline="always")
+def _by_inverse(unique: np.ndarray, inverse: np.ndarray, j: int) -> int:
+    return unique[inverse[j]]
+
+
+@njit(inline="always")
+def _by_id(ids: np.ndarray, inverse: np.ndarray, j: int) -> int:
+    return ids[j]
+
+
+@njit(inline="always")
+def _combine(
+    row: Any, params: np.ndarray, unique: np.ndarray, inverse: np.ndarray, gains: np.ndarray,
     row_splits: np.ndarray, out: np.ndarray, start: int, stop: int,
 ) -> float:
+    """The activations of bags ``start:stop``; ``row(unique, inverse, j)``: occurrence j's row
+    (``_by_inverse``, ``_by_id``: each kernel inlines its own)."""
     for b in range(start, stop):
         ahead = min(b + _AHEAD, stop)
         for j in range(row_splits[ahead], row_splits[min(ahead + 1, stop)]):
-            prefetch(params, unique[inverse[j]])
+            prefetch(params, row(unique, inverse, j))
         first, last = row_splits[b], row_splits[b + 1]
         if first == last:
             for d in range(out.shape[1]):
@@ -148,19 +164,35 @@ def _lookup(
             continue
         # The first product as is (as NumPy's reduceat starts), then the others added.
         g = gains[first]
-        r = unique[inverse[first]]
+        r = row(unique, inverse, first)
         for d in range(out.shape[1]):
             out[b, d] = g * params[r, d]
         for j in range(first + 1, last):
             g = gains[j]
-            r = unique[inverse[j]]
+            r = row(unique, inverse, j)
             for d in range(out.shape[1]):
                 out[b, d] += g * params[r, d]
     return 0.0
 
 
-def lookup(
+@njit(nogil=True, cache=True, error_model="numpy")
+def _lookup(
     params: np.ndarray, unique: np.ndarray, inverse: np.ndarray, gains: np.ndarray,
+    row_splits: np.ndarray, out: np.ndarray, start: int, stop: int,
+) -> float:
+    return _combine(_by_inverse, params, unique, inverse, gains, row_splits, out, start, stop)
+
+
+@njit(nogil=True, cache=True, error_model="numpy")
+def _lookup_ids(
+    params: np.ndarray, ids: np.ndarray, inverse: np.ndarray, gains: np.ndarray,
+    row_splits: np.ndarray, out: np.ndarray, start: int, stop: int,
+) -> float:
+    return _combine(_by_id, params, ids, inverse, gains, row_splits, out, start, stop)
+
+
+def lookup(
+    params: np.ndarray, unique: np.ndarray, inverse: np.ndarray | None, gains: np.ndarray,
     row_splits: np.ndarray,
 ) -> np.ndarray:
     """The activations [bags, D] of one feature (module docstring); bags split over threads."""
@@ -168,8 +200,9 @@ def lookup(
     # Allocated by NumPy, which asks the kernel for huge pages for large arrays: a fresh 16 MB
     # array then costs a few page faults instead of thousands.
     out = np.empty((bags, params.shape[1]), dtype=F32)
-    run_ranges(_lookup, bags, inverse.shape[0] * params.shape[1],
-               params, unique, inverse, gains, row_splits, out)
+    kernel, index = (_lookup_ids, unique) if inverse is None else (_lookup, inverse)
+    run_ranges(kernel, bags, index.shape[0] * params.shape[1],
+               params, unique, index, gains, row_splits, out)
     return out
 
 

@@ -32,14 +32,14 @@ import functools
 import threading
 import types
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any, NamedTuple, cast
 
 import numpy as np
 
 from .jit import njit, prefetch, threads
 
-__all__ = ["KINDS", "Occurrences", "parallel", "run_ranges", "update"]
+__all__ = ["KINDS", "Occurrences", "alongside", "parallel", "run_ranges", "update"]
 
 KINDS: dict[str, int] = {
     "stochastic_gradient_descent": 0,
@@ -457,7 +457,9 @@ globals().update({_NAMES[kind]: kernel for kind, kernel in enumerate(_KERNELS)})
 _SERIAL_ELEMENTS = 1 << 16
 _HYPER = 8  # hyper-parameter values every kernel takes (a tuple: no aliasing with the rows)
 _pool: ThreadPoolExecutor | None = None
-_local = threading.local()  # ``inside``: this thread runs a task of ``parallel``
+# ``inside``: this thread runs a task of ``parallel`` (or ``alongside``'s background);
+# ``busy``: threads taken by ``alongside``'s background while this thread runs its foreground.
+_local = threading.local()
 
 
 def _pool_of(count: int) -> ThreadPoolExecutor:
@@ -475,12 +477,34 @@ def _inside(task: Callable[[], Any]) -> Any:
         _local.inside = False
 
 
+def _free() -> int:
+    """The threads this thread's parallel work may use."""
+    return threads() - getattr(_local, "busy", 0)
+
+
+def alongside(background: Callable[[], Any], foreground: Callable[[], Any]) -> tuple[Any, Any]:
+    """``(background(), foreground())``, the two at the same time when there are threads for it:
+    ``background`` on a pool thread (its own ``parallel`` and ``run_ranges`` work serial
+    there), ``foreground`` on the calling thread, whose parallel work then takes one thread
+    fewer. Both have finished when this returns or raises (``foreground``'s error first)."""
+    if threads() < 2 or getattr(_local, "inside", False):
+        return background(), foreground()
+    future = _pool_of(threads()).submit(_inside, background)
+    _local.busy = 1
+    try:
+        front = foreground()
+    finally:
+        _local.busy = 0
+        wait([future])
+    return future.result(), front
+
+
 def parallel(tasks: Sequence[Callable[[], Any]]) -> list[Any]:
     """The results of ``tasks`` (functions calling kernels that release the GIL), run on
     ``threads()`` threads, the calling thread among them. Within a task, ``parallel`` and
     ``run_ranges`` run their work on the task's own thread: a pool worker waiting for work
     queued behind other tasks would wait forever."""
-    count = min(threads(), len(tasks))
+    count = min(_free(), len(tasks))
     if count <= 1 or getattr(_local, "inside", False):
         return [task() for task in tasks]
     pool = _pool_of(count)
@@ -496,7 +520,7 @@ def run_ranges(kernel: Callable[..., float], total: int, work: int, *args: Any,
 
     ``cost``: optional non-decreasing [total + 1] cumulative cost of the items; the ranges then
     split it evenly instead of the item count."""
-    count = min(threads(), max(1, total))
+    count = min(_free(), max(1, total))
     if count == 1 or work < _SERIAL_ELEMENTS or getattr(_local, "inside", False):
         return float(kernel(*args, 0, total))
     if cost is None:
