@@ -331,3 +331,21 @@ def test_the_example_prints_a_zero_difference() -> None:
 
     scope = runpy.run_path(str(ROOT / "examples" / "custom_sgd.py"), run_name="example")
     assert scope["max_difference"]() == 0.0
+
+
+def test_the_numpy_path_note_is_one_plain_line_in_the_command(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tpuemb_cfg.executor import custom
+
+    monkeypatch.setattr(custom, "_noted", set())  # said once per process: not yet, here
+    spec = tmp_path / "model.py"
+    spec.write_text(SPEC.format(result="embedding_table - learning_rate * gradient"))
+    result = run_cli("simulate", str(spec), "--steps", "2", "--out-dir", str(tmp_path / "o"))
+    assert result.exit_code == 0, result.output
+    notes = [line for line in result.stderr.splitlines() if "CustomOptimizer" in line]
+    assert notes == [
+        "warning: table(s) 'ads' run a CustomOptimizer or CustomCombiner (a Python callable), "
+        "which the numba engine cannot compile: those tables run on the NumPy engine (same "
+        "results), the others compiled; choose --engine numpy to silence this"
+    ]
+    assert "RuntimeWarning" not in result.stderr and ".py:" not in result.stderr

@@ -19,6 +19,7 @@ import importlib
 import os
 import signal
 import sys
+import warnings
 from typing import Any, NoReturn
 
 import click
@@ -95,7 +96,9 @@ class LazyGroup(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            return super().invoke(ctx)
+            with warnings.catch_warnings():
+                warnings.showwarning = _show_warning
+                return super().invoke(ctx)
         except TpuembError as exc:
             click.echo(str(exc), err=True)
             ctx.exit(2)
@@ -128,6 +131,16 @@ class LazyGroup(click.Group):
         finally:
             if previous is not None:
                 _interrupt.install(previous)
+
+
+def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                  file: Any = None, line: str | None = None) -> None:
+    """A warning of tpuemb's own (the engine fallback, a custom table on the NumPy path) as one
+    line for the user, not Python's file:line and source excerpt; others as Python shows them."""
+    if f"{os.sep}tpuemb_cfg{os.sep}" in filename:
+        click.echo(f"warning: {message}", err=True)
+    else:
+        sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
 
 
 def _quiet_broken_pipe() -> None:
