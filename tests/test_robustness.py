@@ -403,6 +403,20 @@ def test_numbers_too_long_for_python_are_parse_errors(work: Path) -> None:
     assert not (work / "n.pbtxt").exists()
 
 
+def test_an_infinite_number_for_an_enum_is_a_parse_error(work: Path) -> None:
+    # Found by the hypothesis fuzzing: protobuf's JSON reader calls int() on the float
+    # infinity 1e99999 reads as, and the OverflowError escaped (from fmt of a .binpb too, whose
+    # hint tries the other formats).
+    (work / "c.json").write_text('{"mode": 1e99999}')
+    (work / "c.binpb").write_text('{"mode": 1e99999}')
+    one_line(run("convert", "c.json", "-o", "c.pbtxt"), 2,
+             "c.json:1:10: error: number 1e99999 is infinite as a float; an integer or enum "
+             "field takes a whole number")
+    one_line(run("fmt", "c.binpb"), 2, "c.binpb: byte 0: error:")
+    assert (work / "c.binpb").read_text() == '{"mode": 1e99999}'
+    assert not (work / "c.pbtxt").exists()
+
+
 def test_a_multi_megabyte_string_is_validated_in_little_memory(work: Path) -> None:
     huge = "a" * 5_000_000
     text = QUICKSTART.replace('name: "user"', f'name: "{huge}"', 1).replace(

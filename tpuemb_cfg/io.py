@@ -21,6 +21,7 @@ Output is byte-identical to what TensorFlow-side tooling writes with protobuf's 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -287,6 +288,23 @@ def parse_json(text: str, message: Message, path: str) -> None:
         names += re.findall(r'"(\w+)"', detail)
         line, column = _json_key_location(text, names)
         raise InputError(detail, path=path, line=line, column=column) from None
+    except (OverflowError, ValueError) as exc:  # protobuf's int() of an infinite number
+        raise _infinite_number(text, path, exc) from None
+
+
+def _infinite_number(text: str, path: str | None, exc: Exception) -> InputError:
+    """The error for a JSON number no integer or enum field can hold (``1e99999`` is infinite
+    once read as a float), at the first such number of ``text``."""
+    for match in re.finditer(r"-?Infinity|NaN|-?\d+(?:\.\d+)?[eE][+-]?\d+", text):
+        value = float(match.group())
+        if not math.isfinite(value):
+            line, column = _line_col(text, match.start())
+            what = "not a number" if math.isnan(value) else "infinite"
+            return InputError(
+                f"number {match.group()[:40]} is {what} as a float; an integer or enum field "
+                "takes a whole number (int64 at most), a float field a finite one or \"Infinity\"",
+                path=path, line=line, column=column)
+    return InputError(f"a number no field can hold ({exc})", path=path, line=1, column=1)
 
 
 def _read_varint(data: bytes, pos: int, end: int) -> tuple[int, int]:
