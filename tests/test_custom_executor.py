@@ -308,19 +308,22 @@ per_replica_batch_size = 8
 """
 
 
-def test_simulate_runs_a_spec_with_a_custom_optimizer(tmp_path: Path) -> None:
+def simulate_spec(tmp_path: Path, result: str, *options: str) -> Any:
+    """``tpuemb simulate`` of a spec whose custom optimizer returns ``result``, 2 steps."""
     spec = tmp_path / "model.py"
-    spec.write_text(SPEC.format(result="embedding_table - learning_rate * gradient"))
-    result = run_cli("simulate", str(spec), "--steps", "2", "--engine", "numpy",
-                     "--out-dir", str(tmp_path / "o"))
+    spec.write_text(SPEC.format(result=result))
+    return run_cli("simulate", str(spec), "--steps", "2", *options,
+                   "--out-dir", str(tmp_path / "o"))
+
+
+def test_simulate_runs_a_spec_with_a_custom_optimizer(tmp_path: Path) -> None:
+    result = simulate_spec(tmp_path, "embedding_table - learning_rate * gradient",
+                           "--engine", "numpy")
     assert result.exit_code == 0, result.output
 
 
 def test_simulate_reports_a_bad_custom_optimizer_without_a_traceback(tmp_path: Path) -> None:
-    spec = tmp_path / "model.py"
-    spec.write_text(SPEC.format(result="embedding_table[:2]"))
-    result = run_cli("simulate", str(spec), "--steps", "2", "--engine", "numpy",
-                     "--out-dir", str(tmp_path / "o"))
+    result = simulate_spec(tmp_path, "embedding_table[:2]", "--engine", "numpy")
     assert result.exit_code == 2, result.output
     assert "Traceback" not in result.output
     assert "table 'ads'" in result.output and "has shape (2, 4)" in result.output
@@ -338,9 +341,7 @@ def test_the_numpy_path_note_is_one_plain_line_in_the_command(
     from tpuemb_cfg.executor import custom
 
     monkeypatch.setattr(custom, "_noted", set())  # said once per process: not yet, here
-    spec = tmp_path / "model.py"
-    spec.write_text(SPEC.format(result="embedding_table - learning_rate * gradient"))
-    result = run_cli("simulate", str(spec), "--steps", "2", "--out-dir", str(tmp_path / "o"))
+    result = simulate_spec(tmp_path, "embedding_table - learning_rate * gradient")
     assert result.exit_code == 0, result.output
     notes = [line for line in result.stderr.splitlines() if "CustomOptimizer" in line]
     assert notes == [
