@@ -114,9 +114,9 @@ def _shown(folder: Path) -> str:
     return str(folder) if relative.startswith("..") else relative
 
 
-def _check_folder(label: str, path: str, make_dirs: bool) -> None:
-    """Raise OutputError unless ``path`` can be created or replaced (``label``: how to name it)."""
-    option = label[: -len(path)].strip() if label.endswith(path) else ""
+def _check_folder(option: str, path: str, make_dirs: bool) -> None:
+    """Raise OutputError unless ``path`` can be created or replaced (``option``: the option
+    that names it, ``""`` for none)."""
     what = f"{option} path" if option else "output path"
     try:
         info = os.stat(path)  # through symbolic links
@@ -171,8 +171,8 @@ def check_outputs(
     created (the nearest existing ancestor must then be writable). See the module docstring for
     the errors.
     """
-    planned = [_split(item) for item in outputs]
-    planned = [(label, path) for label, path in planned if path != "-"]
+    planned = [(*_split(item), item[0] if isinstance(item, tuple) else "") for item in outputs]
+    planned = [entry for entry in planned if entry[1] != "-"]
     sources = [_split(item) for item in inputs]
     sources = [(label, path) for label, path in sources if path != "-"]
     allowed: dict[str, tuple[str, ...]] = {}
@@ -181,11 +181,11 @@ def check_outputs(
             allowed[os.fspath(item)] = tuple(e.lower() for e in extensions)
     elif suffixes is not None:
         every = tuple(e.lower() for e in suffixes)
-        allowed = {path: every for _, path in planned}
+        allowed = {path: every for _, path, _ in planned}
 
     input_ids = [(label, path, _identity(path)) for label, path in sources]
     seen: list[tuple[str, str, str, tuple[int, int] | None]] = []
-    for label, path in planned:
+    for label, path, option in planned:
         extensions = allowed.get(path)
         if extensions and not path.lower().endswith(extensions):
             found = os.path.splitext(path)[1] or "no extension"
@@ -211,7 +211,7 @@ def check_outputs(
                     "give each output its own path"
                 )
         seen.append((label, path, real, identity))
-        _check_folder(label, path, make_dirs)
+        _check_folder(option.strip(), path, make_dirs)
 
 
 # --------------------------------------------------------------------------------------------

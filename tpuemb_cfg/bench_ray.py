@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from .bench import LEARNING_RATE, OPTIMIZERS, Workload, zipf_ids
+from .bench import OPTIMIZERS, Workload, _config_text, zipf_ids
 from .errors import UsageError
 
 __all__ = ["model_bytes", "run"]
@@ -50,18 +50,14 @@ def model_bytes(unique: int, dim: int, positions: bool = False) -> tuple[int, in
 
 
 def _config(w: Workload, hosts: int, mod: bool) -> Any:
+    """``tpuemb bench``'s anchor configuration (``bench._config_text``) over ``hosts`` hosts."""
     from . import load
 
-    text = (
-        f'table_descriptor {{ name: "anchor" vocabulary_size: {w.vocab} dimension: {w.dim} '
-        f"optimization_parameters {{ {OPTIMIZERS[w.optimizer]} "
-        f"learning_rate {{ constant: {LEARNING_RATE} }} "
-        "gradient_accumulation_status: ENABLED } } "
-        f'feature_descriptor {{ name: "f0" table_id: 0 input_shape: {w.ids} }} '
-        f"mode: TRAINING num_tensor_cores: 1 num_hosts: {hosts} "
-        f"sharding_strategy: {'MOD' if mod else 'DIV_DEFAULT'}"
-    )
-    return load(text.encode(), "text")
+    config = load(_config_text([("anchor", w.vocab, w.dim)], [(0, w.ids)], w.optimizer).encode(),
+                  "text")
+    config.num_hosts = hosts
+    config.sharding_strategy = config.MOD if mod else config.DIV_DEFAULT
+    return config
 
 
 def run(workload: Workload | None = None, *, shards: int = 2, engine: str = "numba",

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from tpuemb_cfg.algorithms import ALGORITHMS
 
@@ -185,17 +185,23 @@ def _int32_gcd(values: Iterator[int]) -> int:
     return g
 
 
+def program_arity(udp: Any) -> tuple[int, int]:
+    """(I, O): parameters and result tuple elements of a user program (0 when absent)."""
+    try:
+        if not udp.HasField("program"):
+            return 0, 0
+        program = udp.program
+        if not program.HasField("host_program_shape"):
+            return 0, 0
+        shape = program.host_program_shape
+        return len(shape.parameters), len(shape.result.tuple_shapes)
+    except (AttributeError, ValueError):  # a program type without these fields
+        return 0, 0
+
+
 def _program_outputs(udp: object) -> int | None:
     """O, the number of result tuple elements of a user program; ``None`` when not declared."""
-    try:
-        if not udp.HasField("program"):  # type: ignore[attr-defined]
-            return None
-        program = udp.program  # type: ignore[attr-defined]
-        if not program.HasField("host_program_shape"):
-            return None
-        count = len(program.host_program_shape.result.tuple_shapes)
-    except (AttributeError, ValueError):
-        return None
+    count = program_arity(udp)[1]
     return count if count >= 1 else None
 
 

@@ -37,6 +37,7 @@ from tpuemb_cfg.limits import (
     MAX_DEPTH,
     check_json_depth,
     check_text_depth,
+    line_col,
     read_input,
     too_deep,
     too_deep_path,
@@ -127,14 +128,9 @@ def _sniff(path: str) -> str | None:
         return None
     if not head:
         return None
-    try:
-        sample = head.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        if exc.start < len(head) - 4:  # not just a character cut at the end of the sample
-            return "binary"
-        sample = head[: exc.start].decode("utf-8")
-    if any(ch < " " and ch not in "\t\n\r\f\v" for ch in sample):
+    if _looks_binary(head):
         return "binary"
+    sample = head.decode("utf-8", errors="ignore")  # only a character cut at the end is lost
     return "JSON" if sample.lstrip("\ufeff \t\r\n").startswith("{") else "text"
 
 
@@ -151,12 +147,6 @@ class Source:
 
 # --------------------------------------------------------------------------------------------
 # Reading
-
-
-def _line_col(text: str, index: int) -> tuple[int, int]:
-    line = text.count("\n", 0, index) + 1
-    start = text.rfind("\n", 0, index) + 1
-    return line, index - start + 1
 
 
 _PB_LOCATION = re.compile(r"^\s*(\d+):(\d+)\s*:\s*")
@@ -252,7 +242,7 @@ def _json_key_location(text: str, names: list[str]) -> tuple[int, int]:
     for name in names:
         match = re.search(r'"' + re.escape(name) + r'"\s*:', text)
         if match:
-            return _line_col(text, match.start())
+            return line_col(text, match.start())
     return 1, 1
 
 
@@ -266,7 +256,7 @@ def parse_json(text: str, message: Message, path: str) -> None:
                          column=exc.colno) from None
     except ValueError:  # an integer too long for Python to convert (over 4,300 digits)
         match = re.search(r"\d{4301,}", text)
-        line, column = _line_col(text, match.start()) if match else (1, 1)
+        line, column = line_col(text, match.start()) if match else (1, 1)
         digits = len(match.group()) if match else 0
         raise InputError(
             f"a number with {digits:,} digits; the widest integer field (int64) holds 19 digits",
@@ -274,7 +264,7 @@ def parse_json(text: str, message: Message, path: str) -> None:
     if not isinstance(tree, dict):
         found = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(
             type(tree), "a number")
-        line, column = _line_col(text, len(text) - len(text.lstrip()))
+        line, column = line_col(text, len(text) - len(text.lstrip()))
         raise InputError(
             f"expected a JSON object {{...}} holding the {message.DESCRIPTOR.name}, found "
             f"{found}", path=path, line=line, column=column)
@@ -298,7 +288,7 @@ def _infinite_number(text: str, path: str | None, exc: Exception) -> InputError:
     for match in re.finditer(r"-?Infinity|NaN|-?\d+(?:\.\d+)?[eE][+-]?\d+", text):
         value = float(match.group())
         if not math.isfinite(value):
-            line, column = _line_col(text, match.start())
+            line, column = line_col(text, match.start())
             what = "not a number" if math.isnan(value) else "infinite"
             return InputError(
                 f"number {match.group()[:40]} is {what} as a float; an integer or enum field "

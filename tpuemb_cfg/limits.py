@@ -84,16 +84,18 @@ def max_input_bytes() -> int:
         raise UsageError(f"{MAX_INPUT_ENV}={value!r}: {exc}") from None
 
 
-def _too_large(path: str, limit: int, size: int | None) -> InputError:
+def too_large(path: str, limit: int, size: int | None, *, subject: str = "the file",
+              what: str = "a configuration") -> InputError:
+    """The error for an input over ``limit``: of ``size`` bytes, or (None) one that goes on."""
     if size is not None:
         return InputError(
-            f"the file has {size:,} bytes, more than the input limit of {format_size(limit)}; "
-            f"if it really is a configuration, raise the limit: "
+            f"{subject} has {size:,} bytes, more than the input limit of {format_size(limit)}; "
+            f"if it really is {what}, raise the limit: "
             f"{MAX_INPUT_ENV}={suggest_size(size)}",
             path=path)
     return InputError(
         f"stopped reading after {format_size(limit)} (the input limit) and the input goes on; "
-        f"if it really is a configuration, raise the limit: "
+        f"if it really is {what}, raise the limit: "
         f"{MAX_INPUT_ENV}={suggest_size(limit * 2)}",
         path=path)
 
@@ -108,7 +110,7 @@ def read_limited(handle: Any, path: str, limit: int, start: bytes = b"") -> byte
             return bytes(chunks)
         chunks += chunk
         if len(chunks) > limit:
-            raise _too_large(path, limit, None)
+            raise too_large(path, limit, None)
 
 
 def read_input(path: str, limit: int | None = None) -> bytes:
@@ -121,7 +123,7 @@ def read_input(path: str, limit: int | None = None) -> bytes:
         if not stat.S_ISREG(info.st_mode):
             return read_limited(handle, path, limit)
         if info.st_size > limit:
-            raise _too_large(path, limit, info.st_size)
+            raise too_large(path, limit, info.st_size)
         data = handle.read(info.st_size + 1)  # one allocation of the right size
         if len(data) > info.st_size:  # it grows while being read
             return read_limited(handle, path, limit, data)
@@ -214,7 +216,8 @@ def too_deep(path: str | None, *, line: int | None = None, column: int | None = 
         path=path, line=line, column=column, offset=offset)
 
 
-def _line_col(text: str, index: int) -> tuple[int, int]:
+def line_col(text: str, index: int) -> tuple[int, int]:
+    """1-based (line, column) of ``text[index]``."""
     line = text.count("\n", 0, index) + 1
     start = text.rfind("\n", 0, index) + 1
     return line, index - start + 1
@@ -231,7 +234,7 @@ def check_text_depth(text: str, path: str) -> None:
         if char in ("{", "<"):
             depth += 1
             if depth > MAX_DEPTH:
-                line, column = _line_col(text, match.start())
+                line, column = line_col(text, match.start())
                 raise too_deep(path, line=line, column=column)
         elif char in ("}", ">"):
             depth = max(depth - 1, 0)
@@ -258,7 +261,7 @@ def check_json_depth(text: str, path: str) -> None:
         else:
             continue
         if objects > MAX_DEPTH + 1 or containers > 2 * MAX_DEPTH + 2:
-            line, column = _line_col(text, match.start())
+            line, column = line_col(text, match.start())
             raise too_deep(path, line=line, column=column)
 
 

@@ -127,10 +127,7 @@ def read_npz(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
             try:
                 arrays[key] = loaded[key]
             except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:
-                raise InputError(
-                    f"cannot read the array ({_npy_reason(exc)}); store plain numeric arrays",
-                    path=name, key=key,
-                ) from None
+                raise _bad_array(name, key, _npy_reason(exc)) from None
     return arrays
 
 
@@ -162,12 +159,9 @@ def map_npz(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
                                          if version == (1, 0)
                                          else np.lib.format.read_array_header_2_0(raw))
             except ValueError as exc:
-                raise InputError(f"cannot read the array ({_npy_reason(exc)}); store plain "
-                                 "numeric arrays", path=name, key=key) from None
+                raise _bad_array(name, key, _npy_reason(exc)) from None
             if dtype.hasobject:
-                raise InputError("cannot read the array (it holds Python objects (a pickled "
-                                 "object array), not numbers); store plain numeric arrays",
-                                 path=name, key=key)
+                raise _bad_array(name, key, _PICKLED)
             if 0 in shape:
                 arrays[key] = np.zeros(shape, dtype=dtype)
             else:
@@ -183,13 +177,19 @@ def _read_member(name: str, archive: zipfile.ZipFile, member: str, key: str) -> 
             array: np.ndarray = np.lib.format.read_array(handle, allow_pickle=False)
             return array
     except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:
-        raise InputError(f"cannot read the array ({_npy_reason(exc)}); store plain numeric "
-                         "arrays", path=name, key=key) from None
+        raise _bad_array(name, key, _npy_reason(exc)) from None
+
+
+_PICKLED = "it holds Python objects (a pickled object array), not numbers"
+
+
+def _bad_array(name: str, key: str, reason: str) -> InputError:
+    """The error for member ``key`` of ``name`` that is not a plain numeric array."""
+    return InputError(f"cannot read the array ({reason}); store plain numeric arrays",
+                      path=name, key=key)
 
 
 def _npy_reason(exc: BaseException) -> str:
     """NumPy's reason, without its advice to allow pickles (tpuemb never loads them)."""
     text = str(exc)
-    if "allow_pickle" in text:
-        return "it holds Python objects (a pickled object array), not numbers"
-    return text
+    return _PICKLED if "allow_pickle" in text else text

@@ -129,20 +129,10 @@ def compile_(spec: str, output: str, to_format: str | None, check: bool) -> None
 
 
 def _load(spec: str) -> Any:
-    """``load_spec`` within the input size limit, with runaway nesting as one error line."""
+    """``load_spec`` (which keeps to the input size limit), with runaway nesting as one error
+    line."""
     from tpuemb_cfg.embedding.spec import load_spec
-    from tpuemb_cfg.limits import MAX_INPUT_ENV, format_size, max_input_bytes, suggest_size
 
-    limit = max_input_bytes()
-    try:
-        size = os.stat(spec).st_size
-    except OSError:
-        size = 0  # load_spec names the problem
-    if size > limit:
-        raise InputError(
-            f"the spec has {size:,} bytes, more than the input limit of {format_size(limit)}; "
-            f"if it really is a spec, raise the limit: {MAX_INPUT_ENV}={suggest_size(size)}",
-            path=spec)
     try:
         return load_spec(spec)
     except RecursionError:

@@ -340,6 +340,14 @@ def _config_errors(config_path: str) -> Iterator[None]:
         raise
 
 
+def _state_reader(backend: str | None) -> Callable[[str | Path], Any]:
+    """How to read tables and slots (``--init``, a checkpoint): the Ray backend sends them to its
+    hosts a block at a time, so it maps the file instead of reading it."""
+    from tpuemb_cfg.npzio import map_npz, read_npz
+
+    return map_npz if backend == "ray" else read_npz
+
+
 def _replay(
     config_path: str,
     batches_path: str,
@@ -354,14 +362,13 @@ def _replay(
     placement: dict[str, Any] | None = None,
 ) -> None:
     from tpuemb_cfg.executor import replay
-    from tpuemb_cfg.npzio import atomic_write_npz, map_npz, read_npz
+    from tpuemb_cfg.npzio import atomic_write_npz, read_npz
     from tpuemb_cfg.prepare import prepare, with_combiner_arguments
 
     # One parse of the file: diagnostics get line:column and suppressions, then the plan.
     prepared = with_combiner_arguments(prepare(config_path), combiner_args)
     batches = read_npz(batches_path)
-    # The Ray backend sends the initial tables to its hosts a block at a time: map the file.
-    read_state = map_npz if (placement or {}).get("backend") == "ray" else read_npz
+    read_state = _state_reader((placement or {}).get("backend"))
     init = read_state(init_path) if init_path is not None else None
     tables: dict[str, dict[str, Any]] = {}
     for table in prepared.plan.tables:
@@ -434,7 +441,7 @@ def _synthetic(
     One worker resumes from and checkpoints to OUT_DIR/checkpoint.npz.
     """
     from tpuemb_cfg.commands._outputs import progress, require_matplotlib, write_run
-    from tpuemb_cfg.npzio import atomic_write_npz, map_npz, read_npz
+    from tpuemb_cfg.npzio import atomic_write_npz
     from tpuemb_cfg.sim.multiworker import MultiWorkerRun
     from tpuemb_cfg.sim.report import run_text, workers_text
     from tpuemb_cfg.sim.synthetic import SyntheticRun
@@ -455,7 +462,7 @@ def _synthetic(
     else:
         run = SyntheticRun(prepared, **run_options)
         if resume:
-            read_state = map_npz if run_options.get("backend") == "ray" else read_npz
+            read_state = _state_reader(run_options.get("backend"))
             run.restore(read_state(checkpoint_path), str(checkpoint_path))
             if run.step > steps:  # continuing would rewrite a longer run's outputs
                 raise UsageError(

@@ -39,15 +39,16 @@ def _split(values: Sequence[str]) -> list[str]:
     return out
 
 
-def _fix_file(source: Source, fixes: set[str], *, diff: bool) -> list[str]:
-    """Apply (or, with ``diff``, show) the fixes of one file; returns the messages to print."""
+def _fix_file(source: Source, fixes: set[str], *, diff: bool) -> tuple[list[str], bool]:
+    """Apply (or, with ``diff``, show) the fixes of one file; returns the messages to print and
+    whether the file was rewritten."""
     from tpuemb_cfg.fix import fix_source
     from tpuemb_cfg.io import atomic_write_bytes
 
     result = fix_source(source, fixes)
     notes = list(result.notes)
     if not result.changed:
-        return notes
+        return notes, False
     if diff:
         notes = [f"{note} [--diff: not written]" for note in notes]
         if source.format != "binary":
@@ -65,7 +66,8 @@ def _fix_file(source: Source, fixes: set[str], *, diff: bool) -> list[str]:
     else:
         atomic_write_bytes(source.path, result.data)
         notes.append(f"{source.path}: fixed ({', '.join(result.applied)})")
-    return notes
+        return notes, True
+    return notes, False
 
 
 def _rule_filter(name: str, which: str) -> Callable[[Callable[..., Any]], Any]:
@@ -150,6 +152,7 @@ def validate(
     }
 
     fix_failed = False
+    unchanged: dict[str, Source] = {}  # files --fix read and left as they were: not read again
     if fix:
         from tpuemb_cfg.fix import fixes_for
 
@@ -162,11 +165,13 @@ def validate(
             except (InputError, UsageError):
                 continue  # reported below as PARSE001
             try:
-                notes = _fix_file(source, fixes, diff=diff)
+                notes, written = _fix_file(source, fixes, diff=diff)
             except InputError as exc:
                 click.echo(f"{exc} (not fixed)", err=True)
                 fix_failed = True
                 continue
+            if not written:
+                unchanged[path] = source
             for note in notes:
                 click.echo(note, err=True)
 
@@ -175,7 +180,7 @@ def validate(
     for path in files:
         diagnostics: list[Diagnostic]
         try:
-            source = read_source(path)
+            source = unchanged.pop(path) if path in unchanged else read_source(path)
         except InputError as exc:
             parse_failed = True
             diagnostics = [parse_error(exc)]

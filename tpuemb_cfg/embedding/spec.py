@@ -102,10 +102,17 @@ def _one_line(text: str) -> str:
 
 
 def load_spec(path: str | os.PathLike[str]) -> Spec:
-    """Read a ``.py`` or ``.toml`` spec (by extension)."""
+    """Read a ``.py`` or ``.toml`` spec (by extension), within the input size limit
+    (:func:`tpuemb_cfg.limits.max_input_bytes`)."""
+    from tpuemb_cfg.limits import max_input_bytes, too_large
+
     name = os.fspath(path)
     if not Path(name).is_file():
         raise InputError("no such spec file", path=name)
+    limit = max_input_bytes()
+    size = os.stat(name).st_size
+    if size > limit:
+        raise too_large(name, limit, size, subject="the spec", what="a spec")
     if name.endswith(".toml"):
         return _load_toml(name)
     if name.endswith(".py"):

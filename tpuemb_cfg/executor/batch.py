@@ -46,7 +46,7 @@ class FeatureInput:
 
 @dataclass(frozen=True)
 class CheckedFeature:
-    """A feature input after ``check_batch``: int64 ids/row_splits, float32 weights.
+    """A feature input after ``check_batch``: C-contiguous int64 ids/row_splits, float32 weights.
 
     ``unit_bags``: the input gave no row_splits (one id per bag, so no bag is empty).
     """
@@ -86,7 +86,7 @@ def _integers(value: Any, k: str, source: str | None) -> np.ndarray:
         )
     if array.ndim != 1:
         raise _error(f"shape {array.shape} found, expected a 1-D array", k, source)
-    return array.astype(np.int64, copy=False)
+    return array.astype(np.int64, order="C", copy=False)  # C order: what the kernels read
 
 
 def _floats(value: Any, k: str, source: str | None, strict: bool) -> np.ndarray:
@@ -98,7 +98,7 @@ def _floats(value: Any, k: str, source: str | None, strict: bool) -> np.ndarray:
         )
     if array.dtype.kind not in "fiu":
         raise _error(f"dtype {array.dtype} found, expected float32", k, source)
-    return array.astype(F32, copy=False)
+    return array.astype(F32, order="C", copy=False)  # C order: what the kernels read
 
 
 def _finite(array: np.ndarray, what: str, k: str, source: str | None) -> None:

@@ -37,7 +37,7 @@ from .batch import (
 from .batch import key as batch_key
 from .custom import combine_custom, custom_gains, note_fallback
 from .engines import NUMPY, Engine, get_engine
-from .fused import TableInput, backprop_tables, forward_backprop, identity, update_table
+from .fused import TableInput, backprop_tables, forward_backprop, identity, stacked, update_table
 from .optimizers import UpdateContext
 from .pipeline import RowPipeline
 from .plan import Plan, TablePlan
@@ -397,9 +397,10 @@ class Executor:
         cores: list[np.ndarray] = []
         zero_bags: dict[int, int] = {}
         offset = 0
+        fused_backward = self._fused_backward(table)
         for f, c in zip(table.features, feats, strict=True):
             self._empty_bags.pop(f, None)
-            if self._fused_backward(table) and not c.unit_bags:
+            if fused_backward and not c.unit_bags:
                 self._empty_bags[f] = np.flatnonzero(c.row_splits[1:] == c.row_splits[:-1])
             bag = (identity(c.batch) if c.unit_bags  # one id per bag
                    else self.engine.bag_of_occurrence(c.row_splits))
@@ -450,21 +451,17 @@ class Executor:
             fused = self._fused if self._fused_forward(table) else None
             if fused is not None:
                 # Rows read straight from the live table: no gathered copy (spec section 3).
-                unique, inverse = fused.deduplicate(np.ascontiguousarray(ids, dtype=np.int64))
+                unique, inverse = fused.deduplicate(ids)
                 rows, _ = self.storage.local(table.name, unique)  # type: ignore[attr-defined]
-                index = unique
             else:
                 unique, inverse = self.engine.deduplicate(ids)
                 rows = self._snapshot_rows(table, unique)
-                index = np.arange(unique.shape[0], dtype=np.int64)
             start = 0
             for f, c, g in zip(table.features, given.feats, given.gains_list, strict=True):
                 stop = start + c.ids.shape[0]
                 if fused is not None:
-                    activations[f] = fused.lookup(
-                        rows, index, inverse[start:stop], np.ascontiguousarray(g, dtype=F32),
-                        np.ascontiguousarray(c.row_splits, dtype=np.int64),
-                    )
+                    activations[f] = fused.lookup(rows, unique, inverse[start:stop], g,
+                                                  c.row_splits)
                 else:
                     activations[f] = self.engine.gather_combine(
                         rows, inverse[start:stop], g, c.row_splits
@@ -621,13 +618,7 @@ class Executor:
                         )
                         report.update_norm = float(np.sqrt(squared))
                     continue
-                stacked = [grads[f] for f in table.features]
-                d_activations = (
-                    stacked[0] if len(stacked) == 1  # a lone feature's gradient: no copy
-                    else np.concatenate(stacked) if stacked
-                    else np.zeros((0, table.dimension), dtype=F32)
-                )
-                self._update_table(table, record, d_activations, rates, dynamic)
+                self._update_table(table, record, stacked(table, grads), rates, dynamic)
             self.storage.commit()
         self.step_index += 1
 

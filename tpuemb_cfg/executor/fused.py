@@ -29,7 +29,7 @@ from .plan import TablePlan
 from .storage import LocalStorage
 
 __all__ = [
-    "TableInput", "backprop_tables", "forward_backprop", "identity", "update_table",
+    "TableInput", "backprop_tables", "forward_backprop", "identity", "stacked", "update_table",
 ]
 
 F32 = np.float32
@@ -76,22 +76,22 @@ def identity(n: int) -> np.ndarray:
     return _identity[:n]
 
 
-def _stacked(table: TablePlan, grads: Sequence[np.ndarray]) -> np.ndarray:
-    """The activation gradients of the table's features, stacked in feature order."""
-    stacked = [grads[f] for f in table.features]
-    d_activations = (
-        stacked[0] if len(stacked) == 1  # a lone feature's gradient: no copy
-        else np.concatenate(stacked) if stacked
+def stacked(table: TablePlan, grads: Sequence[np.ndarray]) -> np.ndarray:
+    """The activation gradients of the table's features (``check_gradient``'s C-contiguous
+    float32 arrays), stacked in feature order."""
+    arrays = [grads[f] for f in table.features]
+    return (
+        arrays[0] if len(arrays) == 1  # a lone feature's gradient: no copy
+        else np.concatenate(arrays) if arrays
         else np.zeros((0, table.dimension), dtype=F32)
     )
-    return np.ascontiguousarray(d_activations, dtype=F32)
 
 
 def _backprop(
     fused: Any, table: TablePlan, record: Any, grads: Sequence[np.ndarray],
     empty_bags: Mapping[int, np.ndarray],
 ) -> tuple[Any, bool]:
-    grad, finite = fused.backprop(_stacked(table, grads), record.sample, record.gains,
+    grad, finite = fused.backprop(stacked(table, grads), record.sample, record.gains,
                                   record.inverse, record.unique_ids.shape[0])
     if isinstance(grad, np.ndarray):  # summed by a pass that checked only the rows it read
         for f in table.features:
@@ -151,20 +151,16 @@ def forward_backprop(
     def forward() -> dict[int, np.ndarray]:
         activations: dict[int, np.ndarray] = {}
         for table, given in zip(tables, inputs, strict=True):
-            params = storage.live_params(table.name, np.ascontiguousarray(given.ids, np.int64))
+            params = storage.live_params(table.name, given.ids)
             for f, c, g in zip(table.features, given.feats, given.gains_list, strict=True):
-                activations[f] = fused.lookup(
-                    params, np.ascontiguousarray(c.ids, dtype=np.int64), None,
-                    np.ascontiguousarray(g, dtype=F32),
-                    np.ascontiguousarray(c.row_splits, dtype=np.int64),
-                )
+                activations[f] = fused.lookup(params, c.ids, None, g, c.row_splits)
         return activations
 
     def backward() -> tuple[list[Any], list[tuple[Any, bool]]]:
         records: list[Any] = []
         results: list[tuple[Any, bool]] = []
         for table, given in zip(tables, inputs, strict=True):
-            unique, inverse = fused.deduplicate(np.ascontiguousarray(given.ids, dtype=np.int64))
+            unique, inverse = fused.deduplicate(given.ids)
             records.append(record(table, given, unique, inverse))
             results.append(_backprop(fused, table, records[-1], grads, empty_bags))
         return records, results

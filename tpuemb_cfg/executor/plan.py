@@ -437,9 +437,11 @@ def _optimizer(td: Any, t: int, algorithm: str) -> tuple[Optimizer, Any]:
 
 def _mark_custom(plan: Plan) -> Plan:
     """``plan`` with ``TablePlan.custom`` set on the tables that run a Python callable."""
+    from .custom import OPTIMIZER_NAME
+
     combined = {f.table for f in plan.features if f.custom is not None}
     tables = tuple(
-        replace(t, custom=t.optimizer.name == "custom_optimizer" or t.index in combined)
+        replace(t, custom=t.optimizer.name == OPTIMIZER_NAME or t.index in combined)
         for t in plan.tables
     )
     return replace(plan, tables=tables)

@@ -544,13 +544,7 @@ class RayStorage:
                 calls.append((p.host, "gather", (table, p.local, self._reads)))
         self._kept[table] = (rows, self._reads)
         values = self._run(calls, f"reading rows of table {table!r}")
-        block = arena.view(out)
-        for p, value in zip(parts, values, strict=True):
-            if p.host not in self.shared:
-                if isinstance(p.positions, slice):
-                    block[p.positions] = value
-                else:
-                    self.engine.scatter(block, p.positions, value)
+        block = self._assemble(table, count, parts, values, arena.view(out))
         return np.array(block)  # the arena is reused by the next call
 
     def _update_shared(self, table: str, rows: np.ndarray, grad: np.ndarray, fn: Any,
@@ -583,11 +577,16 @@ class RayStorage:
         return calls
 
     def _assemble(self, table: str, count: int, parts: Sequence[HostRows],
-                  values: Sequence[np.ndarray]) -> np.ndarray:
-        """The hosts' blocks of rows put back in the order of the ``count`` ids they came from
+                  values: Sequence[np.ndarray | None], out: np.ndarray | None = None
+                  ) -> np.ndarray:
+        """The hosts' blocks of rows put back in the order of the ``count`` ids they came from,
+        in ``out`` (default: a new array; a None block: the host wrote its rows there itself)
         (the engine's parallel scatter for a MOD layout's scattered positions)."""
-        out = np.empty((count, self._tables[table].dimension), dtype=F32)
+        if out is None:
+            out = np.empty((count, self._tables[table].dimension), dtype=F32)
         for part, block in zip(parts, values, strict=True):
+            if block is None:
+                continue
             if isinstance(part.positions, slice):
                 out[part.positions] = block
             else:

@@ -141,8 +141,9 @@ class LocalStorage:
         holding their values (not part of ``Storage``): what a forward pass reading rows by id,
         before any de-duplication, needs. Pending default rows among them are computed first."""
         pending = self._pending.get(table)
-        missing = ids[pending.done[ids] == 0] if pending is not None else ids[:0]
-        return self.local(table, np.unique(missing))[0]
+        if pending is None:  # every row holds its value already
+            return self._params[table]
+        return self.local(table, np.unique(ids[pending.done[ids] == 0]))[0]
 
     def commit(self) -> None:
         """Updates are made in place: nothing to finish."""

@@ -145,9 +145,8 @@ def hyper_parameter_not_finite(ctx: Context) -> Iterator[Diagnostic]:
     for t in op_tables(ctx):
         i, op = t.i, t.op
         base = t.op_path
-        name = op.WhichOneof("parameters")
+        name, params = t.algorithm, t.params
         if name is not None:
-            params = getattr(op, name)
             for fd in params.DESCRIPTOR.fields:
                 if fd.type != fd.TYPE_FLOAT or is_repeated(fd):
                     continue
@@ -229,11 +228,10 @@ def zero_learning_rate(ctx: Context) -> Iterator[Diagnostic]:
     for t, value in constant_rates(ctx):
         if value != 0:
             continue
-        op = t.op
-        name = op.WhichOneof("parameters")
+        name = t.algorithm
         if name in ("assign", "frequency_estimator"):
             continue
-        if name == "ftrl" and not op.ftrl.multiply_linear_by_lr:
+        if name == "ftrl" and not t.op.ftrl.multiply_linear_by_lr:
             continue  # OPT014
         yield table_diag(
             ctx, t, "learning_rate.constant",

@@ -5,9 +5,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
-from tpuemb_cfg.derived import PACKABLE_ALGORITHMS, PACKABLE_DIMENSIONS, packing_effective
+from tpuemb_cfg.derived import (
+    PACKABLE_ALGORITHMS,
+    PACKABLE_DIMENSIONS,
+    packing_effective,
+    program_arity,
+)
 from tpuemb_cfg.rules._registry import Context, Diagnostic, rule
 from tpuemb_cfg.rules.common import (
     HOT_ID_MIGRATION_ONLY,
@@ -20,20 +24,6 @@ from tpuemb_cfg.rules.common import (
     table_diag,
     undeclared_value,
 )
-
-
-def program_arity(udp: Any) -> tuple[int, int]:
-    """(I, O): parameters and result tuple elements of a user program (0 when absent)."""
-    try:
-        if not udp.HasField("program"):
-            return 0, 0
-        program = udp.program
-        if not program.HasField("host_program_shape"):
-            return 0, 0
-        shape = program.host_program_shape
-        return len(shape.parameters), len(shape.result.tuple_shapes)
-    except (AttributeError, ValueError):  # a program type without these fields
-        return 0, 0
 
 
 def arity_valid(inputs: int, outputs: int) -> bool:

@@ -271,8 +271,7 @@ class FusedStep:
 
 def _engine() -> Engine:
     def engine_deduplicate(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        unique, inverse = numba_step.deduplicate(_i64(ids))
-        return unique, inverse
+        return numba_step.deduplicate(_i64(ids))
 
     def engine_segment_sum(
         values: np.ndarray, segments: np.ndarray, num_segments: int

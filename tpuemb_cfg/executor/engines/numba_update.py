@@ -548,8 +548,11 @@ class Occurrences(NamedTuple):
     d_activations: np.ndarray  # float32 [bags, D], C-contiguous
 
 
+# Stands in for the slot arrays an optimizer does not have and for ``grad`` when the update
+# sums the occurrences itself: never read or written by the kernels, kept for every step.
+_PLACEHOLDER = np.zeros((1, 1), dtype=np.float32)
 _NO_OCCURRENCES = Occurrences(np.zeros(0, np.int64), np.zeros(0, np.int64),
-                              np.zeros(0, np.float32), np.zeros((1, 1), np.float32))
+                              np.zeros(0, np.float32), _PLACEHOLDER)
 _ROW_COST = 4  # the update of a touched row, in gradient rows read: how ranges are balanced
 
 
@@ -567,13 +570,12 @@ def update(
     (back-propagation fused into the update, on every thread); ``clips``: (g_lo, g_hi, w_lo,
     w_hi), -inf/+inf when absent; ``h``: the hyper-parameters.
     """
-    placeholder = np.zeros((1, 1), dtype=np.float32)
-    s0, s1, s2 = (*slots, placeholder, placeholder, placeholder)[:3]
+    s0, s1, s2 = (*slots, _PLACEHOLDER, _PLACEHOLDER, _PLACEHOLDER)[:3]
     hyper = tuple(np.float32(v) for v in h[:_HYPER]) + (np.float32(0.0),) * (_HYPER - len(h))
     total = params.shape[0] if dense else rows.shape[0]
     cost = None
     if isinstance(grad, Occurrences):
-        occurrences, grad = grad, placeholder
+        occurrences, grad = grad, _PLACEHOLDER
         if not dense:  # rows with many occurrences weigh more
             cost = occurrences.starts + _ROW_COST * np.arange(total + 1)
     else:
