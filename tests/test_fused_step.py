@@ -56,6 +56,7 @@ def test_the_default_engine_is_numba() -> None:
 @pytest.mark.parametrize("engine", ["numba", "numpy"])
 def test_non_finite_gradients_are_refused_before_any_change(engine: str, bag: int) -> None:
     executor = Executor(_config(), seed=1, engine=engine)
+    assert executor.engine.name == engine
     good = np.ones((3, 4), np.float32)
     executor.step(_batch(good))
     before = {k: v.copy() for k, v in executor.state_arrays().items()}
@@ -87,6 +88,7 @@ def test_frequency_estimator_is_fused() -> None:
          "grad": np.ones((3, 1), np.float32)},
     ]
     runs = {engine: Executor(config, engine=engine) for engine in ("numba", "numpy")}
+    assert runs["numba"].engine.name == "numba"  # not NumPy against NumPy
     for step in range(4):
         for executor in runs.values():
             executor.step(batch, [float(step * 3 + 1)])
