@@ -148,10 +148,15 @@ def forward_backprop(
     and whether every gradient value was finite.
     """
 
+    # The rows the forward pass reads, pending defaults computed, before the other thread
+    # starts: short compiled work that would otherwise wait for the interpreter lock while the
+    # other thread's Python runs.
+    live = [storage.live_params(table.name, given.ids, fused.missing_rows)
+            for table, given in zip(tables, inputs, strict=True)]
+
     def forward() -> dict[int, np.ndarray]:
         activations: dict[int, np.ndarray] = {}
-        for table, given in zip(tables, inputs, strict=True):
-            params = storage.live_params(table.name, given.ids)
+        for table, given, params in zip(tables, inputs, live, strict=True):
             for f, c, g in zip(table.features, given.feats, given.gains_list, strict=True):
                 activations[f] = fused.lookup(params, c.ids, None, g, c.row_splits)
         return activations

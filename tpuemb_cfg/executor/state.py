@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError
+from .aligned import aligned_empty
 from .counter import normal_rows
 from .plan import Plan, TablePlan
 
@@ -134,13 +135,13 @@ def initial_slot_rows(table: TablePlan, slot: int | str, rows: np.ndarray) -> np
 
 
 def _default_table(table: TablePlan, seed: int) -> np.ndarray:
-    out = np.empty((table.vocabulary, table.dimension), dtype=F32)
+    out = aligned_empty((table.vocabulary, table.dimension))
     _fill_table(table, seed, None, out)
     return out
 
 
 def _default_slot(table: TablePlan, slot: int) -> np.ndarray:
-    out = np.empty((table.vocabulary, table.dimension), dtype=F32)
+    out = aligned_empty((table.vocabulary, table.dimension))
     _fill(out, table.slot_defaults[slot])
     return out
 
@@ -159,8 +160,11 @@ def _given(
             f"shape {array.shape} found, expected {shape} ([vocabulary_size, dimension])",
             path=source, key=key,
         )
-    # A private, writable float32 copy: the executor updates it in place.
-    return np.array(array, dtype=F32, copy=True)
+    # A private, writable float32 copy (rows on cache lines, ``aligned``): the executor updates
+    # it in place.
+    out = aligned_empty(shape)
+    np.copyto(out, array, casting="unsafe")
+    return out
 
 
 @dataclass
@@ -247,7 +251,7 @@ def initial_state(
         params_pending = name not in given and lazy
         state[name] = (
             _given(given, name, shape, source, strict) if name in given
-            else np.empty(shape, dtype=F32) if lazy
+            else aligned_empty(shape) if lazy
             else _default_table(table, seed)
         )
         slots_pending = []
@@ -256,7 +260,7 @@ def initial_state(
             slots_pending.append(name not in given and lazy)
             state[name] = (
                 _given(given, name, shape, source, strict) if name in given
-                else np.empty(shape, dtype=F32) if lazy
+                else aligned_empty(shape) if lazy
                 else _default_slot(table, index)
             )
         if params_pending or any(slots_pending):

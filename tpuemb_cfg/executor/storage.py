@@ -136,14 +136,21 @@ class LocalStorage:
         self._materialize(table, rows)
         return self._params[table], self._slots[table]
 
-    def live_params(self, table: str, ids: np.ndarray) -> np.ndarray:
+    def live_params(
+        self, table: str, ids: np.ndarray,
+        missing: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
+    ) -> np.ndarray:
         """The live parameter array of ``table`` with the rows ``ids`` (any order, repeated)
         holding their values (not part of ``Storage``): what a forward pass reading rows by id,
-        before any de-duplication, needs. Pending default rows among them are computed first."""
+        before any de-duplication, needs. Pending default rows among them are computed first;
+        ``missing(done, ids)``: the sorted distinct ids whose ``done`` flag is 0 (default: with
+        NumPy; the compiled step passes its own, ``numba_step.missing_rows``)."""
         pending = self._pending.get(table)
         if pending is None:  # every row holds its value already
             return self._params[table]
-        return self.local(table, np.unique(ids[pending.done[ids] == 0]))[0]
+        rows = (missing(pending.done, ids) if missing is not None
+                else np.unique(ids[pending.done[ids] == 0]))
+        return self.local(table, rows)[0]
 
     def commit(self) -> None:
         """Updates are made in place: nothing to finish."""

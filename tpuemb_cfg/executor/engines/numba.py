@@ -249,6 +249,7 @@ class FusedStep:
 
     deduplicate = staticmethod(numba_step.deduplicate)
     lookup = staticmethod(numba_step.lookup)
+    missing_rows = staticmethod(numba_step.missing_rows)
     update = staticmethod(fused_update)
     parallel = staticmethod(parallel)
     alongside = staticmethod(alongside)

@@ -15,10 +15,13 @@ j's id in ``unique``:
 ``backprop(d_activations, sample, gains, inverse, rows) -> (grad, finite)``
     per row u, ``G[u] = sum over its occurrences j, in order, of gains[j] * dA[sample[j]]``
     (spec section 4: back-propagation and the duplicate sum in one pass, no [occurrences, D]
-    temporary), and whether every gradient value it read was finite (the input check of spec
-    section 1, in the same pass; the caller checks the rows no bag reads). A row's first
-    contribution is stored as is (the sum starts from it, as from 0), so the sums need no
-    zeroed array.
+    temporary), and whether every sum is finite: the input check of spec section 1 made on the
+    sums, a third of the values (a NaN or infinity read makes its row's sum NaN or infinite,
+    whatever the gain, and no later addition makes it finite again; a sum can also overflow
+    from finite values, so ``False`` means "check the inputs": the caller then looks for the
+    first bad value and refuses the step only if there is one; it also checks the rows no
+    bag reads). A row's first contribution is stored as is (the sum starts from it, as from 0),
+    so the sums need no zeroed array.
     One pass over the occurrences in order, reading the gradient rows in increasing order (the
     hardware prefetches them) and adding each into its row's sum. Measured on the anchor
     workload, the alternatives were slower: grouping the occurrences by row first reads the
@@ -45,15 +48,21 @@ from typing import Any
 
 import numpy as np
 
-from .jit import njit, prefetch
+from ..aligned import aligned_empty
+from .jit import STREAMING, njit, popcount, prefetch, prefetch_once, store_fence, stream_row
 from .numba_update import Occurrences, run_ranges
 
-__all__ = ["backprop", "deduplicate", "finite", "lookup", "occurrences"]
+__all__ = ["backprop", "deduplicate", "finite", "lookup", "missing_rows", "occurrences"]
 
 F32 = np.float32
 _ZERO = np.float32(0.0)
 _EMPTY = np.int64(-1)
 _AHEAD = 8  # rows or bags: how far ahead scattered rows are prefetched
+_AHEAD_ONCE = 16  # gradient rows read once: how far ahead they are prefetched
+# ``deduplicate``: a bitmap (1 bit per possible id) when the ids are below this many per id of
+# the batch; its 32 bytes per id at most are the hash table's size (2n to 4n slots of 16 bytes)
+_BITMAP_IDS_PER_ID = 256
+_LANES = 8  # float32 values per streaming store (``jit.stream_row``)
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: multiply, keep the top bits
 
@@ -92,11 +101,64 @@ def _radix_argsort(keys: np.ndarray) -> np.ndarray:
 def deduplicate(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(unique, inverse)`` of the non-negative int64 ``ids``, as ``np.unique``'s.
 
-    One pass over the ids with an open-addressing hash table (linear probing, 2n to 4n slots,
-    sized by the batch, never by the vocabulary) labels each new id in first-appearance order;
-    a radix sort of the u unique ids relabels them in increasing order: O(n + u) instead of a
-    sort of every id.
+    Ids below ``_BITMAP_IDS_PER_ID`` times the batch size (the usual case: a table's
+    vocabulary is rarely much larger than 256 batches) go through a bitmap with one bit per
+    possible id (``_bitmap_deduplicate``): a few kilobytes to a few hundred that the caches
+    hold. Larger ids go through a hash table sized by the batch (``_hash_deduplicate``).
+    Measured on the anchor workload (65,536 ids, 21,685 distinct): 0.5 ms against 1.0-1.4 ms
+    for the hash table.
     """
+    n = ids.shape[0]
+    top = np.int64(-1)
+    for j in range(n):
+        top = max(top, ids[j])
+    if top < _BITMAP_IDS_PER_ID * n:
+        return _bitmap_deduplicate(ids, top)
+    return _hash_deduplicate(ids)
+
+
+@njit(nogil=True, cache=True, error_model="numpy")
+def _bitmap_deduplicate(ids: np.ndarray, top: np.int64) -> tuple[np.ndarray, np.ndarray]:
+    """``deduplicate`` through a bitmap of ids ``0..top``: set each id's bit (one pass), count
+    the bits of each 64-bit word before it (``starts``), list the set bits in increasing order
+    (the unique ids), then an id's rank is its word's start plus the bits set below it in the
+    word (one more pass: ``inverse``)."""
+    n = ids.shape[0]
+    words = (top >> 6) + 1
+    bits = np.zeros(words, dtype=np.uint64)
+    one = np.uint64(1)
+    for j in range(n):
+        key = ids[j]
+        bits[key >> 6] |= one << np.uint64(key & 63)
+    starts = np.empty(words, dtype=np.int64)
+    count = 0
+    for w in range(words):
+        starts[w] = count
+        count += popcount(bits[w])
+    unique = np.empty(count, dtype=np.int64)
+    k = 0
+    for w in range(words):
+        word = bits[w]
+        while word != 0:
+            lowest = word & (~word + one)
+            unique[k] = (w << 6) + popcount(lowest - one)
+            k += 1
+            word ^= lowest
+    inverse = np.empty(n, dtype=np.int64)
+    for j in range(n):
+        key = ids[j]
+        w = key >> 6
+        below = (one << np.uint64(key & 63)) - one
+        inverse[j] = starts[w] + popcount(bits[w] & below)
+    return unique, inverse
+
+
+@njit(nogil=True, cache=True, error_model="numpy")
+def _hash_deduplicate(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``deduplicate`` for any non-negative ids. One pass over the ids with an open-addressing
+    hash table (linear probing, 2n to 4n slots, sized by the batch, never by the vocabulary)
+    labels each new id in first-appearance order; a radix sort of the u unique ids relabels
+    them in increasing order: O(n + u) instead of a sort of every id."""
     n = ids.shape[0]
     bits = 1
     while (1 << bits) < 2 * n:
@@ -136,6 +198,25 @@ def deduplicate(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return unique, inverse
 
 
+@njit(nogil=True, cache=True)
+def missing_rows(done: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """The sorted distinct ``ids`` whose ``done`` flag (uint8, by row) is 0: the default rows a
+    forward pass by id must compute first (``LocalStorage.live_params``), usually none after
+    the first steps. Compiled and without the GIL, so the thread that back-propagates at the
+    same time is not held up by it."""
+    count = 0
+    for j in range(ids.shape[0]):
+        if done[ids[j]] == 0:
+            count += 1
+    found = np.empty(count, dtype=np.int64)
+    count = 0
+    for j in range(ids.shape[0]):
+        if done[ids[j]] == 0:
+            found[count] = ids[j]
+            count += 1
+    return np.unique(found)
+
+
 @njit(inline="always")
 def _by_inverse(unique: np.ndarray, inverse: np.ndarray, j: int) -> int:
     return unique[inverse[j]]
@@ -149,46 +230,60 @@ def _by_id(ids: np.ndarray, inverse: np.ndarray, j: int) -> int:
 @njit(inline="always")
 def _combine(
     row: Any, params: np.ndarray, unique: np.ndarray, inverse: np.ndarray, gains: np.ndarray,
-    row_splits: np.ndarray, out: np.ndarray, start: int, stop: int,
+    row_splits: np.ndarray, out: np.ndarray, stream: bool, start: int, stop: int,
 ) -> float:
     """The activations of bags ``start:stop``; ``row(unique, inverse, j)``: occurrence j's row
-    (``_by_inverse``, ``_by_id``: each kernel inlines its own)."""
+    (``_by_inverse``, ``_by_id``: each kernel inlines its own). Each bag's sum is formed in a
+    small buffer that stays in the first-level cache, then written out once: with ``stream``,
+    by streaming stores (``jit.stream_row``; ``out`` aligned, the dimension a multiple of 8)."""
+    dim = out.shape[1]
+    acc = np.empty(dim, dtype=np.float32)
+    end = row_splits[stop] - _AHEAD  # occurrences whose row is asked for _AHEAD ahead
     for b in range(start, stop):
-        ahead = min(b + _AHEAD, stop)
-        for j in range(row_splits[ahead], row_splits[min(ahead + 1, stop)]):
-            prefetch(params, row(unique, inverse, j))
         first, last = row_splits[b], row_splits[b + 1]
         if first == last:
-            for d in range(out.shape[1]):
-                out[b, d] = _ZERO
-            continue
-        # The first product as is (as NumPy's reduceat starts), then the others added.
-        g = gains[first]
-        r = row(unique, inverse, first)
-        for d in range(out.shape[1]):
-            out[b, d] = g * params[r, d]
-        for j in range(first + 1, last):
-            g = gains[j]
-            r = row(unique, inverse, j)
-            for d in range(out.shape[1]):
-                out[b, d] += g * params[r, d]
+            for d in range(dim):
+                acc[d] = _ZERO
+        else:
+            # The first product as is (as NumPy's reduceat starts), then the others added.
+            if first < end:
+                prefetch(params, row(unique, inverse, first + _AHEAD))
+            g = gains[first]
+            r = row(unique, inverse, first)
+            for d in range(dim):
+                acc[d] = g * params[r, d]
+            for j in range(first + 1, last):
+                if j < end:
+                    prefetch(params, row(unique, inverse, j + _AHEAD))
+                g = gains[j]
+                r = row(unique, inverse, j)
+                for d in range(dim):
+                    acc[d] += g * params[r, d]
+        if stream:
+            stream_row(out, b, acc)
+        else:
+            for d in range(dim):
+                out[b, d] = acc[d]
+    if stream:
+        store_fence()
     return 0.0
 
 
 @njit(nogil=True, cache=True, error_model="numpy")
 def _lookup(
     params: np.ndarray, unique: np.ndarray, inverse: np.ndarray, gains: np.ndarray,
-    row_splits: np.ndarray, out: np.ndarray, start: int, stop: int,
+    row_splits: np.ndarray, out: np.ndarray, stream: bool, start: int, stop: int,
 ) -> float:
-    return _combine(_by_inverse, params, unique, inverse, gains, row_splits, out, start, stop)
+    return _combine(_by_inverse, params, unique, inverse, gains, row_splits, out, stream, start,
+                    stop)
 
 
 @njit(nogil=True, cache=True, error_model="numpy")
 def _lookup_ids(
     params: np.ndarray, ids: np.ndarray, inverse: np.ndarray, gains: np.ndarray,
-    row_splits: np.ndarray, out: np.ndarray, start: int, stop: int,
+    row_splits: np.ndarray, out: np.ndarray, stream: bool, start: int, stop: int,
 ) -> float:
-    return _combine(_by_id, params, ids, inverse, gains, row_splits, out, start, stop)
+    return _combine(_by_id, params, ids, inverse, gains, row_splits, out, stream, start, stop)
 
 
 def lookup(
@@ -197,12 +292,14 @@ def lookup(
 ) -> np.ndarray:
     """The activations [bags, D] of one feature (module docstring); bags split over threads."""
     bags = row_splits.shape[0] - 1
-    # Allocated by NumPy, which asks the kernel for huge pages for large arrays: a fresh 16 MB
-    # array then costs a few page faults instead of thousands.
-    out = np.empty((bags, params.shape[1]), dtype=F32)
+    # On a cache line (``aligned``), so every row of a dimension that is a multiple of 8 can be
+    # written by aligned streaming stores. NumPy asks the kernel for huge pages for large
+    # arrays: a fresh 16 MB array costs a few page faults instead of thousands.
+    out = aligned_empty((bags, params.shape[1]))
+    stream = STREAMING and params.shape[1] % _LANES == 0
     kernel, index = (_lookup_ids, unique) if inverse is None else (_lookup, inverse)
     run_ranges(kernel, bags, index.shape[0] * params.shape[1],
-               params, unique, index, gains, row_splits, out)
+               params, unique, index, gains, row_splits, out, stream)
     return out
 
 
@@ -261,15 +358,15 @@ def occurrences(
 def _backprop(
     d_activations: np.ndarray, sample: np.ndarray, gains: np.ndarray, inverse: np.ndarray,
     out: np.ndarray,
-) -> float:
+) -> None:
     dim = out.shape[1]
     seen = np.zeros(out.shape[0], dtype=np.bool_)
-    checks = np.zeros(dim, dtype=np.float32)
     count = inverse.shape[0]
     for j in range(count):
-        if j + _AHEAD < count:
+        if j + _AHEAD < count:  # the sums are scattered; ``sample`` only increases
             prefetch(out, inverse[j + _AHEAD])
-            prefetch(d_activations, sample[j + _AHEAD])
+        if j + _AHEAD_ONCE < count:
+            prefetch_once(d_activations, sample[j + _AHEAD_ONCE])
         u = inverse[j]
         g = gains[j]
         b = sample[j]
@@ -280,10 +377,6 @@ def _backprop(
             seen[u] = True
             for d in range(dim):
                 out[u, d] = g * d_activations[b, d]
-        for d in range(dim):
-            # x - x is 0 for a finite x and NaN for NaN and +-inf: the input check, per value.
-            checks[d] += d_activations[b, d] - d_activations[b, d]
-    return np.float64(checks.sum())
 
 
 def backprop(
@@ -291,7 +384,8 @@ def backprop(
     rows: int,
 ) -> tuple[np.ndarray, bool]:
     """``(grad [rows, D], finite)`` (module docstring), in one pass on the calling thread
-    (several tables: on several threads, ``numba_update.parallel``)."""
-    out = np.empty((rows, d_activations.shape[1]), dtype=F32)
-    bad = _backprop(d_activations, sample, gains, inverse, out)
-    return out, bad == 0.0
+    (several tables: on several threads, ``numba_update.parallel``), then the input check on
+    the sums (``finite``, on this thread: the sums are still in the caches)."""
+    out = aligned_empty((rows, d_activations.shape[1]))  # whole cache lines per row
+    _backprop(d_activations, sample, gains, inverse, out)
+    return out, _not_finite(out, 0, rows) == 0.0
