@@ -108,12 +108,34 @@ def test_both_de_duplications_agree_on_the_anchor_ids() -> None:
 
 
 def test_missing_rows_lists_the_sorted_distinct_ids_not_done() -> None:
+    from tpuemb_cfg.executor.state import Pending
+
     rng = np.random.default_rng(3)
-    done = (rng.random(1000) < 0.7).astype(np.uint8)
-    ids = rng.integers(0, 1000, 5000).astype(np.int64)
-    np.testing.assert_array_equal(numba_step.missing_rows(done, ids),
-                                  np.unique(ids[done[ids] == 0]))
-    assert numba_step.missing_rows(np.ones(1000, np.uint8), ids).shape == (0,)
+    flags = rng.random(1001) < 0.7  # 1001 rows: the last byte of the bitmap is partial
+    done = np.packbits(flags, bitorder="little")
+    assert done.shape == Pending.bitmap(1001).shape
+    ids = rng.integers(0, 1001, 5000).astype(np.int64)
+    np.testing.assert_array_equal(numba_step.missing_rows(done, ids), np.unique(ids[~flags[ids]]))
+    everything = np.packbits(np.ones(1001, bool), bitorder="little")
+    assert numba_step.missing_rows(everything, ids).shape == (0,)
+
+
+def test_pending_rows_are_computed_once_and_the_bitmap_follows() -> None:
+    """Lazy default rows: computed when first read (the values of the eager state), marked in
+    the bitmap, never recomputed; the rows no step read are computed on export."""
+    from tpuemb_cfg.executor.state import initial_state
+
+    executor = Executor(_config(vocab=77, dim=8), engine="numba")
+    eager = initial_state(executor.plan, seed=0)  # every row computed up front
+    pending = executor.storage._pending["t"]
+    assert pending.remaining == 77 and not pending.holds(np.arange(77)).any()
+    grad = np.zeros((4, 8), np.float32)  # a zero gradient: SGD-like rows stay as they were
+    executor.step([{"ids": np.array([70, 3, 70, 9]), "grad": grad}])
+    np.testing.assert_array_equal(np.flatnonzero(pending.holds(np.arange(77))), [3, 9, 70])
+    assert pending.remaining == 74
+    arrays = executor.state_arrays()  # every other row computed now
+    np.testing.assert_array_equal(arrays["table/t"], eager["table/t"])
+    np.testing.assert_array_equal(arrays["slot/t/accumulators"], eager["slot/t/accumulators"])
 
 
 # ------------------------------------------------------------------------------------------

@@ -167,12 +167,18 @@ def _given(
     return out
 
 
+_BIT = np.array([1 << k for k in range(8)], dtype=np.uint8)  # bit k of a byte
+
+
 @dataclass
 class Pending:
     """The default rows of one table not computed yet (``initial_state(lazy=True)``).
 
     ``params`` / ``slots``: which of the table's arrays hold defaults (the others were given);
-    ``done[r]``: row r of those arrays holds its values; ``remaining``: rows still to compute.
+    ``done``: a bitmap, bit ``r & 7`` of byte ``r >> 3`` set when row r of those arrays holds its
+    values (``np.packbits(..., bitorder="little")``'s layout: an eighth of a byte per row, so a
+    step's look-up of the rows it reads stays in the caches); ``remaining``: rows still to
+    compute.
     """
 
     table: TablePlan
@@ -188,11 +194,12 @@ class Pending:
         """Compute the pending default values of ``rows`` (sorted distinct ids; None: every
         row) into the arrays, in place; return True once no row is pending."""
         if rows is None:
-            missing = None if self.remaining == self.done.shape[0] else (
-                np.flatnonzero(self.done == 0)
+            missing = None if self.remaining == self.table.vocabulary else (
+                np.flatnonzero(np.unpackbits(self.done, count=self.table.vocabulary,
+                                             bitorder="little") == 0)
             )
         else:
-            missing = rows[self.done[rows] == 0]
+            missing = rows[~self.holds(rows)]
             if not missing.size:
                 return False
         table = self.table
@@ -204,9 +211,18 @@ class Pending:
         if missing is None:
             self.remaining = 0
         else:
-            self.done[missing] = 1
+            np.bitwise_or.at(self.done, missing >> 3, _BIT[missing & 7])
             self.remaining -= int(missing.shape[0])
         return self.remaining == 0
+
+    def holds(self, rows: np.ndarray) -> np.ndarray:
+        """bool per id of ``rows`` (int64): whether that row holds its values already."""
+        return (self.done[rows >> 3] & _BIT[rows & 7]) != 0
+
+    @staticmethod
+    def bitmap(vocabulary: int) -> np.ndarray:
+        """An empty ``done`` bitmap for ``vocabulary`` rows."""
+        return np.zeros((vocabulary + 7) // 8, dtype=np.uint8)
 
 
 class InitialState(dict[str, np.ndarray]):
@@ -266,7 +282,7 @@ def initial_state(
         if params_pending or any(slots_pending):
             state.pending[table.name] = Pending(
                 table, int(seed), params_pending, tuple(slots_pending),
-                np.zeros(table.vocabulary, dtype=np.uint8), table.vocabulary,
+                Pending.bitmap(table.vocabulary), table.vocabulary,
             )
     return state
 

@@ -143,13 +143,14 @@ class LocalStorage:
         """The live parameter array of ``table`` with the rows ``ids`` (any order, repeated)
         holding their values (not part of ``Storage``): what a forward pass reading rows by id,
         before any de-duplication, needs. Pending default rows among them are computed first;
-        ``missing(done, ids)``: the sorted distinct ids whose ``done`` flag is 0 (default: with
-        NumPy; the compiled step passes its own, ``numba_step.missing_rows``)."""
+        ``missing(done, ids)``: the sorted distinct ids whose row is not done (default: with
+        NumPy; the compiled step passes its own, ``numba_step.missing_rows``; ``done``: the
+        ``Pending.done`` bitmap)."""
         pending = self._pending.get(table)
         if pending is None:  # every row holds its value already
             return self._params[table]
         rows = (missing(pending.done, ids) if missing is not None
-                else np.unique(ids[pending.done[ids] == 0]))
+                else np.unique(ids[~pending.holds(ids)]))
         return self.local(table, rows)[0]
 
     def commit(self) -> None:

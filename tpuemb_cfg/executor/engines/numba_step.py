@@ -198,20 +198,25 @@ def _hash_deduplicate(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return unique, inverse
 
 
+@njit(inline="always")
+def _not_done(done: np.ndarray, row: int) -> bool:
+    return (done[row >> 3] >> (row & 7)) & 1 == 0
+
+
 @njit(nogil=True, cache=True)
 def missing_rows(done: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    """The sorted distinct ``ids`` whose ``done`` flag (uint8, by row) is 0: the default rows a
-    forward pass by id must compute first (``LocalStorage.live_params``), usually none after
-    the first steps. Compiled and without the GIL, so the thread that back-propagates at the
-    same time is not held up by it."""
+    """The sorted distinct ``ids`` whose bit in the ``done`` bitmap (``state.Pending.done``: bit
+    ``r & 7`` of byte ``r >> 3``) is 0: the default rows a forward pass by id must compute first
+    (``LocalStorage.live_params``), usually none after the first steps. Compiled and without
+    the GIL."""
     count = 0
     for j in range(ids.shape[0]):
-        if done[ids[j]] == 0:
+        if _not_done(done, ids[j]):
             count += 1
     found = np.empty(count, dtype=np.int64)
     count = 0
     for j in range(ids.shape[0]):
-        if done[ids[j]] == 0:
+        if _not_done(done, ids[j]):
             found[count] = ids[j]
             count += 1
     return np.unique(found)
