@@ -6,8 +6,9 @@ the top, and ``import tpuemb_cfg`` and ``tpuemb validate`` must never pay for th
 Every kernel computes what its namesake in ``engines.numpy`` (or the optimizer in ``optimizers``)
 computes, in float32, in the same order of operations, so the two engines agree to a few ULP:
 
-- ``deduplicate``: an open-addressing hash table of the ids, then a radix sort of the *unique*
-  ids only, so the result is exactly ``np.unique``'s (``numba_step.deduplicate``);
+- ``deduplicate``: a bitmap of the ids when they are below 256 times their count, else an
+  open-addressing hash table of the ids, then a radix sort of the *unique* ids only; either
+  way the result is exactly ``np.unique``'s (``numba_step.deduplicate``);
 - ``segment_sum`` / ``backprop_sum``: one pass over the occurrences in order (the spec's
   reference order within each row), adding each into its row's sum, with no [occurrences, D]
   temporary of contributions;
