@@ -67,20 +67,27 @@ def threads() -> int:
     return max(1, int(numba.get_num_threads()))
 
 
+def _row_pointer(context: Any, builder: Any, array_type: Any, array: Any, row: Any
+                 ) -> tuple[Any, Any]:
+    """(pointer to ``array[row, 0]``, the array's shape values) in generated code, for a 2-D
+    array of numba type ``array_type``; no wrap-around, no bounds check."""
+    view = context.make_array(array_type)(context, builder, array)
+    shape = cgutils.unpack_tuple(builder, view.shape)
+    strides = cgutils.unpack_tuple(builder, view.strides)
+    zero = context.get_constant(types.intp, 0)
+    pointer = cgutils.get_item_pointer2(
+        context, builder, data=view.data, shape=shape, strides=strides,
+        layout=array_type.layout, inds=[row, zero], wraparound=False, boundscheck=False,
+    )
+    return pointer, shape
+
+
 def _prefetch_codegen(locality: int) -> Callable[..., Any]:
     """LLVM's ``prefetch`` of the first four cache lines (256 bytes) of ``array[row]``, for
     reading, with temporal ``locality`` (3: keep in every cache level; 0: used once)."""
 
     def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-        array_type = sig.args[0]
-        view = context.make_array(array_type)(context, builder, args[0])
-        shape = cgutils.unpack_tuple(builder, view.shape)
-        strides = cgutils.unpack_tuple(builder, view.strides)
-        zero = context.get_constant(types.intp, 0)
-        pointer = cgutils.get_item_pointer2(
-            context, builder, data=view.data, shape=shape, strides=strides,
-            layout=array_type.layout, inds=[args[1], zero], wraparound=False, boundscheck=False,
-        )
+        pointer, _ = _row_pointer(context, builder, sig.args[0], args[0], args[1])
         byte = ir.IntType(8).as_pointer()
         i32 = ir.IntType(32)
         function = cgutils.get_or_insert_function(
@@ -149,15 +156,8 @@ def _stream_row(typingctx: Any, out: Any, row: Any, values: Any) -> Any:
 
     def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
         out_type, _, values_type = sig.args
-        target = context.make_array(out_type)(context, builder, args[0])
+        pointer, shape = _row_pointer(context, builder, out_type, args[0], args[1])
         source = context.make_array(values_type)(context, builder, args[2])
-        shape = cgutils.unpack_tuple(builder, target.shape)
-        strides = cgutils.unpack_tuple(builder, target.strides)
-        zero = context.get_constant(types.intp, 0)
-        pointer = cgutils.get_item_pointer2(
-            context, builder, data=target.data, shape=shape, strides=strides,
-            layout=out_type.layout, inds=[args[1], zero], wraparound=False, boundscheck=False,
-        )
         vector = ir.VectorType(ir.FloatType(), _LANES).as_pointer()
         destination = builder.bitcast(pointer, vector)
         origin = builder.bitcast(source.data, vector)
