@@ -146,24 +146,11 @@ def _default_slot(table: TablePlan, slot: int) -> np.ndarray:
     return out
 
 
-def _given(
-    arrays: Mapping[str, Any], key: str, shape: tuple[int, int], source: str | None, strict: bool
-) -> np.ndarray:
-    array = np.asarray(arrays[key])
-    if array.dtype != F32 and (strict or array.dtype.kind not in "fiu"):
-        raise InputError(
-            f"dtype {array.dtype} found, expected float32; cast with .astype(np.float32)",
-            path=source, key=key,
-        )
-    if array.shape != shape:
-        raise InputError(
-            f"shape {array.shape} found, expected {shape} ([vocabulary_size, dimension])",
-            path=source, key=key,
-        )
-    # A private, writable float32 copy (rows on cache lines, ``aligned``): the executor updates
-    # it in place.
+def _given(arrays: Mapping[str, Any], key: str, shape: tuple[int, int]) -> np.ndarray:
+    """A private, writable float32 copy of the checked (``check_given``) array ``arrays[key]``,
+    its rows on cache lines (``aligned``): the executor updates it in place."""
     out = aligned_empty(shape)
-    np.copyto(out, array, casting="unsafe")
+    np.copyto(out, np.asarray(arrays[key]), casting="unsafe")
     return out
 
 
@@ -252,13 +239,7 @@ def initial_state(
     touches. The values are the same either way (counter-based, ``counter``).
     """
     given = given or {}
-    expected = {
-        key for table in plan.tables
-        for key in (table_key(table.name), *(slot_key(table.name, s) for s in table.slot_names))
-    }
-    for key in given:
-        if key not in expected:
-            raise InputError(_unknown_key_message(plan, key), path=source, key=key)
+    check_given(plan, given, source, strict)
     state = InitialState()
     state.pending = {}
     for table in plan.tables:
@@ -266,7 +247,7 @@ def initial_state(
         name = table_key(table.name)
         params_pending = name not in given and lazy
         state[name] = (
-            _given(given, name, shape, source, strict) if name in given
+            _given(given, name, shape) if name in given
             else aligned_empty(shape) if lazy
             else _default_table(table, seed)
         )
@@ -275,7 +256,7 @@ def initial_state(
             name = slot_key(table.name, slot)
             slots_pending.append(name not in given and lazy)
             state[name] = (
-                _given(given, name, shape, source, strict) if name in given
+                _given(given, name, shape) if name in given
                 else aligned_empty(shape) if lazy
                 else _default_slot(table, index)
             )
@@ -305,22 +286,27 @@ def _unknown_key_message(plan: Plan, key: str) -> str:
 
 
 def check_given(plan: Plan, given: Mapping[str, Any], source: str | None, strict: bool) -> None:
-    """The checks of ``state.initial_state`` on given arrays, without copying them: a known
-    state-file key, a float32 (``strict``) or numeric dtype, shape [vocabulary_size, dimension]."""
+    """The checks of ``initial_state`` on given arrays, without copying them: every key a known
+    state-file key (all keys first), then in state order a float32 (``strict``) or numeric
+    dtype and the shape [vocabulary_size, dimension]; ``InputError`` naming the key."""
     shapes = {}
     for table in plan.tables:
         shape = (table.vocabulary, table.dimension)
         shapes[table_key(table.name)] = shape
         for slot in table.slot_names:
             shapes[slot_key(table.name, slot)] = shape
-    for key, value in given.items():
+    for key in given:
         if key not in shapes:
             raise InputError(_unknown_key_message(plan, key), path=source, key=key)
-        dtype = np.dtype(getattr(value, "dtype", np.asarray(value).dtype))
+    for key, expected in shapes.items():
+        if key not in given:
+            continue
+        value = given[key]
+        dtype = np.dtype(value.dtype if hasattr(value, "dtype") else np.asarray(value).dtype)
         if dtype != F32 and (strict or dtype.kind not in "fiu"):
             raise InputError(f"dtype {dtype} found, expected float32; cast with "
                              ".astype(np.float32)", path=source, key=key)
         shape = tuple(getattr(value, "shape", np.shape(value)))
-        if shape != shapes[key]:
-            raise InputError(f"shape {shape} found, expected {shapes[key]} ([vocabulary_size, "
+        if shape != expected:
+            raise InputError(f"shape {shape} found, expected {expected} ([vocabulary_size, "
                              "dimension])", path=source, key=key)

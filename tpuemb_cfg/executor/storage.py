@@ -137,21 +137,19 @@ class LocalStorage:
         return self._params[table], self._slots[table]
 
     def live_params(
-        self, table: str, ids: np.ndarray,
-        missing: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
+        self, table: str, ids: np.ndarray, missing: Callable[[np.ndarray, np.ndarray], np.ndarray]
     ) -> np.ndarray:
         """The live parameter array of ``table`` with the rows ``ids`` (any order, repeated)
         holding their values (not part of ``Storage``): what a forward pass reading rows by id,
-        before any de-duplication, needs. Pending default rows among them are computed first;
-        ``missing(done, ids)``: the sorted distinct ids whose row is not done (default: with
-        NumPy; the compiled step passes its own, ``numba_step.missing_rows``; ``done``: the
-        ``Pending.done`` bitmap)."""
+        before any de-duplication, needs. ``missing(done, ids)``: the sorted distinct ids whose
+        row is not done in the ``Pending.done`` bitmap (the compiled step's
+        ``numba_step.missing_rows``); those are computed first."""
         pending = self._pending.get(table)
-        if pending is None:  # every row holds its value already
-            return self._params[table]
-        rows = (missing(pending.done, ids) if missing is not None
-                else np.unique(ids[~pending.holds(ids)]))
-        return self.local(table, rows)[0]
+        if pending is not None:
+            rows = missing(pending.done, ids)
+            if rows.size:
+                self._materialize(table, rows)
+        return self._params[table]
 
     def commit(self) -> None:
         """Updates are made in place: nothing to finish."""

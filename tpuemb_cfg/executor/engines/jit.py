@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any, cast
 
 __all__ = [
-    "STREAMING", "cache_dir", "njit", "popcount", "prefetch", "prefetch_once", "store_fence",
-    "stream_row", "threads",
+    "STREAMING", "STREAM_LANES", "cache_dir", "njit", "popcount", "prefetch", "prefetch_once",
+    "store_fence", "stream_row", "threads",
 ]
 
 
@@ -133,7 +133,9 @@ prefetch_once = cast(Callable[[Any, Any], None], _prefetch_once)
 #: Whether ``stream_row`` and ``store_fence`` may be used: on x86-64, where LLVM turns an aligned
 #: non-temporal vector store into ``movntps`` and the fence into ``sfence``.
 STREAMING = platform.machine().lower() in ("x86_64", "amd64")
-_LANES = 8  # float32 values per stored vector: 32 bytes, one AVX register
+#: float32 values per streaming store (32 bytes, one AVX register): ``stream_row`` needs a
+#: dimension that is a multiple of it.
+STREAM_LANES = 8
 
 
 @intrinsic
@@ -158,10 +160,10 @@ def _stream_row(typingctx: Any, out: Any, row: Any, values: Any) -> Any:
         out_type, _, values_type = sig.args
         pointer, shape = _row_pointer(context, builder, out_type, args[0], args[1])
         source = context.make_array(values_type)(context, builder, args[2])
-        vector = ir.VectorType(ir.FloatType(), _LANES).as_pointer()
+        vector = ir.VectorType(ir.FloatType(), STREAM_LANES).as_pointer()
         destination = builder.bitcast(pointer, vector)
         origin = builder.bitcast(source.data, vector)
-        count = builder.udiv(shape[1], context.get_constant(types.intp, _LANES))
+        count = builder.udiv(shape[1], context.get_constant(types.intp, STREAM_LANES))
         hint = builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)])
         with cgutils.for_range(builder, count) as loop:
             value = builder.load(builder.gep(origin, [loop.index]), align=4)

@@ -49,7 +49,16 @@ from typing import Any
 import numpy as np
 
 from ..aligned import aligned_empty
-from .jit import STREAMING, njit, popcount, prefetch, prefetch_once, store_fence, stream_row
+from .jit import (
+    STREAM_LANES,
+    STREAMING,
+    njit,
+    popcount,
+    prefetch,
+    prefetch_once,
+    store_fence,
+    stream_row,
+)
 from .numba_update import Occurrences, run_ranges
 
 __all__ = ["backprop", "deduplicate", "finite", "lookup", "missing_rows", "occurrences"]
@@ -62,7 +71,6 @@ _AHEAD_ONCE = 16  # gradient rows read once: how far ahead they are prefetched
 # ``deduplicate``: a bitmap (1 bit per possible id) when the ids are below this many per id of
 # the batch; its 32 bytes per id at most are the hash table's size (2n to 4n slots of 16 bytes)
 _BITMAP_IDS_PER_ID = 256
-_LANES = 8  # float32 values per streaming store (``jit.stream_row``)
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: multiply, keep the top bits
 
@@ -301,7 +309,7 @@ def lookup(
     # written by aligned streaming stores. NumPy asks the kernel for huge pages for large
     # arrays: a fresh 16 MB array costs a few page faults instead of thousands.
     out = aligned_empty((bags, params.shape[1]))
-    stream = STREAMING and params.shape[1] % _LANES == 0
+    stream = STREAMING and params.shape[1] % STREAM_LANES == 0
     kernel, index = (_lookup_ids, unique) if inverse is None else (_lookup, inverse)
     run_ranges(kernel, bags, index.shape[0] * params.shape[1],
                params, unique, index, gains, row_splits, out, stream)
