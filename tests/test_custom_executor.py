@@ -96,9 +96,9 @@ def test_the_numba_engine_runs_custom_tables_on_the_numpy_path() -> None:
     steps = batches(3)
     try:
         with pytest.warns(RuntimeWarning, match="NumPy engine"):
-            import tpuemb_cfg.executor.custom as module
+            from tpuemb_cfg.executor import engines
 
-            module._noted.clear()
+            engines._warned.clear()  # said once per process: not yet, here
             Executor(compiled(CustomOptimizer(sgd, 0.1)), engine="numba")
     except ImportError:  # pragma: no cover - the compiled engine is unavailable here
         pytest.skip("the numba engine cannot be loaded")
@@ -338,9 +338,9 @@ def test_the_example_prints_a_zero_difference() -> None:
 
 def test_the_numpy_path_note_is_one_plain_line_in_the_command(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from tpuemb_cfg.executor import custom
+    from tpuemb_cfg.executor import engines
 
-    monkeypatch.setattr(custom, "_noted", set())  # said once per process: not yet, here
+    monkeypatch.setattr(engines, "_warned", set())  # said once per process: not yet, here
     result = simulate_spec(tmp_path, "embedding_table - learning_rate * gradient")
     assert result.exit_code == 0, result.output
     notes = [line for line in result.stderr.splitlines() if "CustomOptimizer" in line]

@@ -36,7 +36,7 @@ from .batch import (
 )
 from .batch import key as batch_key
 from .custom import combine_custom, custom_gains, note_fallback
-from .engines import NUMPY, Engine, get_engine
+from .engines import Engine, get_engine
 from .fused import TableInput, backprop_tables, forward_backprop, identity, stacked, update_table
 from .optimizers import UpdateContext
 from .pipeline import RowPipeline
@@ -673,8 +673,7 @@ class Executor:
         """The per-row pipeline of spec section 6 for one partial: on ``rows`` (lazy), or on
         every row with ``grad`` for ``rows`` and zero for the others (non-lazy Adam/Lion; the
         pipeline densifies where the rows live, so no [V, D] gradient is built here)."""
-        fn = RowPipeline(table, lr, UpdateContext(self.step_index, dynamic),
-                         NUMPY if table.custom else self.engine)
+        fn = RowPipeline(table, lr, UpdateContext(self.step_index, dynamic), self.engine)
         self.storage.update(table.name, rows, grad, fn)
 
     # ----------------------------------------------------------------------------------------

@@ -36,7 +36,6 @@ modelled). Empty bags are not passed to the computation: their activation is 0 (
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,6 +44,7 @@ import numpy as np
 
 from ..algorithms import Slot
 from ..errors import InputError
+from .engines import warn_once
 from .optimizers import NoHyper, Optimizer, UpdateContext
 
 __all__ = [
@@ -62,8 +62,6 @@ OPTIMIZER_NAME = "custom_optimizer"
 # How far a combiner's output may be from sum_j c_j * vectors[j] (relative to the terms' size).
 LINEAR_RTOL = 1e-4
 
-_noted: set[str] = set()  # fallback messages already shown in this process
-
 
 class CustomError(InputError):
     """A ``CustomOptimizer`` or ``CustomCombiner`` computation raised or returned something the
@@ -74,10 +72,6 @@ def _show(values: Any, count: int = 4) -> str:
     flat = np.asarray(values).reshape(-1)
     shown = ", ".join(f"{v:.8g}" for v in flat[:count].tolist())
     return f"[{shown}{', ...' if flat.size > count else ''}]"
-
-
-def _value(x: Any) -> Any:
-    return x() if callable(x) else x
 
 
 def _call(what: str, fn: Callable[..., Any], *args: Any) -> Any:
@@ -186,6 +180,7 @@ def optimizer_record(
     )
     slots = tuple(Slot(name, value) for name, value in zip(names, initial, strict=True))
     what = f"table {table!r}: the CustomOptimizer's custom_computation"
+    from ..embedding.custom import _value  # a number, or a zero-argument callable's value
 
     def update(params: np.ndarray, state: Any, grad: np.ndarray, lr: np.float32,
                hyper: Any, ctx: UpdateContext) -> tuple[np.ndarray, SlotTuple]:
@@ -376,9 +371,7 @@ def note_fallback(plan: Any, engine: Any) -> None:
         "tables run on the NumPy engine (same results), the others compiled; choose --engine "
         "numpy to silence this"
     )
-    if reason not in _noted:
-        _noted.add(reason)
-        warnings.warn(reason, RuntimeWarning, stacklevel=3)
+    warn_once(reason, stacklevel=3)
 
 
 def custom_optimizers(tables: Sequence[Any]) -> dict[str, Any]:

@@ -395,10 +395,8 @@ class Shard:
         float64 sum of squares of the parameters' change on the rows ``local`` (0 for a
         non-lazy table: its change is summed by ``change_sumsq``)."""
         self._kept.pop(table, None)
-        if isinstance(fn, PipelineRef):  # a table running a Python callable: the NumPy path
-            custom = self._tables[table].custom
-            fn = RowPipeline(self._tables[table], fn.lr, fn.ctx,
-                             get_engine("numpy") if custom else self.engine)
+        if isinstance(fn, PipelineRef):
+            fn = RowPipeline(self._tables[table], fn.lr, fn.ctx, self.engine)
         params, slots = self._params[table], self._slots[table]
         if self._tables[table].lazy and local is not None:
             if before is None:

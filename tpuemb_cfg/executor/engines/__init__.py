@@ -26,12 +26,20 @@ from ...errors import UsageError
 from .base import Engine
 from .numpy import ENGINE as NUMPY
 
-__all__ = ["DEFAULT_ENGINE", "ENGINES", "NUMPY", "Engine", "get_engine"]
+__all__ = ["DEFAULT_ENGINE", "ENGINES", "NUMPY", "Engine", "get_engine", "warn_once"]
 
 ENGINES = ("numba", "numpy")
 DEFAULT_ENGINE = "numba"
 
 _warned: set[str] = set()  # fallback reasons already shown in this process
+
+
+def warn_once(reason: str, stacklevel: int = 2) -> None:
+    """``RuntimeWarning(reason)``, the first time ``reason`` comes up in this process (why an
+    engine, or some tables, run on the NumPy path)."""
+    if reason not in _warned:
+        _warned.add(reason)
+        warnings.warn(reason, RuntimeWarning, stacklevel=stacklevel + 1)
 
 
 def get_engine(name: str | Engine = DEFAULT_ENGINE) -> Engine:
@@ -56,9 +64,7 @@ def get_engine(name: str | Engine = DEFAULT_ENGINE) -> Engine:
             "NumPy engine instead (same results, slower); install it with "
             "`pip install numba` or choose --engine numpy to silence this"
         )
-        if reason not in _warned:
-            _warned.add(reason)
-            warnings.warn(reason, RuntimeWarning, stacklevel=2)
+        warn_once(reason, stacklevel=2)
         return replace(NUMPY, requested="numba", fallback=reason)
     engine: Engine = module.ENGINE
     return engine

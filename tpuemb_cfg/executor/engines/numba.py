@@ -318,7 +318,9 @@ def _engine() -> Engine:
         ctx: Any = None,
     ) -> bool:
         arrays = (params, *slots)
-        if rows is None or not all(
+        # A table running a Python callable (``TablePlan.custom``) has no compiled kernel: the
+        # pipeline's NumPy path runs it, as for arrays the kernels cannot take.
+        if rows is None or getattr(table, "custom", False) or not all(
             a.dtype == F32 and a.ndim == 2 and a.flags.c_contiguous and a.flags.writeable
             for a in arrays
         ):
