@@ -174,10 +174,10 @@ class RayStorage:
     anything is allocated, and so is one no Ray node has the memory for. ``address``: as for
     :func:`connect` (used only when this process is not connected yet; the storage then owns
     the connection and ``close`` ends it). ``threads``: numba threads per actor (default: the
-    cores of its machine divided among the actors on it). ``shared_memory``: whether the hosts
-    on the driver's machine exchange a step's rows through a shared-memory ``shard.Arena``
-    instead of Ray's object store (None, the default: yes where ``/dev/shm`` exists, unless the
-    environment sets ``TPUEMB_RAY_SHARED_MEMORY=0``); the results are the same either way.
+    cores of its machine divided among the actors on it). The hosts on the driver's machine
+    exchange a step's rows through a shared-memory ``shard.Arena`` instead of Ray's object
+    store where ``/dev/shm`` exists, unless the environment sets
+    ``TPUEMB_RAY_SHARED_MEMORY=0``; the results are the same either way.
     """
 
     def __init__(
@@ -193,7 +193,6 @@ class RayStorage:
         max_memory: int | None = None,
         address: str | None = None,
         threads: int | None = None,
-        shared_memory: bool | None = None,
     ) -> None:
         self.plan = plan
         self.engine = engine
@@ -224,10 +223,8 @@ class RayStorage:
         self._pipelined = plan.pipelined and plan.mode == "TRAINING"  # as the executor's
         # Per table, the sums of squares of its updates of the open step (one per update).
         self._sumsq: dict[str, list[float]] = {}
-        if shared_memory is None:
-            shared_memory = os.environ.get(SHARED_MEMORY_ENV, "1").strip().lower() not in (
-                "0", "no", "off", "false")
-        self._want_shared = bool(shared_memory) and os.path.isdir(SHM_DIR)
+        self._want_shared = os.environ.get(SHARED_MEMORY_ENV, "1").strip().lower() not in (
+            "0", "no", "off", "false") and os.path.isdir(SHM_DIR)
         self._local_hosts: list[int] = []  # hosts on the driver's machine (by Ray node id)
         #: The hosts that map the arena (a subset of the local hosts, once it exists).
         self.shared: set[int] = set()
