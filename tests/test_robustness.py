@@ -417,6 +417,17 @@ def test_an_infinite_number_for_an_enum_is_a_parse_error(work: Path) -> None:
     assert not (work / "c.pbtxt").exists()
 
 
+def test_the_infinite_number_is_located_past_strings_that_look_like_numbers(work: Path) -> None:
+    # A quoted "Infinity" is a float field's valid value, and a name may hold "1e99999": the
+    # error points at the bare number on line 2.
+    (work / "c.json").write_text(
+        '{"table_descriptor": [{"name": "t 1e99999", "optimization_parameters": '
+        '{"learning_rate": {"constant": "Infinity"}}}],\n "mode": 1e99999}')
+    one_line(run("convert", "c.json", "-o", "c.pbtxt"), 2,
+             "c.json:2:10: error: number 1e99999 is infinite as a float")
+    assert not (work / "c.pbtxt").exists()
+
+
 def test_a_multi_megabyte_string_is_validated_in_little_memory(work: Path) -> None:
     huge = "a" * 5_000_000
     text = QUICKSTART.replace('name: "user"', f'name: "{huge}"', 1).replace(

@@ -282,16 +282,24 @@ def parse_json(text: str, message: Message, path: str) -> None:
         raise _infinite_number(text, path, exc) from None
 
 
+# A JSON string (skipped), or a number that may not be finite as a float (group 1).
+_NUMBER_OR_STRING = re.compile(r'"(?:\\.|[^"\\])*"|(-?Infinity|NaN|-?\d+(?:\.\d+)?[eE][+-]?\d+)')
+
+
 def _infinite_number(text: str, path: str | None, exc: Exception) -> InputError:
     """The error for a JSON number no integer or enum field can hold (``1e99999`` is infinite
-    once read as a float), at the first such number of ``text``."""
-    for match in re.finditer(r"-?Infinity|NaN|-?\d+(?:\.\d+)?[eE][+-]?\d+", text):
-        value = float(match.group())
+    once read as a float), at the first such number of ``text`` outside strings (a quoted
+    ``"Infinity"`` is a float field's valid value)."""
+    for match in _NUMBER_OR_STRING.finditer(text):
+        number = match.group(1)
+        if number is None:  # a string
+            continue
+        value = float(number)
         if not math.isfinite(value):
             line, column = line_col(text, match.start())
             what = "not a number" if math.isnan(value) else "infinite"
             return InputError(
-                f"number {match.group()[:40]} is {what} as a float; an integer or enum field "
+                f"number {number[:40]} is {what} as a float; an integer or enum field "
                 "takes a whole number (int64 at most), a float field a finite one or \"Infinity\"",
                 path=path, line=line, column=column)
     return InputError(f"a number no field can hold ({exc})", path=path, line=1, column=1)

@@ -107,11 +107,7 @@ def read_npz(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
     name = os.fspath(path)
     _check_magic(name)
     try:
-        loaded = np.load(name, allow_pickle=False)
-    except FileNotFoundError:
-        raise InputError("file not found", path=name) from None
-    except IsADirectoryError:
-        raise InputError("is a directory, expected an .npz file", path=name) from None
+        loaded = np.load(name, allow_pickle=False)  # missing or a folder: _check_magic said so
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
         raise InputError(
             f"cannot read as .npz ({exc}); write it with numpy.savez", path=name
