@@ -103,11 +103,10 @@ def prepare(source: Any, *, combiners: Combiners = None, check: bool = True) -> 
 
         path = os.fspath(source)
         spec = load_spec(path)
-        if _uses_custom_optimizer(spec):
-            # TensorFlow writes no algorithm for a CustomOptimizer (OPT001): validated below,
-            # where the executor runs the computation instead.
-            spec = replace(spec, build_arguments={**spec.build_arguments, "validate": False})
-        source = spec.compile()
+        # Validated once, below (with ``check``): there a CustomOptimizer's table, which holds
+        # no algorithm as TensorFlow writes it (OPT001), is let through.
+        source = replace(spec, build_arguments={**spec.build_arguments, "validate": False}
+                         ).compile()
     if _is_compiled(source):
         return _prepare_compiled(source, path, combiners, check)
     if isinstance(source, str | os.PathLike):
@@ -184,19 +183,6 @@ def _prepare_compiled(
         raise
     plan = plan.with_bags([feature.ids_per_bag for feature in compiled.features])
     return Prepared(config, plan, path, diagnostics, source_of)
-
-
-def _uses_custom_optimizer(spec: Any) -> bool:
-    """Whether a loaded spec's tables (or its global optimizer) use a ``CustomOptimizer``."""
-    from .embedding.custom import CustomOptimizer
-    from .embedding.nest import flatten_with_paths
-
-    if isinstance(spec.build_arguments.get("optimizer"), CustomOptimizer):
-        return True
-    return any(
-        isinstance(getattr(getattr(leaf, "table", None), "optimizer", None), CustomOptimizer)
-        for _, leaf in flatten_with_paths(spec.feature_config)
-    )
 
 
 def with_combiner_arguments(prepared: Prepared, values: Sequence[str]) -> Prepared:
