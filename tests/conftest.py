@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from click.testing import CliRunner, Result
 
@@ -83,3 +84,22 @@ def run_simulate(*args: str) -> tuple[int, str]:
     """``tpuemb simulate ARGS``: the exit code and the output."""
     result = run_cli("simulate", *args)
     return result.exit_code, result.output
+
+
+# The Python callables of the CustomOptimizer / CustomCombiner tests (TensorFlow's signatures).
+
+
+def sgd(gradient, embedding_table, slot_variables, learning_rate, hyperparameters):  # type: ignore[no-untyped-def]
+    """A CustomOptimizer's computation: plain SGD."""
+    return embedding_table - learning_rate * gradient
+
+
+def adagrad(gradient, embedding_table, slot_variables, learning_rate, hyperparameters):  # type: ignore[no-untyped-def]
+    """A CustomOptimizer's computation: Adagrad with one slot, the accumulator."""
+    accumulator = slot_variables[0] + gradient * gradient
+    return embedding_table - learning_rate * gradient / np.sqrt(accumulator), accumulator
+
+
+def total(valency, vectors):  # type: ignore[no-untyped-def]
+    """A CustomCombiner's computation: the sum of the bag's vectors."""
+    return vectors[:valency].sum(axis=0)

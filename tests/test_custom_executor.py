@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import ROOT, run_cli
+from conftest import ROOT, adagrad, run_cli, sgd, total
 
 from tpuemb_cfg.embedding import (
     SGD,
@@ -31,18 +31,7 @@ from tpuemb_cfg.prepare import prepare, with_combiner_arguments
 F32 = np.float32
 
 
-def sgd(gradient, embedding_table, slot_variables, learning_rate, hyperparameters):  # type: ignore[no-untyped-def]
-    return embedding_table - learning_rate * gradient
 
-
-def adagrad(gradient, embedding_table, slot_variables, learning_rate, hyperparameters):  # type: ignore[no-untyped-def]
-    (acc,) = slot_variables
-    acc = acc + gradient * gradient
-    return embedding_table - learning_rate * gradient / np.sqrt(acc), acc
-
-
-def total(valency, vectors):  # type: ignore[no-untyped-def]
-    return vectors[:valency].sum(axis=0)
 
 
 def mean(valency, vectors):  # type: ignore[no-untyped-def]

@@ -12,7 +12,7 @@ import re
 
 import numpy as np
 import pytest
-from conftest import ROOT
+from conftest import ROOT, adagrad, sgd, total
 
 from tpuemb_cfg.embedding import (
     ConfigValidationError,
@@ -32,13 +32,6 @@ GRAD = RNG.normal(size=(5, 4)).astype(np.float32)
 CTX = UpdateContext(step=0, dynamic_inputs=())
 
 
-def sgd(gradient, embedding_table, slot_variables, learning_rate, hyperparameters):  # type: ignore[no-untyped-def]
-    return embedding_table - learning_rate * gradient
-
-
-def adagrad(gradient, embedding_table, slot_variables, learning_rate, hyperparameters):  # type: ignore[no-untyped-def]
-    accumulator = slot_variables[0] + gradient * gradient
-    return embedding_table - learning_rate * gradient / np.sqrt(accumulator), accumulator
 
 
 def test_sgd_as_a_custom_optimizer_is_the_built_in_sgd() -> None:
@@ -101,9 +94,6 @@ def test_custom_optimizer_configuration_is_what_tensorflow_writes_and_fails_vali
                      per_replica_batch_size=8)
     assert [d.rule for d in info.value.diagnostics] == ["OPT001"]
 
-
-def total(valency, vectors):  # type: ignore[no-untyped-def]
-    return vectors[:valency].sum(axis=0)
 
 
 def test_a_sum_combiner_combines_like_sum() -> None:

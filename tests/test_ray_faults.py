@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import ROOT, run_simulate
-from raycluster import ray, ray_cluster, same_reports  # noqa: F401  (the fixture)
+from raycluster import ray, ray_cluster, same_reports, same_state  # noqa: F401  (the fixture)
 
 import tpuemb_cfg
 from tpuemb_cfg.errors import UsageError
@@ -173,8 +173,7 @@ def test_a_table_too_large_for_one_actor_runs_split_over_enough(
     batch = [{"ids": np.arange(0, 1000, 63), "grad": np.ones((16, 8), np.float32)}]
     for executor in (local, split):
         executor.step(batch)
-    for key, array in local.state_arrays().items():
-        np.testing.assert_array_equal(np.asarray(split.state_arrays()[key]), array)
+    same_state(split, local)
     split.close()
 
 
