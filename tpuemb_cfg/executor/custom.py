@@ -307,17 +307,19 @@ def combiner_plan(feature: str, combiner: Any, dimension: int) -> CombinerPlan:
 
 def custom_gains(plan: CombinerPlan, weights: np.ndarray, row_splits: np.ndarray) -> np.ndarray:
     """The gain of every occurrence: its weight times its position's combiner gain for its
-    bag's valency (0 beyond ``max_valency``)."""
-    gains = np.zeros(weights.shape[0], dtype=F32)
+    bag's valency (0 beyond ``max_valency``), for every bag at once."""
     counts = np.diff(row_splits)
     limit = plan.max_valency
-    for valency in np.unique(np.minimum(counts, limit)).tolist():
-        if valency == 0:
-            continue
-        c = plan.gains(int(valency))
-        for b in np.flatnonzero(np.minimum(counts, limit) == valency).tolist():
-            start = int(row_splits[b])
-            gains[start:start + valency] = weights[start:start + valency] * c
+    valency = np.minimum(counts, limit)
+    by_valency = np.zeros((limit + 1, limit), dtype=F32)  # [valency, position] -> c
+    for v in np.unique(valency).tolist():
+        if v:
+            by_valency[v, :v] = plan.gains(int(v))
+    bag = np.repeat(np.arange(counts.shape[0]), counts)
+    position = np.arange(weights.shape[0]) - row_splits[:-1][bag]
+    kept = position < valency[bag]
+    gains = np.zeros(weights.shape[0], dtype=F32)
+    gains[kept] = weights[kept] * by_valency[valency[bag][kept], position[kept]]
     return gains
 
 
