@@ -1,7 +1,7 @@
 """The whole ``tpuemb simulate`` run, not only the step: where a synthetic run's time goes.
 
-Runs ``tpuemb simulate CONFIG --steps N --out-dir TMP -q`` (default CONFIG: the 1/16-scale
-DLRM on Criteo, ``examples/models/dlrm_criteo_1_16.pbtxt``: 26 tables, dimension 128,
+Runs ``tpuemb simulate CONFIG --steps N --out-dir TMP -q --tables T`` (default CONFIG: the
+1/16-scale DLRM on Criteo, ``examples/models/dlrm_criteo_1_16.pbtxt``: 26 tables, dimension 128,
 Adagrad) in a fresh Python process, with the executor's step - ``Executor.step``, or the
 ``recv_activations`` + ``send_gradients`` pair a synthetic run calls - timed from inside, and
 reports:
@@ -10,6 +10,9 @@ reports:
   kernels from the cache, configuration, state, every step, the synthetic data, writing
   ``tables.npz`` and ``summary.json``);
 - ``step_sec``: the time inside the executor's steps, and ``step_share`` = step / wall;
+- ``data_sec``: the synthetic data pass (drawing each step's batch, the loss and its gradients:
+  ``SyntheticData.next_batch`` and ``loss_gradients``), and ``other_share`` = the wall time
+  outside the steps and the data pass (start-up, configuration, writing the outputs);
 - ``init_sec``: the ``Executor`` construction (the initial state: lazy, rows computed when
   first touched or written out);
 - and, apart from the run, ``eager_init``: ``state.initial_state`` of the whole configuration
@@ -42,7 +45,7 @@ _CHILD = """
 import json, sys, time
 from tpuemb_cfg.executor import core
 
-spent = {"step": 0.0, "init": 0.0}
+spent = {"step": 0.0, "init": 0.0, "data": 0.0}
 
 def timed(name, method):
     def wrapper(*args, **kwargs):
@@ -56,6 +59,10 @@ def timed(name, method):
 for method in ("step", "recv_activations", "send_gradients"):
     setattr(core.Executor, method, timed("step", getattr(core.Executor, method)))
 core.Executor.__init__ = timed("init", core.Executor.__init__)
+from tpuemb_cfg.sim import synthetic
+for method in ("next_batch", "loss_gradients"):
+    setattr(synthetic.SyntheticData, method,
+            timed("data", getattr(synthetic.SyntheticData, method)))
 from tpuemb_cfg.cli import main
 try:
     main(sys.argv[1:], standalone_mode=False)
@@ -64,11 +71,11 @@ finally:
 """
 
 
-def one_run(config: Path, steps: int, engine: str) -> dict[str, Any]:
+def one_run(config: Path, steps: int, engine: str, tables: str = "touched") -> dict[str, Any]:
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as out_dir:
         command = [sys.executable, "-c", _CHILD, "simulate", str(config), "--steps", str(steps),
-                   "--out-dir", out_dir, "-q", "--engine", engine]
+                   "--out-dir", out_dir, "-q", "--engine", engine, "--tables", tables]
         start = time.perf_counter()
         done = subprocess.run(command, capture_output=True, text=True, check=False)
         wall = time.perf_counter() - start
@@ -82,6 +89,8 @@ def one_run(config: Path, steps: int, engine: str) -> dict[str, Any]:
         "step_sec": spent["step"],
         "init_sec": spent["init"],
         "step_share": spent["step"] / wall,
+        "data_sec": spent["data"],
+        "other_share": 1.0 - (spent["step"] + spent["data"]) / wall,
         "bytes_written": written,
         "load_before": load_before,
         "load_after": os.getloadavg()[0],
@@ -114,15 +123,18 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--engine", default="numba", choices=("numba", "numpy"))
+    parser.add_argument("--tables", default="touched", choices=("all", "touched", "none"),
+                        help="what the run writes (tpuemb simulate --tables)")
     parser.add_argument("--out", help="write the result as JSON to this file")
     args = parser.parse_args()
     config = Path(args.config)
-    runs = [one_run(config, args.steps, args.engine) for _ in range(args.runs)]
+    runs = [one_run(config, args.steps, args.engine, args.tables) for _ in range(args.runs)]
     inits = [eager_init(config) for _ in range(args.runs)]
     out = {
         "config": str(config.relative_to(ROOT) if config.is_relative_to(ROOT) else config),
         "steps": args.steps,
         "engine": args.engine,
+        "tables": args.tables,
         "nproc": os.cpu_count(),
         "started": time.strftime("%Y-%m-%d %H:%M:%S"),
         "runs": runs,
@@ -131,7 +143,8 @@ def main() -> None:
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
-    for key in ("wall_sec", "step_sec", "init_sec", "step_share", "load_before", "load_after"):
+    for key in ("wall_sec", "step_sec", "data_sec", "init_sec", "step_share", "other_share",
+                "bytes_written", "load_before", "load_after"):
         values = [r[key] for r in runs]
         print(f"{key:12s} {min(values):8.3f} - {max(values):8.3f}")
     rates = [i["gb_per_sec"] for i in inits]

@@ -1,9 +1,10 @@
 """Shared test helpers.
 
-GOLDEN is the folder of TensorFlow-written cases. CI clones the project with shared/ beside the
-clone (<clone>/../shared); TPUEMB_GOLDEN overrides the location. A test that needs it calls
-``golden(...)`` inside the test, never at import or collection time, so that a missing folder skips
-the test instead of failing the collection.
+GOLDEN is the folder of TensorFlow-written cases: ``tests/data/golden`` (a copy of the project's
+``shared/golden``, so the suite runs from a clone anywhere); ``TPUEMB_GOLDEN`` points elsewhere.
+The data ships with the tests, so a missing file is a broken checkout or a wrong
+``TPUEMB_GOLDEN``: ``golden(...)`` and ``require_data`` fail the test (never skip it), inside the
+test, so the rest of the module still collects and runs.
 
 Naming: ``run_cli`` runs the ``tpuemb`` command in-process; other helpers that run something say
 what they run (``run_workers``, ...).
@@ -22,26 +23,32 @@ from click.testing import CliRunner, Result
 from tpuemb_cfg.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
-GOLDEN = Path(os.environ.get("TPUEMB_GOLDEN", ROOT.parent / "shared" / "golden"))
+DATA = ROOT / "tests" / "data"
+GOLDEN = Path(os.environ.get("TPUEMB_GOLDEN") or DATA / "golden")
 EXAMPLES = ROOT / "examples"
 
 
-def golden(*parts: str) -> Path:
-    """Path inside the golden folder; skips the test (with the reason) when it is not there."""
-    path = GOLDEN.joinpath(*parts)
+def require_data(path: Path) -> Path:
+    """``path``, which the test needs; fails the test (with where to look) when it is missing."""
     if not path.exists():
-        pytest.skip(f"golden data not found at {path} (set TPUEMB_GOLDEN)")
+        pytest.fail(f"test data not found at {path}: the suite's data lives in tests/data "
+                    "(TPUEMB_GOLDEN, when set, must point at a copy of tests/data/golden)",
+                    pytrace=False)
     return path
+
+
+def golden(*parts: str) -> Path:
+    """Path inside the golden folder; fails the test (``require_data``) when it is missing."""
+    return require_data(GOLDEN.joinpath(*parts))
 
 
 def golden_names(folder: str, pattern: str, *, exclude: str | None = None) -> list[Any]:
     """Sorted names in the golden ``folder`` matching ``pattern`` (leaving out names containing
-    ``exclude``), for ``parametrize``. A missing folder gives one parameter that skips, with the
-    reason, so the module still collects."""
+    ``exclude``), for ``parametrize``. A missing folder gives one name that is not there, so the
+    module still collects and its test fails in ``golden(...)`` with the reason."""
     path = GOLDEN / folder
     if not path.is_dir():
-        reason = f"golden data not found at {path} (set TPUEMB_GOLDEN)"
-        return [pytest.param(None, marks=pytest.mark.skip(reason=reason), id="no-golden-data")]
+        return ["no-golden-data"]
     return sorted(p.name for p in path.glob(pattern) if exclude is None or exclude not in p.name)
 
 

@@ -159,7 +159,9 @@ def test_schedule_objects_and_callables() -> None:
                                  "momentum": 0.0, "nesterov": False})
         optimizer._hyper = {"learning_rate": schedule}
         lr = from_keras(optimizer).learning_rate
-        assert isinstance(lr, KerasSchedule) and math.isclose(lr.value(20), at_20)
+        # float32, as TensorFlow computes a built-in schedule (0.025 is 0.0250000004)
+        assert isinstance(lr, KerasSchedule) and math.isclose(lr.value(20), at_20,
+                                                              rel_tol=1e-7)
 
     def rate() -> float:
         return 0.3
@@ -177,3 +179,64 @@ def test_what_is_not_a_keras_optimizer() -> None:
         from_keras({"class_name": "SGD", "config": {
             "learning_rate": {"class_name": "MySchedule", "config": {}}, "decay": 0.0,
             "momentum": 0.0, "nesterov": False}})
+
+
+NAMES = DATA["names"]
+CALLABLES = {case["name"]: case for case in DATA["callables"]}
+
+
+@pytest.mark.parametrize("case", NAMES, ids=lambda c: f"{c['library']}-{c['name'] or 'empty'}")
+def test_optimizer_names_as_tfrs_and_keras_rs_take_them(case: dict[str, Any]) -> None:
+    if "error" in case:
+        with pytest.raises(EmbeddingConfigError, match=f"unknown optimizer name {case['name']!r}"):
+            from_keras(case["name"])
+        return
+    assert written(from_keras(case["name"])).hex() == case["params_hex"]
+
+
+def test_a_tpuemb_optimizer_passes_through() -> None:
+    optimizer = Adam(learning_rate=0.5)
+    assert from_keras(optimizer) is optimizer
+
+
+class Tensor:
+    """A stand-in for ``tf.Tensor``: recognised by its class name and module."""
+
+    __module__ = "tensorflow.python.framework.tensor"
+
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+
+def legacy_with_callable(case: dict[str, Any], fn: Any) -> Any:
+    """A legacy optimizer whose learning rate is ``fn``: ``get_config()`` has called it, as
+    legacy Keras' does (``_serialize_hyperparameter``)."""
+    config = dict(case["config"])
+    if isinstance(config["learning_rate"], dict):  # {"$tensor": value}
+        config["learning_rate"] = Tensor(config["learning_rate"]["$tensor"])
+    optimizer = fake(case["class_name"], config)
+    optimizer._hyper = {"learning_rate": fn}
+    return optimizer
+
+
+@pytest.mark.parametrize("name", sorted(CALLABLES))
+def test_a_callable_learning_rate_as_tfrs_and_keras_rs_translate_it(name: str) -> None:
+    case = CALLABLES[name]
+
+    def rate() -> Any:
+        return Tensor(case["value"]) if case["returns"] == "tensor" else case["value"]
+
+    if case["library"] == "tfrs":
+        optimizer = from_keras(legacy_with_callable(case, rate))
+    else:  # Keras 3: keras-rs reads the callable from _learning_rate
+        keras3 = fake(case["class_name"], {"name": "sgd", "learning_rate": 0.01,
+                                           "use_ema": False, "momentum": 0.0,
+                                           "nesterov": False})
+        keras3._learning_rate = rate
+        optimizer = from_keras(keras3)
+    assert callable(optimizer.learning_rate) == case["dynamic"]
+    assert written(optimizer).hex() == case["params_hex"]
+    if case["dynamic"] and case["library"] == "tfrs":
+        # TFRS's own callable (its own tag), which still calls the user's.
+        assert optimizer.learning_rate is not rate
+        assert optimizer.learning_rate().value == case["value"]

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from conftest import OPTIMIZER_CASES, optimizer_case_names
+from conftest import OPTIMIZER_CASES, optimizer_case_names, require_data
 
 import tpuemb_cfg
 from tpuemb_cfg.cli import main
@@ -25,10 +25,7 @@ CASES = optimizer_case_names()
 
 
 def _case(name: str) -> Path:
-    path = CASES_ROOT / name
-    if not path.is_dir():
-        pytest.skip(f"golden data not found at {path} (set TPUEMB_GOLDEN)")
-    return path
+    return require_data(CASES_ROOT / name)
 
 
 def _compare(out: dict[str, np.ndarray], case: Path) -> None:
@@ -45,8 +42,7 @@ def _compare(out: dict[str, np.ndarray], case: Path) -> None:
 
 
 def test_golden_cases_present() -> None:
-    if not CASES_ROOT.is_dir():
-        pytest.skip(f"golden data not found at {CASES_ROOT}")
+    require_data(CASES_ROOT)
     assert len(CASES) >= 21
 
 

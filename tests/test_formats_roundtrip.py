@@ -28,8 +28,8 @@ def _message_type(case: dict[str, object]) -> type:
 
 try:
     CASES = _cases()
-except pytest.skip.Exception:  # golden data absent: the tests below skip themselves
-    CASES = []
+except pytest.fail.Exception:  # golden data absent: the tests below fail in golden(...)
+    CASES = [{"name": "no-golden-data", "message": "TPUEmbeddingConfiguration"}]
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: str(c["name"]))

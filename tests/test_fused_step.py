@@ -122,7 +122,7 @@ def test_synthetic_kernels_match_their_numpy_definition(monkeypatch: pytest.Monk
     reference = compute()
     np.testing.assert_array_equal(compiled[0], reference[0])
     np.testing.assert_array_equal(compiled[1].view(np.uint32), reference[1].view(np.uint32))
-    assert compiled[2] == pytest.approx(reference[2], rel=1e-12)
+    assert compiled[2] == reference[2]  # the loss: bags in order, lanes in a bag (numerics)
     np.testing.assert_array_equal(compiled[3], reference[3])
     ids = compiled[0]
     assert ids.min() >= 0 and ids.max() < 1000

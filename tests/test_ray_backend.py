@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import ADAM_AND_MOMENTUM_TABLES, GOLDEN, run_cli, run_simulate
+from conftest import ADAM_AND_MOMENTUM_TABLES, GOLDEN, require_data, run_cli, run_simulate
 from raycluster import ray_cluster, same_reports, same_state  # noqa: F401  (the fixture)
 
 import tpuemb_cfg
@@ -60,8 +60,7 @@ def _replay(config: Any, case: Path, **options: Any) -> tuple[dict[str, np.ndarr
 @pytest.mark.parametrize("name", CASES)
 def test_golden_cases_on_more_hosts(name: str, layout: tuple[int, str]) -> None:
     case = CASES_ROOT / name
-    if not case.is_dir():
-        pytest.skip(f"golden data not found at {case} (set TPUEMB_GOLDEN)")
+    require_data(case)
     config = _rewritten(case, *layout)
     want, want_reports = _replay(config, case)
     got, got_reports = _replay(config, case, backend="ray")
@@ -177,8 +176,7 @@ def test_simulate_writes_the_same_files(tmp_path: Path) -> None:
 
 def test_replay_writes_the_same_out_file(tmp_path: Path) -> None:
     case = CASES_ROOT / "spec" / "06_pipelined_execution"
-    if not case.is_dir():
-        pytest.skip(f"golden data not found at {case} (set TPUEMB_GOLDEN)")
+    require_data(case)
     config = tmp_path / "config.pbtxt"
     config.write_text((case / "config.pbtxt").read_text().replace(
         "num_hosts: 1", "num_hosts: 2\nsharding_strategy: MOD"))

@@ -18,7 +18,7 @@ from conftest import ADAM_AND_MOMENTUM_TABLES
 from raycluster import ray_cluster, same_reports, same_state  # noqa: F401  (the fixture)
 
 import tpuemb_cfg
-from tpuemb_cfg.executor import Executor
+from tpuemb_cfg.executor import Executor, numerics
 from tpuemb_cfg.executor.optimizers import UpdateContext
 from tpuemb_cfg.executor.ray_storage import SHARED_MEMORY_ENV, RayStorage
 from tpuemb_cfg.executor.shard import Arena, PipelineRef, Shard
@@ -185,8 +185,12 @@ def test_a_host_updates_the_rows_it_kept_and_rolls_them_back() -> None:
         shard.update_kept("c", 12, grad, fn, step=1)  # another key: refused, nothing changed
     np.testing.assert_array_equal(shard.gather("c", local), before)
     shard.gather("c", local, key=13)
-    assert shard.update_kept("c", 13, grad, fn, step=1) > 0
-    assert not np.array_equal(shard.gather("c", local), before)
+    changes = shard.update_kept("c", 13, grad, fn, step=1)
+    after = shard.gather("c", local)
+    assert not np.array_equal(after, before)
+    # each row's squared change, for the driver to add in global row order (docs/numerics.md)
+    assert changes is not None and (changes > 0).all()
+    np.testing.assert_array_equal(changes, numerics.row_sumsq(after, before))
     with pytest.raises(RuntimeError):
         shard.update_kept("c", 13, grad, fn, step=1)  # used once
     shard.abort(1)

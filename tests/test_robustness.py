@@ -66,6 +66,15 @@ def one_line(result: Result, code: int = 2, *words: str) -> str:
     return result.stderr.rstrip("\n")
 
 
+def refused(work: Path, *args: str, code: int = 2, words: tuple[str, ...] = ()) -> str:
+    """Run ``tpuemb ARGS`` in-process; assert one line on stderr, exit ``code`` and no file of
+    ``work`` changed; return the line."""
+    before = snapshot(work)
+    line = one_line(run(*args), code, *words)
+    assert snapshot(work) == before
+    return line
+
+
 def snapshot(folder: Path) -> dict[str, str]:
     """Every entry of ``folder``: symbolic links by target, files by content hash."""
     entries = {}
@@ -378,7 +387,7 @@ def test_input_size_limit_refuses_and_suggests_a_limit_that_works(
     assert run("convert", "big.pbtxt", "-o", "out.json").exit_code == 0
     monkeypatch.setenv("TPUEMB_MAX_INPUT", "lots")
     one_line(run("convert", "big.pbtxt", "-o", "x.json"), 2,
-             "TPUEMB_MAX_INPUT='lots': 'lots' is not a size")
+             "TPUEMB_MAX_INPUT='lots': not a size")
 
 
 def test_an_endless_input_stops_at_the_limit(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import ROOT
-from test_robustness import one_line, run, snapshot
+from test_robustness import one_line, refused, run
 
 from tpuemb_cfg import UsageError, limits, load
 from tpuemb_cfg.bench import Workload, check_memory, memory_needed
@@ -50,13 +50,6 @@ def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setattr(limits, "available_memory", lambda meminfo="": 8 * GIB)
     return tmp_path
 
-
-def refused(work: Path, *args: str, code: int = 2, words: tuple[str, ...] = ()) -> str:
-    """Run ``tpuemb ARGS``; assert one line on stderr, exit ``code`` and no file changed."""
-    before = snapshot(work)
-    line = one_line(run(*args), code, *words)
-    assert snapshot(work) == before
-    return line
 
 
 # --------------------------------------------------------------------------------------------
@@ -196,26 +189,39 @@ def suggested_limit(message: str) -> int:
     return parse_size(message.split("--max-memory ")[1].split()[0])
 
 
-def test_executor_refuses_what_the_machine_cannot_hold(work: Path) -> None:
-    needed = prepare(load(HUGE.encode(), "text")).plan.memory_estimate()
+# 10,000,000 x 256 with SGD: a 9.5 GiB table, more than the 6.4 GiB a run may use with 8 GiB
+# available, less than the 64 GiB of the machine the tests below pretend to be.
+BIG = TINY.replace("vocabulary_size: 16", "vocabulary_size: 10000000").replace(
+    "dimension: 2", "dimension: 256")
+
+
+def test_executor_refuses_what_the_machine_cannot_hold(work: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(limits, "total_memory", lambda: 64 * GIB)
+    needed = prepare(load(BIG.encode(), "text")).plan.memory_estimate()
     with pytest.raises(UsageError) as info:
-        Executor(load(HUGE.encode(), "text"))
+        Executor(load(BIG.encode(), "text"))
     message = str(info.value)
     assert message.startswith("the simulation needs about ")
     assert "more than the 6.4 GiB it may use here (80% of the memory available)" in message
     assert needed <= suggested_limit(message) < 2.5 * needed
     with pytest.raises(UsageError) as info:
-        Executor(load(HUGE.encode(), "text"), max_memory=10 * GIB)
-    assert "more than the memory limit of 10.0 GiB" in str(info.value)
+        Executor(load(BIG.encode(), "text"), max_memory=8 * GIB)
+    assert "more than the memory limit of 8 GiB" in str(info.value)
     assert "raise the limit to --max-memory" in str(info.value)
     assert needed <= suggested_limit(str(info.value)) < 2.5 * needed
+    # Beyond the machine (364 TiB): no --max-memory is suggested, only what can be done.
+    with pytest.raises(UsageError) as info:
+        Executor(load(HUGE.encode(), "text"), max_memory=10 * GIB)
+    assert "more than this machine has (64 GiB)" in str(info.value)
+    assert "--max-memory" not in str(info.value)
 
 
 def test_suggested_limits_admit_the_run_in_either_unit() -> None:
     for needed in (1, 999_999, 2**30, 130 * 10**9, 1023 * GIB, 700 * 2**40):
         suggested = limits.suggest_memory(needed)
-        assert parse_size(suggested) >= needed  # tpuemb simulate: decimal units
-        assert limits.parse_size(suggested) >= needed  # TPUEMB_MAX_INPUT: binary units
+        assert parse_size(suggested) >= needed  # --max-memory
+        assert limits.parse_size(suggested) >= needed  # TPUEMB_MAX_INPUT: the same grammar
 
 
 def test_executor_memory_check_can_be_skipped(work: Path) -> None:
@@ -224,14 +230,21 @@ def test_executor_memory_check_can_be_skipped(work: Path) -> None:
         Executor(load(TINY.encode(), "text"), max_memory=1)
 
 
-def test_simulate_refuses_a_huge_configuration_in_one_line(work: Path) -> None:
+def test_simulate_refuses_a_huge_configuration_in_one_line(work: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(limits, "total_memory", lambda: 64 * GIB)
+    (work / "big.pbtxt").write_text(BIG)
+    line = refused(work, "simulate", "big.pbtxt", "--out-dir", "o")
+    assert "the simulation needs about" in line and "set a limit to try anyway" in line
+    assert suggested_limit(line) >= prepare(load(BIG.encode(), "text")).plan.memory_estimate()
     (work / "huge.pbtxt").write_text(HUGE)
     line = refused(work, "simulate", "huge.pbtxt", "--out-dir", "o")
-    assert "the simulation needs about" in line and "set a limit to try anyway" in line
-    assert suggested_limit(line) >= prepare(load(HUGE.encode(), "text")).plan.memory_estimate()
+    assert "more than this machine has (64 GiB)" in line and "--max-memory" not in line
 
 
-def test_bench_refuses_before_allocating_and_names_a_vocab_that_fits(work: Path) -> None:
+def test_bench_refuses_before_allocating_and_names_a_vocab_that_fits(
+        work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(limits, "total_memory", lambda: 64 * GIB)
     line = refused(work, "bench", "--vocab", "100000000000", "--dim", "1000", "--engine",
                    "numpy")
     assert line.startswith("the benchmark of a 100,000,000,000 x 1000 table needs about ")
@@ -240,13 +253,15 @@ def test_bench_refuses_before_allocating_and_names_a_vocab_that_fits(work: Path)
     check_memory(Workload(vocab=vocab, dim=1000))  # the suggestion fits
     with pytest.raises(UsageError):
         check_memory(Workload(vocab=vocab * 2, dim=1000))  # and is not far below what would
-    assert suggested_limit(line) >= memory_needed(Workload(vocab=100_000_000_000, dim=1000))
+    assert "--max-memory" not in line  # 364 TiB: more than the machine, no limit suggested
+    line = refused(work, "bench", "--vocab", "10000000", "--dim", "128", "--engine", "numpy")
+    assert suggested_limit(line) >= memory_needed(Workload(vocab=10_000_000, dim=128))
 
 
 def test_bench_max_memory_refusal_suggests_a_limit_that_works(work: Path) -> None:
     line = refused(work, "bench", "--vocab", "1000", "--dim", "4", "--ids", "8",
                    "--max-memory", "100M")
-    assert "more than the memory limit of 95.4 MiB" in line
+    assert "more than the memory limit of 100 MiB" in line
     check_memory(Workload(vocab=1000, dim=4, ids=8), suggested_limit(line))  # it works
 
 

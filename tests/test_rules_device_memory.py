@@ -56,7 +56,7 @@ def test_named_generation(tmp_path: Path) -> None:
     (d,) = text_findings(tmp_path, "SIZE004", config(100_000_000, 2, 8),
                          options={"tpu_generation": "v2"})
     assert "about 19,200,000,000 bytes (17.9 GiB)" in d.message
-    assert "more than the 8,589,934,592 bytes (8.0 GiB) of a TPU v2 device" in d.message
+    assert "more than the 8,589,934,592 bytes (8 GiB) of a TPU v2 device" in d.message
     assert d.hint is not None and d.hint.startswith("fits v4, v5p, v6e; ")
 
 

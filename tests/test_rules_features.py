@@ -208,3 +208,22 @@ def test_feat008_duplicate_feature_names(tmp_path: Path) -> None:
 def test_feat008_clean_with_empty_names(tmp_path: Path) -> None:
     text = config(["a"], [feature("", 0, "input_shape: 16"), feature("", 0, "input_shape: 16")])
     assert validate_text(tmp_path, text, "FEAT008") == []
+
+
+def test_feat007_not_for_sequence_features_sharing_their_batch(tmp_path: Path) -> None:
+    # Every feature [16, 200]: TensorFlow's batch is the GCD of the sizes, 3200, yet the
+    # features share one batch dimension (16); [16] with [16, 5] likewise (batch 16).
+    text = config(["a"], [feature("f0", 0, "input_shape: [16, 200]"),
+                          feature("f1", 0, "input_shape: [16, 200]")])
+    path = tmp_path / "s.pbtxt"
+    path.write_text(text)
+    assert derive(load(str(path))).batch_size == 3200
+    assert validate_text(tmp_path, text, "FEAT007") == []
+    text = config(["a"], [feature("f0", 0, "input_shape: 16"),
+                          feature("f1", 0, "input_shape: [16, 5]")])
+    assert validate_text(tmp_path, text, "FEAT007") == []
+
+
+def test_feat007_names_the_other_leading_dimension(tmp_path: Path) -> None:
+    found = validate_text(tmp_path, SPEC_EXAMPLE, "FEAT007")
+    assert "and from the 48 of feature_descriptor[2] 'f2'" in found[0].message

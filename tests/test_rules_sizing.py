@@ -73,7 +73,7 @@ def test_bytes_per_table(tmp_path: Path) -> None:
     (d,) = text_findings(tmp_path, "SIZE001", ADAM_TABLE + "num_hosts: 1\n")
     assert (d.severity, d.field_path, d.line, d.column) == ("info", "table_descriptor[0]", 1, 1)
     assert d.message == (
-        "table_descriptor[0] 't': 512 bytes logical, about 1,024 bytes (1.0 KiB) on the TPU "
+        "table_descriptor[0] 't': 512 bytes logical, about 1,024 bytes (1 KiB) on the TPU "
         "(estimate, rows padded to 8 floats); 4 state variable(s): parameters, momenta, "
         "velocities, gradient_accumulators"
     )

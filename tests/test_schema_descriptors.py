@@ -22,14 +22,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
 import pytest
-from conftest import GOLDEN
+from conftest import DATA, require_data
 from google.protobuf import descriptor_pb2
 from google.protobuf.descriptor import Descriptor, FileDescriptor
 
 import tpuemb_cfg
 from tpuemb_cfg.proto import hlo_pb2, optimization_parameters_pb2, tpu_embedding_configuration_pb2
 
-SCHEMA_MD = GOLDEN.parent / "spec" / "schema.md"
+SCHEMA_MD = DATA / "spec" / "schema.md"  # a copy of shared/spec/schema.md
 
 PACKAGE = "tpuemb_cfg.proto"
 OPT_FILE = "tpuemb_cfg/proto/optimization_parameters.proto"
@@ -436,8 +436,7 @@ def _fail(problems: list[str], what: str) -> None:
 
 @pytest.fixture(scope="module")
 def spec() -> Spec:
-    if not SCHEMA_MD.exists():
-        pytest.skip(f"spec not found at {SCHEMA_MD} (shared/ must sit beside the clone)")
+    require_data(SCHEMA_MD)
     return parse_schema(SCHEMA_MD.read_text(encoding="utf-8"))
 
 

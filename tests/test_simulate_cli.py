@@ -33,12 +33,16 @@ def test_no_arguments_runs_the_example(tmp_path: Path, monkeypatch: pytest.Monke
     assert len(loss) == 100
     # The regression loss visibly falls: the last ten steps average well below the first ten.
     assert np.mean(loss[-10:]) < 0.75 * np.mean(loss[:10])
-    with np.load(tmp_path / "tpuemb-out" / "tables.npz") as tables:
-        assert tables["table/item"].shape == (50000, 16)
+    with np.load(tmp_path / "tpuemb-out" / "tables.npz") as tables:  # --tables touched
         assert sorted(tables.files) == [
-            "slot/item/momenta", "slot/item/velocities", "slot/user/accumulators",
-            "table/category", "table/item", "table/user",
+            "slot/item/momenta/values", "slot/item/velocities/values",
+            "slot/user/accumulators/values", "table/category/rows", "table/category/values",
+            "table/item/rows", "table/item/values", "table/user/rows", "table/user/values",
         ]
+        rows = tables["table/item/rows"]
+        assert 0 < rows.size < 50000 and (np.diff(rows) > 0).all()
+        assert tables["table/item/values"].shape == (rows.size, 16)
+    assert summary["rows_written"]["item"] == rows.size
 
 
 def test_same_seed_same_bytes(tmp_path: Path) -> None:
@@ -87,10 +91,10 @@ def test_interrupted_and_resumed_run_is_bit_identical(
 
     real_step = SyntheticRun.run_step
 
-    def interrupted(self: SyntheticRun) -> dict[str, object]:
+    def interrupted(self: SyntheticRun, *args: object) -> dict[str, object]:
         if self.step == 7:
             raise KeyboardInterrupt
-        return real_step(self)
+        return real_step(self, *args)  # type: ignore[arg-type]
 
     monkeypatch.setattr(SyntheticRun, "run_step", interrupted)
     code, output = run_simulate(*arguments, "--steps", "10", "--checkpoint-every", "3",
@@ -154,7 +158,7 @@ def test_memory_limit_refuses_before_allocating(tmp_path: Path) -> None:
     out = tmp_path / "out"
     code, output = run_simulate("--max-memory", "1M", "--out-dir", str(out))
     assert code == 2
-    assert "more than the memory limit of 976.6 KiB" in output and "--max-memory" in output
+    assert "more than the memory limit of 1 MiB" in output and "--max-memory" in output
     assert not out.exists()
 
 
@@ -179,7 +183,7 @@ def test_plot(tmp_path: Path) -> None:
          "--steps applies to synthetic runs only"),
         (["--batches", "b.npz", "--out", "o.npz"], "--batches needs CONFIG"),
         (["c.pbtxt", "--batches", "b.npz"], "--batches needs --out"),
-        (["--max-memory", "lots"], "expected a size"),
+        (["--max-memory", "lots"], "--max-memory lots: not a size; expected bytes or a number"),
     ],
 )
 def test_usage_errors(arguments: list[str], words: str) -> None:
@@ -190,9 +194,9 @@ def test_usage_errors(arguments: list[str], words: str) -> None:
 
 def test_parse_size_and_meminfo(tmp_path: Path) -> None:
     assert parse_size("123") == 123
-    assert parse_size("2k") == 2000
+    assert parse_size("2k") == 2048  # one grammar: binary units everywhere (units.py)
     assert parse_size("1.5GiB") == 1.5 * 1024**3
-    assert parse_size("512M") == 512 * 1000**2
+    assert parse_size("512M") == parse_size("512MB") == 512 * 1024**2
     meminfo = tmp_path / "meminfo"
     meminfo.write_text("MemTotal:       100 kB\nMemAvailable:    2048 kB\n")
     assert available_memory(str(meminfo)) == 2048 * 1024

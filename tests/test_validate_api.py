@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import EXAMPLES, GOLDEN
+from conftest import EXAMPLES, GOLDEN, require_data
 from rulecheck import CLEAN, NUM_HOSTS_ZERO, write_config
 
 from tpuemb_cfg import TPUEmbeddingConfiguration
@@ -176,8 +176,7 @@ def test_examples_validate_clean() -> None:
 
 def test_golden_configs_never_crash_a_rule() -> None:
     files = sorted(GOLDEN.glob("configs/*.pbtxt")) + sorted(GOLDEN.glob("configs/*.binpb"))
-    if not files:
-        pytest.skip("golden data not available")
+    assert files, f"no golden configurations under {require_data(GOLDEN / 'configs')}"
     for path in files:
         for d in validate(str(path), show_derived=True):
             assert "internal error" not in d.message, (path.name, d)

@@ -228,3 +228,32 @@ def test_fix_that_cannot_be_written_is_exit_2(tmp_path: Path, monkeypatch) -> No
     assert result.exit_code == 2
     assert f"{path}: error: the fixed file would not parse back (not fixed)" in result.output
     assert path.read_text() == TAGS
+
+
+def test_fix_legacy_moves_the_comments_of_deleted_fields(tmp_path: Path) -> None:
+    text = (LEGACY.replace("batch_size_per_tensor_core: 32", "batch_size_per_tensor_core: 32  # B")
+            .replace("num_features: 2", "num_features: 2  # query and title"))
+    path = write_file(tmp_path, text)
+    result = invoke("validate", "--fix", "--select", "MODE005", str(path))
+    assert result.exit_code == 0, result.output
+    fixed = path.read_text()
+    # No comment is left alone on a line where its field was; each follows its replacement.
+    assert "  input_shape: 64  # query and title\n" in fixed
+    assert "feature_descriptor {  # B\n" in fixed
+    assert fixed.count("#") == 2 and "num_features" not in fixed
+    assert [list(f.input_shape) for f in load(str(path)).feature_descriptor] == [[64], [32]]
+
+
+def test_fix_legacy_says_why_it_cannot_convert(tmp_path: Path) -> None:
+    # 2,000,000,000 x 2 overflows TensorFlow's 32-bit product: nothing to mirror, but a note.
+    text = LEGACY.replace("batch_size_per_tensor_core: 32",
+                          "batch_size_per_tensor_core: 2000000000")
+    path = write_file(tmp_path, text)
+    result = invoke("validate", "--fix", "--select", "MODE005", str(path))
+    assert path.read_text() == text
+    assert ("legacy style not converted to feature descriptors (MODE005): table_descriptor[0]: "
+            "batch_size_per_tensor_core 2000000000 x num_features 2 = 4,000,000,000 exceeds "
+            "2^31 - 1") in result.output
+    zero = LEGACY.replace("num_features: 1", "num_features: 0")
+    result = invoke("validate", "--fix", "--select", "MODE005", str(write_file(tmp_path, zero)))
+    assert "table_descriptor[1] has num_features 0" in result.output

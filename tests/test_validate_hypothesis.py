@@ -196,10 +196,17 @@ def _parses(path: Path) -> bool:
 
 
 def _same_positions(text: str) -> None:
-    """The partial scan places every finding where the full scan does (and sees the same
-    suppression comments)."""
+    """Locating findings element by element (or, for an unusual top level, in one stream of
+    the whole text) places every finding where the full scan does, and sees the same
+    suppression comments."""
     from tpuemb_cfg.locations import scan_locations
-    from tpuemb_cfg.validator import _partial_locations, _position, run_rules, selected_rules
+    from tpuemb_cfg.validator import (
+        _locate,
+        _locate_in_whole_text,
+        _position,
+        run_rules,
+        selected_rules,
+    )
 
     config = TPUEmbeddingConfiguration()
     try:
@@ -207,13 +214,15 @@ def _same_positions(text: str) -> None:
     except (text_format.ParseError, ValueError, TypeError):
         return
     paths = [d.field_path for d in run_rules(config, selected_rules(show_derived=True))]
+    paths += ["", "table_descriptor", "feature_descriptor[0]", "table_descriptor[99].name"]
     full = scan_locations(text, config.DESCRIPTOR)
-    for chosen in (paths, paths[:1], paths[-1:]):
-        partial = _partial_locations(text, config.DESCRIPTOR, chosen, always=True)
-        for path in chosen:
-            where = _position(full, path)
-            assert _position(partial, path) == where, path
-            assert partial.line_comments.get(where[0]) == full.line_comments.get(where[0])
+    for chosen in (paths, paths[:1], paths[-1:], paths[::-1]):
+        for locate in (_locate, _locate_in_whole_text):
+            placed = locate(text, config.DESCRIPTOR, chosen)
+            for k, path in enumerate(chosen):
+                where = _position(full, path)
+                assert (placed.lines[k], placed.columns[k]) == where, path
+                assert placed.comments[k] == full.line_comments.get(where[0]), path
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -81,7 +81,7 @@ class Objects:
         if "$tuple" in v:
             return tuple(self.value(x) for x in v["$tuple"])
         if "$shape" in v:
-            return self.shape(list(v["$shape"]))
+            return self.shape([self.value(d) for d in v["$shape"]])
         if "$new" in v:
             return self.construct(v["$new"])
         if "$float" in v:

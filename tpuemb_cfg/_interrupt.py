@@ -1,14 +1,19 @@
-"""Ctrl-C in the `tpuemb` command: one line, exit status 130, no traceback, no partial output.
+"""Ctrl-C, SIGTERM and SIGHUP in the `tpuemb` command: one line, exit status 128 + N (130 for
+Ctrl-C, 143 for SIGTERM, 129 for SIGHUP), no traceback, no partial output, no temporary file.
 
 Two phases (see :mod:`tpuemb_cfg.cli`):
 
 - **start-up**: the first statement of ``tpuemb_cfg/__init__.py`` (``_guard_start``) makes SIGINT
   exit at once when the process is the `tpuemb` command (the console script, or ``python -m
   tpuemb_cfg``): nothing has been written yet, and a ``KeyboardInterrupt`` raised inside an import
-  would print a traceback. A library import changes nothing.
-- **running**: the CLI sets :func:`raise_once`: the first Ctrl-C raises ``KeyboardInterrupt``, so
-  every ``with`` block unwinds and removes its temporary files; the CLI catches it and prints the
-  line. A second Ctrl-C exits at once (:func:`exit_now`) after removing the temporary files.
+  would print a traceback. A library import changes nothing. (SIGTERM and SIGHUP keep their
+  default action there, which ends the process before it has written anything.)
+- **running**: the CLI sets :func:`raise_once` for the three signals: the first one raises
+  ``KeyboardInterrupt`` (SIGINT) or :class:`Terminated`, a subclass carrying the signal number
+  (SIGTERM, SIGHUP), so every ``with`` block unwinds and removes its temporary files - the same
+  path for all three; the CLI catches it and prints the line. A second signal exits at once
+  (:func:`exit_now`) after removing the temporary files. A signal the command was started with
+  ignored (``nohup`` ignores SIGHUP) stays ignored.
 
 Before the first line of tpuemb runs, Python's own start-up (the interpreter and ``site``) answers
 Ctrl-C itself; no program can change that window.
@@ -23,28 +28,70 @@ from typing import Any, NoReturn
 
 MESSAGE = "tpuemb: interrupted; no output file was left half-written"
 
+#: The signals handled like Ctrl-C, where the platform has them.
+SIGNALS: tuple[int, ...] = tuple(
+    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP while a command runs: unwinds exactly as Ctrl-C does (every handler of
+    ``KeyboardInterrupt`` applies), with the signal's number for the exit status."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def status(signum: int) -> int:
+    """The exit status of a command ended by signal ``signum``: 128 + N, as a shell reports it."""
+    return 128 + signum
+
+
+def message(signum: int) -> str:
+    """The one line printed when signal ``signum`` ends a command."""
+    if signum == signal.SIGINT:
+        return MESSAGE
+    return (f"tpuemb: stopped by {signal.Signals(signum).name}; no output file was left "
+            "half-written")
+
 
 def exit_now(signum: int | None = None, frame: Any = None) -> NoReturn:
-    """Remove temporary outputs, print the one line and exit 130 without unwinding."""
+    """Remove temporary outputs, print the one line and exit 128 + N without unwinding."""
+    number = signal.SIGINT if signum is None else signum
     atomic = sys.modules.get("tpuemb_cfg.atomic")
     if atomic is not None:
         atomic.remove_temporaries()
     try:
-        os.write(2, (MESSAGE + "\n").encode())
+        os.write(2, (message(number) + "\n").encode())
     except OSError:
         pass
-    os._exit(130)
+    os._exit(status(number))
 
 
 def raise_once(signum: int, frame: Any) -> None:
-    """The first Ctrl-C of a running command unwinds (``KeyboardInterrupt``); later ones exit."""
+    """The first signal of a running command unwinds (``KeyboardInterrupt``, or
+    :class:`Terminated` for SIGTERM and SIGHUP); later ones exit at once."""
     install(exit_now)
-    raise KeyboardInterrupt
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    raise Terminated(signum)
 
 
 def install(handler: Any) -> Any:
-    """Set the SIGINT handler; the previous one, or None outside the main thread."""
+    """Set ``handler`` for SIGINT, SIGTERM and SIGHUP (a signal that is ignored stays ignored),
+    or restore what an earlier call returned (a mapping from signal to handler). Returns the
+    previous handlers, or None outside the main thread."""
+    previous: dict[int, Any] = {}
+    restoring = isinstance(handler, dict)
     try:
-        return signal.signal(signal.SIGINT, handler)
+        for signum in SIGNALS:
+            wanted = handler.get(signum) if restoring else handler
+            if wanted is None:  # nothing to restore (a handler set outside Python)
+                continue
+            if (not restoring and signum != signal.SIGINT
+                    and signal.getsignal(signum) is signal.SIG_IGN):
+                continue  # `nohup`: the caller asked for this signal to be ignored
+            previous[signum] = signal.signal(signum, wanted)
     except ValueError:  # signal handlers can only be set in the main thread
         return None
+    return previous

@@ -39,8 +39,9 @@ Every command that writes files follows the same two steps, and this module hold
    file it points to is replaced and the link stays. An existing output that is not a regular file
    (``/dev/null``, a FIFO) is written directly, and ``/dev/stdout``, ``/dev/stderr`` and
    ``/dev/fd/N`` through the process's own descriptor (so ``>>`` appends). Every ``OSError``
-   becomes one :class:`~tpuemb_cfg.errors.OutputError` line naming the output. SIGINT is blocked
-   while an :class:`OutputSet` renames its files, so Ctrl-C cannot split the set.
+   becomes one :class:`~tpuemb_cfg.errors.OutputError` line naming the output. SIGINT, SIGTERM and
+   SIGHUP are blocked while an :class:`OutputSet` renames its files, so a signal cannot split
+   the set.
 
 :func:`remove_temporaries` deletes the temporary files still being written; the CLI calls it when
 it must exit at once on a second Ctrl-C.
@@ -49,6 +50,7 @@ it must exit at once on a second Ctrl-C.
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import stat
 import tempfile
@@ -129,6 +131,10 @@ def _check_folder(option: str, path: str, make_dirs: bool) -> None:
         if stat.S_ISDIR(info.st_mode):
             raise OutputError(f"is a folder; give the {what} of a file to write", path=path)
         if not os.access(path, os.W_OK):
+            if _on_read_only_file_system(path):
+                raise OutputError(
+                    f"is on a read-only file system (mounted read-only); choose another {what}",
+                    path=path)
             raise OutputError(
                 f"is read-only; make it writable (chmod u+w) or choose another {what}",
                 path=path)
@@ -151,10 +157,24 @@ def _check_folder(option: str, path: str, make_dirs: bool) -> None:
                 path=path)
         folder = existing
     if not os.access(folder, os.W_OK | os.X_OK):
+        if _on_read_only_file_system(folder):
+            raise OutputError(
+                f"cannot write here: folder {_shown(folder)} is on a read-only file system "
+                f"(mounted read-only); choose another {what}",
+                path=path)
         raise OutputError(
             f"cannot write here: folder {_shown(folder)} is not writable (permission denied); "
             f"choose another {what}",
             path=path)
+
+
+def _on_read_only_file_system(path: PathLike) -> bool:
+    """Whether ``path`` lies on a file system mounted read-only (``EROFS`` for any write), which
+    ``os.access`` reports as a plain "not writable"."""
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):  # AttributeError: no statvfs (Windows)
+        return False
 
 
 def check_outputs(
@@ -212,6 +232,31 @@ def check_outputs(
                 )
         seen.append((label, path, real, identity))
         _check_folder(option.strip(), path, make_dirs)
+
+
+def refuse_hard_linked(path: PathLike) -> None:
+    """Refuse to rewrite a file that has other names (hard links): ``OutputError``.
+
+    An atomic write replaces the file with a new one (a new inode) under this name only: the
+    other names would silently keep the old content. Writing into the file itself instead
+    would keep them together, but could leave it half-written (a full disk, a crash), which no
+    tpuemb output may be. So ``tpuemb fmt`` and ``tpuemb validate --fix``, the commands that
+    rewrite their input, leave such a file as it is and say so; the user decides.
+    """
+    try:
+        links = os.stat(path).st_nlink
+    except OSError:
+        return  # the write itself reports what is wrong
+    if links > 1:
+        name = os.fspath(path)
+        quoted = shlex.quote(name)
+        raise OutputError(
+            f"not rewritten: the file has {links} hard links (other names for the same file), "
+            "and rewriting it would give this name a new file while the others keep the old "
+            f"content; to rewrite only this name, break the link first (cp {quoted} "
+            f"{shlex.quote(name + '.tmp')} && mv {shlex.quote(name + '.tmp')} {quoted}) and run "
+            "again",
+            path=name)
 
 
 # --------------------------------------------------------------------------------------------
@@ -378,13 +423,16 @@ def write_bytes(path: PathLike, data: bytes) -> None:
 
 @contextmanager
 def _sigint_blocked() -> Iterator[None]:
-    """Hold SIGINT back (on POSIX, in the main thread) while a set of renames runs."""
+    """Hold SIGINT, SIGTERM and SIGHUP back (on POSIX, in the main thread) while a set of
+    renames runs."""
     usable = (hasattr(signal, "pthread_sigmask")
               and threading.current_thread() is threading.main_thread())
     if not usable:
         yield
         return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    held = {getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP")
+            if hasattr(signal, name)}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
     try:
         yield
     finally:
@@ -433,7 +481,7 @@ class OutputSet:
             handle.write(data)
 
     def commit(self) -> None:
-        """Rename every staged file into place (SIGINT held back meanwhile)."""
+        """Rename every staged file into place (SIGINT, SIGTERM, SIGHUP held back meanwhile)."""
         staged, self._staged = self._staged, []
         with _sigint_blocked():
             for i, item in enumerate(staged):

@@ -53,6 +53,7 @@ from typing import Any
 
 import numpy as np
 
+from . import units
 from .errors import UsageError
 
 __all__ = [
@@ -208,8 +209,8 @@ def memory_needed(workload: Workload) -> int:
     """Estimated peak bytes of :func:`run` for ``workload``: the executor's estimate of the
     anchor table (table, slots, a step's working arrays: ``Plan.memory_estimate``), the id
     sampler's float64 CDF and int64 permutation of the vocabulary (16 bytes a row), four
-    ``ids x dim`` float32 arrays (gradients, activations, the naive step's gathered rows and sums)
-    and the 128 MiB of the copy-bandwidth probe."""
+    ``ids x dim`` float32 arrays (gradients, activations, the naive step's gathered rows and sums),
+    the 128 MiB of the copy-bandwidth probe and the timings (a Python float per step)."""
     return _anchor_bytes(workload.vocab, workload) + _fixed_bytes(workload)
 
 
@@ -223,7 +224,7 @@ def _anchor_bytes(vocab: int, w: Workload) -> int:
 
 
 def _fixed_bytes(w: Workload) -> int:
-    return 16 * w.ids * w.dim + (128 << 20)
+    return 16 * w.ids * w.dim + (128 << 20) + 32 * w.steps  # the steps' times: one float each
 
 
 def check_memory(w: Workload, max_memory: int | None = None) -> None:
@@ -372,10 +373,10 @@ def _warm_up(engine: str, optimizer: str) -> tuple[str, str | None, float, bool]
     """Load the engine and every kernel the benchmark uses on a tiny problem; return the
     engine's name, its fallback note, the seconds it took (numba's import and the kernels'
     compilation or cache load) and whether any kernel had to be compiled."""
-    from .executor.engines import get_engine
+    from .executor.engine_choice import choose_engine
 
     start = time.perf_counter()
-    chosen = get_engine(engine)
+    chosen = choose_engine(engine)
     compiled = False
     if chosen.name == "numba":
         from numba.core.registry import CPUDispatcher
@@ -431,8 +432,10 @@ def run(workload: Workload = Workload(), *, engine: str = "numba", threads: int 
     if w.vocab < 1 or w.dim < 1 or w.ids < 1 or w.steps < 1 or not 0 < w.zipf < math.inf:
         raise UsageError("--vocab, --dim, --ids and --steps must be >= 1 and --zipf a finite "
                          "number > 0")
-    if w.seed < 0:
-        raise UsageError(f"--seed {w.seed}: the seed of NumPy's generators must be 0 or more")
+    try:
+        units.parse_seed(w.seed)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"seed={w.seed!r}: {exc}") from None
     if multi_feature and w.vocab < 3:
         raise UsageError(f"--multi-feature needs --vocab 3 or more (three tables share it); "
                          f"got {w.vocab}")

@@ -44,9 +44,9 @@ def model_bytes(unique: int, dim: int, positions: bool = False) -> tuple[int, in
     numbers to read (8 B each; ``positions``: also where each row goes in the step's block, 8 B
     more, which a host writing into shared memory needs when its ids are not one run, as with
     MOD), then their gradient rows (4 D B: the host keeps the row numbers it read); back the
-    rows read (4 D B). Slots never travel; the update's reply is one float64 (its sum of
-    squares)."""
-    return unique * (8 + (8 if positions else 0) + 4 * dim), unique * 4 * dim
+    rows read (4 D B). Slots never travel; the update's reply is each row's squared change
+    (8 B a row: the driver adds them in global row order, docs/numerics.md)."""
+    return unique * (8 + (8 if positions else 0) + 4 * dim), unique * (4 * dim + 8)
 
 
 def _config(w: Workload, hosts: int, mod: bool) -> Any:

@@ -3,14 +3,16 @@
 Start-up matters in pre-commit hooks: `tpuemb validate` must not pay for NumPy or the executor, so
 each family of commands lives in its own module under tpuemb_cfg.commands and is imported on use.
 This module holds no logic of its own beyond turning library errors into exit codes:
-0 success, 1 findings (validate) or a difference (--check), 2 unreadable input or bad usage,
-130 interrupted.
+0 success, 1 findings (validate) or a difference (--check), 2 unreadable input, an unwritable
+output (a file, or standard output/error: :mod:`tpuemb_cfg._streams`) or bad usage, 128 + N
+stopped by signal N (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP).
 
 **Ctrl-C at any moment** prints one line and exits 130, with no traceback and no partial output
 (:mod:`tpuemb_cfg._interrupt`): while the command starts, SIGINT exits at once; once it runs, the
 first Ctrl-C raises ``KeyboardInterrupt`` (every ``with`` block removes its temporary files) and is
-caught here; a second one exits at once. In-process callers (``CliRunner``, ``main(args=[...])``)
-keep Python's own SIGINT handling; only the ``KeyboardInterrupt`` conversion applies to them.
+caught here; a second one exits at once. SIGTERM and SIGHUP take the same path (``Terminated``, a
+``KeyboardInterrupt``). In-process callers (``CliRunner``, ``main(args=[...])``) keep Python's own
+signal handling; only the ``KeyboardInterrupt`` conversion applies to them.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any, NoReturn
 
 import click
 
-from tpuemb_cfg import __version__, _interrupt, missing_dependency
+from tpuemb_cfg import __version__, _interrupt, _streams, missing_dependency
 from tpuemb_cfg.errors import TpuembError
 
 # command name -> (module, attribute, one-line help shown in `tpuemb --help`)
@@ -48,16 +50,30 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 }
 
 
-def _interrupted() -> NoReturn:
-    """Report a caught ``KeyboardInterrupt``: one line, status 130."""
+def _interrupted(exc: KeyboardInterrupt) -> NoReturn:
+    """Report a caught ``KeyboardInterrupt`` (Ctrl-C; SIGTERM or SIGHUP: ``Terminated``): one
+    line, status 128 + N."""
     if signal.getsignal(signal.SIGINT) is _interrupt.raise_once:
-        _interrupt.install(_interrupt.exit_now)  # a second Ctrl-C while reporting: exit at once
+        _interrupt.install(_interrupt.exit_now)  # a second signal while reporting: exit at once
+    signum = exc.signum if isinstance(exc, _interrupt.Terminated) else signal.SIGINT
     try:
         sys.stdout.flush()
     except (OSError, ValueError):
         pass
-    click.echo(_interrupt.MESSAGE, err=True)
-    sys.exit(130)
+    try:
+        click.echo(_interrupt.message(signum), err=True)
+    except OSError:
+        pass
+    sys.exit(_interrupt.status(signum))
+
+
+def _stream_failed(error: _streams.StreamError, process: bool) -> NoReturn:
+    """A write to standard output or error failed: one line on standard error (when that is
+    not the one that failed), status 2 - never 1, which for `validate` means findings."""
+    _streams.report(error)
+    if process:
+        _streams.silence(error.stream)
+    sys.exit(2)
 
 
 class LazyGroup(click.Group):
@@ -87,12 +103,16 @@ class LazyGroup(click.Group):
         with formatter.section("Commands"):
             formatter.write_dl(rows)
 
+    _process = False  # main() runs as the `tpuemb` process (not in-process)
+
     def make_context(self, info_name: str | None, args: list[str],
                      parent: click.Context | None = None, **extra: Any) -> click.Context:
         try:
             return super().make_context(info_name, args, parent, **extra)
-        except KeyboardInterrupt:
-            _interrupted()
+        except KeyboardInterrupt as exc:
+            _interrupted(exc)
+        except _streams.StreamError as exc:  # `tpuemb --help > /dev/full`
+            _stream_failed(exc, self._process)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -102,16 +122,15 @@ class LazyGroup(click.Group):
         except TpuembError as exc:
             click.echo(str(exc), err=True)
             ctx.exit(2)
-        except KeyboardInterrupt:
-            _interrupted()
+        except KeyboardInterrupt as exc:
+            _interrupted(exc)
         except MemoryError as exc:  # the estimates refuse first; this is what they missed
             click.echo(f"tpuemb: out of memory ({str(exc) or 'MemoryError'}); reduce the sizes "
                        "(vocabulary_size, dimension, --workers, --vocab) or free memory and run "
                        "again", err=True)
             ctx.exit(2)
-        except BrokenPipeError:
-            _quiet_broken_pipe()
-            ctx.exit(1)
+        except _streams.StreamError as exc:
+            _stream_failed(exc, self._process)
         except ImportError as exc:
             message = missing_dependency(exc)
             if message is None:
@@ -122,12 +141,28 @@ class LazyGroup(click.Group):
     def main(self, args: Any = None, prog_name: str | None = None,
              complete_var: str | None = None, standalone_mode: bool = True,
              **extra: Any) -> Any:
-        """Run the command; as the `tpuemb` process (``args`` None), also own SIGINT."""
+        """Run the command; as the `tpuemb` process (``args`` None), also own SIGINT, SIGTERM
+        and SIGHUP.
+
+        Standard output and error are guarded (:mod:`tpuemb_cfg._streams`): a write that fails
+        is one line and status 2, also when it fails in the final flush.
+        """
+        self._process = args is None
         previous = _interrupt.install(_interrupt.raise_once) if args is None else None
         try:
-            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
-        except KeyboardInterrupt:
-            _interrupted()
+            with _streams.guarded(process=self._process):
+                try:
+                    result = super().main(args, prog_name, complete_var, standalone_mode,
+                                          **extra)
+                except SystemExit:
+                    sys.stdout.flush()  # what is still buffered must reach its reader too
+                    raise
+                sys.stdout.flush()
+                return result
+        except KeyboardInterrupt as exc:
+            _interrupted(exc)
+        except _streams.StreamError as exc:  # a usage message, or the final flush
+            _stream_failed(exc, self._process)
         finally:
             if previous is not None:
                 _interrupt.install(previous)
@@ -141,16 +176,6 @@ def _show_warning(message: Warning | str, category: type[Warning], filename: str
         click.echo(f"warning: {message}", err=True)
     else:
         sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
-
-
-def _quiet_broken_pipe() -> None:
-    """The reader of stdout went away (``| head``): stop quietly, without a second error at exit."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):
-        pass
-    sys.stderr.close()
 
 
 def _unavailable(name: str) -> click.Command:
@@ -172,8 +197,11 @@ def main() -> None:
     Every command reads text (.pbtxt), binary (.pb/.binpb) and JSON (.json) configurations and
     exits 0 on success, 1 when validate finds problems or a --check sees a difference, 2 when
     an input cannot be read, an output cannot be written or the options are wrong, and 130 when
-    interrupted. Outputs are written atomically and never replace an input. Inputs larger than
-    256 MiB are refused; the environment variable TPUEMB_MAX_INPUT (e.g. 1G) raises the limit.
+    interrupted (143 on SIGTERM, 129 on SIGHUP). Outputs are written atomically and never
+    replace an input. Inputs larger than 256 MiB are refused; the environment variable
+    TPUEMB_MAX_INPUT (e.g. 1G) raises the limit. Every size (TPUEMB_MAX_INPUT, --max-memory)
+    is bytes or a number with a binary unit K, M, G, T (1G = 1GiB = 1GB = 2^30 bytes); every
+    --seed is a whole number from 0 to 2^64 - 1.
 
     Start with `tpuemb simulate` (runs the built-in example) or `tpuemb validate FILE`.
     """

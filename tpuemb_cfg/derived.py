@@ -14,9 +14,11 @@ the affected quantity out (or ``None``) instead of raising.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+import sys
+from array import array
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from tpuemb_cfg.algorithms import ALGORITHMS
 
@@ -62,7 +64,7 @@ TPU_DEVICE_MEMORY: dict[str, int] = {
 TagKind = Literal["learning_rate", "step_counter"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TagUse:
     """One use of a dynamic tag (section 1.3).
 
@@ -77,7 +79,7 @@ class TagUse:
     present: bool = True
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class EffectiveFeature:
     """A feature as TensorFlow sees it after the rewrite (section 1.2).
 
@@ -92,7 +94,7 @@ class EffectiveFeature:
     size: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TableSize:
     """Memory of one table (section 1.6); all state is float32.
 
@@ -107,7 +109,117 @@ class TableSize:
     packed: bool
 
 
-@dataclass(frozen=True)
+class _Lazy(Sequence[Any]):
+    """A read-only sequence whose items are made when read, from columns kept compactly: per
+    table or feature a few bytes, not the hundreds an object with its own integers and strings
+    takes (a million features would otherwise hold a million objects, names and sizes).
+    Compares equal to a list of the same items."""
+
+    __slots__ = ()
+
+    def _item(self, i: int) -> Any:
+        raise NotImplementedError
+
+    @overload
+    def __getitem__(self, i: int) -> Any: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[Any]: ...
+
+    def __getitem__(self, i: int | slice) -> Any:
+        if isinstance(i, slice):
+            return [self._item(k) for k in range(*i.indices(len(self)))]
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"index {i} out of range for {n} items")
+        return self._item(i % n if i < 0 else i)
+
+    def __iter__(self) -> Iterator[Any]:
+        for i in range(len(self)):
+            yield self._item(i)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence) or isinstance(other, str | bytes):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return repr(list(self))
+
+
+class Features(_Lazy):
+    """The effective features (section 1.2), each :class:`EffectiveFeature` made when read.
+
+    Feature style: the descriptor positions, table ids and shapes (equal shapes share one
+    tuple) are kept; names are read from the configuration. Legacy style: one feature per
+    table, from the batch size and ``num_features``.
+    """
+
+    __slots__ = ("_batch", "_counts", "_descriptors", "_positions", "_shapes", "_tables")
+
+    def __init__(self, descriptors: Any = None, *, batch: int = 0,
+                 counts: Sequence[int] = ()) -> None:
+        self._descriptors = descriptors
+        self._positions = array("q")
+        self._tables = array("q")
+        self._shapes: list[tuple[int, ...]] = []
+        self._batch = batch
+        self._counts = counts
+
+    def _add(self, j: int, table_id: int, shape: tuple[int, ...]) -> None:
+        self._positions.append(j)
+        self._tables.append(table_id)
+        self._shapes.append(shape)
+
+    def __len__(self) -> int:
+        return len(self._positions) if self._descriptors is not None else len(self._counts)
+
+    def _item(self, i: int) -> EffectiveFeature:
+        if self._descriptors is None:  # legacy: table i's one feature
+            size = self._batch * self._counts[i]
+            return EffectiveFeature(None, "", i, (size,), size)
+        j = self._positions[i]
+        shape = self._shapes[i]
+        return EffectiveFeature(j, self._descriptors[j].name, self._tables[i], shape,
+                                math.prod(shape))
+
+
+class TableSizes(_Lazy):
+    """:class:`TableSize` of every table (``None`` when its state variables are unknown),
+    computed when read from the table and the derived state variables."""
+
+    __slots__ = ("_derived", "_tables")
+
+    def __init__(self, tables: Any, derived: Derived) -> None:
+        self._tables = tables
+        self._derived = derived
+
+    def __len__(self) -> int:
+        return len(self._derived.state_variables)
+
+    def _item(self, t: int) -> TableSize | None:
+        states = self._derived.state_variables[t]
+        if states is None:
+            return None
+        table = self._tables[t]
+        vocab = max(table.vocabulary_size, 0)
+        dim = max(table.dimension, 0)
+        s = len(states)
+        packed = packing_effective(table, self._derived.algorithms[t])
+        num_hosts = self._derived.num_hosts
+        if num_hosts is None:
+            estimate = _padded_bytes(vocab, dim, s, packed)
+        else:
+            base_rows, extra = divmod(vocab, num_hosts)
+            estimate = extra * _padded_bytes(base_rows + 1, dim, s, packed) + (
+                num_hosts - extra
+            ) * _padded_bytes(base_rows, dim, s, packed)
+        return TableSize(t, states, vocab * dim * 4 * s, estimate, packed)
+
+
+@dataclass(frozen=True, slots=True)
 class HostRange:
     """Hosts ``first`` .. ``last`` (inclusive) that hold the same number of bytes each."""
 
@@ -125,7 +237,7 @@ class Derived:
     num_tables: int
     #: Effective features: the descriptors that pass FEAT001-003 (feature style), or one synthesised
     #: feature per table (legacy style).
-    features: list[EffectiveFeature]
+    features: Sequence[EffectiveFeature]
     #: ``batch_size_per_tensor_core``: as written (legacy) or the GCD of the feature sizes (feature
     #: style; 0 when there is no valid feature).
     batch_size: int
@@ -151,14 +263,34 @@ class Derived:
     slots: list[tuple[str, ...] | None]
     #: State variables per table (parameters, slots, gradient_accumulators); ``None`` when unknown.
     state_variables: list[tuple[str, ...] | None]
-    #: (label, shape) per activation: ``feature_descriptor[j]`` or ``table_descriptor[t]``.
-    activation_shapes: list[tuple[str, tuple[int, ...]]]
     #: ``num_hosts`` when >= 1, else ``None`` (host sizes unknown).
     num_hosts: int | None
+    #: The dimension of each table (for :attr:`activation_shapes`).
+    dimensions: list[int] = field(default_factory=list, repr=False)
+    #: The SPMD factor of the activations' leading dimension (1 without SPMD sharding).
+    activation_scale: int = 1
     #: Size of each table, ``None`` when its state variables are unknown.
-    table_sizes: list[TableSize | None] = field(default_factory=list)
+    table_sizes: Sequence[TableSize | None] = field(default_factory=list)
     #: Cache of :func:`host_sizes` (computed on first use).
     host_ranges: list[HostRange] | None = field(default=None, repr=False)
+
+    @property
+    def activation_shapes(self) -> list[tuple[str, tuple[int, ...]]]:
+        """(label, shape) per activation: ``feature_descriptor[j]`` or ``table_descriptor[t]``.
+
+        Computed when asked for (``tpuemb inspect``), not kept: no rule reads it, and for a
+        large configuration the list is as large as the text of its features.
+        """
+        scale = self.activation_scale
+        shapes: list[tuple[str, tuple[int, ...]]] = []
+        for f in self.features:
+            dim = self.dimensions[f.table_id]
+            if f.index is None:
+                shapes.append((f"table_descriptor[{f.table_id}]", (scale * f.size, dim)))
+            else:
+                shapes.append((f"feature_descriptor[{f.index}]",
+                               (f.input_shape[0] * scale, *f.input_shape[1:], dim)))
+        return shapes
 
     @property
     def K(self) -> int:  # noqa: N802 - the spec's name
@@ -176,13 +308,6 @@ class Derived:
     def tags_sorted(self) -> list[int]:
         """The distinct tags in ascending order."""
         return sorted(self.tag_map)
-
-
-def _int32_gcd(values: Iterator[int]) -> int:
-    g = 0
-    for v in values:
-        g = math.gcd(g, v)
-    return g
 
 
 def program_arity(udp: Any) -> tuple[int, int]:
@@ -213,37 +338,46 @@ def _padded_bytes(rows: int, dimension: int, states: int, packed: bool) -> int:
 
 def derive(config: TPUEmbeddingConfiguration) -> Derived:
     """Compute section 1's quantities; linear in tables and features, never raises on odd input."""
-    tables = list(config.table_descriptor)
-    descriptors = list(config.feature_descriptor)
+    # The repeated fields are read an element at a time: a list of every table's message would
+    # hold a Python object per table for the whole derivation.
+    tables = config.table_descriptor
+    descriptors = config.feature_descriptor
     n_tables = len(tables)
-    style: Literal["feature", "legacy"] = "feature" if descriptors else "legacy"
+    style: Literal["feature", "legacy"] = "feature" if len(descriptors) else "legacy"
 
     # 1.2 features, batch size, feature counts
     feature_sizes: list[int | None] = []
-    features: list[EffectiveFeature] = []
+    features = Features(descriptors)
     features_per_table = [0] * n_tables
+    # equal shapes share one tuple, and their size one integer
+    shapes: dict[tuple[int, ...], tuple[tuple[int, ...], int | None]] = {}
+    batch = 0
     for j, fd in enumerate(descriptors):
         shape = tuple(fd.input_shape)
-        size: int | None = None
-        if shape and all(d > 0 for d in shape):
-            size = math.prod(shape)
+        known = shapes.get(shape)
+        if known is None:
+            ok = bool(shape) and all(d > 0 for d in shape)
+            known = shapes.setdefault(shape, (shape, math.prod(shape) if ok else None))
+        shape, size = known
         feature_sizes.append(size)
-        if 0 <= fd.table_id < n_tables:
-            features_per_table[fd.table_id] += 1
+        table_id = fd.table_id
+        if 0 <= table_id < n_tables:
+            features_per_table[table_id] += 1
             if size is not None:
-                features.append(EffectiveFeature(j, fd.name, fd.table_id, shape, size))
+                features._add(j, table_id, shape)
+                batch = math.gcd(batch, size)
 
     if style == "feature":
-        batch = _int32_gcd(f.size for f in features)
         num_features = [0] * n_tables
         if batch > 0:
-            for f in features:
-                num_features[f.table_id] += f.size // batch
+            for table_id, shape in zip(features._tables, features._shapes, strict=True):
+                size = shapes[shape][1]
+                assert size is not None
+                num_features[table_id] += size // batch
     else:
         batch = config.batch_size_per_tensor_core
         num_features = [t.num_features for t in tables]
-        for t, n in enumerate(num_features):
-            features.append(EffectiveFeature(None, "", t, (batch * n,), batch * n))
+        features = Features(batch=batch, counts=num_features)
 
     # per-table algorithm, accumulation, slots, state variables
     algorithms: list[str | None] = []
@@ -251,9 +385,12 @@ def derive(config: TPUEmbeddingConfiguration) -> Derived:
     slots: list[tuple[str, ...] | None] = []
     state_variables: list[tuple[str, ...] | None] = []
     tag_uses: list[TagUse] = []
+    shared: dict[tuple[tuple[str, ...], bool], tuple[str, ...]] = {}  # equal tuples, one copy
     for t, table in enumerate(tables):
         op = table.optimization_parameters
-        algo = op.WhichOneof("parameters") if table.HasField("optimization_parameters") else None
+        which = (op.WhichOneof("parameters") if table.HasField("optimization_parameters")
+                 else None)
+        algo = sys.intern(which) if which is not None else None  # one copy per algorithm name
         algorithms.append(algo)
         status = op.gradient_accumulation_status
         acc = status in (ACCUMULATION_UNSPECIFIED, ACCUMULATION_ENABLED)
@@ -272,7 +409,8 @@ def derive(config: TPUEmbeddingConfiguration) -> Derived:
         state_variables.append(
             None
             if table_slots is None
-            else ("parameters", *table_slots, *(("gradient_accumulators",) if acc else ()))
+            else shared.setdefault((table_slots, acc), (
+                "parameters", *table_slots, *(("gradient_accumulators",) if acc else ())))
         )
 
         # 1.3 tag uses
@@ -305,21 +443,14 @@ def derive(config: TPUEmbeddingConfiguration) -> Derived:
     for use in tag_uses:
         tag_map.setdefault(use.tag, []).append((use.table, use.field_path))
 
-    # 1.5 activation shapes
+    # 1.5 activation shapes (computed when asked for: Derived.activation_shapes)
     spmd = config.spmd_sharding
     scale = 1
     if config.HasField("spmd_sharding") and spmd.enabled and not spmd.use_manual_partitioning:
         scale = spmd.num_cores_per_replica
-    activation_shapes: list[tuple[str, tuple[int, ...]]] = []
-    for f in features:
-        dim = tables[f.table_id].dimension
-        if f.index is None:
-            activation_shapes.append((f"table_descriptor[{f.table_id}]", (scale * f.size, dim)))
-        else:
-            shape = (f.input_shape[0] * scale, *f.input_shape[1:], dim)
-            activation_shapes.append((f"feature_descriptor[{f.index}]", shape))
 
     num_hosts = config.num_hosts if config.num_hosts >= 1 else None
+    dimensions: dict[int, int] = {}  # equal dimensions, one integer
     derived = Derived(
         style=style,
         num_tables=n_tables,
@@ -335,28 +466,11 @@ def derive(config: TPUEmbeddingConfiguration) -> Derived:
         accumulation=accumulation,
         slots=slots,
         state_variables=state_variables,
-        activation_shapes=activation_shapes,
+        dimensions=[dimensions.setdefault(t.dimension, t.dimension) for t in tables],
+        activation_scale=scale,
         num_hosts=num_hosts,
     )
-
-    # 1.6 sizes
-    for t, table in enumerate(tables):
-        states = state_variables[t]
-        if states is None:
-            derived.table_sizes.append(None)
-            continue
-        vocab = max(table.vocabulary_size, 0)
-        dim = max(table.dimension, 0)
-        s = len(states)
-        packed = packing_effective(table, algorithms[t])
-        if num_hosts is None:
-            estimate = _padded_bytes(vocab, dim, s, packed)
-        else:
-            base_rows, extra = divmod(vocab, num_hosts)
-            estimate = extra * _padded_bytes(base_rows + 1, dim, s, packed) + (
-                num_hosts - extra
-            ) * _padded_bytes(base_rows, dim, s, packed)
-        derived.table_sizes.append(TableSize(t, states, vocab * dim * 4 * s, estimate, packed))
+    derived.table_sizes = TableSizes(tables, derived)  # 1.6 sizes, computed when read
     return derived
 
 
@@ -390,7 +504,7 @@ def _host_sizes(config: TPUEmbeddingConfiguration, derived: Derived) -> list[Hos
     n = derived.num_hosts
     if n is None:
         return []
-    tables = list(config.table_descriptor)
+    tables = config.table_descriptor
     # bytes(h) = sum_t b_t(base_t) + sum over {t: h < extra_t} of (b_t(base_t + 1) - b_t(base_t))
     logical_base = 0
     estimate_base = 0
@@ -428,7 +542,7 @@ def _host_sizes(config: TPUEmbeddingConfiguration, derived: Derived) -> list[Hos
     return ranges
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class DeviceShare:
     """The tables' share of one TPU device: the fullest host's estimate split over its devices.
 

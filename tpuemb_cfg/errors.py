@@ -11,6 +11,7 @@ multi-megabyte string, and a message must stay one readable line however large t
 from __future__ import annotations
 
 import re
+from typing import Any
 
 #: Messages up to this many characters are left as they are.
 SHORT_MESSAGE = 1000
@@ -27,6 +28,34 @@ MESSAGE_LIMIT = 4000
 # of one value is never taken for the opening quote of a long "value" made of prose.
 _QUOTED = re.compile(r"'[^'\n]*'|\"[^\"\n]*\"")
 _LONG_RUN = re.compile(f"[^\\s'\"]{{{RUN_LIMIT + 1},}}")
+
+
+def printable(text: str) -> str:
+    """``text`` as it may be printed on a terminal: every character ``str.isprintable`` refuses
+    (ESC and every other control character, line breaks, bidirectional overrides) written as
+    Python writes it in a ``repr`` (``\\x1b``, ``\\n``, ``\\u202e``), the rest unchanged.
+
+    A name in a configuration is the user's data, not instructions to the terminal: a table
+    called ``"\\x1b]0;owned\\x07"`` must not retitle the window or hide the lines around it. Every
+    text output that shows such names (``tpuemb inspect``, the simulate report, the tag table,
+    validate's text and GitHub reports) passes them through here; JSON output is escaped by
+    ``json`` itself.
+    """
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def printable_values(value: Any) -> Any:
+    """``value`` (a JSON-like summary) with :func:`printable` applied to every string in it,
+    keys included."""
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, dict):
+        return {printable_values(k): printable_values(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(printable_values(v) for v in value)
+    return value
 
 
 def shorten(value: str, keep: int = QUOTE_KEEP) -> str:
@@ -120,3 +149,19 @@ class OutputError(InputError):
 
 class UsageError(TpuembError):
     """Options that do not fit together or name something that does not exist."""
+
+
+class NumericalError(TpuembError):
+    """A step's numbers left float32's range: an update made a table's parameters infinite or
+    NaN, or a synthetic run's activations overflowed. The message names the step, the table (or
+    feature) and the cause, usually a learning rate too large; ``parameter`` names the argument
+    that supplied it (``learning_rates``, ``learning_rate``, ``schedules``; None when the
+    configuration holds it), for the caller to name its own option, ``value`` the learning rate
+    and ``table`` the table."""
+
+    def __init__(self, message: str, *, parameter: str | None = None,
+                 value: float | None = None, table: str | None = None) -> None:
+        super().__init__(message)
+        self.parameter = parameter
+        self.value = value
+        self.table = table

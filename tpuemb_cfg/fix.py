@@ -62,6 +62,14 @@ class _Plan:
     inserts: list[tuple[str, str]] = field(default_factory=list)  # (message path, "name: value")
     deletes: list[str] = field(default_factory=list)  # field paths of scalars to remove
     append: str = ""  # text appended at the end of the file
+    #: Where the end-of-line comment of a deleted field goes: ``append`` holds
+    #: ``_slot(path)`` at that place (replaced by the comment, or by nothing).
+    comment_slots: list[str] = field(default_factory=list)
+
+
+def _slot(path: str) -> str:
+    """A marker in :attr:`_Plan.append` standing for the comment of the deleted ``path``."""
+    return f"\x00{path}\x00"
 
 
 def _renumber_tags(
@@ -118,21 +126,41 @@ def _convert_legacy(
         return
     batch = config.batch_size_per_tensor_core
     counts = [t.num_features for t in config.table_descriptor]
+    not_converted = f"{path}: legacy style not converted to feature descriptors (MODE005): "
     if batch <= 0 or any(n <= 0 for n in counts):
+        t = next((t for t, n in enumerate(counts) if n <= 0), None)
+        what = (f"batch_size_per_tensor_core is {batch}" if batch <= 0 else
+                f"table_descriptor[{t}] has num_features {counts[t or 0]}")
+        result.notes.append(
+            f"{not_converted}{what}, and TensorFlow's rewrite needs both positive (MODE003, "
+            "MODE004); set them first")
         return
-    if any(batch * n > INT32_MAX for n in counts):
-        return  # TensorFlow's 32-bit product would overflow (FEAT005); nothing to mirror
+    overflowing = [t for t, n in enumerate(counts) if batch * n > INT32_MAX]
+    if overflowing:  # TensorFlow's 32-bit product would overflow (FEAT005): nothing to mirror
+        t = overflowing[0]
+        result.notes.append(
+            f"{not_converted}table_descriptor[{t}]: batch_size_per_tensor_core {batch} x "
+            f"num_features {counts[t]} = {batch * counts[t]:,} exceeds 2^31 - 1, where "
+            "TensorFlow's 32-bit product overflows (FEAT005); lower batch_size_per_tensor_core "
+            "or num_features first")
+        return
     config.batch_size_per_tensor_core = 0
     plan.deletes.append("batch_size_per_tensor_core")
+    plan.comment_slots.append("batch_size_per_tensor_core")
     blocks = []
     for t, table in enumerate(config.table_descriptor):
         table.num_features = 0
-        plan.deletes.append(f"table_descriptor[{t}].num_features")
+        deleted = f"table_descriptor[{t}].num_features"
+        plan.deletes.append(deleted)
+        plan.comment_slots.append(deleted)
         feature = config.feature_descriptor.add()
         feature.table_id = t
         feature.input_shape.append(batch * counts[t])
+        # A comment at the end of a deleted line moves to the line that replaces it.
+        first = _slot("batch_size_per_tensor_core") if t == 0 else ""
         blocks.append(
-            f"feature_descriptor {{\n  table_id: {t}\n  input_shape: {batch * counts[t]}\n}}\n"
+            f"feature_descriptor {{{first}\n  table_id: {t}\n  input_shape: {batch * counts[t]}"
+            f"{_slot(deleted)}\n}}\n"
         )
     plan.append = "".join(blocks)
     sizes = ", ".join(f"[{batch * n}]" for n in counts[:6]) + (", ..." if len(counts) > 6 else "")
@@ -215,20 +243,27 @@ class _TextEditor:
         self.edits.append(_Edit(self.offset(token), self.end(token), value))
         return True
 
-    def delete(self, path: str) -> bool:
+    def delete(self, path: str) -> str | None:
+        """Delete the scalar field ``path``; returns the comment that ended its line (``""`` if
+        none), deleted with it, or ``None`` when the field cannot be placed. A field alone on
+        its line takes the whole line; a comment belongs to the field before it on its line."""
         name = self._name_token(path)
         value_index = None if name is None else self._value_token(name)
         if name is None or value_index is None:
-            return False
+            return None
         start = self.offset(self.tokens[name])
         end = self.end(self.tokens[value_index])
         line_start = self.text.rfind("\n", 0, start) + 1
         line_end = self.text.find("\n", end)
         line_end = len(self.text) if line_end < 0 else line_end
-        if not self.text[line_start:start].strip() and not self.text[end:line_end].strip():
+        rest = self.text[end:line_end].strip()
+        comment = rest if rest.startswith("#") else ""
+        if comment:
+            end = line_end - len(self.text[end:line_end]) + len(self.text[end:line_end].rstrip())
+        if not self.text[line_start:start].strip() and (not rest or comment):
             start, end = line_start, min(line_end + 1, len(self.text))  # the whole line
         self.edits.append(_Edit(start, end, ""))
-        return True
+        return comment
 
     def insert(self, message_path: str, snippet: str) -> bool:
         name = self._name_token(message_path)
@@ -283,11 +318,18 @@ def _edit_text(text: str, plan: _Plan, descriptor: Any) -> str | None:
     for path, value in plan.set_values.items():
         if editor.has(path) and not editor.set_value(path, value):
             return None
+    comments: dict[str, str] = {}
     for path in plan.deletes:
-        if editor.has(path) and not editor.delete(path):
-            return None
+        if editor.has(path):
+            comment = editor.delete(path)
+            if comment is None:
+                return None
+            comments[path] = comment
+    append = plan.append
+    for path in plan.comment_slots:
+        append = append.replace(_slot(path), f"  {comments[path]}" if comments.get(path) else "")
     try:
-        return editor.apply(plan.append)
+        return editor.apply(append)
     except ValueError:
         return None
 
@@ -304,6 +346,9 @@ def fixes_for(rule_ids: Iterable[str]) -> set[str]:
     """The fixes enabled by a selection of rules (a fix runs when one of its rules is selected)."""
     chosen = set(rule_ids)
     return {name for name, ids in FIXES.items() if chosen.intersection(ids)}
+
+
+_BOM = b"\xef\xbb\xbf"  # UTF-8 byte-order mark
 
 
 def fix_source(source: Source, fixes: Iterable[str] | None = None) -> FixResult:
@@ -347,6 +392,8 @@ def fix_source(source: Source, fixes: Iterable[str] | None = None) -> FixResult:
         data = new_text.encode("utf-8")
     else:
         data = serialize(fixed, source.format)
+    if source.format != "binary" and source.data.startswith(_BOM):
+        data = _BOM + data  # the file's byte-order mark stays (the parser skips it)
     if not _parses_to(data, source.format, expected, type(original)):
         raise InputError(
             "the fixed file would not parse back to the fixed configuration; nothing was written",

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from tpuemb_cfg.derived import derive, host_sizes
 from tpuemb_cfg.io import as_config
+from tpuemb_cfg.units import format_size
 
 if TYPE_CHECKING:
     from tpuemb_cfg.proto.tpu_embedding_configuration_pb2 import TPUEmbeddingConfiguration
@@ -215,15 +216,8 @@ def _left_out_reason(fd: Any, num_tables: int) -> str | None:
 
 
 def human_bytes(n: int | None) -> str:
-    """``1.5 MiB (1572864 B)`` style; ``unknown`` for ``None``."""
-    if n is None:
-        return "unknown"
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{n} B" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{n} B"  # unreachable
+    """``1.5 MiB`` style (``units.format_size``); ``unknown`` for ``None``."""
+    return "unknown" if n is None else format_size(n)
 
 
 def _fmt_limits(limits: list[float | None] | None) -> str:
@@ -257,8 +251,12 @@ def _table(rows: list[list[str]], header: list[str]) -> list[str]:
 
 
 def format_summary(summary: dict[str, Any], title: str = "") -> str:
-    """The text form of :func:`summarize`'s result."""
-    s = summary
+    """The text form of :func:`summarize`'s result (names escaped for the terminal:
+    :func:`~tpuemb_cfg.errors.printable`)."""
+    from tpuemb_cfg.errors import printable, printable_values
+
+    s = printable_values(summary)
+    title = printable(title)
     lines: list[str] = []
     head = f"{title}: " if title else ""
     count = s["feature_count"]

@@ -24,6 +24,7 @@ import json
 import math
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -103,6 +104,12 @@ def detect_format(path: str | os.PathLike[str], option: str | None = None, *,
     what = "the format to write" if output else "the format"
     found = os.path.splitext(name)[1] or "no extension"
     sniffed = None if output else _sniff(name)
+    if not output and lower.endswith((".py", ".toml")):
+        stem = os.path.splitext(name)[0]
+        raise UsageError(
+            f"{name}: a {found} file is a spec (the input of tpuemb compile), not a configuration: "
+            f"compile it first (tpuemb compile {name} -o {stem}.pbtxt); tpuemb validate, inspect "
+            "and simulate take specs as they are")
     if sniffed is None:
         advice = f"name the file with one of the extensions {_EXTENSIONS}"
         if option:
@@ -154,7 +161,10 @@ def parse_text(text: str, message: Message, path: str) -> None:
     """Parse protobuf text format into ``message``; errors carry the parser's line and column."""
     check_text_depth(text, path)
     try:
-        text_format.Parse(text, message)
+        # text_format.Parse would split the text into a list of every line first (for a large
+        # file, more memory than the file and its message together); the lines one at a time
+        # are parsed identically.
+        text_format.ParseLines(_lines(text), message)  # type: ignore[attr-defined]
     except text_format.ParseError as exc:
         detail = _explain(_PB_LOCATION.sub("", str(exc)))
         line = exc.GetLine() if exc.GetLine() is not None else None
@@ -166,6 +176,18 @@ def parse_text(text: str, message: Message, path: str) -> None:
         raise InputError(_tidy(detail), path=path, line=line, column=column) from None
     except (ValueError, TypeError) as exc:  # e.g. out-of-range values caught by the runtime
         raise InputError(_tidy(str(exc)), path=path, line=1, column=1) from None
+
+
+def _lines(text: str) -> Iterator[str]:
+    """``text.split("\\n")``, one line at a time."""
+    start = 0
+    while True:
+        end = text.find("\n", start)
+        if end < 0:
+            yield text[start:]
+            return
+        yield text[start:end]
+        start = end + 1
 
 
 def _tidy(message: str) -> str:
@@ -250,7 +272,9 @@ def parse_json(text: str, message: Message, path: str) -> None:
     """Parse protobuf JSON into ``message``; syntax and schema errors carry a line and column."""
     check_json_depth(text, path)
     try:
-        tree = json.loads(text)
+        tree = json.loads(text, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as exc:
+        raise _duplicate_key_error(text, path, exc.key) from None
     except json.JSONDecodeError as exc:
         raise InputError(f"invalid JSON: {exc.msg}", path=path, line=exc.lineno,
                          column=exc.colno) from None
@@ -280,6 +304,61 @@ def parse_json(text: str, message: Message, path: str) -> None:
         raise InputError(detail, path=path, line=line, column=column) from None
     except (OverflowError, ValueError) as exc:  # protobuf's int() of an infinite number
         raise _infinite_number(text, path, exc) from None
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads``' object hook: a key given twice in one object is an error, as in
+    protobuf's own JSON reader (Python's ``json`` would keep the last value silently)."""
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return result
+
+
+# JSON tokens that matter for finding a repeated key: strings, brackets and colons.
+_JSON_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[{}\[\]:]')
+
+
+def _duplicate_key_error(text: str, path: str, key: str) -> InputError:
+    """The error for ``key`` given twice in one JSON object, at its second occurrence."""
+    objects: list[dict[str, int] | None] = []  # per open bracket: keys seen -> offset, or None
+    pending: tuple[str, int] | None = None  # the last string, which a colon makes a key
+    for match in _JSON_TOKEN.finditer(text):
+        token = match.group()
+        if token in ("{", "["):
+            objects.append({} if token == "{" else None)
+        elif token in ("}", "]"):
+            if objects:
+                objects.pop()
+        elif token == ":":
+            keys = objects[-1] if objects else None
+            if pending is not None and keys is not None:
+                name, at = pending
+                if name in keys:
+                    line, column = line_col(text, at)
+                    first = line_col(text, keys[name])
+                    return InputError(
+                        f"key {json.dumps(name)} is given twice in one object (first at "
+                        f"{first[0]}:{first[1]}); protobuf's own JSON reader (TensorFlow's) "
+                        "refuses this - keep one of them",
+                        path=path, line=line, column=column)
+                keys[name] = at
+        else:
+            pending = (json.loads(token), match.start()) if token.startswith('"') else None
+            continue
+        pending = None
+    return InputError(f"key {json.dumps(key)} is given twice in one object; keep one",
+                      path=path, line=1, column=1)
 
 
 # A JSON string (skipped), or a number that may not be finite as a float (group 1).
@@ -541,6 +620,10 @@ def read_source(path: str | os.PathLike[str], format: str | None = None, *,
     name = os.fspath(path)
     if name != "-" and not os.path.lexists(name):
         raise InputError("no such file", path=name)
+    if name != "-" and os.path.isdir(name):
+        raise InputError(
+            "is a directory, expected a configuration file; name the files in it instead "
+            f"(e.g. {os.path.join(name, '*.pbtxt')})", path=name)
     fmt = normalize_format(format) if format else detect_format(name, format_option)
     data = read_input(name, max_bytes)
     message = message_type()

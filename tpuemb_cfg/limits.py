@@ -19,11 +19,13 @@ or respect them.
   (:func:`default_memory_limit`, from ``MemAvailable`` of ``/proc/meminfo``); the refusal
   suggests a limit that would admit the run (:func:`suggest_memory`).
 
-:func:`parse_size` / :func:`format_size` are shared by every option that takes a size.
+Sizes are read by :func:`tpuemb_cfg.units.parse_size` and shown by
+:func:`tpuemb_cfg.units.format_size`, the one grammar of every option that takes a size.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import stat
@@ -34,6 +36,7 @@ from typing import Any
 
 from tpuemb_cfg.errors import InputError, UsageError
 from tpuemb_cfg.protoutil import is_repeated
+from tpuemb_cfg.units import format_size, parse_size
 
 #: Messages may nest this many levels below the top-level message (see the module docstring).
 MAX_DEPTH = 99
@@ -41,28 +44,10 @@ MAX_DEPTH = 99
 DEFAULT_MAX_INPUT = 256 * 2**20
 MAX_INPUT_ENV = "TPUEMB_MAX_INPUT"
 _CHUNK = 2**20
-_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*$", re.IGNORECASE)
 
 
 # --------------------------------------------------------------------------------------------
 # Sizes
-
-
-def parse_size(text: str) -> int:
-    """Bytes in ``text``: ``268435456``, ``512K``, ``256M``, ``1.5G``, ``2GiB`` (powers of 1024)."""
-    match = _SIZE.match(text)
-    if match is None or float(match[1]) * _UNITS[match[2].upper()] < 1:
-        raise ValueError(f"{text!r} is not a size: expected bytes like 268435456, 512M or 2G")
-    return int(float(match[1]) * _UNITS[match[2].upper()])
-
-
-def format_size(size: int) -> str:
-    """``256 MiB``, ``1.5 GiB``, ``812 bytes``."""
-    for unit, factor in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if size >= factor:
-            return f"{size / factor:.3g} {unit}"
-    return f"{size} bytes"
 
 
 def suggest_size(size: int) -> str:
@@ -142,6 +127,10 @@ def read_errors(path: str, expected: str, missing: str = "no such file") -> Iter
     except IsADirectoryError:
         raise InputError(f"is a directory, expected {expected}", path=path) from None
     except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise InputError(
+                "is a loop of symbolic links (following them never reaches a file); point the "
+                "link at a real file", path=path) from None
         raise InputError(f"cannot read: {exc.strerror or exc}", path=path) from None
 
 
@@ -186,9 +175,8 @@ def default_memory_limit() -> int | None:
 
 
 def suggest_memory(needed: int) -> str:
-    """A ``--max-memory`` value that admits ``needed`` bytes whether ``G`` is read as 10^9 or as
-    2^30 (``tpuemb simulate`` reads decimal units): :func:`suggest_size` of 10% more, in ``T``
-    from 1024G on."""
+    """A ``--max-memory`` value that admits ``needed`` bytes with 10% to spare (the estimate's
+    margin): :func:`suggest_size` of 10% more, in ``T`` from 1024G on."""
     size = suggest_size(needed + needed // 10 + 1)
     if size.endswith("G") and int(size[:-1]) >= 1024:
         return f"{int(size[:-1]) // 1024}T"

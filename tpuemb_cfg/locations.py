@@ -17,6 +17,7 @@ a 5 MB string literal meant about 700 MB of memory.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -38,6 +39,10 @@ _TOKEN = re.compile(
 )
 
 
+#: ``# tpuemb: disable=ID,...``: silences the findings placed on the comment's line.
+DISABLE = re.compile(r"tpuemb:\s*disable\s*=\s*([A-Za-z0-9_,\s]+)")
+
+
 class Token(NamedTuple):
     kind: str
     text: str
@@ -45,13 +50,15 @@ class Token(NamedTuple):
     column: int
 
 
-def tokenize(text: str) -> tuple[list[Token], dict[int, list[str]]]:
-    """Split text into tokens (comments and white space dropped) and comments by line."""
-    tokens: list[Token] = []
-    append = tokens.append
-    comments: dict[int, list[str]] = {}
-    line, line_start = 1, 0
-    for match in _TOKEN.finditer(text):
+def iter_tokens(text: str, comments: dict[int, list[str]] | None = None, *, start: int = 0,
+                end: int | None = None, line: int = 1, line_start: int = 0) -> Iterator[Token]:
+    """The tokens of ``text`` one at a time (comments and white space dropped); the comments go
+    into ``comments`` by line when it is given.
+
+    ``start``/``end``: only the tokens of ``text[start:end]``, whose first line is ``line`` of
+    ``text`` and begins at offset ``line_start``; lines and columns are then the whole text's.
+    """
+    for match in _TOKEN.finditer(text, start, len(text) if end is None else end):
         kind = match.lastgroup
         if kind is None:  # trailing white space
             continue
@@ -61,9 +68,16 @@ def tokenize(text: str) -> tuple[list[Token], dict[int, list[str]]]:
             continue
         value = match.group(kind)
         if kind == "comment":
-            comments.setdefault(line, []).append(value[1:])
+            if comments is not None:
+                comments.setdefault(line, []).append(value[1:])
         else:
-            append(Token(kind, value, line, match.end() - len(value) - line_start + 1))
+            yield Token(kind, value, line, match.end() - len(value) - line_start + 1)
+
+
+def tokenize(text: str) -> tuple[list[Token], dict[int, list[str]]]:
+    """Split text into tokens (comments and white space dropped) and comments by line."""
+    comments: dict[int, list[str]] = {}
+    tokens = list(iter_tokens(text, comments))
     return tokens, comments
 
 
@@ -110,20 +124,31 @@ def parent_path(path: str) -> str:
 
 
 class _Scanner:
-    def __init__(self, tokens: list[Token], result: Locations) -> None:
-        self.tokens = tokens
-        self.pos = 0
+    """Reads the tokens once, front to back, with one token of lookahead; records the position
+    of every field path, or (``wanted``) of those paths only, so that its memory is what it
+    records, not the size of the file."""
+
+    def __init__(self, tokens: Iterable[Token], result: Locations,
+                 wanted: Mapping[str, str] | None = None) -> None:
+        self._tokens = iter(tokens)
+        self._next = next(self._tokens, None)
         self.result = result
+        self.wanted = wanted
 
     def peek(self) -> Token | None:
-        return self.tokens[self.pos] if self.pos < len(self.tokens) else None
+        return self._next
 
     def take(self) -> Token | None:
-        token = self.peek()
-        self.pos += 1
+        token = self._next
+        self._next = next(self._tokens, None)
         return token
 
     def record(self, path: str, token: Token) -> None:
+        if self.wanted is not None:
+            shared = self.wanted.get(path)  # the wanted string itself: one copy of each path
+            if shared is None:
+                return
+            path = shared
         if path not in self.result.positions:
             self.result.positions[path] = (token.line, token.column)
             self.result.order.append(path)
@@ -135,12 +160,12 @@ class _Scanner:
             if token is None:
                 return
             if closer is not None and token.text == closer:
-                self.pos += 1
+                self.take()
                 return
             if token.text in (",", ";"):
-                self.pos += 1
+                self.take()
                 continue
-            self.pos += 1
+            self.take()
             name = token.text
             fdesc = None
             if descriptor is not None and token.kind == "ident":
@@ -154,15 +179,15 @@ class _Scanner:
             sub = fdesc.message_type if fdesc is not None else None
             nxt = self.peek()
             if nxt is not None and nxt.text == ":":
-                self.pos += 1
+                self.take()
                 nxt = self.peek()
             if nxt is not None and nxt.text == "[":
-                self.pos += 1
+                self.take()
                 self.list_value(base, sub, counts, name, token)
                 continue
             if nxt is not None and nxt.kind == "ident" and nxt.text.startswith("["):
                 # `field: [ENUM_VALUE]`, a one-element list that reads like an extension name
-                self.pos += 1
+                self.take()
                 self.record(base, token)
                 index = counts.get(name, 0)
                 counts[name] = index + 1
@@ -176,7 +201,7 @@ class _Scanner:
                 path = f"{base}[{index}]"
             self.record(path, token)
             if nxt is not None and nxt.text in ("{", "<"):
-                self.pos += 1
+                self.take()
                 self.message(sub, path, "}" if nxt.text == "{" else ">")
             else:
                 self.scalar()
@@ -198,10 +223,10 @@ class _Scanner:
             if token is None:
                 return
             if token.text == "]":
-                self.pos += 1
+                self.take()
                 return
             if token.text == ",":
-                self.pos += 1
+                self.take()
                 continue
             index = counts.get(name, 0)
             counts[name] = index + 1
@@ -210,7 +235,7 @@ class _Scanner:
                 self.record(base, name_token)
                 first = False
             if token.text in ("{", "<"):
-                self.pos += 1
+                self.take()
                 self.record(path, token)
                 self.message(sub, path, "}" if token.text == "{" else ">")
             else:
@@ -218,9 +243,38 @@ class _Scanner:
                 self.scalar()
 
 
-def scan_locations(text: str, descriptor: Any) -> Locations:
-    """Positions of every field occurrence in ``text`` (a message of type ``descriptor``)."""
+def scan_locations(text: str, descriptor: Any, wanted: Mapping[str, str] | None = None, *,
+                   start: int = 0, end: int | None = None, line: int = 1,
+                   line_start: int = 0) -> Locations:
+    """Positions of every field occurrence in ``text`` (a message of type ``descriptor``), and
+    its comments by line.
+
+    ``wanted``: record only these field paths, and no comments (see :func:`wanted_paths`); the
+    text is then read as a stream, so a large file costs what is recorded, not a list of its
+    tokens. ``start``, ``end``, ``line``, ``line_start`` (with ``wanted``): read only
+    ``text[start:end]`` as a message of its own, with the whole text's lines and columns (see
+    :func:`iter_tokens`).
+    """
+    if wanted is not None:
+        result = Locations()
+        stream = iter_tokens(text, start=start, end=end, line=line, line_start=line_start)
+        _Scanner(stream, result, wanted).message(descriptor, "", None)
+        return result
     tokens, comments = tokenize(text)
     result = Locations(line_comments=comments)
     _Scanner(tokens, result).message(descriptor, "", None)
     return result
+
+
+def wanted_paths(field_paths: Iterable[str]) -> dict[str, str]:
+    """What :meth:`Locations.nearest` and a repeated field's first element may look up for
+    ``field_paths``: each path, its ``[0]`` element and every ancestor (each mapped to itself,
+    so that what is recorded shares the string)."""
+    wanted: dict[str, str] = {}
+    for path in field_paths:
+        first = f"{path}[0]"
+        wanted.setdefault(first, first)
+        while path and path not in wanted:
+            wanted[path] = path
+            path = parent_path(path)
+    return wanted

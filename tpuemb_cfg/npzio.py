@@ -11,42 +11,72 @@ bytes into any handle, e.g. one of an :class:`~tpuemb_cfg.atomic.OutputSet`; a v
 never whole in memory.
 
 :func:`read_npz` looks at the first bytes before handing the file to NumPy, so that random bytes
-or a text file are reported as what they are instead of NumPy's advice about ``allow_pickle``.
+or a text file are reported as what they are instead of NumPy's advice about ``allow_pickle``,
+and reads every member's ``.npy`` header (shape and dtype) before any array data: the keys and
+the total size are checked first, so a few megabytes of compressed zeros cannot inflate to
+gigabytes before an error could be reported.
 """
 
 from __future__ import annotations
 
 import io
+import math
 import os
 import stat
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import IO, Any
 
 import numpy as np
 
 from .atomic import atomic_output
 from .errors import InputError
-from .limits import read_errors
+from .limits import default_memory_limit, read_errors
+from .units import format_size
 
-__all__ = ["atomic_write_npz", "map_npz", "npz_bytes", "read_npz", "write_npz"]
+__all__ = ["NpyHeader", "NpzWriter", "atomic_write_npz", "map_npz", "npz_bytes", "read_npz",
+           "write_npz"]
 
 _EPOCH = (1980, 1, 1, 0, 0, 0)  # the earliest date a zip header can hold
 
 
 def write_npz(handle: IO[bytes], arrays: Mapping[str, np.ndarray]) -> None:
     """Stream an uncompressed ``.npz`` (member ``KEY.npy`` per key, sorted, fixed timestamp)."""
-    with zipfile.ZipFile(handle, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
+    with NpzWriter(handle) as writer:
         for key in sorted(arrays):
-            info = zipfile.ZipInfo(f"{key}.npy", date_time=_EPOCH)
-            info.compress_type = zipfile.ZIP_STORED
-            info.external_attr = 0o644 << 16
-            with archive.open(info, "w", force_zip64=True) as member:
-                value = arrays[key]
-                if hasattr(value, "npy_chunks"):
-                    _write_chunked(member, value)
-                else:
-                    np.lib.format.write_array(member, np.asarray(value), allow_pickle=False)
+            writer.add(key, arrays[key])
+
+
+class NpzWriter:
+    """An uncompressed ``.npz`` written into ``handle`` one member at a time, in the order of
+    :meth:`add` calls (fixed timestamps, as :func:`write_npz`): a file too large to hold in
+    memory, such as every step of ``tpuemb simulate --save-batches``, is streamed as it is
+    made. Close it (or use ``with``) to write the archive's directory."""
+
+    def __init__(self, handle: IO[bytes]) -> None:
+        self._archive = zipfile.ZipFile(handle, "w", compression=zipfile.ZIP_STORED,
+                                        allowZip64=True)
+
+    def add(self, key: str, value: Any) -> None:
+        """Write ``value`` (an array, or an array-like with ``npy_chunks()``) as ``KEY.npy``."""
+        info = zipfile.ZipInfo(f"{key}.npy", date_time=_EPOCH)
+        info.compress_type = zipfile.ZIP_STORED
+        info.external_attr = 0o644 << 16
+        with self._archive.open(info, "w", force_zip64=True) as member:
+            if hasattr(value, "npy_chunks"):
+                _write_chunked(member, value)
+            else:
+                np.lib.format.write_array(member, np.asarray(value), allow_pickle=False)
+
+    def close(self) -> None:
+        self._archive.close()
+
+    def __enter__(self) -> NpzWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def _write_chunked(member: IO[bytes], value: Any) -> None:
@@ -78,7 +108,28 @@ _ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # a zip's first entry, or an empty 
 _NPY_MAGIC = b"\x93NUMPY"
 
 
-def _check_magic(name: str) -> None:
+#: What to do about a file that is not the .npz expected (``remedy`` of the readers).
+SAVEZ = "write it with numpy.savez"
+
+
+@dataclass(frozen=True)
+class NpyHeader:
+    """What the header of one ``.npy`` member declares, read without its data: ``shape``,
+    ``dtype``, Fortran order, and ``offset``, where the data starts in the member."""
+
+    info: zipfile.ZipInfo
+    shape: tuple[int, ...]
+    dtype: np.dtype[Any]
+    fortran: bool
+    offset: int
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes of the array once decompressed."""
+        return math.prod(self.shape) * self.dtype.itemsize
+
+
+def _check_magic(name: str, remedy: str = SAVEZ) -> None:
     """Refuse what is not an .npz archive from its first bytes, with what was found."""
     with read_errors(name, "an .npz file", missing="file not found"), open(name, "rb") as handle:
         if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
@@ -90,99 +141,166 @@ def _check_magic(name: str) -> None:
         return
     if head.startswith(_NPY_MAGIC):
         raise InputError(
-            "not an .npz archive (it holds a single array, .npy); write it with numpy.savez",
-            path=name)
+            f"not an .npz archive (it holds a single array, .npy); {remedy}", path=name)
     shown = " ".join(f"{byte:02x}" for byte in head[:4]) if head else "nothing (empty file)"
     raise InputError(
         f"cannot read as .npz: the file starts with {shown}, while an .npz archive starts with "
-        "50 4b ('PK', a zip archive); write it with numpy.savez", path=name)
+        f"50 4b ('PK', a zip archive); {remedy}", path=name)
 
 
-def read_npz(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
+def read_npz(
+    path: str | os.PathLike[str],
+    *,
+    max_bytes: int | None = None,
+    check_keys: Callable[[Mapping[str, NpyHeader]], None] | None = None,
+    remedy: str = SAVEZ,
+) -> dict[str, np.ndarray]:
     """Every array of the ``.npz`` at ``path``, loaded eagerly (no pickled objects allowed).
 
-    Raises ``InputError`` naming the file when it is missing, not an npz archive, or holds an
-    object array.
+    Every member's header is read first, before any array data is decompressed: a member that
+    is not a plain numeric ``.npy``, or declares more bytes than it holds, is refused, then
+    ``check_keys(headers)`` runs (it may raise about the keys, shapes and sizes), then the
+    arrays' total size is held against ``max_bytes`` (default: the memory limit of a run,
+    ``limits.default_memory_limit``), so a small compressed file cannot inflate to gigabytes
+    before its keys are checked. Raises ``InputError`` naming the file, and the key where one
+    is to blame; ``remedy`` is the advice of errors about a file that is no ``.npz`` at all.
     """
     name = os.fspath(path)
-    _check_magic(name)
+    _check_magic(name, remedy)
     try:
-        loaded = np.load(name, allow_pickle=False)  # missing or a folder: _check_magic said so
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
-        raise InputError(
-            f"cannot read as .npz ({exc}); write it with numpy.savez", path=name
-        ) from None
-    if not isinstance(loaded, np.lib.npyio.NpzFile):
-        raise InputError(
-            "not an .npz archive (it holds a single array); write it with numpy.savez",
-            path=name,
-        )
-    arrays: dict[str, np.ndarray] = {}
-    with loaded:
-        for key in loaded.files:
-            try:
-                arrays[key] = loaded[key]
-            except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:
-                raise _bad_array(name, key, _npy_reason(exc)) from None
-    return arrays
+        archive = zipfile.ZipFile(name)
+    except (OSError, zipfile.BadZipFile, EOFError) as exc:
+        raise InputError(f"cannot read as .npz ({exc}); {remedy}", path=name) from None
+    with archive:
+        _refuse_aliases(name, archive.namelist())
+        headers = _headers(name, archive, remedy)
+        if check_keys is not None:
+            check_keys(headers)
+        _check_total(name, headers, headers, max_bytes)
+        return {key: _read_member(name, archive, header.info, key, remedy)
+                for key, header in headers.items()}
 
 
-def map_npz(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
+def _headers(name: str, archive: zipfile.ZipFile, remedy: str) -> dict[str, NpyHeader]:
+    """The header of every member, by key; ``InputError`` for a member that is no plain
+    numeric array or holds less data than its header declares."""
+    headers = {}
+    for info in archive.infolist():
+        key = info.filename.removesuffix(".npy")
+        try:
+            with archive.open(info) as handle:
+                version = np.lib.format.read_magic(handle)
+                shape, fortran, dtype = (np.lib.format.read_array_header_1_0(handle)
+                                         if version == (1, 0)
+                                         else np.lib.format.read_array_header_2_0(handle))
+                offset = handle.tell()
+        except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:
+            raise _bad_array(name, key, _npy_reason(exc), remedy) from None
+        if dtype.hasobject:
+            raise _bad_array(name, key, _PICKLED, remedy)
+        header = NpyHeader(info, tuple(shape), dtype, bool(fortran), offset)
+        if info.file_size - offset < header.nbytes:
+            raise _bad_array(
+                name, key,
+                f"its header declares shape {header.shape} of {dtype} "
+                f"({format_size(header.nbytes)}), but the member holds "
+                f"{max(info.file_size - offset, 0):,} bytes of data: the file was cut short or "
+                "altered", remedy)
+        headers[key] = header
+    return headers
+
+
+def _check_total(name: str, headers: Mapping[str, NpyHeader], loaded: Mapping[str, NpyHeader],
+                 max_bytes: int | None) -> None:
+    """Refuse, naming the largest array, when the arrays of ``loaded`` (of ``headers``) would
+    take more than ``max_bytes`` (None: ``limits.default_memory_limit``) once in memory."""
+    limit = default_memory_limit() if max_bytes is None else max_bytes
+    total = sum(header.nbytes for header in loaded.values())
+    if limit is None or total <= limit:
+        return
+    key, largest = max(loaded.items(), key=lambda item: item[1].nbytes)
+    which = ("the memory limit of a run (80% of the memory available)" if max_bytes is None
+             else "the memory limit")
+    raise InputError(
+        f"the arrays of the file take {format_size(total)} once read ({len(loaded)} of "
+        f"{len(headers)} arrays; the largest, this one, shape {largest.shape} of "
+        f"{largest.dtype}: {format_size(largest.nbytes)}), more than {which} of "
+        f"{format_size(limit)}; nothing was decompressed - if the file is right and the machine "
+        "can hold it, raise the limit (--max-memory; max_bytes= in Python)",
+        path=name, key=key)
+
+
+def map_npz(path: str | os.PathLike[str], *, max_bytes: int | None = None,
+            remedy: str = SAVEZ) -> dict[str, np.ndarray]:
     """Every array of the ``.npz`` at ``path``, as read-only memory maps of the file where its
     member is stored uncompressed (what ``atomic_write_npz`` writes), else loaded: reading a
     block of rows reads only those bytes, so a checkpoint larger than memory can be sent to the
-    Ray backend's hosts a block at a time. Checks and errors as for :func:`read_npz`."""
+    Ray backend's hosts a block at a time. Checks and errors as for :func:`read_npz`; only the
+    compressed members (loaded) count against ``max_bytes``."""
     name = os.fspath(path)
-    _check_magic(name)
+    _check_magic(name, remedy)
     try:
         archive = zipfile.ZipFile(name)
-    except (OSError, zipfile.BadZipFile) as exc:
-        raise InputError(f"cannot read as .npz ({exc}); write it with numpy.savez",
-                         path=name) from None
+    except (OSError, zipfile.BadZipFile, EOFError) as exc:
+        raise InputError(f"cannot read as .npz ({exc}); {remedy}", path=name) from None
     arrays: dict[str, np.ndarray] = {}
     with archive, open(name, "rb") as raw:
-        for info in archive.infolist():
-            key = info.filename.removesuffix(".npy")
-            if info.compress_type != zipfile.ZIP_STORED:
-                arrays[key] = _read_member(name, archive, info.filename, key)
+        _refuse_aliases(name, archive.namelist())
+        headers = _headers(name, archive, remedy)
+        compressed = {key: header for key, header in headers.items()
+                      if header.info.compress_type != zipfile.ZIP_STORED}
+        _check_total(name, headers, compressed, max_bytes)
+        for key, header in headers.items():
+            info = header.info
+            if key in compressed:
+                arrays[key] = _read_member(name, archive, info, key, remedy)
                 continue
             raw.seek(info.header_offset + 26)  # the local header's name and extra lengths
             skip = int.from_bytes(raw.read(2), "little") + int.from_bytes(raw.read(2), "little")
-            raw.seek(info.header_offset + 30 + skip)
-            try:
-                version = np.lib.format.read_magic(raw)
-                shape, fortran, dtype = (np.lib.format.read_array_header_1_0(raw)
-                                         if version == (1, 0)
-                                         else np.lib.format.read_array_header_2_0(raw))
-            except ValueError as exc:
-                raise _bad_array(name, key, _npy_reason(exc)) from None
-            if dtype.hasobject:
-                raise _bad_array(name, key, _PICKLED)
-            if 0 in shape:
-                arrays[key] = np.zeros(shape, dtype=dtype)
+            start = info.header_offset + 30 + skip + header.offset
+            if 0 in header.shape:
+                arrays[key] = np.zeros(header.shape, dtype=header.dtype)
             else:
-                arrays[key] = np.memmap(name, dtype=dtype, mode="r", offset=raw.tell(),
-                                        shape=tuple(shape), order="F" if fortran else "C")
+                arrays[key] = np.memmap(name, dtype=header.dtype, mode="r", offset=start,
+                                        shape=header.shape,
+                                        order="F" if header.fortran else "C")
     return arrays
 
 
-def _read_member(name: str, archive: zipfile.ZipFile, member: str, key: str) -> np.ndarray:
-    """One compressed member of an open archive, loaded (``map_npz``'s fallback)."""
+def _refuse_aliases(name: str, members: list[str]) -> None:
+    """Refuse two members of one archive that give the same key (``x.npy`` and ``x``, or the
+    same name twice): reading both, the second would silently replace the first."""
+    seen: dict[str, str] = {}
+    for member in members:
+        key = member.removesuffix(".npy")
+        if key in seen:
+            both = (f"twice as {member!r}" if seen[key] == member
+                    else f"as {seen[key]!r} and as {member!r}")
+            raise InputError(
+                f"the archive holds this key {both}; one array would silently replace the "
+                "other - write each array once (numpy.savez)", path=name, key=key)
+        seen[key] = member
+
+
+def _read_member(name: str, archive: zipfile.ZipFile, member: zipfile.ZipInfo, key: str,
+                 remedy: str) -> np.ndarray:
+    """One member of an open archive, loaded (its header was checked by ``_headers``)."""
     try:
         with archive.open(member) as handle:
             array: np.ndarray = np.lib.format.read_array(handle, allow_pickle=False)
             return array
     except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:
-        raise _bad_array(name, key, _npy_reason(exc)) from None
+        raise _bad_array(name, key, _npy_reason(exc), remedy) from None
 
 
 _PICKLED = "it holds Python objects (a pickled object array), not numbers"
 
 
-def _bad_array(name: str, key: str, reason: str) -> InputError:
-    """The error for member ``key`` of ``name`` that is not a plain numeric array."""
-    return InputError(f"cannot read the array ({reason}); store plain numeric arrays",
-                      path=name, key=key)
+def _bad_array(name: str, key: str, reason: str, remedy: str) -> InputError:
+    """The error for member ``key`` of ``name`` that is not a plain numeric array (``remedy``:
+    the readers' advice, unless it is the default one for files users write)."""
+    advice = "store plain numeric arrays" if remedy == SAVEZ else remedy
+    return InputError(f"cannot read the array ({reason}); {advice}", path=name, key=key)
 
 
 def _npy_reason(exc: BaseException) -> str:

@@ -10,8 +10,9 @@ many of them a command uses::
     executor = Executor(prepared)                 # no second parse or plan
     out = replay(prepared, batches)
 
-A compiled spec carries what the proto cannot hold: each feature's combiner (its table's) and how
-many ids a bag holds. ``prepare`` therefore also takes the compiler's result
+A compiled spec carries what the proto cannot hold: each feature's combiner (its table's), how
+many ids a bag holds, each table's initializer and the learning-rate callable of every dynamic
+tag (run every step: ``executor.rates``). ``prepare`` therefore also takes the compiler's result
 (``build_config(...)``, a ``CompiledConfig``) and spec files (``.py``, ``.toml``), which it
 compiles; a plain configuration gets TensorFlow's default combiner, ``mean``, and says so
 (:attr:`Prepared.combiner_note`).
@@ -182,7 +183,32 @@ def _prepare_compiled(
             exc.path = path
         raise
     plan = plan.with_bags([feature.ids_per_bag for feature in compiled.features])
+    plan = _with_spec_values(plan, compiled, path)
     return Prepared(config, plan, path, diagnostics, source_of)
+
+
+def _with_spec_values(plan: Plan, compiled: Any, path: str | None) -> Plan:
+    """``plan`` with what TensorFlow takes from the spec's Python objects at run time: each
+    table's initializer (``executor.initializers``) and the learning-rate callable of every
+    dynamic tag (``executor.rates``)."""
+    from .executor.initializers import resolve
+    from .executor.rates import tag_rates
+
+    by_name = {table.name: table for table in compiled.tables}
+    try:
+        tables = tuple(
+            replace(t, initializer=resolve(by_name[t.name].initializer, t.name,
+                                           by_name[t.name].vocabulary_size, by_name[t.name].dim))
+            if t.name in by_name else t
+            for t in plan.tables
+        )
+    except InputError as exc:
+        if path is not None and exc.path is None:
+            exc.path = path
+        raise
+    callables = list(compiled.dynamic_learning_rates)
+    rates = tag_rates(callables) if len(callables) == plan.num_learning_rates else ()
+    return replace(plan, tables=tables, tag_rates=rates)
 
 
 def with_combiner_arguments(prepared: Prepared, values: Sequence[str]) -> Prepared:

@@ -2,6 +2,9 @@
 
 Each formatter takes the per-file results in the order the files were given and returns the
 whole output as one string. Diagnostics inside a file are already sorted (line, column, rule).
+:func:`render_chunks` gives the same text a piece at a time (a diagnostic, or a line), which is
+how ``tpuemb validate`` writes it: a report of a million findings is never one string, nor one
+JSON document of a million dictionaries, in memory.
 """
 
 from __future__ import annotations
@@ -9,12 +12,13 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 from xml.etree import ElementTree as ET
 
+from tpuemb_cfg.errors import printable
 from tpuemb_cfg.rules import RULES, SEVERITY_RANK, Diagnostic
 
 FORMATS = ("text", "json", "sarif", "github", "junit")
@@ -51,39 +55,71 @@ def format_text(reports: Sequence[FileReport], *, fail_on: str = "error") -> str
     Binary/JSON inputs have no line: ``FILE: severity[ID] message (at field_path)``. A clean run
     prints nothing.
     """
-    lines: list[str] = []
+    return "".join(_text_chunks(reports))
+
+
+def _text_chunks(reports: Sequence[FileReport]) -> Iterator[str]:
     for report in reports:
+        path = printable(report.path)
         for d in report.diagnostics:
             if d.line is not None:
-                lines.append(
-                    f"{report.path}:{d.line}:{d.column or 1}: {d.severity}[{d.rule}] {d.message}"
-                )
+                line = (f"{path}:{d.line}:{d.column or 1}: {d.severity}[{d.rule}] "
+                        f"{printable(d.message)}\n")
             else:
                 where = f" (at {d.field_path})" if d.field_path else ""
-                lines.append(f"{report.path}: {d.severity}[{d.rule}] {d.message}{where}")
-            if d.hint:
-                lines.append(f"    hint: {d.hint}")
+                line = f"{path}: {d.severity}[{d.rule}] {printable(d.message)}{where}\n"
+            yield line + (f"    hint: {printable(d.hint)}\n" if d.hint else "")
     counts = summary(reports)
     if any(counts.values()):
         files = sum(1 for r in reports if r.diagnostics)
-        lines.append(
+        yield (
             f"Found {_plural(counts['error'], 'error')}, {_plural(counts['warning'], 'warning')} "
-            f"and {_plural(counts['info'], 'info')} in {_plural(files, 'file')}."
+            f"and {_plural(counts['info'], 'info')} in {_plural(files, 'file')}.\n"
         )
-    return "".join(line + "\n" for line in lines)
 
 
 def format_json(reports: Sequence[FileReport], *, fail_on: str = "error") -> str:
     """``{"schema_version": 1, "files": [...], "summary": {...}}`` (see docs/validate.md)."""
-    document = {
-        "schema_version": 1,
-        "files": [
-            {"path": report.path, "diagnostics": [d.to_dict() for d in report.diagnostics]}
-            for report in reports
-        ],
-        "summary": summary(reports),
-    }
-    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+    return "".join(_json_chunks(reports))
+
+
+def _json_chunks(reports: Sequence[FileReport]) -> Iterator[str]:
+    holes: list[tuple[Iterable[Any], int]] = []
+    files = []
+    for report in reports:
+        files.append({"path": report.path, "diagnostics": _hole(holes, (
+            d.to_dict() for d in report.diagnostics), depth=3)})
+    document = {"schema_version": 1, "files": files, "summary": summary(reports)}
+    return _streamed_json(document, holes)
+
+
+def _hole(holes: list[tuple[Iterable[Any], int]], items: Iterable[Any], *, depth: int) -> str:
+    """A stand-in, in a document for :func:`_streamed_json`, for the JSON array of ``items``
+    whose key is ``depth`` levels deep."""
+    holes.append((items, depth))
+    return f"\x00{len(holes) - 1}"
+
+
+_HOLE = re.compile(r'"\\u0000(\d+)"')
+
+
+def _streamed_json(document: Any, holes: Sequence[tuple[Iterable[Any], int]]) -> Iterator[str]:
+    """``json.dumps(document, indent=2, ensure_ascii=False) + "\\n"`` with each stand-in of
+    :func:`_hole` replaced by its array, written one item at a time (the same bytes)."""
+    parts = _HOLE.split(json.dumps(document, indent=2, ensure_ascii=False))
+    yield parts[0]
+    for k in range(1, len(parts), 2):
+        items, depth = holes[int(parts[k])]
+        pad = "  " * (depth + 1)
+        first = True
+        for item in items:
+            # JSON strings hold no raw line break: every line of an item is indented alike
+            body = json.dumps(item, indent=2, ensure_ascii=False).replace("\n", "\n" + pad)
+            yield ("[\n" if first else ",\n") + pad + body
+            first = False
+        yield "[]" if first else "\n" + "  " * depth + "]"
+        yield parts[k + 1]
+    yield "\n"
 
 
 def _uri(path: str) -> str:
@@ -112,29 +148,20 @@ def _sarif_rule(rule_id: str) -> dict[str, Any]:
 
 def format_sarif(reports: Sequence[FileReport], *, fail_on: str = "error") -> str:
     """A SARIF 2.1.0 log with one run; every registered rule is listed in ``tool.driver.rules``."""
+    return "".join(_sarif_chunks(reports))
+
+
+def _sarif_chunks(reports: Sequence[FileReport]) -> Iterator[str]:
     from tpuemb_cfg import __version__
 
     rule_ids = sorted(RULES)
     index = {rule_id: i for i, rule_id in enumerate(rule_ids)}
-    results: list[dict[str, Any]] = []
-    for report in reports:
-        for d in report.diagnostics:
-            physical: dict[str, Any] = {"artifactLocation": {"uri": _uri(report.path)}}
-            if d.line is not None:
-                physical["region"] = {"startLine": d.line, "startColumn": d.column or 1}
-            location: dict[str, Any] = {"physicalLocation": physical}
-            if d.field_path:
-                location["logicalLocations"] = [{"fullyQualifiedName": d.field_path}]
-            text = d.message if not d.hint else f"{d.message}\nhint: {d.hint}"
-            result: dict[str, Any] = {
-                "ruleId": d.rule,
-                "level": SARIF_LEVEL[d.severity],
-                "message": {"text": text},
-                "locations": [location],
-            }
-            if d.rule in index:
-                result["ruleIndex"] = index[d.rule]
-            results.append(result)
+
+    def results() -> Iterator[dict[str, Any]]:
+        for report in reports:
+            yield from _sarif_results(report, index)
+
+    holes: list[tuple[Iterable[Any], int]] = []
     log = {
         "$schema": SARIF_SCHEMA,
         "version": "2.1.0",
@@ -148,11 +175,32 @@ def format_sarif(reports: Sequence[FileReport], *, fail_on: str = "error") -> st
                     }
                 },
                 "columnKind": "unicodeCodePoints",
-                "results": results,
+                "results": _hole(holes, results(), depth=3),
             }
         ],
     }
-    return json.dumps(log, indent=2, ensure_ascii=False) + "\n"
+    return _streamed_json(log, holes)
+
+
+def _sarif_results(report: FileReport, index: Mapping[str, int]) -> Iterator[dict[str, Any]]:
+    """The SARIF result of each diagnostic of one file."""
+    for d in report.diagnostics:
+        physical: dict[str, Any] = {"artifactLocation": {"uri": _uri(report.path)}}
+        if d.line is not None:
+            physical["region"] = {"startLine": d.line, "startColumn": d.column or 1}
+        location: dict[str, Any] = {"physicalLocation": physical}
+        if d.field_path:
+            location["logicalLocations"] = [{"fullyQualifiedName": d.field_path}]
+        text = d.message if not d.hint else f"{d.message}\nhint: {d.hint}"
+        result: dict[str, Any] = {
+            "ruleId": d.rule,
+            "level": SARIF_LEVEL[d.severity],
+            "message": {"text": text},
+            "locations": [location],
+        }
+        if d.rule in index:
+            result["ruleIndex"] = index[d.rule]
+        yield result
 
 
 def _gh_data(text: str) -> str:
@@ -165,16 +213,20 @@ def _gh_property(text: str) -> str:
 
 def format_github(reports: Sequence[FileReport], *, fail_on: str = "error") -> str:
     """GitHub Actions workflow commands: ``::error file=F,line=L,col=C,title=ID::message``."""
-    lines = []
+    return "".join(_github_chunks(reports))
+
+
+def _github_chunks(reports: Sequence[FileReport]) -> Iterator[str]:
     for report in reports:
         for d in report.diagnostics:
             props = [f"file={_gh_property(report.path)}"]
             if d.line is not None:
                 props += [f"line={d.line}", f"col={d.column or 1}"]
             props.append(f"title={_gh_property(f'{d.rule} ({d.severity})')}")
-            text = d.message if not d.hint else f"{d.message}\nhint: {d.hint}"
-            lines.append(f"::{GITHUB_LEVEL[d.severity]} {','.join(props)}::{_gh_data(text)}")
-    return "".join(line + "\n" for line in lines)
+            text = printable(d.message)
+            if d.hint:
+                text += f"\nhint: {printable(d.hint)}"
+            yield f"::{GITHUB_LEVEL[d.severity]} {','.join(props)}::{_gh_data(text)}\n"
 
 
 _XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
@@ -241,3 +293,16 @@ FORMATTERS: dict[str, Callable[..., str]] = {
 def render(fmt: str, reports: Sequence[FileReport], *, fail_on: str = "error") -> str:
     """Render ``reports`` in format ``fmt`` (one of :data:`FORMATS`)."""
     return FORMATTERS[fmt](reports, fail_on=fail_on)
+
+
+def render_chunks(fmt: str, reports: Sequence[FileReport], *,
+                  fail_on: str = "error") -> Iterator[str]:
+    """What :func:`render` returns, a piece at a time (JUnit's XML tree is built whole)."""
+    streamed: dict[str, Callable[[Sequence[FileReport]], Iterable[str]]] = {
+        "text": _text_chunks, "json": _json_chunks, "sarif": _sarif_chunks,
+        "github": _github_chunks,
+    }
+    if fmt in streamed:
+        yield from streamed[fmt](reports)
+    else:
+        yield render(fmt, reports, fail_on=fail_on)

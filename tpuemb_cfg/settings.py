@@ -7,7 +7,7 @@ Example::
     ignore = ["TBL010"]                  # ids or prefixes
     fail-on = "warning"                  # error (default), warning or info
     show-derived = false                 # also run the on-request info rules
-    memory-budget = "16GiB"              # per-host budget for SIZE003 (bytes or a size with a unit)
+    memory-budget = "16G"                # per-host budget for SIZE003 (bytes, or K/M/G/T: 2^10..)
     tpu = "v4"                           # TPU generation whose device memory SIZE004 checks
 
     [tool.tpuemb.severity]               # change a rule's severity
@@ -29,22 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
+from tpuemb_cfg import units
 from tpuemb_cfg.errors import InputError
 from tpuemb_cfg.rules._registry import SEVERITY_RANK, Severity
-
-_UNITS = {
-    "": 1,
-    "b": 1,
-    "kb": 10**3,
-    "mb": 10**6,
-    "gb": 10**9,
-    "tb": 10**12,
-    "kib": 2**10,
-    "mib": 2**20,
-    "gib": 2**30,
-    "tib": 2**40,
-}
-_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*$")
 
 
 @dataclass
@@ -62,25 +49,12 @@ class Settings:
 
 
 def parse_size(value: object, *, path: str | None = None, key: str = "memory-budget") -> int:
-    """Bytes from an int or a string such as ``"16GiB"`` / ``"500 MB"``."""
-    if isinstance(value, bool):
-        raise InputError(
-            f"expected a size in bytes or a string like '16GiB', got {value!r}", path=path, key=key
-        )
-    if isinstance(value, int) and value > 0:
-        return value
-    if isinstance(value, str):
-        match = _SIZE.match(value)
-        if match and match.group(2).lower() in _UNITS:
-            number = float(match.group(1)) * _UNITS[match.group(2).lower()]
-            if number >= 1:
-                return int(number)
-    raise InputError(
-        "expected a positive size in bytes or a string like '16GiB' (units B, KB, MB, GB, TB, "
-        f"KiB, MiB, GiB, TiB), got {value!r}",
-        path=path,
-        key=key,
-    )
+    """Bytes from an int or a string such as ``"16GiB"`` / ``"512M"``: the one size grammar of
+    :func:`tpuemb_cfg.units.parse_size` (binary units; ``"16GB"`` is 16 GiB)."""
+    try:
+        return units.parse_size(value)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"{value!r}: {exc}", path=path, key=key) from None
 
 
 def parse_tpu(value: object, *, path: str | None = None, key: str = "tpu") -> str:
@@ -98,7 +72,7 @@ def parse_tpu(value: object, *, path: str | None = None, key: str = "tpu") -> st
 
 def find_pyproject(start: str | os.PathLike[str]) -> Path | None:
     """The first pyproject.toml in ``start`` or one of its parents."""
-    folder = Path(start).resolve()
+    folder = Path(os.path.realpath(start))
     for candidate in (folder, *folder.parents):
         path = candidate / "pyproject.toml"
         if path.is_file():
@@ -108,7 +82,9 @@ def find_pyproject(start: str | os.PathLike[str]) -> Path | None:
 
 def common_folder(files: Iterable[str]) -> Path:
     """The deepest folder holding every file (the current folder for ``-`` or no files)."""
-    folders = [str(Path(f).resolve().parent) for f in files if f != "-"]
+    # os.path.realpath, not Path.resolve: a loop of symbolic links is that file's error (its
+    # own report), not one that stops every other file.
+    folders = [os.path.dirname(os.path.realpath(f)) for f in files if f != "-"]
     if not folders:
         return Path.cwd()
     return Path(os.path.commonpath(folders))
@@ -143,17 +119,31 @@ def load_settings(start: str | os.PathLike[str] | None = None) -> Settings:
     name = str(pyproject)
     try:
         with open(pyproject, "rb") as handle:
-            document = tomllib.load(handle)
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"invalid TOML: {exc}", path=name) from None
+            data = handle.read()
     except OSError as exc:
         raise InputError(f"cannot read: {exc.strerror or exc}", path=name) from None
-    table = document.get("tool", {}).get("tpuemb")
+    try:
+        document = tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise InputError(
+            f"not UTF-8 text: byte 0x{data[exc.start]:02x} cannot appear in a TOML file (TOML "
+            "files are UTF-8); save it as UTF-8", path=name, offset=exc.start) from None
+    except tomllib.TOMLDecodeError as exc:
+        at = re.search(r"\s*\(at line (\d+), column (\d+)\)", str(exc))
+        reason = str(exc)[: at.start()] if at else str(exc)
+        raise InputError(f"invalid TOML: {reason}", path=name,
+                         line=int(at[1]) if at else None,
+                         column=int(at[2]) if at else None) from None
+    tool = document.get("tool")
+    if tool is not None and not isinstance(tool, dict):
+        raise InputError(f"expected a table ([tool]), got {tool!r}", path=name, key="tool")
+    table = (tool or {}).get("tpuemb")
     settings = Settings(source=name)
     if table is None:
         return settings
     if not isinstance(table, dict):
-        raise InputError("expected a table", path=name, key="tool.tpuemb")
+        raise InputError(f"expected a table ([tool.tpuemb]), got {table!r}", path=name,
+                         key="tool.tpuemb")
     for raw_key, value in table.items():
         key = raw_key.replace("_", "-")
         where = f"tool.tpuemb.{raw_key}"

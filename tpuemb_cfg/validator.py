@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import os
 import re
-from bisect import bisect_left
-from collections.abc import Iterable, Mapping, Sequence
+from array import array
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from tpuemb_cfg.errors import InputError, UsageError, shorten_quoted
+from tpuemb_cfg.locations import DISABLE
+from tpuemb_cfg.protoutil import is_repeated
 from tpuemb_cfg.rules import RULES, Context, Diagnostic, Rule, Severity
 
 if TYPE_CHECKING:
@@ -28,7 +30,6 @@ if TYPE_CHECKING:
 
 PARSE_RULE = "PARSE001"
 
-_DISABLE = re.compile(r"tpuemb:\s*disable\s*=\s*([A-Za-z0-9_,\s]+)")
 
 
 def _parts(values: Iterable[str] | str | None) -> list[str] | None:
@@ -138,7 +139,7 @@ def run_rules(
 def _disabled(comments: list[str]) -> set[str]:
     ids: set[str] = set()
     for comment in comments:
-        for match in _DISABLE.finditer(comment):
+        for match in DISABLE.finditer(comment):
             ids.update(part.strip().upper() for part in match.group(1).split(",") if part.strip())
     return ids
 
@@ -150,6 +151,14 @@ def _position(locations: Locations, field_path: str) -> tuple[int, int]:
     if found is None and field_path:
         found = locations.get(f"{field_path}[0]")
     return found if found is not None else locations.nearest(field_path)
+
+
+def _silenced(rule_id: str, comments: list[str] | None) -> bool:
+    """Whether ``# tpuemb: disable=...`` in ``comments`` (of one line) names the rule."""
+    if not comments:
+        return False
+    disabled = _disabled(comments)
+    return "ALL" in disabled or any(rule_id.startswith(d) for d in disabled)
 
 
 def place(
@@ -164,22 +173,22 @@ def place(
         line = column = None
         if locations is not None:
             line, column = _position(locations, diagnostic.field_path)
-            comments = locations.line_comments.get(line)
-            if comments:
-                disabled = _disabled(comments)
-                if "ALL" in disabled or any(diagnostic.rule.startswith(d) for d in disabled):
-                    continue
+            if _silenced(diagnostic.rule, locations.line_comments.get(line)):
+                continue
         placed.append(replace(diagnostic, path=path, line=line, column=column))
     return placed
 
 
 # --- Locating only what is needed -----------------------------------------------------------------
 #
-# Scanning every field of a large text file costs about as much as protobuf's parse. A finding
-# only needs the positions inside the top-level element it is about (one table, one feature), so
-# the text is split into top-level elements with a quick pass that looks only at strings, comments
-# and brackets, and the full scanner (tpuemb_cfg.locations) runs on the elements that matter.
-# Anything unusual at the top level (list syntax, extensions) falls back to scanning everything.
+# Scanning every field of a large text file costs about as much as protobuf's parse, and keeping
+# the position of every field a finding may be placed at (its path, its first element, its
+# ancestors) costs more memory than the file. A finding only needs the positions inside the
+# top-level element it is about (one table, one feature), so the text is read as a sequence of
+# top-level elements with a quick pass that looks only at strings, comments and brackets, and the
+# full scanner (tpuemb_cfg.locations) runs on each element that holds findings, in the order of
+# the text, its positions let go of once the element's findings have theirs. Anything unusual at
+# the top level (list syntax, extensions) falls back to scanning the whole text.
 
 # Strings as unrolled loops: a repeated alternation costs regex memory per character (see
 # tpuemb_cfg.locations), which for a multi-megabyte string is hundreds of megabytes.
@@ -191,6 +200,13 @@ _TOP = re.compile(
     r"""|[A-Za-z_][A-Za-z0-9_]*"""
     r"""|[-+.0-9][A-Za-z0-9_.+-]*|."""
 )
+#: The top-level field of a field path and its index: ``table_descriptor[2]`` of
+#: ``table_descriptor[2].name``.
+_HEAD = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?:\[(\d+)\])?(?=\.|$)")
+
+
+class _Unusual(Exception):
+    """The top level of the text is not a plain sequence of fields."""
 
 
 def _skip(text: str, pos: int) -> tuple[str, int, int]:
@@ -206,18 +222,18 @@ def _skip(text: str, pos: int) -> tuple[str, int, int]:
     return "", len(text), len(text)
 
 
-def _top_level(text: str) -> list[tuple[str, int, int]] | None:
-    """(field name, start, end) of every top-level field occurrence; ``None`` if unusual."""
-    out: list[tuple[str, int, int]] = []
+def _top_elements(text: str) -> Iterator[tuple[str, int, int]]:
+    """(field name, start, end) of every top-level field occurrence, in order; raises
+    :class:`_Unusual` where the top level is not a plain sequence of fields."""
     pos = 0
     while True:
         token, start, pos = _skip(text, pos)
         if not token:
-            return out
+            return
         if token in (",", ";"):
             continue
         if not (token[0].isalpha() or token[0] == "_"):
-            return None
+            raise _Unusual
         value, _, pos = _skip(text, pos)
         if value == ":":
             value, _, pos = _skip(text, pos)
@@ -226,7 +242,7 @@ def _top_level(text: str) -> list[tuple[str, int, int]] | None:
             while depth:
                 match = _INNER.search(text, pos)
                 if match is None:
-                    return None
+                    raise _Unusual
                 pos = match.end()
                 char = match.group()
                 if char in ("{", "<"):
@@ -234,73 +250,189 @@ def _top_level(text: str) -> list[tuple[str, int, int]] | None:
                 elif char in ("}", ">"):
                     depth -= 1
         elif not value or value in ("[", "]", "}", ">", ":"):
-            return None
+            raise _Unusual
         else:
             while value.startswith(("'", '"')):  # adjacent string literals concatenate
                 following, _, after = _skip(text, pos)
                 if not following.startswith(("'", '"')):
                     break
                 value, pos = following, after
-        out.append((token, start, pos))
+        yield token, start, pos
 
 
-def _partial_locations(
-    text: str, descriptor: Any, field_paths: Iterable[str], *, always: bool = False
-) -> Locations:
-    """Locations of the top-level fields and of everything inside the elements ``field_paths``
-    touch; line comments of every line a position is on. Scans everything when most of the
-    elements are needed, unless ``always`` (for tests)."""
-    from tpuemb_cfg.locations import Locations, scan_locations, tokenize
+def _line_comments(text: str, first: int) -> list[str] | None:
+    """The comments of the line that starts at offset ``first`` (read as a stream: the line may
+    be the whole file)."""
+    from tpuemb_cfg.locations import iter_tokens
 
-    paths = list(field_paths)
-    elements = _top_level(text)
-    wanted = {_top_key(p) for p in paths}
-    if elements is None or (len(wanted) * 4 > len(elements) and not always):
-        return scan_locations(text, descriptor)  # unusual layout, or most of the file is needed
-    newlines = [m.start() for m in re.finditer("\n", text)]
+    last = text.find("\n", first)
+    comments: dict[int, list[str]] = {}
+    for _ in iter_tokens(text, comments, start=first, end=len(text) if last < 0 else last):
+        pass
+    return comments.get(1)
 
-    def position(offset: int) -> tuple[int, int]:
-        line = bisect_left(newlines, offset)
-        start = newlines[line - 1] + 1 if line else 0
-        return line + 1, offset - start + 1
 
-    result = Locations()
-    counts: dict[str, int] = {}
-    spans: dict[str, tuple[int, int]] = {}
-    for name, start, end in elements:
+class _Placed:
+    """Line, column and the comments of that line, per field path (8 + 8 + 8 bytes each)."""
+
+    def __init__(self, count: int) -> None:
+        self.lines = array("q", [1]) * count
+        self.columns = array("q", [1]) * count
+        self.comments: list[list[str] | None] = [None] * count
+
+
+def _locate(text: str, descriptor: Any, field_paths: Sequence[str]) -> _Placed:
+    """Where each of ``field_paths`` is placed in ``text`` (what :func:`_position` gives on a
+    scan of the whole text) and the comments of that line.
+
+    Only the top-level elements that hold a path are scanned, one at a time and in the order of
+    the text; the memory is a few integers per path, whatever the size of the file. An unusual
+    top level falls back to :func:`_locate_in_whole_text`.
+    """
+    try:
+        return _locate_by_element(text, descriptor, field_paths)
+    except _Unusual:
+        return _locate_in_whole_text(text, descriptor, field_paths)
+
+
+def _locate_by_element(text: str, descriptor: Any, field_paths: Sequence[str]) -> _Placed:
+    """:func:`_locate`, scanning only the top-level elements that hold a path (raises
+    :class:`_Unusual` for a text or path this does not handle)."""
+    from tpuemb_cfg.locations import scan_locations, wanted_paths
+
+    count = len(field_paths)
+    placed = _Placed(count)
+    # The paths by element: first[name][i] is the first path in the i-th element of the
+    # top-level field `name` (its first one, for a field that is not repeated), following[k]
+    # the next path in the same element as path k (-1: none).
+    first: dict[str, array[int]] = {}
+    following = array("q", [-1]) * count
+    at_root = []
+    for k in range(count - 1, -1, -1):
+        path = field_paths[k]
+        head = _HEAD.match(path)
+        if head is None:
+            if path:
+                raise _Unusual
+            at_root.append(k)
+            continue
+        name, index = head.group(1), head.group(2)
         field = descriptor.fields_by_name.get(name)
-        key = name
-        if field is not None and field.is_repeated:
-            index = counts.get(name, 0)
-            counts[name] = index + 1
-            key = f"{name}[{index}]"
-        if key not in result.positions:
-            result.positions[key] = position(start)
-            spans[key] = (start, end)
-    for key in sorted(wanted & spans.keys()):
-        start, end = spans[key]
-        line, column = result.positions[key]
-        inner = scan_locations(text[start:end], descriptor)
-        name = key.split("[", 1)[0]
-        local = f"{name}[0]" if key != name else name
-        for path, (row, col) in inner.positions.items():
-            if path == local or path.startswith((local + ".", local + "[")):
-                moved = key + path[len(local) :]
-                where = (line + row - 1, col + column - 1 if row == 1 else col)
-                result.positions.setdefault(moved, where)
-    lines = {1} | {_position(result, p)[0] for p in paths}  # 1: the root's line
-    for line in lines:
-        first = newlines[line - 2] + 1 if line > 1 else 0
-        last = newlines[line - 1] if line - 1 < len(newlines) else len(text)
-        comments = tokenize(text[first:last])[1].get(1)
-        if comments:
-            result.line_comments[line] = comments
-    return result
+        if index is not None and (field is None or not is_repeated(field)):
+            raise _Unusual
+        i = int(index) if index is not None else 0
+        paths = first.get(name)
+        if paths is None:
+            paths = first[name] = array("q")
+        if len(paths) <= i:
+            paths.extend(array("q", [-1]) * (i + 1 - len(paths)))
+        following[k] = paths[i]
+        paths[i] = k
+    located = bytearray(count)
+
+    seen: dict[str, int] = {}
+    line, line_start, offset = 1, 0, 0  # the line at `offset` and where it starts
+    comments: dict[int, list[str] | None] = {}  # by line, of the lines read last
+    for name, start, end in _top_elements(text):
+        i = seen.get(name, 0)
+        seen[name] = i + 1
+        paths = first.get(name)
+        if paths is None or i >= len(paths) or paths[i] < 0:
+            continue
+        breaks = text.count("\n", offset, start)
+        if breaks:
+            line += breaks
+            line_start = text.rfind("\n", offset, start) + 1
+        offset = start
+        comments = {row: found for row, found in comments.items() if row >= line}
+        # the element read as a message of its own, in which it is the first `name`
+        indexed = f"{name}[{i}]"
+        members: list[tuple[int, str]] = []
+        k = paths[i]
+        while k >= 0:
+            path = field_paths[k]
+            if path.startswith(indexed):
+                path = f"{name}[0]{path[len(indexed):]}"
+            members.append((k, path))
+            k = following[k]
+        inner = scan_locations(text, descriptor, wanted_paths(p for _, p in members),
+                               start=start, end=end, line=line, line_start=line_start)
+        starts = [line_start]  # where the element's lines start
+        for k, path in members:
+            row, column = _position(inner, path)
+            if row < line:  # nothing of the path in the element: the root
+                continue
+            while len(starts) <= row - line:
+                starts.append(text.find("\n", starts[-1]) + 1)
+            if row not in comments:
+                comments[row] = _line_comments(text, starts[row - line])
+            placed.lines[k], placed.columns[k] = row, column
+            placed.comments[k] = comments[row]
+            located[k] = 1
+    on_first_line = _line_comments(text, 0)
+    for k in range(count):
+        if not located[k]:  # at the root, or in an element the text does not have: line 1
+            placed.comments[k] = on_first_line
+    return placed
 
 
-def _top_key(field_path: str) -> str:
-    """``table_descriptor[2]`` for ``table_descriptor[2].name``; ``mode`` for ``mode``."""
-    return field_path.split(".", 1)[0]
+def _locate_in_whole_text(text: str, descriptor: Any, field_paths: Sequence[str]) -> _Placed:
+    """:func:`_locate` by one scan of the whole text, recording only what the paths may be
+    placed at (:func:`~tpuemb_cfg.locations.wanted_paths`)."""
+    from tpuemb_cfg.locations import scan_locations, wanted_paths
+
+    locations = scan_locations(text, descriptor, wanted=wanted_paths(field_paths))
+    starts = array("q", [0])
+    starts.extend(m.end() for m in re.finditer("\n", text))
+    placed = _Placed(len(field_paths))
+    comments: dict[int, list[str] | None] = {}
+    for k, path in enumerate(field_paths):
+        line, column = _position(locations, path)
+        if line not in comments:
+            comments[line] = _line_comments(text, starts[line - 1])
+        placed.lines[k], placed.columns[k] = line, column
+        placed.comments[k] = comments[line]
+    return placed
+
+
+def _place_in_file(found: list[Diagnostic], path: str, placed: _Placed | None,
+                   severity: Mapping[str, Severity] | None) -> None:
+    """Give ``found`` (in place) their file, line and column (``None`` without ``placed``) and
+    ``severity``, and drop the findings silenced by ``# tpuemb: disable=ID`` on their line. Each
+    placed copy takes its original's place, so the two never coexist (half the memory for a
+    million findings)."""
+    kept = 0
+    for k, d in enumerate(found):
+        line = column = None
+        if placed is not None:
+            if _silenced(d.rule, placed.comments[k]):
+                continue
+            line, column = placed.lines[k], placed.columns[k]
+        new = severity.get(d.rule) if severity and d.rule != PARSE_RULE else None
+        found[kept] = replace(d, path=path, line=line, column=column, severity=new or d.severity)
+        kept += 1
+    del found[kept:]
+
+
+def _sort_in_file(found: list[Diagnostic]) -> None:
+    """Sort one file's diagnostics by :func:`sort_key`, in place, keyed by one integer each
+    (line and column) rather than a tuple of six; the few that share a position are then
+    ordered by rule, field path and message."""
+    width = 1 + max((d.column or 0 for d in found), default=0)
+
+    def position(d: Diagnostic) -> int:
+        return (d.line or 0) * width + (d.column or 0)
+
+    found.sort(key=position)
+    start = 0
+    while start < len(found):
+        at = position(found[start])
+        end = start + 1
+        while end < len(found) and position(found[end]) == at:
+            end += 1
+        if end - start > 1:
+            found[start:end] = sorted(found[start:end], key=sort_key)
+        start = end
 
 
 def sort_key(d: Diagnostic) -> tuple[str, int, int, str, str, str]:
@@ -329,13 +461,12 @@ def parse_error(exc: InputError) -> Diagnostic:
 def _apply_severity(
     diagnostics: list[Diagnostic], severity: Mapping[str, Severity] | None
 ) -> list[Diagnostic]:
-    if not severity:
-        return diagnostics
-    out = []
-    for d in diagnostics:
-        new = severity.get(d.rule)
-        out.append(replace(d, severity=new) if new and d.rule != PARSE_RULE else d)
-    return out
+    """``diagnostics`` with ``severity`` applied, in place."""
+    for k, d in enumerate(diagnostics if severity else ()):
+        new = severity.get(d.rule) if severity else None
+        if new and d.rule != PARSE_RULE:
+            diagnostics[k] = replace(d, severity=new)
+    return diagnostics
 
 
 def validate_source(
@@ -353,13 +484,13 @@ def validate_source(
     found = run_rules(source.message, rules, options=options)
     if not found:
         return []
-    locations = None
+    placed = None
     if source.format == "text" and source.text is not None:
-        locations = _partial_locations(
-            source.text, source.message.DESCRIPTOR, [d.field_path for d in found]
-        )
-    placed = place(found, path=source.path, locations=locations)
-    return sorted(_apply_severity(placed, severity), key=sort_key)
+        placed = _locate(source.text, source.message.DESCRIPTOR, [d.field_path for d in found])
+    _place_in_file(found, source.path, placed, severity)
+    del placed
+    _sort_in_file(found)
+    return found
 
 
 def validate(
@@ -374,8 +505,10 @@ def validate(
     """Validate a configuration and return every finding, sorted by file, line, column and rule.
 
     ``config_or_path``: a ``TPUEmbeddingConfiguration`` (tpuemb's or TensorFlow's), a path (text,
-    binary or JSON by extension; ``-`` for stdin) or binary bytes. A file that cannot be read or
-    parsed gives a single ``PARSE001`` error diagnostic instead of an exception. Diagnostics of a
+    binary or JSON by extension; ``-`` for stdin; a ``.py``/``.toml`` spec, compiled, its
+    findings placed in the spec: :mod:`tpuemb_cfg.spec_check`) or binary bytes. A file that
+    cannot be read or parsed gives a single ``PARSE001`` error diagnostic instead of an
+    exception. Diagnostics of a
     text file carry 1-based line/column; other inputs have ``None``.
 
     ``select``/``ignore``: rule ids or prefixes (see :func:`selected_rules`); ``show_derived``
@@ -386,7 +519,10 @@ def validate(
     rules = selected_rules(select, ignore, show_derived=show_derived)
     if isinstance(config_or_path, str | os.PathLike):
         from tpuemb_cfg.io import read_source
+        from tpuemb_cfg.spec_check import is_spec, validate_spec
 
+        if is_spec(config_or_path):  # compiled; findings placed in the spec
+            return validate_spec(config_or_path, rules, severity=severity, options=options)
         try:
             source = read_source(config_or_path)
         except InputError as exc:

@@ -1,9 +1,10 @@
 """What `tpuemb simulate` shows and writes for a synthetic run, one worker or several.
 
 The runs (``tpuemb_cfg.sim``) compute and return; this module is the one place that draws their
-progress bar and writes their files: ``OUT_DIR/tables.npz`` (final tables and slots),
-``OUT_DIR/summary.json`` (the summary, with ``config`` and ``out_dir`` added) and the ``--plot``
-image (PNG, SVG or PDF, from its extension). :func:`check_run_outputs` checks them all before
+progress bar and writes their files: ``OUT_DIR/tables.npz`` (final tables and slots, whole or
+the touched rows: ``--tables``), ``OUT_DIR/summary.json`` (the summary, with ``config`` and
+``out_dir`` added), the ``--plot`` image (PNG, SVG or PDF, from its extension) and the
+``--save-batches`` file (each step's batch streamed in as the run goes, :func:`batches_file`). :func:`check_run_outputs` checks them all before
 the run starts; :func:`write_run` writes them together at its end, as one
 :class:`~tpuemb_cfg.atomic.OutputSet`: all of them or, when anything fails (a full disk, the
 plot, Ctrl-C), none, and never through a predictable temporary name.
@@ -25,7 +26,13 @@ from tpuemb_cfg.errors import UsageError
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["PLOT_FORMATS", "check_run_outputs", "progress", "require_matplotlib", "write_run"]
+    from tpuemb_cfg.atomic import OutputSet
+
+__all__ = ["PLOT_FORMATS", "batches_file", "check_run_outputs", "progress", "require_disk_space",
+           "require_matplotlib", "status_line", "write_run"]
+
+#: A command that has run this long (seconds) shows what it is doing (stderr a terminal).
+STATUS_DELAY = 2.0
 
 #: ``--plot`` extensions and the matplotlib format each one writes.
 PLOT_FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
@@ -47,45 +54,157 @@ def progress(length: int, quiet: bool) -> Iterator[Callable[[int], None] | None]
         yield lambda _done: bar.update(1)
 
 
-def check_run_outputs(out_dir: Path, plot: str | None, inputs: list[tuple[str, str]]) -> None:
+@contextlib.contextmanager
+def status_line(delay: float | None = None) -> Iterator[Callable[[str], None]]:
+    """A one-line status on stderr for work that may take long (``tpuemb validate`` of a large
+    file): shown only when stderr is a terminal, once the block has run ``delay`` seconds
+    (:data:`STATUS_DELAY`), refreshed with the elapsed time, and erased at the end. The
+    callback sets the text (what is being done, e.g. the file and its number)."""
+    wait = STATUS_DELAY if delay is None else delay
+    text = [""]
+    if not _is_terminal(sys.stderr):
+        yield lambda message: None
+        return
+    import threading
+    import time
+
+    stop = threading.Event()
+    started = time.monotonic()
+    shown = [False]
+    stream = sys.stderr
+
+    def refresh() -> None:
+        while not stop.wait(0.0 if not shown[0] and wait <= 0 else 0.25):
+            elapsed = time.monotonic() - started
+            if elapsed < wait:
+                continue
+            try:
+                stream.write(f"\r{text[0]} ({elapsed:.0f} s)\x1b[K")
+                stream.flush()
+            except (OSError, ValueError):
+                return
+            shown[0] = True
+
+    worker = threading.Thread(target=refresh, name="tpuemb-status", daemon=True)
+    worker.start()
+    try:
+        yield lambda message: text.__setitem__(0, message)
+    finally:
+        stop.set()
+        worker.join()
+        if shown[0]:
+            try:
+                stream.write("\r\x1b[K")
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+
+
+def _is_terminal(stream: IO[str]) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def check_run_outputs(out_dir: Path, plot: str | None, inputs: list[tuple[str, str]], *,
+                      tables: str = "all", save_batches: str | None = None) -> None:
     """Refuse, before the run, outputs that would replace an input (``(option, path)`` pairs)
-    or cannot be written: ``OUT_DIR/tables.npz`` and ``OUT_DIR/summary.json`` (OUT_DIR is
-    created when missing), and the ``--plot`` file, whose folder must exist and whose extension
-    must be one of :data:`PLOT_FORMATS`."""
+    or cannot be written: ``OUT_DIR/tables.npz`` (unless ``tables`` is ``none``) and
+    ``OUT_DIR/summary.json`` (OUT_DIR is created when missing), the ``--plot`` file, whose
+    folder must exist and whose extension must be one of :data:`PLOT_FORMATS`, and the
+    ``--save-batches`` file (an ``.npz`` whose folder exists)."""
     from tpuemb_cfg.atomic import check_outputs
 
     if plot == "-":  # check_outputs leaves "-" (standard output) alone
         raise UsageError("--plot -: the plot is an image file; give its name (FILE.png, "
                          "FILE.svg or FILE.pdf)")
-    outputs: list[tuple[str, str | Path]] = [("--out-dir", out_dir / "tables.npz"),
-                                             ("--out-dir", out_dir / "summary.json")]
+    if save_batches == "-":
+        raise UsageError("--save-batches -: the batches are an .npz archive; give its file name "
+                         "(B.npz)")
+    outputs: list[tuple[str, str | Path]] = [("--out-dir", out_dir / "summary.json")]
+    if tables != "none":
+        outputs.insert(0, ("--out-dir", out_dir / "tables.npz"))
     if plot is not None:
         outputs.append(("--plot", plot))
+    if save_batches is not None:
+        outputs.append(("--save-batches", save_batches))
     check_outputs(outputs, inputs, make_dirs=True)  # first: an input named as output says so
+    if save_batches is not None:  # its folder must exist (only OUT_DIR is created)
+        check_outputs([("--save-batches", save_batches)], suffixes=(".npz",))
     if plot is not None:  # its folder must exist (only OUT_DIR is created), its format known
         check_outputs([("--plot", plot)], suffixes=tuple(PLOT_FORMATS))
+        if Path(plot).suffix.lower() not in PLOT_FORMATS:  # ".png": a name, no extension
+            raise UsageError(
+                f"--plot {plot}: {Path(plot).name!r} is a file name without an extension (a "
+                "leading dot makes a hidden file); give a name and the extension, e.g. "
+                "run.png, run.svg or run.pdf")
 
 
-def write_run(out_dir: Path, summary: dict[str, Any], state: Mapping[str, np.ndarray],
-              config_label: str, plot: str | None = None) -> Path:
-    """Add ``config`` and ``out_dir`` to ``summary``; write ``tables.npz`` (``state``) and
+def write_run(out_dir: Path, summary: dict[str, Any], state: Mapping[str, np.ndarray] | None,
+              config_label: str, plot: str | None = None, *,
+              shown_dir: Path | None = None, outputs: OutputSet | None = None) -> Path:
+    """Add ``config`` and ``out_dir`` (``shown_dir``, the folder as the user typed it, when
+    given) to ``summary``; write ``tables.npz`` (``state``; None: no tables file) and
     ``summary.json`` into ``out_dir`` (created when missing) and the plot to ``plot``, all or
-    none of them; return the path of ``tables.npz``."""
+    none of them (staged in ``outputs`` when given: with the files staged there before, such
+    as the ``--save-batches`` file, committed by its owner); return the path of
+    ``tables.npz``."""
     from tpuemb_cfg.atomic import OutputSet
     from tpuemb_cfg.npzio import write_npz
 
     summary["config"] = config_label
-    summary["out_dir"] = str(out_dir)
+    summary["out_dir"] = str(shown_dir if shown_dir is not None else out_dir)
     tables_path = out_dir / "tables.npz"
-    with OutputSet(make_dirs=True) as outputs:
-        with outputs.open(tables_path) as handle:
-            write_npz(handle, state)
-        outputs.write_bytes(out_dir / "summary.json",
-                            (json.dumps(summary, indent=2) + "\n").encode())
+    with contextlib.nullcontext(outputs) if outputs is not None else OutputSet(
+            make_dirs=True) as staged:
+        if state is not None:
+            with staged.open(tables_path) as handle:
+                write_npz(handle, state)
+        staged.write_bytes(out_dir / "summary.json",
+                           (json.dumps(summary, indent=2) + "\n").encode())
         if plot is not None:
-            with outputs.open(plot) as handle:
+            with staged.open(plot) as handle:
                 _draw(summary, handle, PLOT_FORMATS[Path(plot).suffix.lower()])
     return tables_path
+
+
+@contextlib.contextmanager
+def batches_file(outputs: OutputSet, path: str | None
+                 ) -> Iterator[Callable[[int, Mapping[str, np.ndarray]], None] | None]:
+    """``--save-batches``: an ``on_batch`` callback streaming each step's replay-contract arrays
+    into ``path``, staged in ``outputs`` (renamed into place with the run's other files, or
+    deleted with them when the run fails); None without a path."""
+    if path is None:
+        yield None
+        return
+    from tpuemb_cfg.npzio import NpzWriter
+
+    with outputs.open(path) as handle, NpzWriter(handle) as writer:
+        def on_batch(step: int, arrays: Mapping[str, np.ndarray]) -> None:
+            for key, value in arrays.items():
+                writer.add(key, value)
+
+        yield on_batch
+
+
+def require_disk_space(option: str, path: str, needed: int) -> None:
+    """Refuse, before the run, a file of about ``needed`` bytes that the disk holding ``path``
+    has no room for (``shutil.disk_usage`` of its folder)."""
+    import os
+    import shutil
+
+    from tpuemb_cfg.units import format_size
+
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:
+        return
+    if needed > free:
+        raise UsageError(
+            f"{option} {path}: the file would take about {format_size(needed)}, and its disk has "
+            f"{format_size(free)} free; run fewer steps (--steps), or write it to a larger disk")
 
 
 def require_matplotlib() -> None:

@@ -7,7 +7,8 @@ from typing import Any
 
 import click
 
-from tpuemb_cfg.commands.simulate import backend_option, engine_option, parse_size
+from tpuemb_cfg import units
+from tpuemb_cfg.commands.simulate import backend_option, engine_option, parse_size, seed_option
 
 __all__ = ["bench"]
 
@@ -31,11 +32,11 @@ __all__ = ["bench"]
               help="numba threads (default: one per core).")
 @click.option("--multi-feature", is_flag=True,
               help="Also time the realistic step: 3 tables, 8 features, mean, bags of 1-20 ids.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of ids and gradients.")
+@seed_option("Seed of ids and gradients")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 @click.option("--max-memory", metavar="SIZE",
-              help="Refuse to start when the estimate exceeds SIZE, e.g. 8G (default: 80% of "
-                   "the memory available).")
+              help="Refuse to start when the estimate exceeds SIZE (default: 80% of the memory "
+                   f"available). {units.SIZE_HELP}.")
 @backend_option("ray: the same step with each host's rows in a Ray actor, timed against the local "
                 "step in the same run, with the bytes sent per step per host.")
 @click.option("--shards", type=click.IntRange(min=1), default=2, show_default=True,

@@ -5,7 +5,13 @@ options (fields in field-number order, two-space indentation, shortest float32 s
 also what TensorFlow-side tooling writes, so a formatted file diffs cleanly against theirs.
 Comments are kept: a comment on a line of its own stays in front of the field that followed it, a
 comment at the end of a field's line stays on that field's line; comments with no field after them
-move to the end of the file.
+move to the end of the file. A ``# tpuemb: disable=ID`` at the end of a line silences the findings
+of every field that starts on that line (:mod:`tpuemb_cfg.validator`), so it is copied onto each
+of them, each now on a line of its own.
+
+A UTF-8 byte-order mark stays. ``fmt -`` is a filter (an editor's "format buffer"): it always
+writes the text. A file with several hard links is not rewritten
+(:func:`tpuemb_cfg.atomic.refuse_hard_linked` says why and what to do).
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ import sys
 
 import click
 
-from tpuemb_cfg.atomic import check_outputs
+from tpuemb_cfg.atomic import check_outputs, refuse_hard_linked
 from tpuemb_cfg.errors import InputError, UsageError
 from tpuemb_cfg.io import (
     atomic_write_bytes,
@@ -24,7 +30,7 @@ from tpuemb_cfg.io import (
     read_source,
     serialize,
 )
-from tpuemb_cfg.locations import scan_locations, tokenize
+from tpuemb_cfg.locations import DISABLE, parent_path, scan_locations, tokenize
 from tpuemb_cfg.proto.tpu_embedding_configuration_pb2 import TPUEmbeddingConfiguration
 
 FORMATS = ["text", "binary", "json"]
@@ -73,6 +79,9 @@ def _comment_plan(
         lines_with_tokens.setdefault(token.line, token.column)
     starts = sorted((pos, path) for path, pos in locations.positions.items())
     first_path_on_line = locations.path_at_line()
+    paths_on_line: dict[int, list[str]] = {}
+    for path in locations.order:
+        paths_on_line.setdefault(locations.positions[path][0], []).append(path)
     raw_lines = text.split("\n")
     first_line = tokens[0].line if tokens else len(raw_lines) + 1
     header: list[str] = []
@@ -90,6 +99,13 @@ def _comment_plan(
             if has_code_before and line in first_path_on_line:
                 path = first_path_on_line[line]
                 trailing[path] = (trailing[path] + " " if path in trailing else "") + "#" + body
+                # `# tpuemb: disable=ID` silences the findings of every field that starts on
+                # its line; the canonical layout gives each of them a line of its own, so each
+                # gets a copy of the directive (else a silenced finding would come back).
+                directives = [m.group(0).rstrip() for m in DISABLE.finditer(body)]
+                for other in paths_on_line[line][1:] if directives else ():
+                    copy = " ".join(f"# {d}" for d in directives)
+                    trailing[other] = (trailing[other] + " " if other in trailing else "") + copy
                 continue
             after = next((p for (pos, p) in starts if pos[0] > line), None)
             if after is None:
@@ -125,10 +141,17 @@ def format_text(text: str, message: TPUEmbeddingConfiguration) -> str:
             leading_out.setdefault(target, []).extend(items)
     for path, comment in trailing.items():
         target = resolve(path)
+        if target is None and DISABLE.search(comment):
+            # a field the canonical text leaves out (a default value): the findings about it
+            # are placed on its nearest ancestor, so the directive goes there
+            ancestor = parent_path(path)
+            while ancestor and target is None:
+                target, ancestor = resolve(ancestor), parent_path(ancestor)
         if target is None:
             tail.append(comment)
-        else:
-            trailing_out[target] = comment
+        elif comment not in trailing_out.get(target, ""):
+            trailing_out[target] = f"{trailing_out[target]} {comment}" if target in trailing_out \
+                else comment
     lines = canonical.split("\n")
     result: list[str] = list(header)
     for number, line in enumerate(lines, start=1):
@@ -156,8 +179,11 @@ def format_file(path: str) -> tuple[str, str]:
                          path=src.path)
     current = src.data.decode("utf-8")
     if src.format == "json":
-        return current, serialize(src.message, "json").decode("utf-8")
-    return current, format_text(src.text or "", src.message)
+        canonical = serialize(src.message, "json").decode("utf-8")
+    else:
+        canonical = format_text(src.text or "", src.message)
+    bom = "\ufeff" if current.startswith("\ufeff") else ""  # a byte-order mark stays
+    return current, bom + canonical
 
 
 @click.command()
@@ -172,7 +198,9 @@ def fmt(files: tuple[str, ...], check: bool, show_diff: bool) -> None:
     The layout is protobuf's default text output (what TensorFlow tooling writes); comments
     are kept next to the field they describe. Formatting is idempotent. JSON files get
     protobuf's JSON layout. Files are replaced atomically, and only when they change; a
-    symbolic link is written through (the file it points to is formatted, the link stays).
+    symbolic link is written through (the file it points to is formatted, the link stays); a
+    file with several hard links is left alone (exit 2). '-' reads stdin and always writes the
+    formatted text to stdout.
 
     Exit status: 0 all formatted (or reformatted), 1 with --check/--diff when a file would
     change, 2 when a file cannot be read or parsed.
@@ -187,6 +215,10 @@ def fmt(files: tuple[str, ...], check: bool, show_diff: bool) -> None:
             failed += 1
             continue
         if current == canonical:
+            if path == "-" and not (check or show_diff):
+                # A filter (an editor's "format buffer") always writes the text back: writing
+                # nothing would replace the buffer with nothing.
+                atomic_write_bytes("-", canonical.encode("utf-8"))
             continue
         changed += 1
         if show_diff:
@@ -199,8 +231,10 @@ def fmt(files: tuple[str, ...], check: bool, show_diff: bool) -> None:
                 click.echo(f"would reformat {path}", err=True)
             continue
         try:
+            if path != "-":
+                refuse_hard_linked(path)
             atomic_write_bytes(path, canonical.encode("utf-8"))
-        except InputError as exc:  # OutputError: a read-only folder, a full disk
+        except InputError as exc:  # OutputError: hard links, a read-only folder, a full disk
             click.echo(str(exc), err=True)
             failed += 1
             continue

@@ -11,39 +11,52 @@ from __future__ import annotations
 import contextlib
 import importlib.resources
 import json
-import re
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from tpuemb_cfg.errors import InputError, OutputError, UsageError
+from tpuemb_cfg import units
+from tpuemb_cfg.errors import InputError, NumericalError, OutputError, UsageError
 from tpuemb_cfg.limits import available_memory
 
 if TYPE_CHECKING:
     from tpuemb_cfg.prepare import Prepared
 
-__all__ = ["available_memory", "backend_option", "engine_option", "parse_size", "simulate"]
+__all__ = ["available_memory", "backend_option", "engine_option", "parse_size", "seed_option",
+           "simulate"]
 
 _SYNTHETIC_ONLY = ("steps", "out_dir", "plot", "checkpoint_every", "resume", "learning_rate",
-                   "bag_sizes")
+                   "bag_sizes", "ids", "sequence_lengths", "save_batches", "tables_output",
+                   "dry_run")
 _REPLAY_ONLY = ("init_path", "out_path")
 _SPEC_KEY = "tpuemb_cfg.sim.spec"  # where --spec leaves its LoadedSpec in click's ctx.meta
 _BUILT_IN = "<built-in example>"
-_UNITS = {"": 1, "k": 1000, "m": 1000**2, "g": 1000**3, "t": 1000**4,
-          "ki": 1024, "mi": 1024**2, "gi": 1024**3, "ti": 1024**4}
 
 
-def parse_size(text: str) -> int:
-    """Bytes from ``123``, ``512M``, ``1.5GiB``, ``8G`` (k/M/G/T decimal, Ki/Mi/Gi/Ti binary)."""
-    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kmgt]i?)?b?\s*", text, re.IGNORECASE)
-    if match is None:
-        raise UsageError(
-            f"--max-memory {text!r}: expected a size such as 8G, 512MiB or 1000000 (bytes)"
-        )
-    unit = (match.group(2) or "").lower()
-    return int(float(match.group(1)) * _UNITS[unit])
+def parse_size(text: str, option: str = "--max-memory") -> int:
+    """The bytes of a SIZE option (``--max-memory``): the one size grammar, ``units.parse_size``
+    (bytes, or K/M/G/T = 2^10, 2^20, ...: ``8G`` is 8 GiB wherever a size is given)."""
+    try:
+        return units.parse_size(text)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"{option} {text}: {exc}") from None
+
+
+def seed_option(text: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--seed N`` (default 0) of every command that draws numbers, read by the one seed
+    grammar (``units.parse_seed``: 0 to 2^64 - 1); ``text``: what it seeds in that command."""
+    return click.option("--seed", default="0", show_default=True, metavar="N",
+                        callback=_seed, help=f"{text} ({units.SEED_HELP}).")
+
+
+def _seed(ctx: click.Context, param: click.Parameter, value: object) -> int:
+    try:
+        return units.parse_seed(value)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"--seed {value}: {exc}") from None
 
 
 def engine_option(text: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -59,13 +72,21 @@ def backend_option(text: str) -> Callable[[Callable[..., Any]], Callable[..., An
                         show_default=True, help=text)
 
 
+def _source(ctx: click.Context, name: str) -> str:
+    """Where the value of option ``name`` came from: ``COMMANDLINE``, ``DEFAULT_MAP`` (a
+    ``--spec`` file), ``DEFAULT``, ..."""
+    source = ctx.get_parameter_source(name)
+    return "DEFAULT" if source is None else source.name
+
+
 def _given(ctx: click.Context, name: str) -> bool:
     source = ctx.get_parameter_source(name)
     return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
 
 
 def _option_name(name: str) -> str:
-    return {"init_path": "--init", "out_path": "--out"}.get(name, "--" + name.replace("_", "-"))
+    return {"init_path": "--init", "out_path": "--out", "tables_output": "--tables"}.get(
+        name, "--" + name.replace("_", "-"))
 
 
 def _refuse_beyond_machine(limit: int) -> None:
@@ -119,14 +140,35 @@ def _spec_callback(ctx: click.Context, param: click.Parameter, value: str | None
               help="Synthetic run: ids per bag. fixed: as many as the spec's input shapes give; "
                    "uniform: 1 to that many; auto: fixed where the configuration says, else 1 "
                    "to 4 (docs/simulate.md).")
-@click.option("--seed", type=int, default=0, show_default=True,
-              help="Seed of the default initial values and of the synthetic data.")
+@click.option("--ids", default="zipf:1.1", show_default=True, metavar="zipf[:S] | uniform",
+              help="Synthetic run: how ids fall over a table's rows: a Zipf law of exponent S > 0 "
+                   "(a few popular ids and a long tail) or uniform (every row alike, as Model "
+                   "Garden's and keras-rs' dummy data).")
+@click.option("--sequence-lengths", default="full", show_default=True,
+              metavar="full | fixed:N | uniform[:LO[:HI]] | geometric:MEAN",
+              help="Synthetic run: how many positions of a sequence feature ([batch, L] "
+                   "input) each sample fills, the rest left empty: all, N, uniform from LO "
+                   "(default 1) to HI (default L), or geometric of mean MEAN cut at L.")
+@click.option("--save-batches", type=click.Path(dir_okay=False), metavar="B.npz",
+              help="Synthetic run: write every step's ids, row splits, gradients and learning "
+                   "rates (the replay contract); `tpuemb simulate CONFIG --batches B.npz --seed "
+                   "N --out O.npz` ends with the same tables bit for bit.")
+@click.option("--tables", "tables_output", type=click.Choice(["all", "touched", "none"]),
+              default="touched", show_default=True,
+              help="Synthetic run: what OUT_DIR/tables.npz holds: only the rows the run touched "
+                   "(touched: every other row is the seed's default; --init reads the file), "
+                   "every table and slot (all), or no file (none).")
+@click.option("--dry-run", is_flag=True,
+              help="Synthetic run (one worker): print the plan and the memory estimate; run "
+                   "and write nothing.")
+@seed_option("Seed of the default initial values and of the synthetic data")
 @click.option("--steps", type=click.IntRange(min=1), default=100, show_default=True,
               help="Synthetic run: number of steps.")
 @click.option("--out-dir", type=click.Path(file_okay=False), default="tpuemb-out",
               show_default=True, help="Synthetic run: folder for tables, summary, checkpoint.")
 @click.option("--learning-rate", type=float, default=0.1, show_default=True,
-              help="Synthetic run: value sent for every dynamic learning-rate tag.")
+              help="Synthetic run: value sent for every dynamic learning-rate tag. A spec's "
+                   "(CONFIG.py/.toml) tags get its own schedules unless this is given.")
 @click.option("--json", "as_json", is_flag=True, help="Print the run summary as JSON on stdout.")
 @click.option("--plot", type=click.Path(dir_okay=False), metavar="FILE.png",
               help="Synthetic run: plot loss and update norms per step (needs matplotlib).")
@@ -135,9 +177,9 @@ def _spec_callback(ctx: click.Context, param: click.Parameter, value: str | None
 @click.option("--resume", is_flag=True,
               help="Synthetic run: continue from OUT_DIR/checkpoint.npz.")
 @click.option("--max-memory", metavar="SIZE",
-              help="Refuse to start when the estimate exceeds SIZE (default: 80% of available "
-                   "RAM; --backend ray: the limit of each host's actor, default what the "
-                   "largest Ray node offers).")
+              help="Refuse to start when the estimated peak memory exceeds SIZE (default: what "
+                   "the run adds held against 80% of available RAM; --backend ray: the limit of each host's actor, default what the "
+                   f"largest Ray node offers). {units.SIZE_HELP}.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @engine_option("numba: compiled kernels (falls back to numpy, with a warning, when numba cannot be "
                "imported); numpy: the readable reference, same results.")
@@ -171,6 +213,11 @@ def simulate(
     out_path: str | None,
     combiners: tuple[str, ...],
     bag_sizes: str,
+    ids: str,
+    sequence_lengths: str,
+    save_batches: str | None,
+    tables_output: str,
+    dry_run: bool,
     seed: int,
     steps: int,
     out_dir: str,
@@ -198,6 +245,7 @@ def simulate(
       tpuemb simulate CONFIG --batches B.npz [--init I.npz] --out O.npz [--combiner ...]
     Synthetic run (no --batches; no CONFIG runs the built-in example):
       tpuemb simulate [CONFIG] [--steps N] [--out-dir DIR] [--plot FILE.png] [--json]
+      tpuemb simulate [CONFIG] --dry-run        (the plan and the memory estimate)
     Several workers (docs/multiworker.md), all options from a spec file:
       tpuemb simulate [CONFIG] --workers N [--replicas-to-aggregate R | --max-staleness S]
       tpuemb simulate CONFIG --spec sim.pbtxt [options overriding the spec]
@@ -214,8 +262,13 @@ def simulate(
                              "--backend ray only")
     spec = ctx.meta.get(_SPEC_KEY)
     placement = {"backend": backend, "ray_address": ray_address, "shards": shards}
+    from tpuemb_cfg.executor.workload import parse_ids, parse_sequence_lengths
+
     run_options: dict[str, Any] = {
-        "seed": seed, "learning_rate": learning_rate, "max_memory": limit, "engine": engine,
+        "seed": seed, "max_memory": limit, "engine": engine,
+        # Not given (here or by --spec): a compiled spec's tags get the spec's learning rates.
+        "learning_rate": learning_rate if _source(ctx, "learning_rate") != "DEFAULT" else None,
+        "ids": parse_ids(ids), "sequence_lengths": parse_sequence_lengths(sequence_lengths),
         **placement,
         "schedules": spec.schedules if spec is not None else (),
         "spec_path": spec.path if spec is not None else None,
@@ -226,8 +279,10 @@ def simulate(
         if batches_path is not None:
             raise UsageError("--workers, --replicas-to-aggregate, --max-staleness, --init-tokens "
                              "and --delay apply to synthetic runs, not to --batches replays")
-        wrong = [_option_name(n) for n in ("checkpoint_every", "resume", *_REPLAY_ONLY)
-                 if _given(ctx, n)]
+        wrong = [_option_name(n) for n in ("checkpoint_every", "resume", "save_batches",
+                                           "dry_run", *_REPLAY_ONLY) if _given(ctx, n)]
+        if save_batches is not None and "--save-batches" not in wrong:  # from a --spec
+            wrong.append("--save-batches")
         if wrong:
             raise UsageError(f"{', '.join(wrong)} cannot be combined with a multi-worker run")
         if max_staleness is not None and max_staleness < 0:
@@ -235,13 +290,19 @@ def simulate(
                 f"--max-staleness {max_staleness}: a gradient more than S updates old is "
                 "dropped, so a negative S drops every gradient and nothing is ever trained; "
                 "expected 0 or more (0: only gradients computed on the latest tables apply)")
+        for option, value, low in (("--max-staleness", max_staleness, 0),
+                                   ("--replicas-to-aggregate", replicas_to_aggregate, 1),
+                                   ("--init-tokens", init_tokens, -1)):
+            if value is not None and not low <= value <= units.MAX_INT64:
+                raise UsageError(f"{option} {value}: expected {low} to {units.MAX_INT64} "
+                                 "(2^63 - 1: TensorFlow holds it in an int64)")
         _check_synthetic_outputs(config, spec, Path(out_dir), plot, resume=False,
-                                 checkpoints=False)
+                                 checkpoints=False, tables=tables_output)
         with _config_errors(config or _BUILT_IN), _backend_session(backend, ray_address):
             _synthetic(config, combiners, steps, Path(out_dir), as_json, plot, quiet, run_options,
                        workers={**worker_options, "workers": workers or 1,
                                 "init_tokens": -1 if init_tokens is None else init_tokens},
-                       bag_sizes=bag_sizes)
+                       bag_sizes=bag_sizes, tables=tables_output)
         return
     if batches_path is not None:
         wrong = [_option_name(n) for n in _SYNTHETIC_ONLY if _given(ctx, n)]
@@ -266,11 +327,19 @@ def simulate(
     if wrong:
         raise UsageError(f"{', '.join(wrong)} need{'s' if len(wrong) == 1 else ''} --batches "
                          "(replay mode); a synthetic run writes to --out-dir")
-    _check_synthetic_outputs(config, spec, Path(out_dir), plot, resume=resume,
-                             checkpoints=checkpoint_every is not None)
-    with _config_errors(config or _BUILT_IN), _backend_session(backend, ray_address):
+    if save_batches is not None and resume:
+        raise UsageError("--save-batches cannot be combined with --resume: the steps before the "
+                         "checkpoint are not in this process; run from the start to save every "
+                         "step's batches")
+    if not dry_run:
+        _check_synthetic_outputs(config, spec, Path(out_dir), plot, resume=resume,
+                                 checkpoints=checkpoint_every is not None, tables=tables_output,
+                                 save_batches=save_batches)
+    with _config_errors(config or _BUILT_IN), _backend_session(
+            backend if not dry_run else "local", ray_address):
         _synthetic(config, combiners, steps, Path(out_dir), as_json, plot, quiet, run_options,
-                   checkpoint_every=checkpoint_every, resume=resume, bag_sizes=bag_sizes)
+                   checkpoint_every=checkpoint_every, resume=resume, bag_sizes=bag_sizes,
+                   tables=tables_output, save_batches=save_batches, dry_run=dry_run)
 
 
 def _read(config: str | None, spec: Any, *more: tuple[str, str | None]) -> list[tuple[str, str]]:
@@ -291,7 +360,8 @@ def _check_replay_outputs(config: str, spec: Any, batches: str, init: str | None
 
 
 def _check_synthetic_outputs(config: str | None, spec: Any, out_dir: Path, plot: str | None,
-                             *, resume: bool, checkpoints: bool) -> None:
+                             *, resume: bool, checkpoints: bool, tables: str = "all",
+                             save_batches: str | None = None) -> None:
     """Before anything is read: every file of a synthetic run can be written and is no input
     (``--resume`` reads OUT_DIR/checkpoint.npz, which later checkpoints replace by design)."""
     from tpuemb_cfg.atomic import check_outputs
@@ -299,7 +369,7 @@ def _check_synthetic_outputs(config: str | None, spec: Any, out_dir: Path, plot:
 
     checkpoint = str(out_dir / "checkpoint.npz")
     inputs = _read(config, spec, ("--resume", checkpoint if resume else None))
-    check_run_outputs(out_dir, plot, inputs)
+    check_run_outputs(out_dir, plot, inputs, tables=tables, save_batches=save_batches)
     if checkpoints and not resume:
         check_outputs([("--checkpoint-every", checkpoint)], inputs, make_dirs=True)
 
@@ -329,18 +399,56 @@ def _backend_session(backend: str, address: str | None) -> Iterator[None]:
         yield
 
 
+#: The options that set what a ``NumericalError`` blames (its ``parameter``).
+_NUMERICAL_OPTIONS = {"learning_rate": "--learning-rate", "schedules": "the --spec schedule"}
+
+
 @contextlib.contextmanager
 def _config_errors(config_path: str) -> Iterator[None]:
-    """Errors that name no file are about the configuration: name it."""
+    """Errors that name no file are about the configuration: name it. A learning rate that
+    overflowed float32: name the option that set it."""
     try:
         yield
     except InputError as exc:
         if exc.path is None:
             exc.path = config_path
         raise
+    except NumericalError as exc:
+        option = _NUMERICAL_OPTIONS.get(exc.parameter or "")
+        if option is None:
+            raise
+        raise NumericalError(f"{exc} (set by {option})", parameter=exc.parameter,
+                             value=exc.value, table=exc.table) from None
 
 
-def _state_reader(backend: str | None) -> Callable[[str | Path], Any]:
+class _Anchored:
+    """The paths a run reads and writes, anchored to the folder the command started in.
+
+    Code the run executes (a Python spec, a custom optimizer or combiner) may call
+    ``os.chdir``: every file is read and written by its absolute path, taken before any such
+    code runs, so outputs land where the user asked and the messages that are printed stay
+    true. ``self[path]`` is the absolute path of ``path`` as typed; errors raised inside
+    :meth:`named_as_typed` name the file as typed.
+    """
+
+    def __init__(self, *paths: str | None) -> None:
+        self._real = {p: os.path.abspath(p) for p in paths if p is not None and p != "-"}
+
+    def __getitem__(self, path: str) -> str:
+        return self._real.get(path, path)
+
+    @contextlib.contextmanager
+    def named_as_typed(self) -> Iterator[None]:
+        typed = {real: path for path, real in self._real.items()}
+        try:
+            yield
+        except InputError as exc:
+            if exc.path in typed:
+                exc.path = typed[exc.path]
+            raise
+
+
+def _state_reader(backend: str | None) -> Callable[..., Any]:
     """How to read tables and slots (``--init``, a checkpoint): the Ray backend sends them to its
     hosts a block at a time, so it maps the file instead of reading it."""
     from tpuemb_cfg.npzio import map_npz, read_npz
@@ -362,14 +470,28 @@ def _replay(
     placement: dict[str, Any] | None = None,
 ) -> None:
     from tpuemb_cfg.executor import replay
+    from tpuemb_cfg.executor.replay import parse_steps, require_replay_memory
     from tpuemb_cfg.npzio import atomic_write_npz, read_npz
     from tpuemb_cfg.prepare import prepare, with_combiner_arguments
 
-    # One parse of the file: diagnostics get line:column and suppressions, then the plan.
-    prepared = with_combiner_arguments(prepare(config_path), combiner_args)
-    batches = read_npz(batches_path)
-    read_state = _state_reader((placement or {}).get("backend"))
-    init = read_state(init_path) if init_path is not None else None
+    real = _Anchored(batches_path, init_path, out_path)  # before a spec's code runs
+    with real.named_as_typed():
+        # One parse of the file: diagnostics get line:column and suppressions, then the plan.
+        prepared = with_combiner_arguments(prepare(config_path), combiner_args)
+        local = (placement or {}).get("backend") != "ray"
+
+        def check(headers: Any) -> None:
+            """From the .npy headers, before any array is decompressed: the keys, and whether
+            the replay fits (--max-memory)."""
+            parse_steps(headers, len(prepared.plan.features), batches_path)
+            if local:
+                require_replay_memory(prepared.plan,
+                                      {key: h.nbytes for key, h in headers.items()}, limit)
+
+        batches = read_npz(real[batches_path], max_bytes=limit if local else None,
+                           check_keys=check)
+        read_state = _state_reader((placement or {}).get("backend"))
+        init = read_state(real[init_path]) if init_path is not None else None
     tables: dict[str, dict[str, Any]] = {}
     for table in prepared.plan.tables:
         tables[table.name] = {"optimizer": table.optimizer.name}
@@ -379,13 +501,14 @@ def _replay(
             for field, value in report.as_dict().items():
                 tables[name].setdefault(field, []).append(value)
 
-    with _host_lost("a replay writes nothing before its end: run it again"):
+    with _host_lost("a replay writes nothing before its end: run it again"), \
+            real.named_as_typed():
         out = replay(
             prepared, batches, init, seed=seed, batches_source=batches_path,
             init_source=init_path, max_memory=limit, on_step=record, engine=engine,
             **(placement or {}),
         )
-        atomic_write_npz(out_path, out)
+        atomic_write_npz(real[out_path], out)
     steps = sum(1 for k in out if k.endswith("/activations") and "/f0/" in k)
     if as_json:
         summary = {"steps": steps, "config": config_path, "out": out_path, "tables": tables}
@@ -434,69 +557,176 @@ def _synthetic(
     resume: bool = False,
     workers: dict[str, Any] | None = None,
     bag_sizes: str = "auto",
+    tables: str = "touched",
+    save_batches: str | None = None,
+    dry_run: bool = False,
 ) -> None:
     """A synthetic run, on one worker or (``workers``: MultiWorkerRun's options) several: run
-    with a progress bar, write OUT_DIR/tables.npz and summary.json, print the summary.
+    with a progress bar, write OUT_DIR/tables.npz (``tables``: all, touched rows, or none) and
+    summary.json, print the summary.
 
-    One worker resumes from and checkpoints to OUT_DIR/checkpoint.npz.
+    One worker resumes from and checkpoints to OUT_DIR/checkpoint.npz and streams its batches
+    to ``save_batches``; ``dry_run`` prints the plan and the memory estimate instead.
     """
-    from tpuemb_cfg.commands._outputs import progress, require_matplotlib, write_run
+    from tpuemb_cfg.atomic import OutputSet
+    from tpuemb_cfg.commands._outputs import (
+        batches_file,
+        progress,
+        require_disk_space,
+        require_matplotlib,
+        write_run,
+    )
+    from tpuemb_cfg.executor.core import CHECKPOINT_REMEDY
     from tpuemb_cfg.npzio import atomic_write_npz
     from tpuemb_cfg.sim.multiworker import MultiWorkerRun
     from tpuemb_cfg.sim.report import run_text, workers_text
     from tpuemb_cfg.sim.synthetic import SyntheticRun
 
-    if plot is not None:
+    if plot is not None and not dry_run:
         require_matplotlib()
-    checkpoint_path = out_dir / "checkpoint.npz"
-    if resume and not checkpoint_path.exists():
-        raise UsageError(f"--resume: no checkpoint at {checkpoint_path}; run with "
-                         "--checkpoint-every N first, or drop --resume")
-    prepared = _prepare(config_path, combiner_args, bag_sizes)
-    if workers is not None:
-        several = MultiWorkerRun(prepared, **run_options, **workers)
-        with progress(2 * several.num_workers * steps, quiet) as advance, \
-                _host_lost("a multi-worker run keeps no checkpoint: run it again"):
-            several.run(steps, progress=advance)
-        summary, state = several.summary(), several.executor.state_arrays()
-    else:
-        run = SyntheticRun(prepared, **run_options)
-        if resume:
-            read_state = _state_reader(run_options.get("backend"))
-            run.restore(read_state(checkpoint_path), str(checkpoint_path))
-            if run.step > steps:  # continuing would rewrite a longer run's outputs
-                raise UsageError(
-                    f"--resume: the checkpoint {checkpoint_path} is at step {run.step}, past "
-                    f"--steps {steps}; give --steps {run.step} or more to continue that run, or "
-                    "another --out-dir without --resume to start a new one")
-        saved = [run.step] if resume else []  # the step of the checkpoint this run can resume
+    checkpoint_path = out_dir / "checkpoint.npz"  # as typed, for messages
+    real = _Anchored(str(out_dir), str(checkpoint_path), plot, save_batches)  # before user code
+    real_dir, real_checkpoint = Path(real[str(out_dir)]), real[str(checkpoint_path)]
+    with real.named_as_typed():
+        if resume and not dry_run and not os.path.exists(real_checkpoint):
+            raise UsageError(f"--resume: no checkpoint at {checkpoint_path}; run with "
+                             "--checkpoint-every N first, or drop --resume")
+        prepared = _prepare(config_path, combiner_args, bag_sizes)
+        if dry_run:
+            _dry_run(prepared, config_path, steps, run_options, as_json, tables=tables,
+                     checkpoints=checkpoint_every is not None, plot=plot,
+                     save_batches=save_batches)
+            return
+        label = config_path if config_path is not None else _BUILT_IN
 
-        def save_checkpoint() -> None:
-            try:
-                out_dir.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise OutputError(f"cannot create the folder: {exc.strerror or exc}",
-                                  path=str(out_dir)) from None
-            atomic_write_npz(checkpoint_path, run.checkpoint_arrays())  # atomic, as every output
-            saved[:] = [run.step]
+        def write(summary: dict[str, Any], state: Any, outputs: OutputSet | None) -> None:
+            summary["tables_written"] = tables
+            if tables == "touched":
+                summary["rows_written"] = {
+                    table.name: int(len(state[f"table/{table.name}/rows"]))
+                    for table in prepared.plan.tables}
+            write_run(real_dir, summary, state if tables != "none" else None, label,
+                      real[plot] if plot is not None else None, shown_dir=out_dir,
+                      outputs=outputs)
 
-        def resume_hint() -> str:
-            if not saved:
-                return ("this run wrote no checkpoint (--checkpoint-every N keeps one): run it "
-                        "again")
-            return (f"the last checkpoint is {checkpoint_path} (step {saved[0]}): run the same "
-                    "command with --resume to continue from it on a fresh cluster")
+        if workers is not None:
+            several = MultiWorkerRun(prepared, **run_options, **workers)
+            with progress(2 * several.num_workers * steps, quiet) as advance, \
+                    _host_lost("a multi-worker run keeps no checkpoint: run it again"):
+                several.run(steps, progress=advance)
+            summary = several.summary()
+            summary["memory"] = _memory_report(several.memory_estimate(steps))
+            write(summary, several.saved_state(tables), None)
+        else:
+            run = SyntheticRun(prepared, **run_options)
+            if resume:
+                read_state = _state_reader(run_options.get("backend"))
+                run.restore(read_state(real_checkpoint, remedy=CHECKPOINT_REMEDY),
+                            str(checkpoint_path))
+                if run.step > steps:  # continuing would rewrite a longer run's outputs
+                    raise UsageError(
+                        f"--resume: the checkpoint {checkpoint_path} is at step {run.step}, "
+                        f"past --steps {steps}; give --steps {run.step} or more to continue "
+                        "that run, or another --out-dir without --resume to start a new one")
+            if save_batches is not None:
+                require_disk_space("--save-batches", real[save_batches],
+                                   (steps - run.step) * run.data.batch_bytes())
+            saved = [run.step] if resume else []  # the step of the checkpoint to resume
 
-        with progress(max(steps - run.step, 0), quiet) as advance, _host_lost(resume_hint):
-            run.run(steps, checkpoint_every=checkpoint_every, checkpoint=save_checkpoint,
-                    progress=advance)
-        summary, state = run.summary(), run.executor.state_arrays()
-    tables_path = write_run(out_dir, summary, state,
-                            config_path if config_path is not None else _BUILT_IN, plot)
+            def save_checkpoint() -> None:
+                try:
+                    real_dir.mkdir(parents=True, exist_ok=True)
+                except OSError as exc:
+                    raise OutputError(f"cannot create the folder: {exc.strerror or exc}",
+                                      path=str(out_dir)) from None
+                atomic_write_npz(real_checkpoint, run.checkpoint_arrays())  # atomic
+                saved[:] = [run.step]
+
+            def resume_hint() -> str:
+                if not saved:
+                    return ("this run wrote no checkpoint (--checkpoint-every N keeps one): run "
+                            "it again")
+                return (f"the last checkpoint is {checkpoint_path} (step {saved[0]}): run the "
+                        "same command with --resume to continue from it on a fresh cluster")
+
+            # Staged together: the batches (streamed during the run), then the tables, the
+            # summary and the plot, renamed into place at the end - or none of them.
+            with OutputSet(make_dirs=True) as outputs:
+                with batches_file(outputs, real[save_batches] if save_batches is not None
+                                  else None) as on_batch, \
+                        progress(max(steps - run.step, 0), quiet) as advance, \
+                        _host_lost(resume_hint):
+                    run.run(steps, checkpoint_every=checkpoint_every,
+                            checkpoint=save_checkpoint, progress=advance, on_batch=on_batch,
+                            tables=tables, plot=plot is not None)
+                summary = run.summary()
+                state = run.saved_state(tables)
+                summary["memory"] = _memory_report(run.memory_estimate(
+                    steps, tables=tables, checkpoints=checkpoint_every is not None,
+                    plot=plot is not None))
+                write(summary, state, outputs)
+        if as_json:
+            click.echo(json.dumps(summary, indent=2))
+        else:
+            click.echo(workers_text(summary) if workers is not None
+                       else run_text(summary, str(out_dir / "tables.npz"), plot))
+            if not quiet:
+                _combiner_note(prepared)
+
+
+def _memory_report(estimate: Any) -> dict[str, Any]:
+    """The summary's ``memory``: the run's estimate (an ``Estimate``'s parts, or total bytes),
+    the same for the same run on this machine (measured figures would make equal runs write
+    different summaries: ``benchmarks/bench_memory.py`` measures the peak)."""
+    parts = estimate.as_dict() if hasattr(estimate, "as_dict") else {"total_bytes": estimate}
+    return {"estimate": parts}
+
+
+def _dry_run(prepared: Prepared, config_path: str | None, steps: int,
+             run_options: dict[str, Any], as_json: bool, *, tables: str, checkpoints: bool,
+             plot: str | None, save_batches: str | None) -> None:
+    """``--dry-run``: what the run would do and need, printed; nothing runs or is written."""
+    from tpuemb_cfg.executor.engine_choice import choose_engine
+    from tpuemb_cfg.executor.memory import RunShape, step_ids
+    from tpuemb_cfg.limits import default_memory_limit
+    from tpuemb_cfg.sim.report import plan_text
+    from tpuemb_cfg.sim.synthetic import SyntheticData, run_estimate
+
+    plan = prepared.plan
+    local = run_options.get("backend", "local") != "ray"
+    engine = choose_engine(run_options.get("engine", "numba")).name
+    estimate = run_estimate(plan, steps, engine=engine, ids=run_options.get("ids"),
+                            sequence_lengths=run_options.get("sequence_lengths"), tables=tables,
+                            checkpoints=checkpoints, plot=plot is not None, local=local)
+    limit = run_options.get("max_memory")
+    default = limit is None
+    if default:
+        available = default_memory_limit()
+        limit = None if available is None else available + estimate.process
+    data = SyntheticData(plan, seed=run_options.get("seed", 0), ids=run_options.get("ids"),
+                         sequence_lengths=run_options.get("sequence_lengths"))
+    shape = RunShape(ids=data.ids, sequence_lengths=data.sequence_lengths)
+    rows = []
+    for table in plan.tables:
+        per_step, distinct = step_ids(plan, table, shape)
+        rows.append({"name": table.name, "vocabulary": table.vocabulary,
+                     "dimension": table.dimension, "optimizer": table.optimizer.name,
+                     "ids_per_step": round(per_step, 1),
+                     "unique_ids_per_step": round(distinct, 1)})
+    info: dict[str, Any] = {
+        "config": config_path if config_path is not None else _BUILT_IN,
+        "steps": steps, "seed": data.seed, "engine": engine,
+        "backend": run_options.get("backend", "local"),
+        "ids": str(data.ids), "sequence_lengths": str(data.sequence_lengths),
+        "tables_written": tables,
+        "tables": rows,
+        "save_batches": save_batches,
+        "save_batches_bytes": steps * data.batch_bytes() if save_batches is not None else None,
+        "memory": {"estimate": estimate.as_dict(), "limit_bytes": limit,
+                   "limit": "default" if default else "--max-memory",
+                   "fits": limit is None or estimate.total <= limit},
+    }
     if as_json:
-        click.echo(json.dumps(summary, indent=2))
+        click.echo(json.dumps(info, indent=2))
     else:
-        click.echo(workers_text(summary) if workers is not None
-                   else run_text(summary, str(tables_path), plot))
-        if not quiet:
-            _combiner_note(prepared)
+        click.echo(plan_text(info))

@@ -14,11 +14,13 @@ from typing import Any
 
 import click
 
+from tpuemb_cfg.commands._outputs import status_line
 from tpuemb_cfg.errors import InputError, UsageError
 from tpuemb_cfg.io import Source, read_source
-from tpuemb_cfg.report import FORMATS, FileReport, render
+from tpuemb_cfg.report import FORMATS, FileReport, render_chunks
 from tpuemb_cfg.rules import RULES, SEVERITY_RANK, Diagnostic
 from tpuemb_cfg.settings import Settings, common_folder, load_settings
+from tpuemb_cfg.spec_check import is_spec, validate_spec
 from tpuemb_cfg.validator import PARSE_RULE, parse_error, selected_rules, validate_source
 
 
@@ -64,10 +66,33 @@ def _fix_file(source: Source, fixes: set[str], *, diff: bool) -> tuple[list[str]
                 f"{source.path}: {source.format} file would be rewritten (no text diff to show)"
             )
     else:
+        from tpuemb_cfg.atomic import refuse_hard_linked
+
+        refuse_hard_linked(source.path)
         atomic_write_bytes(source.path, result.data)
         notes.append(f"{source.path}: fixed ({', '.join(result.applied)})")
         return notes, True
     return notes, False
+
+
+def _validate_file(path: str, source: Source | None, rules: list[Any], settings: Settings,
+                   options: dict[str, Any]) -> tuple[list[Diagnostic], bool]:
+    """The diagnostics of one file (``source``: already read by --fix) and whether it could
+    not be read. Its bytes and text are dropped on return: only the findings are kept. A spec
+    (.py/.toml) is compiled and its findings placed in it (``spec_check``)."""
+    if source is None and is_spec(path):
+        found = validate_spec(path, rules, severity=settings.severity, options=options)
+        return found, any(d.rule == PARSE_RULE for d in found)
+    try:
+        if source is None:
+            source = read_source(path)
+    except InputError as exc:
+        return [parse_error(exc)], True
+    except UsageError as exc:  # e.g. an extension that names no format: this file only
+        reason = str(exc).removeprefix(f"{path}: ")
+        return [parse_error(InputError(reason, path=path))], True
+    source.data = b""  # the text (and the message) is all validation reads
+    return validate_source(source, rules, severity=settings.severity, options=options), False
 
 
 def _rule_filter(name: str, which: str) -> Callable[[Callable[..., Any]], Any]:
@@ -128,7 +153,9 @@ def validate(
     """Check configurations against every rule TensorFlow enforces, with file:line:col positions.
 
     FILE may be text (.pbtxt), binary (.pb/.binpb) or JSON (.json); '-' reads text from stdin.
-    Settings come from [tool.tpuemb] in the nearest pyproject.toml; options override them.
+    A spec (.py/.toml) is compiled as `tpuemb compile` compiles it, and its findings point at
+    the spec's lines. Settings come from [tool.tpuemb] in the nearest pyproject.toml; options
+    override them.
     """
     if diff and not fix:
         raise UsageError(
@@ -160,6 +187,10 @@ def validate(
             raise UsageError("--fix cannot rewrite standard input; pass file names")
         fixes = fixes_for(r.id for r in rules)
         for path in files:
+            if is_spec(path):
+                click.echo(f"{path}: a spec is not rewritten by --fix; edit the spec itself "
+                           "(the findings below point at its lines)", err=True)
+                continue
             try:
                 source = read_source(path)
             except (InputError, UsageError):
@@ -177,26 +208,21 @@ def validate(
 
     reports: list[FileReport] = []
     parse_failed = False
-    for path in files:
-        diagnostics: list[Diagnostic]
-        try:
-            source = unchanged.pop(path) if path in unchanged else read_source(path)
-        except InputError as exc:
-            parse_failed = True
-            diagnostics = [parse_error(exc)]
-        except UsageError as exc:  # e.g. an extension that names no format: this file only
-            parse_failed = True
-            reason = str(exc).removeprefix(f"{path}: ")
-            diagnostics = [parse_error(InputError(reason, path=path))]
-        else:
-            diagnostics = validate_source(
-                source, rules, severity=settings.severity, options=options
-            )
-        reports.append(FileReport(path=path if path != "-" else "<stdin>", diagnostics=diagnostics))
-
-    output = render(fmt, reports, fail_on=threshold)
-    if output:
-        click.echo(output, nl=False)
+    with status_line() as status:
+        for number, path in enumerate(files, start=1):
+            status(f"validating {path}" + (f" ({number} of {len(files)})" if len(files) > 1
+                                           else ""))
+            diagnostics, failed = _validate_file(path, unchanged.pop(path, None), rules,
+                                                 settings, options)
+            parse_failed |= failed
+            reports.append(FileReport(path=path if path != "-" else "<stdin>",
+                                      diagnostics=diagnostics))
+        status("writing the report")
+        # Written a diagnostic at a time: never the whole report as one string in memory.
+        write = sys.stdout.write
+        for chunk in render_chunks(fmt, reports, fail_on=threshold):
+            write(chunk)
+        sys.stdout.flush()
     if parse_failed or fix_failed:
         sys.exit(2)
     limit = SEVERITY_RANK[threshold]

@@ -20,6 +20,7 @@ from tpuemb_cfg.embedding.custom import CustomCombiner, CustomOptimizer
 from tpuemb_cfg.embedding.errors import (
     ConfigValidationError,
     EmbeddingConfigError,
+    EmbeddingOverflowError,
     EmbeddingTypeError,
 )
 from tpuemb_cfg.embedding.extra_optimizers import (
@@ -65,6 +66,7 @@ __all__ = [
     "CustomCombiner",
     "CustomOptimizer",
     "EmbeddingConfigError",
+    "EmbeddingOverflowError",
     "EmbeddingTypeError",
     "Feature",
     "FeatureConfig",

@@ -15,8 +15,7 @@ from tpuemb_cfg.embedding.errors import EmbeddingConfigError, EmbeddingTypeError
 
 def show(value: Any) -> str:
     """A short ``repr`` of a received value for an error message."""
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
+    return pbvalues.show(value)
 
 
 def type_name(value: Any) -> str:
@@ -42,8 +41,27 @@ def real(owner: str, name: str, value: Any) -> float:
     return pbvalues.to_float(owner, name, value)
 
 
-def optional_real(owner: str, name: str, value: Any) -> float | None:
-    return None if value is None else real(owner, name, value)
+def number(owner: str, name: str, value: Any) -> Any:
+    """Check that ``value`` is a number by its type, as a float field needs it; an int beyond
+    float's range passes (it fails with an ``OverflowError`` when the configuration is written,
+    where TensorFlow's protobuf fails)."""
+    return pbvalues.check_number(owner, name, value)
+
+
+def optional_number(owner: str, name: str, value: Any) -> Any:
+    return None if value is None else number(owner, name, value)
+
+
+def flag(owner: str, name: str, value: Any) -> bool:
+    """A bool flag of a proto message, checked by its type as TensorFlow's writer takes it (a
+    bool, or an int read as its truth value); its range is checked when written."""
+    return bool(pbvalues.check_bool(owner, name, value))
+
+
+def compared(owner: str, name: str, value: Any) -> float:
+    """``value`` as TensorFlow's constructor compares it (``x <= 0``, ``0 <= x < 1``): an int
+    beyond float's range is an infinity of its sign, a one-element NumPy array its number."""
+    return pbvalues.compared(owner, name, value)
 
 
 def integer(owner: str, name: str, value: Any, *, minimum: int | None = None) -> int:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tpuemb_cfg.embedding import _checks as chk
-from tpuemb_cfg.embedding import pbvalues
+from tpuemb_cfg.embedding import keras_rs, pbvalues
 from tpuemb_cfg.embedding.bagsizes import ids_per_bag
 from tpuemb_cfg.embedding.errors import (
     ConfigValidationError,
@@ -94,13 +94,14 @@ def _flatten_features(feature_config: Any) -> list[tuple[str, FeatureConfig]]:
     for path, leaf in leaves:
         if not isinstance(leaf, FeatureConfig):
             where = f" at '{path}'" if path else ""
+            kind = type(leaf)
             raise EmbeddingTypeError(
-                f"feature_config{where}: expected a FeatureConfig, received {chk.show(leaf)} "
-                f"({chk.type_name(leaf)}); feature_config must be a FeatureConfig or dicts, "
-                f"lists and tuples of them"
+                f"feature_config{where}: expected a tpuemb_cfg.embedding.FeatureConfig (or a "
+                f"keras-rs one), received {chk.show(leaf)} ({kind.__module__}.{kind.__qualname__});"
+                f" feature_config must be FeatureConfigs or dicts, lists and tuples of them"
             )
-    if not leaves:
-        raise EmbeddingConfigError("feature_config contains no FeatureConfig")
+    # No feature at all ([] or {}) builds, as in TensorFlow: a configuration without tables,
+    # which the validator then refuses (TBL001) unless validate=False.
     return leaves
 
 
@@ -265,12 +266,6 @@ def _resolve_shapes(
                 f"per_replica_batch_size to build_config"
             )
         assert shape is not None
-        for d in shape:
-            if d is not None and d > INT32_MAX:
-                raise EmbeddingConfigError(
-                    f"{label}: output shape {format_shape(shape)} has a dimension above "
-                    f"2^31 - 1, the largest input_shape entry the proto can hold"
-                )
         final.append(tuple(d for d in shape if d is not None))
     return final
 
@@ -315,6 +310,19 @@ def _write_config(
             sq.num_buckets = pbvalues.to_int(owner, "num_buckets", quant.num_buckets)
             sq.clipping_limits.lower.value = pbvalues.to_float(owner, "lower", quant.lower)
             sq.clipping_limits.upper.value = pbvalues.to_float(owner, "upper", quant.upper)
+    # TensorFlow's order (features after tables, then the counts), so that of two values out of
+    # range the same one is reported.
+    for feature in features:
+        fd = config.feature_descriptor.add()
+        if feature.config.name:
+            fd.name = pbvalues.to_str(f"feature {feature.path!r}", "name", feature.config.name)
+        fd.table_id = feature.table_id
+        if any(d > INT32_MAX for d in feature.shape):
+            raise EmbeddingConfigError(
+                f"feature {feature.path!r}: output shape {format_shape(feature.shape)} has a "
+                f"dimension above 2^31 - 1, the largest input_shape entry the proto can hold"
+            )
+        fd.input_shape.extend(int(d) for d in feature.shape)  # True (a dimension of 1) -> 1
     config.mode = MODE_TRAINING  # type: ignore[assignment]
     config.num_hosts = num_hosts
     cores = num_replicas * (num_cores_per_replica or 1)
@@ -326,12 +334,6 @@ def _write_config(
     config.num_tensor_cores = cores
     if pipeline_execution_with_tensor_core:
         config.pipeline_execution_with_tensor_core = True
-    for feature in features:
-        fd = config.feature_descriptor.add()
-        if feature.config.name:
-            fd.name = pbvalues.to_str(f"feature {feature.path!r}", "name", feature.config.name)
-        fd.table_id = feature.table_id
-        fd.input_shape.extend(int(d) for d in feature.shape)  # True (a dimension of 1) -> 1
     if num_cores_per_replica:
         config.spmd_sharding.enabled = True
         config.spmd_sharding.num_cores_per_replica = num_cores_per_replica
@@ -356,7 +358,7 @@ def _severity(diagnostic: Any) -> str:
 
 def build_config(
     feature_config: Any,
-    optimizer: Optimizer | None = None,
+    optimizer: Optimizer | Any = None,
     *,
     num_hosts: int = 1,
     num_replicas: int = 1,
@@ -378,6 +380,13 @@ def build_config(
     Like TensorFlow, this sets ``optimizer`` and ``name`` on the ``TableConfig`` objects that
     have none. ``validate=False`` skips the final validation (the bytes are the same).
 
+    ``feature_config`` may instead hold keras-rs ``FeatureConfig`` objects (recognised by their
+    attributes; :mod:`~tpuemb_cfg.embedding.keras_rs`): they are converted as keras-rs'
+    TensorFlow backend converts them, with ``num_replicas`` dividing their global batch, and
+    ``optimizer`` is then the layer's (anything keras-rs takes: a name, a Keras optimizer, one
+    of tpuemb's SGD, Adagrad, Adam, FTRL). Their shapes come from the features, so
+    ``per_replica_input_shapes`` and ``per_replica_batch_size`` must be left out.
+
     Raises :class:`EmbeddingConfigError` (a ``ValueError``; :class:`EmbeddingTypeError` is also a
     ``TypeError``) for what TensorFlow rejects, and :class:`ConfigValidationError` with every
     error diagnostic when the validator rejects the result.
@@ -389,6 +398,14 @@ def build_config(
         cores = chk.integer("build_config", "num_cores_per_replica", num_cores_per_replica,
                             minimum=0)
 
+    if any(keras_rs.is_feature(leaf) for _, leaf in flatten_with_paths(feature_config)):
+        if per_replica_input_shapes is not None or per_replica_batch_size is not None:
+            raise EmbeddingConfigError(
+                "keras-rs FeatureConfigs carry their shapes (input_shape, output_shape, global "
+                "batch): leave per_replica_input_shapes and per_replica_batch_size out"
+            )
+        feature_config, optimizer, per_replica_input_shapes = keras_rs.convert(
+            feature_config, optimizer, replicas)
     flat = _flatten_features(feature_config)
     tables = _order_tables(flat)
     _prepare_tables(tables, optimizer)

@@ -20,6 +20,12 @@ class EmbeddingTypeError(EmbeddingConfigError, TypeError):
     """An argument of the embedding API has the wrong type (also a ``ValueError``, as in TF)."""
 
 
+class EmbeddingOverflowError(EmbeddingConfigError, OverflowError):
+    """A number too large for the proto field it goes to (an int beyond float's range, a flag
+    beyond a 64-bit integer): protobuf raises ``OverflowError`` there, as TensorFlow does; this is
+    also a ``ValueError``."""
+
+
 class ConfigValidationError(EmbeddingConfigError):
     """The compiled configuration has error diagnostics; ``diagnostics`` holds all of them."""
 

@@ -31,7 +31,7 @@ from tpuemb_cfg.embedding.optimizers import (
 
 def _non_negative(owner: str, name: str, value: Any, why: str) -> Any:
     """``value`` unchanged when it is a number >= 0; else ``name must be >= 0 (why)``."""
-    if not chk.real(owner, name, value) >= 0:
+    if not chk.compared(owner, name, value) >= 0:
         raise chk.fail(owner, f"`{name}` must be >= 0 ({why}); received {chk.show(value)}")
     return value
 

@@ -27,7 +27,11 @@ Keras                 tpuemb
 
 The learning rate: a number stays a constant; a Keras ``LearningRateSchedule`` becomes a
 :class:`KerasSchedule`, a dynamic learning rate (one tag) whose value at a global step is the
-schedule's; a plain zero-argument callable is kept as it is. TensorFlow gives each translated
+schedule's; a plain zero-argument callable of a Keras 3 optimizer is kept as it is (keras-rs),
+one of a legacy optimizer is called once, as TFRS's ``get_config()`` calls it: a Python number
+is the constant rate, a tensor makes the rate dynamic (a new callable). Optimizer names
+(:data:`NAMES`: ``"sgd"``, ``"adagrad"``, ``"adam"``, ``"ftrl"``) give TensorFlow's defaults, as in
+both libraries. TensorFlow gives each translated
 optimizer its own callable, so translate a shared Keras optimizer once and share the result when
 the tables should share one tag (TFRS does this for the layer's global optimizer).
 
@@ -39,6 +43,7 @@ given (or a ``name`` that is a known class name, as legacy Keras writes it).
 
 from __future__ import annotations
 
+import functools
 import math
 import struct
 from collections.abc import Callable, Mapping
@@ -47,9 +52,10 @@ from typing import Any
 
 from tpuemb_cfg.embedding import _checks as chk
 from tpuemb_cfg.embedding.errors import EmbeddingConfigError
+from tpuemb_cfg.embedding.keras_schedules import SCHEDULE_FUNCTIONS
 from tpuemb_cfg.embedding.optimizers import FTRL, SGD, Adagrad, Adam, Optimizer
 
-__all__ = ["SCHEDULES", "KerasSchedule", "from_keras"]
+__all__ = ["NAMES", "SCHEDULES", "KerasSchedule", "from_keras"]
 
 _GENERAL_REFUSED_LEGACY = ("clipnorm", "clipvalue")  # TFRS
 _GENERAL_REFUSED_KERAS3 = ("clipnorm", "global_clipnorm", "loss_scale_factor")  # keras-rs
@@ -92,82 +98,10 @@ _SUBCLASSES = {"AdamW": "Adam"}
 
 # -- learning-rate schedules ---------------------------------------------------------------------
 
-
-def _exponential(c: Mapping[str, Any], step: float) -> float:
-    p = step / c["decay_steps"]
-    if c.get("staircase", False):
-        p = math.floor(p)
-    return float(c["initial_learning_rate"] * c["decay_rate"] ** p)
-
-
-def _inverse_time(c: Mapping[str, Any], step: float) -> float:
-    p = step / c["decay_steps"]
-    if c.get("staircase", False):
-        p = math.floor(p)
-    return float(c["initial_learning_rate"] / (1.0 + c["decay_rate"] * p))
-
-
-def _piecewise(c: Mapping[str, Any], step: float) -> float:
-    boundaries, values = list(c["boundaries"]), list(c["values"])
-    for boundary, value in zip(boundaries, values, strict=False):
-        if step <= boundary:  # Keras: values[i] while step <= boundaries[i]
-            return float(value)
-    return float(values[-1])
-
-
-def _polynomial(c: Mapping[str, Any], step: float) -> float:
-    decay_steps = float(c["decay_steps"])
-    end = c.get("end_learning_rate", 0.0001)
-    if c.get("cycle", False):
-        decay_steps *= 1.0 if step == 0 else math.ceil(step / decay_steps)
-    else:
-        step = min(step, decay_steps)
-    p = step / decay_steps
-    return float((c["initial_learning_rate"] - end) * (1 - p) ** c.get("power", 1.0) + end)
-
-
-def _cosine(c: Mapping[str, Any], step: float) -> float:
-    alpha = c.get("alpha", 0.0)
-    decay_steps = float(c["decay_steps"])
-    initial = c["initial_learning_rate"]
-    target = c.get("warmup_target")
-
-    def decayed(at: float, start: float) -> float:
-        cosine = 0.5 * (1.0 + math.cos(math.pi * at / decay_steps))
-        return float(start * ((1 - alpha) * cosine + alpha))
-
-    if target is None:
-        return decayed(min(step, decay_steps), initial)
-    warmup = float(c.get("warmup_steps", 0))
-    step = min(step, decay_steps + warmup)
-    if step < warmup:
-        return float((target - initial) * step / warmup + initial)
-    return decayed(step - warmup, target)
-
-
-def _cosine_restarts(c: Mapping[str, Any], step: float) -> float:
-    t_mul, m_mul, alpha = c.get("t_mul", 2.0), c.get("m_mul", 1.0), c.get("alpha", 0.0)
-    fraction = step / c["first_decay_steps"]
-    if t_mul == 1.0:
-        restart = math.floor(fraction)
-        fraction -= restart
-    else:
-        restart = math.floor(math.log(1.0 - fraction * (1.0 - t_mul)) / math.log(t_mul))
-        done = (1.0 - t_mul**restart) / (1.0 - t_mul)
-        fraction = (fraction - done) / t_mul**restart
-    cosine = 0.5 * m_mul**restart * (1.0 + math.cos(math.pi * fraction))
-    return float(c["initial_learning_rate"] * ((1 - alpha) * cosine + alpha))
-
-
-#: Keras' built-in schedules: class name -> (required config keys, value at a global step).
-SCHEDULES: dict[str, tuple[tuple[str, ...], Callable[[Mapping[str, Any], float], float]]] = {
-    "ExponentialDecay": (("initial_learning_rate", "decay_steps", "decay_rate"), _exponential),
-    "InverseTimeDecay": (("initial_learning_rate", "decay_steps", "decay_rate"), _inverse_time),
-    "PiecewiseConstantDecay": (("boundaries", "values"), _piecewise),
-    "PolynomialDecay": (("initial_learning_rate", "decay_steps"), _polynomial),
-    "CosineDecay": (("initial_learning_rate", "decay_steps"), _cosine),
-    "CosineDecayRestarts": (("initial_learning_rate", "first_decay_steps"), _cosine_restarts),
-}
+#: Keras' built-in schedules and Model Garden's ``WarmUpAndPolyDecay``: class name -> (required
+#: config keys, float32 value at a global step), computed as TensorFlow computes them
+#: (:mod:`~tpuemb_cfg.embedding.keras_schedules`).
+SCHEDULES = SCHEDULE_FUNCTIONS
 
 
 class KerasSchedule:
@@ -176,8 +110,10 @@ class KerasSchedule:
     optimizer's ``iterations``), like :class:`~tpuemb_cfg.embedding.schedules.Schedule`.
 
     ``kind`` is the Keras class name and ``config`` its ``get_config()``; the built-in kinds
-    (:data:`SCHEDULES`) are computed here with Keras' formulas. ``function`` instead takes the
-    value from a schedule object of another class (``function(step)``, as Keras calls it).
+    and Model Garden's ``WarmUpAndPolyDecay`` (:data:`SCHEDULES`) are computed as TensorFlow
+    computes them, in float32 (``keras_schedules``: the value is TensorFlow's float32, as a
+    Python float). ``function`` instead takes the value from a schedule object of another class
+    (``function(step)``, as Keras calls it).
     One object is one tag: schedules compare by identity, as callables do in TensorFlow.
     """
 
@@ -193,7 +129,8 @@ class KerasSchedule:
             if kind not in SCHEDULES:
                 raise chk.fail(
                     owner,
-                    f"is not one of Keras' built-in schedules ({', '.join(SCHEDULES)}); pass the "
+                    f"is not one of Keras' built-in schedules or Model Garden's "
+                    f"({', '.join(SCHEDULES)}); pass the "
                     "optimizer object itself (its schedule is then called with the step) or use "
                     "a tpuemb_cfg.embedding.Schedule",
                 )
@@ -210,7 +147,7 @@ class KerasSchedule:
         """The learning rate at global step ``step``."""
         if self.function is not None:
             return float(self.function(step))
-        return SCHEDULES[self.kind][1](self.config, float(step))
+        return float(SCHEDULES[self.kind][1](self.config, int(step)))
 
     def __call__(self) -> float:
         return self.value(self.step)
@@ -235,7 +172,7 @@ def _schedule(value: Any, owner: str) -> KerasSchedule:
                 "a learning_rate dict must be a serialized Keras schedule, "
                 f"{{'class_name': ..., 'config': {{...}}}}; received {value!r}",
             )
-        return KerasSchedule(kind, config)
+        return KerasSchedule(kind.rpartition(">")[2], config)  # "RANKING>WarmUpAndPolyDecay"
     kind = _known_base(value, SCHEDULES) or type(value).__name__
     config = value.get_config()
     if kind in SCHEDULES:
@@ -298,13 +235,40 @@ def _read(optimizer: Any, class_name: str | None) -> tuple[str, dict[str, Any], 
     return name, config, raw
 
 
-def _learning_rate(config: Mapping[str, Any], raw: Any, owner: str) -> Any:
+def _is_tensor(value: Any) -> bool:
+    """A TensorFlow tensor (``tf.Tensor`` among its classes), recognised without TensorFlow."""
+    return any(cls.__name__ == "Tensor" and cls.__module__.startswith("tensorflow")
+               for cls in type(value).__mro__)
+
+
+def _tfrs_callable(raw: Callable[[], Any], value: Any) -> Any:
+    """TFRS's rule for a plain callable learning rate of a legacy optimizer: it reads the rate
+    from ``get_config()``, which calls the callable (``value`` is that result). A tensor makes
+    the rate dynamic, through a new callable (``lambda: optimizer.get_config()["learning_rate"]``:
+    its own tag); anything else (a Python number) is the constant rate."""
+    if not _is_tensor(value):
+        return value
+
+    @functools.wraps(raw)
+    def learning_rate() -> Any:
+        return raw()
+
+    return learning_rate
+
+
+def _learning_rate(config: Mapping[str, Any], raw: Any, owner: str, keras3: bool) -> Any:
     """A number, a :class:`KerasSchedule` or a zero-argument callable."""
     if raw is not None and _is_schedule(raw):
         return _schedule(raw, owner)
     if raw is not None and callable(raw) and not hasattr(raw, "numpy"):
-        return raw  # a plain callable: TensorFlow calls it every step
-    value = config.get("learning_rate", 0.001 if raw is None else raw)
+        if keras3:
+            return raw  # keras-rs keeps it: TensorFlow calls it every step
+        value = _tfrs_callable(raw, config["learning_rate"] if "learning_rate" in config
+                               else raw())
+        if callable(value):
+            return value
+    else:
+        value = config.get("learning_rate", 0.001 if raw is None else raw)
     if isinstance(value, Mapping):
         return _schedule(value, owner)
     number = getattr(value, "numpy", None)
@@ -340,16 +304,41 @@ def _refuse(owner: str, option: str, value: Any, library: str) -> EmbeddingConfi
     )
 
 
+#: The optimizer names TFRS and keras-rs accept (lower case only): each gives the
+#: ``tf.tpu.experimental.embedding`` optimizer with TensorFlow's defaults.
+NAMES: dict[str, Callable[[], Optimizer]] = {
+    "sgd": SGD, "adagrad": Adagrad, "adam": Adam, "ftrl": FTRL,
+}
+
+
+def _from_name(name: str) -> Optimizer:
+    if name not in NAMES:
+        raise chk.fail(
+            "from_keras",
+            f"unknown optimizer name {name!r}: TFRS and keras-rs accept "
+            f"{', '.join(repr(n) for n in NAMES)} (lower case; each gives TensorFlow's "
+            f"defaults); for other settings pass a Keras optimizer or a tpuemb_cfg.embedding "
+            f"optimizer",
+        )
+    return NAMES[name]()
+
+
 def from_keras(optimizer: Any, *, class_name: str | None = None) -> Optimizer:
     """The tpuemb optimizer a Keras ``optimizer`` stands for on the TPU embedding tables.
 
     ``optimizer``: a Keras 2 (legacy) or Keras 3 ``SGD``, ``Adagrad``, ``Adam`` (or ``AdamW``)
-    or ``Ftrl`` object, or a dict of its configuration (see the module docstring);
-    ``class_name`` names the Keras class when a dict does not. Translated as TFRS (legacy
-    optimizers) and keras-rs (Keras 3) translate it, so the configuration compiles to the bytes
-    TensorFlow writes for that model. Raises ``ValueError`` (``EmbeddingConfigError``) for an
-    optimizer or an option those translations refuse, naming it.
+    or ``Ftrl`` object, or a dict of its configuration (see the module docstring), or one of the
+    names TFRS and keras-rs accept (``"sgd"``, ``"adagrad"``, ``"adam"``, ``"ftrl"``: TensorFlow's
+    defaults); a tpuemb optimizer is returned as it is, as both libraries pass TensorFlow's
+    through. ``class_name`` names the Keras class when a dict does not. Translated as TFRS
+    (legacy optimizers) and keras-rs (Keras 3) translate it, so the configuration compiles to
+    the bytes TensorFlow writes for that model. Raises ``ValueError`` (``EmbeddingConfigError``)
+    for an optimizer or an option those translations refuse, naming it.
     """
+    if isinstance(optimizer, Optimizer):
+        return optimizer
+    if isinstance(optimizer, str):
+        return _from_name(optimizer)
     name, config, raw = _read(optimizer, class_name)
     owner = f"Keras {name}"
     if config.get("is_legacy_optimizer") is False:
@@ -378,7 +367,7 @@ def from_keras(optimizer: Any, *, class_name: str | None = None) -> Optimizer:
         if option in config and config[option] != default:
             raise _refuse(owner, option, config[option], library)
 
-    arguments: dict[str, Any] = {"learning_rate": _learning_rate(config, raw, owner)}
+    arguments: dict[str, Any] = {"learning_rate": _learning_rate(config, raw, owner, keras3)}
     for argument in mapping.supported:
         if argument in config:
             arguments[argument] = config[argument]

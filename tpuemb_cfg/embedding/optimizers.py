@@ -28,8 +28,9 @@ from typing import Any, ClassVar
 
 from tpuemb_cfg.algorithms import ALGORITHMS, slot_names
 from tpuemb_cfg.embedding import _checks as chk
-from tpuemb_cfg.embedding import pbvalues
+from tpuemb_cfg.embedding import origins, pbvalues
 from tpuemb_cfg.embedding.equality import ValueEquality
+from tpuemb_cfg.embedding.errors import EmbeddingOverflowError
 
 #: Maps a dynamic input (a learning-rate callable or a step counter) to its tag.
 TagOf = Callable[[Any], int]
@@ -63,7 +64,14 @@ def _normalise_clipvalue(owner: str, clipvalue: Any) -> tuple[Any, Any]:
             f"`clipvalue` must be None, a number v (clips gradients to [-v, v]) or a (min, max) "
             f"tuple; received {chk.show(clipvalue)} ({chk.type_name(clipvalue)})",
         )
-    return -1.0 * clipvalue, clipvalue
+    try:
+        return -1.0 * clipvalue, clipvalue  # TensorFlow's (-1.0 * 0 is -0.0, written as such)
+    except OverflowError:
+        raise EmbeddingOverflowError(
+            f"{owner}: `clipvalue` {chk.show(clipvalue)} is beyond the range of a float, so "
+            f"-clipvalue cannot be formed (TensorFlow raises OverflowError here too); pass a "
+            f"number in range"
+        ) from None
 
 
 #: The arguments of :class:`Optimizer` (every algorithm's shared part).
@@ -86,14 +94,16 @@ def base_arguments(arguments: dict[str, Any]) -> dict[str, Any]:
 def require(owner: str, algorithm: str, field: str, argument: str, value: Any,
              requirement: str) -> None:
     """Apply the algorithm table's constraint on ``field`` (the one its OPT rule checks) to the
-    constructor argument ``argument``: ``Adam: `beta_1` must be >= 0 and < 1; received 1.5``."""
-    if not ALGORITHMS[algorithm].allows(field, chk.real(owner, argument, value)):
+    constructor argument ``argument``: ``Adam: `beta_1` must be >= 0 and < 1; received 1.5``.
+    The value is compared as TensorFlow compares it (an int beyond float's range is infinite)."""
+    if not ALGORITHMS[algorithm].allows(field, chk.compared(owner, argument, value)):
         raise chk.fail(owner, f"`{argument}` {requirement}; received {chk.show(value)}")
 
 
 def require_positive(owner: str, name: str, value: Any, why: str) -> Any:
-    """``value`` unchanged when it is a number > 0 (NaN is not); else ``name must be > 0 (why)``."""
-    if not chk.real(owner, name, value) > 0:
+    """``value`` unchanged when it is a number > 0 (NaN is not); else ``name must be > 0 (why)``.
+    Compared as TensorFlow compares it: ``10**400`` and ``numpy.array(0.1)`` pass."""
+    if not chk.compared(owner, name, value) > 0:
         raise chk.fail(owner, f"`{name}` must be > 0 ({why}); received {chk.show(value)}")
     return value
 
@@ -105,12 +115,14 @@ def _learning_rate_value(owner: str, learning_rate: Any) -> float:
             f"`learning_rate` must be a number or a callable taking no arguments (a dynamic "
             f"learning rate); received {chk.show(learning_rate)} ({chk.type_name(learning_rate)})",
         )
-    return float(learning_rate)
+    return chk.real(owner, "learning_rate", learning_rate)
 
 
-#: How each kind of :attr:`Optimizer._fields` entry is written to the algorithm's message.
-_WRITTEN: dict[str, Callable[[Any], Any]] = {
-    "float": float, "bool": bool, "not": lambda value: not value,
+#: How each kind of :attr:`Optimizer._fields` entry is written to the algorithm's message
+#: (owner, argument, value).
+_WRITTEN: dict[str, Callable[[str, str, Any], Any]] = {
+    "float": chk.real, "bool": pbvalues.to_bool,
+    "not": lambda owner, name, value: not value,
 }
 
 
@@ -150,6 +162,7 @@ class Optimizer(ValueEquality):
         slot_variable_creation_fn: Callable[..., Any] | None = None,
         low_dimensional_packing_status: bool = False,
     ) -> None:
+        origins.record(self)
         owner = self._owner()
         if slot_variable_creation_fn is not None and not callable(slot_variable_creation_fn):
             raise chk.fail_type(
@@ -165,12 +178,13 @@ class Optimizer(ValueEquality):
                 f"accumulation; set use_gradient_accumulation=True or leave clipvalue=None",
             )
         clip_min, clip_max = _normalise_clipvalue(owner, clipvalue)
-        chk.optional_real(owner, "clip_weight_min", clip_weight_min)
-        chk.optional_real(owner, "clip_weight_max", clip_weight_max)
+        # Types now; ranges (10**400, an unknown enum name) when written, as in TensorFlow.
+        chk.optional_number(owner, "clip_weight_min", clip_weight_min)
+        chk.optional_number(owner, "clip_weight_max", clip_weight_max)
         if weight_decay_factor:  # a false value is never written, whatever it is
-            chk.real(owner, "weight_decay_factor", weight_decay_factor)
-        pbvalues.to_enum(owner, "low_dimensional_packing_status", low_dimensional_packing_status,
-                         PACKING_STATUS)
+            chk.number(owner, "weight_decay_factor", weight_decay_factor)
+        pbvalues.check_enum(owner, "low_dimensional_packing_status",
+                            low_dimensional_packing_status, PACKING_STATUS)
         self.learning_rate = learning_rate
         self.use_gradient_accumulation = use_gradient_accumulation
         self.clip_weight_min = clip_weight_min
@@ -199,7 +213,8 @@ class Optimizer(ValueEquality):
         values = dict.fromkeys(self.slot_names, 0.0)
         initial = getattr(self, "initial_accumulator_value", None)
         if initial is not None and self.slot_names:
-            values[self.slot_names[0]] = float(initial)
+            values[self.slot_names[0]] = chk.compared(
+                self._owner(), "initial_accumulator_value", initial)
         return values
 
     def write(self, params: Any, tag_of: TagOf) -> None:
@@ -210,25 +225,32 @@ class Optimizer(ValueEquality):
             lr.dynamic.tag = tag_of(self.learning_rate)
         else:
             lr.constant = _learning_rate_value(self._owner(), self.learning_rate)
-        packing = pbvalues.to_enum(self._owner(), "low_dimensional_packing_status",
-                                   self.low_dimensional_packing_status, PACKING_STATUS)
-        if packing:
-            params.low_dimensional_packing_status = packing
         params.gradient_accumulation_status = (
             ACCUMULATION_ENABLED if self.use_gradient_accumulation else ACCUMULATION_DISABLED
         )
+        owner = self._owner()
         if self.clip_weight_min is not None:
-            params.clipping_limits.lower.value = float(self.clip_weight_min)
+            params.clipping_limits.lower.value = chk.real(
+                owner, "clip_weight_min", self.clip_weight_min)
         if self.clip_weight_max is not None:
-            params.clipping_limits.upper.value = float(self.clip_weight_max)
+            params.clipping_limits.upper.value = chk.real(
+                owner, "clip_weight_max", self.clip_weight_max)
         if self.clip_gradient_min is not None:
-            params.gradient_clipping_limits.lower.value = float(self.clip_gradient_min)
+            params.gradient_clipping_limits.lower.value = chk.real(
+                owner, "clipvalue", self.clip_gradient_min)
         if self.clip_gradient_max is not None:
-            params.gradient_clipping_limits.upper.value = float(self.clip_gradient_max)
+            params.gradient_clipping_limits.upper.value = chk.real(
+                owner, "clipvalue", self.clip_gradient_max)
         if self.weight_decay_factor:
-            params.weight_decay_factor = float(self.weight_decay_factor)
+            params.weight_decay_factor = chk.real(
+                owner, "weight_decay_factor", self.weight_decay_factor)
             if self.multiply_weight_decay_factor_by_learning_rate:
                 params.multiply_weight_decay_factor_by_learning_rate = True
+        # TensorFlow's order of assignments, so that of two bad values the same one fails first.
+        packing = pbvalues.to_enum(owner, "low_dimensional_packing_status",
+                                   self.low_dimensional_packing_status, PACKING_STATUS)
+        if packing:
+            params.low_dimensional_packing_status = packing
         self._write_algorithm(params, tag_of)
 
     def _set_fields(self, values: dict[str, Any]) -> None:
@@ -237,9 +259,9 @@ class Optimizer(ValueEquality):
         for name, kind, *_ in self._fields:
             value = values[name]
             if kind == "bool":
-                chk.boolean(owner, name, value)
+                chk.flag(owner, name, value)
             elif kind == "float":
-                chk.real(owner, name, value)
+                chk.number(owner, name, value)
             setattr(self, name, value)
 
     def _write_algorithm(self, params: Any, tag_of: TagOf) -> None:
@@ -248,7 +270,8 @@ class Optimizer(ValueEquality):
         msg.SetInParent()
         for name, kind, *field in self._fields:
             if kind in _WRITTEN:
-                setattr(msg, field[0] if field else name, _WRITTEN[kind](getattr(self, name)))
+                value = _WRITTEN[kind](self._owner(), name, getattr(self, name))
+                setattr(msg, field[0] if field else name, value)
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if v is not None)
@@ -431,8 +454,8 @@ class FTRL(Optimizer):
     ) -> None:
         super().__init__(**base_arguments(locals()))
         owner = self._owner()
-        chk.boolean(owner, "allow_zero_accumulator", allow_zero_accumulator)
-        value = chk.real(owner, "initial_accumulator_value", initial_accumulator_value)
+        chk.flag(owner, "allow_zero_accumulator", allow_zero_accumulator)
+        value = chk.compared(owner, "initial_accumulator_value", initial_accumulator_value)
         if value < 0 or (value == 0 and not allow_zero_accumulator) or value != value:
             allowed = (
                 "must be >= 0" if allow_zero_accumulator else

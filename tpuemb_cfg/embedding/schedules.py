@@ -98,7 +98,11 @@ class Schedule:
                 chk.real(owner, key, value)
 
     def value(self, step: int) -> float:
-        """The learning rate at ``step``."""
+        """The learning rate at ``step``: float64 from exact operations and the executor's own
+        ``pow64``/``cos64`` (``tpuemb_cfg.executor.numerics``), never libm's, so a simulation
+        sends the same bits on every machine."""
+        from tpuemb_cfg.executor.numerics import cos64, pow64
+
         p = self.params
         if self.kind == "constant":
             return float(p["value"])
@@ -106,13 +110,13 @@ class Schedule:
             exponent = step / p["decay_steps"]
             if p["staircase"]:
                 exponent = math.floor(exponent)
-            return float(p["initial"] * p["decay_rate"] ** exponent)
+            return float(p["initial"] * pow64(float(p["decay_rate"]), float(exponent)))
         if self.kind == "warmup_cosine":
             warmup = p["warmup_steps"]
             if step < warmup:
                 return float(p["peak"] * (step + 1) / warmup)
             t = min((step - warmup) / p["decay_steps"], 1.0)
-            return float(p["final"] + (p["peak"] - p["final"]) * 0.5 * (1 + math.cos(math.pi * t)))
+            return float(p["final"] + (p["peak"] - p["final"]) * 0.5 * (1 + cos64(math.pi * t)))
         if self.kind == "piecewise_constant":
             for boundary, v in zip(p["boundaries"], p["values"], strict=False):
                 if step < boundary:
@@ -121,7 +125,8 @@ class Schedule:
         if self.kind == "adam_bias_correction":
             t = step + 1
             return float(
-                p["learning_rate"] * math.sqrt(1 - p["beta2"] ** t) / (1 - p["beta1"] ** t)
+                p["learning_rate"] * math.sqrt(1 - pow64(float(p["beta2"]), t))
+                / (1 - pow64(float(p["beta1"]), t))
             )
         return float(step)  # global_step
 

@@ -27,11 +27,14 @@ Shape = tuple[int | None, ...] | None
 
 
 def is_shape_like(value: Any) -> bool:
-    """Whether ``value`` reads as a whole shape (used to tell shapes from lists of shapes)."""
+    """Whether ``value`` reads as a whole shape (used to tell shapes from lists of shapes): a
+    list or tuple of dimensions, not of lists, tuples or dicts. Its dimensions are checked when
+    it is converted (:func:`to_shape`), so ``[16, 2.5]`` is a shape with a wrong dimension (a
+    ``TypeError``, as ``TensorShape`` raises), not a structure that fails to match."""
     if value is None or hasattr(value, "as_list"):
         return True
     if isinstance(value, list | tuple):
-        return all(d is None or _is_int(d) for d in value)
+        return not any(isinstance(d, list | tuple | dict) for d in value)
     return False
 
 
@@ -96,4 +99,4 @@ def format_shape(shape: Shape) -> str:
     """``[16, None]`` style; ``<unknown>`` for an unknown rank."""
     if shape is None:
         return "<unknown>"
-    return "[" + ", ".join("None" if d is None else str(d) for d in shape) + "]"
+    return "[" + ", ".join("None" if d is None else show(d) for d in shape) + "]"

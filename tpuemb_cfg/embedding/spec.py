@@ -4,7 +4,10 @@
 optionally ``optimizer``, ``num_hosts``, ``num_replicas``, ``num_cores_per_replica``,
 ``pipeline_execution_with_tensor_core``, ``per_replica_input_shapes`` and
 ``per_replica_batch_size`` - the arguments of :func:`build_config`. It imports the classes from
-``tpuemb_cfg.embedding``.
+``tpuemb_cfg.embedding``. Whatever the file does becomes one error naming it: an exception of any
+kind (``sys.exit``, a ``BaseException`` subclass of its own; Ctrl-C still interrupts) and a call
+of ``os._exit``, which would otherwise end tpuemb at once with nothing written and nothing said
+(:mod:`tpuemb_cfg.usercode`).
 
 **TOML spec**: the same content declared as data (``docs/compile.md`` has the full reference)::
 
@@ -42,7 +45,8 @@ import runpy
 import sys
 import tomllib
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -61,6 +65,7 @@ from tpuemb_cfg.embedding.tables import (
     TruncatedNormalInitializer,
 )
 from tpuemb_cfg.errors import InputError
+from tpuemb_cfg.usercode import ExitCalled, exit_guard
 
 #: The names a spec may define, i.e. :func:`build_config`'s arguments.
 BUILD_ARGUMENTS = (
@@ -127,10 +132,16 @@ def load_spec(path: str | os.PathLike[str]) -> Spec:
 
 
 def _load_python(path: str) -> Spec:
+    """Run the spec in a fresh namespace, its folder first on ``sys.path``; the current folder
+    is restored afterwards, so a spec that calls ``os.chdir`` cannot move the caller's relative
+    paths (the output of ``tpuemb compile -o``, ``tpuemb simulate``'s ``tpuemb-out/``)."""
     folder = str(Path(path).resolve().parent)
     sys.path.insert(0, folder)
     try:
-        namespace = runpy.run_path(path, run_name="__tpuemb_spec__")
+        with _current_folder_kept(), exit_guard() as exits:
+            namespace = runpy.run_path(path, run_name="__tpuemb_spec__")
+    except ExitCalled as e:
+        raise _exit_called(path, e.code, _spec_line(e, path)) from None
     except SyntaxError as e:
         raise InputError(
             f"invalid Python: {e.msg}", path=path, line=e.lineno, column=e.offset
@@ -139,15 +150,21 @@ def _load_python(path: str) -> Spec:
         raise InputError(
             f"the spec called sys.exit({e.code!r}) instead of defining feature_config", path=path
         ) from None
-    except Exception as e:  # noqa: BLE001 - any failure of user code becomes one line
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # noqa: BLE001 - any failure of user code becomes one line
+        kind = "" if isinstance(e, Exception) else " (a BaseException subclass)"
         raise InputError(
-            f"{type(e).__name__}: {_one_line(str(e))}", path=path, line=_spec_line(e, path)
+            f"{type(e).__name__}{kind}: {_one_line(str(e))}", path=path,
+            line=_spec_line(e, path)
         ) from None
     finally:
         try:
             sys.path.remove(folder)
         except ValueError:
             pass
+    if exits:  # the spec caught the ExitCalled of its own os._exit
+        raise _exit_called(path, exits[0], None)
     if "feature_config" not in namespace:
         raise InputError(
             "the spec defines no `feature_config` (a FeatureConfig, or dicts/lists of them)",
@@ -155,6 +172,42 @@ def _load_python(path: str) -> Spec:
         )
     build_arguments = {k: namespace[k] for k in BUILD_ARGUMENTS if k in namespace}
     return Spec(path, namespace["feature_config"], build_arguments)
+
+
+@contextmanager
+def _current_folder_kept() -> Iterator[None]:
+    """Return to the current folder after the block, whatever the block did to it (held open
+    by descriptor, so a folder renamed meanwhile is still found)."""
+    try:
+        handle: int | None = os.open(".", os.O_RDONLY)
+    except OSError:  # an unreadable or deleted current folder: remember its name
+        handle = None
+    before = None
+    if handle is None:
+        try:
+            before = os.getcwd()
+        except OSError:  # deleted: nowhere to return to
+            pass
+    try:
+        yield
+    finally:
+        try:
+            if handle is not None:
+                os.fchdir(handle)
+            elif before is not None:
+                os.chdir(before)
+        except OSError:
+            pass
+        finally:
+            if handle is not None:
+                os.close(handle)
+
+
+def _exit_called(path: str, code: object, line: int | None) -> InputError:
+    return InputError(
+        f"the spec called os._exit({code!r}), which would end tpuemb at once, with nothing "
+        "written and nothing said; a spec only defines feature_config (and build arguments)",
+        path=path, line=line)
 
 
 def _spec_line(exc: BaseException, path: str) -> int | None:

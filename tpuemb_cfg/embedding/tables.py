@@ -12,8 +12,9 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from tpuemb_cfg.embedding import _checks as chk
-from tpuemb_cfg.embedding import pbvalues
+from tpuemb_cfg.embedding import origins, pbvalues
 from tpuemb_cfg.embedding.custom import CustomCombiner
+from tpuemb_cfg.embedding.errors import EmbeddingOverflowError
 from tpuemb_cfg.embedding.shapes import Shape, shape_repr, to_shape
 
 if TYPE_CHECKING:
@@ -39,14 +40,48 @@ def _python_int(owner: str, name: str, value: Any, minimum: int) -> int:
     return value
 
 
+#: The keys of TensorFlow's ``dtypes.as_dtype`` table that name float32 or int32: the names
+#: (``"float"`` is float32), the ``DataType`` enum numbers (1: ``DT_FLOAT``, 3: ``DT_INT32``) and
+#: Python's ``float``. Looked up by hash and equality, as TensorFlow does: ``1.0`` and ``True``
+#: are 1, so they are float32 too.
+_AS_DTYPE: dict[Any, str] = {
+    "float32": "float32", "float": "float32", "int32": "int32", 1: "float32", 3: "int32",
+    float: "float32",
+}
+#: TensorFlow 2.21's ``DataType`` numbers (and their ``_REF`` twins): keys of the same table, so
+#: a number equal to one of them is that type (``2.0`` is float64), not looked at further.
+_DATA_TYPE_NUMBERS = frozenset(range(1, 34)) | frozenset(range(101, 134))
+
+
+def _is_dtype_object(value: Any) -> bool:
+    """A TensorFlow ``DType`` or a NumPy ``dtype`` (by class name: neither is imported)."""
+    return any(cls.__name__ in ("DType", "dtype") for cls in type(value).__mro__)
+
+
 def _dtype_name(dtype: Any) -> str | None:
-    """``"float32"``/``"int32"`` for the spellings of those types (str, numpy, TensorFlow)."""
-    if isinstance(dtype, str):
-        return dtype if dtype in DTYPES else None
-    name = getattr(dtype, "name", None)  # tf.float32.name, np.dtype("float32").name
-    if name is None and isinstance(dtype, type):
-        name = dtype.__name__  # np.float32
-    return name if name in DTYPES else None
+    """``"float32"``/``"int32"`` for what TensorFlow's ``TableConfig`` takes as those types, or
+    ``None``. TensorFlow compares ``dtype`` with ``tf.float32`` and ``tf.int32``, which converts it
+    with ``dtypes.as_dtype``: a ``DType`` or NumPy dtype by its name; then a lookup in its table
+    (:data:`_AS_DTYPE`, other ``DataType`` numbers, NumPy's scalar types); then the ``dtype``
+    attribute of a NumPy scalar or array (``numpy.float32(0.5)`` is float32)."""
+    if _is_dtype_object(dtype):
+        name = getattr(dtype, "name", None)
+        return name if name in DTYPES else None
+    if isinstance(dtype, type):  # float, np.float32, np.int32
+        if dtype.__module__ == "numpy" and dtype.__name__ in DTYPES:
+            return dtype.__name__
+        return _AS_DTYPE.get(dtype)
+    try:
+        if dtype in _AS_DTYPE:
+            return _AS_DTYPE[dtype]
+        if dtype in _DATA_TYPE_NUMBERS:
+            return None
+    except TypeError:  # unhashable (a NumPy array): on to its dtype
+        pass
+    inner = getattr(dtype, "dtype", None)
+    if inner is not None and _is_dtype_object(inner):
+        return _dtype_name(inner)
+    return None
 
 
 class QuantizationConfig:
@@ -57,15 +92,16 @@ class QuantizationConfig:
 
     def __init__(self, num_buckets: int, lower: float, upper: float) -> None:
         owner = "QuantizationConfig"
-        buckets = pbvalues.to_int(owner, "num_buckets", num_buckets)
+        # Types and TensorFlow's one check now; the proto's ranges when written.
+        buckets = pbvalues.check_int(owner, "num_buckets", num_buckets)
         if buckets < 2:
             raise chk.fail(
                 owner,
                 f"`num_buckets` must be an int >= 2 (simulated quantization divides the range "
                 f"into num_buckets - 1 steps); received {chk.show(num_buckets)}",
             )
-        pbvalues.to_float(owner, "lower", lower)
-        pbvalues.to_float(owner, "upper", upper)
+        pbvalues.check_number(owner, "lower", lower)
+        pbvalues.check_number(owner, "upper", upper)
         self.num_buckets = num_buckets
         self.lower = lower
         self.upper = upper
@@ -161,6 +197,7 @@ class TableConfig:
         layout: Any = None,
         dtype: Any = "float32",
     ) -> None:
+        origins.record(self)
         owner = "TableConfig" if name is None else f"TableConfig {name!r}"
         _python_int(owner, "vocabulary_size", vocabulary_size, 1)
         width = _python_int(owner, "dim", dim, 1)
@@ -200,7 +237,15 @@ class TableConfig:
                 f"{chk.show(quantization_config)}",
             )
         if initializer is None:
-            initializer = TruncatedNormalInitializer(0.0, 1.0 / math.sqrt(width))
+            try:
+                stddev = 1.0 / math.sqrt(width)
+            except OverflowError:  # TensorFlow's 1 / math.sqrt(dim) raises it too
+                raise EmbeddingOverflowError(
+                    f"{owner}: `dim` {chk.show(dim)} is too large for the default initializer "
+                    f"(standard deviation 1 / sqrt(dim)); a table's dimension is an int32 in "
+                    f"the proto, at most 2^31 - 1"
+                ) from None
+            initializer = TruncatedNormalInitializer(0.0, stddev)
         self.vocabulary_size = vocabulary_size
         self.dim = dim
         self.initializer = initializer
@@ -244,6 +289,7 @@ class FeatureConfig:
         output_shape: Any = None,
         name: str | None = None,
     ) -> None:
+        origins.record(self)
         owner = "FeatureConfig" if not name else f"FeatureConfig {name!r}"
         if not isinstance(table, TableConfig):
             raise chk.fail_type(

@@ -32,7 +32,11 @@ def describe_callable(fn: Any) -> str:
 
 
 def tag_table_lines(compiled: Any) -> list[str]:
-    """``tag k -> tables a, b -> schedule`` for every dynamic input of a compiled spec."""
+    """``tag k -> tables a, b -> schedule`` for every dynamic input of a compiled spec; each
+    line printable (:func:`~tpuemb_cfg.errors.printable`: it is also a comment line of the
+    compiled file, which a line break in a table name would end)."""
+    from tpuemb_cfg.errors import printable
+
     if not compiled.dynamic_learning_rates:
         return ["dynamic learning rates: none (every table has a constant learning rate)"]
     k = len(compiled.dynamic_learning_rates)
@@ -46,5 +50,5 @@ def tag_table_lines(compiled: Any) -> list[str]:
         tables = ", ".join(
             u.table + (" (step counter)" if u.argument == "step_counter" else "") for u in uses
         )
-        lines.append(f"  tag {tag} -> {tables} -> {describe_callable(fn)}")
+        lines.append(printable(f"  tag {tag} -> {tables} -> {describe_callable(fn)}"))
     return lines

@@ -6,7 +6,7 @@ library as in the CLI, so a message means the same thing whichever path produced
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,6 +66,9 @@ def key(step: int, feature: int, name: str) -> str:
     return f"s{step}/f{feature}/{name}"
 
 
+_INT64_MAX = 2**63 - 1
+
+
 def _error(message: str, k: str, source: str | None) -> InputError:
     return InputError(message, path=source, key=k)
 
@@ -86,6 +89,12 @@ def _integers(value: Any, k: str, source: str | None) -> np.ndarray:
         )
     if array.ndim != 1:
         raise _error(f"shape {array.shape} found, expected a 1-D array", k, source)
+    if array.dtype.kind == "u" and array.dtype.itemsize == 8 and array.size:
+        high = int(array.max())  # uint64 above int64's range would wrap to a negative number
+        if high > _INT64_MAX:
+            raise _error(
+                f"value {high} at index {int(np.flatnonzero(array == high)[0])} does not fit "
+                f"int64 (at most {_INT64_MAX})", k, source)
     return array.astype(np.int64, order="C", copy=False)  # C order: what the kernels read
 
 
@@ -114,18 +123,27 @@ def _finite(array: np.ndarray, what: str, k: str, source: str | None) -> None:
 
 
 def _ids(value: Any, table: TablePlan, k: str, source: str | None) -> np.ndarray:
-    """The ids as int64, each a row of ``table``."""
-    ids = _integers(value, k, source)
+    """The ids as int64, each a row of ``table`` (an id is reported as found: a uint64 id
+    beyond int64 is not shown wrapped around)."""
+    found = _as_array(value, k, source)
+    if found.dtype.kind == "u" and found.ndim == 1 and found.size:
+        high = int(found.max())
+        if high >= table.vocabulary:
+            raise _outside(table, high, int(np.flatnonzero(found == high)[0]), k, source)
+    ids = _integers(found, k, source)
     if ids.shape[0] == 0:
         return ids
     low, high = int(ids.min()), int(ids.max())
     if low >= 0 and high < table.vocabulary:
         return ids
     bad = low if low < 0 else high
-    raise _error(
-        f"id {bad} at index {int(np.flatnonzero(ids == bad)[0])} is outside table "
-        f"{table.name!r}: ids must be in [0, {table.vocabulary}) (vocabulary_size "
-        f"{table.vocabulary})",
+    raise _outside(table, bad, int(np.flatnonzero(ids == bad)[0]), k, source)
+
+
+def _outside(table: TablePlan, bad: int, index: int, k: str, source: str | None) -> InputError:
+    return _error(
+        f"id {bad} at index {index} is outside table {table.name!r}: ids must be in "
+        f"[0, {table.vocabulary}) (vocabulary_size {table.vocabulary})",
         k, source,
     )
 
@@ -217,10 +235,11 @@ def check_batch(
     strict: bool = False,
 ) -> list[CheckedFeature]:
     """Check every feature of one step; the batch must give every feature, in index order."""
-    if isinstance(batch, Mapping) or isinstance(batch, str | bytes):
+    if (isinstance(batch, Mapping) or isinstance(batch, str | bytes)
+            or not isinstance(batch, Iterable)):
         raise InputError(
-            "a batch is a sequence with one FeatureInput (or mapping) per feature, in feature "
-            "index order", path=source, key=f"s{step}",
+            f"batch: {type(batch).__name__} found; a batch is a sequence with one FeatureInput "
+            "(or mapping) per feature, in feature index order", path=source, key=f"s{step}",
         )
     items = list(batch)
     if len(items) != len(plan.features):

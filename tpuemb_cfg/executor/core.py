@@ -18,13 +18,17 @@ row updates, the update norm and whole-state export and import.
 
 from __future__ import annotations
 
+import functools
+import math
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import numpy as np
 
-from ..errors import InputError, UsageError
+from .. import units
+from ..errors import InputError, NumericalError, UsageError
 from ..prepare import Prepared, prepare
 from .batch import (
     CheckedFeature,
@@ -36,17 +40,34 @@ from .batch import (
 )
 from .batch import key as batch_key
 from .custom import combine_custom, custom_gains, note_fallback
-from .engines import Engine, get_engine
+from .engine_choice import choose_engine
+from .engines import Engine
 from .fused import TableInput, backprop_tables, forward_backprop, identity, stacked, update_table
+from .initializers import called_tables
 from .optimizers import UpdateContext
 from .pipeline import RowPipeline
 from .plan import Plan, TablePlan
+from .rates import spec_learning_rates
 from .state import initial_state as make_initial_state
 from .storage import LocalStorage, Storage, rows_of
 
 __all__ = ["DeduplicationData", "Executor", "Partial", "TableDeduplication", "TableReport"]
 
 F32 = np.float32
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _one_at_a_time(method: Callable[Concatenate[Executor, _P], _R]
+                   ) -> Callable[Concatenate[Executor, _P], _R]:
+    """``method`` under the executor's lock: calls from several threads run one after another."""
+
+    @functools.wraps(method)
+    def locked(self: Executor, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return locked
 
 
 @dataclass(frozen=True)
@@ -146,7 +167,7 @@ class Executor:
     ``state_source``/``strict``: for file-backed callers, the file named in errors about
     ``initial_state`` and exact dtypes. ``engine``: ``numba`` (the default: compiled kernels;
     without an importable numba it warns once and runs NumPy) or ``numpy`` (the readable
-    reference), the same results to float32 rounding (see ``tpuemb_cfg.executor.engines``);
+    reference), the same bits (docs/numerics.md);
     ``self.engine`` is the one in use. ``report``: False skips the per-step report
     (``last_report`` stays empty). ``storage``: makes
     the ``Storage`` of the tables and slots from the plan, the initial arrays and the engine
@@ -155,6 +176,19 @@ class Executor:
     same results bit for bit (``ray_storage.RayStorage``: ``ray_address`` or ``RAY_ADDRESS``
     names a cluster to join, else a local Ray instance starts; ``max_memory`` is then each
     actor's limit). ``close()`` (or ``with``) releases the actors.
+
+    ``seed`` is a whole number from 0 to 2^64 - 1 and ``max_memory`` bytes or a size such as
+    ``"8G"`` (``tpuemb_cfg.units``, the grammar of the command line); other values raise
+    ``TypeError`` or ``ValueError`` naming the argument. An update that leaves a table's
+    parameters infinite or NaN raises ``NumericalError`` naming the step, the table and the
+    learning rate (the tables then hold the values of the failed step: restore a checkpoint).
+
+    **Threads.** One step at a time: ``step``, ``recv_activations``, ``send_gradients``,
+    ``apply_row_gradients``, ``checkpoint_arrays`` and ``restore_checkpoint`` hold the executor's
+    lock, so steps of several threads run one after the other (unserialized, the compiled steps
+    of two threads updated the same rows at once and lost updates). A ``recv_activations`` /
+    ``send_gradients`` pair belongs to one step: interleaved pairs of two threads are refused.
+    For parallel work give each thread its own executor.
     """
 
     def __init__(
@@ -164,7 +198,7 @@ class Executor:
         combiners: str | Sequence[str] | Mapping[int, str] | None = None,
         initial_state: Mapping[str, Any] | None = None,
         seed: int = 0,
-        max_memory: int | None = None,
+        max_memory: int | str | None = None,
         check_memory: bool = True,
         state_source: str | None = None,
         strict: bool = False,
@@ -178,22 +212,35 @@ class Executor:
     ) -> None:
         if backend not in ("local", "ray"):
             raise UsageError(f"unknown backend {backend!r}; expected local or ray")
-        self.engine: Engine = get_engine(engine)
+        seed = units.seed_argument(seed)
+        max_memory = units.size_argument(max_memory, "max_memory")
+        self.engine: Engine = choose_engine(engine)
         self.prepared: Prepared = prepare(config, combiners=combiners, check=validate_config)
         self.config = self.prepared.config
         self.plan: Plan = self.prepared.plan
         note_fallback(self.plan, self.engine)  # custom callables run on the NumPy path
         self.backend = backend
         if backend == "ray":
+            from .partial import expand_partial
             from .ray_storage import RayStorage
 
+            # A table whose spec initializer is a Python callable: called once, then given.
+            initial_state = called_tables(self.plan, initial_state, state_source)
+            if initial_state is not None:  # partial tables: whole arrays read block by block
+                initial_state = expand_partial(self.plan, initial_state, seed, state_source,
+                                               strict)
             self.storage: Storage = RayStorage(
                 self.plan, self.engine, given=initial_state, seed=seed, source=state_source,
                 strict=strict, shards=shards, max_memory=max_memory, address=ray_address,
             )
         else:
             if check_memory:
-                require_memory(self.plan.memory_estimate(), max_memory)
+                from .memory import library_estimate, reduce_hint
+
+                parts = library_estimate(self.plan, self.engine.name)
+                require_memory(parts.total, max_memory, reduce=reduce_hint(parts))
+            # A table whose spec initializer is a Python callable: called once, then given.
+            initial_state = called_tables(self.plan, initial_state, state_source)
             # LocalStorage computes default rows when first touched (``state.Pending``); another
             # storage gets every value up front.
             self.storage = storage(
@@ -204,11 +251,17 @@ class Executor:
             )
         self.step_index = 0
         self.report = bool(report)
+        # One step at a time: two threads stepping one executor would interleave the reads and
+        # in-place writes of the same rows and lose updates (see the class docstring).
+        self._lock = threading.RLock()
         # The compiled step (numba) works on the live arrays of a storage in this process.
         self._fused: Any = (
             self.engine.fused if callable(getattr(self.storage, "local", None)) else None
         )
         self.last_report: dict[str, TableReport] = {}
+        #: The K learning rates the last step used (given, or the spec's callables' values).
+        self.last_learning_rates = np.zeros(0, dtype=F32)
+        self._spec_rates = False  # whether this step's rates are the spec callables' values
         # Per feature of a fused table, its empty bags: gradient rows no bag reads.
         self._empty_bags: dict[int, np.ndarray] = {}
         self._pipelined = self.plan.pipelined and self.plan.mode == "TRAINING"
@@ -252,6 +305,7 @@ class Executor:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @_one_at_a_time
     def checkpoint_arrays(self) -> dict[str, np.ndarray]:
         """The full executor state: tables, slots, step number and pipelining buffers."""
         out = dict(self.state_arrays())
@@ -262,31 +316,86 @@ class Executor:
                 out[f"executor/undo/{name}/rows"] = rows
         return out
 
-    def restore_checkpoint(self, arrays: Mapping[str, np.ndarray]) -> None:
-        """Load what ``checkpoint_arrays`` returned (from the same configuration)."""
+    @_one_at_a_time
+    def restore_checkpoint(self, arrays: Mapping[str, np.ndarray], source: str | None = None
+                           ) -> None:
+        """Load what ``checkpoint_arrays`` returned (from the same configuration).
+
+        Everything is checked before anything changes: the step (a non-negative integer
+        scalar), every table and slot (present, float32, of the table's shape) and the
+        pipelining buffers; a damaged checkpoint raises ``InputError`` naming ``source`` (the
+        file) and the key.
+        """
+        step, undo = self._checked_checkpoint(arrays, source)
         given = {k: v for k, v in arrays.items() if k.startswith(("table/", "slot/"))}
         if self.backend == "ray":
             from .ray_storage import RayStorage
 
             assert isinstance(self.storage, RayStorage)
-            self.storage.load_given(given)  # checked, then sent host by host a block at a time
+            self.storage.load_given(given, source=source)  # checked, then sent host by host
         else:
-            self.storage.load(make_initial_state(self.plan, given, 0, None, True))
-        self.step_index = int(arrays["executor/step"])
-        self._undo = {}
-        for table in self.plan.tables:
-            values = arrays.get(f"executor/undo/{table.name}/values")
-            if values is not None:
-                rows = arrays.get(f"executor/undo/{table.name}/rows")
-                self._undo[table.name] = (
-                    None if rows is None else np.array(rows, dtype=np.int64),
-                    np.array(values, dtype=F32),
-                )
+            self.storage.load(make_initial_state(self.plan, given, 0, source, True))
+        self.step_index = step
+        self._undo = undo
         self._pending = None
+
+    def checkpoint_step(self, arrays: Mapping[str, Any], source: str | None = None) -> int:
+        """The step number of a checkpoint (``executor/step``), checked: a non-negative integer
+        scalar, else ``InputError`` naming ``source`` and the key."""
+        value = arrays.get("executor/step")
+        if value is None:
+            raise damaged_checkpoint(source, "executor/step", "missing")
+        step = np.asarray(value)
+        if step.ndim != 0 or step.dtype.kind not in "iu":
+            raise damaged_checkpoint(
+                source, "executor/step",
+                f"{step.dtype} of shape {step.shape} found, expected an integer scalar")
+        if int(step) < 0:
+            raise damaged_checkpoint(source, "executor/step",
+                                     f"{int(step)} found, expected a step number (0 or more)")
+        return int(step)
+
+    def _checked_checkpoint(
+        self, arrays: Mapping[str, Any], source: str | None
+    ) -> tuple[int, dict[str, tuple[np.ndarray | None, np.ndarray]]]:
+        """The step and the pipelining buffers of a checkpoint, every table and slot present;
+        ``InputError`` naming the key of the first problem."""
+        step = self.checkpoint_step(arrays, source)
+        for table in self.plan.tables:
+            for key in (f"table/{table.name}",
+                        *(f"slot/{table.name}/{slot}" for slot in table.slot_names)):
+                if key not in arrays:
+                    raise damaged_checkpoint(source, key, "missing: a checkpoint holds every "
+                                             "table and slot")
+        undo: dict[str, tuple[np.ndarray | None, np.ndarray]] = {}
+        for table in self.plan.tables:
+            prefix = f"executor/undo/{table.name}/"
+            values, rows = arrays.get(prefix + "values"), arrays.get(prefix + "rows")
+            if values is None:
+                if rows is not None:
+                    raise damaged_checkpoint(source, prefix + "values", "missing (the rows "
+                                             "of this buffer are there)")
+                continue
+            ids = None if rows is None else np.asarray(rows)
+            if ids is not None and (
+                ids.ndim != 1 or ids.dtype.kind not in "iu" or (ids.size and (
+                    int(ids.min()) < 0 or int(ids.max()) >= table.vocabulary
+                    or bool((ids[1:] <= ids[:-1]).any())))):
+                raise damaged_checkpoint(source, prefix + "rows", "expected distinct "
+                                         f"increasing row ids in [0, {table.vocabulary})")
+            expected = (table.vocabulary if ids is None else ids.shape[0], table.dimension)
+            found = np.asarray(values)
+            if found.dtype != F32 or found.shape != expected:
+                raise damaged_checkpoint(source, prefix + "values", f"{found.dtype} of shape "
+                                         f"{found.shape} found, expected float32 {expected}")
+            undo[table.name] = (None if ids is None else np.array(ids, dtype=np.int64),
+                                np.array(found, dtype=F32))
+        return step, undo
 
     # ----------------------------------------------------------------------------------------
     # The op pair
 
+    @_one_at_a_time
     def recv_activations(
         self, batch: Sequence[FeatureInput | Mapping[str, Any]]
     ) -> tuple[list[np.ndarray], DeduplicationData]:
@@ -299,6 +408,7 @@ class Executor:
         checked = check_batch(batch, self.plan, self.step_index)
         return self._forward(checked)
 
+    @_one_at_a_time
     def send_gradients(
         self,
         gradients: Sequence[Any],
@@ -308,14 +418,17 @@ class Executor:
         """Back-propagate ``gradients`` (one [batch, dim] array per feature) and update.
 
         ``learning_rates`` holds exactly K values (K = ``num_learning_rates``; None when K = 0);
+        None for a compiled spec's configuration: its learning-rate callables give the values
+        of this step (``executor.rates``; ``last_learning_rates`` shows them).
         ``deduplication_data`` must be the one ``recv_activations`` returned for this step.
         Everything is checked before any table changes.
         """
         dedup = self._claim(deduplication_data)
-        rates = check_learning_rates(learning_rates, self.plan, self.step_index)
+        rates = self._rates(learning_rates)
         grads = self._check_gradients(gradients, dedup)
         self._backward(dedup, grads, rates)
 
+    @_one_at_a_time
     def step(
         self,
         batch: Sequence[FeatureInput | Mapping[str, Any]],
@@ -330,7 +443,7 @@ class Executor:
         name the file, and dtypes must be exactly the contract's.
         """
         checked = check_batch(batch, self.plan, self.step_index, source, strict)
-        rates = check_learning_rates(learning_rates, self.plan, self.step_index, source, strict)
+        rates = self._rates(learning_rates, source, strict)
         grads: list[np.ndarray] | None = None
         if self.plan.updates:
             grads = [
@@ -353,6 +466,16 @@ class Executor:
             self.last_report = previous  # a refused step leaves no trace
             raise
         return activations
+
+    def _rates(self, learning_rates: Sequence[float] | np.ndarray | None,
+               source: str | None = None, strict: bool = False) -> np.ndarray:
+        """The float32 [K] learning rates of this step: ``learning_rates`` checked, or (None)
+        the values of a compiled spec's learning-rate callables at this step (``executor
+        .rates``; a callable that fails raises ``InputError`` before any table changes)."""
+        self._spec_rates = learning_rates is None and bool(self.plan.tag_rates)
+        if self._spec_rates:
+            return spec_learning_rates(self.plan, self.step_index)
+        return check_learning_rates(learning_rates, self.plan, self.step_index, source, strict)
 
     def _fused_forward(self, table: TablePlan) -> bool:
         """Whether the compiled step runs the forward pass of ``table``: the numba engine with
@@ -617,10 +740,46 @@ class Executor:
                             table.vocabulary
                         )
                         report.update_norm = float(np.sqrt(squared))
+                    self._require_finite(table, record.unique_ids if table.lazy else None,
+                                         squared, rates)
                     continue
-                self._update_table(table, record, stacked(table, grads), rates, dynamic)
+                # An overflow is reported by _require_finite, naming its cause, not by NumPy.
+                with np.errstate(over="ignore", invalid="ignore"):
+                    self._update_table(table, record, stacked(table, grads), rates, dynamic)
             self.storage.commit()
+        self.last_learning_rates = rates
         self.step_index += 1
+
+    def _require_finite(self, table: TablePlan, rows: np.ndarray | None, norm: float,
+                        rates: np.ndarray) -> None:
+        """Raise ``NumericalError`` when the update just made left parameters of ``table``
+        infinite or NaN: ``norm`` (the update norm, or its square) is then not finite, so a step
+        that stays in float32's range pays nothing. The error names the step, the table, the
+        first bad value and the learning rate used, the usual cause; a storage that can undo a
+        step does not commit it."""
+        if math.isfinite(norm):
+            return
+        values = np.asarray(self.storage.gather(table.name, rows))
+        bad = np.argwhere(~np.isfinite(values))
+        if not bad.size:  # only the float32 difference overflowed; every value is finite
+            return
+        position, column = (int(i) for i in bad[0])
+        row = position if rows is None else int(rows[position])
+        lr = float(self._learning_rate(table, rates))
+        if table.lr_constant is not None:
+            source, parameter = "the configuration's constant learning rate", None
+        elif self._spec_rates and table.lr_tag is not None:
+            source, parameter = (f"dynamic tag {table.lr_tag} of this step, from the spec's "
+                                 f"{self.plan.tag_rates[table.lr_tag].describe()}"), "spec"
+        else:
+            source, parameter = (f"learning_rates[{table.lr_tag}], dynamic tag {table.lr_tag} "
+                                 "of this step"), "learning_rates"
+        raise NumericalError(
+            f"step {self.step_index}: the update of table {table.name!r} "
+            f"({table.optimizer.name}) left {bad.shape[0]:,} parameter(s) outside float32's "
+            f"range (first: {values[position, column]} at row {row}, column {column}), with "
+            f"learning rate {lr:.6g} ({source}); float32 holds magnitudes up to 3.4e38: lower "
+            "the learning rate", parameter=parameter, value=lr, table=table.name)
 
     def _learning_rate(self, table: TablePlan, rates: np.ndarray) -> np.float32:
         if table.lr_constant is not None:
@@ -659,6 +818,12 @@ class Executor:
         if report is not None:
             report.rows_updated = table.vocabulary if changed is None else int(changed.shape[0])
             report.update_norm = self.storage.change_norm(table.name, changed, before)
+        self._require_finite(
+            table, changed,
+            report.update_norm if report is not None
+            else self.storage.change_norm(table.name, changed, before),
+            rates,
+        )
         if self._pipelined:
             self._undo[table.name] = (changed, before)
 
@@ -679,6 +844,7 @@ class Executor:
     # ----------------------------------------------------------------------------------------
     # Row updates on their own
 
+    @_one_at_a_time
     def apply_row_gradients(
         self,
         table: str,
@@ -719,7 +885,7 @@ class Executor:
             raise UsageError(
                 f"the configuration's mode is {self.plan.mode}: its tables never change"
             )
-        rates = check_learning_rates(learning_rates, self.plan, self.step_index)
+        rates = self._rates(learning_rates)
         dynamic = tuple(float(r) for r in rates)
         self._update_rows(plan, ids, values, self._learning_rate(plan, rates), dynamic)
         self.storage.commit()
@@ -738,6 +904,17 @@ def _grad_of(item: FeatureInput | Mapping[str, Any]) -> Any:
     return item.grad
 
 
+#: What to do about a damaged checkpoint; tpuemb writes checkpoints whole and atomically.
+CHECKPOINT_REMEDY = ("the checkpoint is damaged (tpuemb writes it whole, so it was changed or "
+                     "cut short since): run again without --resume, or resume from an older "
+                     "copy of it")
+
+
+def damaged_checkpoint(source: str | None, key: str, problem: str) -> InputError:
+    """The error for key ``key`` of checkpoint ``source``: ``problem``, and what to do."""
+    return InputError(f"{problem}; {CHECKPOINT_REMEDY}", path=source, key=key)
+
+
 def require_memory(
     needed: int,
     max_memory: int | None,
@@ -745,40 +922,44 @@ def require_memory(
     what: str = "the simulation",
     counted: str = "tables, slots and a step's working arrays",
     reduce: str | Callable[[int], str] = "reduce vocabulary_size/dimension",
+    process: int = 0,
 ) -> None:
     """Raise ``UsageError`` when ``needed`` bytes exceed ``max_memory`` (None: the default limit,
     ``limits.default_memory_limit``; no check where the available memory is unknown).
 
-    The message says which limit it was - the one given, or the share of the memory available -
-    and suggests a ``--max-memory`` that admits the run (``limits.suggest_memory``), after
-    ``reduce``, the fix that shrinks the run instead (or a function of the limit giving it).
+    ``process``: the part of ``needed`` this process holds already (its interpreter and
+    libraries): held against a limit given, which bounds the whole process, but not against
+    the default, a share of the memory still available. The message says which limit it was
+    and what to do: ``reduce``, the fix that shrinks the run (or a function of the limit giving
+    it), and a ``--max-memory`` that admits the run (``limits.suggest_memory``) only when this
+    machine has that much memory; else a larger machine or the Ray backend on several.
     """
-    from ..limits import MEMORY_SHARE, default_memory_limit, suggest_memory
+    from ..limits import MEMORY_SHARE, default_memory_limit, suggest_memory, total_memory
 
     limit = max_memory if max_memory is not None else default_memory_limit()
-    if limit is None or needed <= limit:
+    compared = needed if max_memory is not None else needed - process
+    if limit is None or compared <= limit:
         return
     size = suggest_memory(needed)
     if callable(reduce):
         reduce = reduce(limit)
-    head = f"{what} needs about {format_bytes(needed)} (estimate: {counted}), more than "
+    head = f"{what} needs about {units.format_size(needed)} (estimate: {counted}), more than "
+    machine = total_memory()
+    if machine is not None and units.parse_size(size) > machine:  # the machine cannot do it
+        where = (f"the memory limit of {units.format_size(limit)}" if max_memory is not None
+                 else f"the {units.format_size(limit)} it may use here ({MEMORY_SHARE:.0%} of "
+                 "the memory available)")
+        raise UsageError(
+            f"{head}{where}, and more than this machine has ({units.format_size(machine)}); "
+            f"{reduce}, or run it on a machine with more memory or spread the tables over "
+            "several machines (--backend ray --ray-address ADDR --shards N, docs/scale.md)")
     if max_memory is not None:
         raise UsageError(
-            f"{head}the memory limit of {format_bytes(limit)}; {reduce}, or raise the limit "
+            f"{head}the memory limit of {units.format_size(limit)}; {reduce}, or raise the limit "
             f"to --max-memory {size} (max_memory= in Python)"
         )
     raise UsageError(
-        f"{head}the {format_bytes(limit)} it may use here ({MEMORY_SHARE:.0%} of the memory "
+        f"{head}the {units.format_size(limit)} it may use here ({MEMORY_SHARE:.0%} of the memory "
         f"available); {reduce}, or set a limit to try anyway: --max-memory {size} (max_memory= "
         "in Python)"
     )
-
-
-def format_bytes(count: int) -> str:
-    """``1.5 GiB``-style rendering."""
-    value = float(count)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{count} B"  # pragma: no cover

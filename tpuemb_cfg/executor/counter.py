@@ -49,6 +49,18 @@ below 1e-15 for t <= 8), and the ziggurat's table is built with that exp and a l
 The NumPy functions here are the reference; ``engines.numba_init`` compiles the same operations
 (``mix`` and ``exp_minus`` are the very functions below), and the two agree bit for bit
 (tests/test_counter_init.py).
+
+**Other distributions** (a spec's initializer, ``executor.initializers``; NumPy only), from the
+same words of the same stream, so again a function of (seed, table, r, c) alone:
+
+- *uniform* on [low, high]: the attempt-0 word z of the element, ``U = ((z >> 11) + 1/2) / 2^53``
+  (in (0, 1)), the value ``float32(low + (high - low) U)``;
+- *normal* (not truncated): Marsaglia's polar method. Attempt a's word gives
+  ``u = (low 32 bits + 1/2) / 2^31 - 1`` and ``v`` from the high 32 bits (both in (-1, 1));
+  it is accepted when ``s = u^2 + v^2 < 1`` (probability pi/4; 32 attempts leave 1e-21), and
+  the value is ``u sqrt(-2 ln(s) / s)``, ``ln`` the executor's own (``numerics.log64``), then
+  ``float32(mean + stddev x)``;
+- *truncated normal* with a mean: the ziggurat above, ``float32(mean + stddev s x)``.
 """
 
 from __future__ import annotations
@@ -63,9 +75,11 @@ __all__ = [
     "LAYER_X",
     "MAX_ATTEMPTS",
     "exp_minus",
+    "gaussian_rows",
     "mix",
     "normal_rows",
     "stream_key",
+    "uniform_rows",
 ]
 
 G = np.uint64(0x9E3779B97F4A7C15)
@@ -196,10 +210,19 @@ def _attempt(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return x * sign, accepted
 
 
+def _elements(rows: np.ndarray, dimension: int) -> np.ndarray:
+    """uint64 element numbers e = r D + c of ``rows`` (flattened row by row)."""
+    return (
+        rows.astype(np.uint64)[:, None] * np.uint64(dimension)
+        + np.arange(dimension, dtype=np.uint64)[None, :]
+    ).reshape(-1)
+
+
 def normal_rows(
-    seed: int, table: int, rows: np.ndarray, dimension: int, stddev: float
+    seed: int, table: int, rows: np.ndarray, dimension: int, stddev: float, mean: float = 0.0
 ) -> np.ndarray:
-    """float32 [len(rows), dimension]: the truncated-normal values of ``rows`` (module docstring).
+    """float32 [len(rows), dimension]: the truncated-normal values of ``rows`` (module docstring),
+    ``mean + stddev s x`` (``mean`` 0: ``stddev s x``, the default rows).
 
     ``rows``: int64 row ids; the result does not depend on their order or on which other rows
     are asked for.
@@ -208,16 +231,53 @@ def normal_rows(
     key = stream_key(seed, table)
     out = np.zeros((rows.shape[0], dimension), dtype=np.float32)
     flat = out.reshape(-1)
-    element = (
-        rows.astype(np.uint64)[:, None] * np.uint64(dimension)
-        + np.arange(dimension, dtype=np.uint64)[None, :]
-    ).reshape(-1)
+    element = _elements(rows, dimension)
     todo = np.arange(flat.shape[0])
     for attempt in range(MAX_ATTEMPTS):
         if not todo.size:
             break
         z = mix(key + G * ((element[todo] << _S5) | np.uint64(attempt)))
         value, accepted = _attempt(z)
-        flat[todo[accepted]] = (value[accepted] * stddev).astype(np.float32)
+        scaled = value[accepted] * stddev
+        flat[todo[accepted]] = (scaled if mean == 0.0 else mean + scaled).astype(np.float32)
         todo = todo[~accepted]
     return out
+
+
+def uniform_rows(
+    seed: int, table: int, rows: np.ndarray, dimension: int, low: float, high: float
+) -> np.ndarray:
+    """float32 [len(rows), dimension]: uniform values in [low, high] (module docstring)."""
+    rows = np.asarray(rows, dtype=np.int64).reshape(-1)
+    key = stream_key(seed, table)
+    z = mix(key + G * (_elements(rows, dimension) << _S5))
+    u = ((z >> np.uint64(11)).astype(np.float64) + 0.5) * (1.0 / 2.0**53)
+    values = low + (high - low) * u
+    return values.astype(np.float32).reshape(rows.shape[0], dimension)
+
+
+def gaussian_rows(
+    seed: int, table: int, rows: np.ndarray, dimension: int, mean: float, stddev: float
+) -> np.ndarray:
+    """float32 [len(rows), dimension]: normal values of ``mean`` and ``stddev``, not truncated
+    (the polar method, module docstring)."""
+    from .numerics import log64
+
+    rows = np.asarray(rows, dtype=np.int64).reshape(-1)
+    key = stream_key(seed, table)
+    element = _elements(rows, dimension)
+    flat = np.zeros(element.shape[0], dtype=np.float32)
+    todo = np.arange(element.shape[0])
+    for attempt in range(MAX_ATTEMPTS):
+        if not todo.size:
+            break
+        z = mix(key + G * ((element[todo] << _S5) | np.uint64(attempt)))
+        u = ((z & _MASK32).astype(np.float64) + 0.5) * (1.0 / 2.0**31) - 1.0
+        v = ((z >> _S32).astype(np.float64) + 0.5) * (1.0 / 2.0**31) - 1.0
+        s = u * u + v * v
+        accepted = s < 1.0
+        s, u = s[accepted], u[accepted]
+        x = u * np.sqrt(-2.0 * log64(s) / s)
+        flat[todo[accepted]] = (mean + stddev * x).astype(np.float32)
+        todo = todo[~accepted]
+    return flat.reshape(rows.shape[0], dimension)

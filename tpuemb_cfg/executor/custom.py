@@ -44,6 +44,7 @@ import numpy as np
 
 from ..algorithms import Slot
 from ..errors import InputError
+from ..usercode import ExitCalled, exit_guard
 from .engines import warn_once
 from .optimizers import NoHyper, Optimizer, UpdateContext
 
@@ -75,11 +76,23 @@ def _show(values: Any, count: int = 4) -> str:
 
 
 def _call(what: str, fn: Callable[..., Any], *args: Any) -> Any:
-    """``fn(*args)``; whatever it raises becomes a ``CustomError`` naming ``what``."""
+    """``fn(*args)``; whatever it raises (``SystemExit`` and other ``BaseException`` subclasses
+    included, not Ctrl-C) and a call of ``os._exit`` become a ``CustomError`` naming ``what``
+    (``tpuemb_cfg.usercode``)."""
     try:
-        return fn(*args)
-    except Exception as exc:  # the user's code: any exception, reported as input
+        with exit_guard() as exits:
+            result = fn(*args)
+    except ExitCalled as exc:
+        raise CustomError(f"{what} called os._exit({exc.code!r}), which would end the run at "
+                          "once with nothing written") from None
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # the user's code: any exception, reported as input
         raise CustomError(f"{what} raised {type(exc).__name__}: {exc}") from exc
+    if exits:
+        raise CustomError(f"{what} called os._exit({exits[0]!r}) (and caught what tpuemb raised "
+                          "for it), which would end the run at once with nothing written")
+    return result
 
 
 def _checked(what: str, value: Any, shape: tuple[int, ...]) -> np.ndarray:

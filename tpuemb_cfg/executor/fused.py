@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from . import numerics
 from .batch import CheckedFeature
 from .optimizers import UpdateContext
 from .plan import TablePlan
@@ -129,7 +130,7 @@ def update_table(
     place in the storage's live arrays (every row for a non-lazy table); returns the squared
     Euclidean norm of the parameters' change."""
     params, slots = storage.local(table.name, record.unique_ids if table.lazy else None)
-    return float(fused.update(table, params, slots, record.unique_ids, grad, lr, ctx))
+    return numerics.total(fused.update(table, params, slots, record.unique_ids, grad, lr, ctx))
 
 
 def forward_backprop(

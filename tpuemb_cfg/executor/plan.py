@@ -64,6 +64,8 @@ class TablePlan:
     ``slot_defaults``: the float32 initial value of each slot, in state order (spec section 11).
     ``custom``: the table runs a Python callable (a ``CustomOptimizer``, then ``optimizer`` is
     an ``executor.custom.CustomUpdate``, or a feature's ``CustomCombiner``): the NumPy path.
+    ``initializer``: the spec's initializer of the table's rows (``executor.initializers
+    .TableInit``); None: the default of spec section 11.
     """
 
     index: int
@@ -84,6 +86,7 @@ class TablePlan:
     lazy: bool
     features: tuple[int, ...]
     custom: bool = False
+    initializer: Any = None
 
     @property
     def slot_names(self) -> tuple[str, ...]:
@@ -92,7 +95,11 @@ class TablePlan:
 
 @dataclass(frozen=True)
 class Plan:
-    """The whole configuration as the executor uses it."""
+    """The whole configuration as the executor uses it.
+
+    ``tag_rates``: a compiled spec's learning-rate callables, one ``executor.rates.TagRate``
+    per dynamic tag in tag order (empty for a plain configuration: the caller sends the rates).
+    """
 
     tables: tuple[TablePlan, ...]
     features: tuple[FeaturePlan, ...]
@@ -103,6 +110,7 @@ class Plan:
     mod_sharding: bool
     pipelined: bool
     mode: str
+    tag_rates: tuple[Any, ...] = ()
 
     @property
     def updates(self) -> bool:
@@ -174,9 +182,9 @@ class Plan:
         working array of one step for the configured bags, cores and bag sizes (ids, gains,
         activations, gradients, gathered rows, per-core partials, a non-lazy optimizer's
         full-size arrays) and the process itself; ``executor.memory`` has the model."""
-        from .memory import estimate
+        from .memory import library_estimate
 
-        return estimate(self).total
+        return library_estimate(self).total
 
 
 def refuse_invalid(config: Any) -> None:

@@ -33,8 +33,8 @@ Whole tables never gather on the driver: ``arrays()`` and a non-lazy table's pre
 :class:`ShardedArray` objects - array-likes held by the shards that ``np.asarray`` fetches and
 ``npzio.write_npz`` streams into a file one block of rows at a time.
 
-The hosts' update reports the sum of squares of its rows' change, so the update norm costs no
-rows on the wire; the driver adds the host sums (equal to the local norm to float64 rounding).
+The hosts' update reports each of its rows' squared change (8 bytes a row), and the driver adds
+them in global row order (``numerics.total``), so the update norm has the local backend's bits.
 The connection to Ray, and the actors kept between storages, are ``ray_session``'s.
 """
 
@@ -50,6 +50,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import TpuembError, UsageError
+from . import numerics
 from .engines import Engine
 from .pipeline import RowPipeline
 from .plan import Plan
@@ -222,7 +223,7 @@ class RayStorage:
         self._splits: dict[str, tuple[np.ndarray, list[HostRows]]] = {}
         self._pipelined = plan.pipelined and plan.mode == "TRAINING"  # as the executor's
         # Per table, the sums of squares of its updates of the open step (one per update).
-        self._sumsq: dict[str, list[float]] = {}
+        self._sumsq: dict[str, list[float]] = {}  # per table, each update's squared norm
         self._want_shared = os.environ.get(SHARED_MEMORY_ENV, "1").strip().lower() not in (
             "0", "no", "off", "false") and os.path.isdir(SHM_DIR)
         self._local_hosts: list[int] = []  # hosts on the driver's machine (by Ray node id)
@@ -251,7 +252,7 @@ class RayStorage:
     # Set-up
 
     def _check_limit(self, limit: int, what: str, fix: str) -> None:
-        from .core import format_bytes
+        from ..units import format_size
 
         host = int(np.argmax(self.estimates))
         if self.estimates[host] <= limit:
@@ -260,9 +261,9 @@ class RayStorage:
         split = (f"split the tables over more hosts (--shards {fits} fits)" if fits is not None
                  else "no number of hosts fits: a single row of a table is too large")
         raise UsageError(
-            f"host {host} of {self.hosts} would hold {format_bytes(self.estimates[host])} (its "
+            f"host {host} of {self.hosts} would hold {format_size(self.estimates[host])} (its "
             f"rows of every table and slot, with a step's working arrays), more than {what} "
-            f"({format_bytes(limit)}); {split}, or {fix}"
+            f"({format_size(limit)}); {split}, or {fix}"
         )
 
     def _check_cluster(self) -> None:
@@ -633,8 +634,15 @@ class RayStorage:
             calls = self._update_shared(table, rows, grad, fn, step)
         else:
             calls = self._update_calls(table, rows, grad, fn, step)
-        sums = self._run(calls, f"updating table {table!r}")
-        self._sumsq.setdefault(table, []).append(sum(sums))
+        changes = self._run(calls, f"updating table {table!r}")
+        if rows is not None and self._tables[table].lazy:
+            # The hosts' per-row changes back in the order of ``rows`` (the calls follow the
+            # hosts with rows, as ``_update_calls`` and ``_update_shared`` make them).
+            ordered = np.zeros(rows.shape[0], dtype=np.float64)
+            parts = [p for p in self._split(table, rows) if p.count]
+            for part, change in zip(parts, changes, strict=True):
+                ordered[part.positions] = change
+            self._sumsq.setdefault(table, []).append(numerics.total(ordered))
 
     def commit(self) -> None:
         """Every host applied the step: they may drop its undo log. No message of its own: the
@@ -645,23 +653,32 @@ class RayStorage:
         self._sumsq.clear()
 
     def change_norm(self, table: str, rows: np.ndarray | None, before: np.ndarray) -> float:
-        """The update norm: the square root of the hosts' float64 sums of squares of the change
-        of their rows (``before`` a pre-step ShardedArray for a whole table), added in host
-        order. Equal to the local value to float64 rounding: the local engines sum the same
-        squares in another order (the numba engine's order depends on its thread count)."""
+        """The update norm: the hosts' per-row squared changes (``before`` a pre-step
+        ShardedArray for a whole table) added in global row order, as the local engines add
+        them (``numerics.total``): the same bits as one process."""
+        layout = self.layouts[table]
         if rows is None:
             copy = before if isinstance(before, ShardedArray) else None
             if copy is None:
                 raise TypeError("change_norm of a whole sharded table needs its pre-step copy")
             version = int(copy.key.rsplit("/", 1)[1])
-            sums = self._run([(h, "change_sumsq", (table, version)) for h in range(self.hosts)],
-                             f"summing the change of table {table!r}")
-            return float(np.sqrt(sum(sums)))
+            changes = self._run([(h, "change_sumsq", (table, version))
+                                 for h in range(self.hosts)],
+                                f"summing the change of table {table!r}")
+            ordered = np.zeros(layout.vocabulary, dtype=np.float64)
+            for h, change in enumerate(changes):
+                ordered[layout.global_ids(h)] = change
+            return float(np.sqrt(numerics.total(ordered)))
         sums = self._sumsq.pop(table, [])
-        if len(sums) != 1:  # several partial updates: each row against its pre-step value
-            sums = self._run([(h, "change_sumsq_rows", (table, self._step))
-                              for h in range(self.hosts)], f"summing the change of {table!r}")
-        return float(np.sqrt(sum(sums)))
+        if len(sums) == 1:
+            return float(np.sqrt(sums[0]))
+        # several partial updates: each row against its pre-step value
+        found = self._run([(h, "change_sumsq_rows", (table, self._step))
+                           for h in range(self.hosts)], f"summing the change of {table!r}")
+        ordered = np.zeros(rows.shape[0], dtype=np.float64)
+        for h, (local, change) in enumerate(found):
+            ordered[np.searchsorted(rows, layout.global_of(h, local))] = change
+        return float(np.sqrt(numerics.total(ordered)))
 
     def arrays(self) -> dict[str, Any]:
         """Every table and slot under its state-file key, as live ShardedArrays."""

@@ -19,8 +19,9 @@ from ..errors import InputError
 from ..prepare import prepare
 from .batch import FeatureInput, check_batch, check_gradient, check_learning_rates
 from .core import Executor, TableReport, require_memory
+from .plan import Plan
 
-__all__ = ["parse_steps", "replay"]
+__all__ = ["parse_steps", "replay", "require_replay_memory"]
 
 _KEY = re.compile(r"s(\d+)/(?:f(\d+)/(ids|row_splits|weights|grad)|(learning_rates))")
 _FIELDS = ("ids", "row_splits", "weights", "grad")
@@ -44,10 +45,20 @@ def parse_steps(
                 path=source, key=name,
             )
         step = int(match.group(1))
+        feature = int(match.group(2)) if match.group(2) else -1
+        canonical = (f"s{step}/learning_rates" if match.group(4)
+                     else f"s{step}/f{feature}/{match.group(3)}")
+        if name != canonical:  # s0/f00/ids would silently take the place of s0/f0/ids
+            clash = (", a key this file also holds (one of the two arrays would be lost)"
+                     if canonical in batches else "")
+            raise InputError(
+                f"step and feature numbers are written without leading zeros, in ASCII digits: "
+                f"this key would be read as {canonical}{clash}; rename it {canonical}",
+                path=source, key=name,
+            )
         if match.group(4):
             rates[step] = value
             continue
-        feature = int(match.group(2))
         if feature >= num_features:
             raise InputError(
                 f"feature index {feature} does not exist: the configuration has {num_features} "
@@ -86,6 +97,17 @@ def parse_steps(
     return out
 
 
+def require_replay_memory(plan: Plan, sizes: Mapping[str, int], max_memory: int | None) -> None:
+    """Refuse (``UsageError``, as ``core.require_memory``) a replay whose tables, slots and step
+    (``Plan.memory_estimate``), batches (``sizes``: bytes by key, e.g. from the ``.npy`` headers
+    before the file is decompressed) and activations (as large as the gradients) exceed
+    ``max_memory`` (None: the default limit)."""
+    output_bytes = sum(size for name, size in sizes.items() if name.endswith("/grad"))
+    require_memory(plan.memory_estimate() + output_bytes + sum(sizes.values()), max_memory,
+                   counted="tables, slots, a step's working arrays, the batches and the "
+                   "activations")
+
+
 def replay(
     config: Any,
     batches: Mapping[str, Any],
@@ -114,7 +136,7 @@ def replay(
     (naming the key and, when given, the source file) for any bad input, before any step runs.
     ``on_step(step, reports)`` is called after each step with the per-table ``TableReport`` of
     that step. ``engine``: ``numba`` (default) or ``numpy`` (see
-    ``tpuemb_cfg.executor.engines``): the same results to float32 rounding.
+    ``tpuemb_cfg.executor.engines``): the same bits (docs/numerics.md).
     ``backend``, ``ray_address``, ``shards``: where the tables live, as for ``Executor``; with
     ``backend="ray"``, ``max_memory`` is each host actor's limit, and the returned tables and
     slots are live ``ShardedArray`` views (``npzio.atomic_write_npz`` streams them host by host)
@@ -122,14 +144,9 @@ def replay(
     """
     prepared = prepare(config, combiners=combiners, check=validate_config)
     if backend != "ray":
-        output_bytes = sum(
-            int(np.asarray(value).nbytes) for name, value in batches.items()
-            if name.endswith("/grad")
-        )
-        input_bytes = sum(int(np.asarray(value).nbytes) for value in batches.values())
-        require_memory(prepared.plan.memory_estimate() + output_bytes + input_bytes, max_memory,
-                       counted="tables, slots, a step's working arrays, the batches and the "
-                       "activations")
+        require_replay_memory(
+            prepared.plan, {name: int(np.asarray(value).nbytes) for name, value in batches.items()},
+            max_memory)
     executor = Executor(
         prepared,
         initial_state=init,

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from . import state
-from .engines import get_engine
+from .engine_choice import choose_engine
 from .optimizers import UpdateContext
 from .pipeline import RowPipeline
 from .plan import Plan, TablePlan
@@ -221,7 +221,7 @@ class Shard:
         self.layouts = {t.name: TableLayout(t.vocabulary, hosts, plan.mod_sharding)
                         for t in plan.tables}
         self._tables = {t.name: t for t in plan.tables}
-        self.engine = get_engine(engine)
+        self.engine = choose_engine(engine)
         if threads is not None and self.engine.name == "numba":
             import numba
 
@@ -354,7 +354,7 @@ class Shard:
 
     def update_shared(self, table: str, key: int, local: Place | None,
                       positions: Positions | None, grad: Place, fn: RowUpdate | PipelineRef,
-                      step: int = 0) -> float:
+                      step: int = 0) -> np.ndarray | None:
         """``update`` with its gradient rows at ``positions`` of the arena's block ``grad``; row
         numbers and positions from the arena (``local``), or None: those ``gather_shared``
         kept as ``key`` (the rows the step read)."""
@@ -373,7 +373,7 @@ class Shard:
         return self.update(table, rows, part, fn, step, before=before)
 
     def update_kept(self, table: str, key: int, grad: np.ndarray, fn: RowUpdate | PipelineRef,
-                    step: int = 0) -> float:
+                    step: int = 0) -> np.ndarray | None:
         """``update`` of the rows the step read (``gather`` kept them as ``key``)."""
         _, rows, _, before = self._take_kept(table, key)
         return self.update(table, rows, grad, fn, step, before=before)
@@ -388,12 +388,13 @@ class Shard:
 
     def update(self, table: str, local: np.ndarray | None, grad: np.ndarray,
                fn: RowUpdate | PipelineRef, step: int = 0,
-               before: np.ndarray | None = None) -> float:
+               before: np.ndarray | None = None) -> np.ndarray | None:
         """Run ``fn`` (the per-row pipeline) on ``local`` rows of ``table`` with ``grad``,
         logging the rows' values first (as part of open step ``step``; ``before``: their
-        parameters, when already read) so that ``abort`` can put them back. Returns the
-        float64 sum of squares of the parameters' change on the rows ``local`` (0 for a
-        non-lazy table: its change is summed by ``change_sumsq``)."""
+        parameters, when already read) so that ``abort`` can put them back. Returns per row of
+        ``local`` the squared length of its parameters' change (``numerics.row_sumsq``: the
+        driver adds the hosts' rows in global row order, as one process does), or None for a
+        non-lazy table (its change is measured by ``change_sumsq``)."""
         self._kept.pop(table, None)
         if isinstance(fn, PipelineRef):
             fn = RowPipeline(self._tables[table], fn.lr, fn.ctx, self.engine)
@@ -412,36 +413,32 @@ class Shard:
         plan = self._tables[table]
         if not plan.lazy or local is None:
             fn(params, slots, local, grad)
-            return 0.0
+            return None
         rows = np.ascontiguousarray(local, dtype=np.int64)
         fused = self.engine.fused
         if (isinstance(fn, RowPipeline) and fn.table is plan and fused is not None
                 and not plan.custom):
             # The compiled step's update: the same per-row pipeline, with the sum of squares
             # of the change from the same pass.
-            return float(fused.update(plan, params, slots, rows,
-                                      np.ascontiguousarray(grad, dtype=F32), fn.lr, fn.ctx))
+            return np.asarray(fused.update(plan, params, slots, rows,
+                                           np.ascontiguousarray(grad, dtype=F32), fn.lr,
+                                           fn.ctx))
         fn(params, slots, local, grad)
-        return self._sumsq(params, rows, self._undo[-1][3])
+        return self.engine.change_rows(params, rows, self._undo[-1][3])
 
-    def _sumsq(self, params: np.ndarray, local: np.ndarray, before: np.ndarray) -> float:
-        """sum((params[local] - before)^2): the difference in float32, squared and summed in
-        float64 by the engine (the numba one without temporaries)."""
-        norm = self.engine.change_norm(params, local, before)
-        return norm * norm
-
-    def change_sumsq_rows(self, table: str, step: int) -> float:
-        """The float64 sum of squares of the change step ``step`` made to ``table``'s rows on
-        this shard, each row against its value before the step (its first undo entry): what
-        several partial updates of one step (accumulation DISABLED) changed together."""
+    def change_sumsq_rows(self, table: str, step: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(local rows, squared change)``: the rows of ``table`` on this shard that step
+        ``step`` changed, sorted, and each one's squared change against its value before the
+        step (its first undo entry): what several partial updates of one step (accumulation
+        DISABLED) changed together."""
         entries = [(local, values) for s, name, local, values, _ in self._undo
                    if s == step and name == table and local is not None]
         if not entries:
-            return 0.0
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
         rows = np.concatenate([np.asarray(local, dtype=np.int64) for local, _ in entries])
         before = np.concatenate([values for _, values in entries])
         unique, first = np.unique(rows, return_index=True)  # the earliest entry of each row
-        return self._sumsq(self._params[table], unique, before[first])
+        return unique, self.engine.change_rows(self._params[table], unique, before[first])
 
     def commit(self, step: int | None = None) -> None:
         """Steps up to ``step`` (None: all) are applied on every shard: forget their undo log."""
@@ -486,17 +483,16 @@ class Shard:
             )
         return current[1]
 
-    def change_sumsq(self, table: str, version: int) -> float:
-        """The float64 sum of squares of (parameters - snapshot ``version``) on this shard,
-        a block of rows at a time (no shard-sized temporaries)."""
+    def change_sumsq(self, table: str, version: int) -> np.ndarray:
+        """Per local row, the squared change of the parameters against snapshot ``version``
+        (``numerics.row_sumsq``), a block of rows at a time (no [rows, D] temporaries)."""
         before = self._snapshot(table, version)
         params = self._params[table]
-        total = 0.0
         block = max(1, (1 << 22) // max(params.shape[1], 1))
-        for start in range(0, params.shape[0], block):
-            delta = (params[start:start + block] - before[start:start + block]).astype(np.float64)
-            total += float(np.sum(delta * delta))
-        return total
+        parts = [self.engine.change_rows(params[start:start + block], None,
+                                         before[start:start + block])
+                 for start in range(0, params.shape[0], block)]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float64)
 
     def read(self, key: str, local: Local) -> np.ndarray:
         """Rows ``local`` (a slice or local row numbers) of a table or slot (state-file key) or

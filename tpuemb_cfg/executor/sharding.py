@@ -84,6 +84,11 @@ class TableLayout:
         ids = np.asarray(ids, dtype=np.int64)
         return ids // self.hosts if self.mod else ids - self.first_row(host)
 
+    def global_of(self, host: int, local: np.ndarray) -> np.ndarray:
+        """The ids of ``host``'s local rows ``local`` (int64)."""
+        local = np.asarray(local, dtype=np.int64)
+        return local * self.hosts + host if self.mod else local + self.first_row(host)
+
     def global_ids(self, host: int) -> np.ndarray:
         """Every id ``host`` holds, in local-row order (int64)."""
         count = self.rows_of(host)

@@ -22,6 +22,7 @@ import numpy as np
 from ..errors import InputError
 from .aligned import aligned_empty
 from .counter import normal_rows
+from .initializers import table_rows
 from .plan import Plan, TablePlan
 
 __all__ = [
@@ -57,6 +58,10 @@ def _compiled(elements: int) -> Any:
     (a new process's first small step would pay that)."""
     if elements < (_SMALL if "numba" in sys.modules else _NUMPY_BLOCK_ELEMENTS):
         return None
+    from .engine_choice import jit_disabled
+
+    if jit_disabled():  # numba's kernels would run as Python: NumPy computes the same bits
+        return None
     try:
         from .engines import numba_init
     except ImportError:
@@ -71,27 +76,38 @@ def _stddev(table: TablePlan) -> float:
 def _fill_table(
     table: TablePlan, seed: int, rows: np.ndarray | None, out: np.ndarray, at: bool = False
 ) -> None:
-    """Write the default values of ``rows`` (None: rows 0..len(out)-1) of ``table`` into ``out``
-    (``at``: into those rows of ``out``, a whole table; else into out[0], out[1], ...)."""
-    if table.optimizer.name == "frequency_estimator":
+    """Write the initial values of ``rows`` (None: rows 0..len(out)-1) of ``table`` into ``out``
+    (``at``: into those rows of ``out``, a whole table; else into out[0], out[1], ...): the
+    spec's initializer (``table.initializer``, ``executor.initializers``), else the defaults of
+    spec section 11. A truncated normal of mean 0 (the default's kind) runs compiled."""
+    init = table.initializer
+    if init is None and table.optimizer.name == "frequency_estimator":
         # The rows hold the estimate D, initialised to the cap (spec section 11).
         _fill(out, F32(table.hyper.max_delta), rows if at else None)
         return
+    if init is not None and init.kind == "constant":
+        _fill(out, F32(init.value), rows if at else None)
+        return
+    normal = init is None or (init.kind == "truncated_normal" and init.mean == 0.0)
+    stddev = _stddev(table) if init is None else init.stddev
+    if normal and init is not None and init.seed is not None:
+        seed = init.seed  # the initializer's own seed (``table_rows`` does the same)
     count = out.shape[0] if rows is None else rows.shape[0]
-    compiled = _compiled(count * table.dimension)
+    compiled = _compiled(count * table.dimension) if normal else None
     if compiled is not None:
         if rows is None:
-            compiled.fill_normal_range(seed, table.index, 0, out, _stddev(table))
+            compiled.fill_normal_range(seed, table.index, 0, out, stddev)
         elif at:
-            compiled.fill_normal_at(seed, table.index, rows, out, _stddev(table))
+            compiled.fill_normal_at(seed, table.index, rows, out, stddev)
         else:
-            compiled.fill_normal_rows(seed, table.index, rows, out, _stddev(table))
+            compiled.fill_normal_rows(seed, table.index, rows, out, stddev)
         return
     block = max(1, _NUMPY_BLOCK_ELEMENTS // table.dimension)
     for start in range(0, count, block):
         stop = min(start + block, count)
         ids = np.arange(start, stop, dtype=np.int64) if rows is None else rows[start:stop]
-        values = normal_rows(seed, table.index, ids, table.dimension, _stddev(table))
+        values = (normal_rows(seed, table.index, ids, table.dimension, stddev) if normal
+                  else table_rows(init, seed, table.index, ids, table.dimension))
         if at:
             out[ids] = values
         else:
@@ -113,9 +129,10 @@ def _fill(out: np.ndarray, value: np.float32, rows: np.ndarray | None = None) ->
 def initial_table_rows(table: TablePlan, seed: int, rows: np.ndarray) -> np.ndarray:
     """float32 ``[len(rows), dimension]``: the default initial values of ``rows`` of ``table``.
 
-    Spec section 11: truncated normal, mean 0, standard deviation 1/sqrt(D), within two standard
+    The spec's initializer (``table.initializer``, ``executor.initializers``), else spec
+    section 11: truncated normal, mean 0, standard deviation 1/sqrt(D), within two standard
     deviations; a ``frequency_estimator`` table starts at ``max_delta``. Row r's values are a
-    function of (``seed``, ``table.index``, r) only (``counter``: Philox4x32-10 and a ziggurat),
+    function of (``seed``, ``table.index``, r) only (``counter``: SplitMix64 and a ziggurat),
     so any sharding's rows concatenate to the whole table bit for bit, whatever the order of
     ``rows`` and whichever engine computes them. ``rows``: int64 ids in [0, vocabulary).
     """
@@ -236,9 +253,13 @@ def initial_state(
     operating system provides their memory only when touched) and ``pending`` says which rows
     still need their values: the owner computes a row when it is first read or written
     (``Pending.materialize``; ``LocalStorage`` does), so a run pays only for the rows it
-    touches. The values are the same either way (counter-based, ``counter``).
+    touches. The values are the same either way (counter-based, ``counter``). ``given`` may
+    hold partial tables (``executor.partial``: ``table/NAME/rows`` and the ``.../values`` of
+    those rows); their other rows get the defaults.
     """
-    given = given or {}
+    from .partial import apply_partial, split_partial
+
+    given, partial = split_partial(plan, given or {}, source, strict)
     check_given(plan, given, source, strict)
     state = InitialState()
     state.pending = {}
@@ -265,6 +286,9 @@ def initial_state(
                 table, int(seed), params_pending, tuple(slots_pending),
                 Pending.bitmap(table.vocabulary), table.vocabulary,
             )
+        if table.name in partial and apply_partial(partial[table.name], state,
+                                                   state.pending.get(table.name)):
+            del state.pending[table.name]
     return state
 
 

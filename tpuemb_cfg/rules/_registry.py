@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import inspect
 import re
+import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -54,7 +55,7 @@ SEVERITY_RANK: dict[str, int] = {"info": 0, "warning": 1, "error": 2}
 _ID_RE = re.compile(r"^[A-Z][A-Z_]*[0-9]{3}$")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Diagnostic:
     """One finding.
 
@@ -173,7 +174,9 @@ class Context:
         self.derived = derived
         self.options: Mapping[str, Any] = dict(options or {})
         self.current_rule: Rule | None = None
-        self._tables = list(config.table_descriptor)
+        # the repeated field itself: a table's message object lives while a rule reads it,
+        # not for the whole validation
+        self._tables = config.table_descriptor
 
     def diag(
         self,
@@ -187,8 +190,11 @@ class Context:
         current = self.current_rule
         rule_id = current.id if current is not None else "UNKNOWN000"
         sev: Severity = severity or (current.severity if current is not None else "error")
+        # A rule gives most of its findings the same hint: one copy of it, not one per finding
+        # (a million findings would otherwise hold a million equal strings).
         return Diagnostic(
-            rule=rule_id, severity=sev, message=message, field_path=field_path, hint=hint
+            rule=rule_id, severity=sev, message=message, field_path=field_path,
+            hint=sys.intern(hint) if hint is not None else None,
         )
 
     def tables(self) -> Iterator[tuple[int, TableDescriptor, str]]:

@@ -11,8 +11,10 @@ diagnostics (:func:`table_diag`) and check hyper-parameters against the algorith
 
 from __future__ import annotations
 
+import heapq
 import math
 import struct
+from array import array
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 from weakref import WeakKeyDictionary
@@ -74,23 +76,38 @@ def lr_kind(op: OptimizationParameters) -> str | None:
     return op.learning_rate.WhichOneof("learning_rate")
 
 
-class OpTable(NamedTuple):
-    """A table that has ``optimization_parameters``."""
+class OpTable:
+    """A table that has ``optimization_parameters``.
 
-    i: int
-    table: TableDescriptor
-    op: OptimizationParameters
-    #: ``table_descriptor[i].optimization_parameters``
-    op_path: str
-    #: The selected member of the oneof ``parameters`` (``None`` when nothing is selected).
-    algorithm: str | None
-    #: The algorithm's parameters message (``op.<algorithm>``; ``None`` without an algorithm).
-    params: Any
+    Made when a rule reaches the table and let go of after it (the index keeps only table
+    positions: a million tables would otherwise hold a million of these, with their messages'
+    objects, for the whole validation); its field path is made when a finding asks for it.
+    """
+
+    __slots__ = ("algorithm", "i", "op", "params", "table")
+
+    def __init__(self, i: int, table: TableDescriptor, op: OptimizationParameters,
+                 algorithm: str | None, params: Any) -> None:
+        self.i = i
+        self.table = table
+        self.op = op
+        #: The selected member of the oneof ``parameters`` (``None`` when nothing is selected).
+        self.algorithm = algorithm
+        #: The algorithm's parameters message (``op.<algorithm>``; ``None`` without one).
+        self.params = params
+
+    @property
+    def op_path(self) -> str:
+        """``table_descriptor[i].optimization_parameters``."""
+        return f"table_descriptor[{self.i}].optimization_parameters"
 
 
 class _Index(NamedTuple):
-    with_op: list[OpTable]
-    by_algorithm: dict[str, list[OpTable]]
+    """Positions of the tables with ``optimization_parameters``, and of those per algorithm
+    (8 bytes a table)."""
+
+    with_op: array[int]
+    by_algorithm: dict[str, array[int]]
 
 
 #: Per-validation index of the tables, built once and shared by every rule of this package (a
@@ -104,18 +121,14 @@ def _index(ctx: Context) -> _Index:
     except TypeError:  # a context that cannot be weakly referenced: no cache
         index = None
     if index is None:
-        with_op: list[OpTable] = []
-        by_algorithm: dict[str, list[OpTable]] = {}
-        for i, table, path in ctx.tables():
+        index = _Index(array("q"), {})
+        for i, table in enumerate(ctx.config.table_descriptor):
             if not table.HasField("optimization_parameters"):
                 continue
-            op = table.optimization_parameters
-            name = op.WhichOneof("parameters")
-            entry = OpTable(i, table, op, opt_path(path), name, getattr(op, name) if name else None)
-            with_op.append(entry)
+            index.with_op.append(i)
+            name = table.optimization_parameters.WhichOneof("parameters")
             if name is not None:
-                by_algorithm.setdefault(name, []).append(entry)
-        index = _Index(with_op, by_algorithm)
+                index.by_algorithm.setdefault(name, array("q")).append(i)
         try:
             _INDEX[ctx] = index
         except TypeError:
@@ -123,21 +136,31 @@ def _index(ctx: Context) -> _Index:
     return index
 
 
-def op_tables(ctx: Context) -> list[OpTable]:
+def _entries(ctx: Context, positions: Iterable[int]) -> Iterator[OpTable]:
+    """The :class:`OpTable` of each table at ``positions`` (tables with
+    ``optimization_parameters``), made as it is reached."""
+    tables = ctx.config.table_descriptor
+    for i in positions:
+        table = tables[i]
+        op = table.optimization_parameters
+        name = op.WhichOneof("parameters")
+        yield OpTable(i, table, op, name, getattr(op, name) if name else None)
+
+
+def op_tables(ctx: Context) -> Iterator[OpTable]:
     """Every table that has ``optimization_parameters``, in table order."""
-    return _index(ctx).with_op
+    return _entries(ctx, _index(ctx).with_op)
 
 
-def algorithm_tables(ctx: Context, *algorithms: str) -> list[OpTable]:
+def algorithm_tables(ctx: Context, *algorithms: str) -> Iterator[OpTable]:
     """Every table whose algorithm is one of ``algorithms``, in table order (every table with an
     algorithm when none is named)."""
     index = _index(ctx)
     if not algorithms:
-        return [entry for entry in index.with_op if entry.algorithm is not None]
-    found = [entry for name in algorithms for entry in index.by_algorithm.get(name, ())]
-    if len(algorithms) > 1:
-        found.sort(key=lambda entry: entry.i)
-    return found
+        return (entry for entry in _entries(ctx, index.with_op) if entry.algorithm is not None)
+    empty: array[int] = array("q")
+    found = [index.by_algorithm.get(name, empty) for name in algorithms]
+    return _entries(ctx, found[0] if len(found) == 1 else heapq.merge(*found))
 
 
 def table_diag(

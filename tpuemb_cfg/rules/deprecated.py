@@ -46,11 +46,22 @@ def _unknown_numbers(message: Any) -> list[tuple[int, int]]:
 
 
 def _has_unknown_fields(message: Any) -> bool:
-    """Whether the tree holds any unknown field (computed in C: a stripped copy is smaller)."""
-    stripped = type(message)()
-    stripped.CopyFrom(message)
-    stripped.DiscardUnknownFields()
-    return bool(stripped.ByteSize() != message.ByteSize())
+    """Whether the tree holds any unknown field: the message's own, or a child's (computed in
+    C: a child's stripped copy is smaller). A child at a time, so that the copies take what one
+    table takes, not what the configuration does (which stayed in memory for the rest of the
+    validation)."""
+    if _unknown_numbers(message):
+        return True
+    for fd, value in message.ListFields():
+        if fd.message_type is None:
+            continue
+        for child in value if is_repeated(fd) else (value,):
+            stripped = type(child)()
+            stripped.CopyFrom(child)
+            stripped.DiscardUnknownFields()
+            if stripped.ByteSize() != child.ByteSize():
+                return True
+    return False
 
 
 def _walk(message: Any, path: str) -> Iterator[tuple[Any, str]]:

@@ -256,12 +256,16 @@ def derived_counts(ctx: Context) -> Iterator[Diagnostic]:
 @rule("FEAT007", "info", "features disagree on the batch (GCD used)")
 def batch_disagreement(ctx: Context) -> Iterator[Diagnostic]:
     """## What it does
-    Reports the first feature whose first `input_shape` entry differs from the derived batch size
-    (the GCD of all feature sizes): the features do not share one leading batch dimension.
+    Reports features whose leading `input_shape` entries (their batch dimensions) differ: the
+    first feature whose leading dimension differs from the derived batch size (the GCD of all
+    feature sizes), when the features do not share one leading batch dimension.
 
     ## Why is this bad?
     TensorFlow silently uses the GCD: with features [32] and [48] the TPU sees a batch of 16 and
     two "features" of 16 for the first. Usually the features were meant to share a batch size.
+    Features that share their leading dimension are fine even when the GCD is larger: sequence
+    features all of shape [16, 200] give a batch of 3200 (each is one feature of 3200 ids), and
+    [16] with [16, 5] a batch of 16 (the second is 5 features of 16).
 
     ## Example
     ```
@@ -271,19 +275,27 @@ def batch_disagreement(ctx: Context) -> Iterator[Diagnostic]:
 
     ## Use instead
     One batch size for every feature, here `input_shape: 48` for both (extra ids per sample go
-    in a second dimension).
+    in a second dimension). Reported only when the leading dimensions differ: the GCD also
+    differs from them for features that all share a sequence axis, and that is no disagreement.
 
     Spec: validation-rules.md section 2.3
     """
     derived = ctx.derived
     if derived.style != "feature" or derived.batch_size <= 0:
         return
-    for f in derived.features:
-        if f.index is not None and f.input_shape[0] != derived.batch_size:
+    features = [f for f in derived.features if f.index is not None]
+    leading = {f.input_shape[0] for f in features}
+    if len(leading) < 2:  # one batch dimension shared by every feature
+        return
+    for f in features:
+        if f.input_shape[0] != derived.batch_size:
+            other = next(g for g in features if g.input_shape[0] != f.input_shape[0])
+            assert other.index is not None and f.index is not None
             yield ctx.diag(
                 f"feature_descriptor[{f.index}].input_shape[0]",
                 f"{_feature_label(ctx, f.index)}: leading dimension {f.input_shape[0]} differs "
-                f"from the derived batch size {derived.batch_size} (the GCD of all feature sizes); "
+                f"from the derived batch size {derived.batch_size} (the GCD of all feature sizes) "
+                f"and from the {other.input_shape[0]} of {_feature_label(ctx, other.index)}; "
                 "the features do not share one batch dimension",
                 hint="TensorFlow uses the GCD silently; check that the features' batch sizes "
                 "are what you meant",

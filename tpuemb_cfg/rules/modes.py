@@ -98,6 +98,7 @@ def legacy_without_batch_size(ctx: Context) -> Iterator[Diagnostic]:
     ## Why is this bad?
     TensorFlow rejects it first on the legacy path: "Invalid batch_size_per_tensor_core: 0 found in
     the TPU embedding configuration. Valid values are >0."
+    (`tensorflow/core/tpu/tpu_embedding_configuration_proto_rewrite.cc`).
 
     ## Example
     ```

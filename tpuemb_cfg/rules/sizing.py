@@ -24,16 +24,13 @@ from collections.abc import Iterator
 
 from tpuemb_cfg.derived import TPU_DEVICE_MEMORY, HostRange, device_share, host_sizes
 from tpuemb_cfg.rules._registry import Context, Diagnostic, rule
-
-_UNITS = (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
+from tpuemb_cfg.units import format_size
 
 
 def human_bytes(n: int) -> str:
-    """``"12,582,912 bytes (12.0 MiB)"``; plain bytes below 1 KiB."""
-    for unit, size in _UNITS:
-        if n >= size:
-            return f"{n:,} bytes ({n / size:.1f} {unit})"
-    return f"{n:,} bytes"
+    """``"12,582,912 bytes (12 MiB)"`` (``units.format_size`` in brackets); plain bytes below
+    1 KiB."""
+    return f"{n:,} bytes ({format_size(n)})" if n >= 1024 else f"{n:,} bytes"
 
 
 def _hosts(r: HostRange) -> str:

@@ -34,9 +34,10 @@ def no_tables(ctx: Context) -> Iterator[Diagnostic]:
     Reports a configuration without any `table_descriptor`.
 
     ## Why is this bad?
-    Without tables and features TensorFlow fails the batch-size check, and an all-default
+    Without tables and features TensorFlow fails the batch-size check
+    (`tensorflow/core/tpu/tpu_embedding_configuration_proto_rewrite.cc`), and an all-default
     configuration serializes to zero bytes, which TensorFlow rejects as "TPU embedding config is
-    empty."
+    empty." (`tensorflow/core/tpu/graph_rewrite/configure_tpu_embedding_rewrite_pass.cc`).
 
     ## Example
     ```

@@ -4,11 +4,16 @@ Each function here has one definition of its numbers, evaluated by compiled kern
 can be imported (whatever engine the executor runs, so a run's data never depends on the
 engine) and by NumPy otherwise, with the same float operations in the same order:
 
-``zipf_ids(u, vocab, multiplier, offset)``
-    ranks from uniforms ``u`` by inverting the continuous power law of exponent 1.1 on
-    [1, V + 1): ``x = (1 - u (1 - (V + 1)^-0.1))^-10``, ``rank = min(floor(x) - 1, V - 1)``;
-    the tenth power is four float64 products and a division, identical everywhere. Ranks are
-    scattered over the table: ``id = (rank * multiplier + offset) mod V``.
+``zipf_ids(u, vocab, multiplier, offset, exponent=1.1)``
+    ranks from uniforms ``u`` by inverting the continuous power law of exponent S on
+    [1, V + 1) (``executor.workload``): for the default S = 1.1,
+    ``x = (1 - u (1 - (V + 1)^-0.1))^-10``, the tenth power four float64 products and a
+    division; for another S, ``x = (1 - u (1 - (V + 1)^a))^(1/a)`` with ``a = 1 - S``
+    (``(V + 1)^u`` for S = 1) through ``numerics.pow64``'s code; both identical everywhere.
+    ``rank = min(floor(x) - 1, V - 1)`` (at least 0), and ranks are scattered over the table:
+    ``id = (rank * multiplier + offset) mod V``.
+``uniform_ids(u, vocab)``
+    ``min(floor(u V), V - 1)``: every row equally likely (one correctly rounded product).
 ``teacher_weights(key, ids)`` and ``teacher_basis(key, dimension)``
     the teacher row of id i, which exists for every id without being stored, has rank 4:
     ``y(i) = sum over k < 4 of u_k(i) * basis[k]``, with ``u_k(i) = unit(4 i + k)`` and
@@ -36,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from ..executor.counter import G, mix
+from ..executor.numerics import _pow, pow64, row_sumsq, total
 
 __all__ = [
     "RANK",
@@ -44,6 +50,7 @@ __all__ = [
     "teacher_basis",
     "teacher_rows",
     "teacher_weights",
+    "uniform_ids",
     "zipf_base",
     "zipf_ids",
 ]
@@ -58,7 +65,12 @@ ZIPF_EXPONENT = 1.1
 
 @functools.cache
 def compiled() -> Any:
-    """The compiled kernels (``executor.engines.numba_sim``), or None without numba."""
+    """The compiled kernels (``executor.engines.numba_sim``), or None without numba (or with
+    ``NUMBA_DISABLE_JIT``: ``executor.engine_choice``)."""
+    from ..executor.engine_choice import jit_disabled
+
+    if jit_disabled():
+        return None
     try:
         from ..executor.engines import numba_sim
     except ImportError:
@@ -72,13 +84,17 @@ def _unit(key: np.uint64, counters: np.ndarray) -> np.ndarray:
 
 
 def zipf_base(vocab: int) -> float:
-    """``1 - (V + 1)^-0.1``: the constant of ``zipf_ids`` for a vocabulary of ``vocab`` rows."""
-    return 1.0 - math.pow(vocab + 1.0, 1.0 - ZIPF_EXPONENT)
+    """``1 - (V + 1)^-0.1``: the constant of ``zipf_ids`` for a vocabulary of ``vocab`` rows
+    (``numerics.pow64``: the same bits on every machine, unlike libm's ``pow``)."""
+    return 1.0 - pow64(vocab + 1.0, 1.0 - ZIPF_EXPONENT)
 
 
-def zipf_ids(u: np.ndarray, vocab: int, multiplier: int, offset: int) -> np.ndarray:
+def zipf_ids(u: np.ndarray, vocab: int, multiplier: int, offset: int,
+             exponent: float = ZIPF_EXPONENT) -> np.ndarray:
     """int64 ids from the float64 uniforms ``u`` in [0, 1) (module docstring)."""
     u = np.ascontiguousarray(u, dtype=np.float64)
+    if exponent != ZIPF_EXPONENT:
+        return _zipf_general(u, vocab, multiplier, offset, float(exponent))
     base = zipf_base(vocab)
     kernels = compiled()
     if kernels is not None:
@@ -90,6 +106,31 @@ def zipf_ids(u: np.ndarray, vocab: int, multiplier: int, offset: int) -> np.ndar
     x = 1.0 / (y8 * y2)
     rank = np.minimum(np.floor(x).astype(np.int64) - 1, vocab - 1)
     return (rank * multiplier + offset) % vocab
+
+
+def _zipf_general(u: np.ndarray, vocab: int, multiplier: int, offset: int,
+                  exponent: float) -> np.ndarray:
+    """``zipf_ids`` for an exponent other than 1.1: the power through ``numerics._pow``."""
+    a = 1.0 - exponent
+    top = vocab + 1.0
+    # a = 0 (S = 1): x = (V + 1)^u; else x = y^(1/a), y = 1 - u (1 - (V + 1)^a).
+    base = 1.0 - pow64(top, a) if a != 0.0 else 0.0
+    power = 1.0 / a if a != 0.0 else 0.0
+    kernels = compiled()
+    if kernels is not None:
+        return kernels.zipf_general(  # type: ignore[no-any-return]
+            u, vocab, a == 0.0, base, power, multiplier, offset)
+    with np.errstate(all="ignore"):
+        x = _pow(np.full_like(u, top), u) if a == 0.0 else _pow(1.0 - u * base, np.float64(power))
+    x = np.where((x > top) | np.isnan(x), top, x)  # rounding, or a huge power: the last rank
+    rank = np.clip(np.floor(x).astype(np.int64) - 1, 0, vocab - 1)
+    return (rank * multiplier + offset) % vocab
+
+
+def uniform_ids(u: np.ndarray, vocab: int) -> np.ndarray:
+    """int64 ids ``min(floor(u V), V - 1)`` from the float64 uniforms ``u`` in [0, 1)."""
+    ids = np.floor(np.asarray(u, dtype=np.float64) * float(vocab)).astype(np.int64)
+    return np.minimum(ids, vocab - 1)
 
 
 def teacher_basis(key: np.uint64, dimension: int) -> np.ndarray:
@@ -148,7 +189,8 @@ def loss_gradients(
         has = np.flatnonzero(lengths > k)
         j = row_splits[has] + k
         sums[has] += gains[j, None] * weights[j]
-    error = activations - _combine(sums, basis)
-    total = float(np.sum(error.astype(np.float64) ** 2))
+    teacher = _combine(sums, basis)
+    error = activations - teacher
+    loss = total(row_sumsq(activations, teacher))  # numerics: bags in order, lanes in a bag
     np.divide(error, F32(max(bags, 1)), out=out)
-    return total, out
+    return loss, out

@@ -52,16 +52,24 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..errors import UsageError
+from .. import units
+from ..errors import NumericalError, UsageError
 from ..executor import Executor, FeatureInput
+from ..executor.partial import TouchedRows, saved_state
 from ..executor.plan import Plan
+from ..executor.workload import IdDistribution, SequenceLengths
 from ..prepare import Prepared, prepare
 from .accumulators import IndexedSlices, WouldBlock
 from .schedules import Schedule
 from .staleness import DropStaleGradient, SyncReplicas
-from .synthetic import SyntheticData
+from .synthetic import SyntheticData, learning_rate_summary
 
 __all__ = ["MAX_WORKERS", "DelayModel", "MultiWorkerRun", "chief_config", "for_chief"]
+
+#: Bytes the record of one gradient keeps, and more per table (an upper bound of what was
+#: measured: 200-800 bytes and 20-600 bytes a table, DropStale and sync replicas).
+GRADIENT_BYTES = 1200
+TABLE_GRADIENT_BYTES = 800
 
 #: The most workers a run simulates. Every worker's gradients are computed in turn on this CPU
 #: and held until the chief applies them, so time and memory grow with N x steps; aggregation
@@ -171,7 +179,8 @@ class MultiWorkerRun:
     ``learning_rate``, ``max_memory``, ``validate_config`` as for ``SyntheticRun``;
     ``schedules``: learning-rate schedules per tag (see ``tpuemb_cfg.sim.schedules``);
     ``engine``: the executor's engine (``numba``, the default, or ``numpy``); ``backend``,
-    ``ray_address``, ``shards``: where the chief's tables live, as for ``Executor``.
+    ``ray_address``, ``shards``: where the chief's tables live, as for ``Executor``; ``ids``,
+    ``sequence_lengths``: the data, as for ``SyntheticData``.
     """
 
     def __init__(
@@ -185,15 +194,17 @@ class MultiWorkerRun:
         delay: DelayModel | str | None = None,
         seed: int = 0,
         combiners: str | Sequence[str] | Mapping[int, str] | None = None,
-        learning_rate: float = 0.1,
+        learning_rate: float | None = None,
         schedules: Sequence[Schedule] = (),
-        max_memory: int | None = None,
+        max_memory: int | str | None = None,
         validate_config: bool = True,
         spec_path: str | None = None,
         engine: str = "numba",
         backend: str = "local",
         ray_address: str | None = None,
         shards: int | None = None,
+        ids: str | IdDistribution | None = None,
+        sequence_lengths: str | SequenceLengths | None = None,
     ) -> None:
         if workers < 1:
             raise UsageError(f"--workers {workers}: expected at least 1 worker")
@@ -208,6 +219,11 @@ class MultiWorkerRun:
             raise UsageError(
                 f"--replicas-to-aggregate {replicas_to_aggregate}: expected at least 1"
             )
+        for name, value in (("replicas_to_aggregate", replicas_to_aggregate),
+                            ("max_staleness", max_staleness), ("init_tokens", init_tokens)):
+            if value is not None and not -units.MAX_INT64 - 1 <= value <= units.MAX_INT64:
+                raise UsageError(f"{name}={value}: expected at most {units.MAX_INT64} (2^63 - 1: "
+                                 "TensorFlow holds it in an int64)")
         if max_staleness is not None and replicas_to_aggregate is not None:
             raise UsageError(
                 "--replicas-to-aggregate applies to synchronous replicas; --max-staleness "
@@ -220,8 +236,11 @@ class MultiWorkerRun:
         prepared = prepare(config, combiners=combiners, check=validate_config)
         self.delay = DelayModel.parse(delay) if isinstance(delay, str) else (
             delay or DelayModel("fixed", 0))
-        self.seed = int(seed)
+        self.seed = units.seed_argument(seed)
         self.num_workers = int(workers)
+        self.max_memory = None if backend == "ray" else units.size_argument(max_memory,
+                                                                             "max_memory")
+        self._tables_here = backend != "ray"
         self.max_staleness = max_staleness
         self.replicas_to_aggregate = (
             None if max_staleness is not None
@@ -233,7 +252,9 @@ class MultiWorkerRun:
                                  shards=shards)
         self.plan = self.executor.plan
         self.data = SyntheticData(self.plan, seed=seed, learning_rate=learning_rate,
-                                  schedules=schedules, schedules_source=spec_path)
+                                  schedules=schedules, schedules_source=spec_path, ids=ids,
+                                  sequence_lengths=sequence_lengths)
+        self.touched = TouchedRows(self.plan)  # the rows the chief's updates touched
         if not self.plan.updates:
             raise UsageError(
                 f"the configuration's mode is {self.plan.mode}: nothing is trained, so there is "
@@ -265,13 +286,14 @@ class MultiWorkerRun:
             self.data.stream(w) for w in range(1, self.num_workers)
         ]
         self._delay_rngs = [
-            np.random.default_rng([self.seed & 0xFFFFFFFF, _DELAY_STREAM, w])
+            np.random.default_rng([self.seed, _DELAY_STREAM, w])
             for w in range(self.num_workers)
         ]
         self.tables = {t.name: _TableStats() for t in self.plan.tables}
         self.workers = [_WorkerStats() for _ in range(self.num_workers)]
         self.staleness: Counter[int] = Counter()
         self.loss: list[float] = []
+        self._rates: list[dict[str, list[float]]] = []  # the learning rates of every update
         self.tick = 0
         self.steps = 0
         self._pending: dict[str, list[int]] = {name: [] for name in self.variables}
@@ -299,6 +321,7 @@ class MultiWorkerRun:
         so that the N first gradients, computed before anything arrives, show progress too."""
         if steps < 1:
             raise UsageError(f"--steps {steps}: expected at least 1")
+        self._require_memory(steps)
         self.steps = int(steps)
         self._progress = progress
         try:
@@ -313,6 +336,36 @@ class MultiWorkerRun:
                 self._advance()
         finally:
             self._progress = None
+
+    def memory_estimate(self, steps: int) -> int:
+        """Bytes a run of ``steps`` gradients per worker needs in this process, an upper bound:
+        the chief's tables and step (``Plan.memory_estimate``; not with the Ray backend), each
+        worker's gradient in flight (a step's distinct rows of every table), the accumulators
+        (at most ``R`` gradients' rows, or the whole table) and the record of every gradient and
+        update (:data:`GRADIENT_BYTES` per gradient, :data:`TABLE_GRADIENT_BYTES` more per
+        table: losses, events, decisions, the per-update figures and the summary made of them).
+        """
+        from ..executor.memory import step_ids
+
+        total = self.plan.memory_estimate() if self._tables_here else 0
+        aggregate = self.replicas_to_aggregate or 1
+        for table in self.plan.tables:
+            _, unique = step_ids(self.plan, table)
+            row = 4 * table.dimension + 16
+            total += int(self.num_workers * unique * row)
+            total += int(min(table.vocabulary, aggregate * unique) * row)
+        per_gradient = GRADIENT_BYTES + TABLE_GRADIENT_BYTES * len(self.plan.tables)
+        return total + self.num_workers * steps * per_gradient
+
+    def _require_memory(self, steps: int) -> None:
+        """Refuse a run beyond the memory limit (``max_memory``) before its first gradient."""
+        from ..executor.core import require_memory
+
+        require_memory(
+            self.memory_estimate(steps), self.max_memory,
+            counted=f"tables, slots, a step, {self.num_workers} gradient(s) in flight, the "
+                    f"accumulators and the record of {self.num_workers} x {steps:,} gradients",
+            reduce="run fewer steps or workers, or reduce vocabulary_size/dimension")
 
     def _advance(self) -> None:
         self._events += 1
@@ -331,6 +384,7 @@ class MultiWorkerRun:
         batch = self.data.next_batch(self._data_rngs[worker])
         activations, dedup = self.executor.recv_activations(batch)
         loss, grads = self.data.loss_gradients(batch, activations, dedup)
+        self.data.require_finite(self.executor.step_index, loss, activations)
         self.loss.append(loss)
         rows: RowGradients = {}
         for table in self.plan.tables:
@@ -426,7 +480,14 @@ class MultiWorkerRun:
                 batch.append(FeatureInput(np.zeros(0, np.int64), np.zeros(1, np.int64), None,
                                           np.zeros((0, table.dimension), F32)))
         step = self.executor.step_index
-        self.executor.step(batch, self.data.learning_rates(step))
+        rates = self.data.learning_rates(step)
+        try:
+            self.executor.step(batch, rates)
+        except NumericalError as exc:
+            raise self.data.blame(exc, step) from None
+        self._rates.append({"learning_rates": [float(r) for r in rates]})
+        for name in aggregated:
+            self.touched.add_rows(name, np.asarray(aggregated[name][0], np.int64))
         for name in aggregated:
             stats = self.tables[name]
             contributors = self._pending[name]
@@ -443,6 +504,11 @@ class MultiWorkerRun:
 
     # ----------------------------------------------------------------------------------------
     # Results
+
+    def saved_state(self, which: str = "all") -> dict[str, Any]:
+        """The chief's tables as ``tables.npz`` holds them for ``which`` (``all``, ``touched``
+        or ``none``: ``executor.partial.saved_state``)."""
+        return saved_state(self.executor, self.touched, which)
 
     def summary(self) -> dict[str, Any]:
         """Every count of the run as plain JSON values (see docs/multiworker.md)."""
@@ -467,7 +533,9 @@ class MultiWorkerRun:
             out["max_staleness"] = self.max_staleness
             out["stale_counter"] = self.rule.stale_counter
             out["staleness_percentage"] = self.rule.staleness_percentage()
-        out["learning_rate_schedules"] = [s.describe() for s in self.data.schedules]
+        out["learning_rate_schedules"] = self.data.rate_descriptions()
+        if self.plan.num_learning_rates:  # per tag, its value at every update of the chief
+            out["learning_rates"] = learning_rate_summary(self.data, self._rates)
         out.update({
             "ticks": self.tick,
             "global_step": self.global_step,

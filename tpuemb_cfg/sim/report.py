@@ -11,7 +11,9 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["run_text", "workers_text"]
+from tpuemb_cfg.errors import printable, printable_values
+
+__all__ = ["plan_text", "run_text", "workers_text"]
 
 
 def _per_host(per_step: list[list[int]]) -> str:
@@ -27,6 +29,8 @@ def _per_host(per_step: list[list[int]]) -> str:
 
 def run_text(summary: Mapping[str, Any], tables_path: str, plot: str | None = None) -> str:
     """The text of a single-worker run: loss, then one row per table; names the files written."""
+    summary = printable_values(summary)  # table names are the configuration's, not commands
+    tables_path, plot = printable(tables_path), None if plot is None else printable(plot)
     loss = summary["loss"]
     lines = [
         f"tpuemb simulate: {summary['steps']} steps of synthetic data on {summary['config']} "
@@ -34,6 +38,7 @@ def run_text(summary: Mapping[str, Any], tables_path: str, plot: str | None = No
     ]
     if loss:
         lines.append(f"loss: {loss[0]:.4f} (step 0) -> {loss[-1]:.4f} (step {len(loss) - 1})")
+    lines.extend(_rate_lines(summary.get("learning_rates", [])))
     header = ("table", "optimizer", "rows touched/step", "update norm first -> last",
               "ids/step per host", "unique ids/step per host")
     rows: list[tuple[str, ...]] = [header]
@@ -49,14 +54,34 @@ def run_text(summary: Mapping[str, Any], tables_path: str, plot: str | None = No
             _per_host(table["unique_ids_per_host"]),
         ))
     lines.extend(_table(rows))
-    lines.append(_written(tables_path, summary["out_dir"]))
+    lines.append(_written(tables_path, summary))
     if plot is not None:
         lines.append(f"plot written to {plot}")
     return "\n".join(lines)
 
 
+def _rate_lines(tags: list[Mapping[str, Any]]) -> list[str]:
+    """Per dynamic tag: its first and last value, its range and where it comes from."""
+    lines = []
+    for tag in tags:
+        values = [(step, v) for step, v in enumerate(tag["per_step"]) if v is not None]
+        users = ", ".join(tag["used_by"])
+        low = min((v for _, v in values), default=None)
+        high = max((v for _, v in values), default=None)
+        if low is None:
+            shown = "no step recorded"
+        elif low == high:
+            shown = f"{low:.6g} at every step"
+        else:
+            shown = (f"{values[0][1]:.6g} (step {values[0][0]}) -> {values[-1][1]:.6g} "
+                     f"(step {values[-1][0]}), min {low:.6g}, max {high:.6g}")
+        lines.append(f"learning rate tag {tag['tag']} ({users}): {shown}; from {tag['source']}")
+    return lines
+
+
 def workers_text(summary: Mapping[str, Any]) -> str:
     """The text of a multi-worker run: counts, one row per table, one row per worker, hangs."""
+    summary = printable_values(summary)  # table names are the configuration's, not commands
     if summary["mode"] == "sync_replicas":
         tokens = summary["init_tokens"]
         how = (f"sync replicas, R = {summary['replicas_to_aggregate']} of N = "
@@ -116,13 +141,62 @@ def workers_text(summary: Mapping[str, Any]) -> str:
             + " - TensorFlow would hang here"
         )
     if "out_dir" in summary:
-        lines.append(_written(os.path.join(summary["out_dir"], "tables.npz"), summary["out_dir"]))
+        lines.append(_written(os.path.join(summary["out_dir"], "tables.npz"), summary))
     return "\n".join(lines)
 
 
-def _written(tables_path: str, out_dir: str) -> str:
-    return (f"tables and slots written to {tables_path}; summary in "
-            f"{os.path.join(out_dir, 'summary.json')}")
+def plan_text(info: Mapping[str, Any]) -> str:
+    """The text of ``tpuemb simulate --dry-run``: the run, its tables and the memory estimate
+    (``info``: what ``--dry-run --json`` prints)."""
+    from tpuemb_cfg.executor.memory import describe_parts
+    from tpuemb_cfg.units import format_size
+
+    info = printable_values(info)
+    memory = info["memory"]
+    parts = memory["estimate"]
+    lines = [
+        f"tpuemb simulate --dry-run: {info['steps']} steps of synthetic data on "
+        f"{info['config']} (seed {info['seed']}, engine {info['engine']}, backend "
+        f"{info['backend']})",
+        f"data: ids {info['ids']}, sequence lengths {info['sequence_lengths']}; tables.npz: "
+        + {"all": "every table and slot", "touched": "the touched rows",
+           "none": "not written"}[info["tables_written"]],
+    ]
+    rows: list[tuple[str, ...]] = [("table", "rows x dimension", "optimizer", "ids/step",
+                                    "distinct ids/step")]
+    for table in info["tables"]:
+        rows.append((table["name"], f"{table['vocabulary']:,} x {table['dimension']}",
+                     table["optimizer"], f"{table['ids_per_step']:,.1f}",
+                     f"{table['unique_ids_per_step']:,.1f}"))
+    lines.extend(_table(rows))
+    lines.append(f"memory: about {describe_parts(parts)} at the peak; the tables and slots in "
+                 f"full: {format_size(parts['tables_and_slots_whole_bytes'])}")
+    limit = memory["limit_bytes"]
+    if limit is None:
+        lines.append("limit: unknown here (no MemAvailable); the run would not be checked")
+    else:
+        which = ("--max-memory" if memory["limit"] != "default"
+                 else "80% of the memory available, plus the process")
+        lines.append(f"limit: {format_size(limit)} ({which}): "
+                     + ("the run fits" if memory["fits"] else "the run would be refused"))
+    if info.get("save_batches") is not None:
+        lines.append(f"--save-batches {info['save_batches']}: about "
+                     f"{format_size(info['save_batches_bytes'])}")
+    lines.append("nothing was run or written (--dry-run)")
+    return "\n".join(lines)
+
+
+def _written(tables_path: str, summary: Mapping[str, Any]) -> str:
+    """Which files the run wrote (``tables_written``: all, touched or none)."""
+    tail = f"summary in {os.path.join(summary['out_dir'], 'summary.json')}"
+    which = summary.get("tables_written", "all")
+    if which == "none":
+        return f"tables not written (--tables none); {tail}"
+    if which == "touched":
+        rows = sum(summary.get("rows_written", {}).values())
+        return (f"the {rows:,} touched rows of the tables and slots written to {tables_path} "
+                f"(every other row is the seed's default); {tail}")
+    return f"tables and slots written to {tables_path}; {tail}"
 
 
 def _table(rows: list[tuple[str, ...]]) -> list[str]:

@@ -14,6 +14,7 @@ from typing import Literal
 import numpy as np
 
 from ..errors import UsageError
+from ..executor.numerics import pow32
 
 __all__ = ["Schedule", "ScheduleKind", "check_schedule_tags"]
 
@@ -26,7 +27,8 @@ class Schedule:
 
     - ``constant``: ``values[0]``;
     - ``exponential_decay``: ``initial * rate ^ (g / decay_steps)`` (``floor`` of the exponent
-      with ``staircase``), computed in float32 like TensorFlow's ``ExponentialDecay``;
+      with ``staircase``), computed in float32 like TensorFlow's ``ExponentialDecay``, the power
+      by ``numerics.pow32`` (the same bits on every machine);
     - ``piecewise_constant``: ``values[i]`` for ``boundaries[i-1] <= g < boundaries[i]``.
     """
 
@@ -47,7 +49,7 @@ class Schedule:
                 exponent = f32(step // self.decay_steps)
             else:
                 exponent = f32(step) / f32(self.decay_steps)
-            return f32(f32(self.values[0]) * f32(self.decay_rate) ** exponent)
+            return f32(f32(self.values[0]) * pow32(self.decay_rate, exponent))
         position = sum(1 for boundary in self.boundaries if step >= boundary)
         return f32(self.values[position])
 

@@ -20,6 +20,7 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .. import units
 from ..errors import InputError
 from .schedules import Schedule
 
@@ -77,6 +78,8 @@ def load_spec(path: str | os.PathLike[str]) -> LoadedSpec:
             raise fail("steps", f"{spec.steps} found, expected at least 1")
         options["steps"] = int(spec.steps)
     if spec.HasField("seed"):
+        if spec.seed < 0:
+            raise fail("seed", f"{spec.seed} found, expected {units.SEED_HELP}")
         options["seed"] = int(spec.seed)
     if spec.combiner:
         options["combiners"] = tuple(spec.combiner)
@@ -85,8 +88,14 @@ def load_spec(path: str | os.PathLike[str]) -> LoadedSpec:
     if spec.HasField("out_dir"):
         options["out_dir"] = resolve(spec.out_dir)
     if spec.HasField("max_memory"):
+        try:
+            units.parse_size(spec.max_memory)
+        except ValueError as exc:
+            raise fail("max_memory", f"{spec.max_memory!r}: {exc}") from None
         options["max_memory"] = spec.max_memory
     replay = spec.workload.WhichOneof("source") == "replay"
+    if spec.workload.WhichOneof("source") == "synthetic":
+        options.update(_synthetic_options(spec.workload.synthetic, fail, resolve))
     if replay:
         files = spec.workload.replay
         if not files.batches or not files.out:
@@ -118,6 +127,34 @@ def load_spec(path: str | os.PathLike[str]) -> LoadedSpec:
                        f"(learning_rate_schedule[{seen[schedule.tag]}]); give one per tag")
         seen[schedule.tag] = i
     return LoadedSpec(path=name, message=spec, options=options, schedules=schedules)
+
+
+def _synthetic_options(synthetic: Any, fail: Any, resolve: Any) -> dict[str, Any]:
+    """The options of ``workload.synthetic``, each checked in its option's grammar."""
+    from ..errors import UsageError
+    from ..executor.workload import parse_ids, parse_sequence_lengths
+
+    options: dict[str, Any] = {}
+    where = "workload.synthetic."
+    checks = {"ids": parse_ids, "sequence_lengths": parse_sequence_lengths}
+    for name, parse in checks.items():
+        if synthetic.HasField(name):
+            try:
+                parse(getattr(synthetic, name), where + name)
+            except UsageError as exc:
+                raise fail(where + name, str(exc).removeprefix(where + name + " ")) from None
+            options[name] = getattr(synthetic, name)
+    choices = {"bag_sizes": ("auto", "fixed", "uniform"), "tables": ("touched", "all", "none")}
+    for name, allowed in choices.items():
+        if synthetic.HasField(name):
+            value = getattr(synthetic, name)
+            if value not in allowed:
+                raise fail(where + name, f"{value!r} found, expected one of "
+                           + ", ".join(allowed))
+            options["tables_output" if name == "tables" else name] = value
+    if synthetic.HasField("save_batches"):
+        options["save_batches"] = resolve(synthetic.save_batches)
+    return options
 
 
 def _worker_options(spec: SimulationSpec, fail: Any) -> dict[str, Any]:

@@ -14,7 +14,7 @@ as waiting, so hangs become visible; every decision is logged.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -34,6 +34,7 @@ __all__ = [
     "StaleDecision",
     "SyncEvent",
     "SyncReplicas",
+    "TokenQueue",
 ]
 
 
@@ -133,6 +134,44 @@ class DropStaleGradient:
 # SyncReplicasOptimizer
 
 
+class TokenQueue:
+    """TensorFlow's token queue of ``SyncReplicasOptimizer``: the global steps tokens hold, in
+    order, stored as runs of equal steps (``[step, count]``), so that ``--init-tokens`` or
+    ``replicas_to_aggregate`` of 2^31 costs two numbers, not 2^31 entries. Iterating yields
+    every token (``list(queue)`` for a short queue)."""
+
+    def __init__(self) -> None:
+        self._runs: deque[list[int]] = deque()
+        self._length = 0
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __iter__(self) -> Iterator[int]:
+        for step, count in self._runs:
+            for _ in range(count):
+                yield step
+
+    def put(self, step: int, count: int) -> None:
+        """Enqueue ``count`` tokens holding ``step``."""
+        if count <= 0:
+            return
+        if self._runs and self._runs[-1][0] == step:
+            self._runs[-1][1] += count
+        else:
+            self._runs.append([step, count])
+        self._length += count
+
+    def popleft(self) -> int:
+        """Dequeue the oldest token (``IndexError`` when empty, as ``deque``)."""
+        run = self._runs[0]
+        run[1] -= 1
+        if not run[1]:
+            self._runs.popleft()
+        self._length -= 1
+        return run[0]
+
+
 @dataclass(frozen=True)
 class SyncEvent:
     """One event of a :class:`SyncReplicas` run.
@@ -193,7 +232,7 @@ class SyncReplicas:
             raise ValueError("Must supply at least one variable (pass dense= or sparse=)")
         self._global_step = int_scalar(global_step, "global_step")
         self.local_steps = [self._global_step] * self.total_num_replicas
-        self.tokens: deque[int] = deque()
+        self.tokens = TokenQueue()
         self._waiting: deque[int] = deque()
         self._taken: dict[str, Any] = {}
         self._events: list[SyncEvent] = []
@@ -353,7 +392,7 @@ class SyncReplicas:
                                       step=token))
 
     def _enqueue(self, count: int) -> None:
-        self.tokens.extend([self._global_step] * count)
+        self.tokens.put(self._global_step, count)
         self._events.append(SyncEvent(kind="enqueue", global_step=self._global_step,
                                       step=self._global_step, count=count))
         while self._waiting and self.tokens:

@@ -16,6 +16,8 @@ first: a callable becomes dynamic tag 0, a number the constant; then
 ``get_config()`` (what tpuemb's ``from_keras`` reads), the bytes TensorFlow wrote, and for a
 schedule TensorFlow's learning rate at several global steps (the translated callable evaluated
 with the optimizer's ``iterations`` set to the step) - or the exception the translation raised.
+Also the optimizer names both libraries accept (``names``) and plain callables as learning rates
+(``callables``; see their functions).
 """
 
 from __future__ import annotations
@@ -178,6 +180,65 @@ def keras3_cases() -> list[dict[str, Any]]:
     ]
 
 
+def name_cases() -> list[dict[str, Any]]:
+    """Optimizer names, which TFRS (``_normalize_and_prepare_optimizer``) and keras-rs
+    (``to_tf_tpu_optimizer``) turn into ``tf.tpu.experimental.embedding`` optimizers with
+    TensorFlow's defaults; other names (upper case too) are refused."""
+    from keras_rs.src.layers.embedding.tensorflow.config_conversion import to_tf_tpu_optimizer
+    from tensorflow_recommenders.layers.embedding.tpu_embedding_layer import (
+        _normalize_and_prepare_optimizer,
+    )
+
+    out = []
+    for library, translate in (("tfrs", _normalize_and_prepare_optimizer),
+                               ("keras_rs", to_tf_tpu_optimizer)):
+        for name in ("sgd", "adagrad", "adam", "ftrl", "SGD", "Adam", "rmsprop", "lion", ""):
+            entry: dict[str, Any] = {"name": name, "library": library}
+            try:
+                params = _params(translate(name))
+            except ValueError as exc:
+                entry["error"] = str(exc)
+            else:
+                entry["params_hex"] = params.SerializeToString(deterministic=True).hex()
+                entry["params_text"] = text_format.MessageToString(params)
+            out.append(entry)
+    return out
+
+
+def callable_cases() -> list[dict[str, Any]]:
+    """Plain callables as learning rates. TFRS reads the rate from ``get_config()``, which calls
+    the callable: a Python number becomes a constant rate, a tensor a dynamic one (a new
+    callable). keras-rs keeps a Keras 3 optimizer's callable (dynamic; ``config`` is null:
+    Keras 3 would serialize the lambda's bytecode). ``returns`` is what the callable returns
+    (``"float"`` or ``"tensor"``) and ``value`` its value; a tensor in ``config`` is written
+    ``{"$tensor": value}``."""
+    out = []
+    for name, library, make, returns, value in (
+        ("legacy_sgd_callable_float", "tfrs", lambda: legacy.SGD(lambda: 0.05), "float", 0.05),
+        ("legacy_adam_callable_float", "tfrs",
+         lambda: legacy.Adam(lambda: 0.25, beta_1=0.5), "float", 0.25),
+        ("legacy_adagrad_callable_tensor", "tfrs",
+         lambda: legacy.Adagrad(lambda: tf.constant(0.07)), "tensor", 0.07),
+        ("keras3_sgd_callable", "keras_rs", lambda: k3.SGD(lambda: 0.05), "float", 0.05),
+    ):
+        optimizer = make()
+        translate = translate_keras_optimizer if library == "tfrs" else keras_to_tf_tpu_optimizer
+        config = None  # Keras 3 serializes a lambda as its bytecode: not stored
+        if library == "tfrs":
+            config = {k: ({"$tensor": float(v.numpy())} if tf.is_tensor(v) else v)
+                      for k, v in optimizer.get_config().items()}
+        tf_optimizer = translate(optimizer)
+        params = _params(tf_optimizer)
+        out.append({
+            "name": name, "library": library, "class_name": type(optimizer).__name__,
+            "config": _json(config), "returns": returns, "value": value,
+            "dynamic": callable(tf_optimizer.learning_rate),
+            "params_hex": params.SerializeToString(deterministic=True).hex(),
+            "params_text": text_format.MessageToString(params),
+        })
+    return out
+
+
 def main() -> None:
     document = {
         "generator": {
@@ -186,10 +247,13 @@ def main() -> None:
             "tensorflow_recommenders": "0.7.7",
         },
         "cases": legacy_cases() + keras3_cases(),
+        "names": name_cases(),
+        "callables": callable_cases(),
     }
     out = HERE / "translations.json"
     out.write_text(json.dumps(document, indent=1, sort_keys=False) + "\n")
-    print(f"wrote {out}: {len(document['cases'])} cases")
+    print(f"wrote {out}: {len(document['cases'])} cases, {len(document['names'])} names, "
+          f"{len(document['callables'])} callables")
 
 
 if __name__ == "__main__":

@@ -13,6 +13,8 @@ not depend on TensorFlow. It writes:
 - ``coercion_cases.json``: the Python values of issue 13 (bools as numbers, truth values of
   flags, ints and names for enums, NumPy scalars, odd shapes and names), one per case;
 - ``random_cases.json``: 1,200 random constructor and build argument combinations (seed 2026);
+- ``random_cases_2.json``: 1,600 more (seed 2027), from larger pools of odd values (NumPy arrays,
+  integers beyond float's range, dtype spellings, float dimensions, empty and nested structures);
 - ``no_truncate.json``: the 500-table configuration of ``test_no_truncate`` and TensorFlow's text;
 - ``user_program.pbtxt`` / ``.binpb``: a configuration with a user-defined optimizer program,
   written by TensorFlow's own message classes (XLA's element types by name).
@@ -35,7 +37,7 @@ from typing import Any
 
 import numpy as np
 from google.protobuf import text_format
-from random_combinations import random_case
+from random_combinations import random_case, random_case_round_two
 from tensorflow.compiler.xla import xla_data_pb2
 from tensorflow.core.protobuf.tpu import (
     optimization_parameters_pb2,
@@ -614,6 +616,8 @@ def main() -> None:
     write("tpu_cases.json", tpu_cases())
     rnd = random.Random(2026)
     write("random_cases.json", [random_case(rnd, i) for i in range(1200)], seed=2026)
+    rnd = random.Random(2027)
+    write("random_cases_2.json", [random_case_round_two(rnd, i) for i in range(1600)], seed=2027)
     (HERE / "no_truncate.json").write_text(json.dumps(info | no_truncate(), indent=1) + "\n")
     config = user_program()
     (HERE / "user_program.pbtxt").write_text(text_format.MessageToString(config))

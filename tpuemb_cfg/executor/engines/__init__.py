@@ -5,8 +5,8 @@ Two engines compute the same step (spec ``optimizers.md``) behind one interface 
 - ``numba`` (default): the compiled kernels of ``engines.numba`` and ``engines.numba_step``
   (hash de-duplication, the forward pass, back-propagation with the duplicate sum, and the
   per-row pipeline of spec section 6 fused into one pass over each touched row, for every
-  optimizer the executor supports). The two agree to float32 rounding
-  (tests/test_engine_equivalence.py).
+  optimizer the executor supports). The two give the same bits (docs/numerics.md,
+  tests/test_engine_equivalence.py).
 - ``numpy``: ``engines.numpy`` and the optimizers of ``optimizers``, plain NumPy, the readable
   reference;
 

@@ -24,8 +24,12 @@ Conventions: ids are int64, values float32; a *bag* is one row of ``row_splits``
     gradient, for a non-lazy table) and return True, or return False without touching anything
     when the engine has no fused kernel for the arrays (the executor then runs the NumPy
     pipeline of ``tpuemb_cfg.executor.pipeline``);
+``change_rows(params, rows, before) -> float64 [n]``
+    per row, the squared Euclidean length of ``params[rows] - before`` (``rows`` None: every
+    row), in the order ``executor.numerics.row_sumsq`` defines;
 ``change_norm(params, rows, before) -> float``
-    the Euclidean norm (float64) of ``params[rows] - before`` (``rows`` None: every row);
+    the Euclidean norm of the same: ``sqrt(numerics.total(change_rows(...)))``, rows added in
+    order, so every engine, thread count and backend gives the same bits;
 ``bag_of_occurrence``, ``bag_scales``, ``clip``, ``quantize``, ``host_of``
     as in ``tpuemb_cfg.executor.engines.numpy``;
 ``fused``
@@ -63,6 +67,7 @@ class Engine:
     combine: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
     gather_combine: Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], np.ndarray]
     update_rows: Callable[..., bool]
+    change_rows: Callable[[np.ndarray, np.ndarray | None, np.ndarray], np.ndarray]
     change_norm: Callable[[np.ndarray, np.ndarray | None, np.ndarray], float]
     bag_of_occurrence: Callable[[np.ndarray], np.ndarray]
     bag_scales: Callable[..., tuple[np.ndarray, np.ndarray]]

@@ -20,6 +20,8 @@ directory below is in place before the first kernel is decorated:
 - ``stream_row(out, row, values)`` and ``store_fence()``: streaming (non-temporal) stores of a
   whole row, for kernels writing a large output nobody reads in the same pass (the forward
   pass's activations).
+- ``float_bits(x)`` and ``bits_float(i)``: a float64's IEEE bits as int64 and back, for the
+  machine-independent ``pow`` (``numba_numerics``).
 """
 
 from __future__ import annotations
@@ -31,8 +33,8 @@ from pathlib import Path
 from typing import Any, cast
 
 __all__ = [
-    "STREAMING", "STREAM_LANES", "cache_dir", "njit", "popcount", "prefetch", "prefetch_once",
-    "store_fence", "stream_row", "threads",
+    "STREAMING", "STREAM_LANES", "bits_float", "cache_dir", "float_bits", "njit", "popcount",
+    "prefetch", "prefetch_once", "store_fence", "stream_row", "threads",
 ]
 
 
@@ -218,3 +220,79 @@ def _popcount(typingctx: Any, word: Any) -> Any:
 
 #: ``popcount(word)`` in compiled code (``_popcount``; ``word`` a ``np.uint64``).
 popcount = cast(Callable[[Any], int], _popcount)
+
+
+@intrinsic
+def _float_bits(typingctx: Any, value: Any) -> Any:
+    """The IEEE bits of a float64 as int64 (LLVM ``bitcast``: no instruction at all)."""
+    signature = types.int64(types.float64)
+
+    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+        return builder.bitcast(args[0], ir.IntType(64))
+
+    return signature, codegen
+
+
+@intrinsic
+def _bits_float(typingctx: Any, word: Any) -> Any:
+    """The float64 whose IEEE bits are the int64 ``word``."""
+    signature = types.float64(types.int64)
+
+    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+        return builder.bitcast(args[0], ir.DoubleType())
+
+    return signature, codegen
+
+
+#: ``float_bits(x)`` in compiled code: a float64's bits as int64 (``numerics._bits``).
+float_bits = cast(Callable[[Any], int], _float_bits)
+#: ``bits_float(i)`` in compiled code: the float64 with the int64's bits (``numerics._from_bits``).
+bits_float = cast(Callable[[Any], float], _bits_float)
+
+
+#: Lanes of ``lanes_sumsq``: ``numerics.LANES`` (a test checks they agree).
+SUMSQ_LANES = 8
+
+
+@intrinsic
+def _lanes_sumsq(typingctx: Any, params: Any, row: Any, before: Any, lanes: Any) -> Any:
+    """Store into ``lanes`` (float64, 8 values) the sums of the float64 squares of
+    ``params[row, d] - before[d]`` over the columns ``d = l, l + 8, l + 16, ...`` of each lane
+    ``l`` below the last multiple of 8 (each lane's additions in column order, from 0): the
+    lane sums of ``numerics.row_sumsq`` for the whole blocks of 8 columns, the caller adds the
+    last columns.
+
+    Written as LLVM vector operations (``<8 x float>`` difference, widened to ``<8 x double>``,
+    squared, added), each of which is the same correctly rounded operation on every lane as
+    the scalar code: the same bits as eight scalar chains, computed as one or two vector
+    instructions on AVX-512 or AVX2 (the compiler keeps scalar chains of a row apart).
+    ``params``: C-contiguous float32 [rows, D]; ``before``: float32 [D]; ``lanes``: float64
+    [8], C-contiguous.
+    """
+    signature = types.void(params, types.intp, before, lanes)
+
+    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+        params_type, _, before_type, lanes_type = sig.args
+        pointer, shape = _row_pointer(context, builder, params_type, args[0], args[1])
+        old = context.make_array(before_type)(context, builder, args[2])
+        out = context.make_array(lanes_type)(context, builder, args[3])
+        floats = ir.VectorType(ir.FloatType(), SUMSQ_LANES)
+        doubles = ir.VectorType(ir.DoubleType(), SUMSQ_LANES)
+        new_rows = builder.bitcast(pointer, floats.as_pointer())
+        old_rows = builder.bitcast(old.data, floats.as_pointer())
+        total = cgutils.alloca_once_value(builder, ir.Constant(doubles, [0.0] * SUMSQ_LANES))
+        blocks = builder.udiv(shape[1], context.get_constant(types.intp, SUMSQ_LANES))
+        with cgutils.for_range(builder, blocks) as loop:
+            a = builder.load(builder.gep(new_rows, [loop.index]), align=4)
+            b = builder.load(builder.gep(old_rows, [loop.index]), align=4)
+            wide = builder.fpext(builder.fsub(a, b), doubles)
+            builder.store(builder.fadd(builder.load(total), builder.fmul(wide, wide)), total)
+        destination = builder.bitcast(out.data, doubles.as_pointer())
+        builder.store(builder.load(total), destination, align=8)
+        return context.get_dummy_value()
+
+    return signature, codegen
+
+
+#: ``lanes_sumsq(params, row, before, lanes)`` in compiled code (``_lanes_sumsq``).
+lanes_sumsq = cast(Callable[[Any, Any, Any, Any], None], _lanes_sumsq)

@@ -4,7 +4,8 @@ Import this module only through ``tpuemb_cfg.executor.engines.get_engine``: it i
 the top, and ``import tpuemb_cfg`` and ``tpuemb validate`` must never pay for that.
 
 Every kernel computes what its namesake in ``engines.numpy`` (or the optimizer in ``optimizers``)
-computes, in float32, in the same order of operations, so the two engines agree to a few ULP:
+computes, in float32, in the same order of operations, so the two engines give the same bits
+(docs/numerics.md):
 
 - ``deduplicate``: a bitmap of the ids when they are below 256 times their count, else an
   open-addressing hash table of the ids, then a radix sort of the *unique* ids only; either
@@ -38,10 +39,12 @@ from typing import Any
 
 import numpy as np
 
+from .. import numerics
 from . import numba_step
 from . import numpy as reference
 from .base import Engine
 from .jit import njit, threads
+from .numba_numerics import row_sumsq
 from .numba_update import FTRL_POW, KINDS, Occurrences, alongside, parallel, run_ranges, update
 
 __all__ = [
@@ -49,6 +52,7 @@ __all__ = [
     "FusedStep",
     "backprop_sum",
     "change_norm",
+    "change_rows",
     "fused_update",
     "gather",
     "gather_combine",
@@ -81,12 +85,20 @@ def _backprop_sum(
     segments: np.ndarray,
     out: np.ndarray,
 ) -> None:
+    # A segment's first contribution as is, then the others added (numerics: a sum starts
+    # from its first term, so -0.0 stays -0.0); a segment with none stays 0.
+    seen = np.zeros(out.shape[0], dtype=np.bool_)
     for j in range(segments.shape[0]):
         s = segments[j]
         g = gains[j]
         b = sample[j]
-        for d in range(d_activations.shape[1]):
-            out[s, d] += g * d_activations[b, d]
+        if seen[s]:
+            for d in range(d_activations.shape[1]):
+                out[s, d] += g * d_activations[b, d]
+        else:
+            seen[s] = True
+            for d in range(d_activations.shape[1]):
+                out[s, d] = g * d_activations[b, d]
 
 
 def segment_sum(values: np.ndarray, segments: np.ndarray, num_segments: int) -> np.ndarray:
@@ -134,18 +146,13 @@ def _scatter(table: np.ndarray, rows: np.ndarray, values: np.ndarray, start: int
     return 0.0
 
 
-@njit(nogil=True, cache=True, fastmath={"reassoc"}, error_model="numpy")
-def _change_norm(params: np.ndarray, rows: np.ndarray, before: np.ndarray, start: int,
-                 stop: int) -> float:
-    # A report figure, not part of the step's numbers: letting the compiler reorder this float64
-    # sum (and only that: NaN and inf still propagate) vectorises it.
-    total = 0.0
+@njit(nogil=True, cache=True, error_model="numpy")
+def _change_norms(params: np.ndarray, rows: np.ndarray, before: np.ndarray, out: np.ndarray,
+                  start: int, stop: int) -> float:
+    lanes = np.empty(8, dtype=np.float64)
     for i in range(start, stop):
-        r = rows[i] if rows.shape[0] else i
-        for d in range(params.shape[1]):
-            delta = np.float64(params[r, d] - before[i, d])
-            total += delta * delta
-    return total
+        out[i] = row_sumsq(params, rows[i] if rows.shape[0] else i, before[i], lanes)
+    return 0.0
 
 
 def gather(table: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -170,15 +177,19 @@ def gather_combine(
     return numba_step.lookup(rows, index, None, gains, row_splits)
 
 
-def change_norm(params: np.ndarray, rows: np.ndarray | None, before: np.ndarray) -> float:
-    """Euclidean norm of ``params[rows] - before`` (every row when ``rows`` is None).
-
-    The difference is taken in float32 and squared and summed in float64, as the NumPy
-    executor does, without the [rows, D] temporaries.
-    """
+def change_rows(params: np.ndarray, rows: np.ndarray | None, before: np.ndarray) -> np.ndarray:
+    """Per row, the squared length of ``params[rows] - before`` (every row when ``rows`` is
+    None): ``numerics.row_sumsq``, rows split over threads, without [rows, D] temporaries."""
     ids = np.zeros(0, dtype=np.int64) if rows is None else rows
-    total = run_ranges(_change_norm, before.shape[0], before.size, params, ids, before)
-    return float(np.sqrt(total))
+    norms = np.empty(before.shape[0], dtype=np.float64)
+    run_ranges(_change_norms, before.shape[0], before.size, params, ids, before, norms)
+    return norms
+
+
+def change_norm(params: np.ndarray, rows: np.ndarray | None, before: np.ndarray) -> float:
+    """Euclidean norm of ``params[rows] - before``: ``change_rows`` added in row order (the
+    NumPy engine's bits)."""
+    return float(np.sqrt(numerics.total(change_rows(params, rows, before))))
 
 
 # --------------------------------------------------------------------------------------------
@@ -213,10 +224,12 @@ def _hyper(table: Any, ctx: Any) -> tuple[float, ...]:
 def fused_update(
     table: Any, params: np.ndarray, slots: tuple[np.ndarray, ...], rows: np.ndarray,
     grad: np.ndarray | Occurrences, lr: np.float32, ctx: Any = None,
-) -> float:
+) -> np.ndarray:
     """Spec 6.1-6.4 on ``rows`` of ``table`` (every row, the others with a zero gradient, when
-    the table is not lazy), in place; returns the squared norm of the parameters' change.
-    ``grad``: the rows' summed gradient, or their ``Occurrences`` (spec section 4 fused in)."""
+    the table is not lazy), in place; returns per updated row the squared length of its
+    parameters' change (``numerics.row_sumsq``; ``numerics.total`` of it is the squared update
+    norm). ``grad``: the rows' summed gradient, or their ``Occurrences`` (spec section 4 fused
+    in)."""
     g_lo, g_hi = _bounds(table.clip_gradients)
     w_lo, w_hi = _bounds(table.clip_weights)
     lr = F32(lr)
@@ -301,12 +314,17 @@ def _engine() -> Engine:
     ) -> np.ndarray:
         return gather_combine(_f32(rows), _i64(index), _f32(gains), _i64(row_splits))
 
+    def engine_change_rows(
+        params: np.ndarray, rows: np.ndarray | None, before: np.ndarray
+    ) -> np.ndarray:
+        if params.dtype != F32 or not params.flags.c_contiguous:
+            return reference.change_rows(params, rows, before)
+        return change_rows(params, None if rows is None else _i64(rows), _f32(before))
+
     def engine_change_norm(
         params: np.ndarray, rows: np.ndarray | None, before: np.ndarray
     ) -> float:
-        if params.dtype != F32 or not params.flags.c_contiguous:
-            return reference.change_norm(params, rows, before)
-        return change_norm(params, None if rows is None else _i64(rows), _f32(before))
+        return float(np.sqrt(numerics.total(engine_change_rows(params, rows, before))))
 
     def update_rows(
         table: Any,
@@ -341,6 +359,7 @@ def _engine() -> Engine:
         scatter=engine_scatter,
         combine=engine_combine,
         gather_combine=engine_gather_combine,
+        change_rows=engine_change_rows,
         change_norm=engine_change_norm,
     )
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import counter
+from .. import counter, numerics
 from .jit import njit
+from .numba_numerics import pow64, row_sumsq
 from .numba_update import run_ranges
 
-__all__ = ["loss_gradients", "teacher_weights", "zipf_ids"]
+__all__ = ["loss_gradients", "teacher_weights", "zipf_general", "zipf_ids"]
 
 F32 = np.float32
 _ZERO = np.float32(0.0)
@@ -50,6 +51,32 @@ def zipf_ids(u: np.ndarray, vocab: int, base: float, multiplier: int, offset: in
     return out
 
 
+@njit(nogil=True, cache=True, error_model="numpy")
+def _zipf_general(u: np.ndarray, vocab: int, log_law: bool, base: float, power: float,
+                  multiplier: int, offset: int, out: np.ndarray, start: int, stop: int) -> float:
+    top = vocab + 1.0
+    for k in range(start, stop):
+        x = pow64(top, u[k]) if log_law else pow64(1.0 - u[k] * base, power)
+        if x > top or x != x:  # rounding, or an overflow of a huge power: the last rank
+            x = top
+        rank = np.int64(np.floor(x)) - 1
+        if rank > vocab - 1:
+            rank = np.int64(vocab - 1)
+        if rank < 0:
+            rank = np.int64(0)
+        out[k] = (rank * multiplier + offset) % vocab
+    return 0.0
+
+
+def zipf_general(u: np.ndarray, vocab: int, log_law: bool, base: float, power: float,
+                 multiplier: int, offset: int) -> np.ndarray:
+    """``sim.kernels._zipf_general`` (an exponent other than 1.1), compiled."""
+    out = np.empty(u.shape[0], dtype=np.int64)
+    run_ranges(_zipf_general, u.shape[0], u.shape[0] * 64, u, int(vocab), bool(log_law),
+               float(base), float(power), int(multiplier), int(offset), out)
+    return out
+
+
 @njit(inline="always")
 def _unit(key: np.uint64, counter_value: np.uint64) -> np.float32:
     z = _mix(key + _G * counter_value)
@@ -75,9 +102,10 @@ def teacher_weights(key: np.uint64, ids: np.ndarray) -> np.ndarray:
 @njit(nogil=True, cache=True, error_model="numpy")
 def _loss(activations: np.ndarray, key: np.uint64, basis: np.ndarray, ids: np.ndarray,
           gains: np.ndarray, row_splits: np.ndarray, bags: np.float32, out: np.ndarray,
-          start: int, stop: int) -> float:
+          squares: np.ndarray, start: int, stop: int) -> float:
     dim = activations.shape[1]
-    squares = np.zeros(dim, dtype=np.float64)  # per column: no chain of dependent additions
+    teacher = np.empty(dim, dtype=np.float32)
+    lanes = np.empty(8, dtype=np.float64)
     for b in range(start, stop):
         s0 = s1 = s2 = s3 = _ZERO
         for j in range(row_splits[b], row_splits[b + 1]):
@@ -92,10 +120,10 @@ def _loss(activations: np.ndarray, key: np.uint64, basis: np.ndarray, ids: np.nd
             y = y + s1 * basis[1, d]
             y = y + s2 * basis[2, d]
             y = y + s3 * basis[3, d]
-            e = activations[b, d] - y
-            out[b, d] = e / bags
-            squares[d] += np.float64(e) * np.float64(e)
-    return squares.sum()
+            teacher[d] = y
+            out[b, d] = (activations[b, d] - y) / bags
+        squares[b] = row_sumsq(activations, b, teacher, lanes)
+    return 0.0
 
 
 def loss_gradients(
@@ -104,7 +132,8 @@ def loss_gradients(
 ) -> tuple[float, np.ndarray]:
     """``sim.kernels.loss_gradients``, compiled, into ``out``."""
     count = row_splits.shape[0] - 1
-    total = run_ranges(_loss, count, activations.size, activations, np.uint64(key),
-                       np.ascontiguousarray(basis, dtype=F32), ids, gains, row_splits,
-                       F32(max(count, 1)), out)
-    return total, out
+    squares = np.empty(count, dtype=np.float64)  # per bag: added in bag order, any threads
+    run_ranges(_loss, count, activations.size, activations, np.uint64(key),
+               np.ascontiguousarray(basis, dtype=F32), ids, gains, row_splits,
+               F32(max(count, 1)), out, squares)
+    return numerics.total(squares), out

@@ -10,8 +10,9 @@ function in ``executor.optimizers``, evaluated in the same order, in float32)::
     params[r, d] = clip(w, w_lo, w_hi)                     6.4
 
 so every touched parameter and slot element is read once and written once, rows split over
-threads, and returns the squared Euclidean norm of the parameters' change (float64), the
-report's ``update_norm`` without another pass. ``kind`` selects the optimizer (``KINDS``); the
+threads, and returns each row's squared Euclidean change (float64, in the order ``numerics``
+defines: a row's squares in eight lanes), from which the report's ``update_norm`` is formed
+(rows added in order) without another pass. ``kind`` selects the optimizer (``KINDS``); the
 switch is taken once per row, so the loop over a row's columns is straight-line code the
 compiler vectorises. ``h`` holds the optimizer's bound hyper-parameters (its ``hyper``
 NamedTuple, in field order, booleans as 0/1) plus any per-step input (the global step count of
@@ -38,6 +39,7 @@ from typing import Any, NamedTuple, cast
 import numpy as np
 
 from .jit import njit, prefetch, threads
+from .numba_numerics import pow32, row_sumsq
 
 __all__ = ["KINDS", "Occurrences", "alongside", "parallel", "run_ranges", "update"]
 
@@ -118,7 +120,7 @@ def _adagrad_momentum(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
         a = a + g * g
     else:
         a = beta2 * a + (_ONE - beta2) * g * g
-    s = (a + h[4]) ** (-(_ONE / h[2])) * g
+    s = pow32(a + h[4], -(_ONE / h[2])) * g
     b = mu * b + s
     if h[1] != _ZERO:
         w = w - lr * (mu * b + s)
@@ -146,7 +148,7 @@ def _frequency_aware_adagrad(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Qua
     """frequency_aware_adagrad: l1, l2, p_exp, max_mult, decay, init, tag, n"""
     b = b + _ONE
     a = max(h[4] * a + g * g, h[5])
-    scale = min((h[7] / b) ** h[2], h[3])
+    scale = min(pow32(h[7] / b, h[2]), h[3])
     u = g * scale / np.sqrt(a)
     if h[0] > _ZERO:
         u = u + h[0] * _sign(w)
@@ -165,11 +167,11 @@ def _ftrl(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
 
 @njit(inline="always")
 def _ftrl_pow(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
-    """ftrl with any other lr_power: ``pow`` (a separate kernel: a ``pow`` call anywhere in a
-    loop keeps the compiler from vectorising it, 10x slower for the usual exponent)."""
+    """ftrl with any other lr_power: ``pow32`` (a separate kernel, so the usual exponent's
+    kernel stays two square roots)."""
     fresh = a + g * g
     exponent = -h[2]
-    return _ftrl_step(w, a, b, c, g, lr, h, fresh, a**exponent, fresh**exponent)
+    return _ftrl_step(w, a, b, c, g, lr, h, fresh, pow32(a, exponent), pow32(fresh, exponent))
 
 
 @njit(inline="always")
@@ -304,10 +306,11 @@ def _assign(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
 def _row(
     op: Any, params: np.ndarray, s0: np.ndarray, s1: np.ndarray, s2: np.ndarray, r: int,
     grad: np.ndarray, gi: int, lr: np.float32, clips: Any, decay: np.float32, has_decay: bool,
-    h: Any, slots: int, before: np.ndarray,
+    h: Any, slots: int, before: np.ndarray, lanes: np.ndarray,
 ) -> float:
     """Spec 6.1-6.4 on row ``r`` with gradient row ``grad[gi]``; returns the squared norm of the
-    row's change (``before``: scratch for the old row). ``clips``: (g_lo, g_hi, w_lo, w_hi)."""
+    row's change (``before``: scratch for the old row, ``lanes`` for the sum). ``clips``: (g_lo,
+    g_hi, w_lo, w_hi)."""
     g_lo, g_hi, w_lo, w_hi = clips
     dim = params.shape[1]
     for d in range(dim):
@@ -328,19 +331,7 @@ def _row(
             s1[r, d] = b
         if slots > 2:
             s2[r, d] = c
-    return _change(params, r, before)
-
-
-@njit(fastmath={"reassoc"}, error_model="numpy")
-def _change(params: np.ndarray, r: int, before: np.ndarray) -> float:
-    # A report figure, not part of the step's numbers: reordering this float64 sum (and only
-    # this one) lets it vectorise instead of waiting on one addition after another. The
-    # difference is taken in float32, as the NumPy engine's ``change_norm`` takes it.
-    total = 0.0
-    for d in range(before.shape[0]):
-        delta = np.float64(params[r, d] - before[d])
-        total += delta * delta
-    return total
+    return row_sumsq(params, r, before, lanes)
 
 
 @njit(inline="always")
@@ -382,17 +373,19 @@ def _prefetch_row(params: np.ndarray, s0: np.ndarray, s1: np.ndarray, s2: np.nda
 def _drive(
     op: Any, slots: int, params: np.ndarray, s0: np.ndarray, s1: np.ndarray, s2: np.ndarray,
     rows: np.ndarray, grad: np.ndarray, occurrences: Any, lr: np.float32, clips: Any,
-    decay: np.float32, has_decay: bool, h: Any, dense: bool, start: int, stop: int,
+    decay: np.float32, has_decay: bool, h: Any, dense: bool, norms: np.ndarray, start: int,
+    stop: int,
 ) -> float:
-    """Rows ``start:stop`` (of ``rows``, or of the table when ``dense``): the squared norm of
-    their change. Touched row k's gradient is ``grad[k]``, or with ``occurrences`` (non-empty
-    ``starts``) the sum of its occurrences' contributions, formed here row by row."""
+    """Rows ``start:stop`` (of ``rows``, or of the table when ``dense``); ``norms[i]`` gets the
+    squared norm of row i's change (``numerics.row_sumsq``). Touched row k's gradient is
+    ``grad[k]``, or with ``occurrences`` (non-empty ``starts``) the sum of its occurrences'
+    contributions, formed here row by row."""
     dim = params.shape[1]
     before = np.empty(dim, dtype=np.float32)
+    lanes = np.empty(8, dtype=np.float64)  # scratch of ``row_sumsq``
     summed = np.empty((1, dim), dtype=np.float32)
     zero = np.zeros((1, dim), dtype=np.float32)
     grouped = occurrences[0].shape[0] > 0
-    total = 0.0
     # Dense: every row r of start:stop, k walking the sorted touched rows alongside; lazy: the
     # touched rows k = start:stop themselves.
     k = int(np.searchsorted(rows, start)) if dense else start
@@ -408,9 +401,9 @@ def _drive(
             else:
                 source, gi = grad, k
             k += 1
-        total += _row(op, params, s0, s1, s2, r, source, gi, lr, clips, decay, has_decay, h,
-                      slots, before)
-    return total
+        norms[i] = _row(op, params, s0, s1, s2, r, source, gi, lr, clips, decay, has_decay, h,
+                        slots, before, lanes)
+    return 0.0
 
 
 # One compiled kernel per optimizer: ``_drive`` with the optimizer and its slot count as
@@ -434,10 +427,11 @@ _OP, _SLOT_COUNT = _OPS[0], _SLOTS[0]  # what ``_template`` reads; each kernel h
 
 
 def _template(  # type: ignore[no-untyped-def]
-    p, s0, s1, s2, rows, grad, occurrences, lr, clips, decay, has_decay, h, dense, start, stop
+    p, s0, s1, s2, rows, grad, occurrences, lr, clips, decay, has_decay, h, dense, norms, start,
+    stop
 ):
     return _drive(_OP, _SLOT_COUNT, p, s0, s1, s2, rows, grad, occurrences, lr, clips, decay,
-                  has_decay, h, dense, start, stop)
+                  has_decay, h, dense, norms, start, stop)
 
 
 def _kernel(kind: int, name: str) -> Callable[..., float]:
@@ -561,9 +555,11 @@ def update(
     grad: np.ndarray | Occurrences, lr: np.float32,
     clips: tuple[np.float32, np.float32, np.float32, np.float32],
     decay: np.float32, has_decay: bool, h: tuple[Any, ...], dense: bool,
-) -> float:
+) -> np.ndarray:
     """The fused pipeline of optimizer ``kind`` (module docstring) on ``rows`` (every row when
-    ``dense``), in place; returns the squared norm of the parameters' change.
+    ``dense``), in place; returns float64 [rows]: each row's squared change
+    (``numerics.row_sumsq``), which ``numerics.total`` adds in row order, on any number of
+    threads.
 
     Arrays: float32 C-contiguous ``params``, ``slots`` and ``grad``, sorted int64 ``rows``;
     ``grad``: the summed [rows, D] gradient, or the ``Occurrences`` to sum it from, row by row
@@ -580,8 +576,10 @@ def update(
             cost = occurrences.starts + _ROW_COST * np.arange(total + 1)
     else:
         occurrences = _NO_OCCURRENCES
-    return run_ranges(
+    norms = np.empty(total, dtype=np.float64)
+    run_ranges(
         _KERNELS[kind], total, total * params.shape[1],
         params, s0, s1, s2, rows, grad, occurrences, lr, clips, decay, has_decay, hyper, dense,
-        cost=cost,
+        norms, cost=cost,
     )
+    return norms

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import numerics
 from .base import Engine
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "bag_of_occurrence",
     "bag_scales",
     "change_norm",
+    "change_rows",
     "clip",
     "combine",
     "deduplicate",
@@ -46,21 +48,22 @@ def deduplicate(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return unique.astype(np.int64, copy=False), inverse.reshape(-1).astype(np.int64, copy=False)
 
 
-def segment_sum(values: np.ndarray, segments: np.ndarray, num_segments: int) -> np.ndarray:
-    """Per segment, the float32 sum of the rows of ``values`` [n, D] whose ``segments`` equals it.
-
-    Summation order within a segment is the order of the occurrences (a stable sort by segment
-    keeps the spec's reference order among equal ids). Segments with no occurrence are 0.
-    """
-    dim = values.shape[1]
-    out = np.zeros((num_segments, dim), dtype=F32)
-    if values.shape[0] == 0:
-        return out
-    order = np.argsort(segments, kind="stable")
-    sorted_segments = segments[order]
-    starts = np.flatnonzero(np.r_[True, sorted_segments[1:] != sorted_segments[:-1]])
-    out[sorted_segments[starts]] = np.add.reduceat(values[order], starts, axis=0)
+def _ordered_sums(values: np.ndarray, groups: np.ndarray, count: int) -> np.ndarray:
+    """Per group, the float32 sum of the ``values`` (rows of [n, ...]) whose ``groups`` equals
+    it, in the order of the values: the first as is, each next one added (docs/numerics.md;
+    ``np.add.at`` applies the additions one after another in index order, and -0.0 is the one
+    start that leaves every first value as it is). Groups with no value are 0."""
+    out = np.full((count, *values.shape[1:]), -0.0, dtype=F32)
+    np.add.at(out, groups, values.astype(F32, copy=False))
+    out[np.bincount(groups, minlength=count)[:count] == 0] = 0.0
     return out
+
+
+def segment_sum(values: np.ndarray, segments: np.ndarray, num_segments: int) -> np.ndarray:
+    """Per segment, the float32 sum of the rows of ``values`` [n, D] whose ``segments`` equals it,
+    in the order of the occurrences (the spec's reference order). Segments with no occurrence
+    are 0."""
+    return _ordered_sums(values, np.asarray(segments, dtype=np.int64), int(num_segments))
 
 
 def bag_of_occurrence(row_splits: np.ndarray) -> np.ndarray:
@@ -70,13 +73,9 @@ def bag_of_occurrence(row_splits: np.ndarray) -> np.ndarray:
 
 
 def _bag_sums(values: np.ndarray, row_splits: np.ndarray) -> np.ndarray:
-    """Per bag, the float32 sum of the 1-D ``values`` of its occurrences, in position order."""
-    num_bags = row_splits.shape[0] - 1
-    out = np.zeros(num_bags, dtype=F32)
-    nonempty = row_splits[1:] > row_splits[:-1]
-    if values.shape[0] and nonempty.any():
-        out[nonempty] = np.add.reduceat(values, row_splits[:-1][nonempty])
-    return out
+    """Per bag, the float32 sum of the ``values`` of its occurrences, in position order (empty
+    bags 0)."""
+    return _ordered_sums(values, bag_of_occurrence(row_splits), row_splits.shape[0] - 1)
 
 
 def bag_scales(
@@ -110,13 +109,7 @@ def combine(rows: np.ndarray, gains: np.ndarray, row_splits: np.ndarray) -> np.n
     ``rows`` [nnz, D] are the looked-up (possibly quantized) rows of the occurrences in order.
     Empty bags give 0.
     """
-    num_bags = row_splits.shape[0] - 1
-    out = np.zeros((num_bags, rows.shape[1]), dtype=F32)
-    nonempty = row_splits[1:] > row_splits[:-1]
-    if rows.shape[0] and nonempty.any():
-        weighted = gains[:, None] * rows
-        out[nonempty] = np.add.reduceat(weighted, row_splits[:-1][nonempty], axis=0)
-    return out
+    return _bag_sums(gains[:, None] * rows, row_splits)
 
 
 def gather(table: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -184,12 +177,16 @@ def gather_combine(
     return combine(gather(rows, index), gains, row_splits)
 
 
+def change_rows(params: np.ndarray, rows: np.ndarray | None, before: np.ndarray) -> np.ndarray:
+    """float64 [n]: per row, the squared length of ``params[rows] - before`` (every row when
+    ``rows`` is None): the difference in float32, squared and added in float64 in the order of
+    ``numerics.row_sumsq``."""
+    return numerics.row_sumsq(params if rows is None else gather(params, rows), before)
+
+
 def change_norm(params: np.ndarray, rows: np.ndarray | None, before: np.ndarray) -> float:
-    """Euclidean norm of ``params[rows] - before`` (every row when ``rows`` is None): the
-    difference in float32, squared and summed in float64."""
-    after = params if rows is None else gather(params, rows)
-    delta = (after - before).astype(np.float64)
-    return float(np.sqrt(np.sum(delta * delta)))
+    """Euclidean norm of ``params[rows] - before``: ``change_rows`` added in row order."""
+    return float(np.sqrt(numerics.total(change_rows(params, rows, before))))
 
 
 def _no_fused_update(*args: Any) -> bool:
@@ -208,6 +205,7 @@ ENGINE = Engine(
     combine=combine,
     gather_combine=gather_combine,
     update_rows=_no_fused_update,
+    change_rows=change_rows,
     change_norm=change_norm,
     bag_of_occurrence=bag_of_occurrence,
     bag_scales=bag_scales,

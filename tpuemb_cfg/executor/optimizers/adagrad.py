@@ -7,6 +7,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ..numerics import pow32
 from .base import NoHyper, UpdateContext, f32, register
 
 
@@ -67,7 +68,7 @@ def adagrad_momentum_update(
 
         if beta2 == 1.0 (exact):  acc = acc + G * G
         else:                     acc = beta2 * acc + (1 - beta2) * G * G
-        s   = pow(acc + eps, -(1 / k)) * G        (1/k computed in float32; the new accumulator)
+        s   = pow(acc + eps, -(1 / k)) * G        (1/k in float32, pow: numerics.pow32)
         m   = mu * m + s
         w   = w - lr * (mu * m + s)               if use_nesterov (the new m)
         w   = w - lr * m                          otherwise
@@ -84,7 +85,7 @@ def adagrad_momentum_update(
         acc = acc + grad * grad
     else:
         acc = beta2 * acc + (one - beta2) * grad * grad
-    s = np.power(acc + eps, -(one / k)) * grad
+    s = pow32(acc + eps, -(one / k)) * grad
     m = mu * state.momenta + s
     if hyper.use_nesterov:
         w = params - lr * (mu * m + s)
@@ -214,7 +215,7 @@ def frequency_aware_adagrad_update(
         hyper.initial_accumulator_value,
     )
     scale = np.minimum(
-        np.power(n_global / counter, hyper.probability_exponent), hyper.max_lr_multiplier
+        pow32(n_global / counter, hyper.probability_exponent), hyper.max_lr_multiplier
     )
     u = grad * scale / np.sqrt(acc)
     if l1 > 0:

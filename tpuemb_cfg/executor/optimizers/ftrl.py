@@ -6,18 +6,20 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..numerics import pow32
 from .base import UpdateContext, f32, register
 
 
 def _pow(x: np.ndarray, exponent: np.float32) -> np.ndarray:
     """``pow(x, exponent)`` in float32; the usual exponent 0.5 (lr_power -0.5) is an exact sqrt.
 
-    ``sqrt`` is correctly rounded, ``pow`` is only faithfully rounded; TensorFlow's FTRL kernels
-    special-case lr_power == -0.5 the same way.
+    ``sqrt`` is correctly rounded; any other exponent goes through ``numerics.pow32``, the same
+    bits on every machine (docs/numerics.md). TensorFlow's FTRL kernels special-case
+    lr_power == -0.5 the same way.
     """
     if exponent == f32(0.5):
         return np.sqrt(x)
-    return np.power(x, exponent)
+    return np.asarray(pow32(x, exponent))
 
 
 class FtrlState(NamedTuple):

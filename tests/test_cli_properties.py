@@ -1,0 +1,281 @@
+"""The whole command line under random commands, file contents and file-system states.
+
+Each example builds a fresh folder with an input file (valid, damaged, odd encodings, duplicate
+JSON keys, escape bytes in names, a spec that changes directory...) in some state (a plain file,
+a symlink, a symlink loop, a hard link, read-only, missing, a directory), picks a command with
+options and an output (new, onto the input through a symlink, into a read-only folder, a
+directory, ``-``), and a standard output (a pipe, ``/dev/full``, closed), then runs ``python -m
+tpuemb_cfg`` in a subprocess with an address-space cap. Properties, whatever happened:
+
+- no traceback, and the exit status is one the documentation gives (0, 1, 2);
+- no file changed that the command does not change by design (``fmt`` without ``--check``,
+  ``validate --fix``), and those keep their hard links, or say so, and their UTF-8 BOM;
+- a failed command leaves no file behind; a successful one creates only its outputs;
+- what was named as output is where the output went (a spec that changes the working
+  directory cannot move it);
+- ``fmt -`` as a filter always writes the text back;
+- a JSON configuration with a duplicate key is refused, never half-read;
+- no raw escape byte from a configuration reaches the terminal.
+
+Profiles: ``TPUEMB_PROPERTY_EXAMPLES`` examples (default 300, about a minute: what CI runs);
+the long profile, run before a release, is
+
+    TPUEMB_PROPERTY_EXAMPLES=10000 .venv/bin/python -m pytest -q tests/test_cli_properties.py
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import stat
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from conftest import EXAMPLES, ROOT
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+EXAMPLES_COUNT = int(os.environ.get("TPUEMB_PROPERTY_EXAMPLES", "300"))
+MEMORY_CAP = 6 << 30  # address space of one command (numba reserves some for its compiler)
+DOCUMENTED_EXITS = {0, 1, 2}
+
+QUICKSTART = (EXAMPLES / "quickstart.pbtxt").read_text(encoding="utf-8")
+SMALL = """table_descriptor {
+  name: "t"
+  vocabulary_size: 50
+  dimension: 4
+  optimization_parameters {
+    adagrad { }
+    learning_rate { constant: 0.1 }  # tpuemb: disable=OPT010
+  }
+}
+feature_descriptor { name: "f" table_id: 0 input_shape: 8 }
+mode: TRAINING
+num_hosts: 1
+num_tensor_cores: 1
+"""
+ESCAPED = SMALL.replace('name: "t"', 'name: "t\\033]0;pwned\\007"')
+SPEC_PY = """from tpuemb_cfg.embedding import SGD, FeatureConfig, TableConfig
+table = TableConfig(vocabulary_size=30, dim=4, name="t")
+feature_config = {"f": FeatureConfig(table=table, name="f")}
+optimizer = SGD(learning_rate=0.1)
+per_replica_batch_size = 4
+"""
+SPEC_CHDIR = "import os\nos.makedirs('elsewhere', exist_ok=True)\nos.chdir('elsewhere')\n" + SPEC_PY
+
+#: name -> (bytes, extension): the input files the examples draw from.
+CONTENTS: dict[str, tuple[bytes, str]] = {
+    "small": (SMALL.encode(), ".pbtxt"),
+    "quickstart": (QUICKSTART.encode(), ".pbtxt"),
+    "bom": (b"\xef\xbb\xbf" + SMALL.encode(), ".pbtxt"),
+    "unformatted": (SMALL.replace("\n  ", "\n").replace("{ }", "{}").encode(), ".pbtxt"),
+    "escaped-name": (ESCAPED.encode(), ".pbtxt"),
+    "not-utf8": (b"table_descriptor { name: \"\xff\xfe\" }\n", ".pbtxt"),
+    "truncated": (SMALL.encode()[:97], ".pbtxt"),
+    "json": (b'{"table_descriptor": [{"name": "t", "vocabulary_size": 50, "dimension": 4}]}',
+             ".json"),
+    "json-duplicate": (b'{"mode": "TRAINING", "mode": "INFERENCE", "num_hosts": 1}', ".json"),
+    "binary-garbage": (bytes(range(256)) * 3, ".binpb"),
+    "empty": (b"", ".pbtxt"),
+    "spec": (SPEC_PY.encode(), ".py"),
+    "spec-chdir": (SPEC_CHDIR.encode(), ".py"),
+    "spec-exit": (b"import os\nos._exit(0)\n", ".py"),
+    "spec-raise": (b"raise SystemExit(0)\n", ".py"),
+}
+STATES = ("file", "symlink", "hardlink", "readonly", "missing", "directory", "loop")
+#: (command name, template); IN is the input, OUT an output file, DIR an output folder.
+COMMANDS = (
+    ("validate", ["validate", "IN"]),
+    ("validate-json", ["validate", "--format", "json", "IN"]),
+    ("validate-sarif", ["validate", "--format", "sarif", "IN"]),
+    ("validate-fix", ["validate", "--fix", "IN"]),
+    ("fmt", ["fmt", "IN"]),
+    ("fmt-check", ["fmt", "--check", "IN"]),
+    ("fmt-filter", ["fmt", "-"]),
+    ("convert-out", ["convert", "IN", "-o", "OUT"]),
+    ("convert-stdout", ["convert", "IN", "--to", "json"]),
+    ("inspect", ["inspect", "IN"]),
+    ("compile", ["compile", "IN", "-o", "OUT"]),
+    ("simulate", ["simulate", "IN", "--steps", "1", "--quiet", "--out-dir", "DIR"]),
+)
+CHANGES_INPUT = {"fmt", "validate-fix"}
+OUT_STATES = ("new", "onto-input", "readonly-dir", "directory")
+STDOUTS = ("pipe", "full", "closed")
+
+
+@dataclass
+class Case:
+    content: str
+    state: str
+    command: str
+    out_state: str
+    out_ext: str
+    stdout: str
+    folder: Path = field(default_factory=Path)
+
+
+def _snapshot(folder: Path) -> dict[str, tuple[int, int, bytes | None]]:
+    """Every entry below ``folder``: (inode, mode, bytes of a regular file)."""
+    out: dict[str, tuple[int, int, bytes | None]] = {}
+    for dirpath, dirnames, filenames in os.walk(folder, followlinks=False):
+        for name in dirnames + filenames:
+            path = Path(dirpath) / name
+            info = path.lstat()
+            data = path.read_bytes() if stat.S_ISREG(info.st_mode) and os.access(
+                path, os.R_OK) else None
+            out[str(path.relative_to(folder))] = (info.st_ino, info.st_mode, data)
+    return out
+
+
+def _build(case: Case) -> tuple[list[str], bytes | None, Path, Path]:
+    """The folder's files; returns (argv, stdin, input path, output path)."""
+    folder = case.folder
+    data, ext = CONTENTS[case.content]
+    source = folder / f"config{ext}"
+    given = source
+    if case.state in ("file", "readonly", "hardlink", "symlink"):
+        source.write_bytes(data)
+    if case.state == "readonly":
+        source.chmod(0o444)
+    elif case.state == "hardlink":
+        os.link(source, folder / f"other{ext}")
+    elif case.state == "symlink":
+        given = folder / f"link{ext}"
+        given.symlink_to(source.name)
+    elif case.state == "directory":
+        source.mkdir()
+    elif case.state == "loop":
+        given = folder / f"loop{ext}"
+        given.symlink_to(given.name)
+    out = folder / f"out{case.out_ext}"
+    if case.out_state == "onto-input":
+        if case.state in ("file", "readonly", "hardlink", "symlink"):
+            out.symlink_to(source.name)
+    elif case.out_state == "readonly-dir":
+        locked = folder / "locked"
+        locked.mkdir()
+        out = locked / f"out{case.out_ext}"
+    elif case.out_state == "directory":
+        out.mkdir()
+    template = dict(COMMANDS)[case.command]
+    argv = [str(given.name) if a == "IN" else str(out.relative_to(folder)) if a == "OUT"
+            else "run-out" if a == "DIR" else a for a in template]
+    stdin = data if case.command == "fmt-filter" else None
+    return argv, stdin, source, out
+
+
+def _limits() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP, MEMORY_CAP))
+    os.setsid()
+
+
+def _run(case: Case, argv: list[str], stdin: bytes | None) -> tuple[int, bytes, bytes]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TPUEMB_PROPERTY")}
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env["TERM"] = "dumb"
+    stderr_path = case.folder.parent / f"{case.folder.name}.stderr"
+    stdout_path = case.folder.parent / f"{case.folder.name}.stdout"
+    with open(stderr_path, "wb") as err, open(stdout_path, "wb") as out:
+        stdout: int | object = out
+        if case.stdout == "full":
+            stdout = os.open("/dev/full", os.O_WRONLY)
+
+        def preexec() -> None:
+            _limits()
+            if case.stdout == "closed":
+                os.close(1)
+
+        try:
+            result = subprocess.run(
+                [sys.executable, "-m", "tpuemb_cfg", *argv], cwd=case.folder, env=env,
+                input=stdin if stdin is not None else b"",
+                stdout=stdout,  # type: ignore[arg-type]
+                stderr=err, timeout=120, preexec_fn=preexec)
+        finally:
+            if isinstance(stdout, int):
+                os.close(stdout)
+    return result.returncode, stdout_path.read_bytes(), stderr_path.read_bytes()
+
+
+def _outputs(case: Case, out: Path) -> set[str]:
+    """Paths (relative to the folder) a successful command may create."""
+    name = str(out.relative_to(case.folder))
+    return {
+        "convert-out": {name}, "compile": {name},
+        "simulate": {"run-out", "run-out/tables.npz", "run-out/summary.json",
+                     "run-out/checkpoint.npz"},
+    }.get(case.command, set())
+
+
+def check(case: Case) -> None:
+    argv, stdin, source, out = _build(case)
+    before = _snapshot(case.folder)
+    code, stdout, stderr = _run(case, argv, stdin)
+    after = _snapshot(case.folder)
+    what = f"{case} -> exit {code}\nstderr: {stderr[-2000:]!r}"
+    assert b"Traceback (most recent call last)" not in stderr + stdout, what
+    assert code in DOCUMENTED_EXITS, what
+    assert b"\x1b" not in stdout + stderr, f"a raw escape byte was printed: {what}"
+    # Inputs: unchanged, unless the command changes its input by design.
+    for name, (inode, mode, data) in before.items():
+        assert name in after, f"{name} was removed: {what}"
+        now = after[name]
+        if now[2] == data and now[1] == mode:
+            continue
+        linked = {source.name} | ({f"other{source.suffix}"} if case.state == "hardlink" else set())
+        changer = case.command in CHANGES_INPUT and name in linked and code in (0, 1)
+        assert changer, f"{name} changed: {what}"
+        if now[2] is not None:  # rewritten in place or replaced: the permissions stay
+            assert stat.S_IMODE(now[1]) == stat.S_IMODE(mode), f"mode of {name} changed: {what}"
+        if data is not None and data.startswith(b"\xef\xbb\xbf"):
+            assert now[2] is not None and now[2].startswith(b"\xef\xbb\xbf"), f"BOM lost: {what}"
+        if case.state == "hardlink" and now[0] != inode:
+            assert b"link" in stderr, f"a hard link was detached silently: {what}"
+    # New files: only the outputs, and only on success.
+    new = set(after) - set(before)
+    # a spec that makes a folder and changes into it: the folder is the spec's doing, but
+    # nothing of tpuemb's may land in it
+    assert not any(n.startswith("elsewhere/") for n in new), f"output followed chdir: {what}"
+    new.discard("elsewhere")
+    if code == 2 and not (case.stdout != "pipe" and b"standard output" in stderr):
+        # (a run whose files were complete when printing its summary failed keeps them)
+        assert not new, f"a failed command left {sorted(new)}: {what}"
+    else:
+        allowed = _outputs(case, out)
+        assert new <= allowed, f"unexpected files {sorted(new - allowed)}: {what}"
+    if case.command == "fmt-filter" and code == 0 and stdin:
+        assert stdout.strip(), f"fmt - wrote nothing for a non-empty input: {what}"
+    if case.content == "json-duplicate" and case.state in ("file", "symlink", "readonly",
+                                                         "hardlink"):
+        if case.command not in ("fmt", "fmt-check", "fmt-filter", "compile", "simulate"):
+            said = (stdout + stderr).lower()
+            assert code == 2 and (b"twice" in said or case.stdout != "pipe"), what
+
+
+cases = st.builds(
+    Case,
+    content=st.sampled_from(sorted(CONTENTS)),
+    state=st.sampled_from(STATES),
+    command=st.sampled_from([name for name, _ in COMMANDS]),
+    out_state=st.sampled_from(OUT_STATES),
+    out_ext=st.sampled_from([".pbtxt", ".json", ".binpb", ".txt"]),
+    stdout=st.sampled_from(STDOUTS),
+)
+
+
+@settings(max_examples=EXAMPLES_COUNT, deadline=None, derandomize=EXAMPLES_COUNT <= 300,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(case=cases)
+def test_every_command_under_every_input_is_safe(case: Case) -> None:
+    with tempfile.TemporaryDirectory() as top:
+        case.folder = Path(top) / "work"
+        case.folder.mkdir()
+        try:
+            check(case)
+        finally:
+            for dirpath, dirnames, _ in os.walk(top):
+                for name in dirnames:  # read-only folders would keep the cleanup out
+                    os.chmod(Path(dirpath) / name, 0o755)

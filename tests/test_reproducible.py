@@ -1,0 +1,100 @@
+"""The same bytes on every machine (docs/numerics.md): golden replays under many settings.
+
+``tests/replay_digests.py`` replays every golden case (and a few synthetic steps) and prints a
+digest of every output array and report figure. Here it runs in subprocesses under the settings
+that change which machine code computes the numbers, and every digest must equal the default
+run's:
+
+- NumPy's SIMD dispatch limited to the build's baseline (``NPY_DISABLE_CPU_FEATURES`` naming
+  every dispatched feature group: on an AVX-512 machine the AVX-512 and AVX2 loops are off);
+- numba's code generated for another CPU (``NUMBA_CPU_NAME=haswell`` on x86-64, ``generic``
+  elsewhere), with a cache directory of its own;
+- one thread (``NUMBA_NUM_THREADS=1``) against the machine's;
+- the NumPy engine against the numba engine (both under the default and the limited dispatch);
+- the Ray backend with the rows of every table on three host actors.
+
+Nothing here depends on what the machine has: on a machine without AVX-512 the dispatch setting
+still turns off whatever NumPy would have used, and the comparison is the same.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+from conftest import GOLDEN, ROOT, require_data
+
+SCRIPT = ROOT / "tests" / "replay_digests.py"
+
+
+def _dispatched_features() -> str:
+    """Every feature group NumPy may dispatch to beyond its baseline, in the form
+    ``NPY_DISABLE_CPU_FEATURES`` takes."""
+    import numpy as np
+
+    core = getattr(np, "_core", None) or np.core  # NumPy 2, NumPy 1.26
+    return " ".join(core._multiarray_umath.__cpu_dispatch__)
+
+
+def _numba_cache(cpu: str) -> str:
+    from tpuemb_cfg.executor.engines.jit import cache_dir
+
+    return str(cache_dir().parent / f"numba-{cpu}")
+
+
+def _settings() -> dict[str, tuple[list[str], dict[str, str]]]:
+    cpu = "haswell" if platform.machine().lower() in ("x86_64", "amd64") else "generic"
+    baseline_numpy = {"NPY_DISABLE_CPU_FEATURES": _dispatched_features()}
+    both = ["--engine", "numba,numpy"]
+    settings = {
+        "default": (both, {}),
+        "numpy-dispatch-baseline": (both, baseline_numpy),
+        f"numba-cpu-{cpu}": ([], {"NUMBA_CPU_NAME": cpu, "NUMBA_CACHE_DIR": _numba_cache(cpu)}),
+        "one-thread": ([], {"NUMBA_NUM_THREADS": "1"}),
+        "ray-three-hosts": (["--backend", "ray", "--shards", "3"], {}),
+    }
+    return settings
+
+
+def _digests(arguments: list[str], environment: dict[str, str]) -> dict[str, dict[str, str]]:
+    """``{engine: {case: digest}}`` of one setting."""
+    env = {**os.environ, **environment, "TPUEMB_GOLDEN": str(GOLDEN)}
+    result = subprocess.run([sys.executable, str(SCRIPT), *arguments], capture_output=True,
+                            text=True, env=env, cwd=ROOT, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    digests: dict[str, dict[str, str]] = json.loads(result.stdout)
+    return digests
+
+
+def test_the_suite_copy_of_the_golden_data_is_unchanged() -> None:
+    """``tests/data/golden`` is a copy of the project's ``shared/golden`` (TensorFlow's own
+    output, never edited): where the shared folder sits beside the clone, every file matches."""
+    shared = ROOT.parent / "shared" / "golden"
+    copy = require_data(ROOT / "tests" / "data" / "golden")
+    if not shared.is_dir():
+        return  # a clone elsewhere: the copy is all there is
+    names = sorted(p.relative_to(shared) for p in shared.rglob("*") if p.is_file())
+    assert names == sorted(p.relative_to(copy) for p in copy.rglob("*") if p.is_file())
+    for name in names:
+        assert (copy / name).read_bytes() == (shared / name).read_bytes(), name
+
+
+def test_golden_replays_give_the_same_bytes_under_every_setting() -> None:
+    require_data(GOLDEN / "optimizers")
+    settings = _settings()
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures = {name: pool.submit(_digests, *setting) for name, setting in settings.items()}
+        results = {f"{name} ({engine})": digests
+                   for name, future in futures.items()
+                   for engine, digests in future.result().items()}
+    want = results["default (numba)"]
+    assert len(results) == 7
+    assert len(want) >= 23 and all(len(d) == 64 for d in want.values())
+    for name, got in results.items():
+        assert got.keys() == want.keys(), name
+        differ = sorted(case for case in want if got[case] != want[case])
+        assert not differ, f"{name}: other bytes than the default run for {differ}"

@@ -1,0 +1,228 @@
+"""Validating and inspecting a spec (``.py``/``.toml``): compile it, then place each finding in it.
+
+``tpuemb validate`` and ``tpuemb inspect`` take a spec as they take a configuration: the spec is
+compiled as ``tpuemb compile`` compiles it (without ``build_config``'s own validation, so every
+finding is reported, not the first error), the configuration is validated, and each finding is
+placed at the spec's line for what it is about:
+
+- a table's finding at the ``TableConfig(...)`` call (a Python spec) or ``[tables.NAME]`` entry
+  (TOML); a finding about its optimizer (``optimization_parameters...``) at the call or entry of
+  that optimizer (the global optimizer for a table that inherits it);
+- a feature's finding at its ``FeatureConfig(...)`` call or ``[features.NAME]`` entry;
+- ``num_hosts``, ``num_tensor_cores`` (``num_replicas``), ``pipeline_execution_with_tensor_core``
+  and ``spmd_sharding`` (``num_cores_per_replica``) at the spec's assignment of that argument.
+
+A finding with no such place (one about the whole configuration, or about objects the spec did not
+build itself, such as keras-rs features converted by the compiler) keeps no line and says it is
+in the configuration compiled from the spec, naming the field. ``# tpuemb: disable=ID`` on the
+spec's line silences a finding placed there. A spec that cannot be compiled is one ``PARSE001``.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import tokenize
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from tpuemb_cfg.errors import InputError
+from tpuemb_cfg.locations import Locations
+from tpuemb_cfg.rules import Diagnostic
+
+if TYPE_CHECKING:
+    from tpuemb_cfg.embedding import CompiledConfig
+    from tpuemb_cfg.rules import Severity
+    from tpuemb_cfg.rules._registry import Rule
+
+__all__ = ["SPEC_SUFFIXES", "CompiledSpec", "compile_spec", "is_spec", "validate_spec"]
+
+SPEC_SUFFIXES = (".py", ".toml")
+
+#: Top-level configuration fields and the spec's build argument that sets each.
+_ARGUMENTS = {
+    "num_hosts": "num_hosts",
+    "num_tensor_cores": "num_replicas",
+    "pipeline_execution_with_tensor_core": "pipeline_execution_with_tensor_core",
+    "spmd_sharding": "num_cores_per_replica",
+}
+
+
+def is_spec(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` names a spec (by its extension, as ``tpuemb compile`` tells them)."""
+    return os.fspath(path).endswith(SPEC_SUFFIXES)
+
+
+@dataclass
+class CompiledSpec:
+    """A compiled spec and where its configuration's fields come from in it."""
+
+    path: str
+    compiled: CompiledConfig
+    locations: Locations
+
+
+def compile_spec(path: str | os.PathLike[str]) -> CompiledSpec:
+    """Compile the spec ``path`` without validating the result; raises :class:`InputError` (with
+    the spec's line where known) when the spec cannot be read, run or compiled."""
+    from tpuemb_cfg.embedding import origins
+    from tpuemb_cfg.embedding.spec import load_spec
+
+    name = os.fspath(path)
+    with origins.recording(name) as sites:
+        spec = load_spec(name)
+    arguments = {**spec.build_arguments, "validate": False}
+    compiled = replace(spec, build_arguments=arguments).compile()
+    with open(name, encoding="utf-8", errors="replace") as handle:
+        text = handle.read()
+    if name.endswith(".toml"):
+        locations = _toml_locations(name, text, compiled)
+    else:
+        locations = _python_locations(text, compiled, sites.place)
+    return CompiledSpec(name, compiled, locations)
+
+
+# -- where each field comes from ------------------------------------------------------------------
+
+
+def _python_locations(text: str, compiled: CompiledConfig,
+                      place: Callable[[Any], tuple[int, int] | None]) -> Locations:
+    assignments: dict[str, tuple[int, int]] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        match = re.match(r"(\w+)\s*(:[^=]*)?=(?!=)", line)
+        if match:
+            assignments[match.group(1)] = (number, 1)  # the last top-level assignment wins
+    return _locations(compiled, place, assignments.get, _python_comments(text))
+
+
+def _python_comments(text: str) -> dict[int, list[str]]:
+    comments: dict[int, list[str]] = {}
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(text).readline):
+            if token.type == tokenize.COMMENT:
+                comments.setdefault(token.start[0], []).append(token.string)
+    except (tokenize.TokenError, SyntaxError):  # the spec ran, so this is not expected
+        pass
+    return comments
+
+
+def _toml_locations(path: str, text: str, compiled: CompiledConfig) -> Locations:
+    import tomllib
+
+    from tpuemb_cfg.embedding.spec import _Toml  # the key finder of the spec's own errors
+
+    data = tomllib.loads(text)
+    toml = _Toml(path, text)
+    where: dict[int, tuple[str, ...]] = {}
+    tables = data.get("tables", {})
+    by_name = {str(body.get("name", key)): key for key, body in tables.items()}
+
+    def optimizer_key(owner: tuple[str, ...], value: Any) -> tuple[str, ...]:
+        return ("optimizers", value) if isinstance(value, str) else owner
+
+    for table in compiled.tables:
+        key = by_name.get(str(table.name))
+        if key is None:
+            continue
+        where[id(table)] = ("tables", key)
+        if "optimizer" in tables[key]:
+            where[id(table.optimizer)] = optimizer_key(("tables", key, "optimizer"),
+                                                       tables[key]["optimizer"])
+        elif "optimizer" in data:
+            where[id(table.optimizer)] = optimizer_key(("optimizer",), data["optimizer"])
+    for feature in compiled.features:
+        if feature.path in data.get("features", {}):
+            where[id(feature.config)] = ("features", feature.path)
+
+    def place(obj: Any) -> tuple[int, int] | None:
+        key = where.get(id(obj))
+        return None if key is None else toml._locate(key)
+
+    def argument(name: str) -> tuple[int, int] | None:
+        return toml._locate((name,)) if name in data else None
+
+    comments = {number: [line[line.index("#"):]]
+                for number, line in enumerate(text.splitlines(), start=1)
+                if "# tpuemb:" in line}
+    return _locations(compiled, place, argument, comments)
+
+
+def _locations(compiled: CompiledConfig, place: Callable[[Any], tuple[int, int] | None],
+               argument: Callable[[str], tuple[int, int] | None],
+               comments: dict[int, list[str]]) -> Locations:
+    positions: dict[str, tuple[int, int]] = {}
+
+    def put(field_path: str, position: tuple[int, int] | None) -> None:
+        if position is not None:
+            positions[field_path] = position
+
+    for i, table in enumerate(compiled.tables):
+        base = f"table_descriptor[{i}]"
+        put(base, place(table))
+        put(f"{base}.optimization_parameters", place(table.optimizer) or place(table))
+        if table.quantization_config is not None:
+            put(f"{base}.optimization_parameters.simulated_quantization", place(table))
+    for j, feature in enumerate(compiled.features):
+        put(f"feature_descriptor[{j}]", place(feature.config))
+    for field_name, name in _ARGUMENTS.items():
+        put(field_name, argument(name))
+    return Locations(positions=positions, line_comments=comments,
+                     order=sorted(positions, key=lambda p: positions[p]))
+
+
+def _placed(locations: Locations, field_path: str) -> tuple[int, int] | None:
+    """The position of ``field_path`` or of its nearest placed ancestor, or ``None``."""
+    from tpuemb_cfg.locations import parent_path
+
+    path = field_path
+    while path:
+        found = locations.get(path)
+        if found is not None:
+            return found
+        path = parent_path(path)
+    return None
+
+
+def _elsewhere(field_path: str) -> str:
+    """The note of a finding that no line of the spec builds."""
+    if not field_path:
+        return "about the whole configuration compiled from this spec"
+    # Reports show the field path beside a finding without a line.
+    return "in the configuration compiled from this spec; no line of the spec builds it"
+
+
+# -- validating -----------------------------------------------------------------------------------
+
+
+def validate_spec(
+    path: str | os.PathLike[str],
+    rules: Sequence[Rule],
+    *,
+    severity: Mapping[str, Severity] | None = None,
+    options: Mapping[str, Any] | None = None,
+    compiled: CompiledSpec | None = None,
+) -> list[Diagnostic]:
+    """Compile the spec ``path`` (unless ``compiled`` is given) and validate the configuration;
+    findings are placed in the spec (see the module docstring). A spec that cannot be compiled
+    gives one ``PARSE001`` diagnostic, as an unreadable configuration does."""
+    from tpuemb_cfg.validator import parse_error, place, run_rules, sort_key
+
+    name = os.fspath(path)
+    if compiled is None:
+        try:
+            compiled = compile_spec(name)
+        except InputError as exc:
+            return [parse_error(exc)]
+    found = run_rules(compiled.compiled.config, rules, options=options)
+    locations = compiled.locations
+    here = [d for d in found if _placed(locations, d.field_path) is not None]
+    elsewhere = [replace(d, path=name, message=f"{d.message} ({_elsewhere(d.field_path)})")
+                 for d in found if _placed(locations, d.field_path) is None]
+    result = place(here, path=name, locations=locations) + elsewhere
+    if severity:
+        result = [replace(d, severity=severity[d.rule]) if d.rule in severity else d
+                  for d in result]
+    result.sort(key=sort_key)
+    return result

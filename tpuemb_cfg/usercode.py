@@ -1,0 +1,54 @@
+"""Running the user's Python (a ``.py`` spec, a ``CustomOptimizer``'s or ``CustomCombiner``'s
+callable) so that whatever it does ends in one line a user can act on.
+
+- **os._exit.** ``os._exit(n)`` ends the process at once: no ``finally`` block, no message, and
+  the exit status the code chose, so a spec calling ``os._exit(0)`` made ``tpuemb compile`` look
+  successful with nothing written. While user code runs (:func:`exit_guard`), ``os._exit`` is
+  replaced by a function that records the call and raises :class:`ExitCalled`, a
+  ``BaseException`` (an ``except Exception`` in the user's code does not swallow it); the caller
+  reports it as an error, and reports a call the user's code caught too, once the code returns.
+  Only the ``os._exit`` the code looks up at call time is replaced (``posix._exit`` or a
+  reference taken before the code ran are not), and only in this process: a child the code
+  forks (``multiprocessing``) still ends with it.
+- **BaseException.** Whatever the code raises becomes an error naming the exception, including
+  ``BaseException`` subclasses of its own (``class Stop(BaseException)``) and ``SystemExit``
+  (``sys.exit()`` in a spec is a mistake, not a way to end tpuemb). ``KeyboardInterrupt`` keeps
+  its meaning: Ctrl-C stops tpuemb (exit status 130).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+__all__ = ["ExitCalled", "exit_guard"]
+
+
+class ExitCalled(BaseException):
+    """User code called ``os._exit(code)`` under :func:`exit_guard`."""
+
+    def __init__(self, code: object) -> None:
+        super().__init__(f"os._exit({code!r})")
+        self.code = code
+
+
+@contextmanager
+def exit_guard() -> Iterator[list[object]]:
+    """Within the block, ``os._exit(code)`` raises :class:`ExitCalled`; the list yielded holds
+    the code of every such call (one the user's code caught included)."""
+    calls: list[object] = []
+    real = os._exit
+    process = os.getpid()
+
+    def refuse(code: object) -> None:
+        if os.getpid() != process:  # a child the code forked (multiprocessing) ends as usual
+            real(code)  # type: ignore[arg-type]
+        calls.append(code)
+        raise ExitCalled(code)
+
+    os._exit = refuse  # type: ignore[assignment]
+    try:
+        yield calls
+    finally:
+        os._exit = real
