@@ -135,6 +135,8 @@ def test_the_command_names_the_host_and_the_checkpoint_then_resumes(
     want = json.loads((tmp_path / "local" / "summary.json").read_text())
     assert summary.pop("out_dir") == str(out)
     want.pop("out_dir")
+    # the memory plan is the backend's own (the actors hold the tables), not a result
+    assert summary.pop("memory")["estimate"] and want.pop("memory")["estimate"]
     same_reports(summary, want)
 
 

@@ -414,22 +414,41 @@ def _findings_everywhere(tables: int) -> str:
     return "".join(out)
 
 
+def _one_line_per_table(tables: int) -> str:
+    """The densest layout: a table or a feature per line, short names, a finding in every table
+    (ACC002; every other table also TBL006: dimension 0)."""
+    out = [f'table_descriptor {{ name: "t{t}" vocabulary_size: 1000 dimension: {t % 2 * 8} '
+           "optimization_parameters { adagrad { } learning_rate { constant: 0.1 } } }\n"
+           for t in range(tables)]
+    out += [f"feature_descriptor {{ table_id: {t} input_shape: 128 }}\n" for t in range(tables)]
+    out.append("mode: TRAINING num_hosts: 16 num_tensor_cores: 64\n")
+    return "".join(out)
+
+
 def _peak_memory(work: Path, *args: str) -> int:
     done = subprocess.run([sys.executable, "-c", MEASURED, *args], cwd=work, timeout=120,
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     return int(done.stderr.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("fmt", ["text", "sarif"])
-def test_validate_memory_stays_under_ten_times_the_file(work: Path, fmt: str) -> None:
+@pytest.mark.parametrize(("layout", "fmt"), [
+    ("tensorflow", "text"),  # 2.6 MB, 12,000 findings
+    ("tensorflow", "sarif"),
+    ("one line per table", "sarif"),  # 3.3 MB, 30,000 findings
+])
+def test_validate_memory_stays_under_ten_times_the_file(work: Path, layout: str,
+                                                        fmt: str) -> None:
+    """The promise is 10 times the file; these layouts measure 5 to 6 times, so the test holds
+    8 times and a regression shows before the promise breaks."""
     if not Path("/proc/self/status").exists():
         pytest.skip("needs /proc/self/status (Linux) to read the peak memory")
-    (work / "big.pbtxt").write_text(_findings_everywhere(8000))  # 2.6 MB, 12,000 findings
+    text = _findings_everywhere(8000) if layout == "tensorflow" else _one_line_per_table(20000)
+    (work / "big.pbtxt").write_text(text)
     (work / "empty.pbtxt").write_text("")
     size = (work / "big.pbtxt").stat().st_size
     used = (_peak_memory(work, "validate", "-f", fmt, "big.pbtxt")
             - _peak_memory(work, "validate", "-f", fmt, "empty.pbtxt"))
-    assert used < 10 * size, f"validate used {used:,} bytes for a {size:,}-byte file"
+    assert used < 8 * size, f"validate used {used:,} bytes for a {size:,}-byte file"
 
 
 def test_validate_shows_progress_on_a_terminal_past_the_delay(

@@ -188,27 +188,30 @@ class Features(_Lazy):
 
 class TableSizes(_Lazy):
     """:class:`TableSize` of every table (``None`` when its state variables are unknown),
-    computed when read from the table and the derived state variables."""
+    computed when read from the table, its algorithm and its state variables."""
 
-    __slots__ = ("_derived", "_tables")
+    __slots__ = ("_algorithms", "_num_hosts", "_states", "_tables")
 
-    def __init__(self, tables: Any, derived: Derived) -> None:
+    def __init__(self, tables: Any, algorithms: Sequence[str | None],
+                 states: Sequence[tuple[str, ...] | None], num_hosts: int | None) -> None:
         self._tables = tables
-        self._derived = derived
+        self._algorithms = algorithms
+        self._states = states
+        self._num_hosts = num_hosts
 
     def __len__(self) -> int:
-        return len(self._derived.state_variables)
+        return len(self._states)
 
     def _item(self, t: int) -> TableSize | None:
-        states = self._derived.state_variables[t]
+        states = self._states[t]
         if states is None:
             return None
         table = self._tables[t]
         vocab = max(table.vocabulary_size, 0)
         dim = max(table.dimension, 0)
         s = len(states)
-        packed = packing_effective(table, self._derived.algorithms[t])
-        num_hosts = self._derived.num_hosts
+        packed = packing_effective(table, self._algorithms[t])
+        num_hosts = self._num_hosts
         if num_hosts is None:
             estimate = _padded_bytes(vocab, dim, s, packed)
         else:
@@ -451,7 +454,7 @@ def derive(config: TPUEmbeddingConfiguration) -> Derived:
 
     num_hosts = config.num_hosts if config.num_hosts >= 1 else None
     dimensions: dict[int, int] = {}  # equal dimensions, one integer
-    derived = Derived(
+    return Derived(
         style=style,
         num_tables=n_tables,
         features=features,
@@ -469,9 +472,9 @@ def derive(config: TPUEmbeddingConfiguration) -> Derived:
         dimensions=[dimensions.setdefault(t.dimension, t.dimension) for t in tables],
         activation_scale=scale,
         num_hosts=num_hosts,
+        # 1.6 sizes, computed when read
+        table_sizes=TableSizes(tables, algorithms, state_variables, num_hosts),
     )
-    derived.table_sizes = TableSizes(tables, derived)  # 1.6 sizes, computed when read
-    return derived
 
 
 def packing_effective(

@@ -266,8 +266,11 @@ def _line_comments(text: str, first: int) -> list[str] | None:
     from tpuemb_cfg.locations import iter_tokens
 
     last = text.find("\n", first)
+    last = len(text) if last < 0 else last
+    if text.find("#", first, last) < 0:  # most lines: no comment to look for
+        return None
     comments: dict[int, list[str]] = {}
-    for _ in iter_tokens(text, comments, start=first, end=len(text) if last < 0 else last):
+    for _ in iter_tokens(text, comments, start=first, end=last):
         pass
     return comments.get(1)
 

@@ -4,10 +4,11 @@ The runs (``tpuemb_cfg.sim``) compute and return; this module is the one place t
 progress bar and writes their files: ``OUT_DIR/tables.npz`` (final tables and slots, whole or
 the touched rows: ``--tables``), ``OUT_DIR/summary.json`` (the summary, with ``config`` and
 ``out_dir`` added), the ``--plot`` image (PNG, SVG or PDF, from its extension) and the
-``--save-batches`` file (each step's batch streamed in as the run goes, :func:`batches_file`). :func:`check_run_outputs` checks them all before
-the run starts; :func:`write_run` writes them together at its end, as one
-:class:`~tpuemb_cfg.atomic.OutputSet`: all of them or, when anything fails (a full disk, the
-plot, Ctrl-C), none, and never through a predictable temporary name.
+``--save-batches`` file (each step's batch streamed in as the run goes, :func:`batches_file`).
+:func:`check_run_outputs` checks them all before the run starts; :func:`write_run` writes them
+together at its end, as one :class:`~tpuemb_cfg.atomic.OutputSet` (with the batches staged in
+the same set): all of them or, when anything fails (a full disk, the plot, Ctrl-C), none, and
+never through a predictable temporary name.
 """
 
 from __future__ import annotations

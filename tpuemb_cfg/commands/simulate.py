@@ -178,8 +178,9 @@ def _spec_callback(ctx: click.Context, param: click.Parameter, value: str | None
               help="Synthetic run: continue from OUT_DIR/checkpoint.npz.")
 @click.option("--max-memory", metavar="SIZE",
               help="Refuse to start when the estimated peak memory exceeds SIZE (default: what "
-                   "the run adds held against 80% of available RAM; --backend ray: the limit of each host's actor, default what the "
-                   f"largest Ray node offers). {units.SIZE_HELP}.")
+                   "the run adds held against 80% of available RAM; --backend ray: the limit of "
+                   "each host's actor, default what the largest Ray node offers). "
+                   f"{units.SIZE_HELP}.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @engine_option("numba: compiled kernels (falls back to numpy, with a warning, when numba cannot be "
                "imported); numpy: the readable reference, same results.")

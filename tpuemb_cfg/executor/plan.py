@@ -178,10 +178,12 @@ class Plan:
         )
 
     def memory_estimate(self) -> int:
-        """An estimate of the peak bytes of a synthetic step: the tables and slots plus every
-        working array of one step for the configured bags, cores and bag sizes (ids, gains,
+        """An estimate of the bytes a library ``Executor`` adds to its process: the whole tables
+        and slots plus every working array of one synthetic step of the NumPy engine (the
+        larger of the two engines') for the configured bags, cores and bag sizes (ids, gains,
         activations, gradients, gathered rows, per-core partials, a non-lazy optimizer's
-        full-size arrays) and the process itself; ``executor.memory`` has the model."""
+        full-size arrays). ``executor.memory.estimate`` estimates a whole run (the process, the
+        engine in use, the rows touched, the history); ``executor.memory`` has the model."""
         from .memory import library_estimate
 
         return library_estimate(self).total

@@ -140,10 +140,11 @@ def _entries(ctx: Context, positions: Iterable[int]) -> Iterator[OpTable]:
     """The :class:`OpTable` of each table at ``positions`` (tables with
     ``optimization_parameters``), made as it is reached."""
     tables = ctx.config.table_descriptor
+    algorithms = ctx.derived.algorithms  # the selected member, of a table with parameters
     for i in positions:
         table = tables[i]
         op = table.optimization_parameters
-        name = op.WhichOneof("parameters")
+        name = algorithms[i]
         yield OpTable(i, table, op, name, getattr(op, name) if name else None)
 
 
