@@ -310,15 +310,13 @@ def _locate_by_element(text: str, descriptor: Any, field_paths: Sequence[str]) -
     # the next path in the same element as path k (-1: none).
     first: dict[str, array[int]] = {}
     following = array("q", [-1]) * count
-    at_root = []
     for k in range(count - 1, -1, -1):
         path = field_paths[k]
         head = _HEAD.match(path)
         if head is None:
             if path:
                 raise _Unusual
-            at_root.append(k)
-            continue
+            continue  # the root: line 1
         name, index = head.group(1), head.group(2)
         field = descriptor.fields_by_name.get(name)
         if index is not None and (field is None or not is_repeated(field)):
