@@ -7,7 +7,7 @@ clipping), then times, best of ``--repeat`` runs each:
 * the whole ``tpuemb validate`` pipeline in-process: read + parse, derive, run every default
   rule, locate the fields of the findings, sort, format as text; once on the clean file and once
   on a copy with 10 errors spread over it (only the elements with findings are scanned for
-  positions) and on a copy with an error in every table (the whole text is scanned);
+  positions) and on a copy with an error in every table (every table is scanned);
 * the same pipeline on the binary encoding (no text positions);
 * ``tpuemb validate`` of a small file as a subprocess (start-up time, what a pre-commit hook pays),
   and whether it imported NumPy.
