@@ -15,7 +15,8 @@ computes, in float32, in the same order of operations, so the two engines give t
   temporary of contributions;
 - ``gather`` / ``scatter`` / ``gather_combine``: whole rows, ranges of rows or bags on several
   threads (``gather_combine`` forms the activations without the gathered copy of the rows);
-- ``change_norm``: the report's update norm without temporaries;
+- ``change_rows``: each row's squared change for the report's update norm, without
+  temporaries;
 - ``update_rows``: the whole per-row pipeline of spec section 6 fused into one pass over each
   updated row, for every optimizer (``numba_update``).
 
@@ -51,7 +52,6 @@ __all__ = [
     "ENGINE",
     "FusedStep",
     "backprop_sum",
-    "change_norm",
     "change_rows",
     "fused_update",
     "gather",
@@ -184,12 +184,6 @@ def change_rows(params: np.ndarray, rows: np.ndarray | None, before: np.ndarray)
     norms = np.empty(before.shape[0], dtype=np.float64)
     run_ranges(_change_norms, before.shape[0], before.size, params, ids, before, norms)
     return norms
-
-
-def change_norm(params: np.ndarray, rows: np.ndarray | None, before: np.ndarray) -> float:
-    """Euclidean norm of ``params[rows] - before``: ``change_rows`` added in row order (the
-    NumPy engine's bits)."""
-    return float(np.sqrt(numerics.total(change_rows(params, rows, before))))
 
 
 # --------------------------------------------------------------------------------------------

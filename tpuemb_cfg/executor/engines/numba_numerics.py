@@ -3,9 +3,9 @@
 ``pow32`` is the very code of ``numerics._pow`` (its code object, compiled with the scalar
 versions of the helpers ``numerics`` swaps: a bit cast for ``_bits`` / ``_from_bits``, a
 conditional expression for ``_where``, ``np.int64`` for ``_int``), rounded to float32 once.
-``row_sumsq`` is ``numerics.row_sumsq`` for one row of a table against a saved copy, and
-``rows_total`` is ``numerics.total``: eight lanes of float64 squares, combined pairwise, and rows
-added in order. Everything is ``inline="always"``: the kernels that call these keep one
+``row_sumsq`` is ``numerics.row_sumsq`` for one row of a table against a saved copy: eight
+lanes of float64 squares, combined pairwise (the callers add the rows in order with
+``numerics.total``). Everything is ``inline="always"``: the kernels that call these keep one
 compiled body each.
 """
 
@@ -19,7 +19,7 @@ import numpy as np
 from .. import numerics
 from .jit import bits_float, float_bits, lanes_sumsq, njit
 
-__all__ = ["pow32", "pow64", "row_sumsq", "rows_total"]
+__all__ = ["pow32", "pow64", "row_sumsq"]
 
 
 @njit(inline="always")
@@ -75,12 +75,3 @@ def row_sumsq(params: np.ndarray, r: int, before: np.ndarray, lanes: np.ndarray)
         lanes[d - full] += e * e
     return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + (
         (lanes[4] + lanes[5]) + (lanes[6] + lanes[7]))
-
-
-@njit(inline="always")
-def rows_total(values: np.ndarray) -> float:
-    """``numerics.total``: the float64 ``values`` added in order, from 0."""
-    out = 0.0
-    for k in range(values.shape[0]):
-        out += values[k]
-    return out
