@@ -156,7 +156,7 @@ def _spec_callback(ctx: click.Context, param: click.Parameter, value: str | None
 @click.option("--tables", "tables_output", type=click.Choice(["all", "touched", "none"]),
               default="touched", show_default=True,
               help="Synthetic run: what OUT_DIR/tables.npz holds: only the rows the run touched "
-                   "(touched: every other row is the seed's default; --init reads the file), "
+                   "(touched: every other row keeps its initial value; --init reads the file), "
                    "every table and slot (all), or no file (none).")
 @click.option("--dry-run", is_flag=True,
               help="Synthetic run (one worker): print the plan and the memory estimate; run "

@@ -195,7 +195,7 @@ def _written(tables_path: str, summary: Mapping[str, Any]) -> str:
     if which == "touched":
         rows = sum(summary.get("rows_written", {}).values())
         return (f"the {rows:,} touched rows of the tables and slots written to {tables_path} "
-                f"(every other row is the seed's default); {tail}")
+                f"(every other row keeps its initial value); {tail}")
     return f"tables and slots written to {tables_path}; {tail}"
 
 
