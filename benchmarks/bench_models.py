@@ -8,7 +8,7 @@ and peak memory against ``Plan.memory_estimate``.
 A scale divides every vocabulary (``--vocab-scale``) and every replica's batch
 (``--batch-scale``); the topology, tables, features, bag sizes, combiners and optimizers stay the
 spec's. Each run is its own process (``tpuemb simulate`` would do the same work): it compiles
-the spec, prepares it (``tpuemb_cfg.prepare``), runs ``--steps`` synthetic steps after one
+the spec, prepares it (``tpuemb_cfg.session``), runs ``--steps`` synthetic steps after one
 warm-up step, and reports its peak resident memory (``ru_maxrss``). The process's own footprint
 (interpreter, libraries, numba's compiled kernels) is measured the same way on a one-row
 configuration and reported beside it: the estimate counts tables and working arrays only, so it
@@ -68,7 +68,7 @@ def _leaves(structure: Any) -> list[Any]:
 def worker(arguments: dict[str, Any]) -> dict[str, Any]:
     """One measured run in this process (the child side)."""
     from tpuemb_cfg.io import load
-    from tpuemb_cfg.prepare import prepare
+    from tpuemb_cfg.session import prepare
     from tpuemb_cfg.sim.synthetic import SyntheticRun
 
     if arguments["model"] == "tiny":

@@ -101,7 +101,7 @@ def eager_init(config: Path) -> dict[str, float]:
     """Every table and slot computed up front, in a fresh process (kernels from the cache)."""
     code = (
         "import json, sys, time\n"
-        "from tpuemb_cfg.prepare import prepare\n"
+        "from tpuemb_cfg.session import prepare\n"
         "from tpuemb_cfg.executor import state\n"
         "plan = prepare(sys.argv[1]).plan\n"
         "state.initial_state(plan, seed=1)\n"  # load the kernels, first touch of the memory

@@ -17,7 +17,7 @@ import pytest
 import tpuemb_cfg
 from tpuemb_cfg.executor import Executor, state
 from tpuemb_cfg.executor.counter import LAYER_F, LAYER_X, exp_minus, mix, normal_rows
-from tpuemb_cfg.prepare import prepare
+from tpuemb_cfg.session import prepare
 
 numba_init = pytest.importorskip("tpuemb_cfg.executor.engines.numba_init")
 

@@ -26,7 +26,7 @@ from tpuemb_cfg.embedding import (
 from tpuemb_cfg.errors import InputError
 from tpuemb_cfg.executor import Executor
 from tpuemb_cfg.executor.custom import CustomError
-from tpuemb_cfg.prepare import prepare, with_combiner_arguments
+from tpuemb_cfg.session import prepare, with_combiner_arguments
 
 F32 = np.float32
 

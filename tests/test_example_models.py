@@ -13,7 +13,7 @@ from conftest import EXAMPLES, run_cli
 from tpuemb_cfg.derived import derive, device_share
 from tpuemb_cfg.embedding.spec import load_spec
 from tpuemb_cfg.io import load
-from tpuemb_cfg.prepare import prepare
+from tpuemb_cfg.session import prepare
 
 MODELS = EXAMPLES / "models"
 SPECS = ["dlrm_criteo", "dcnv2_mlperf"]

@@ -1,6 +1,6 @@
 """Prepare once (issue 11, item 3): one parse, one validation and one plan per configuration.
 
-``tpuemb_cfg.prepare.prepare`` parses a file once and validates the parsed message together with
+``tpuemb_cfg.session.prepare`` parses a file once and validates the parsed message together with
 its text (positions, ``# tpuemb: disable=ID``); ``Executor``, ``replay`` and ``tpuemb simulate
 --batches`` take its result without parsing or planning again. The plan holds no protobuf, so a
 step never reads it.
@@ -25,7 +25,7 @@ from tpuemb_cfg import io
 from tpuemb_cfg.errors import InputError, UsageError
 from tpuemb_cfg.executor import Executor, plan, replay
 from tpuemb_cfg.npzio import read_npz
-from tpuemb_cfg.prepare import Prepared, prepare
+from tpuemb_cfg.session import Prepared, prepare
 
 TEXT = """table_descriptor {
   name: "t"
@@ -173,7 +173,7 @@ def test_a_step_never_reads_the_message(config_path: Path) -> None:
 
 
 def test_importing_prepare_loads_no_numpy() -> None:
-    code = "import sys, tpuemb_cfg.prepare\nassert 'numpy' not in sys.modules, 'numpy imported'\n"
+    code = "import sys, tpuemb_cfg.session\nassert 'numpy' not in sys.modules, 'numpy imported'\n"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0, result.stderr
 

@@ -15,7 +15,7 @@ from tpuemb_cfg.executor.memory import (
 )
 from tpuemb_cfg.executor.workload import parse_ids
 from tpuemb_cfg.io import load
-from tpuemb_cfg.prepare import prepare
+from tpuemb_cfg.session import prepare
 from tpuemb_cfg.sim import synthetic
 
 # The configuration of issue 16: a small table, 2.56 million bags a step.

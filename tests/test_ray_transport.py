@@ -18,11 +18,12 @@ from conftest import ADAM_AND_MOMENTUM_TABLES
 from raycluster import ray_cluster, same_reports, same_state  # noqa: F401  (the fixture)
 
 import tpuemb_cfg
-from tpuemb_cfg.executor import Executor, numerics
+from tpuemb_cfg import numerics
+from tpuemb_cfg.executor import Executor
 from tpuemb_cfg.executor.optimizers import UpdateContext
 from tpuemb_cfg.executor.ray_storage import SHARED_MEMORY_ENV, RayStorage
 from tpuemb_cfg.executor.shard import Arena, PipelineRef, Shard
-from tpuemb_cfg.prepare import prepare
+from tpuemb_cfg.session import prepare
 from tpuemb_cfg.sim.synthetic import SyntheticRun
 
 CONFIG = ADAM_AND_MOMENTUM_TABLES + """\

@@ -28,7 +28,7 @@ from tpuemb_cfg.commands import _outputs
 from tpuemb_cfg.commands.simulate import parse_size
 from tpuemb_cfg.executor import Executor
 from tpuemb_cfg.npzio import read_npz
-from tpuemb_cfg.prepare import prepare
+from tpuemb_cfg.session import prepare
 from tpuemb_cfg.sim.multiworker import MAX_WORKERS, MultiWorkerRun
 from tpuemb_cfg.sim.synthetic import SyntheticRun
 

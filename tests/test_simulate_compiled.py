@@ -21,7 +21,7 @@ from tpuemb_cfg.embedding import (
 from tpuemb_cfg.errors import InputError
 from tpuemb_cfg.executor import Executor, FeatureInput
 from tpuemb_cfg.io import serialize
-from tpuemb_cfg.prepare import prepare, with_combiner_arguments
+from tpuemb_cfg.session import prepare, with_combiner_arguments
 
 SPEC = """\
 from tpuemb_cfg.embedding import SGD, FeatureConfig, TableConfig

@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 from conftest import DATA, require_data, run_simulate
 
+from tpuemb_cfg import numerics
 from tpuemb_cfg.embedding import (
     SGD,
     Adagrad,
@@ -36,8 +37,8 @@ from tpuemb_cfg.embedding import (
     from_keras,
 )
 from tpuemb_cfg.errors import InputError, NumericalError
-from tpuemb_cfg.executor import FeatureInput, numerics
-from tpuemb_cfg.prepare import prepare
+from tpuemb_cfg.executor import FeatureInput
+from tpuemb_cfg.session import prepare
 from tpuemb_cfg.sim.multiworker import MultiWorkerRun
 from tpuemb_cfg.sim.synthetic import SyntheticRun
 from tpuemb_cfg.simulate import Executor

@@ -11,7 +11,7 @@ import pytest
 from tpuemb_cfg.embedding import SGD, FeatureConfig, TableConfig, build_config
 from tpuemb_cfg.executor.bags import expected_ids_per_bag
 from tpuemb_cfg.io import load
-from tpuemb_cfg.prepare import prepare
+from tpuemb_cfg.session import prepare
 from tpuemb_cfg.sim.synthetic import SyntheticData
 
 

@@ -19,7 +19,7 @@ from tpuemb_cfg.executor.workload import (
     parse_sequence_lengths,
 )
 from tpuemb_cfg.io import load
-from tpuemb_cfg.prepare import prepare
+from tpuemb_cfg.session import prepare
 from tpuemb_cfg.sim import kernels
 from tpuemb_cfg.sim.synthetic import SyntheticData
 

@@ -217,7 +217,7 @@ def memory_needed(workload: Workload) -> int:
 def _anchor_bytes(vocab: int, w: Workload) -> int:
     """The bytes that grow with the vocabulary (see :func:`memory_needed`)."""
     from . import load
-    from .prepare import prepare
+    from .session import prepare
 
     text = _config_text([("anchor", vocab, w.dim)], [(0, w.ids)], w.optimizer)
     return prepare(load(text.encode(), "text")).plan.memory_estimate() + 16 * vocab

@@ -260,7 +260,7 @@ def _simulation(message: Any) -> dict[str, Any] | None:
     import importlib.util
 
     from tpuemb_cfg.errors import TpuembError
-    from tpuemb_cfg.prepare import prepare
+    from tpuemb_cfg.session import prepare
     from tpuemb_cfg.sim.synthetic import run_estimate
 
     try:

@@ -23,7 +23,7 @@ from tpuemb_cfg.errors import InputError, NumericalError, OutputError, UsageErro
 from tpuemb_cfg.limits import available_memory
 
 if TYPE_CHECKING:
-    from tpuemb_cfg.prepare import Prepared
+    from tpuemb_cfg.session import Prepared
 
 __all__ = ["available_memory", "backend_option", "engine_option", "parse_size", "seed_option",
            "simulate"]
@@ -473,7 +473,7 @@ def _replay(
     from tpuemb_cfg.executor import replay
     from tpuemb_cfg.executor.replay import parse_steps, require_replay_memory
     from tpuemb_cfg.npzio import atomic_write_npz, read_npz
-    from tpuemb_cfg.prepare import prepare, with_combiner_arguments
+    from tpuemb_cfg.session import prepare, with_combiner_arguments
 
     real = _Anchored(batches_path, init_path, out_path)  # before a spec's code runs
     with real.named_as_typed():
@@ -535,7 +535,7 @@ def _prepare(
     re-labelled, not rebuilt) and the ``--bag-sizes`` distribution."""
     from dataclasses import replace
 
-    from tpuemb_cfg.prepare import prepare, with_combiner_arguments
+    from tpuemb_cfg.session import prepare, with_combiner_arguments
 
     prepared = prepare(config_path if config_path is not None else _load_default_config())
     prepared = with_combiner_arguments(prepared, combiner_args)

@@ -85,7 +85,7 @@ class CompiledConfig:
     def combiners(self) -> list[Any]:
         """Each feature's combiner (its table's: ``'mean'``, ``'sum'``, ``'sqrtn'`` or a
         ``CustomCombiner``), in feature order. The proto has no field for it, so the executor
-        takes it from here (``tpuemb_cfg.prepare``)."""
+        takes it from here (``tpuemb_cfg.session``)."""
         return [feature.config.table.combiner for feature in self.features]
 
 

@@ -5,7 +5,7 @@ A Keras schedule converts its parameters to float32 tensors and computes its val
 TensorFlow op after another, each rounded to float32. The functions here do the same operations
 in the same order on NumPy float32 scalars (``+ - * /``, ``floor``, ``ceil``, ``min`` and
 comparisons, exact in IEEE 754) and use the executor's own ``pow32``, ``cos32`` and ``log32``
-(``tpuemb_cfg.executor.numerics``: correctly rounded but for values within 1e-15 of a rounding
+(``tpuemb_cfg.numerics``: correctly rounded but for values within 1e-15 of a rounding
 boundary, and the same bits on every machine) where TensorFlow calls its ``pow``, ``cos`` and
 ``log`` kernels. So the value at a step is TensorFlow's float32 (``tests/data/tf/schedules.json``
 holds TensorFlow 2.21's values for steps 0..N; the tests compare them bit for bit), and a
@@ -41,7 +41,7 @@ _HALF = F32(0.5)
 def _math() -> Any:
     """The float32 functions of the executor's numerics (imported when a value is asked for:
     compiling a spec never evaluates a schedule)."""
-    from tpuemb_cfg.executor import numerics
+    from tpuemb_cfg import numerics
 
     return numerics
 

@@ -99,9 +99,9 @@ class Schedule:
 
     def value(self, step: int) -> float:
         """The learning rate at ``step``: float64 from exact operations and the executor's own
-        ``pow64``/``cos64`` (``tpuemb_cfg.executor.numerics``), never libm's, so a simulation
+        ``pow64``/``cos64`` (``tpuemb_cfg.numerics``), never libm's, so a simulation
         sends the same bits on every machine."""
-        from tpuemb_cfg.executor.numerics import cos64, pow64
+        from tpuemb_cfg.numerics import cos64, pow64
 
         p = self.params
         if self.kind == "constant":

@@ -3,7 +3,7 @@
 ``Executor(config)`` holds the tables and slots of a ``TPUEmbeddingConfiguration`` and runs the
 steps of ``../shared/spec/optimizers.md``; ``replay`` runs a whole replay-contract input (the
 arrays of ``tpuemb simulate CONFIG --batches B.npz``). Both take a configuration prepared once
-by ``tpuemb_cfg.prepare.prepare`` (parse, validate, ``plan``). The hot loops live in
+by ``tpuemb_cfg.session.prepare`` (parse, validate, ``plan``). The hot loops live in
 ``engines`` (``numpy``, ``numba``), the per-row optimizers in ``optimizers``, the wrapping
 pipeline of spec section 6 in ``pipeline``, and the tables and slots behind ``storage``.
 """

@@ -29,7 +29,7 @@ import numpy as np
 
 from .. import units
 from ..errors import InputError, NumericalError, UsageError
-from ..prepare import Prepared, prepare
+from ..session import Prepared, prepare
 from .batch import (
     CheckedFeature,
     FeatureInput,
@@ -152,7 +152,7 @@ class TableReport:
 class Executor:
     """The CPU reference of one ``TPUEmbeddingConfiguration``'s embedding layer.
 
-    ``config``: a ``Prepared`` (``tpuemb_cfg.prepare``: used as is, nothing is parsed, validated
+    ``config``: a ``Prepared`` (``tpuemb_cfg.session``: used as is, nothing is parsed, validated
     or planned again) or anything ``prepare`` takes (a path, bytes, tpuemb's or TensorFlow's
     message). ``combiners``: one name for every feature, a list with one per feature, or
     ``{feature_index: name}`` (default ``mean``). ``initial_state``: ``table/NAME`` and

@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from . import numerics
+from .. import numerics
 from .batch import CheckedFeature
 from .optimizers import UpdateContext
 from .plan import TablePlan

@@ -194,9 +194,9 @@ def refuse_invalid(config: Any) -> None:
 
     ``config``: what ``tpuemb_cfg.validate`` takes; pass the path of a text file to get the
     first error's line and column and to honour ``# tpuemb: disable=ID`` comments. Prefer
-    ``tpuemb_cfg.prepare.prepare``, which parses, validates and plans a file in one pass.
+    ``tpuemb_cfg.session.prepare``, which parses, validates and plans a file in one pass.
     """
-    from ..prepare import refuse_errors
+    from ..session import refuse_errors
     from ..validator import validate
 
     refuse_errors(validate(config))

@@ -49,8 +49,8 @@ from typing import Any
 
 import numpy as np
 
+from .. import numerics
 from ..errors import TpuembError, UsageError
-from . import numerics
 from .engines import Engine
 from .pipeline import RowPipeline
 from .plan import Plan

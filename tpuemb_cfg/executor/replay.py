@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError
-from ..prepare import prepare
+from ..session import prepare
 from .batch import FeatureInput, check_batch, check_gradient, check_learning_rates
 from .core import Executor, TableReport, require_memory
 from .plan import Plan
@@ -127,7 +127,7 @@ def replay(
 ) -> dict[str, np.ndarray]:
     """Run every step of ``batches`` from the state ``init``; return the replay output arrays.
 
-    ``config``: a ``Prepared`` (``tpuemb_cfg.prepare``; nothing is parsed or planned again) or
+    ``config``: a ``Prepared`` (``tpuemb_cfg.session``; nothing is parsed or planned again) or
     anything ``prepare`` takes; ``validate_config=False`` skips validation. Arrays must have the
     contract's dtypes exactly (int64 ids, float32 floats). ``combiners`` as for ``Executor`` (a
     ``Prepared`` is re-planned with them). ``max_memory``: refuse (``UsageError``) when the

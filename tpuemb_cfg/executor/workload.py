@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import UsageError
-from .numerics import pow64
+from ..numerics import pow64
 
 __all__ = [
     "DEFAULT_IDS",

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from ..executor.counter import G, mix
-from ..executor.numerics import _pow, pow64, row_sumsq, total
+from ..numerics import _pow, pow64, row_sumsq, total
 
 __all__ = [
     "RANK",

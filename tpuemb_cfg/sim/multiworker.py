@@ -58,7 +58,7 @@ from ..executor import Executor, FeatureInput
 from ..executor.partial import TouchedRows, saved_state
 from ..executor.plan import Plan
 from ..executor.workload import IdDistribution, SequenceLengths
-from ..prepare import Prepared, prepare
+from ..session import Prepared, prepare
 from .accumulators import IndexedSlices, WouldBlock
 from .schedules import Schedule
 from .staleness import DropStaleGradient, SyncReplicas
@@ -175,7 +175,7 @@ class MultiWorkerRun:
     (a negative one drops every gradient, as TensorFlow's rule does; ``tpuemb simulate`` refuses
     it). ``delay``: a
     :class:`DelayModel` or its text (default ``fixed:0``). ``config``: a ``Prepared``
-    (``tpuemb_cfg.prepare``) or anything ``prepare`` takes; ``seed``, ``combiners``,
+    (``tpuemb_cfg.session``) or anything ``prepare`` takes; ``seed``, ``combiners``,
     ``learning_rate``, ``max_memory``, ``validate_config`` as for ``SyntheticRun``;
     ``schedules``: learning-rate schedules per tag (see ``tpuemb_cfg.sim.schedules``);
     ``engine``: the executor's engine (``numba``, the default, or ``numpy``); ``backend``,

@@ -14,7 +14,7 @@ from typing import Literal
 import numpy as np
 
 from ..errors import UsageError
-from ..executor.numerics import pow32
+from ..numerics import pow32
 
 __all__ = ["Schedule", "ScheduleKind", "check_schedule_tags"]
 

@@ -59,7 +59,6 @@ from ..executor.bags import bag_lengths
 from ..executor.core import damaged_checkpoint
 from ..executor.counter import stream_key
 from ..executor.memory import Estimate, RunShape, describe, reduce_hint
-from ..executor.numerics import pow64
 from ..executor.partial import TouchedRows, saved_state
 from ..executor.plan import Plan, TablePlan
 from ..executor.rates import spec_learning_rates
@@ -69,6 +68,7 @@ from ..executor.workload import (
     parse_ids,
     parse_sequence_lengths,
 )
+from ..numerics import pow64
 from . import kernels
 from .schedules import Schedule, check_schedule_tags
 
@@ -325,7 +325,7 @@ class SyntheticData:
 class SyntheticRun:
     """A seeded synthetic training run over ``config`` (see the module docstring).
 
-    ``config``: a ``Prepared`` (``tpuemb_cfg.prepare``: nothing parsed, validated or planned
+    ``config``: a ``Prepared`` (``tpuemb_cfg.session``: nothing parsed, validated or planned
     again) or anything ``prepare`` takes, as for ``Executor``; ``schedules``: learning-rate
     schedules per tag (``spec_path`` names their spec file in errors). The schedules enter the
     run's fingerprint, so ``restore`` refuses a checkpoint written with other schedules.

@@ -26,7 +26,7 @@ Conventions: ids are int64, values float32; a *bag* is one row of ``row_splits``
     pipeline of ``tpuemb_cfg.executor.pipeline``);
 ``change_rows(params, rows, before) -> float64 [n]``
     per row, the squared Euclidean length of ``params[rows] - before`` (``rows`` None: every
-    row), in the order ``executor.numerics.row_sumsq`` defines;
+    row), in the order ``numerics.row_sumsq`` defines;
 ``change_norm(params, rows, before) -> float``
     the Euclidean norm of the same: ``sqrt(numerics.total(change_rows(...)))``, rows added in
     order, so every engine, thread count and backend gives the same bits;

@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import numerics
+from ... import numerics
 from . import numba_step
 from . import numpy as reference
 from .base import Engine

@@ -1,4 +1,4 @@
-"""``executor.numerics`` in compiled code: the same functions, the same bits.
+"""``numerics`` in compiled code: the same functions, the same bits.
 
 ``pow32`` is the very code of ``numerics._pow`` (its code object, compiled with the scalar
 versions of the helpers ``numerics`` swaps: a bit cast for ``_bits`` / ``_from_bits``, a
@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import numerics
+from ... import numerics
 from .jit import bits_float, float_bits, lanes_sumsq, njit
 
 __all__ = ["pow32", "pow64", "row_sumsq"]

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import counter, numerics
+from ... import numerics
+from .. import counter
 from .jit import njit
 from .numba_numerics import pow64, row_sumsq
 from .numba_update import run_ranges

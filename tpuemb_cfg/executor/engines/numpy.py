@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import numerics
+from ... import numerics
 from .base import Engine
 
 __all__ = [

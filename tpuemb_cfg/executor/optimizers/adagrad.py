@@ -7,7 +7,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..numerics import pow32
+from ...numerics import pow32
 from .base import NoHyper, UpdateContext, f32, register
 
 

@@ -6,7 +6,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..numerics import pow32
+from ...numerics import pow32
 from .base import UpdateContext, f32, register
 
 
