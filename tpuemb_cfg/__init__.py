@@ -52,6 +52,7 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from tpuemb_cfg.io import as_config, dump, load
+    from tpuemb_cfg.model import Diagnostic
     from tpuemb_cfg.proto.optimization_parameters_pb2 import (
         AdadeltaParameters,
         AdagradMomentumParameters,
@@ -86,7 +87,6 @@ if TYPE_CHECKING:
         TPUEmbeddingConfiguration,
         TPUEmbeddingError,
     )
-    from tpuemb_cfg.rules._registry import Diagnostic
     from tpuemb_cfg.validator import validate
 
 _OPTIMIZATION = "tpuemb_cfg.proto.optimization_parameters_pb2"
@@ -112,7 +112,7 @@ _LAZY: dict[str, str] = {
     "dump": "tpuemb_cfg.io",
     "load": "tpuemb_cfg.io",
     "validate": "tpuemb_cfg.validator",
-    "Diagnostic": "tpuemb_cfg.rules._registry",
+    "Diagnostic": "tpuemb_cfg.model",
 }
 
 __all__ = [

@@ -25,50 +25,19 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from .errors import InputError
+from .executor.prepared import Prepared
 
 if TYPE_CHECKING:
     from .executor.plan import Plan
-    from .proto.tpu_embedding_configuration_pb2 import TPUEmbeddingConfiguration
     from .rules import Diagnostic
 
 __all__ = ["Prepared", "prepare", "refuse_errors", "with_combiner_arguments"]
 
 Combiners = str | Sequence[str] | Mapping[int, str] | None
-
-
-@dataclass(frozen=True)
-class Prepared:
-    """A configuration ready to simulate.
-
-    ``config``: tpuemb's ``TPUEmbeddingConfiguration`` message; ``plan``: the executor's
-    :class:`~tpuemb_cfg.executor.plan.Plan` of it (combiners included); ``path``: the file it was
-    read from (``None`` for bytes and messages); ``diagnostics``: every validator finding (empty
-    when prepared with ``check=False``, which skips validation); ``combiners_source``: where the
-    combiners came from: ``"spec"`` (a compiled spec's tables), ``"given"`` (the ``combiners``
-    argument) or ``"default"`` (none recorded: ``mean`` for every feature).
-    """
-
-    config: TPUEmbeddingConfiguration
-    plan: Plan
-    path: str | None
-    diagnostics: tuple[Diagnostic, ...]
-    combiners_source: str = "default"
-
-    @property
-    def combiner_note(self) -> str | None:
-        """For combiners nobody chose, the sentence that says which ones are used."""
-        if self.combiners_source != "default" or not self.plan.features:
-            return None
-        name = self.path or "the configuration"
-        return (
-            f"{name} records no combiners (TPUEmbeddingConfiguration has no field for them): "
-            "every feature uses mean, TensorFlow's default; pass --combiner (combiners=) or "
-            "simulate the spec (.py/.toml) it was compiled from"
-        )
 
 
 def prepare(source: Any, *, combiners: Combiners = None, check: bool = True) -> Prepared:
@@ -146,12 +115,13 @@ def _prepare_compiled(
     """A ``CompiledConfig``: its message, validated, planned with its combiners, bag sizes and
     custom optimizers and combiners (whose Python callables the executor runs,
     ``executor.custom``) unless ``combiners`` overrides the combiners."""
-    from .executor.custom import custom_optimizers
+    from .embedding.custom import CustomOptimizer
     from .executor.plan import build_plan
     from .validator import validate
 
     config = compiled.config
-    optimizers = custom_optimizers(compiled.tables)
+    optimizers = {t.name: t.optimizer for t in compiled.tables
+                  if isinstance(t.optimizer, CustomOptimizer)}
     diagnostics: tuple[Diagnostic, ...] = ()
     if check:
         # The tables with a CustomOptimizer hold no algorithm (what TensorFlow writes, OPT001):
@@ -191,7 +161,8 @@ def _with_spec_values(plan: Plan, compiled: Any, path: str | None) -> Plan:
     """``plan`` with what TensorFlow takes from the spec's Python objects at run time: each
     table's initializer (``executor.initializers``) and the learning-rate callable of every
     dynamic tag (``executor.rates``)."""
-    from .executor.initializers import resolve
+    from .embedding.initializers import resolve
+    from .embedding.tag_table import describe_callable
     from .executor.rates import tag_rates
 
     by_name = {table.name: table for table in compiled.tables}
@@ -207,7 +178,8 @@ def _with_spec_values(plan: Plan, compiled: Any, path: str | None) -> Plan:
             exc.path = path
         raise
     callables = list(compiled.dynamic_learning_rates)
-    rates = tag_rates(callables) if len(callables) == plan.num_learning_rates else ()
+    rates = (tag_rates(callables, [describe_callable(fn) for fn in callables])
+             if len(callables) == plan.num_learning_rates else ())
     return replace(plan, tables=tables, tag_rates=rates)
 
 

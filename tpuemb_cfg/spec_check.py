@@ -34,8 +34,7 @@ from tpuemb_cfg.rules import Diagnostic
 
 if TYPE_CHECKING:
     from tpuemb_cfg.embedding import CompiledConfig
-    from tpuemb_cfg.rules import Severity
-    from tpuemb_cfg.rules._registry import Rule
+    from tpuemb_cfg.rules import Rule, Severity
 
 __all__ = ["SPEC_SUFFIXES", "CompiledSpec", "compile_spec", "is_spec", "validate_spec"]
 

@@ -21,8 +21,14 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
-__all__ = ["ExitCalled", "exit_guard"]
+__all__ = ["ExitCalled", "exit_guard", "user_value"]
+
+
+def user_value(x: Any) -> Any:
+    """A hyper-parameter or learning rate: a number, or a zero-argument callable's value."""
+    return x() if callable(x) else x
 
 
 class ExitCalled(BaseException):

@@ -41,11 +41,7 @@ import numpy as np
 from tpuemb_cfg.embedding import _checks as chk
 from tpuemb_cfg.embedding.equality import ValueEquality
 from tpuemb_cfg.embedding.optimizers import Optimizer, TagOf
-
-
-def _value(x: Any) -> Any:
-    """A hyper-parameter or learning rate: a number, or a zero-argument callable's value."""
-    return x() if callable(x) else x
+from tpuemb_cfg.usercode import user_value
 
 
 class CustomOptimizer(Optimizer):
@@ -153,8 +149,8 @@ class CustomOptimizer(Optimizer):
     ) -> tuple[np.ndarray, list[np.ndarray]]:
         """One step on ``rows`` (``[n, dim]``) with their gradient and slots; returns the new
         rows and slots (float32). ``learning_rate`` defaults to the optimizer's own."""
-        lr = _value(self.learning_rate) if learning_rate is None else learning_rate
-        hyper = tuple(_value(h) for h in self.hyperparameters)
+        lr = user_value(self.learning_rate) if learning_rate is None else learning_rate
+        hyper = tuple(user_value(h) for h in self.hyperparameters)
         result = self.custom_computation(
             np.asarray(gradient, np.float32), np.asarray(rows, np.float32),
             [np.asarray(s, np.float32) for s in slots], np.float32(lr), hyper,

@@ -10,11 +10,26 @@ pipeline of spec section 6 in ``pipeline``, and the tables and slots behind ``st
 
 from __future__ import annotations
 
-from .batch import FeatureInput
-from .core import DeduplicationData, Executor, Partial, TableDeduplication, TableReport
-from .plan import COMBINERS, parse_combiners
-from .replay import replay
-from .storage import LocalStorage, Storage
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .batch import FeatureInput
+    from .core import DeduplicationData, Executor, Partial, TableDeduplication, TableReport
+    from .plan import COMBINERS, parse_combiners
+    from .replay import replay
+    from .storage import LocalStorage, Storage
+
+# Public name -> the module that defines it, loaded on first use (PEP 562): importing a light
+# submodule (``executor.prepared``) does not load NumPy and the engines.
+_LAZY = {
+    "FeatureInput": "batch",
+    "DeduplicationData": "core", "Executor": "core", "Partial": "core",
+    "TableDeduplication": "core", "TableReport": "core",
+    "COMBINERS": "plan", "parse_combiners": "plan",
+    "replay": "replay",
+    "LocalStorage": "storage", "Storage": "storage",
+}
 
 __all__ = [
     "COMBINERS",
@@ -29,3 +44,16 @@ __all__ = [
     "parse_combiners",
     "replay",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

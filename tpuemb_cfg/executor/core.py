@@ -29,7 +29,6 @@ import numpy as np
 
 from .. import units
 from ..errors import InputError, NumericalError, UsageError
-from ..session import Prepared, prepare
 from .batch import (
     CheckedFeature,
     FeatureInput,
@@ -47,6 +46,7 @@ from .initializers import called_tables
 from .optimizers import UpdateContext
 from .pipeline import RowPipeline
 from .plan import Plan, TablePlan
+from .prepared import Prepared
 from .rates import spec_learning_rates
 from .state import initial_state as make_initial_state
 from .storage import LocalStorage, Storage, rows_of
@@ -215,6 +215,8 @@ class Executor:
         seed = units.seed_argument(seed)
         max_memory = units.size_argument(max_memory, "max_memory")
         self.engine: Engine = choose_engine(engine)
+        from ..session import prepare  # until the Executor takes only a Prepared
+
         self.prepared: Prepared = prepare(config, combiners=combiners, check=validate_config)
         self.config = self.prepared.config
         self.plan: Plan = self.prepared.plan

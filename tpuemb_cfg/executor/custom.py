@@ -36,7 +36,7 @@ modelled). Empty bags are not passed to the computation: their activation is 0 (
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,7 +44,7 @@ import numpy as np
 
 from ..algorithms import Slot
 from ..errors import InputError
-from ..usercode import ExitCalled, exit_guard
+from ..usercode import ExitCalled, exit_guard, user_value
 from .engines import warn_once
 from .optimizers import NoHyper, Optimizer, UpdateContext
 
@@ -193,14 +193,12 @@ def optimizer_record(
     )
     slots = tuple(Slot(name, value) for name, value in zip(names, initial, strict=True))
     what = f"table {table!r}: the CustomOptimizer's custom_computation"
-    from ..embedding.custom import _value  # a number, or a zero-argument callable's value
-
     def update(params: np.ndarray, state: Any, grad: np.ndarray, lr: np.float32,
                hyper: Any, ctx: UpdateContext) -> tuple[np.ndarray, SlotTuple]:
         n, d = params.shape
         given = [s if w == d else np.ascontiguousarray(s[:, :1])
                  for s, w in zip(state, widths, strict=True)]
-        values = tuple(F32(_call(f"table {table!r}: hyper-parameter {i}", _value, h))
+        values = tuple(F32(_call(f"table {table!r}: hyper-parameter {i}", user_value, h))
                        for i, h in enumerate(custom.hyperparameters))
         result = _call(what, custom.custom_computation, grad.copy(), params.copy(),
                        [s.copy() for s in given], F32(lr), values)
@@ -387,10 +385,3 @@ def note_fallback(plan: Any, engine: Any) -> None:
         "numpy to silence this"
     )
     warn_once(reason, stacklevel=3)
-
-
-def custom_optimizers(tables: Sequence[Any]) -> dict[str, Any]:
-    """Table name -> ``CustomOptimizer`` for the ``TableConfig`` objects that use one."""
-    from ..embedding.custom import CustomOptimizer
-
-    return {t.name: t.optimizer for t in tables if isinstance(t.optimizer, CustomOptimizer)}

@@ -23,14 +23,12 @@ __all__ = [
     "TablePlan",
     "build_plan",
     "parse_combiners",
-    "refuse_invalid",
 ]
 
 COMBINERS = ("sum", "mean", "sqrtn")
 DEFAULT_COMBINER = "mean"  # TensorFlow's TableConfig default
 
 # Enum numbers (schema.md section 3), so the plan does not depend on generated enum spellings.
-_MODE_INFERENCE = 1
 _ACCUMULATION_DISABLED = 2
 _SHARDING_MOD = 1
 _MODE_NAMES = {0: "UNSPECIFIED", 1: "INFERENCE", 2: "TRAINING", 3: "BACKWARD_PASS_ONLY"}
@@ -187,19 +185,6 @@ class Plan:
         from .memory import library_estimate
 
         return library_estimate(self).total
-
-
-def refuse_invalid(config: Any) -> None:
-    """Raise ``InputError`` listing the validator's error diagnostics, if it reports any.
-
-    ``config``: what ``tpuemb_cfg.validate`` takes; pass the path of a text file to get the
-    first error's line and column and to honour ``# tpuemb: disable=ID`` comments. Prefer
-    ``tpuemb_cfg.session.prepare``, which parses, validates and plans a file in one pass.
-    """
-    from ..session import refuse_errors
-    from ..validator import validate
-
-    refuse_errors(validate(config))
 
 
 def parse_combiners(

@@ -130,13 +130,12 @@ def _mode(fn: Any) -> str:
     return "step" if len(required) == 1 else "call"
 
 
-def tag_rates(callables: Sequence[Any]) -> tuple[TagRate, ...]:
+def tag_rates(callables: Sequence[Any], sources: Sequence[str]) -> tuple[TagRate, ...]:
     """One :class:`TagRate` per callable of ``CompiledConfig.dynamic_learning_rates`` (position
-    k: tag k)."""
-    from ..embedding.tag_table import describe_callable
-
-    return tuple(TagRate(tag, fn, describe_callable(fn), _mode(fn))
-                 for tag, fn in enumerate(callables))
+    k: tag k); ``sources``: each callable's description (``embedding.tag_table
+    .describe_callable``), for messages."""
+    return tuple(TagRate(tag, fn, source, _mode(fn))
+                 for tag, (fn, source) in enumerate(zip(callables, sources, strict=True)))
 
 
 def spec_learning_rates(plan: Plan, step: int) -> np.ndarray:

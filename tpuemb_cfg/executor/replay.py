@@ -16,7 +16,6 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError
-from ..session import prepare
 from .batch import FeatureInput, check_batch, check_gradient, check_learning_rates
 from .core import Executor, TableReport, require_memory
 from .plan import Plan
@@ -142,6 +141,8 @@ def replay(
     slots are live ``ShardedArray`` views (``npzio.atomic_write_npz`` streams them host by host)
     valid while the Ray session lasts.
     """
+    from ..session import prepare  # until replay takes only a Prepared
+
     prepared = prepare(config, combiners=combiners, check=validate_config)
     if backend != "ray":
         require_replay_memory(

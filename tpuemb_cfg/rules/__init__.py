@@ -12,16 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from tpuemb_cfg.rules._registry import (
-    RULES,
-    SEVERITIES,
-    SEVERITY_RANK,
-    Context,
-    Diagnostic,
-    Rule,
-    Severity,
-    rule,
-)
+from tpuemb_cfg.model import SEVERITIES, SEVERITY_RANK, Diagnostic, Severity
+from tpuemb_cfg.rules._registry import RULES, Context, Rule, rule
 
 __all__ = [
     "RULES",

@@ -37,7 +37,9 @@ import re
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from tpuemb_cfg.model import SEVERITY_RANK, Diagnostic, Severity
 
 if TYPE_CHECKING:
     from tpuemb_cfg.derived import Derived
@@ -45,47 +47,7 @@ if TYPE_CHECKING:
 
     TableDescriptor = TPUEmbeddingConfiguration.TableDescriptor
 
-Severity = Literal["error", "warning", "info"]
-
-#: Severities from the most to the least serious.
-SEVERITIES: tuple[Severity, ...] = ("error", "warning", "info")
-#: Rank of a severity: a larger number is more serious.
-SEVERITY_RANK: dict[str, int] = {"info": 0, "warning": 1, "error": 2}
-
 _ID_RE = re.compile(r"^[A-Z][A-Z_]*[0-9]{3}$")
-
-
-@dataclass(frozen=True, slots=True)
-class Diagnostic:
-    """One finding.
-
-    ``field_path`` uses proto field names and ``[i]`` for repeated elements
-    (``table_descriptor[2].optimization_parameters.learning_rate.dynamic.tag``); ``""`` is the
-    top-level message. ``line``/``column`` are 1-based positions in a text file (``None`` for
-    binary/JSON input or a message object); ``path`` is the file (``None`` for a message object).
-    The validator fills ``line``, ``column`` and ``path``; a rule only gives the field path.
-    """
-
-    rule: str
-    severity: Severity
-    message: str
-    field_path: str
-    line: int | None = None
-    column: int | None = None
-    hint: str | None = None
-    path: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON form of ``tpuemb validate --format json`` (file path excluded)."""
-        return {
-            "rule": self.rule,
-            "severity": self.severity,
-            "message": self.message,
-            "field_path": self.field_path,
-            "line": self.line,
-            "column": self.column,
-            "hint": self.hint,
-        }
 
 
 if TYPE_CHECKING:

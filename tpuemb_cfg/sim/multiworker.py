@@ -57,8 +57,8 @@ from ..errors import NumericalError, UsageError
 from ..executor import Executor, FeatureInput
 from ..executor.partial import TouchedRows, saved_state
 from ..executor.plan import Plan
+from ..executor.prepared import Prepared
 from ..executor.workload import IdDistribution, SequenceLengths
-from ..session import Prepared, prepare
 from .accumulators import IndexedSlices, WouldBlock
 from .schedules import Schedule
 from .staleness import DropStaleGradient, SyncReplicas
@@ -233,6 +233,8 @@ class MultiWorkerRun:
         if max_staleness is not None and init_tokens != -1:
             raise UsageError("--init-tokens applies to synchronous replicas, not to DropStale "
                              "mode (--max-staleness); remove it")
+        from ..session import prepare  # until the run takes only a Prepared
+
         prepared = prepare(config, combiners=combiners, check=validate_config)
         self.delay = DelayModel.parse(delay) if isinstance(delay, str) else (
             delay or DelayModel("fixed", 0))
