@@ -122,7 +122,7 @@ def test_missing_rows_lists_the_sorted_distinct_ids_not_done() -> None:
 def test_pending_rows_are_computed_once_and_the_bitmap_follows() -> None:
     """Lazy default rows: computed when first read (the values of the eager state), marked in
     the bitmap, never recomputed; the rows no step read are computed on export."""
-    from tpuemb_cfg.executor.state import initial_state
+    from tpuemb_cfg.executor.initial import initial_state
 
     executor = Executor(_config(vocab=77, dim=8), engine="numba")
     eager = initial_state(executor.plan, seed=0)  # every row computed up front

@@ -13,7 +13,7 @@ from conftest import run_simulate
 
 from tpuemb_cfg.errors import InputError
 from tpuemb_cfg.executor import Executor
-from tpuemb_cfg.executor.state import initial_state
+from tpuemb_cfg.executor.initial import initial_state
 from tpuemb_cfg.session import prepare
 
 F32 = np.float32

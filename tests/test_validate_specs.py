@@ -13,7 +13,7 @@ from pathlib import Path
 
 from rulecheck import invoke, write_file
 
-from tpuemb_cfg.validator import validate
+from tpuemb_cfg.session import validate
 
 PY = """\
 from tpuemb_cfg.embedding import SGD, Adagrad, FeatureConfig, TableConfig

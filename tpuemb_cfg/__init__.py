@@ -47,8 +47,7 @@ import importlib  # noqa: E402 - after the Ctrl-C guard
 from typing import TYPE_CHECKING, Any  # noqa: E402
 
 from tpuemb_cfg.errors import InputError, TpuembError, UsageError  # noqa: E402
-
-__version__ = "0.1.0"
+from tpuemb_cfg.version import __version__  # noqa: E402
 
 if TYPE_CHECKING:
     from tpuemb_cfg.io import as_config, dump, load
@@ -87,7 +86,7 @@ if TYPE_CHECKING:
         TPUEmbeddingConfiguration,
         TPUEmbeddingError,
     )
-    from tpuemb_cfg.validator import validate
+    from tpuemb_cfg.session import validate
 
 _OPTIMIZATION = "tpuemb_cfg.proto.optimization_parameters_pb2"
 _CONFIGURATION = "tpuemb_cfg.proto.tpu_embedding_configuration_pb2"
@@ -111,7 +110,7 @@ _LAZY: dict[str, str] = {
     "as_config": "tpuemb_cfg.io",
     "dump": "tpuemb_cfg.io",
     "load": "tpuemb_cfg.io",
-    "validate": "tpuemb_cfg.validator",
+    "validate": "tpuemb_cfg.session",
     "Diagnostic": "tpuemb_cfg.model",
 }
 

@@ -197,8 +197,8 @@ def _config_text(tables: list[tuple[str, int, int]], features: list[tuple[int, i
 
 
 def _executor(text: str, combiner: str, engine: str) -> Any:
-    from . import load
     from .executor import Executor
+    from .io import load
 
     # check_memory=False: run() checked the whole benchmark first, against the limit it was given
     return Executor(load(text.encode(), "text"), combiners=combiner, engine=engine,
@@ -216,7 +216,7 @@ def memory_needed(workload: Workload) -> int:
 
 def _anchor_bytes(vocab: int, w: Workload) -> int:
     """The bytes that grow with the vocabulary (see :func:`memory_needed`)."""
-    from . import load
+    from .io import load
     from .session import prepare
 
     text = _config_text([("anchor", vocab, w.dim)], [(0, w.ids)], w.optimizer)

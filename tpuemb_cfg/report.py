@@ -152,7 +152,7 @@ def format_sarif(reports: Sequence[FileReport], *, fail_on: str = "error") -> st
 
 
 def _sarif_chunks(reports: Sequence[FileReport]) -> Iterator[str]:
-    from tpuemb_cfg import __version__
+    from tpuemb_cfg.version import __version__
 
     rule_ids = sorted(RULES)
     index = {rule_id: i for i, rule_id in enumerate(rule_ids)}

@@ -33,9 +33,9 @@ from .executor.prepared import Prepared
 
 if TYPE_CHECKING:
     from .executor.plan import Plan
-    from .rules import Diagnostic
+    from .rules import Diagnostic, Severity
 
-__all__ = ["Prepared", "prepare", "refuse_errors", "with_combiner_arguments"]
+__all__ = ["Prepared", "prepare", "refuse_errors", "validate", "with_combiner_arguments"]
 
 Combiners = str | Sequence[str] | Mapping[int, str] | None
 
@@ -214,3 +214,31 @@ def refuse_errors(diagnostics: Iterable[Diagnostic]) -> None:
         line=getattr(first, "line", None),
         column=getattr(first, "column", None),
     )
+
+
+def validate(
+    config_or_path: Any,
+    *,
+    select: Iterable[str] | str | None = None,
+    ignore: Iterable[str] | str | None = None,
+    show_derived: bool = False,
+    severity: Mapping[str, Severity] | None = None,
+    options: Mapping[str, Any] | None = None,
+) -> list[Diagnostic]:
+    """``tpuemb_cfg.validate``: every finding of a configuration, sorted by file, line, column
+    and rule.
+
+    Takes what :func:`tpuemb_cfg.validator.validate` takes (the arguments are its) and a path
+    to a ``.py``/``.toml`` spec, which is compiled and its findings placed in the spec
+    (:mod:`tpuemb_cfg.spec_check`).
+    """
+    from . import validator
+
+    if isinstance(config_or_path, str | os.PathLike):
+        from .spec_check import is_spec, validate_spec
+
+        if is_spec(config_or_path):  # compiled; findings placed in the spec
+            rules = validator.selected_rules(select, ignore, show_derived=show_derived)
+            return validate_spec(config_or_path, rules, severity=severity, options=options)
+    return validator.validate(config_or_path, select=select, ignore=ignore,
+                              show_derived=show_derived, severity=severity, options=options)

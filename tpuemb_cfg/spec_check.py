@@ -110,10 +110,10 @@ def _python_comments(text: str) -> dict[int, list[str]]:
 def _toml_locations(path: str, text: str, compiled: CompiledConfig) -> Locations:
     import tomllib
 
-    from tpuemb_cfg.embedding.spec import _Toml  # the key finder of the spec's own errors
+    from tpuemb_cfg.embedding.spec import toml_key_finder
 
     data = tomllib.loads(text)
-    toml = _Toml(path, text)
+    locate = toml_key_finder(path, text)
     where: dict[int, tuple[str, ...]] = {}
     tables = data.get("tables", {})
     by_name = {str(body.get("name", key)): key for key, body in tables.items()}
@@ -137,10 +137,10 @@ def _toml_locations(path: str, text: str, compiled: CompiledConfig) -> Locations
 
     def place(obj: Any) -> tuple[int, int] | None:
         key = where.get(id(obj))
-        return None if key is None else toml._locate(key)
+        return None if key is None else locate(key)
 
     def argument(name: str) -> tuple[int, int] | None:
-        return toml._locate((name,)) if name in data else None
+        return locate((name,)) if name in data else None
 
     comments = {number: [line[line.index("#"):]]
                 for number, line in enumerate(text.splitlines(), start=1)

@@ -506,8 +506,8 @@ def validate(
     """Validate a configuration and return every finding, sorted by file, line, column and rule.
 
     ``config_or_path``: a ``TPUEmbeddingConfiguration`` (tpuemb's or TensorFlow's), a path (text,
-    binary or JSON by extension; ``-`` for stdin; a ``.py``/``.toml`` spec, compiled, its
-    findings placed in the spec: :mod:`tpuemb_cfg.spec_check`) or binary bytes. A file that
+    binary or JSON by extension; ``-`` for stdin) or binary bytes; ``tpuemb_cfg.validate``
+    (:func:`tpuemb_cfg.session.validate`) also takes a ``.py``/``.toml`` spec. A file that
     cannot be read or parsed gives a single ``PARSE001`` error diagnostic instead of an
     exception. Diagnostics of a
     text file carry 1-based line/column; other inputs have ``None``.
@@ -520,10 +520,7 @@ def validate(
     rules = selected_rules(select, ignore, show_derived=show_derived)
     if isinstance(config_or_path, str | os.PathLike):
         from tpuemb_cfg.io import read_source
-        from tpuemb_cfg.spec_check import is_spec, validate_spec
 
-        if is_spec(config_or_path):  # compiled; findings placed in the spec
-            return validate_spec(config_or_path, rules, severity=severity, options=options)
         try:
             source = read_source(config_or_path)
         except InputError as exc:

@@ -34,17 +34,12 @@ def _one(feature: FeatureConfig, raw: Any) -> int | None:
 
 
 def ids_per_bag(
-    flat: list[tuple[str, FeatureConfig]], feature_config: Any, per_replica_input_shapes: Any
+    flat: list[tuple[str, FeatureConfig]], input_shapes: list[tuple[str, Any]] | None
 ) -> list[int | None]:
     """Per flattened feature, the most ids one bag holds (``None``: the arguments do not say,
-    as with ``per_replica_batch_size`` alone). Called after the shapes resolved, so the input
-    shapes are known to line up with the features."""
-    if per_replica_input_shapes is None or (
-        isinstance(per_replica_input_shapes, int) and not isinstance(per_replica_input_shapes, bool)
-    ):
+    as with ``per_replica_batch_size`` alone). ``input_shapes``: the input shapes aligned with
+    ``flat`` (``build_config``'s, after the shapes resolved), or None when none were given."""
+    if input_shapes is None:
         return [1 if f.max_sequence_length > 0 and f.output_shape is None else None
                 for _, f in flat]
-    from tpuemb_cfg.embedding.build import _input_shapes  # build imports this module
-
-    shapes = _input_shapes(feature_config, per_replica_input_shapes, len(flat))
-    return [_one(f, raw) for (_, f), (_, raw) in zip(flat, shapes, strict=True)]
+    return [_one(f, raw) for (_, f), (_, raw) in zip(flat, input_shapes, strict=True)]

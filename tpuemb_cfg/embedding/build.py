@@ -343,7 +343,7 @@ def _write_config(
 def _validate(config: TPUEmbeddingConfiguration) -> None:
     """Run the project's validator; raise with every error diagnostic."""
     try:
-        from tpuemb_cfg import validate
+        from tpuemb_cfg.validator import validate
     except ImportError:  # the validator is not installed in this build
         return
     errors = [d for d in validate(config) if _severity(d) == "error"]
@@ -412,7 +412,13 @@ def build_config(
     inputs, uses = _dynamic_inputs(tables)
     shapes = _resolve_shapes(flat, feature_config, per_replica_input_shapes, per_replica_batch_size)
 
-    bags = ids_per_bag(flat, feature_config, per_replica_input_shapes)
+    given = per_replica_input_shapes is not None and (
+        not isinstance(per_replica_input_shapes, int) or isinstance(per_replica_input_shapes, bool)
+    )
+    bags = ids_per_bag(
+        flat,
+        _input_shapes(feature_config, per_replica_input_shapes, len(flat)) if given else None,
+    )
     table_ids = {id(t): i for i, t in enumerate(tables)}
     features = [
         Feature(path, f, table_ids[id(f.table)], shape, bag)

@@ -328,6 +328,13 @@ class _Toml:
             )
 
 
+def toml_key_finder(path: str, text: str) -> Callable[[tuple[str, ...]], tuple[int, int] | None]:
+    """The line and column of a key path of the TOML spec ``text`` (its ``[a.b]`` header, or
+    the ``name =`` line of its first missing part; ``None`` when nothing matches), as the
+    spec's own errors are placed."""
+    return _Toml(path, text)._locate
+
+
 def _load_toml(path: str) -> Spec:
     raw = Path(path).read_bytes()
     try:

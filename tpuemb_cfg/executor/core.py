@@ -42,13 +42,13 @@ from .custom import combine_custom, custom_gains, note_fallback
 from .engine_choice import choose_engine
 from .engines import Engine
 from .fused import TableInput, backprop_tables, forward_backprop, identity, stacked, update_table
-from .initializers import called_tables
+from .initial import called_tables
+from .initial import initial_state as make_initial_state
 from .optimizers import UpdateContext
 from .pipeline import RowPipeline
 from .plan import Plan, TablePlan
 from .prepared import Prepared
 from .rates import spec_learning_rates
-from .state import initial_state as make_initial_state
 from .storage import LocalStorage, Storage, rows_of
 
 __all__ = ["DeduplicationData", "Executor", "Partial", "TableDeduplication", "TableReport"]

@@ -19,9 +19,6 @@ not change with ``--seed``). A callable initializer is called once on the whole 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
-
 import numpy as np
 
 from ..errors import InputError
@@ -29,10 +26,7 @@ from ..model import TableInit
 from ..usercode import ExitCalled, exit_guard
 from . import counter
 
-if TYPE_CHECKING:
-    from .plan import Plan
-
-__all__ = ["TableInit", "called_tables", "table_rows"]
+__all__ = ["TableInit", "called_table", "table_rows"]
 
 F32 = np.float32
 
@@ -59,11 +53,11 @@ def table_rows(init: TableInit, seed: int, table: int, rows: np.ndarray,
         out[diagonal, rows[diagonal]] = F32(init.value)
     else:
         raise InputError(f"{init.source}: a callable initializer gives whole tables only "
-                         "(executor.initializers.called_tables)")
+                         "(executor.initial.called_tables)")
     return out
 
 
-def _called(name: str, init: TableInit, shape: tuple[int, int]) -> np.ndarray:
+def called_table(name: str, init: TableInit, shape: tuple[int, int]) -> np.ndarray:
     """``init.fn(shape, dtype="float32")`` checked: float32 of ``shape``, finite."""
     what = f"table {name!r}: the initializer {init.source}"
     try:
@@ -98,31 +92,3 @@ def _called(name: str, init: TableInit, shape: tuple[int, int]) -> np.ndarray:
         raise InputError(f"{what} returned {values[row, column]} at row {row}, column "
                          f"{column}; initial values must be finite float32")
     return values
-
-
-def called_tables(plan: Plan, given: Mapping[str, Any] | None,
-                  source: str | None = None) -> dict[str, Any] | None:
-    """``given`` (initial arrays by state-file key) plus the tables whose initializer is a
-    callable (called once here, unless ``given`` holds the table): what the executor starts
-    from. A table given in part (``executor.partial``: the rows a run touched) gets its rows on
-    top of the callable's table, whose other rows are its initial values."""
-    from .partial import rows_key, split_partial, values_key
-    from .state import table_key
-
-    tables = [t for t in plan.tables if t.initializer is not None
-              and t.initializer.kind == "callable" and table_key(t.name) not in (given or {})]
-    if not tables:
-        return None if given is None else dict(given)
-    out = dict(given or {})
-    for table in tables:
-        key = table_key(table.name)
-        whole = _called(table.name, table.initializer, (table.vocabulary, table.dimension))
-        if values_key(key) in out:  # checked as every partial table is
-            _, found = split_partial(plan, {k: out[k] for k in (rows_key(table.name),
-                                                                values_key(key)) if k in out},
-                                     source)
-            part = found[table.name]
-            whole[part.rows] = part.values[key]
-            del out[values_key(key)]
-        out[key] = whole
-    return out

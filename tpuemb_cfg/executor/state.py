@@ -26,11 +26,11 @@ from .initializers import table_rows
 from .plan import Plan, TablePlan
 
 __all__ = [
-    "InitialState",
     "Pending",
     "check_given",
+    "default_slot",
+    "default_table",
     "initial_slot_rows",
-    "initial_state",
     "initial_table_rows",
     "slot_key",
     "table_key",
@@ -151,23 +151,15 @@ def initial_slot_rows(table: TablePlan, slot: int | str, rows: np.ndarray) -> np
     return out
 
 
-def _default_table(table: TablePlan, seed: int) -> np.ndarray:
+def default_table(table: TablePlan, seed: int) -> np.ndarray:
     out = aligned_empty((table.vocabulary, table.dimension))
     _fill_table(table, seed, None, out)
     return out
 
 
-def _default_slot(table: TablePlan, slot: int) -> np.ndarray:
+def default_slot(table: TablePlan, slot: int) -> np.ndarray:
     out = aligned_empty((table.vocabulary, table.dimension))
     _fill(out, table.slot_defaults[slot])
-    return out
-
-
-def _given(arrays: Mapping[str, Any], key: str, shape: tuple[int, int]) -> np.ndarray:
-    """A private, writable float32 copy of the checked (``check_given``) array ``arrays[key]``,
-    its rows on cache lines (``aligned``): the executor updates it in place."""
-    out = aligned_empty(shape)
-    np.copyto(out, np.asarray(arrays[key]), casting="unsafe")
     return out
 
 
@@ -227,69 +219,6 @@ class Pending:
     def bitmap(vocabulary: int) -> np.ndarray:
         """An empty ``done`` bitmap for ``vocabulary`` rows."""
         return np.zeros((vocabulary + 7) // 8, dtype=np.uint8)
-
-
-class InitialState(dict[str, np.ndarray]):
-    """What ``initial_state`` returns: the arrays by state-file key, and ``pending`` (lazy: per
-    table name, the default rows not computed yet; empty otherwise)."""
-
-    pending: dict[str, Pending]
-
-
-def initial_state(
-    plan: Plan,
-    given: Mapping[str, Any] | None = None,
-    seed: int = 0,
-    source: str | None = None,
-    strict: bool = False,
-    lazy: bool = False,
-) -> InitialState:
-    """Every table and slot under its state-file key: the arrays ``given`` (private float32
-    copies), plus the defaults of spec section 11 for what is missing.
-
-    The keys come table by table: ``table/NAME``, then its ``slot/NAME/SLOT`` in state order.
-    Raises ``InputError`` naming the key for an unknown key, a wrong dtype (``strict``: only
-    float32) or a wrong shape. ``lazy``: the default arrays are allocated but not written (the
-    operating system provides their memory only when touched) and ``pending`` says which rows
-    still need their values: the owner computes a row when it is first read or written
-    (``Pending.materialize``; ``LocalStorage`` does), so a run pays only for the rows it
-    touches. The values are the same either way (counter-based, ``counter``). ``given`` may
-    hold partial tables (``executor.partial``: ``table/NAME/rows`` and the ``.../values`` of
-    those rows); their other rows get the defaults.
-    """
-    from .partial import apply_partial, split_partial
-
-    given, partial = split_partial(plan, given or {}, source, strict)
-    check_given(plan, given, source, strict)
-    state = InitialState()
-    state.pending = {}
-    for table in plan.tables:
-        shape = (table.vocabulary, table.dimension)
-        name = table_key(table.name)
-        params_pending = name not in given and lazy
-        state[name] = (
-            _given(given, name, shape) if name in given
-            else aligned_empty(shape) if lazy
-            else _default_table(table, seed)
-        )
-        slots_pending = []
-        for index, slot in enumerate(table.slot_names):
-            name = slot_key(table.name, slot)
-            slots_pending.append(name not in given and lazy)
-            state[name] = (
-                _given(given, name, shape) if name in given
-                else aligned_empty(shape) if lazy
-                else _default_slot(table, index)
-            )
-        if params_pending or any(slots_pending):
-            state.pending[table.name] = Pending(
-                table, int(seed), params_pending, tuple(slots_pending),
-                Pending.bitmap(table.vocabulary), table.vocabulary,
-            )
-        if table.name in partial and apply_partial(partial[table.name], state,
-                                                   state.pending.get(table.name)):
-            del state.pending[table.name]
-    return state
 
 
 def _unknown_key_message(plan: Plan, key: str) -> str:

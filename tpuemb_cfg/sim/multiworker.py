@@ -55,9 +55,9 @@ import numpy as np
 from .. import units
 from ..errors import NumericalError, UsageError
 from ..executor import Executor, FeatureInput
-from ..executor.partial import TouchedRows, saved_state
 from ..executor.plan import Plan
 from ..executor.prepared import Prepared
+from ..executor.touched import TouchedRows, saved_state
 from ..executor.workload import IdDistribution, SequenceLengths
 from .accumulators import IndexedSlices, WouldBlock
 from .schedules import Schedule

@@ -59,9 +59,9 @@ from ..executor.bags import bag_lengths
 from ..executor.core import damaged_checkpoint
 from ..executor.counter import stream_key
 from ..executor.memory import Estimate, RunShape, describe, reduce_hint
-from ..executor.partial import TouchedRows, saved_state
 from ..executor.plan import Plan, TablePlan
 from ..executor.rates import spec_learning_rates
+from ..executor.touched import TouchedRows, saved_state
 from ..executor.workload import (
     IdDistribution,
     SequenceLengths,
