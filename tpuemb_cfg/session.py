@@ -32,6 +32,7 @@ from .errors import InputError
 from .executor.prepared import Prepared
 
 if TYPE_CHECKING:
+    from .derived import Derived
     from .executor.plan import Plan
     from .rules import Diagnostic, Severity
 
@@ -58,6 +59,7 @@ def prepare(source: Any, *, combiners: Combiners = None, check: bool = True) -> 
     parsed and for what the executor cannot run (``build_plan``), ``UsageError`` for bad
     combiners.
     """
+    from .derived import derive
     from .executor.plan import build_plan
 
     if isinstance(source, Prepared):
@@ -85,22 +87,31 @@ def prepare(source: Any, *, combiners: Combiners = None, check: bool = True) -> 
         parsed = read_source(source)
         config = parsed.message
         path = parsed.path
+        derived = derive(config)
         if check:
             from .validator import selected_rules, validate_source
 
-            diagnostics = tuple(validate_source(parsed, selected_rules()))
+            diagnostics = tuple(validate_source(parsed, selected_rules(), derived=derived))
     else:
         from .io import as_config
 
         config = as_config(source)
+        derived = derive(config)
         if check:
-            from .validator import validate
-
-            diagnostics = tuple(validate(config))
+            diagnostics = _validated(config, derived)
     if check:
         refuse_errors(diagnostics)
     source_of = "default" if combiners is None else "given"
-    return Prepared(config, build_plan(config, combiners), path, diagnostics, source_of)
+    plan = build_plan(config, combiners, derived=derived)
+    return Prepared(config, plan, path, diagnostics, source_of)
+
+
+def _validated(config: Any, derived: Derived) -> tuple[Diagnostic, ...]:
+    """The findings of the default rules on the message ``config`` (``validator.validate``'s),
+    from the quantities ``derived`` from it, which the plan is built from too."""
+    from .validator import run_rules, selected_rules, sort_key
+
+    return tuple(sorted(run_rules(config, selected_rules(), derived=derived), key=sort_key))
 
 
 def _is_compiled(source: Any) -> bool:
@@ -115,11 +126,12 @@ def _prepare_compiled(
     """A ``CompiledConfig``: its message, validated, planned with its combiners, bag sizes and
     custom optimizers and combiners (whose Python callables the executor runs,
     ``executor.custom``) unless ``combiners`` overrides the combiners."""
+    from .derived import derive
     from .embedding.custom import CustomOptimizer
     from .executor.plan import build_plan
-    from .validator import validate
 
     config = compiled.config
+    derived = derive(config)
     optimizers = {t.name: t.optimizer for t in compiled.tables
                   if isinstance(t.optimizer, CustomOptimizer)}
     diagnostics: tuple[Diagnostic, ...] = ()
@@ -131,7 +143,7 @@ def _prepare_compiled(
             if td.name in optimizers
         }
         diagnostics = tuple(
-            d for d in validate(config)
+            d for d in _validated(config, derived)
             if not (d.rule == "OPT001" and (d.field_path or "").split(".")[0] in custom)
         )
         refuse_errors(diagnostics)
@@ -146,7 +158,7 @@ def _prepare_compiled(
                 combiner = "sum"  # not used
             combiners.append(combiner)
     try:
-        plan = build_plan(config, combiners, custom_optimizers=optimizers,
+        plan = build_plan(config, combiners, derived=derived, custom_optimizers=optimizers,
                           custom_combiners=custom_combiners)
     except InputError as exc:
         if path is not None and exc.path is None:
@@ -159,7 +171,7 @@ def _prepare_compiled(
 
 def _with_spec_values(plan: Plan, compiled: Any, path: str | None) -> Plan:
     """``plan`` with what TensorFlow takes from the spec's Python objects at run time: each
-    table's initializer (``executor.initializers``) and the learning-rate callable of every
+    table's initializer (``embedding.initializers``) and the learning-rate callable of every
     dynamic tag (``executor.rates``)."""
     from .embedding.initializers import resolve
     from .embedding.tag_table import describe_callable

@@ -24,6 +24,7 @@ from tpuemb_cfg.protoutil import is_repeated
 from tpuemb_cfg.rules import RULES, Context, Diagnostic, Rule, Severity
 
 if TYPE_CHECKING:
+    from tpuemb_cfg.derived import Derived
     from tpuemb_cfg.io import Source
     from tpuemb_cfg.locations import Locations
     from tpuemb_cfg.proto.tpu_embedding_configuration_pb2 import TPUEmbeddingConfiguration
@@ -117,9 +118,11 @@ def run_rules(
     rules: Sequence[Rule],
     *,
     options: Mapping[str, Any] | None = None,
+    derived: Derived | None = None,
 ) -> list[Diagnostic]:
-    """Run ``rules`` over ``config`` (no locations); a crashing rule becomes one internal error."""
-    ctx = Context(config, options=options)
+    """Run ``rules`` over ``config`` (no locations); a crashing rule becomes one internal error.
+    ``derived``: ``derive(config)``, when the caller has it (it is computed otherwise)."""
+    ctx = Context(config, derived, options=options)
     found: list[Diagnostic] = []
     for rule in rules:
         ctx.current_rule = rule
@@ -476,13 +479,15 @@ def validate_source(
     *,
     severity: Mapping[str, Severity] | None = None,
     options: Mapping[str, Any] | None = None,
+    derived: Derived | None = None,
 ) -> list[Diagnostic]:
     """Validate a parsed file; text files get line/column positions and suppression comments.
+    ``derived``: ``derive(source.message)``, when the caller has it.
 
     The text is scanned for positions only when there is something to place: a clean file (the
     usual case in a pre-commit hook) costs the parse and the rules alone.
     """
-    found = run_rules(source.message, rules, options=options)
+    found = run_rules(source.message, rules, options=options, derived=derived)
     if not found:
         return []
     placed = None

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ..derived import Derived, derive
 from ..errors import InputError, UsageError
 from .optimizers import Optimizer, get, unsupported
 
@@ -29,7 +30,6 @@ COMBINERS = ("sum", "mean", "sqrtn")
 DEFAULT_COMBINER = "mean"  # TensorFlow's TableConfig default
 
 # Enum numbers (schema.md section 3), so the plan does not depend on generated enum spellings.
-_ACCUMULATION_DISABLED = 2
 _SHARDING_MOD = 1
 _MODE_NAMES = {0: "UNSPECIFIED", 1: "INFERENCE", 2: "TRAINING", 3: "BACKWARD_PASS_ONLY"}
 
@@ -254,19 +254,29 @@ def _limits(message: Any) -> tuple[np.float32 | None, np.float32 | None]:
     return lower, upper
 
 
-def _features(config: Any) -> list[tuple[str, int, tuple[int, ...]]]:
-    """(name, table, input_shape) per feature in replay-contract order (validation-rules 1.2)."""
-    if len(config.feature_descriptor):
-        return [
-            (fd.name, int(fd.table_id), tuple(int(s) for s in fd.input_shape))
-            for fd in config.feature_descriptor
-        ]
-    batch = int(config.batch_size_per_tensor_core)
+def _features(config: Any, derived: Derived) -> list[tuple[str, int, tuple[int, ...]]]:
+    """(name, table, input_shape) per feature in replay-contract order: the effective features
+    the validator derived (validation-rules 1.2); a legacy table's ``num_features`` features,
+    ``NAME_k`` of shape ``[batch]``."""
+    if derived.style == "feature":
+        return [(f.name, f.table_id, f.input_shape) for f in derived.features]
     return [
-        (f"{td.name}_{k}", t, (batch,))
+        (f"{td.name}_{k}", t, (derived.batch_size,))
         for t, td in enumerate(config.table_descriptor)
-        for k in range(int(td.num_features))
+        for k in range(derived.num_features[t])
     ]
+
+
+def _tag_users(config: Any, derived: Derived) -> dict[int, tuple[str, ...]]:
+    """tag -> who reads it (``table 'a'``, ``step counter of 'c'``), in the validator's order of
+    the tag uses (validation-rules 1.3)."""
+    users: dict[int, list[str]] = {}
+    for use in derived.tag_uses:
+        name = config.table_descriptor[use.table].name
+        users.setdefault(use.tag, []).append(
+            f"table {name!r}" if use.kind == "learning_rate" else f"step counter of {name!r}"
+        )
+    return {tag: tuple(names) for tag, names in users.items()}
 
 
 def _ids_per_bag(shape: tuple[int, ...]) -> int | None:
@@ -279,10 +289,16 @@ def build_plan(
     config: Any,
     combiners: str | Sequence[str] | Mapping[int, str] | None = None,
     *,
+    derived: Derived | None = None,
     custom_optimizers: Mapping[str, Any] | None = None,
     custom_combiners: Mapping[int, Any] | None = None,
 ) -> Plan:
     """The plan of ``config`` (a ``TPUEmbeddingConfiguration``), with one combiner per feature.
+
+    ``derived``: the quantities the validator derived from ``config`` (``tpuemb_cfg.derived``:
+    the effective features, the tag uses, accumulation; derived here when not given). The
+    configuration is expected to be valid (``session.prepare`` refuses the validator's errors
+    first); what the validator checks is not checked again.
 
     ``custom_optimizers``: table name -> ``CustomOptimizer`` (the table's proto then holds no
     algorithm, as TensorFlow writes it); ``custom_combiners``: feature index ->
@@ -290,32 +306,26 @@ def build_plan(
     run in the step (``executor.custom``; ``prepare`` passes them from a compiled spec).
 
     Raises ``InputError`` for what the executor cannot run: a table whose optimizer has no public
-    equations (naming the table), no optimizer or learning rate, features pointing at no table,
-    dynamic tags that are not 0..K-1, a custom slot initializer that is not a constant or a
-    custom combiner that fails its first probe (``executor.custom.CustomError``).
+    equations (naming the table), a simulated quantization without a usable range, a custom
+    slot initializer that is not a constant or a custom combiner that fails its first probe
+    (``executor.custom.CustomError``).
     """
+    if derived is None:
+        derived = derive(config)
     custom_optimizers = custom_optimizers or {}
-    raw_features = _features(config)
+    raw_features = _features(config, derived)
     names = _normalise_combiners(combiners, len(raw_features))
-    num_tables = len(config.table_descriptor)
     features: list[FeaturePlan] = []
-    per_table: dict[int, list[int]] = {t: [] for t in range(num_tables)}
+    per_table: dict[int, list[int]] = {t: [] for t in range(len(config.table_descriptor))}
     for index, (name, table, shape) in enumerate(raw_features):
-        if not 0 <= table < num_tables:
-            raise InputError(
-                f"feature_descriptor[{index}] ({name!r}) looks up table_id {table}, but the "
-                f"configuration has {num_tables} table(s)"
-            )
         features.append(
             FeaturePlan(index, name, table, shape, names[index], ids_per_bag=_ids_per_bag(shape))
         )
         per_table[table].append(index)
 
-    tag_users: dict[int, list[str]] = {}
     tables: list[TablePlan] = []
     for t, td in enumerate(config.table_descriptor):
         op = td.optimization_parameters
-        algorithm = op.WhichOneof("parameters") or ""
         custom = custom_optimizers.get(td.name)
         optimizer: Optimizer
         if custom is not None:
@@ -324,28 +334,12 @@ def build_plan(
             optimizer, slot_defaults = optimizer_record(td.name, custom, int(td.dimension))
             message, hyper = None, optimizer.bind(None)
         else:
-            optimizer, message = _optimizer(td, t, algorithm)
+            optimizer, message = _optimizer(td, t, derived.algorithms[t] or "")
             hyper = optimizer.bind(message)
             slot_defaults = tuple(
                 np.float32(slot.initial_value(message)) for slot in optimizer.slots
             )
         which_lr = op.learning_rate.WhichOneof("learning_rate")
-        lr_constant: np.float32 | None = None
-        lr_tag: int | None = None
-        if which_lr == "constant":
-            lr_constant = np.float32(op.learning_rate.constant)
-        elif which_lr == "dynamic":
-            lr_tag = int(op.learning_rate.dynamic.tag)
-            tag_users.setdefault(lr_tag, []).append(f"table {td.name!r}")
-        else:
-            raise InputError(
-                f"table {td.name!r} (table_descriptor[{t}]) has no learning rate; set "
-                "optimization_parameters.learning_rate.constant or .dynamic"
-            )
-        if algorithm == "frequency_aware_adagrad":
-            tag_users.setdefault(hyper.step_counter_tag, []).append(
-                f"step counter of {td.name!r}"
-            )
         quantization = None
         sq = op.simulated_quantization
         if op.HasField("simulated_quantization") and sq.enabled:
@@ -365,8 +359,10 @@ def build_plan(
                 optimizer=optimizer,
                 hyper=hyper,
                 slot_defaults=slot_defaults,
-                lr_constant=lr_constant,
-                lr_tag=lr_tag,
+                lr_constant=(
+                    np.float32(op.learning_rate.constant) if which_lr == "constant" else None
+                ),
+                lr_tag=int(op.learning_rate.dynamic.tag) if which_lr == "dynamic" else None,
                 clip_weights=(
                     _limits(op.clipping_limits) if op.HasField("clipping_limits") else None
                 ),
@@ -377,24 +373,13 @@ def build_plan(
                 ),
                 weight_decay=np.float32(op.weight_decay_factor),
                 decay_by_lr=bool(op.multiply_weight_decay_factor_by_learning_rate),
-                accumulate=int(op.gradient_accumulation_status) != _ACCUMULATION_DISABLED,
+                accumulate=derived.accumulation[t],
                 quantization=quantization,
                 lazy=bool(optimizer.lazy(message)),
                 features=tuple(per_table[t]),
             )
         )
-        if tables[-1].vocabulary < 1 or tables[-1].dimension < 1:
-            raise InputError(
-                f"table {td.name!r}: vocabulary_size and dimension must be >= 1 "
-                f"(found {td.vocabulary_size} and {td.dimension})"
-            )
 
-    k = len(tag_users)
-    if sorted(tag_users) != list(range(k)):
-        raise InputError(
-            f"dynamic learning-rate tags must be exactly 0..{k - 1}; found "
-            + ", ".join(str(tag) for tag in sorted(tag_users))
-        )
     if custom_combiners:
         from .custom import combiner_plan
 
@@ -405,8 +390,8 @@ def build_plan(
     return _mark_custom(Plan(
         tables=tuple(tables),
         features=tuple(features),
-        num_learning_rates=k,
-        tag_users={tag: tuple(users) for tag, users in tag_users.items()},
+        num_learning_rates=derived.k,
+        tag_users=_tag_users(config, derived),
         num_cores=max(int(config.num_tensor_cores), 1),
         num_hosts=max(int(config.num_hosts), 1),
         mod_sharding=int(config.sharding_strategy) == _SHARDING_MOD,
