@@ -137,7 +137,7 @@ def _checked_values(table: TablePlan, value: Any, count: int, source: str | None
 def apply_partial(part: PartialTable, arrays: Mapping[str, np.ndarray],
                   pending: Pending | None) -> bool:
     """Write the given rows of ``part`` into the table's ``arrays`` (state-file keys, as
-    ``state.initial_state`` builds them): the rows' pending defaults are computed first
+    ``initial.initial_state`` builds them): the rows' pending defaults are computed first
     (``pending``, when the arrays are lazy) so that every array holds its values there, then the
     given values replace them. Returns True when no row of the table is pending any more."""
     table = part.table

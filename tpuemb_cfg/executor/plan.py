@@ -15,6 +15,7 @@ import numpy as np
 
 from ..derived import Derived, derive
 from ..errors import InputError, UsageError
+from ..model import TableInit
 from .optimizers import Optimizer, get, unsupported
 
 __all__ = [
@@ -62,8 +63,8 @@ class TablePlan:
     ``slot_defaults``: the float32 initial value of each slot, in state order (spec section 11).
     ``custom``: the table runs a Python callable (a ``CustomOptimizer``, then ``optimizer`` is
     an ``executor.custom.CustomUpdate``, or a feature's ``CustomCombiner``): the NumPy path.
-    ``initializer``: the spec's initializer of the table's rows (``executor.initializers
-    .TableInit``); None: the default of spec section 11.
+    ``initializer``: the spec's initializer of the table's rows (``model.TableInit``); None:
+    the default of spec section 11.
     """
 
     index: int
@@ -84,7 +85,7 @@ class TablePlan:
     lazy: bool
     features: tuple[int, ...]
     custom: bool = False
-    initializer: Any = None
+    initializer: TableInit | None = None
 
     @property
     def slot_names(self) -> tuple[str, ...]:

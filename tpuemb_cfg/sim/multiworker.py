@@ -509,7 +509,7 @@ class MultiWorkerRun:
 
     def saved_state(self, which: str = "all") -> dict[str, Any]:
         """The chief's tables as ``tables.npz`` holds them for ``which`` (``all``, ``touched``
-        or ``none``: ``executor.partial.saved_state``)."""
+        or ``none``: ``executor.touched.saved_state``)."""
         return saved_state(self.executor, self.touched, which)
 
     def summary(self) -> dict[str, Any]:

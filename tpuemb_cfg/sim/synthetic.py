@@ -489,7 +489,7 @@ class SyntheticRun:
                             local=self._tables_here)
 
     def saved_state(self, which: str = "all") -> dict[str, Any]:
-        """What ``tables.npz`` holds for ``which`` (``executor.partial.saved_state``): ``all``,
+        """What ``tables.npz`` holds for ``which`` (``executor.touched.saved_state``): ``all``,
         every table and slot; ``touched``, the rows the run's updates touched in the partial
         format (the other rows are the seed's defaults, so with the seed it is the whole
         state, and ``--init``/``initial_state`` read it); ``none``, nothing."""
