@@ -93,14 +93,14 @@ def called_tables(plan: Plan, given: Mapping[str, Any] | None,
     callable (called once here, unless ``given`` holds the table): what the executor starts
     from. A table given in part (``executor.partial``: the rows a run touched) gets its rows on
     top of the callable's table, whose other rows are its initial values."""
-    tables = [t for t in plan.tables if t.initializer is not None
+    tables = [(t, t.initializer) for t in plan.tables if t.initializer is not None
               and t.initializer.kind == "callable" and table_key(t.name) not in (given or {})]
     if not tables:
         return None if given is None else dict(given)
     out = dict(given or {})
-    for table in tables:
+    for table, init in tables:
         key = table_key(table.name)
-        whole = called_table(table.name, table.initializer, (table.vocabulary, table.dimension))
+        whole = called_table(table.name, init, (table.vocabulary, table.dimension))
         if values_key(key) in out:  # checked as every partial table is
             _, found = split_partial(plan, {k: out[k] for k in (rows_key(table.name),
                                                                 values_key(key)) if k in out},

@@ -106,7 +106,8 @@ def _fill_table(
     for start in range(0, count, block):
         stop = min(start + block, count)
         ids = np.arange(start, stop, dtype=np.int64) if rows is None else rows[start:stop]
-        values = (normal_rows(seed, table.index, ids, table.dimension, stddev) if normal
+        values = (normal_rows(seed, table.index, ids, table.dimension, stddev)
+                  if normal or init is None
                   else table_rows(init, seed, table.index, ids, table.dimension))
         if at:
             out[ids] = values
