@@ -15,7 +15,7 @@ reports:
   outside the steps and the data pass (start-up, configuration, writing the outputs);
 - ``init_sec``: the ``Executor`` construction (the initial state: lazy, rows computed when
   first touched or written out);
-- and, apart from the run, ``eager_init``: ``state.initial_state`` of the whole configuration
+- and, apart from the run, ``eager_init``: ``initial.initial_state`` of the whole configuration
   computed up front (every row of every table and slot), in seconds and GB/s.
 
 ``--runs N`` repeats it; each figure is reported as a range with the load average before and
@@ -102,11 +102,11 @@ def eager_init(config: Path) -> dict[str, float]:
     code = (
         "import json, sys, time\n"
         "from tpuemb_cfg.session import prepare\n"
-        "from tpuemb_cfg.executor import state\n"
+        "from tpuemb_cfg.executor import initial\n"
         "plan = prepare(sys.argv[1]).plan\n"
-        "state.initial_state(plan, seed=1)\n"  # load the kernels, first touch of the memory
+        "initial.initial_state(plan, seed=1)\n"  # load the kernels, first touch of the memory
         "start = time.perf_counter()\n"
-        "arrays = state.initial_state(plan, seed=0)\n"
+        "arrays = initial.initial_state(plan, seed=0)\n"
         "print(json.dumps({'sec': time.perf_counter() - start,\n"
         "                  'bytes': sum(a.nbytes for a in arrays.values())}))\n"
     )

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import tpuemb_cfg
-from tpuemb_cfg.executor import Executor, state
+from tpuemb_cfg.executor import Executor, initial, state
 from tpuemb_cfg.executor.counter import LAYER_F, LAYER_X, exp_minus, mix, normal_rows
 from tpuemb_cfg.session import prepare
 
@@ -98,7 +98,7 @@ def test_truncated_normal_statistics() -> None:
 def test_rows_depend_on_seed_table_and_row_only() -> None:
     plan = _plan()
     table = plan.tables[0]
-    whole = state.initial_state(plan, seed=5)["table/a"]
+    whole = initial.initial_state(plan, seed=5)["table/a"]
     rows = np.random.default_rng(0).permutation(table.vocabulary)
     # Any sharding: MOD over 3 hosts, then DIV in 4 blocks, each shard computed on its own.
     for shards in ([rows[rows % 3 == h] for h in range(3)], np.array_split(np.arange(3000), 4)):
@@ -106,7 +106,7 @@ def test_rows_depend_on_seed_table_and_row_only() -> None:
             got = state.initial_table_rows(table, 5, shard)
             np.testing.assert_array_equal(got.view(np.uint32), whole[shard].view(np.uint32))
     assert not np.array_equal(state.initial_table_rows(table, 6, rows[:10]), whole[rows[:10]])
-    other = state.initial_state(plan, seed=5)["table/b"]
+    other = initial.initial_state(plan, seed=5)["table/b"]
     assert not np.allclose(other[:10, :3], whole[:10, :3])  # tables have their own streams
 
 
@@ -117,13 +117,13 @@ def test_slot_rows_and_frequency_estimator() -> None:
     plan = _plan("frequency_estimator { tau: 0.1 max_delta: 7 outlier_threshold: 2 }", dim=1)
     estimator = plan.tables[0]
     np.testing.assert_array_equal(state.initial_table_rows(estimator, 0, [5, 2]), 7.0)
-    assert state.initial_state(plan)["table/a"].min() == 7.0
+    assert initial.initial_state(plan)["table/a"].min() == 7.0
 
 
 def test_lazy_state_materializes_the_same_values() -> None:
     plan = _plan()
-    eager = state.initial_state(plan, seed=2)
-    lazy = state.initial_state(plan, seed=2, lazy=True)
+    eager = initial.initial_state(plan, seed=2)
+    lazy = initial.initial_state(plan, seed=2, lazy=True)
     assert set(lazy.pending) == {"a", "b"} and not eager.pending
     pending = lazy.pending["a"]
     params, slots = lazy["table/a"], (lazy["slot/a/accumulators"],)
@@ -137,7 +137,7 @@ def test_lazy_state_materializes_the_same_values() -> None:
 
 def test_executor_computes_rows_when_touched() -> None:
     lazy = Executor(_config(), seed=4)
-    eager_state = state.initial_state(lazy.plan, seed=4)
+    eager_state = initial.initial_state(lazy.plan, seed=4)
     assert lazy.storage._pending  # nothing computed yet
     batch = [{"ids": np.array([3, 3, 17, 2]), "grad": np.ones((4, 16), np.float32)},
              {"ids": np.array([1, 0, 1, 1]), "grad": np.ones((4, 3), np.float32)}]
