@@ -570,7 +570,7 @@ def _not_utf8(sample: bytes) -> bool:
 def _hint(data: bytes, fmt: Format, message_type: Any, path: str, option: str | None,
           explicit: bool) -> str:
     """What the bytes look like when they failed to parse as ``fmt``: a hint, or ``""``."""
-    name = message_type.DESCRIPTOR.name
+    name: str = message_type.DESCRIPTOR.name
     if fmt != "binary" and _looks_binary(data) and _parses_as(data, "binary", message_type):
         return "; the file looks like a binary " + name + _choose("binary", path, option, explicit)
     if fmt == "binary" and not _looks_binary(data):
