@@ -305,9 +305,53 @@ def _locate_by_element(text: str, descriptor: Any, field_paths: Sequence[str]) -
 
     count = len(field_paths)
     placed = _Placed(count)
-    # The paths by element: first[name][i] is the first path in the i-th element of the
-    # top-level field `name` (its first one, for a field that is not repeated), following[k]
-    # the next path in the same element as path k (-1: none).
+    first, following = _paths_by_element(descriptor, field_paths)
+    located = bytearray(count)
+
+    seen: dict[str, int] = {}
+    line, line_start, offset = 1, 0, 0  # the line at `offset` and where it starts
+    comments: dict[int, list[str] | None] = {}  # by line, of the lines read last
+    for name, start, end in _top_elements(text):
+        i = seen.get(name, 0)
+        seen[name] = i + 1
+        paths = first.get(name)
+        if paths is None or i >= len(paths) or paths[i] < 0:
+            continue
+        breaks = text.count("\n", offset, start)
+        if breaks:
+            line += breaks
+            line_start = text.rfind("\n", offset, start) + 1
+        offset = start
+        comments = {row: found for row, found in comments.items() if row >= line}
+        members = _element_members(name, i, paths[i], following, field_paths)
+        inner = scan_locations(text, descriptor, wanted_paths(p for _, p in members),
+                               start=start, end=end, line=line, line_start=line_start)
+        starts = [line_start]  # where the element's lines start
+        for k, path in members:
+            row, column = _position(inner, path)
+            if row < line:  # nothing of the path in the element: the root
+                continue
+            while len(starts) <= row - line:
+                starts.append(text.find("\n", starts[-1]) + 1)
+            if row not in comments:
+                comments[row] = _line_comments(text, starts[row - line])
+            placed.lines[k], placed.columns[k] = row, column
+            placed.comments[k] = comments[row]
+            located[k] = 1
+    on_first_line = _line_comments(text, 0)
+    for k in range(count):
+        if not located[k]:  # at the root, or in an element the text does not have: line 1
+            placed.comments[k] = on_first_line
+    return placed
+
+
+def _paths_by_element(descriptor: Any, field_paths: Sequence[str]
+                      ) -> tuple[dict[str, array[int]], array[int]]:
+    """The paths by element, as linked lists of path numbers: ``first[name][i]`` is the first
+    path in the i-th element of the top-level field ``name`` (its first one, for a field that is
+    not repeated), ``following[k]`` the next path in the same element as path k (-1: none).
+    Raises :class:`_Unusual` for a path this does not handle."""
+    count = len(field_paths)
     first: dict[str, array[int]] = {}
     following = array("q", [-1]) * count
     for k in range(count - 1, -1, -1):
@@ -329,52 +373,22 @@ def _locate_by_element(text: str, descriptor: Any, field_paths: Sequence[str]) -
             paths.extend(array("q", [-1]) * (i + 1 - len(paths)))
         following[k] = paths[i]
         paths[i] = k
-    located = bytearray(count)
+    return first, following
 
-    seen: dict[str, int] = {}
-    line, line_start, offset = 1, 0, 0  # the line at `offset` and where it starts
-    comments: dict[int, list[str] | None] = {}  # by line, of the lines read last
-    for name, start, end in _top_elements(text):
-        i = seen.get(name, 0)
-        seen[name] = i + 1
-        paths = first.get(name)
-        if paths is None or i >= len(paths) or paths[i] < 0:
-            continue
-        breaks = text.count("\n", offset, start)
-        if breaks:
-            line += breaks
-            line_start = text.rfind("\n", offset, start) + 1
-        offset = start
-        comments = {row: found for row, found in comments.items() if row >= line}
-        # the element read as a message of its own, in which it is the first `name`
-        indexed = f"{name}[{i}]"
-        members: list[tuple[int, str]] = []
-        k = paths[i]
-        while k >= 0:
-            path = field_paths[k]
-            if path.startswith(indexed):
-                path = f"{name}[0]{path[len(indexed):]}"
-            members.append((k, path))
-            k = following[k]
-        inner = scan_locations(text, descriptor, wanted_paths(p for _, p in members),
-                               start=start, end=end, line=line, line_start=line_start)
-        starts = [line_start]  # where the element's lines start
-        for k, path in members:
-            row, column = _position(inner, path)
-            if row < line:  # nothing of the path in the element: the root
-                continue
-            while len(starts) <= row - line:
-                starts.append(text.find("\n", starts[-1]) + 1)
-            if row not in comments:
-                comments[row] = _line_comments(text, starts[row - line])
-            placed.lines[k], placed.columns[k] = row, column
-            placed.comments[k] = comments[row]
-            located[k] = 1
-    on_first_line = _line_comments(text, 0)
-    for k in range(count):
-        if not located[k]:  # at the root, or in an element the text does not have: line 1
-            placed.comments[k] = on_first_line
-    return placed
+
+def _element_members(name: str, i: int, k: int, following: array[int],
+                     field_paths: Sequence[str]) -> list[tuple[int, str]]:
+    """The paths of the i-th element of ``name`` from path ``k`` on (path number and the path in
+    the element read as a message of its own, in which it is the first ``name``)."""
+    indexed = f"{name}[{i}]"
+    members: list[tuple[int, str]] = []
+    while k >= 0:
+        path = field_paths[k]
+        if path.startswith(indexed):
+            path = f"{name}[0]{path[len(indexed):]}"
+        members.append((k, path))
+        k = following[k]
+    return members
 
 
 def _locate_in_whole_text(text: str, descriptor: Any, field_paths: Sequence[str]) -> _Placed:
