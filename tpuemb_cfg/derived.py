@@ -18,7 +18,7 @@ import sys
 from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, overload
 
 from tpuemb_cfg.algorithms import ALGORITHMS
 
@@ -339,16 +339,21 @@ def _padded_bytes(rows: int, dimension: int, states: int, packed: bool) -> int:
     return rows * (-(-dimension // 8) * 8) * 4 * states
 
 
-def derive(config: TPUEmbeddingConfiguration) -> Derived:
-    """Compute section 1's quantities; linear in tables and features, never raises on odd input."""
-    # The repeated fields are read an element at a time: a list of every table's message would
-    # hold a Python object per table for the whole derivation.
+class _FeatureCounts(NamedTuple):
+    features: Features
+    batch: int
+    num_features: list[int]
+    feature_sizes: list[int | None]
+    features_per_table: list[int]
+
+
+def _feature_counts(config: TPUEmbeddingConfiguration,
+                    style: Literal["feature", "legacy"]) -> _FeatureCounts:
+    """Section 1.2: the features, the batch size, the feature count per table, each feature's
+    size (``None``: an input shape without one) and the features per table."""
     tables = config.table_descriptor
     descriptors = config.feature_descriptor
     n_tables = len(tables)
-    style: Literal["feature", "legacy"] = "feature" if len(descriptors) else "legacy"
-
-    # 1.2 features, batch size, feature counts
     feature_sizes: list[int | None] = []
     features = Features(descriptors)
     features_per_table = [0] * n_tables
@@ -381,6 +386,22 @@ def derive(config: TPUEmbeddingConfiguration) -> Derived:
         batch = config.batch_size_per_tensor_core
         num_features = [t.num_features for t in tables]
         features = Features(batch=batch, counts=num_features)
+
+    return _FeatureCounts(features, batch, num_features, feature_sizes, features_per_table)
+
+
+def derive(config: TPUEmbeddingConfiguration) -> Derived:
+    """Compute section 1's quantities; linear in tables and features, never raises on odd input."""
+    # The repeated fields are read an element at a time: a list of every table's message would
+    # hold a Python object per table for the whole derivation.
+    tables = config.table_descriptor
+    descriptors = config.feature_descriptor
+    n_tables = len(tables)
+    style: Literal["feature", "legacy"] = "feature" if len(descriptors) else "legacy"
+
+    # 1.2 features, batch size, feature counts
+    counts = _feature_counts(config, style)
+    features, batch, num_features = counts.features, counts.batch, counts.num_features
 
     # per-table algorithm, accumulation, slots, state variables
     algorithms: list[str | None] = []
@@ -460,8 +481,8 @@ def derive(config: TPUEmbeddingConfiguration) -> Derived:
         features=features,
         batch_size=batch,
         num_features=num_features,
-        feature_sizes=feature_sizes,
-        features_per_table=features_per_table,
+        feature_sizes=counts.feature_sizes,
+        features_per_table=counts.features_per_table,
         tag_uses=tag_uses,
         tag_map=tag_map,
         k=len(tag_map),
