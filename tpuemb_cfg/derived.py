@@ -18,7 +18,7 @@ import sys
 from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple, overload
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar, overload
 
 from tpuemb_cfg.algorithms import ALGORITHMS
 
@@ -109,7 +109,10 @@ class TableSize:
     packed: bool
 
 
-class _Lazy(Sequence[Any]):
+_T = TypeVar("_T")
+
+
+class _Lazy(Sequence[_T]):
     """A read-only sequence whose items are made when read, from columns kept compactly: per
     table or feature a few bytes, not the hundreds an object with its own integers and strings
     takes (a million features would otherwise hold a million objects, names and sizes).
@@ -117,16 +120,16 @@ class _Lazy(Sequence[Any]):
 
     __slots__ = ()
 
-    def _item(self, i: int) -> Any:
+    def _item(self, i: int) -> _T:
         raise NotImplementedError
 
     @overload
-    def __getitem__(self, i: int) -> Any: ...
+    def __getitem__(self, i: int) -> _T: ...
 
     @overload
-    def __getitem__(self, i: slice) -> list[Any]: ...
+    def __getitem__(self, i: slice) -> list[_T]: ...
 
-    def __getitem__(self, i: int | slice) -> Any:
+    def __getitem__(self, i: int | slice) -> _T | list[_T]:
         if isinstance(i, slice):
             return [self._item(k) for k in range(*i.indices(len(self)))]
         n = len(self)
@@ -134,7 +137,7 @@ class _Lazy(Sequence[Any]):
             raise IndexError(f"index {i} out of range for {n} items")
         return self._item(i % n if i < 0 else i)
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[_T]:
         for i in range(len(self)):
             yield self._item(i)
 
@@ -149,7 +152,7 @@ class _Lazy(Sequence[Any]):
         return repr(list(self))
 
 
-class Features(_Lazy):
+class Features(_Lazy[EffectiveFeature]):
     """The effective features (section 1.2), each :class:`EffectiveFeature` made when read.
 
     Feature style: the descriptor positions, table ids and shapes (equal shapes share one
@@ -186,7 +189,7 @@ class Features(_Lazy):
                                 math.prod(shape))
 
 
-class TableSizes(_Lazy):
+class TableSizes(_Lazy["TableSize | None"]):
     """:class:`TableSize` of every table (``None`` when its state variables are unknown),
     computed when read from the table, its algorithm and its state variables."""
 

@@ -544,7 +544,7 @@ _LOOKALIKES: dict[str, tuple[tuple[str, str, str], ...]] = {
 }
 
 
-def _parses_as(data: bytes, fmt: Format, message_type: Any) -> bool:
+def _parses_as(data: bytes, fmt: Format, message_type: type[Message]) -> bool:
     """Whether ``data`` is a non-empty ``message_type`` in format ``fmt``."""
     candidate = message_type()
     try:
@@ -567,7 +567,7 @@ def _not_utf8(sample: bytes) -> bool:
     return False
 
 
-def _hint(data: bytes, fmt: Format, message_type: Any, path: str, option: str | None,
+def _hint(data: bytes, fmt: Format, message_type: type[Message], path: str, option: str | None,
           explicit: bool) -> str:
     """What the bytes look like when they failed to parse as ``fmt``: a hint, or ``""``."""
     name: str = message_type.DESCRIPTOR.name

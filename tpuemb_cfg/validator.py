@@ -24,6 +24,8 @@ from tpuemb_cfg.protoutil import is_repeated
 from tpuemb_cfg.rules import RULES, Context, Diagnostic, Rule, Severity
 
 if TYPE_CHECKING:
+    from google.protobuf.descriptor import Descriptor
+
     from tpuemb_cfg.io import Source
     from tpuemb_cfg.locations import Locations
     from tpuemb_cfg.proto.tpu_embedding_configuration_pb2 import TPUEmbeddingConfiguration
@@ -284,7 +286,7 @@ class _Placed:
         self.comments: list[list[str] | None] = [None] * count
 
 
-def _locate(text: str, descriptor: Any, field_paths: Sequence[str]) -> _Placed:
+def _locate(text: str, descriptor: Descriptor, field_paths: Sequence[str]) -> _Placed:
     """Where each of ``field_paths`` is placed in ``text`` (what :func:`_position` gives on a
     scan of the whole text) and the comments of that line.
 
@@ -298,7 +300,8 @@ def _locate(text: str, descriptor: Any, field_paths: Sequence[str]) -> _Placed:
         return _locate_in_whole_text(text, descriptor, field_paths)
 
 
-def _locate_by_element(text: str, descriptor: Any, field_paths: Sequence[str]) -> _Placed:
+def _locate_by_element(text: str, descriptor: Descriptor,
+                       field_paths: Sequence[str]) -> _Placed:
     """:func:`_locate`, scanning only the top-level elements that hold a path (raises
     :class:`_Unusual` for a text or path this does not handle)."""
     from tpuemb_cfg.locations import scan_locations, wanted_paths
@@ -345,7 +348,7 @@ def _locate_by_element(text: str, descriptor: Any, field_paths: Sequence[str]) -
     return placed
 
 
-def _paths_by_element(descriptor: Any, field_paths: Sequence[str]
+def _paths_by_element(descriptor: Descriptor, field_paths: Sequence[str]
                       ) -> tuple[dict[str, array[int]], array[int]]:
     """The paths by element, as linked lists of path numbers: ``first[name][i]`` is the first
     path in the i-th element of the top-level field ``name`` (its first one, for a field that is
@@ -391,7 +394,8 @@ def _element_members(name: str, i: int, k: int, following: array[int],
     return members
 
 
-def _locate_in_whole_text(text: str, descriptor: Any, field_paths: Sequence[str]) -> _Placed:
+def _locate_in_whole_text(text: str, descriptor: Descriptor,
+                          field_paths: Sequence[str]) -> _Placed:
     """:func:`_locate` by one scan of the whole text, recording only what the paths may be
     placed at (:func:`~tpuemb_cfg.locations.wanted_paths`)."""
     from tpuemb_cfg.locations import scan_locations, wanted_paths
