@@ -41,7 +41,7 @@ class LoadedSpec:
     """A checked spec: option values by the command's parameter names, and the schedules."""
 
     path: str
-    message: Any
+    message: SimulationSpec
     options: dict[str, Any] = field(default_factory=dict)
     schedules: tuple[Schedule, ...] = ()
 
