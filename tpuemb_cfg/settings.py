@@ -31,7 +31,7 @@ from typing import Any, cast
 
 from tpuemb_cfg import units
 from tpuemb_cfg.errors import InputError
-from tpuemb_cfg.rules._registry import SEVERITY_RANK, Severity
+from tpuemb_cfg.rules import SEVERITY_RANK, Severity
 
 
 @dataclass
