@@ -151,12 +151,12 @@ def guarded(*, process: bool) -> Iterator[None]:
         for fd, stream in ((1, sys.stdout), (2, sys.stderr)):
             if stream is None:
                 _occupy(fd)
-    sys.stdout = _Guarded(sys.stdout if sys.stdout is not None else _Closed(), STDOUT)  # type: ignore[assignment]
-    sys.stderr = _Guarded(sys.stderr if sys.stderr is not None else _Closed(), STDERR)  # type: ignore[assignment]
+    sys.stdout = _Guarded(sys.stdout if sys.stdout is not None else _Closed(), STDOUT)
+    sys.stderr = _Guarded(sys.stderr if sys.stderr is not None else _Closed(), STDERR)
     try:
         yield
     finally:
-        sys.stdout, sys.stderr = saved  # type: ignore[assignment]
+        sys.stdout, sys.stderr = saved
 
 
 def silence(stream: str) -> None:

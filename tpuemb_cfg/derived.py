@@ -18,7 +18,7 @@ import sys
 from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar, overload
 
 from tpuemb_cfg.algorithms import ALGORITHMS
 
@@ -109,7 +109,10 @@ class TableSize:
     packed: bool
 
 
-class _Lazy(Sequence[Any]):
+_T = TypeVar("_T")
+
+
+class _Lazy(Sequence[_T]):
     """A read-only sequence whose items are made when read, from columns kept compactly: per
     table or feature a few bytes, not the hundreds an object with its own integers and strings
     takes (a million features would otherwise hold a million objects, names and sizes).
@@ -117,16 +120,16 @@ class _Lazy(Sequence[Any]):
 
     __slots__ = ()
 
-    def _item(self, i: int) -> Any:
+    def _item(self, i: int) -> _T:
         raise NotImplementedError
 
     @overload
-    def __getitem__(self, i: int) -> Any: ...
+    def __getitem__(self, i: int) -> _T: ...
 
     @overload
-    def __getitem__(self, i: slice) -> list[Any]: ...
+    def __getitem__(self, i: slice) -> list[_T]: ...
 
-    def __getitem__(self, i: int | slice) -> Any:
+    def __getitem__(self, i: int | slice) -> _T | list[_T]:
         if isinstance(i, slice):
             return [self._item(k) for k in range(*i.indices(len(self)))]
         n = len(self)
@@ -134,7 +137,7 @@ class _Lazy(Sequence[Any]):
             raise IndexError(f"index {i} out of range for {n} items")
         return self._item(i % n if i < 0 else i)
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[_T]:
         for i in range(len(self)):
             yield self._item(i)
 
@@ -149,7 +152,7 @@ class _Lazy(Sequence[Any]):
         return repr(list(self))
 
 
-class Features(_Lazy):
+class Features(_Lazy[EffectiveFeature]):
     """The effective features (section 1.2), each :class:`EffectiveFeature` made when read.
 
     Feature style: the descriptor positions, table ids and shapes (equal shapes share one
@@ -186,7 +189,7 @@ class Features(_Lazy):
                                 math.prod(shape))
 
 
-class TableSizes(_Lazy):
+class TableSizes(_Lazy["TableSize | None"]):
     """:class:`TableSize` of every table (``None`` when its state variables are unknown),
     computed when read from the table, its algorithm and its state variables."""
 
@@ -339,16 +342,21 @@ def _padded_bytes(rows: int, dimension: int, states: int, packed: bool) -> int:
     return rows * (-(-dimension // 8) * 8) * 4 * states
 
 
-def derive(config: TPUEmbeddingConfiguration) -> Derived:
-    """Compute section 1's quantities; linear in tables and features, never raises on odd input."""
-    # The repeated fields are read an element at a time: a list of every table's message would
-    # hold a Python object per table for the whole derivation.
+class _FeatureCounts(NamedTuple):
+    features: Features
+    batch: int
+    num_features: list[int]
+    feature_sizes: list[int | None]
+    features_per_table: list[int]
+
+
+def _feature_counts(config: TPUEmbeddingConfiguration,
+                    style: Literal["feature", "legacy"]) -> _FeatureCounts:
+    """Section 1.2: the features, the batch size, the feature count per table, each feature's
+    size (``None``: an input shape without one) and the features per table."""
     tables = config.table_descriptor
     descriptors = config.feature_descriptor
     n_tables = len(tables)
-    style: Literal["feature", "legacy"] = "feature" if len(descriptors) else "legacy"
-
-    # 1.2 features, batch size, feature counts
     feature_sizes: list[int | None] = []
     features = Features(descriptors)
     features_per_table = [0] * n_tables
@@ -381,6 +389,22 @@ def derive(config: TPUEmbeddingConfiguration) -> Derived:
         batch = config.batch_size_per_tensor_core
         num_features = [t.num_features for t in tables]
         features = Features(batch=batch, counts=num_features)
+
+    return _FeatureCounts(features, batch, num_features, feature_sizes, features_per_table)
+
+
+def derive(config: TPUEmbeddingConfiguration) -> Derived:
+    """Compute section 1's quantities; linear in tables and features, never raises on odd input."""
+    # The repeated fields are read an element at a time: a list of every table's message would
+    # hold a Python object per table for the whole derivation.
+    tables = config.table_descriptor
+    descriptors = config.feature_descriptor
+    n_tables = len(tables)
+    style: Literal["feature", "legacy"] = "feature" if len(descriptors) else "legacy"
+
+    # 1.2 features, batch size, feature counts
+    counts = _feature_counts(config, style)
+    features, batch, num_features = counts.features, counts.batch, counts.num_features
 
     # per-table algorithm, accumulation, slots, state variables
     algorithms: list[str | None] = []
@@ -460,8 +484,8 @@ def derive(config: TPUEmbeddingConfiguration) -> Derived:
         features=features,
         batch_size=batch,
         num_features=num_features,
-        feature_sizes=feature_sizes,
-        features_per_table=features_per_table,
+        feature_sizes=counts.feature_sizes,
+        features_per_table=counts.features_per_table,
         tag_uses=tag_uses,
         tag_map=tag_map,
         k=len(tag_map),

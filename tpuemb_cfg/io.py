@@ -544,7 +544,7 @@ _LOOKALIKES: dict[str, tuple[tuple[str, str, str], ...]] = {
 }
 
 
-def _parses_as(data: bytes, fmt: Format, message_type: Any) -> bool:
+def _parses_as(data: bytes, fmt: Format, message_type: type[Message]) -> bool:
     """Whether ``data`` is a non-empty ``message_type`` in format ``fmt``."""
     candidate = message_type()
     try:
@@ -567,10 +567,10 @@ def _not_utf8(sample: bytes) -> bool:
     return False
 
 
-def _hint(data: bytes, fmt: Format, message_type: Any, path: str, option: str | None,
+def _hint(data: bytes, fmt: Format, message_type: type[Message], path: str, option: str | None,
           explicit: bool) -> str:
     """What the bytes look like when they failed to parse as ``fmt``: a hint, or ``""``."""
-    name = message_type.DESCRIPTOR.name
+    name: str = message_type.DESCRIPTOR.name
     if fmt != "binary" and _looks_binary(data) and _parses_as(data, "binary", message_type):
         return "; the file looks like a binary " + name + _choose("binary", path, option, explicit)
     if fmt == "binary" and not _looks_binary(data):

@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -108,14 +108,44 @@ def _severity(value: Any, path: str, key: str) -> Severity:
     return cast(Severity, value.lower())
 
 
-def load_settings(start: str | os.PathLike[str] | None = None) -> Settings:
-    """Settings from the nearest pyproject.toml above ``start`` (defaults when there is none).
+def _flag(value: Any, path: str, key: str) -> bool:
+    if not isinstance(value, bool):
+        raise InputError(f"expected true or false, got {value!r}", path=path, key=key)
+    return value
 
-    Raises :class:`InputError` (with the file and key) for unreadable TOML or a bad value.
-    """
-    pyproject = find_pyproject(start if start is not None else Path.cwd())
-    if pyproject is None:
-        return Settings()
+
+def _severities(value: Any, path: str, key: str) -> dict[str, Severity]:
+    if not isinstance(value, dict):
+        raise InputError("expected a table of rule id = severity", path=path, key=key)
+    return {
+        str(rule_id).upper(): _severity(sev, path, f"{key}.{rule_id}")
+        for rule_id, sev in value.items()
+    }
+
+
+def _budget(value: Any, path: str, key: str) -> int:
+    return parse_size(value, path=path, key=key)
+
+
+def _tpu(value: Any, path: str, key: str) -> str:
+    return parse_tpu(value, path=path, key=key)
+
+
+#: The keys of ``[tool.tpuemb]`` (``_`` read as ``-``): the :class:`Settings` attribute each
+#: sets and the reader of its value (value, file, dotted key).
+_KEYS: dict[str, tuple[str, Callable[[Any, str, str], object]]] = {
+    "select": ("select", _str_list),
+    "ignore": ("ignore", _str_list),
+    "fail-on": ("fail_on", _severity),
+    "show-derived": ("show_derived", _flag),
+    "memory-budget": ("memory_budget_bytes", _budget),
+    "tpu": ("tpu_generation", _tpu),
+    "severity": ("severity", _severities),
+}
+
+
+def _read_document(pyproject: Path) -> dict[str, Any]:
+    """The TOML document ``pyproject``."""
     name = str(pyproject)
     try:
         with open(pyproject, "rb") as handle:
@@ -123,7 +153,7 @@ def load_settings(start: str | os.PathLike[str] | None = None) -> Settings:
     except OSError as exc:
         raise InputError(f"cannot read: {exc.strerror or exc}", path=name) from None
     try:
-        document = tomllib.loads(data.decode("utf-8"))
+        return tomllib.loads(data.decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise InputError(
             f"not UTF-8 text: byte 0x{data[exc.start]:02x} cannot appear in a TOML file (TOML "
@@ -134,6 +164,18 @@ def load_settings(start: str | os.PathLike[str] | None = None) -> Settings:
         raise InputError(f"invalid TOML: {reason}", path=name,
                          line=int(at[1]) if at else None,
                          column=int(at[2]) if at else None) from None
+
+
+def load_settings(start: str | os.PathLike[str] | None = None) -> Settings:
+    """Settings from the nearest pyproject.toml above ``start`` (defaults when there is none).
+
+    Raises :class:`InputError` (with the file and key) for unreadable TOML or a bad value.
+    """
+    pyproject = find_pyproject(start if start is not None else Path.cwd())
+    if pyproject is None:
+        return Settings()
+    name = str(pyproject)
+    document = _read_document(pyproject)
     tool = document.get("tool")
     if tool is not None and not isinstance(tool, dict):
         raise InputError(f"expected a table ([tool]), got {tool!r}", path=name, key="tool")
@@ -145,29 +187,11 @@ def load_settings(start: str | os.PathLike[str] | None = None) -> Settings:
         raise InputError(f"expected a table ([tool.tpuemb]), got {table!r}", path=name,
                          key="tool.tpuemb")
     for raw_key, value in table.items():
-        key = raw_key.replace("_", "-")
         where = f"tool.tpuemb.{raw_key}"
-        if key == "select":
-            settings.select = _str_list(value, name, where)
-        elif key == "ignore":
-            settings.ignore = _str_list(value, name, where)
-        elif key == "fail-on":
-            settings.fail_on = _severity(value, name, where)
-        elif key == "show-derived":
-            if not isinstance(value, bool):
-                raise InputError(f"expected true or false, got {value!r}", path=name, key=where)
-            settings.show_derived = value
-        elif key == "memory-budget":
-            settings.memory_budget_bytes = parse_size(value, path=name, key=where)
-        elif key == "tpu":
-            settings.tpu_generation = parse_tpu(value, path=name, key=where)
-        elif key == "severity":
-            if not isinstance(value, dict):
-                raise InputError("expected a table of rule id = severity", path=name, key=where)
-            settings.severity = {
-                str(rule_id).upper(): _severity(sev, name, f"{where}.{rule_id}")
-                for rule_id, sev in value.items()
-            }
+        known = _KEYS.get(raw_key.replace("_", "-"))
+        if known is not None:
+            attribute, read = known
+            setattr(settings, attribute, read(value, name, where))
         elif not isinstance(value, dict):  # sub-tables belong to other commands
             raise InputError(
                 f"unknown setting {raw_key!r}; known: select, ignore, fail-on, show-derived, "

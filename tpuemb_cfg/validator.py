@@ -24,6 +24,8 @@ from tpuemb_cfg.protoutil import is_repeated
 from tpuemb_cfg.rules import RULES, Context, Diagnostic, Rule, Severity
 
 if TYPE_CHECKING:
+    from google.protobuf.descriptor import Descriptor
+
     from tpuemb_cfg.derived import Derived
     from tpuemb_cfg.io import Source
     from tpuemb_cfg.locations import Locations
@@ -287,7 +289,7 @@ class _Placed:
         self.comments: list[list[str] | None] = [None] * count
 
 
-def _locate(text: str, descriptor: Any, field_paths: Sequence[str]) -> _Placed:
+def _locate(text: str, descriptor: Descriptor, field_paths: Sequence[str]) -> _Placed:
     """Where each of ``field_paths`` is placed in ``text`` (what :func:`_position` gives on a
     scan of the whole text) and the comments of that line.
 
@@ -301,37 +303,15 @@ def _locate(text: str, descriptor: Any, field_paths: Sequence[str]) -> _Placed:
         return _locate_in_whole_text(text, descriptor, field_paths)
 
 
-def _locate_by_element(text: str, descriptor: Any, field_paths: Sequence[str]) -> _Placed:
+def _locate_by_element(text: str, descriptor: Descriptor,
+                       field_paths: Sequence[str]) -> _Placed:
     """:func:`_locate`, scanning only the top-level elements that hold a path (raises
     :class:`_Unusual` for a text or path this does not handle)."""
     from tpuemb_cfg.locations import scan_locations, wanted_paths
 
     count = len(field_paths)
     placed = _Placed(count)
-    # The paths by element: first[name][i] is the first path in the i-th element of the
-    # top-level field `name` (its first one, for a field that is not repeated), following[k]
-    # the next path in the same element as path k (-1: none).
-    first: dict[str, array[int]] = {}
-    following = array("q", [-1]) * count
-    for k in range(count - 1, -1, -1):
-        path = field_paths[k]
-        head = _HEAD.match(path)
-        if head is None:
-            if path:
-                raise _Unusual
-            continue  # the root: line 1
-        name, index = head.group(1), head.group(2)
-        field = descriptor.fields_by_name.get(name)
-        if index is not None and (field is None or not is_repeated(field)):
-            raise _Unusual
-        i = int(index) if index is not None else 0
-        paths = first.get(name)
-        if paths is None:
-            paths = first[name] = array("q")
-        if len(paths) <= i:
-            paths.extend(array("q", [-1]) * (i + 1 - len(paths)))
-        following[k] = paths[i]
-        paths[i] = k
+    first, following = _paths_by_element(descriptor, field_paths)
     located = bytearray(count)
 
     seen: dict[str, int] = {}
@@ -349,16 +329,7 @@ def _locate_by_element(text: str, descriptor: Any, field_paths: Sequence[str]) -
             line_start = text.rfind("\n", offset, start) + 1
         offset = start
         comments = {row: found for row, found in comments.items() if row >= line}
-        # the element read as a message of its own, in which it is the first `name`
-        indexed = f"{name}[{i}]"
-        members: list[tuple[int, str]] = []
-        k = paths[i]
-        while k >= 0:
-            path = field_paths[k]
-            if path.startswith(indexed):
-                path = f"{name}[0]{path[len(indexed):]}"
-            members.append((k, path))
-            k = following[k]
+        members = _element_members(name, i, paths[i], following, field_paths)
         inner = scan_locations(text, descriptor, wanted_paths(p for _, p in members),
                                start=start, end=end, line=line, line_start=line_start)
         starts = [line_start]  # where the element's lines start
@@ -380,7 +351,54 @@ def _locate_by_element(text: str, descriptor: Any, field_paths: Sequence[str]) -
     return placed
 
 
-def _locate_in_whole_text(text: str, descriptor: Any, field_paths: Sequence[str]) -> _Placed:
+def _paths_by_element(descriptor: Descriptor, field_paths: Sequence[str]
+                      ) -> tuple[dict[str, array[int]], array[int]]:
+    """The paths by element, as linked lists of path numbers: ``first[name][i]`` is the first
+    path in the i-th element of the top-level field ``name`` (its first one, for a field that is
+    not repeated), ``following[k]`` the next path in the same element as path k (-1: none).
+    Raises :class:`_Unusual` for a path this does not handle."""
+    count = len(field_paths)
+    first: dict[str, array[int]] = {}
+    following = array("q", [-1]) * count
+    for k in range(count - 1, -1, -1):
+        path = field_paths[k]
+        head = _HEAD.match(path)
+        if head is None:
+            if path:
+                raise _Unusual
+            continue  # the root: line 1
+        name, index = head.group(1), head.group(2)
+        field = descriptor.fields_by_name.get(name)
+        if index is not None and (field is None or not is_repeated(field)):
+            raise _Unusual
+        i = int(index) if index is not None else 0
+        paths = first.get(name)
+        if paths is None:
+            paths = first[name] = array("q")
+        if len(paths) <= i:
+            paths.extend(array("q", [-1]) * (i + 1 - len(paths)))
+        following[k] = paths[i]
+        paths[i] = k
+    return first, following
+
+
+def _element_members(name: str, i: int, k: int, following: array[int],
+                     field_paths: Sequence[str]) -> list[tuple[int, str]]:
+    """The paths of the i-th element of ``name`` from path ``k`` on (path number and the path in
+    the element read as a message of its own, in which it is the first ``name``)."""
+    indexed = f"{name}[{i}]"
+    members: list[tuple[int, str]] = []
+    while k >= 0:
+        path = field_paths[k]
+        if path.startswith(indexed):
+            path = f"{name}[0]{path[len(indexed):]}"
+        members.append((k, path))
+        k = following[k]
+    return members
+
+
+def _locate_in_whole_text(text: str, descriptor: Descriptor,
+                          field_paths: Sequence[str]) -> _Placed:
     """:func:`_locate` by one scan of the whole text, recording only what the paths may be
     placed at (:func:`~tpuemb_cfg.locations.wanted_paths`)."""
     from tpuemb_cfg.locations import scan_locations, wanted_paths

@@ -44,9 +44,11 @@ __all__ = ["bench"]
 @click.option("--ray-address", metavar="ADDR",
               help="--backend ray: join this Ray cluster (default: RAY_ADDRESS, else start a "
                    "local instance).")
-def bench(vocab: int, dim: int, ids: int, zipf: float, optimizer: str, steps: int, engine: str,
-          threads: int | None, multi_feature: bool, seed: int, as_json: bool,
-          max_memory: str | None, backend: str, shards: int, ray_address: str | None) -> None:
+def bench(  # noqa: PLR0913  (a click command: one parameter per option)
+    vocab: int, dim: int, ids: int, zipf: float, optimizer: str, steps: int, engine: str,
+    threads: int | None, multi_feature: bool, seed: int, as_json: bool,
+    max_memory: str | None, backend: str, shards: int, ray_address: str | None,
+) -> None:
     """Time one training step of a VOCAB x DIM float32 table for IDS Zipf-distributed ids.
 
     Prints the median seconds of the public Executor.step (checks, forward pass, backward

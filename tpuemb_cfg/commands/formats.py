@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import difflib
 import sys
+from collections.abc import Callable, Mapping
 
 import click
 
@@ -122,23 +123,36 @@ def format_text(text: str, message: TPUEmbeddingConfiguration) -> str:
     if not header and not leading and not trailing and not tail:
         return canonical
     out_locations = scan_locations(canonical, TPUEmbeddingConfiguration.DESCRIPTOR)
-    at_line = out_locations.path_at_line()
-    placed: set[str] = set()
+    positions = out_locations.positions
 
     def resolve(path: str) -> str | None:
         for candidate in (path, path + "[0]"):
-            if candidate in out_locations.positions:
+            if candidate in positions:
                 return candidate
         return None
 
     leading_out: dict[str, list[str]] = {}
-    trailing_out: dict[str, str] = {}
     for path, items in leading.items():
         target = resolve(path)
         if target is None:
             tail = items + tail
         else:
             leading_out.setdefault(target, []).extend(items)
+    trailing_out = _trailing_targets(trailing, resolve, tail)
+    body = _interleave(canonical, header, out_locations.path_at_line(), leading_out,
+                       trailing_out)
+    if tail:
+        if body and not body.endswith("\n"):
+            body += "\n"
+        body += "\n".join(tail) + "\n"
+    return body
+
+
+def _trailing_targets(trailing: dict[str, str], resolve: Callable[[str], str | None],
+                      tail: list[str]) -> dict[str, str]:
+    """The trailing comments by the path of the canonical text they follow; those that follow
+    no field of it are appended to ``tail``."""
+    trailing_out: dict[str, str] = {}
     for path, comment in trailing.items():
         target = resolve(path)
         if target is None and DISABLE.search(comment):
@@ -152,9 +166,16 @@ def format_text(text: str, message: TPUEmbeddingConfiguration) -> str:
         elif comment not in trailing_out.get(target, ""):
             trailing_out[target] = f"{trailing_out[target]} {comment}" if target in trailing_out \
                 else comment
-    lines = canonical.split("\n")
+    return trailing_out
+
+
+def _interleave(canonical: str, header: list[str], at_line: Mapping[int, str],
+                leading_out: dict[str, list[str]], trailing_out: dict[str, str]) -> str:
+    """``canonical`` with the header, and the leading and trailing comments of each path on the
+    line where the path starts."""
+    placed: set[str] = set()
     result: list[str] = list(header)
-    for number, line in enumerate(lines, start=1):
+    for number, line in enumerate(canonical.split("\n"), start=1):
         at = at_line.get(number)
         if at is not None and at not in placed:
             placed.add(at)
@@ -163,12 +184,7 @@ def format_text(text: str, message: TPUEmbeddingConfiguration) -> str:
             if at in trailing_out:
                 line = f"{line}  {trailing_out[at]}"
         result.append(line)
-    body = "\n".join(result)
-    if tail:
-        if body and not body.endswith("\n"):
-            body += "\n"
-        body += "\n".join(tail) + "\n"
-    return body
+    return "\n".join(result)
 
 
 def format_file(path: str) -> tuple[str, str]:

@@ -139,7 +139,7 @@ def _rule_filter(name: str, which: str) -> Callable[[Callable[..., Any]], Any]:
 @click.option(
     "--diff", is_flag=True, help="With --fix: print the changes as a diff instead of writing."
 )
-def validate(
+def validate(  # noqa: PLR0913  (a click command: one parameter per option)
     files: tuple[str, ...],
     fmt: str,
     fail_on: str | None,

@@ -356,7 +356,7 @@ def _severity(diagnostic: Any) -> str:
     return str(getattr(severity, "value", severity)).lower()
 
 
-def build_config(
+def build_config(  # noqa: PLR0913  (TensorFlow's signature: TPUEmbedding's and build's arguments)
     feature_config: Any,
     optimizer: Optimizer | Any = None,
     *,

@@ -52,7 +52,7 @@ class Momentum(Optimizer):
     algorithm = "momentum"
     _fields = (("momentum", "float"), ("use_nesterov", "bool"))
 
-    def __init__(
+    def __init__(  # noqa: PLR0913  (TensorFlow's optimizer signature)
         self,
         learning_rate: float | Callable[[], float] = 0.001,
         momentum: float = 0.0,
@@ -77,7 +77,7 @@ class Lion(Optimizer):
     algorithm = "lion"
     _fields = (("beta1", "float"), ("beta2", "float"), ("use_non_lazy_lion", "bool"))
 
-    def __init__(
+    def __init__(  # noqa: PLR0913  (TensorFlow's optimizer signature)
         self,
         learning_rate: float | Callable[[], float] = 0.001,
         beta1: float = 0.9,
@@ -104,7 +104,7 @@ class RMSProp(Optimizer):
     algorithm = "rms_prop"
     _fields = (("rho", "float"), ("momentum", "float"), ("epsilon", "float"))
 
-    def __init__(
+    def __init__(  # noqa: PLR0913  (TensorFlow's optimizer signature)
         self,
         learning_rate: float | Callable[[], float] = 0.001,
         rho: float = 0.9,
@@ -139,7 +139,7 @@ class Adadelta(Optimizer):
     algorithm = "adadelta"
     _fields = (("rho", "float"), ("epsilon", "float"))
 
-    def __init__(
+    def __init__(  # noqa: PLR0913  (TensorFlow's optimizer signature)
         self,
         learning_rate: float | Callable[[], float] = 0.001,
         rho: float = 0.95,
@@ -166,7 +166,7 @@ class ProximalAdagrad(Optimizer):
     algorithm = "proximal_adagrad"
     _fields = (("l1", "float"), ("l2", "float"))
 
-    def __init__(
+    def __init__(  # noqa: PLR0913  (TensorFlow's optimizer signature)
         self,
         learning_rate: float | Callable[[], float] = 0.001,
         l1: float = 0.0,
@@ -200,7 +200,7 @@ class BoundedAdagrad(Optimizer):
         ("max_accumulator", "float"),
     )
 
-    def __init__(
+    def __init__(  # noqa: PLR0913  (TensorFlow's optimizer signature)
         self,
         learning_rate: float | Callable[[], float] = 0.001,
         update_accumulator_first: bool = False,
@@ -245,7 +245,7 @@ class FrequencyAwareAdagrad(Optimizer):
         ("initial_accumulator_value", "float"),
     )
 
-    def __init__(
+    def __init__(  # noqa: PLR0913  (TensorFlow's optimizer signature)
         self,
         learning_rate: float | Callable[[], float] = 0.001,
         l1_regularization_strength: float = 0.0,
@@ -300,7 +300,7 @@ class ProximalYogi(Optimizer):
         ("epsilon", "float"),
     )
 
-    def __init__(
+    def __init__(  # noqa: PLR0913  (TensorFlow's optimizer signature)
         self,
         learning_rate: float | Callable[[], float] = 0.01,
         l1: float = 0.0,
@@ -333,7 +333,7 @@ class OnlineYogi(Optimizer):
     algorithm = "online_yogi"
     _fields = (("l1", "float"), ("l2", "float"), ("beta2", "float"))
 
-    def __init__(
+    def __init__(  # noqa: PLR0913  (TensorFlow's optimizer signature)
         self,
         learning_rate: float | Callable[[], float] = 0.001,
         l1: float = 0.0,
@@ -371,7 +371,7 @@ class MDLAdagradLight(Optimizer):
         ("mdl_regularize", "bool"),
     )
 
-    def __init__(
+    def __init__(  # noqa: PLR0913  (TensorFlow's optimizer signature)
         self,
         learning_rate: float | Callable[[], float] = 0.001,
         l2: float = 0.0,
@@ -415,7 +415,7 @@ class FrequencyEstimator(Optimizer):
         ("weight_exponent", "float"),
     )
 
-    def __init__(
+    def __init__(  # noqa: PLR0913  (TensorFlow's optimizer signature)
         self,
         learning_rate: float | Callable[[], float],
         tau: float,

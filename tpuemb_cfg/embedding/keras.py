@@ -357,6 +357,31 @@ def from_keras(optimizer: Any, *, class_name: str | None = None) -> Optimizer:
             f"is not translated for TPU embeddings ({library} supports "
             f"{', '.join(table)}); use one of them or a tpuemb_cfg.embedding optimizer",
         )
+    _check_refused(config, mapping, owner, keras3)
+    arguments: dict[str, Any] = {"learning_rate": _learning_rate(config, raw, owner, keras3)}
+    for argument in mapping.supported:
+        if argument in config:
+            arguments[argument] = config[argument]
+    if keras3:
+        for option, (argument, value) in _KERAS3_ARGUMENTS.items():
+            if config.get(option) is not None:
+                arguments[argument] = config[option] if value is None else value
+    return mapping.target(**arguments)
+
+
+#: Keras 3 options keras-rs passes on: the tpuemb argument each sets and its value (``None``:
+#: the option's).
+_KERAS3_ARGUMENTS: dict[str, tuple[str, object]] = {
+    "weight_decay": ("weight_decay_factor", None),
+    "clipvalue": ("clipvalue", None),
+    "gradient_accumulation_steps": ("use_gradient_accumulation", True),
+}
+
+
+def _check_refused(config: dict[str, Any], mapping: _Mapping, owner: str, keras3: bool) -> None:
+    """Raise for an option of ``config`` the translation (TFRS, or keras-rs for Keras 3)
+    refuses: a general one that is set, or one it fixes at another value."""
+    library = "keras-rs" if keras3 else "TFRS"
     refused = _GENERAL_REFUSED_KERAS3 if keras3 else _GENERAL_REFUSED_LEGACY
     for option in refused:
         if config.get(option) is not None:
@@ -366,16 +391,3 @@ def from_keras(optimizer: Any, *, class_name: str | None = None) -> Optimizer:
     for option, default in mapping.fixed.items():
         if option in config and config[option] != default:
             raise _refuse(owner, option, config[option], library)
-
-    arguments: dict[str, Any] = {"learning_rate": _learning_rate(config, raw, owner, keras3)}
-    for argument in mapping.supported:
-        if argument in config:
-            arguments[argument] = config[argument]
-    if keras3:
-        if config.get("weight_decay") is not None:
-            arguments["weight_decay_factor"] = config["weight_decay"]
-        if config.get("clipvalue") is not None:
-            arguments["clipvalue"] = config["clipvalue"]
-        if config.get("gradient_accumulation_steps") is not None:
-            arguments["use_gradient_accumulation"] = True
-    return mapping.target(**arguments)

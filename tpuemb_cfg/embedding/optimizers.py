@@ -150,7 +150,7 @@ class Optimizer(ValueEquality):
         if "algorithm" in cls.__dict__:
             cls.slot_names = slot_names(cls.algorithm)
 
-    def __init__(
+    def __init__(  # noqa: PLR0913  (TensorFlow's signature)
         self,
         learning_rate: float | Callable[[], float],
         use_gradient_accumulation: bool,
@@ -307,7 +307,7 @@ class Adagrad(Optimizer):
 
     algorithm = "adagrad"
 
-    def __init__(
+    def __init__(  # noqa: PLR0913  (TensorFlow's signature)
         self,
         learning_rate: float | Callable[[], float] = 0.001,
         initial_accumulator_value: float = 0.1,
@@ -341,7 +341,7 @@ class AdagradMomentum(Optimizer):
         ("beta2", "float"), ("epsilon", "float"),
     )
 
-    def __init__(
+    def __init__(  # noqa: PLR0913  (TensorFlow's signature)
         self,
         learning_rate: float | Callable[[], float] = 0.001,
         momentum: float = 0.0,
@@ -382,7 +382,7 @@ class Adam(Optimizer):
         ("sum_inside_sqrt", "bool", "use_sum_inside_sqrt"),
     )
 
-    def __init__(
+    def __init__(  # noqa: PLR0913  (TensorFlow's signature)
         self,
         learning_rate: float | Callable[[], float] = 0.001,
         beta_1: float = 0.9,
@@ -433,7 +433,7 @@ class FTRL(Optimizer):
         ("allow_zero_accumulator", "bool"),
     )
 
-    def __init__(
+    def __init__(  # noqa: PLR0913  (TensorFlow's signature)
         self,
         learning_rate: float | Callable[[], float] = 0.001,
         learning_rate_power: float = -0.5,

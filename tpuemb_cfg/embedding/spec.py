@@ -50,7 +50,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from tpuemb_cfg.embedding import optimizers as opt
 from tpuemb_cfg.embedding.build import CompiledConfig, build_config
@@ -66,6 +66,8 @@ from tpuemb_cfg.embedding.tables import (
 )
 from tpuemb_cfg.errors import InputError
 from tpuemb_cfg.usercode import ExitCalled, exit_guard
+
+_T = TypeVar("_T")
 
 #: The names a spec may define, i.e. :func:`build_config`'s arguments.
 BUILD_ARGUMENTS = (
@@ -290,8 +292,8 @@ class _Toml:
 
     # building
 
-    def construct(self, key: tuple[str, ...], make: Callable[[], Any],
-                  body: Mapping[str, Any] | None = None) -> Any:
+    def construct(self, key: tuple[str, ...], make: Callable[[], _T],
+                  body: Mapping[str, Any] | None = None) -> _T:
         """``make()``; an error is placed at the argument it names (`name`) when ``body`` has
         that key, else at ``key``."""
         try:
@@ -310,7 +312,7 @@ class _Toml:
         return dict(value)
 
     def declared(self, key: tuple[str, ...], what: str, section: str,
-                 declared: Mapping[str, Any], name: str) -> Any:
+                 declared: Mapping[str, _T], name: str) -> _T:
         """The entry ``name`` of the ``[section]`` table ``declared``, which ``key`` refers to."""
         if name not in declared:
             known = ", ".join(sorted(declared)) or "none are declared"
@@ -336,10 +338,37 @@ def toml_key_finder(path: str, text: str) -> Callable[[tuple[str, ...]], tuple[i
 
 
 def _load_toml(path: str) -> Spec:
+    text, data = _read_toml(path)
+    t = _Toml(path, text)
+    t.check_keys((), data, _TOP_LEVEL)
+    refs = _References(t, _schedules(t, data))
+    for name, value in t.table_of(("optimizers",), data.get("optimizers", {})).items():
+        refs.optimizers[name] = refs.make_optimizer(("optimizers", name), value)
+    build: dict[str, Any] = {k: data[k] for k in BUILD_ARGUMENTS if k in data and k != "optimizer"}
+    if "optimizer" in data:
+        build["optimizer"] = refs.optimizer_ref(("optimizer",), data["optimizer"])
+    tables: dict[str, TableConfig] = {}
+    for name, value in t.table_of(("tables",), data.get("tables", {})).items():
+        tables[name] = _table(t, refs, name, value)
+    features, input_shapes = _features(t, data, tables)
+    if input_shapes:
+        missing = sorted(set(features) - set(input_shapes))
+        if missing:
+            raise t.error(("features", missing[0]), "has no `input_shape` while other features "
+                          "have one: give every feature an input_shape, or none")
+        if "per_replica_input_shapes" in build:
+            raise t.error(("per_replica_input_shapes",), "give the input shapes either per "
+                          "feature (input_shape) or here, not both")
+        build["per_replica_input_shapes"] = input_shapes
+    return Spec(path, features, build)
+
+
+def _read_toml(path: str) -> tuple[str, dict[str, Any]]:
+    """The text of the TOML file ``path`` and what it holds."""
     raw = Path(path).read_bytes()
     try:
         text = raw.decode("utf-8")
-        data = tomllib.loads(text)
+        return text, tomllib.loads(text)
     except UnicodeDecodeError as e:
         raise InputError(f"not UTF-8 text: {e.reason}", path=path, offset=e.start) from None
     except tomllib.TOMLDecodeError as e:
@@ -350,21 +379,34 @@ def _load_toml(path: str) -> Spec:
             raise InputError(f"invalid TOML: {message}", path=path, line=int(match.group(1)),
                              column=int(match.group(2))) from None
         raise InputError(f"invalid TOML: {message}", path=path) from None
-    t = _Toml(path, text)
-    t.check_keys((), data, _TOP_LEVEL)
 
+
+def _schedules(t: _Toml, data: Mapping[str, Any]) -> dict[str, Schedule]:
+    """The ``[schedules]`` of the spec, by name."""
     schedules: dict[str, Schedule] = {}
     for name, value in t.table_of(("schedules",), data.get("schedules", {})).items():
         key = ("schedules", name)
         body = t.table_of(key, value)
         schedules[name] = t.construct(key, partial(schedule_from_mapping, name, body), body)
+    return schedules
 
-    def dynamic(key: tuple[str, ...], value: Any) -> Any:
+
+class _References:
+    """The optimizers of a TOML spec: inline tables, or names of ``[optimizers]`` entries whose
+    learning rates may name ``[schedules]`` entries."""
+
+    def __init__(self, t: _Toml, schedules: dict[str, Schedule]) -> None:
+        self.t = t
+        self.schedules = schedules
+        self.optimizers: dict[str, opt.Optimizer] = {}
+
+    def dynamic(self, key: tuple[str, ...], value: Any) -> Any:
         if isinstance(value, str):
-            return t.declared(key, "schedule", "schedules", schedules, value)
+            return self.t.declared(key, "schedule", "schedules", self.schedules, value)
         return value
 
-    def make_optimizer(key: tuple[str, ...], value: Any) -> opt.Optimizer:
+    def make_optimizer(self, key: tuple[str, ...], value: Any) -> opt.Optimizer:
+        t = self.t
         body = t.table_of(key, value)
         kind = body.pop("type", None)
         cls = _OPTIMIZERS.get(str(kind).lower()) if isinstance(kind, str) else None
@@ -375,47 +417,46 @@ def _load_toml(path: str) -> Spec:
         t.check_keys(key, body, {"type", *inspect.signature(cls).parameters})
         for arg in ("learning_rate", "step_counter"):
             if arg in body:
-                body[arg] = dynamic((*key, arg), body[arg])
+                body[arg] = self.dynamic((*key, arg), body[arg])
         if "clipvalue" in body:
             body["clipvalue"] = _clipvalue(t, (*key, "clipvalue"), body["clipvalue"])
-        return t.construct(key, lambda: cls(**body), body)
+        made: opt.Optimizer = t.construct(key, lambda: cls(**body), body)
+        return made
 
-    named: dict[str, opt.Optimizer] = {}
-    for name, value in t.table_of(("optimizers",), data.get("optimizers", {})).items():
-        named[name] = make_optimizer(("optimizers", name), value)
-
-    def optimizer_ref(key: tuple[str, ...], value: Any) -> opt.Optimizer:
+    def optimizer_ref(self, key: tuple[str, ...], value: Any) -> opt.Optimizer:
         if isinstance(value, str):
-            return t.declared(key, "optimizer", "optimizers", named, value)
-        return make_optimizer(key, value)
+            return self.t.declared(key, "optimizer", "optimizers", self.optimizers, value)
+        return self.make_optimizer(key, value)
 
-    build: dict[str, Any] = {k: data[k] for k in BUILD_ARGUMENTS if k in data and k != "optimizer"}
-    if "optimizer" in data:
-        build["optimizer"] = optimizer_ref(("optimizer",), data["optimizer"])
 
-    tables: dict[str, TableConfig] = {}
-    for name, value in t.table_of(("tables",), data.get("tables", {})).items():
-        key = ("tables", name)
-        body = t.table_of(key, value)
-        t.check_keys(key, body, _TABLE_KEYS)
-        kwargs: dict[str, Any] = {k: body[k] for k in ("vocabulary_size", "dim", "combiner")
-                                  if k in body}
-        kwargs["name"] = body.get("name", name)
-        if "optimizer" in body:
-            kwargs["optimizer"] = optimizer_ref((*key, "optimizer"), body["optimizer"])
-        if "quantization" in body:
-            q = t.table_of((*key, "quantization"), body["quantization"])
-            t.check_keys((*key, "quantization"), q, {"num_buckets", "lower", "upper"})
-            kwargs["quantization_config"] = t.construct(
-                (*key, "quantization"), partial(QuantizationConfig, **q), q
-            )
-        if "initializer" in body:
-            kwargs["initializer"] = _initializer(t, (*key, "initializer"), body["initializer"])
-        for required in ("vocabulary_size", "dim"):
-            if required not in kwargs:
-                raise t.error(key, f"needs `{required}`")
-        tables[name] = t.construct(key, partial(TableConfig, **kwargs), body)
+def _table(t: _Toml, refs: _References, name: str, value: Any) -> TableConfig:
+    """The table ``[tables.name]``."""
+    key = ("tables", name)
+    body = t.table_of(key, value)
+    t.check_keys(key, body, _TABLE_KEYS)
+    kwargs: dict[str, Any] = {k: body[k] for k in ("vocabulary_size", "dim", "combiner")
+                              if k in body}
+    kwargs["name"] = body.get("name", name)
+    if "optimizer" in body:
+        kwargs["optimizer"] = refs.optimizer_ref((*key, "optimizer"), body["optimizer"])
+    if "quantization" in body:
+        q = t.table_of((*key, "quantization"), body["quantization"])
+        t.check_keys((*key, "quantization"), q, {"num_buckets", "lower", "upper"})
+        kwargs["quantization_config"] = t.construct(
+            (*key, "quantization"), partial(QuantizationConfig, **q), q
+        )
+    if "initializer" in body:
+        kwargs["initializer"] = _initializer(t, (*key, "initializer"), body["initializer"])
+    for required in ("vocabulary_size", "dim"):
+        if required not in kwargs:
+            raise t.error(key, f"needs `{required}`")
+    return t.construct(key, partial(TableConfig, **kwargs), body)
 
+
+def _features(t: _Toml, data: Mapping[str, Any], tables: Mapping[str, TableConfig]
+              ) -> tuple[dict[str, FeatureConfig], dict[str, Any]]:
+    """The ``[features]`` of the spec and the input shapes some of them give, by name; every
+    table must be used."""
     features: dict[str, FeatureConfig] = {}
     input_shapes: dict[str, Any] = {}
     used: set[str] = set()
@@ -424,13 +465,13 @@ def _load_toml(path: str) -> Spec:
         body = t.table_of(key, value)
         t.check_keys(key, body, _FEATURE_KEYS)
         table_name = body.get("table")
-        if table_name not in tables:
+        if table_name is None or table_name not in tables:
             known = ", ".join(sorted(tables)) or "none are declared"
             raise t.error((*key, "table"), f"`table` must name a table of [tables] (declared: "
                           f"{known}); received {table_name!r}")
         used.add(table_name)
-        kwargs = {k: body[k] for k in ("max_sequence_length", "validate_weights_and_indices",
-                                       "output_shape") if k in body}
+        kwargs: dict[str, Any] = {k: body[k] for k in (
+            "max_sequence_length", "validate_weights_and_indices", "output_shape") if k in body}
         kwargs["name"] = body.get("name", name)
         features[name] = t.construct(
             key, partial(FeatureConfig, tables[table_name], **kwargs), body
@@ -443,16 +484,7 @@ def _load_toml(path: str) -> Spec:
     if unused:
         raise t.error(("tables", unused[0]), "no feature uses this table; remove it or add a "
                       "[features.NAME] entry with table = " + repr(unused[0]))
-    if input_shapes:
-        missing = sorted(set(features) - set(input_shapes))
-        if missing:
-            raise t.error(("features", missing[0]), "has no `input_shape` while other features "
-                          "have one: give every feature an input_shape, or none")
-        if "per_replica_input_shapes" in build:
-            raise t.error(("per_replica_input_shapes",), "give the input shapes either per "
-                          "feature (input_shape) or here, not both")
-        build["per_replica_input_shapes"] = input_shapes
-    return Spec(path, features, build)
+    return features, input_shapes
 
 
 def _clipvalue(t: _Toml, key: tuple[str, ...], value: Any) -> Any:

@@ -185,7 +185,7 @@ class TableConfig:
     executor; they do not reach the proto.
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913  (TensorFlow's signature)
         self,
         vocabulary_size: int,
         dim: int,

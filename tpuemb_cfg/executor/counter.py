@@ -252,8 +252,8 @@ def uniform_rows(
     key = stream_key(seed, table)
     z = mix(key + G * (_elements(rows, dimension) << _S5))
     u = ((z >> np.uint64(11)).astype(np.float64) + 0.5) * (1.0 / 2.0**53)
-    values = low + (high - low) * u
-    return values.astype(np.float32).reshape(rows.shape[0], dimension)
+    values: np.ndarray = (low + (high - low) * u).astype(np.float32)
+    return values.reshape(rows.shape[0], dimension)
 
 
 def gaussian_rows(

@@ -214,7 +214,8 @@ class Pending:
 
     def holds(self, rows: np.ndarray) -> np.ndarray:
         """bool per id of ``rows`` (int64): whether that row holds its values already."""
-        return (self.done[rows >> 3] & _BIT[rows & 7]) != 0
+        held: np.ndarray = (self.done[rows >> 3] & _BIT[rows & 7]) != 0
+        return held
 
     @staticmethod
     def bitmap(vocabulary: int) -> np.ndarray:

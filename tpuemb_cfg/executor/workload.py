@@ -98,9 +98,12 @@ class IdDistribution:
 
     def _cdf(self, x: np.ndarray, vocabulary: int) -> np.ndarray:
         a = 1.0 - self.exponent
+        cdf: np.ndarray
         if a == 0.0:
-            return np.log(x) / math.log(vocabulary + 1.0)
-        return (x**a - 1.0) / ((vocabulary + 1.0) ** a - 1.0)
+            cdf = np.log(x) / math.log(vocabulary + 1.0)
+        else:
+            cdf = (x**a - 1.0) / ((vocabulary + 1.0) ** a - 1.0)
+        return cdf
 
     def zipf_base(self, vocabulary: int) -> float:
         """``1 - (V + 1)^(1 - S)``, the sampler's constant (``numerics.pow64``: the same bits on

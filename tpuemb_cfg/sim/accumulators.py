@@ -360,21 +360,7 @@ class SparseConditionalAccumulator(_Accumulator):
         if vals.shape[0] != idx.shape[0]:
             raise ValueError(f"Expected {idx.shape[0]} non-empty input values, got {vals.shape[0]}")
         if dense is not None:
-            if dense.ndim != 1:
-                raise ValueError(
-                    f"dense_shape must be a vector, got shape {format_shape(dense.shape)}"
-                )
-            if declared is not None:
-                if len(declared) > dense.shape[0]:
-                    raise ValueError(
-                        f"Shape mismatch: expected shape rank at least {len(declared)}, "
-                        f"got {dense.shape[0]}"
-                    )
-                for i, dim in enumerate(declared):
-                    if dim is not None and dim != dense[i]:
-                        raise ValueError(
-                            f"Shape mismatch: expected shape dim {i} to be {dim}, got {dense[i]}"
-                        )
+            _check_dense_shape(declared, dense)
         if declared and declared[0] is not None:
             over = np.flatnonzero(idx >= declared[0])
             if over.size:
@@ -384,46 +370,10 @@ class SparseConditionalAccumulator(_Accumulator):
                     f"index is {idx[i]} exceeded {declared[0]}"
                 )
         if self._sums is not None:
-            held = self._sums
-            if held.ndim != vals.ndim:
-                raise ValueError(
-                    f"Shape mismatch: expected values rank {held.ndim}, got {vals.ndim}"
-                )
-            for i in range(1, vals.ndim):
-                if held.shape[i] != vals.shape[i]:
-                    raise ValueError(
-                        f"Shape mismatch: expected values dim {i} to be {held.shape[i]}, "
-                        f"got {vals.shape[i]}"
-                    )
+            _check_values_like_held(self._sums, vals)
         elif declared is not None:
-            if len(declared) > vals.ndim:
-                raise ValueError(
-                    f"Shape mismatch: expected values rank at least {len(declared)}, "
-                    f"got {vals.ndim}"
-                )
-            for i in range(1, len(declared)):
-                if declared[i] is not None and declared[i] != vals.shape[i]:
-                    raise ValueError(
-                        f"Shape mismatch: expected values dim {i} to be {declared[i]}, "
-                        f"got {vals.shape[i]}"
-                    )
-        # Project decision (spec 2.1): TensorFlow assumes sorted unique non-negative indices and
-        # returns garbage otherwise; refuse them instead.
-        negative = np.flatnonzero(idx < 0)
-        if negative.size:
-            i = int(negative[0])
-            raise ValueError(
-                f"indices[{i}] is {idx[i]}: row indices must be >= 0"
-            )
-        not_increasing = np.flatnonzero(np.diff(idx) <= 0)
-        if not_increasing.size:
-            i = int(not_increasing[0]) + 1
-            problem = "duplicate" if idx[i] == idx[i - 1] else "unsorted"
-            raise ValueError(
-                f"indices[{i}] is {idx[i]} after {idx[i - 1]} ({problem}): the indices of one "
-                "gradient must be unique and ascending - combine duplicate rows (sum them) and "
-                "sort before applying"
-            )
+            _check_values_like_declared(declared, vals)
+        _check_indices_ascending(idx)
 
     def _merge(self, idx: np.ndarray, vals: np.ndarray) -> None:
         """Add each row to its stored sum in arrival order; a new row is copied, not added to 0."""
@@ -443,3 +393,72 @@ class SparseConditionalAccumulator(_Accumulator):
         sums[new[~seen]] = vals[~seen]
         counts[new] += 1
         self._indices, self._sums, self._counts = rows, sums, counts
+
+
+def _check_dense_shape(declared: tuple[int | None, ...] | None, dense: np.ndarray) -> None:
+    """A sparse gradient's ``dense_shape``: a vector that agrees with the declared shape."""
+    if dense.ndim != 1:
+        raise ValueError(
+            f"dense_shape must be a vector, got shape {format_shape(dense.shape)}"
+        )
+    if declared is None:
+        return
+    if len(declared) > dense.shape[0]:
+        raise ValueError(
+            f"Shape mismatch: expected shape rank at least {len(declared)}, "
+            f"got {dense.shape[0]}"
+        )
+    for i, dim in enumerate(declared):
+        if dim is not None and dim != dense[i]:
+            raise ValueError(
+                f"Shape mismatch: expected shape dim {i} to be {dim}, got {dense[i]}"
+            )
+
+
+def _check_values_like_held(held: np.ndarray, vals: np.ndarray) -> None:
+    """A sparse gradient's values: the rank and row shape of the sums held."""
+    if held.ndim != vals.ndim:
+        raise ValueError(
+            f"Shape mismatch: expected values rank {held.ndim}, got {vals.ndim}"
+        )
+    for i in range(1, vals.ndim):
+        if held.shape[i] != vals.shape[i]:
+            raise ValueError(
+                f"Shape mismatch: expected values dim {i} to be {held.shape[i]}, "
+                f"got {vals.shape[i]}"
+            )
+
+
+def _check_values_like_declared(declared: tuple[int | None, ...], vals: np.ndarray) -> None:
+    """A sparse gradient's values: at least the declared rank, the declared row shape."""
+    if len(declared) > vals.ndim:
+        raise ValueError(
+            f"Shape mismatch: expected values rank at least {len(declared)}, "
+            f"got {vals.ndim}"
+        )
+    for i in range(1, len(declared)):
+        if declared[i] is not None and declared[i] != vals.shape[i]:
+            raise ValueError(
+                f"Shape mismatch: expected values dim {i} to be {declared[i]}, "
+                f"got {vals.shape[i]}"
+            )
+
+
+def _check_indices_ascending(idx: np.ndarray) -> None:
+    """Project decision (spec 2.1): TensorFlow assumes sorted unique non-negative indices and
+    returns garbage otherwise; refuse them instead."""
+    negative = np.flatnonzero(idx < 0)
+    if negative.size:
+        i = int(negative[0])
+        raise ValueError(
+            f"indices[{i}] is {idx[i]}: row indices must be >= 0"
+        )
+    not_increasing = np.flatnonzero(np.diff(idx) <= 0)
+    if not_increasing.size:
+        i = int(not_increasing[0]) + 1
+        problem = "duplicate" if idx[i] == idx[i - 1] else "unsorted"
+        raise ValueError(
+            f"indices[{i}] is {idx[i]} after {idx[i - 1]} ({problem}): the indices of one "
+            "gradient must be unique and ascending - combine duplicate rows (sum them) and "
+            "sort before applying"
+        )

@@ -80,7 +80,8 @@ def compiled() -> Any:
 
 def _unit(key: np.uint64, counters: np.ndarray) -> np.ndarray:
     z = mix(key + G * counters)
-    return (((z >> _S40).astype(np.float64) + 0.5) * _SCALE_23 - 1.0).astype(F32)
+    unit: np.ndarray = (((z >> _S40).astype(np.float64) + 0.5) * _SCALE_23 - 1.0).astype(F32)
+    return unit
 
 
 def zipf_base(vocab: int) -> float:
@@ -153,7 +154,7 @@ def teacher_weights(key: np.uint64, ids: np.ndarray) -> np.ndarray:
 
 def _combine(weights: np.ndarray, basis: np.ndarray) -> np.ndarray:
     """``((w_0 b_0 + w_1 b_1) + w_2 b_2) + w_3 b_3`` row by row (float32)."""
-    out = weights[:, 0:1] * basis[0]
+    out: np.ndarray = weights[:, 0:1] * basis[0]
     for k in range(1, RANK):
         out = out + weights[:, k:k + 1] * basis[k]
     return out

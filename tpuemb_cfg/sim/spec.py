@@ -17,15 +17,21 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from .. import units
 from ..errors import InputError
 from .schedules import Schedule
 
 if TYPE_CHECKING:
-    from ..proto.simulation_pb2 import SimulationSpec
+    from ..proto.simulation_pb2 import (
+        Delay,
+        LearningRateSchedule,
+        SimulationSpec,
+        SyntheticWorkload,
+    )
 
 __all__ = ["LoadedSpec", "load_spec"]
 
@@ -35,9 +41,15 @@ class LoadedSpec:
     """A checked spec: option values by the command's parameter names, and the schedules."""
 
     path: str
-    message: Any
+    message: SimulationSpec
     options: dict[str, Any] = field(default_factory=dict)
     schedules: tuple[Schedule, ...] = ()
+
+
+#: Builds the error of a field (its path, the message).
+_Fail = Callable[[str, str], InputError]
+#: A path of the spec, resolved against the spec file's folder.
+_Resolve = Callable[[str], str]
 
 
 def _fail(path: str, where: tuple[int, int] | None, message: str) -> InputError:
@@ -72,6 +84,19 @@ def load_spec(path: str | os.PathLike[str]) -> LoadedSpec:
     def resolve(value: str) -> str:
         return value if os.path.isabs(value) else os.path.normpath(os.path.join(base, value))
 
+    options = _run_options(spec, fail, resolve)
+    if spec.workload.WhichOneof("source") == "synthetic":
+        options.update(_synthetic_options(spec.workload.synthetic, fail, resolve))
+    if spec.workload.WhichOneof("source") == "replay":
+        options.update(_replay_options(spec, fail, resolve))
+    if spec.HasField("workers"):
+        options.update(_worker_options(spec, fail))
+    schedules = _schedules(spec, fail)
+    return LoadedSpec(path=name, message=spec, options=options, schedules=schedules)
+
+
+def _run_options(spec: SimulationSpec, fail: _Fail, resolve: _Resolve) -> dict[str, Any]:
+    """The options of the spec's top-level fields, each checked in its option's grammar."""
     options: dict[str, Any] = {}
     if spec.HasField("steps"):
         if spec.steps < 1:
@@ -93,28 +118,33 @@ def load_spec(path: str | os.PathLike[str]) -> LoadedSpec:
         except ValueError as exc:
             raise fail("max_memory", f"{spec.max_memory!r}: {exc}") from None
         options["max_memory"] = spec.max_memory
-    replay = spec.workload.WhichOneof("source") == "replay"
-    if spec.workload.WhichOneof("source") == "synthetic":
-        options.update(_synthetic_options(spec.workload.synthetic, fail, resolve))
-    if replay:
-        files = spec.workload.replay
-        if not files.batches or not files.out:
-            missing = "batches" if not files.batches else "out"
-            raise fail(f"workload.replay.{missing}",
-                       "a replay needs both batches (the recorded steps) and out (the output file)")
-        options["batches_path"] = resolve(files.batches)
-        options["out_path"] = resolve(files.out)
-        if files.init:
-            options["init_path"] = resolve(files.init)
-        present = {"out_dir": spec.HasField("out_dir"), "workers": spec.HasField("workers"),
-                   "learning_rate": spec.HasField("learning_rate"),
-                   "learning_rate_schedule": bool(spec.learning_rate_schedule)}
-        for other, given in present.items():
-            if given:
-                raise fail(other, "applies to synthetic runs only, not to a replay workload "
-                           "(a replay has its recorded learning rates and one worker); remove it")
-    if spec.HasField("workers"):
-        options.update(_worker_options(spec, fail))
+    return options
+
+
+def _replay_options(spec: SimulationSpec, fail: _Fail, resolve: _Resolve) -> dict[str, Any]:
+    """The options of ``workload.replay``; the fields only a synthetic run has are refused."""
+    options: dict[str, Any] = {}
+    files = spec.workload.replay
+    if not files.batches or not files.out:
+        missing = "batches" if not files.batches else "out"
+        raise fail(f"workload.replay.{missing}",
+                   "a replay needs both batches (the recorded steps) and out (the output file)")
+    options["batches_path"] = resolve(files.batches)
+    options["out_path"] = resolve(files.out)
+    if files.init:
+        options["init_path"] = resolve(files.init)
+    present = {"out_dir": spec.HasField("out_dir"), "workers": spec.HasField("workers"),
+               "learning_rate": spec.HasField("learning_rate"),
+               "learning_rate_schedule": bool(spec.learning_rate_schedule)}
+    for other, given in present.items():
+        if given:
+            raise fail(other, "applies to synthetic runs only, not to a replay workload "
+                       "(a replay has its recorded learning rates and one worker); remove it")
+    return options
+
+
+def _schedules(spec: SimulationSpec, fail: _Fail) -> tuple[Schedule, ...]:
+    """The learning-rate schedules, one per tag."""
     schedules = tuple(
         _schedule(item, f"learning_rate_schedule[{i}]", fail)
         for i, item in enumerate(spec.learning_rate_schedule)
@@ -126,17 +156,19 @@ def load_spec(path: str | os.PathLike[str]) -> LoadedSpec:
                        f"tag {schedule.tag} already has a schedule "
                        f"(learning_rate_schedule[{seen[schedule.tag]}]); give one per tag")
         seen[schedule.tag] = i
-    return LoadedSpec(path=name, message=spec, options=options, schedules=schedules)
+    return schedules
 
 
-def _synthetic_options(synthetic: Any, fail: Any, resolve: Any) -> dict[str, Any]:
+def _synthetic_options(synthetic: SyntheticWorkload, fail: _Fail,
+                       resolve: _Resolve) -> dict[str, Any]:
     """The options of ``workload.synthetic``, each checked in its option's grammar."""
     from ..errors import UsageError
     from ..executor.workload import parse_ids, parse_sequence_lengths
 
     options: dict[str, Any] = {}
     where = "workload.synthetic."
-    checks = {"ids": parse_ids, "sequence_lengths": parse_sequence_lengths}
+    checks: dict[Literal["ids", "sequence_lengths"], Callable[[str, str], object]] = {
+        "ids": parse_ids, "sequence_lengths": parse_sequence_lengths}
     for name, parse in checks.items():
         if synthetic.HasField(name):
             try:
@@ -144,20 +176,21 @@ def _synthetic_options(synthetic: Any, fail: Any, resolve: Any) -> dict[str, Any
             except UsageError as exc:
                 raise fail(where + name, str(exc).removeprefix(where + name + " ")) from None
             options[name] = getattr(synthetic, name)
-    choices = {"bag_sizes": ("auto", "fixed", "uniform"), "tables": ("touched", "all", "none")}
-    for name, allowed in choices.items():
-        if synthetic.HasField(name):
-            value = getattr(synthetic, name)
+    choices: dict[Literal["bag_sizes", "tables"], tuple[str, ...]] = {
+        "bag_sizes": ("auto", "fixed", "uniform"), "tables": ("touched", "all", "none")}
+    for choice, allowed in choices.items():
+        if synthetic.HasField(choice):
+            value = getattr(synthetic, choice)
             if value not in allowed:
-                raise fail(where + name, f"{value!r} found, expected one of "
+                raise fail(where + choice, f"{value!r} found, expected one of "
                            + ", ".join(allowed))
-            options["tables_output" if name == "tables" else name] = value
+            options["tables_output" if choice == "tables" else choice] = value
     if synthetic.HasField("save_batches"):
         options["save_batches"] = resolve(synthetic.save_batches)
     return options
 
 
-def _worker_options(spec: SimulationSpec, fail: Any) -> dict[str, Any]:
+def _worker_options(spec: SimulationSpec, fail: _Fail) -> dict[str, Any]:
     from .multiworker import MAX_WORKERS
 
     workers = spec.workers
@@ -188,24 +221,32 @@ def _worker_options(spec: SimulationSpec, fail: Any) -> dict[str, Any]:
                 raise fail(f"workers.{other}",
                            "applies to synchronous replicas; max_staleness selects DropStale "
                            f"mode, which has no {other} - remove one of the two")
-    model = workers.delay.WhichOneof("model")
-    if model == "fixed":
-        if workers.delay.fixed < 0:
-            raise fail("workers.delay.fixed",
-                       f"{workers.delay.fixed} found, expected a whole number of ticks >= 0")
-        options["delay"] = f"fixed:{workers.delay.fixed}"
-    elif model == "geometric":
-        p = workers.delay.geometric
-        if not 0 < p <= 1:
-            raise fail("workers.delay.geometric",
-                       f"{p!r} found, expected a probability 0 < p <= 1")
-        options["delay"] = f"geometric:{p!r}"
+    delay = _delay(workers.delay, fail)
+    if delay is not None:
+        options["delay"] = delay
     if "workers" not in options:
         options["workers"] = 1
     return options
 
 
-def _schedule(item: Any, where: str, fail: Any) -> Schedule:
+def _delay(delay: Delay, fail: _Fail) -> str | None:
+    """``workers.delay`` in the grammar of ``--delay``; ``None`` when the spec has none."""
+    model = delay.WhichOneof("model")
+    if model == "fixed":
+        if delay.fixed < 0:
+            raise fail("workers.delay.fixed",
+                       f"{delay.fixed} found, expected a whole number of ticks >= 0")
+        return f"fixed:{delay.fixed}"
+    if model == "geometric":
+        p = delay.geometric
+        if not 0 < p <= 1:
+            raise fail("workers.delay.geometric",
+                       f"{p!r} found, expected a probability 0 < p <= 1")
+        return f"geometric:{p!r}"
+    return None
+
+
+def _schedule(item: LearningRateSchedule, where: str, fail: _Fail) -> Schedule:
     if item.tag < 0:
         raise fail(f"{where}.tag", f"{item.tag} found, expected a tag >= 0")
     kind = item.WhichOneof("schedule")
@@ -243,6 +284,6 @@ def _schedule(item: Any, where: str, fail: Any) -> Schedule:
     return Schedule(item.tag, "piecewise_constant", values, boundaries=boundaries)
 
 
-def _finite(value: float, where: str, fail: Any) -> None:
+def _finite(value: float, where: str, fail: _Fail) -> None:
     if not math.isfinite(value):
         raise fail(where, f"{value} found, expected a finite number")
