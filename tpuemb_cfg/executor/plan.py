@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError, UsageError
+from ..schema import COMBINERS, MODE_NAMES, AccumulationStatus, ShardingStrategy
 from .optimizers import Optimizer, get, unsupported
 
 __all__ = [
@@ -26,14 +27,7 @@ __all__ = [
     "refuse_invalid",
 ]
 
-COMBINERS = ("sum", "mean", "sqrtn")
 DEFAULT_COMBINER = "mean"  # TensorFlow's TableConfig default
-
-# Enum numbers (schema.md section 3), so the plan does not depend on generated enum spellings.
-_MODE_INFERENCE = 1
-_ACCUMULATION_DISABLED = 2
-_SHARDING_MOD = 1
-_MODE_NAMES = {0: "UNSPECIFIED", 1: "INFERENCE", 2: "TRAINING", 3: "BACKWARD_PASS_ONLY"}
 
 
 @dataclass(frozen=True)
@@ -392,7 +386,7 @@ def build_plan(
                 ),
                 weight_decay=np.float32(op.weight_decay_factor),
                 decay_by_lr=bool(op.multiply_weight_decay_factor_by_learning_rate),
-                accumulate=int(op.gradient_accumulation_status) != _ACCUMULATION_DISABLED,
+                accumulate=int(op.gradient_accumulation_status) != AccumulationStatus.DISABLED,
                 quantization=quantization,
                 lazy=bool(optimizer.lazy(message)),
                 features=tuple(per_table[t]),
@@ -424,9 +418,9 @@ def build_plan(
         tag_users={tag: tuple(users) for tag, users in tag_users.items()},
         num_cores=max(int(config.num_tensor_cores), 1),
         num_hosts=max(int(config.num_hosts), 1),
-        mod_sharding=int(config.sharding_strategy) == _SHARDING_MOD,
+        mod_sharding=int(config.sharding_strategy) == ShardingStrategy.MOD,
         pipelined=bool(config.pipeline_execution_with_tensor_core),
-        mode=_MODE_NAMES.get(int(config.mode), str(int(config.mode))),
+        mode=MODE_NAMES.get(int(config.mode), str(int(config.mode))),
     ))
 
 
