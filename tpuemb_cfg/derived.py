@@ -40,9 +40,6 @@ SLOTS: dict[str, tuple[str, ...]] = {
 PACKABLE_ALGORITHMS = frozenset(name for name, a in ALGORITHMS.items() if a.packable)
 PACKABLE_DIMENSIONS = frozenset({1, 2, 4})
 
-#: TensorFlow's kMaxAuxiliaryParameterCount.
-MAX_AUXILIARY_PARAMETERS = 7
-
 #: High-bandwidth memory of one TPU device per generation, in bytes. A device is what
 #: ``num_tensor_cores`` counts (one TensorFlow replica core): on v2 and v3 each of a chip's two
 #: TensorCores is a device with half the chip's HBM; v4 and v5p join their two TensorCores into

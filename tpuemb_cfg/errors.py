@@ -58,14 +58,6 @@ def printable_values(value: Any) -> Any:
     return value
 
 
-def shorten(value: str, keep: int = QUOTE_KEEP) -> str:
-    """``'aaaaaaaa…' (5,000,000 characters)`` for a long value, ``'value'`` for a short one."""
-    if len(value) <= QUOTE_LIMIT:
-        return repr(value)
-    head = repr(value[:keep])
-    return f"{head[:-1]}…{head[-1]} ({len(value):,} characters)"
-
-
 def shorten_quoted(text: str) -> str:
     """``text`` with every long quoted value (and every very long word) shortened.
 
