@@ -1,4 +1,4 @@
-"""``tpuemb bench``: the executor on the anchor workload of issue 8, with its yardsticks.
+"""``tpuemb bench``: the executor on the anchor workload, with its yardsticks.
 
 The anchor workload: one training step of a ``vocab x dim`` float32 table (default 1,000,000 x
 64, Adagrad) for a batch of ``ids`` ids (65,536) drawn Zipf-like: rank r in 1..V has probability
@@ -11,7 +11,7 @@ Everything below is measured in the same run, on the same arrays:
   user runs, on a one-feature batch (one id per bag, ``sum`` combiner, a random [ids, dim]
   activation gradient): input checks, the forward pass (activations), back-propagation and
   the duplicate sum, the update, and the per-step report (update norm, per-host counts);
-- **update** (``update_sec_per_step``): the update alone as issue 8 defined it - de-duplicate
+- **update** (``update_sec_per_step``): the update alone - de-duplicate
   the ids, sum the gradient rows of equal ids, update the touched rows - through the
   executor's own code for it (the engine's ``deduplicate`` and ``backprop_sum``, then
   ``Executor.apply_row_gradients``); before it is timed, one such update is checked against
@@ -73,7 +73,7 @@ F32 = np.float32
 LEARNING_RATE = 0.01
 
 # The optimizers the benchmark knows, as configuration text: every one with a TensorFlow sparse
-# CPU kernel (issue 14).
+# CPU kernel.
 OPTIMIZERS: dict[str, str] = {
     "sgd": "stochastic_gradient_descent { }",
     "adagrad": "adagrad { }",
@@ -87,7 +87,7 @@ OPTIMIZERS: dict[str, str] = {
 
 @dataclass(frozen=True)
 class Workload:
-    """The benchmark's inputs (defaults: the anchor workload of issue 8)."""
+    """The benchmark's inputs (defaults: the anchor workload)."""
 
     vocab: int = 1_000_000
     dim: int = 64

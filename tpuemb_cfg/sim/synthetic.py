@@ -35,10 +35,6 @@ generator state, per-step history) round-trips through ``checkpoint_arrays`` so 
 and resumed run ends with the same bytes as an uninterrupted one. The ids, the teacher, the
 loss and its gradients come from compiled kernels when numba can be imported, whatever the
 executor's engine (``kernels``: one definition of the numbers, NumPy without numba).
-
-Changed in issue 14: the teacher rows (rank 4, hashed, instead of ``sin(i * freq + phase)``),
-the Zipf sampler's power (an exact tenth power) and the default initial tables (counter-based,
-``executor.counter``), so synthetic runs differ from those of earlier releases; replays do not.
 """
 
 from __future__ import annotations
