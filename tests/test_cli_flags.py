@@ -1,0 +1,45 @@
+"""The library names its own parameters in messages; the CLI prints the option that sets each."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import EXAMPLES
+
+from tpuemb_cfg.commands.flags import FLAGS, cli_message
+from tpuemb_cfg.errors import InputError, UsageError, parameter
+from tpuemb_cfg.sim.multiworker import MultiWorkerRun
+
+
+def test_a_marked_parameter_reads_as_its_name_or_as_its_option() -> None:
+    workers = parameter("workers")
+    error = UsageError(f"{workers} 0: expected 1 or more; use {workers} 1")
+    assert str(error) == "workers 0: expected 1 or more; use workers 1"
+    assert error.parameters == ("workers",)
+    assert cli_message(error) == "--workers 0: expected 1 or more; use --workers 1"
+    located = InputError(f"too large for {parameter('steps')}", path="c.pbtxt", line=2, column=3)
+    assert str(located) == "c.pbtxt:2:3: error: too large for steps"
+    assert cli_message(located) == "c.pbtxt:2:3: error: too large for --steps"
+
+
+def test_every_flag_is_an_option_of_a_command() -> None:
+    import click
+
+    from tpuemb_cfg.cli import main
+
+    options = set()
+    with click.Context(main) as ctx:
+        for name in main.list_commands(ctx):
+            command = main.get_command(ctx, name)
+            assert command is not None
+            options.update(o for p in command.params for o in p.opts)
+    assert set(FLAGS.values()) <= options, set(FLAGS.values()) - options
+
+
+def test_multiworker_refusals_name_the_python_parameter() -> None:
+    with pytest.raises(UsageError) as info:
+        MultiWorkerRun(EXAMPLES / "quickstart.pbtxt", workers=2, max_staleness=1, init_tokens=3)
+    assert str(info.value).startswith("init_tokens applies to synchronous replicas, not to "
+                                      "DropStale mode (max_staleness)")
+    assert info.value.parameters == ("init_tokens", "max_staleness")
+    assert cli_message(info.value).startswith(
+        "--init-tokens applies to synchronous replicas, not to DropStale mode (--max-staleness)")

@@ -1,0 +1,24 @@
+"""The option that sets each library parameter a message can name, for every command.
+
+The library names its own parameters in its messages (``errors.parameter``: ``workers``); the
+CLI prints the option a user typed instead (``--workers``), through :func:`cli_message`.
+"""
+
+from __future__ import annotations
+
+from tpuemb_cfg.errors import TpuembError
+
+#: Library parameter -> the option that sets it.
+FLAGS: dict[str, str] = {
+    "delay": "--delay",
+    "init_tokens": "--init-tokens",
+    "max_staleness": "--max-staleness",
+    "replicas_to_aggregate": "--replicas-to-aggregate",
+    "steps": "--steps",
+    "workers": "--workers",
+}
+
+
+def cli_message(error: TpuembError) -> str:
+    """``str(error)`` with every parameter it names written as the option that sets it."""
+    return error.spelled(FLAGS)
