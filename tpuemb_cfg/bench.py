@@ -55,6 +55,7 @@ import numpy as np
 
 from . import units
 from .errors import UsageError
+from .errors import parameter as arg
 
 __all__ = [
     "OPTIMIZERS",
@@ -242,10 +243,10 @@ def check_memory(w: Workload, max_memory: int | None = None) -> None:
             else:
                 above = middle
         if fits < 1:
-            return ("lower --ids or --dim" if limit > (128 << 20)
+            return (f"lower {arg('ids')} or {arg('dim')}" if limit > (128 << 20)
                     else "no smaller workload helps (the bandwidth probe alone takes 128 MiB)")
         digits = 10 ** max(len(str(fits)) - 2, 0)
-        return f"use --vocab {fits // digits * digits} or less at --dim {w.dim}"
+        return f"use {arg('vocab')} {fits // digits * digits} or less at {arg('dim')} {w.dim}"
 
     require_memory(memory_needed(w), max_memory,
                    what=f"the benchmark of a {w.vocab:,} x {w.dim} table",
@@ -430,15 +431,15 @@ def run(workload: Workload = Workload(), *, engine: str = "numba", threads: int 
     if w.optimizer not in OPTIMIZERS:
         raise UsageError(_unknown_optimizer(w.optimizer))
     if w.vocab < 1 or w.dim < 1 or w.ids < 1 or w.steps < 1 or not 0 < w.zipf < math.inf:
-        raise UsageError("--vocab, --dim, --ids and --steps must be >= 1 and --zipf a finite "
-                         "number > 0")
+        raise UsageError(f"{arg('vocab')}, {arg('dim')}, {arg('ids')} and {arg('steps')} must be "
+                         f">= 1 and {arg('zipf')} a finite number > 0")
     try:
         units.parse_seed(w.seed)
     except (TypeError, ValueError) as exc:
         raise UsageError(f"seed={w.seed!r}: {exc}") from None
     if multi_feature and w.vocab < 3:
-        raise UsageError(f"--multi-feature needs --vocab 3 or more (three tables share it); "
-                         f"got {w.vocab}")
+        raise UsageError(f"{arg('multi_feature')} needs {arg('vocab')} 3 or more (three tables "
+                         f"share it); got {w.vocab}")
     check_memory(w, max_memory)
     bandwidth = copy_bandwidth()
     name, note, compile_sec, compiled = _warm_up(engine, w.optimizer)
@@ -511,7 +512,8 @@ def _set_threads(threads: int | None) -> int:
     if threads is not None:
         limit = int(numba.config.NUMBA_NUM_THREADS)  # type: ignore[attr-defined]
         if not 1 <= threads <= limit:
-            raise UsageError(f"--threads {threads}: expected 1..{limit} (NUMBA_NUM_THREADS)")
+            raise UsageError(f"{arg('threads')} {threads}: expected 1..{limit} "
+                             "(NUMBA_NUM_THREADS)")
         numba.set_num_threads(threads)
     return int(numba.get_num_threads())
 

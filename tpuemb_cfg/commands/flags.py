@@ -11,11 +11,19 @@ from tpuemb_cfg.errors import TpuembError
 #: Library parameter -> the option that sets it.
 FLAGS: dict[str, str] = {
     "delay": "--delay",
+    "dim": "--dim",
+    "ids": "--ids",
     "init_tokens": "--init-tokens",
+    "max_memory": "--max-memory",
     "max_staleness": "--max-staleness",
+    "multi_feature": "--multi-feature",
     "replicas_to_aggregate": "--replicas-to-aggregate",
+    "shards": "--shards",
     "steps": "--steps",
+    "threads": "--threads",
+    "vocab": "--vocab",
     "workers": "--workers",
+    "zipf": "--zipf",
 }
 
 
