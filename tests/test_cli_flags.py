@@ -43,3 +43,15 @@ def test_multiworker_refusals_name_the_python_parameter() -> None:
     assert info.value.parameters == ("init_tokens", "max_staleness")
     assert cli_message(info.value).startswith(
         "--init-tokens applies to synchronous replicas, not to DropStale mode (--max-staleness)")
+
+
+def test_rule_selectors_name_select_and_ignore() -> None:
+    from conftest import run_cli
+
+    from tpuemb_cfg.validator import selected_rules
+
+    with pytest.raises(UsageError, match="^ignore 'NOPE' matches no rule"):
+        selected_rules(ignore="NOPE")
+    result = run_cli("validate", "--ignore", "NOPE", str(EXAMPLES / "quickstart.pbtxt"))
+    assert result.exit_code == 2
+    assert result.output.startswith("--ignore 'NOPE' matches no rule; rule ids look like TAG002")
