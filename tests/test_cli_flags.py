@@ -55,3 +55,14 @@ def test_rule_selectors_name_select_and_ignore() -> None:
     result = run_cli("validate", "--ignore", "NOPE", str(EXAMPLES / "quickstart.pbtxt"))
     assert result.exit_code == 2
     assert result.output.startswith("--ignore 'NOPE' matches no rule; rule ids look like TAG002")
+
+
+def test_combiner_refusals_name_combiners() -> None:
+    from tpuemb_cfg.executor import parse_combiners
+
+    with pytest.raises(UsageError) as info:
+        parse_combiners(["x=sum"], 2)
+    assert str(info.value) == ("combiners 'x=sum': 'x' is not a feature index; use combiners NAME "
+                               "or combiners FEATURE_INDEX=NAME")
+    assert cli_message(info.value) == ("--combiner 'x=sum': 'x' is not a feature index; use "
+                                       "--combiner NAME or --combiner FEATURE_INDEX=NAME")

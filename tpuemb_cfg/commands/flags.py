@@ -10,6 +10,7 @@ from tpuemb_cfg.errors import TpuembError
 
 #: Library parameter -> the option that sets it.
 FLAGS: dict[str, str] = {
+    "combiners": "--combiner",
     "delay": "--delay",
     "dim": "--dim",
     "ids": "--ids",

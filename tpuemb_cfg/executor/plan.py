@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError, UsageError
+from ..errors import parameter as arg
 from ..schema import COMBINERS, MODE_NAMES, AccumulationStatus, ShardingStrategy
 from .optimizers import Optimizer, get, unsupported
 
@@ -216,17 +217,17 @@ def parse_combiners(
                 feature = int(left)
             except ValueError:
                 raise UsageError(
-                    f"--combiner {value!r}: {left!r} is not a feature index; "
-                    "use --combiner NAME or --combiner FEATURE_INDEX=NAME"
+                    f"{arg('combiners')} {value!r}: {left!r} is not a feature index; "
+                    f"use {arg('combiners')} NAME or {arg('combiners')} FEATURE_INDEX=NAME"
                 ) from None
             if not 0 <= feature < num_features:
                 raise UsageError(
-                    f"--combiner {value!r}: feature index {feature} is out of range; "
+                    f"{arg('combiners')} {value!r}: feature index {feature} is out of range; "
                     f"the configuration has {num_features} feature(s), 0..{num_features - 1}"
                 )
         if text not in COMBINERS:
             raise UsageError(
-                f"--combiner {value!r}: unknown combiner {text!r}; expected one of "
+                f"{arg('combiners')} {value!r}: unknown combiner {text!r}; expected one of "
                 + ", ".join(COMBINERS)
             )
         if feature is None:
