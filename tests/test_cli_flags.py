@@ -66,3 +66,14 @@ def test_combiner_refusals_name_combiners() -> None:
                                "or combiners FEATURE_INDEX=NAME")
     assert cli_message(info.value) == ("--combiner 'x=sum': 'x' is not a feature index; use "
                                        "--combiner NAME or --combiner FEATURE_INDEX=NAME")
+
+
+def test_the_memory_hint_names_the_tables_parameter() -> None:
+    from tpuemb_cfg.executor.memory import Estimate, reduce_hint
+
+    hint = reduce_hint(Estimate(state=100, steady=1, peak=1, whole_state=400), tables="all")
+    error = UsageError(f"too large; {hint}")
+    assert str(error) == ("too large; write only the touched rows (tables touched) or reduce "
+                          "vocabulary_size/dimension")
+    assert cli_message(error).startswith("too large; write only the touched rows (--tables "
+                                         "touched)")

@@ -24,6 +24,7 @@ FLAGS: dict[str, str] = {
     "sequence_lengths": "--sequence-lengths",
     "shards": "--shards",
     "steps": "--steps",
+    "tables": "--tables",
     "threads": "--threads",
     "vocab": "--vocab",
     "workers": "--workers",

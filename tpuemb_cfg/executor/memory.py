@@ -70,6 +70,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ..errors import parameter
 from .bags import expected_ids_per_bag
 from .workload import (
     DEFAULT_IDS,
@@ -372,7 +373,8 @@ def reduce_hint(parts: Estimate, *, steps: int | None = None, tables: str = "non
     if largest == step:
         return "give the features smaller batches (input_shape, per_replica_input_shapes)"
     if tables == "all" and updates and parts.whole_state > parts.state:
-        return "write only the touched rows (--tables touched) or reduce vocabulary_size/dimension"
+        return (f"write only the touched rows ({parameter('tables')} touched) or reduce "
+                "vocabulary_size/dimension")
     return "reduce vocabulary_size/dimension"
 
 
