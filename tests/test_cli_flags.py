@@ -77,3 +77,13 @@ def test_the_memory_hint_names_the_tables_parameter() -> None:
                           "vocabulary_size/dimension")
     assert cli_message(error).startswith("too large; write only the touched rows (--tables "
                                          "touched)")
+
+
+def test_the_ray_install_hint_names_the_backend_parameter() -> None:
+    from tpuemb_cfg.executor.ray_session import INSTALL_HINT
+
+    error = UsageError(INSTALL_HINT)
+    assert str(error).startswith("backend ray needs Ray, which is not installed")
+    assert str(error).endswith("or use backend local")
+    assert cli_message(error).startswith("--backend ray needs Ray, which is not installed")
+    assert cli_message(error).endswith("or use --backend local")

@@ -10,6 +10,7 @@ from tpuemb_cfg.errors import TpuembError
 
 #: Library parameter -> the option that sets it.
 FLAGS: dict[str, str] = {
+    "backend": "--backend",
     "combiners": "--combiner",
     "delay": "--delay",
     "dim": "--dim",
@@ -19,6 +20,7 @@ FLAGS: dict[str, str] = {
     "max_memory": "--max-memory",
     "max_staleness": "--max-staleness",
     "multi_feature": "--multi-feature",
+    "ray_address": "--ray-address",
     "replicas_to_aggregate": "--replicas-to-aggregate",
     "select": "--select",
     "sequence_lengths": "--sequence-lengths",
