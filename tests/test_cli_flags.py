@@ -87,3 +87,13 @@ def test_the_ray_install_hint_names_the_backend_parameter() -> None:
     assert str(error).endswith("or use backend local")
     assert cli_message(error).startswith("--backend ray needs Ray, which is not installed")
     assert cli_message(error).endswith("or use --backend local")
+
+
+def test_a_file_that_is_no_checkpoint_names_checkpoint_every() -> None:
+    from tpuemb_cfg.sim.synthetic import SyntheticRun
+
+    run = SyntheticRun(str(EXAMPLES / "quickstart.pbtxt"), seed=1, engine="numpy")
+    with pytest.raises(InputError) as info:
+        run.restore({}, "c.npz")
+    assert str(info.value).endswith("a run with checkpoint_every wrote")
+    assert cli_message(info.value).endswith("a run with --checkpoint-every wrote")

@@ -10,6 +10,7 @@ from tpuemb_cfg.errors import TpuembError
 
 #: Library parameter -> the option that sets it.
 FLAGS: dict[str, str] = {
+    "checkpoint_every": "--checkpoint-every",
     "backend": "--backend",
     "combiners": "--combiner",
     "delay": "--delay",

@@ -50,6 +50,7 @@ import numpy as np
 
 from .. import units
 from ..errors import InputError, NumericalError, UsageError
+from ..errors import parameter as arg
 from ..executor import Executor, FeatureInput, memory
 from ..executor.bags import bag_lengths
 from ..executor.core import damaged_checkpoint
@@ -512,7 +513,7 @@ class SyntheticRun:
         if not any(key in arrays for key in ("run/fingerprint", "executor/step")):
             raise InputError("not a tpuemb simulate checkpoint: it holds neither run/fingerprint "
                              "nor executor/step; give the checkpoint.npz a run with "
-                             "--checkpoint-every wrote", path=source)
+                             f"{arg('checkpoint_every')} wrote", path=source)
         fingerprint = _checkpoint_text(arrays, "run/fingerprint", source)
         if fingerprint != self.fingerprint:
             raise UsageError(
