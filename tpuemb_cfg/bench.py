@@ -33,9 +33,9 @@ Everything below is measured in the same run, on the same arrays:
 
 Before anything is allocated, :func:`memory_needed` estimates the run's peak and :func:`run`
 refuses (``UsageError``) a workload that would not fit in ``max_memory`` (default: 80% of the
-memory available), naming a ``--vocab`` that fits and a ``--max-memory`` that admits it.
+memory available), naming a ``vocab`` that fits and a ``max_memory`` that admits it.
 
-A ``--multi-feature`` run adds the realistic step of the issue: three tables (together the
+A ``multi_feature`` run adds a realistic step: three tables (together the
 same vocabulary), eight features with the ``mean`` combiner and bags of 1 to 20 ids, about the
 same number of ids, timed against the same ids sent as one anchor-style step.
 """
