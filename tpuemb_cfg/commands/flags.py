@@ -10,8 +10,8 @@ from tpuemb_cfg.errors import TpuembError
 
 #: Library parameter -> the option that sets it.
 FLAGS: dict[str, str] = {
-    "checkpoint_every": "--checkpoint-every",
     "backend": "--backend",
+    "checkpoint_every": "--checkpoint-every",
     "combiners": "--combiner",
     "delay": "--delay",
     "dim": "--dim",
