@@ -362,7 +362,8 @@ def reduce_hint(parts: Estimate, *, steps: int | None = None, tables: str = "non
                 updates: bool = True) -> str:
     """What shrinks a run whose estimate is ``parts`` the most, for a refusal: fewer ``steps``
     when the history is the largest part, smaller batches when the step is, else writing only
-    the touched rows (``tables`` ``all`` while they are fewer) or smaller tables."""
+    the touched rows (``tables`` ``all`` while they are fewer) or smaller tables. The text names
+    parameters as ``errors.parameter`` marks them: it belongs in an error's message."""
     step = parts.steady + parts.peak
     largest = max(parts.state, step, parts.history)
     if steps and largest == parts.history:

@@ -33,6 +33,7 @@ __all__ = [
     "take_actor",
 ]
 
+#: The refusal when Ray cannot be imported (its parameter marked by ``errors.parameter``).
 INSTALL_HINT = (
     f"{parameter('backend')} ray needs Ray, which is not installed; install it with "
     f"`pip install 'tpuemb[ray]'` (or `pip install ray`), or use {parameter('backend')} local"
