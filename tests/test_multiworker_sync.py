@@ -88,7 +88,7 @@ def test_too_few_replicas_use_init_tokens() -> None:
 
 def test_too_few_tokens_is_tensorflows_error() -> None:
     with pytest.raises(UsageError, match=r"Too few tokens to finish the first step: 1 \(given\) "
-                                         r"vs 2 \(needed\).*--init-tokens 2"):
+                                         r"vs 2 \(needed\).*init_tokens 2"):
         MultiWorkerRun(TINY, workers=1, replicas_to_aggregate=3, init_tokens=1)
     # Exactly R - N tokens finish the first step: N + (R - N) gradients.
     summary = run_workers(workers=1, replicas_to_aggregate=3, init_tokens=2, steps=3)
@@ -193,7 +193,7 @@ def test_geometric_delays_follow_the_worker_generator() -> None:
 def test_inconsistent_options_are_refused(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="give one of the two"):
         MultiWorkerRun(TINY, workers=2, replicas_to_aggregate=2, max_staleness=1)
-    with pytest.raises(UsageError, match="--init-tokens applies to synchronous"):
+    with pytest.raises(UsageError, match="^init_tokens applies to synchronous"):
         MultiWorkerRun(TINY, workers=2, max_staleness=1, init_tokens=3)
     inference = tmp_path / "inference.pbtxt"
     inference.write_text(TINY.read_text().replace("mode: TRAINING", "mode: INFERENCE"))

@@ -164,7 +164,7 @@ def test_a_table_too_large_for_one_actor_runs_split_over_enough(
         patched.setattr(RayStorage, "_start", no_actor)
         with pytest.raises(UsageError, match=r"host 0 of 1 would hold 62\.5 KiB .* more than "
                                              r"the memory limit of one actor \(39\.1 KiB\); "
-                                             r"split the tables over more hosts \(--shards 2 "
+                                             r"split the tables over more hosts \(shards 2 "
                                              r"fits\)"):
             Executor(config, backend="ray", max_memory=limit)
         with pytest.raises(UsageError, match="more than the largest Ray node offers"):

@@ -1,4 +1,4 @@
-"""``tpuemb bench``: the executor on the anchor workload of issue 8, with its yardsticks.
+"""``tpuemb bench``: the executor on the anchor workload, with its yardsticks.
 
 The anchor workload: one training step of a ``vocab x dim`` float32 table (default 1,000,000 x
 64, Adagrad) for a batch of ``ids`` ids (65,536) drawn Zipf-like: rank r in 1..V has probability
@@ -11,7 +11,7 @@ Everything below is measured in the same run, on the same arrays:
   user runs, on a one-feature batch (one id per bag, ``sum`` combiner, a random [ids, dim]
   activation gradient): input checks, the forward pass (activations), back-propagation and
   the duplicate sum, the update, and the per-step report (update norm, per-host counts);
-- **update** (``update_sec_per_step``): the update alone as issue 8 defined it - de-duplicate
+- **update** (``update_sec_per_step``): the update alone - de-duplicate
   the ids, sum the gradient rows of equal ids, update the touched rows - through the
   executor's own code for it (the engine's ``deduplicate`` and ``backprop_sum``, then
   ``Executor.apply_row_gradients``); before it is timed, one such update is checked against
@@ -33,9 +33,9 @@ Everything below is measured in the same run, on the same arrays:
 
 Before anything is allocated, :func:`memory_needed` estimates the run's peak and :func:`run`
 refuses (``UsageError``) a workload that would not fit in ``max_memory`` (default: 80% of the
-memory available), naming a ``--vocab`` that fits and a ``--max-memory`` that admits it.
+memory available), naming a ``vocab`` that fits and a ``max_memory`` that admits it.
 
-A ``--multi-feature`` run adds the realistic step of the issue: three tables (together the
+A ``multi_feature`` run adds a realistic step: three tables (together the
 same vocabulary), eight features with the ``mean`` combiner and bags of 1 to 20 ids, about the
 same number of ids, timed against the same ids sent as one anchor-style step.
 """
@@ -55,6 +55,7 @@ import numpy as np
 
 from . import units
 from .errors import UsageError
+from .errors import parameter as arg
 
 __all__ = [
     "OPTIMIZERS",
@@ -73,7 +74,7 @@ F32 = np.float32
 LEARNING_RATE = 0.01
 
 # The optimizers the benchmark knows, as configuration text: every one with a TensorFlow sparse
-# CPU kernel (issue 14).
+# CPU kernel.
 OPTIMIZERS: dict[str, str] = {
     "sgd": "stochastic_gradient_descent { }",
     "adagrad": "adagrad { }",
@@ -87,7 +88,7 @@ OPTIMIZERS: dict[str, str] = {
 
 @dataclass(frozen=True)
 class Workload:
-    """The benchmark's inputs (defaults: the anchor workload of issue 8)."""
+    """The benchmark's inputs (defaults: the anchor workload)."""
 
     vocab: int = 1_000_000
     dim: int = 64
@@ -242,10 +243,10 @@ def check_memory(w: Workload, max_memory: int | None = None) -> None:
             else:
                 above = middle
         if fits < 1:
-            return ("lower --ids or --dim" if limit > (128 << 20)
+            return (f"lower {arg('ids')} or {arg('dim')}" if limit > (128 << 20)
                     else "no smaller workload helps (the bandwidth probe alone takes 128 MiB)")
         digits = 10 ** max(len(str(fits)) - 2, 0)
-        return f"use --vocab {fits // digits * digits} or less at --dim {w.dim}"
+        return f"use {arg('vocab')} {fits // digits * digits} or less at {arg('dim')} {w.dim}"
 
     require_memory(memory_needed(w), max_memory,
                    what=f"the benchmark of a {w.vocab:,} x {w.dim} table",
@@ -430,15 +431,15 @@ def run(workload: Workload = Workload(), *, engine: str = "numba", threads: int 
     if w.optimizer not in OPTIMIZERS:
         raise UsageError(_unknown_optimizer(w.optimizer))
     if w.vocab < 1 or w.dim < 1 or w.ids < 1 or w.steps < 1 or not 0 < w.zipf < math.inf:
-        raise UsageError("--vocab, --dim, --ids and --steps must be >= 1 and --zipf a finite "
-                         "number > 0")
+        raise UsageError(f"{arg('vocab')}, {arg('dim')}, {arg('ids')} and {arg('steps')} must be "
+                         f">= 1 and {arg('zipf')} a finite number > 0")
     try:
         units.parse_seed(w.seed)
     except (TypeError, ValueError) as exc:
         raise UsageError(f"seed={w.seed!r}: {exc}") from None
     if multi_feature and w.vocab < 3:
-        raise UsageError(f"--multi-feature needs --vocab 3 or more (three tables share it); "
-                         f"got {w.vocab}")
+        raise UsageError(f"{arg('multi_feature')} needs {arg('vocab')} 3 or more (three tables "
+                         f"share it); got {w.vocab}")
     check_memory(w, max_memory)
     bandwidth = copy_bandwidth()
     name, note, compile_sec, compiled = _warm_up(engine, w.optimizer)
@@ -511,7 +512,8 @@ def _set_threads(threads: int | None) -> int:
     if threads is not None:
         limit = int(numba.config.NUMBA_NUM_THREADS)  # type: ignore[attr-defined]
         if not 1 <= threads <= limit:
-            raise UsageError(f"--threads {threads}: expected 1..{limit} (NUMBA_NUM_THREADS)")
+            raise UsageError(f"{arg('threads')} {threads}: expected 1..{limit} "
+                             "(NUMBA_NUM_THREADS)")
         numba.set_num_threads(threads)
     return int(numba.get_num_threads())
 

@@ -32,6 +32,7 @@ import numpy as np
 
 from .bench import OPTIMIZERS, Workload, _config_text, zipf_ids
 from .errors import UsageError
+from .errors import parameter as arg
 
 __all__ = ["model_bytes", "run"]
 
@@ -73,7 +74,8 @@ def run(workload: Workload | None = None, *, shards: int = 2, engine: str = "num
         raise UsageError(f"unknown optimizer {w.optimizer!r}; expected one of: "
                          + ", ".join(OPTIMIZERS))
     if shards < 1 or w.vocab < shards:
-        raise UsageError(f"--shards {shards}: expected 1..{w.vocab} (one row per host at least)")
+        raise UsageError(f"{arg('shards')} {shards}: expected 1..{w.vocab} (one row per host "
+                         "at least)")
     import_ray()
     ids = zipf_ids(w.vocab, w.ids, w.zipf, w.seed)
     grads = np.random.default_rng([w.seed, 0x6AD]).standard_normal((w.ids, w.dim), dtype=F32)

@@ -27,6 +27,7 @@ from typing import Any, NoReturn
 import click
 
 from tpuemb_cfg import __version__, _interrupt, _streams, missing_dependency
+from tpuemb_cfg.commands.flags import cli_message
 from tpuemb_cfg.errors import TpuembError
 
 # command name -> (module, attribute, one-line help shown in `tpuemb --help`)
@@ -120,7 +121,7 @@ class LazyGroup(click.Group):
                 warnings.showwarning = _show_warning
                 return super().invoke(ctx)
         except TpuembError as exc:
-            click.echo(str(exc), err=True)
+            click.echo(cli_message(exc), err=True)
             ctx.exit(2)
         except KeyboardInterrupt as exc:
             _interrupted(exc)

@@ -21,15 +21,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar, overload
 
 from tpuemb_cfg.algorithms import ALGORITHMS
+from tpuemb_cfg.schema import AccumulationStatus, PackingStatus
 
 if TYPE_CHECKING:
     from tpuemb_cfg.proto.tpu_embedding_configuration_pb2 import TPUEmbeddingConfiguration
 
 INT32_MAX = 2**31 - 1
-
-# Enum numbers (schema.md section 3); plain ints so odd, undeclared numbers compare safely.
-ACCUMULATION_UNSPECIFIED, ACCUMULATION_ENABLED, ACCUMULATION_DISABLED = 0, 1, 2
-PACKING_ENABLED = 1
 
 #: Slot names per algorithm, in TensorFlow's order (section 1.4), from the algorithm table;
 #: ``user_defined_program`` is computed from its program.
@@ -42,9 +39,6 @@ SLOTS: dict[str, tuple[str, ...]] = {
 #: Algorithms for which low-dimensional packing can be effective.
 PACKABLE_ALGORITHMS = frozenset(name for name, a in ALGORITHMS.items() if a.packable)
 PACKABLE_DIMENSIONS = frozenset({1, 2, 4})
-
-#: TensorFlow's kMaxAuxiliaryParameterCount.
-MAX_AUXILIARY_PARAMETERS = 7
 
 #: High-bandwidth memory of one TPU device per generation, in bytes. A device is what
 #: ``num_tensor_cores`` counts (one TensorFlow replica core): on v2 and v3 each of a chip's two
@@ -420,7 +414,7 @@ def derive(config: TPUEmbeddingConfiguration) -> Derived:
         algo = sys.intern(which) if which is not None else None  # one copy per algorithm name
         algorithms.append(algo)
         status = op.gradient_accumulation_status
-        acc = status in (ACCUMULATION_UNSPECIFIED, ACCUMULATION_ENABLED)
+        acc = status in (AccumulationStatus.UNSPECIFIED, AccumulationStatus.ENABLED)
         accumulation.append(acc)
         table_slots: tuple[str, ...] | None
         if algo is None:
@@ -507,7 +501,7 @@ def packing_effective(
     """Whether the runtime packs the table (section 1.6): packing ENABLED, dimension 1, 2 or 4
     and an algorithm to which a zero gradient is a no-op (SGD, Adagrad, FTRL)."""
     return (
-        table.optimization_parameters.low_dimensional_packing_status == PACKING_ENABLED
+        table.optimization_parameters.low_dimensional_packing_status == PackingStatus.ENABLED
         and table.dimension in PACKABLE_DIMENSIONS
         and algorithm in PACKABLE_ALGORITHMS
     )

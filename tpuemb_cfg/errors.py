@@ -4,6 +4,10 @@ Every error about user input is an :class:`InputError`; its ``str()`` is the one
 (``FILE:LINE:COL: error: ...``) before exiting with status 2. An output that cannot be written is
 an :class:`OutputError` (an ``InputError`` naming the output path), also exit status 2.
 
+A message names a library function's parameter as :func:`parameter` marks it: ``str()`` shows
+the parameter's name (``workers``), and a caller with its own names for the parameters (the CLI:
+``--workers``) shows its spelling instead (:meth:`TpuembError.spelled`).
+
 Values quoted in messages are shortened (:func:`shorten_quoted`): a configuration may hold a
 multi-megabyte string, and a message must stay one readable line however large the value is.
 """
@@ -11,6 +15,7 @@ multi-megabyte string, and a message must stay one readable line however large t
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 #: Messages up to this many characters are left as they are.
@@ -28,6 +33,15 @@ MESSAGE_LIMIT = 4000
 # of one value is never taken for the opening quote of a long "value" made of prose.
 _QUOTED = re.compile(r"'[^'\n]*'|\"[^\"\n]*\"")
 _LONG_RUN = re.compile(f"[^\\s'\"]{{{RUN_LIMIT + 1},}}")
+# A parameter's name marked inside a message (:func:`parameter`).
+_MARK = "\x1f"
+_MARKED = re.compile(f"{_MARK}([a-z_][a-z0-9_]*){_MARK}")
+
+
+def parameter(name: str) -> str:
+    """``name``, a parameter of a library function, marked inside an error message: the error's
+    ``str()`` shows ``name``, :meth:`TpuembError.spelled` the caller's spelling of it."""
+    return f"{_MARK}{name}{_MARK}"
 
 
 def printable(text: str) -> str:
@@ -56,14 +70,6 @@ def printable_values(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return type(value)(printable_values(v) for v in value)
     return value
-
-
-def shorten(value: str, keep: int = QUOTE_KEEP) -> str:
-    """``'aaaaaaaa…' (5,000,000 characters)`` for a long value, ``'value'`` for a short one."""
-    if len(value) <= QUOTE_LIMIT:
-        return repr(value)
-    head = repr(value[:keep])
-    return f"{head[:-1]}…{head[-1]} ({len(value):,} characters)"
 
 
 def shorten_quoted(text: str) -> str:
@@ -97,6 +103,22 @@ def shorten_quoted(text: str) -> str:
 
 class TpuembError(Exception):
     """Base class of every error tpuemb raises on purpose."""
+
+    def __str__(self) -> str:
+        return self.spelled({})
+
+    def spelled(self, names: Mapping[str, str]) -> str:
+        """The message with each parameter it names (:func:`parameter`) written as ``names``
+        spells it; a parameter ``names`` does not hold keeps its own name."""
+        return _MARKED.sub(lambda m: names.get(m[1], m[1]), self._text())
+
+    @property
+    def parameters(self) -> tuple[str, ...]:
+        """The parameters the message names, in order of first mention."""
+        return tuple(dict.fromkeys(_MARKED.findall(self._text())))
+
+    def _text(self) -> str:
+        return super().__str__()
 
 
 class InputError(TpuembError):
@@ -135,7 +157,7 @@ class InputError(TpuembError):
             return f"{where}: key {self.key}"
         return where
 
-    def __str__(self) -> str:
+    def _text(self) -> str:
         return f"{self.location()}: error: {self.message}"
 
 

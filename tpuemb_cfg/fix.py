@@ -26,8 +26,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tpuemb_cfg.derived import ACCUMULATION_ENABLED, ACCUMULATION_UNSPECIFIED, INT32_MAX, derive
+from tpuemb_cfg.derived import INT32_MAX, derive
 from tpuemb_cfg.errors import InputError
+from tpuemb_cfg.schema import AccumulationStatus
 
 if TYPE_CHECKING:
     from tpuemb_cfg.io import Source
@@ -180,9 +181,9 @@ def _explicit_accumulation(
         if not table.HasField("optimization_parameters"):
             continue
         op = table.optimization_parameters
-        if op.gradient_accumulation_status != ACCUMULATION_UNSPECIFIED:
+        if op.gradient_accumulation_status != AccumulationStatus.UNSPECIFIED:
             continue
-        op.gradient_accumulation_status = ACCUMULATION_ENABLED  # type: ignore[assignment]
+        op.gradient_accumulation_status = AccumulationStatus.ENABLED  # type: ignore[assignment]
         base = f"table_descriptor[{t}].optimization_parameters"
         plan.set_values[f"{base}.gradient_accumulation_status"] = "ENABLED"
         plan.inserts.append((base, "gradient_accumulation_status: ENABLED"))

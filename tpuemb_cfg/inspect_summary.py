@@ -14,14 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 from tpuemb_cfg.derived import derive, host_sizes
 from tpuemb_cfg.io import as_config
+from tpuemb_cfg.schema import ACCUMULATION_NAMES, MODE_NAMES, SHARDING_NAMES, PackingStatus
 from tpuemb_cfg.units import format_size
 
 if TYPE_CHECKING:
     from tpuemb_cfg.proto.tpu_embedding_configuration_pb2 import TPUEmbeddingConfiguration
-
-_STATUS = {0: "UNSPECIFIED", 1: "ENABLED", 2: "DISABLED"}
-_MODES = {0: "UNSPECIFIED", 1: "INFERENCE", 2: "TRAINING", 3: "BACKWARD_PASS_ONLY"}
-_SHARDING = {0: "DIV_DEFAULT", 1: "MOD"}
 
 
 def f32(value: float) -> float:
@@ -97,6 +94,7 @@ def summarize(config: TPUEmbeddingConfiguration | Any) -> dict[str, Any]:
                 "limits": _limits(sq, "clipping_limits"),
             }
         status = params.gradient_accumulation_status
+        packed = params.low_dimensional_packing_status == PackingStatus.ENABLED
         slots, states = d.slots[t], d.state_variables[t]
         tables.append({
             "index": t,
@@ -109,9 +107,9 @@ def summarize(config: TPUEmbeddingConfiguration | Any) -> dict[str, Any]:
             "weight_clipping": _limits(params, "clipping_limits"),
             "gradient_clipping": _limits(params, "gradient_clipping_limits"),
             "weight_decay": decay,
-            "gradient_accumulation": _STATUS.get(status, str(status)),
+            "gradient_accumulation": ACCUMULATION_NAMES.get(status, str(status)),
             "accumulation_effective": d.accumulation[t],
-            "low_dimensional_packing": params.low_dimensional_packing_status == 1,
+            "low_dimensional_packing": packed,
             "simulated_quantization": quant,
             "features": d.features_per_table[t] if d.style == "feature" else td.num_features,
             "slots": list(slots) if slots is not None else None,
@@ -179,10 +177,11 @@ def summarize(config: TPUEmbeddingConfiguration | Any) -> dict[str, Any]:
         "style": d.style,
         "feature_count": feature_count,
         "left_out_features": left_out,
-        "mode": _MODES.get(config.mode, str(config.mode)),
+        "mode": MODE_NAMES.get(config.mode, str(config.mode)),
         "num_hosts": config.num_hosts,
         "num_tensor_cores": config.num_tensor_cores,
-        "sharding_strategy": _SHARDING.get(config.sharding_strategy, str(config.sharding_strategy)),
+        "sharding_strategy": SHARDING_NAMES.get(
+            config.sharding_strategy, str(config.sharding_strategy)),
         "pipeline_execution_with_tensor_core": config.pipeline_execution_with_tensor_core,
         "spmd_cores_per_replica": (
             config.spmd_sharding.num_cores_per_replica

@@ -734,11 +734,6 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     atomic.write_bytes(path, data)
 
 
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
-    """UTF-8 version of :func:`atomic_write_bytes`."""
-    atomic_write_bytes(path, text.encode("utf-8"))
-
-
 def dump(message: Message, path: str | os.PathLike[str], format: str | None = None) -> None:
     """Write ``message`` to ``path`` (``-`` for stdout), format from the extension unless given.
 

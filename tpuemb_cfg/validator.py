@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from tpuemb_cfg.errors import InputError, UsageError, shorten_quoted
+from tpuemb_cfg.errors import InputError, UsageError, parameter, shorten_quoted
 from tpuemb_cfg.locations import DISABLE
 from tpuemb_cfg.protoutil import is_repeated
 from tpuemb_cfg.rules import RULES, Context, Diagnostic, Rule, Severity
@@ -76,8 +76,8 @@ def selected_rules(
     chosen = _parts(select)
     dropped = _parts(ignore) or []
     if chosen is not None:
-        _check_selectors(chosen, "--select")
-    _check_selectors(dropped, "--ignore")
+        _check_selectors(chosen, parameter("select"))
+    _check_selectors(dropped, parameter("ignore"))
     result = []
     for rule_id in sorted(RULES):
         rule = RULES[rule_id]

@@ -91,7 +91,7 @@ def _option_name(name: str) -> str:
 
 def _refuse_beyond_machine(limit: int) -> None:
     """An explicit --max-memory above this machine's physical memory would only trade a clear
-    refusal for the kernel's out-of-memory kill: refuse it (issue 16)."""
+    refusal for the kernel's out-of-memory kill: refuse it."""
     from tpuemb_cfg.limits import format_size, total_memory
 
     total = total_memory()

@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from tpuemb_cfg.commands._outputs import status_line
+from tpuemb_cfg.commands.flags import cli_message
 from tpuemb_cfg.errors import InputError, UsageError
 from tpuemb_cfg.io import Source, read_source
 from tpuemb_cfg.report import FORMATS, FileReport, render_chunks
@@ -171,7 +172,7 @@ def validate(  # noqa: PLR0913  (a click command: one parameter per option)
         if settings.source is None:
             raise
         raise UsageError(
-            f"{exc} (options combined with [tool.tpuemb] in {settings.source})"
+            f"{cli_message(exc)} (options combined with [tool.tpuemb] in {settings.source})"
         ) from None
     options = {
         "memory_budget_bytes": settings.memory_budget_bytes,

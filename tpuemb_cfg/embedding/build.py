@@ -35,11 +35,11 @@ from tpuemb_cfg.embedding.shapes import (
     to_shape,
 )
 from tpuemb_cfg.embedding.tables import FeatureConfig, TableConfig
+from tpuemb_cfg.schema import Mode
 
 if TYPE_CHECKING:
     from tpuemb_cfg.proto.tpu_embedding_configuration_pb2 import TPUEmbeddingConfiguration
 
-MODE_TRAINING = 2
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
 
@@ -323,7 +323,7 @@ def _write_config(
                 f"dimension above 2^31 - 1, the largest input_shape entry the proto can hold"
             )
         fd.input_shape.extend(int(d) for d in feature.shape)  # True (a dimension of 1) -> 1
-    config.mode = MODE_TRAINING  # type: ignore[assignment]
+    config.mode = Mode.TRAINING  # type: ignore[assignment]
     config.num_hosts = num_hosts
     cores = num_replicas * (num_cores_per_replica or 1)
     if max(num_hosts, cores) > INT32_MAX:

@@ -31,13 +31,12 @@ from tpuemb_cfg.embedding import _checks as chk
 from tpuemb_cfg.embedding import origins, pbvalues
 from tpuemb_cfg.embedding.equality import ValueEquality
 from tpuemb_cfg.embedding.errors import EmbeddingOverflowError
+from tpuemb_cfg.schema import AccumulationStatus, PackingStatus, value_names
 
 #: Maps a dynamic input (a learning-rate callable or a step counter) to its tag.
 TagOf = Callable[[Any], int]
 
-ACCUMULATION_ENABLED = 1
-ACCUMULATION_DISABLED = 2
-PACKING_STATUS = {"UNSPECIFIED": 0, "ENABLED": 1, "DISABLED": 2}
+PACKING_STATUS = {name: number for number, name in value_names(PackingStatus).items()}
 
 
 def _normalise_clipvalue(owner: str, clipvalue: Any) -> tuple[Any, Any]:
@@ -226,7 +225,8 @@ class Optimizer(ValueEquality):
         else:
             lr.constant = _learning_rate_value(self._owner(), self.learning_rate)
         params.gradient_accumulation_status = (
-            ACCUMULATION_ENABLED if self.use_gradient_accumulation else ACCUMULATION_DISABLED
+            AccumulationStatus.ENABLED if self.use_gradient_accumulation
+            else AccumulationStatus.DISABLED
         )
         owner = self._owner()
         if self.clip_weight_min is not None:

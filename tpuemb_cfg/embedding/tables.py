@@ -16,13 +16,13 @@ from tpuemb_cfg.embedding import origins, pbvalues
 from tpuemb_cfg.embedding.custom import CustomCombiner
 from tpuemb_cfg.embedding.errors import EmbeddingOverflowError
 from tpuemb_cfg.embedding.shapes import Shape, shape_repr, to_shape
+from tpuemb_cfg.schema import COMBINERS
 
 if TYPE_CHECKING:
     import numpy as np
 
     from tpuemb_cfg.embedding.optimizers import Optimizer
 
-COMBINERS = ("mean", "sum", "sqrtn")
 DTYPES = ("float32", "int32")
 
 

@@ -7,8 +7,7 @@ The executor's tables and slots (``state``) and the compiled step's large output
 (``engines.numba_step``: activations, summed gradients) are allocated here instead: the data
 starts at a multiple of :data:`ALIGNMENT`, so with a dimension that is a multiple of 16 every row
 covers whole lines, and the forward pass can write its activations with aligned streaming
-stores (``engines.jit.stream_row``). Measured on the anchor workload (2-core development
-machine): the whole ``Executor.step`` 7% faster from the tables' alignment alone.
+stores (``engines.jit.stream_row``). ``docs/performance.md`` gives the step's measured gain.
 
 The arrays are ordinary C-contiguous NumPy arrays (a view of a slightly larger byte buffer, which
 they keep alive through ``.base``); the values are the same as with ``np.empty``.

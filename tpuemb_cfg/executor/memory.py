@@ -70,6 +70,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ..errors import parameter
 from .bags import expected_ids_per_bag
 from .workload import (
     DEFAULT_IDS,
@@ -361,7 +362,8 @@ def reduce_hint(parts: Estimate, *, steps: int | None = None, tables: str = "non
                 updates: bool = True) -> str:
     """What shrinks a run whose estimate is ``parts`` the most, for a refusal: fewer ``steps``
     when the history is the largest part, smaller batches when the step is, else writing only
-    the touched rows (``tables`` ``all`` while they are fewer) or smaller tables."""
+    the touched rows (``tables`` ``all`` while they are fewer) or smaller tables. The text names
+    parameters as ``errors.parameter`` marks them: it belongs in an error's message."""
     step = parts.steady + parts.peak
     largest = max(parts.state, step, parts.history)
     if steps and largest == parts.history:
@@ -372,7 +374,8 @@ def reduce_hint(parts: Estimate, *, steps: int | None = None, tables: str = "non
     if largest == step:
         return "give the features smaller batches (input_shape, per_replica_input_shapes)"
     if tables == "all" and updates and parts.whole_state > parts.state:
-        return "write only the touched rows (--tables touched) or reduce vocabulary_size/dimension"
+        return (f"write only the touched rows ({parameter('tables')} touched) or reduce "
+                "vocabulary_size/dimension")
     return "reduce vocabulary_size/dimension"
 
 

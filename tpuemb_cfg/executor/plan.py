@@ -15,7 +15,9 @@ import numpy as np
 
 from ..derived import Derived, derive
 from ..errors import InputError, UsageError
+from ..errors import parameter as arg
 from ..model import TableInit
+from ..schema import COMBINERS, MODE_NAMES, ShardingStrategy
 from .optimizers import Optimizer, get, unsupported
 
 __all__ = [
@@ -27,12 +29,7 @@ __all__ = [
     "parse_combiners",
 ]
 
-COMBINERS = ("sum", "mean", "sqrtn")
 DEFAULT_COMBINER = "mean"  # TensorFlow's TableConfig default
-
-# Enum numbers (schema.md section 3), so the plan does not depend on generated enum spellings.
-_SHARDING_MOD = 1
-_MODE_NAMES = {0: "UNSPECIFIED", 1: "INFERENCE", 2: "TRAINING", 3: "BACKWARD_PASS_ONLY"}
 
 
 @dataclass(frozen=True)
@@ -208,17 +205,17 @@ def parse_combiners(
                 feature = int(left)
             except ValueError:
                 raise UsageError(
-                    f"--combiner {value!r}: {left!r} is not a feature index; "
-                    "use --combiner NAME or --combiner FEATURE_INDEX=NAME"
+                    f"{arg('combiners')} {value!r}: {left!r} is not a feature index; "
+                    f"use {arg('combiners')} NAME or {arg('combiners')} FEATURE_INDEX=NAME"
                 ) from None
             if not 0 <= feature < num_features:
                 raise UsageError(
-                    f"--combiner {value!r}: feature index {feature} is out of range; "
+                    f"{arg('combiners')} {value!r}: feature index {feature} is out of range; "
                     f"the configuration has {num_features} feature(s), 0..{num_features - 1}"
                 )
         if text not in COMBINERS:
             raise UsageError(
-                f"--combiner {value!r}: unknown combiner {text!r}; expected one of "
+                f"{arg('combiners')} {value!r}: unknown combiner {text!r}; expected one of "
                 + ", ".join(COMBINERS)
             )
         if feature is None:
@@ -395,9 +392,9 @@ def build_plan(
         tag_users=_tag_users(config, derived),
         num_cores=max(int(config.num_tensor_cores), 1),
         num_hosts=max(int(config.num_hosts), 1),
-        mod_sharding=int(config.sharding_strategy) == _SHARDING_MOD,
+        mod_sharding=int(config.sharding_strategy) == ShardingStrategy.MOD,
         pipelined=bool(config.pipeline_execution_with_tensor_core),
-        mode=_MODE_NAMES.get(int(config.mode), str(int(config.mode))),
+        mode=MODE_NAMES.get(int(config.mode), str(int(config.mode))),
     ))
 
 

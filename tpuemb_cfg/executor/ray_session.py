@@ -19,7 +19,7 @@ import socket
 from collections.abc import Iterator
 from typing import Any
 
-from ..errors import UsageError
+from ..errors import UsageError, parameter
 
 __all__ = [
     "INSTALL_HINT",
@@ -33,9 +33,10 @@ __all__ = [
     "take_actor",
 ]
 
+#: The refusal when Ray cannot be imported (its parameter marked by ``errors.parameter``).
 INSTALL_HINT = (
-    "--backend ray needs Ray, which is not installed; install it with "
-    "`pip install 'tpuemb[ray]'` (or `pip install ray`), or use --backend local"
+    f"{parameter('backend')} ray needs Ray, which is not installed; install it with "
+    f"`pip install 'tpuemb[ray]'` (or `pip install ray`), or use {parameter('backend')} local"
 )
 
 
@@ -135,7 +136,7 @@ def connect(address: str | None = None, num_cpus: int | None = None) -> bool:
     ray = import_ray()
     if ray.is_initialized():
         return False
-    origin = "--ray-address"
+    origin = parameter("ray_address")
     if address is None and os.environ.get("RAY_ADDRESS"):
         address, origin = os.environ["RAY_ADDRESS"], "RAY_ADDRESS"
     quiet = {"logging_level": logging.ERROR, "log_to_driver": False}

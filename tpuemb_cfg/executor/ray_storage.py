@@ -51,6 +51,7 @@ import numpy as np
 
 from .. import numerics
 from ..errors import TpuembError, UsageError
+from ..errors import parameter as arg
 from .engines import Engine
 from .pipeline import RowPipeline
 from .plan import Plan
@@ -199,7 +200,7 @@ class RayStorage:
         self.engine = engine
         self.hosts = int(shards if shards is not None else plan.num_hosts)
         if self.hosts < 1:
-            raise UsageError(f"--shards {self.hosts}: a table needs at least one host")
+            raise UsageError(f"{arg('shards')} {self.hosts}: a table needs at least one host")
         self._tables = {t.name: t for t in plan.tables}
         self.layouts = {t.name: TableLayout(t.vocabulary, self.hosts, plan.mod_sharding)
                         for t in plan.tables}
@@ -207,7 +208,8 @@ class RayStorage:
         check_given(plan, given, source, strict)
         self.estimates = [shard_bytes(plan, h, self.hosts) for h in range(self.hosts)]
         if max_memory is not None:
-            self._check_limit(max_memory, "the memory limit of one actor", "raise --max-memory")
+            self._check_limit(max_memory, "the memory limit of one actor",
+                              f"raise {arg('max_memory')}")
         #: Payload bytes sent to (column 0) and received from (column 1) each host so far.
         self.traffic = np.zeros((self.hosts, 2), dtype=np.int64)
         self._actors: list[Any] = []
@@ -258,7 +260,8 @@ class RayStorage:
         if self.estimates[host] <= limit:
             return
         fits = fitting_hosts(self.plan, limit, self.hosts)
-        split = (f"split the tables over more hosts (--shards {fits} fits)" if fits is not None
+        split = (f"split the tables over more hosts ({arg('shards')} {fits} fits)"
+                 if fits is not None
                  else "no number of hosts fits: a single row of a table is too large")
         raise UsageError(
             f"host {host} of {self.hosts} would hold {format_size(self.estimates[host])} (its "
@@ -293,7 +296,7 @@ class RayStorage:
             raise UsageError(
                 f"the Ray cluster placed {len(ready)} of {self.hosts} host actors within "
                 f"{PLACEMENT_TIMEOUT:.0f} s; it lacks the CPUs or memory for the others "
-                "(ray status shows its resources), or use fewer --shards"
+                f"(ray status shows its resources), or use fewer {arg('shards')}"
             )
         places = self._collect(list(enumerate(where)), "starting")
         per_machine: dict[str, int] = {}

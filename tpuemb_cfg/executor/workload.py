@@ -40,6 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import UsageError
+from ..errors import parameter as arg
 from ..numerics import pow64
 
 __all__ = [
@@ -173,7 +174,7 @@ class SequenceLengths:
 DEFAULT_SEQUENCE_LENGTHS = SequenceLengths()
 
 
-def parse_ids(text: str | IdDistribution | None, option: str = "--ids") -> IdDistribution:
+def parse_ids(text: str | IdDistribution | None, option: str = arg("ids")) -> IdDistribution:
     """An :class:`IdDistribution` from ``zipf``, ``zipf:S`` or ``uniform`` (None: the default);
     ``UsageError`` naming ``option`` and the grammar otherwise."""
     if text is None:
@@ -201,7 +202,7 @@ def parse_ids(text: str | IdDistribution | None, option: str = "--ids") -> IdDis
 
 
 def parse_sequence_lengths(text: str | SequenceLengths | None,
-                           option: str = "--sequence-lengths") -> SequenceLengths:
+                           option: str = arg("sequence_lengths")) -> SequenceLengths:
     """A :class:`SequenceLengths` from ``full``, ``fixed:N``, ``uniform[:LO[:HI]]`` or
     ``geometric:MEAN`` (None: ``full``); ``UsageError`` naming ``option`` otherwise."""
     if text is None:

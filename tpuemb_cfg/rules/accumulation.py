@@ -11,8 +11,6 @@ from collections.abc import Iterator
 
 from tpuemb_cfg.rules._registry import Context, Diagnostic, rule
 from tpuemb_cfg.rules.common import (
-    STATUS_DISABLED,
-    STATUS_UNSPECIFIED,
     OpTable,
     algorithm_tables,
     fmt,
@@ -20,6 +18,7 @@ from tpuemb_cfg.rules.common import (
     table_diag,
     undeclared_value,
 )
+from tpuemb_cfg.schema import AccumulationStatus
 
 #: TensorFlow's kMaxAuxiliaryParameterCount: slots + 1 must fit for accumulation to be supported,
 #: and parameters + slots + accumulator must not exceed it by more than one.
@@ -28,7 +27,7 @@ _STATUS = "gradient_accumulation_status"
 
 
 def _disabled(op: object) -> bool:
-    return getattr(op, _STATUS, None) == STATUS_DISABLED
+    return getattr(op, _STATUS, None) == AccumulationStatus.DISABLED
 
 
 def _disabled_tables(ctx: Context, algorithm: str | None = None) -> Iterator[OpTable]:
@@ -124,7 +123,7 @@ def unspecified_status(ctx: Context) -> Iterator[Diagnostic]:
     Spec: validation-rules.md section 2.6
     """
     for t in op_tables(ctx):
-        if t.op.gradient_accumulation_status == STATUS_UNSPECIFIED:
+        if t.op.gradient_accumulation_status == AccumulationStatus.UNSPECIFIED:
             yield table_diag(
                 ctx, t, _STATUS, f"{_STATUS} is not set; UNSPECIFIED means ENABLED",
                 hint=f"write `{_STATUS}: ENABLED` (tpuemb validate --fix)",

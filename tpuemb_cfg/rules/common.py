@@ -28,9 +28,6 @@ if TYPE_CHECKING:
 
     TableDescriptor = TPUEmbeddingConfiguration.TableDescriptor
 
-# Enum numbers (schema.md section 3) as plain ints, so undeclared numbers compare safely.
-STATUS_UNSPECIFIED, STATUS_ENABLED, STATUS_DISABLED = 0, 1, 2
-HOT_ID_MIGRATION_ONLY = 3
 
 def fmt(x: float) -> str:
     """A float32 value in its shortest round-trip form, as protobuf's text format writes it.

@@ -14,8 +14,6 @@ from tpuemb_cfg.derived import (
 )
 from tpuemb_cfg.rules._registry import Context, Diagnostic, rule
 from tpuemb_cfg.rules.common import (
-    HOT_ID_MIGRATION_ONLY,
-    STATUS_ENABLED,
     algorithm_tables,
     finite,
     fmt,
@@ -24,6 +22,7 @@ from tpuemb_cfg.rules.common import (
     table_diag,
     undeclared_value,
 )
+from tpuemb_cfg.schema import HotIdStatus, PackingStatus
 
 
 def arity_valid(inputs: int, outputs: int) -> bool:
@@ -306,7 +305,7 @@ def packing_ignored(ctx: Context) -> Iterator[Diagnostic]:
     Spec: validation-rules.md section 2.5
     """
     for at in algorithm_tables(ctx):
-        if at.op.low_dimensional_packing_status != STATUS_ENABLED:
+        if at.op.low_dimensional_packing_status != PackingStatus.ENABLED:
             continue
         reasons = []
         if at.algorithm not in PACKABLE_ALGORITHMS:
@@ -394,8 +393,8 @@ def hot_id_experimental(ctx: Context) -> Iterator[Diagnostic]:
         if not op.HasField("hot_id_replication_configuration"):
             continue
         status = op.hot_id_replication_configuration.status
-        if status in (STATUS_ENABLED, HOT_ID_MIGRATION_ONLY):
-            name = "ENABLED" if status == STATUS_ENABLED else "MIGRATION_ONLY"
+        if status in (HotIdStatus.ENABLED, HotIdStatus.MIGRATION_ONLY):
+            name = "ENABLED" if status == HotIdStatus.ENABLED else "MIGRATION_ONLY"
             yield table_diag(
                 ctx, t, "hot_id_replication_configuration.status",
                 f"hot-id replication status {name} is an experimental feature",

@@ -6,9 +6,7 @@ from collections.abc import Iterator
 
 from tpuemb_cfg.rules._registry import Context, Diagnostic, rule
 from tpuemb_cfg.rules.common import duplicate_names
-
-_MODES = {1: "INFERENCE", 2: "TRAINING", 3: "BACKWARD_PASS_ONLY"}
-_SHARDING = {0: "DIV_DEFAULT", 1: "MOD"}
+from tpuemb_cfg.schema import MODE_NAMES, SHARDING_NAMES, Mode
 
 
 def _tables_below_one(ctx: Context, field: str) -> Iterator[Diagnostic]:
@@ -233,9 +231,10 @@ def invalid_mode(ctx: Context) -> Iterator[Diagnostic]:
     Spec: validation-rules.md section 2.4
     """
     mode = ctx.config.mode
-    if mode not in _MODES:
+    if mode == Mode.UNSPECIFIED or mode not in MODE_NAMES:
         found = (
-            "UNSPECIFIED (unset)" if mode == 0 else f"{mode}, which is not a declared Mode value"
+            "UNSPECIFIED (unset)" if mode == Mode.UNSPECIFIED
+            else f"{mode}, which is not a declared Mode value"
         )
         yield ctx.diag(
             "mode",
@@ -457,7 +456,7 @@ def undeclared_sharding(ctx: Context) -> Iterator[Diagnostic]:
     Spec: validation-rules.md section 2.4
     """
     strategy = ctx.config.sharding_strategy
-    if strategy not in _SHARDING:
+    if strategy not in SHARDING_NAMES:
         yield ctx.diag(
             "sharding_strategy",
             f"sharding_strategy is {strategy}, which is not a declared value; expected DIV_DEFAULT "
@@ -489,9 +488,11 @@ def pipelining_without_training(ctx: Context) -> Iterator[Diagnostic]:
     Spec: validation-rules.md section 2.4
     """
     config = ctx.config
-    if config.pipeline_execution_with_tensor_core and config.mode in (1, 3):
+    mode = config.mode
+    if config.pipeline_execution_with_tensor_core and mode in (Mode.INFERENCE,
+                                                               Mode.BACKWARD_PASS_ONLY):
         yield ctx.diag(
             "pipeline_execution_with_tensor_core",
-            f"pipeline_execution_with_tensor_core has no effect in mode {_MODES[config.mode]}; it "
+            f"pipeline_execution_with_tensor_core has no effect in mode {MODE_NAMES[mode]}; it "
             "only matters in TRAINING",
         )

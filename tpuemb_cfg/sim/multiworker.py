@@ -54,6 +54,7 @@ import numpy as np
 
 from .. import units
 from ..errors import NumericalError, UsageError
+from ..errors import parameter as arg
 from ..executor import Executor, FeatureInput
 from ..executor.plan import Plan
 from ..executor.prepared import Prepared
@@ -109,7 +110,7 @@ class DelayModel:
         except ValueError:
             pass
         raise UsageError(
-            f"--delay {text!r}: expected fixed:K (K >= 0 whole ticks, e.g. fixed:2) or "
+            f"{arg('delay')} {text!r}: expected fixed:K (K >= 0 whole ticks, e.g. fixed:2) or "
             "geometric:P (0 < P <= 1, e.g. geometric:0.5)"
         )
 
@@ -207,17 +208,17 @@ class MultiWorkerRun:
         sequence_lengths: str | SequenceLengths | None = None,
     ) -> None:
         if workers < 1:
-            raise UsageError(f"--workers {workers}: expected at least 1 worker")
+            raise UsageError(f"{arg('workers')} {workers}: expected at least 1 worker")
         if workers > MAX_WORKERS:
             raise UsageError(
-                f"--workers {workers}: at most {MAX_WORKERS} workers are simulated (each one's "
-                "gradients are computed in turn on this CPU and held until applied, so time and "
-                f"memory grow with N x steps); use --workers {MAX_WORKERS} or fewer - the "
-                "aggregation and staleness patterns show with a few workers"
+                f"{arg('workers')} {workers}: at most {MAX_WORKERS} workers are simulated (each "
+                "one's gradients are computed in turn on this CPU and held until applied, so time "
+                f"and memory grow with N x steps); use {arg('workers')} {MAX_WORKERS} or fewer - "
+                "the aggregation and staleness patterns show with a few workers"
             )
         if replicas_to_aggregate is not None and replicas_to_aggregate < 1:
             raise UsageError(
-                f"--replicas-to-aggregate {replicas_to_aggregate}: expected at least 1"
+                f"{arg('replicas_to_aggregate')} {replicas_to_aggregate}: expected at least 1"
             )
         for name, value in (("replicas_to_aggregate", replicas_to_aggregate),
                             ("max_staleness", max_staleness), ("init_tokens", init_tokens)):
@@ -226,13 +227,13 @@ class MultiWorkerRun:
                                  "TensorFlow holds it in an int64)")
         if max_staleness is not None and replicas_to_aggregate is not None:
             raise UsageError(
-                "--replicas-to-aggregate applies to synchronous replicas; --max-staleness "
-                "selects DropStale mode, where every worker applies its own gradients - give "
-                "one of the two"
+                f"{arg('replicas_to_aggregate')} applies to synchronous replicas; "
+                f"{arg('max_staleness')} selects DropStale mode, where every worker applies its "
+                "own gradients - give one of the two"
             )
         if max_staleness is not None and init_tokens != -1:
-            raise UsageError("--init-tokens applies to synchronous replicas, not to DropStale "
-                             "mode (--max-staleness); remove it")
+            raise UsageError(f"{arg('init_tokens')} applies to synchronous replicas, not to "
+                             f"DropStale mode ({arg('max_staleness')}); remove it")
         from ..session import prepare  # until the run takes only a Prepared
 
         prepared = prepare(config, combiners=combiners, check=validate_config)
@@ -277,10 +278,11 @@ class MultiWorkerRun:
             except ValueError as exc:
                 needed = self.replicas_to_aggregate - self.num_workers
                 raise UsageError(
-                    f"--init-tokens {init_tokens}: {exc}. With R = {self.replicas_to_aggregate} "
+                    f"{arg('init_tokens')} {init_tokens}: {exc}. With R = "
+                    f"{self.replicas_to_aggregate} "
                     f"gradients per update and only N = {self.num_workers} workers, the workers "
                     f"need {needed} token(s) to compute the missing gradients of the first step; "
-                    f"give --init-tokens {needed} or more (or -1, TensorFlow's default of R)"
+                    f"give {arg('init_tokens')} {needed} or more (or -1, TensorFlow's default of R)"
                 ) from None
         else:
             self.rule = DropStaleGradient(max_staleness)
@@ -322,7 +324,7 @@ class MultiWorkerRun:
         ``2 x N x steps`` events (a gradient computed, a gradient delivered; ``n`` counts them),
         so that the N first gradients, computed before anything arrives, show progress too."""
         if steps < 1:
-            raise UsageError(f"--steps {steps}: expected at least 1")
+            raise UsageError(f"{arg('steps')} {steps}: expected at least 1")
         self._require_memory(steps)
         self.steps = int(steps)
         self._progress = progress

@@ -35,10 +35,6 @@ generator state, per-step history) round-trips through ``checkpoint_arrays`` so 
 and resumed run ends with the same bytes as an uninterrupted one. The ids, the teacher, the
 loss and its gradients come from compiled kernels when numba can be imported, whatever the
 executor's engine (``kernels``: one definition of the numbers, NumPy without numba).
-
-Changed in issue 14: the teacher rows (rank 4, hashed, instead of ``sin(i * freq + phase)``),
-the Zipf sampler's power (an exact tenth power) and the default initial tables (counter-based,
-``executor.counter``), so synthetic runs differ from those of earlier releases; replays do not.
 """
 
 from __future__ import annotations
@@ -54,6 +50,7 @@ import numpy as np
 
 from .. import units
 from ..errors import InputError, NumericalError, UsageError
+from ..errors import parameter as arg
 from ..executor import Executor, FeatureInput, memory
 from ..executor.bags import bag_lengths
 from ..executor.core import damaged_checkpoint
@@ -516,7 +513,7 @@ class SyntheticRun:
         if not any(key in arrays for key in ("run/fingerprint", "executor/step")):
             raise InputError("not a tpuemb simulate checkpoint: it holds neither run/fingerprint "
                              "nor executor/step; give the checkpoint.npz a run with "
-                             "--checkpoint-every wrote", path=source)
+                             f"{arg('checkpoint_every')} wrote", path=source)
         fingerprint = _checkpoint_text(arrays, "run/fingerprint", source)
         if fingerprint != self.fingerprint:
             raise UsageError(

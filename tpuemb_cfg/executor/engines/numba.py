@@ -245,10 +245,9 @@ class FusedStep:
     or - when that sum would exceed ``fuse_above_bytes`` - the occurrences grouped by row
     (``numba_update.Occurrences``), which ``update`` sums row by row inside the fused update:
     back-propagation fused into the update, on every thread, with no [rows, D] array written
-    and read back from memory. Measured on the 2-core development machine (L3 8 MiB), the
-    grouped pass reads each gradient row at a scattered place and loses when the sum stays in
-    the caches (the anchor workload: 5.5 MB, 2 ms slower), and wins when it does not (65,536
-    nearly distinct ids: 16 MB, about 1.7 ms faster). Both give the same bits.
+    and read back from memory. The grouped pass reads each gradient row at a scattered place:
+    it loses when the sum stays in the caches and wins when it does not
+    (``docs/performance.md``). Both give the same bits.
     ``alongside`` runs a background task on another thread while the calling thread runs its
     own (``numba_update.alongside``; ``fused.forward_backprop``).
     """

@@ -23,11 +23,10 @@ j's id in ``unique``:
     bag reads). A row's first contribution is stored as is (the sum starts from it, as from 0),
     so the sums need no zeroed array.
     One pass over the occurrences in order, reading the gradient rows in increasing order (the
-    hardware prefetches them) and adding each into its row's sum. Measured on the anchor
-    workload, the alternatives were slower: grouping the occurrences by row first reads the
-    gradient rows in random order (3x); two threads taking the occurrences of their own ranges
-    of rows read them with gaps and pay the grouping (1.3x-1.6x on the 2-core development
-    machine, whose memory bandwidth one core nearly fills).
+    hardware prefetches them) and adding each into its row's sum. The alternatives are slower
+    (``docs/performance.md``): grouping the occurrences by row first reads the gradient rows in
+    random order; two threads taking the occurrences of their own ranges of rows read them with
+    gaps and pay the grouping.
 
 ``occurrences(d_activations, sample, gains, inverse, rows) -> (Occurrences, finite)``
     the occurrences grouped by row (a stable counting sort: occurrence order within each row)
@@ -112,9 +111,8 @@ def deduplicate(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     Ids below ``_BITMAP_IDS_PER_ID`` times the batch size (the usual case: a table's
     vocabulary is rarely much larger than 256 batches) go through a bitmap with one bit per
     possible id (``_bitmap_deduplicate``): a few kilobytes to a few hundred that the caches
-    hold. Larger ids go through a hash table sized by the batch (``_hash_deduplicate``).
-    Measured on the anchor workload (65,536 ids, 21,685 distinct): 0.5 ms against 1.0-1.4 ms
-    for the hash table.
+    hold. Larger ids go through a hash table sized by the batch (``_hash_deduplicate``), the
+    slower of the two (``docs/performance.md``).
     """
     n = ids.shape[0]
     top = np.int64(-1)
