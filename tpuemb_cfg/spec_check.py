@@ -74,7 +74,8 @@ def compile_spec(path: str | os.PathLike[str]) -> CompiledSpec:
     with origins.recording(name) as sites:
         spec = load_spec(name)
     arguments = {**spec.build_arguments, "validate": False}
-    compiled = replace(spec, build_arguments=arguments).compile()
+    with origins.deriving(sites):  # keras-rs objects' conversions take their places
+        compiled = replace(spec, build_arguments=arguments).compile()
     with open(name, encoding="utf-8", errors="replace") as handle:
         text = handle.read()
     if name.endswith(".toml"):
