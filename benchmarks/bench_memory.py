@@ -29,7 +29,10 @@ tables, features, bag sizes, combiners and optimizers stay the model's):
   case of a whole table's pre-update copy kept between steps); and issue 16's configuration (a
   1,000-row table looked up at 2.56 million positions a step: the step's arrays dominate);
 - the options that change what a run holds, on the 8-table DLRM: ``--tables all``, ``--ids
-  uniform``, ``--checkpoint-every``, ``--plot`` with ``--save-batches``.
+  uniform``, ``--checkpoint-every``, ``--plot`` with ``--save-batches``;
+- multi-worker runs (``--workers 4``): the quickstart and the 8-table DLRM, with synchronous
+  replicas (R = 4; R = 2 writing every table) and DropStale (a geometric delay on the
+  quickstart).
 """
 
 from __future__ import annotations
@@ -144,6 +147,18 @@ MODELS: dict[str, tuple[str, int, int, dict[str, str], int, tuple[str, ...]]] = 
                            ("--checkpoint-every", "10")),
     "dlrm_8_plot_batches": ("models/dlrm_criteo.py", 64, 2, {}, 20,
                             ("--plot", "{folder}/run.png", "--save-batches", "{folder}/b.npz")),
+    # Multi-worker runs (steps per worker): the chief's tables, the workers' gradients in
+    # flight, the accumulators and the record of every gradient.
+    "quickstart_4_workers_sync": ("quickstart.pbtxt", 1, 1, {}, 100, ("--workers", "4")),
+    "quickstart_4_workers_drop_stale": ("quickstart.pbtxt", 1, 1, {}, 100,
+                                        ("--workers", "4", "--max-staleness", "1",
+                                         "--delay", "geometric:0.5")),
+    "dlrm_8_4_workers_sync": ("models/dlrm_criteo.py", 64, 2, {}, 10, ("--workers", "4")),
+    "dlrm_8_4_workers_drop_stale": ("models/dlrm_criteo.py", 64, 2, {}, 10,
+                                    ("--workers", "4", "--max-staleness", "2")),
+    "dlrm_8_4_workers_sync_all": ("models/dlrm_criteo.py", 64, 2, {}, 10,
+                                  ("--workers", "4", "--replicas-to-aggregate", "2",
+                                   "--tables", "all")),
 }
 
 
