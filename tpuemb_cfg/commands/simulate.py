@@ -171,7 +171,8 @@ def _spec_callback(ctx: click.Context, param: click.Parameter, value: str | None
                    "(CONFIG.py/.toml) tags get its own schedules unless this is given.")
 @click.option("--json", "as_json", is_flag=True, help="Print the run summary as JSON on stdout.")
 @click.option("--plot", type=click.Path(dir_okay=False), metavar="FILE.png",
-              help="Synthetic run: plot loss and update norms per step (needs matplotlib).")
+              help="Synthetic run: plot loss and update norms per step, and each dynamic "
+                   "learning-rate tag's rate per step when there are any (needs matplotlib).")
 @click.option("--checkpoint-every", type=click.IntRange(min=1), metavar="N",
               help="Synthetic run: save the full state to OUT_DIR/checkpoint.npz every N steps.")
 @click.option("--resume", is_flag=True,
