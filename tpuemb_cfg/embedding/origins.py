@@ -8,11 +8,12 @@ built it). ``tpuemb validate`` and ``tpuemb inspect`` of a spec place their find
 lookup.
 
 Objects of other libraries (keras-rs' ``TableConfig`` and ``FeatureConfig``, which tpuemb never
-imports) cannot call :func:`record`: while a spec runs, :func:`recording` also notes where the
-spec file calls any ``__init__`` (a trace function that looks at calls only, chained to one
-already installed, such as a coverage tool's), and keeps the places of the objects that turn out
-to be keras-rs objects. What tpuemb builds from such an object while the configuration is
-compiled (:mod:`~tpuemb_cfg.embedding.keras_rs`) takes its place (:func:`derive`, under
+imports) cannot call :func:`record`: while a spec runs, :func:`recording` given a ``foreign``
+test also notes where the spec file calls any ``__init__`` (a trace function that looks at
+calls only, chained to one already installed, such as a coverage tool's), and keeps the places
+of the objects that pass the test (keras-rs' objects: :mod:`tpuemb_cfg.spec_check`). What
+tpuemb builds from such an object while the configuration is compiled
+(:mod:`~tpuemb_cfg.embedding.keras_rs`) takes its place (:func:`derive`, under
 :func:`deriving`).
 """
 
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from types import FrameType
@@ -86,17 +87,6 @@ def derive(obj: Any, source: Any) -> None:
         origins.add(obj, *place)
 
 
-def _foreign(obj: Any) -> bool:
-    """A keras-rs ``TableConfig`` or ``FeatureConfig``, by its attributes (``keras_rs.is_table``
-    and ``is_feature``): the objects whose places the trace keeps."""
-    from tpuemb_cfg.embedding import keras_rs
-
-    try:
-        return keras_rs.is_table(obj) or keras_rs.is_feature(obj)
-    except Exception:  # noqa: BLE001 - a spec's object whose attributes raise
-        return False
-
-
 def _tracer(origins: Origins, previous: Any, built: list[tuple[Any, int, int]]) -> Any:
     """A trace function that notes ``(self, line, column)`` of every ``__init__`` the spec
     file calls, then hands the event to ``previous`` (the trace function it replaced)."""
@@ -116,20 +106,29 @@ def _tracer(origins: Origins, previous: Any, built: list[tuple[Any, int, int]]) 
 
 
 @contextmanager
-def recording(path: str) -> Iterator[Origins]:
-    """Record, while the block runs, where the spec file ``path`` builds each object."""
+def recording(path: str, foreign: Callable[[Any], bool] | None = None) -> Iterator[Origins]:
+    """Record, while the block runs, where the spec file ``path`` builds each object: tpuemb's
+    own (:func:`record`) and, when ``foreign`` is given, every object the spec file calls
+    ``__init__`` of for which ``foreign(obj)`` holds once the block has run (keras-rs'
+    ``TableConfig`` and ``FeatureConfig``: ``keras_rs.is_table``, ``is_feature``)."""
     origins = Origins(path)
     token = _ACTIVE.set(origins)
     built: list[tuple[Any, int, int]] = []
     previous = sys.gettrace()
-    sys.settrace(_tracer(origins, previous, built))
+    if foreign is not None:
+        sys.settrace(_tracer(origins, previous, built))
     try:
         yield origins
     finally:
-        sys.settrace(previous)
+        if foreign is not None:
+            sys.settrace(previous)
         _ACTIVE.reset(token)
         for obj, line, column in built:
-            if _foreign(obj):
+            try:
+                kept = foreign is not None and foreign(obj)
+            except Exception:  # noqa: BLE001 - a spec's object whose attributes raise
+                kept = False
+            if kept:
                 origins.add(obj, line, column)
 
 
