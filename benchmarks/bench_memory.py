@@ -32,7 +32,9 @@ tables, features, bag sizes, combiners and optimizers stay the model's):
   uniform``, ``--checkpoint-every``, ``--plot`` with ``--save-batches``;
 - multi-worker runs (``--workers 4``): the quickstart and the 8-table DLRM, with synchronous
   replicas (R = 4; R = 2 writing every table) and DropStale (a geometric delay on the
-  quickstart).
+  quickstart);
+- replays (``REPLAYS``: ``--batches`` of the batches a synthetic run of the model saved, the
+  estimate from ``--batches B.npz --dry-run --json``): the quickstart, the 8-table DLRM, SASRec.
 """
 
 from __future__ import annotations
@@ -161,6 +163,14 @@ MODELS: dict[str, tuple[str, int, int, dict[str, str], int, tuple[str, ...]]] = 
                                    "--tables", "all")),
 }
 
+#: Replays (``--batches``): name -> the model whose synthetic run's batches are replayed
+#: (``--save-batches``, not measured) and its steps.
+REPLAYS: dict[str, tuple[str, int]] = {
+    "quickstart_replay": ("quickstart", 100),
+    "dlrm_8_replay": ("dlrm_model_garden_8", 10),
+    "sasrec_replay": ("sasrec", 20),
+}
+
 
 def spec_file(name: str, folder: Path) -> Path:
     """The file ``tpuemb simulate`` runs for model ``name``: the example itself, or a spec
@@ -239,9 +249,47 @@ def measure(name: str, engine: str, folder: Path) -> dict[str, Any]:
     }
 
 
+def measure_replay(name: str, engine: str, folder: Path) -> dict[str, Any]:
+    """One replay: a synthetic run of the model writes its batches, then the estimate
+    (``--batches B.npz --dry-run --json``) and the replay's peak resident memory."""
+    model, steps = REPLAYS[name]
+    _, vocab, batch, _, _, extra = MODELS[model]
+    spec = spec_file(model, folder)
+    batches = folder / f"{name}.npz"
+    saved = subprocess.run([*TPUEMB, "simulate", str(spec), "--steps", str(steps), "--out-dir",
+                            str(folder / f"{name}-synthetic"), "--tables", "none", "-q",
+                            "--save-batches", str(batches), *extra],
+                           capture_output=True, text=True, check=False)
+    if saved.returncode:
+        raise SystemExit(f"{name}: the synthetic run failed:\n{saved.stderr.strip()}")
+    common = [str(spec), "--batches", str(batches), "--engine", engine]
+    planned = subprocess.run([*TPUEMB, "simulate", *common, "--dry-run", "--json"],
+                             capture_output=True, text=True, check=False)
+    if planned.returncode:
+        raise SystemExit(f"{name}: --dry-run failed:\n{planned.stderr.strip()}")
+    plan = json.loads(planned.stdout)
+    load = os.getloadavg()[0]
+    start = time.perf_counter()
+    status, peak, _, stderr = run_alone(
+        [*TPUEMB, "simulate", *common, "--out", str(folder / f"{name}-out.npz"), "-q"], folder)
+    wall = time.perf_counter() - start
+    if status:
+        raise SystemExit(f"{name}: the replay failed:\n{stderr.strip()[-2000:]}")
+    estimate = plan["memory"]["estimate"]
+    return {
+        "model": name, "engine": engine, "steps": steps, "vocab_scale": vocab,
+        "batch_scale": batch, "options": ["--batches"], "tables": len(plan["tables"]),
+        "state_bytes": estimate["tables_and_slots_whole_bytes"],
+        "estimate": estimate,
+        "peak_rss_bytes": peak,
+        "ratio": estimate["total_bytes"] / peak,
+        "wall_sec": wall, "load_before": load, "load_after": os.getloadavg()[0],
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", choices=sorted(MODELS), action="append",
+    parser.add_argument("--model", choices=sorted([*MODELS, *REPLAYS]), action="append",
                         help="a model (repeatable; default: every one)")
     parser.add_argument("--engine", choices=["numba", "numpy"], default="numba")
     parser.add_argument("--runs", type=int, default=1, help="runs of each model")
@@ -249,9 +297,10 @@ def main() -> None:
     args = parser.parse_args()
     results = []
     with tempfile.TemporaryDirectory(prefix="bench-memory-") as tmp:
-        for name in args.model or list(MODELS):
+        for name in args.model or [*MODELS, *REPLAYS]:
             for _ in range(args.runs):
-                results.append(measure(name, args.engine, Path(tmp)))
+                run = measure_replay if name in REPLAYS else measure
+                results.append(run(name, args.engine, Path(tmp)))
                 r = results[-1]
                 print(f"{name:24s} estimate {r['estimate']['total_bytes'] / 2**20:9.1f} MiB  "
                       f"peak {r['peak_rss_bytes'] / 2**20:9.1f} MiB  ratio {r['ratio']:.2f}  "

@@ -350,9 +350,10 @@ def test_a_replay_dry_run_reads_only_the_headers(tmp_path: Path) -> None:
     assert parts["process_bytes"] == BASE_PROCESS  # the NumPy engine: numba is not loaded
     # The step (module docstring, NumPy engine, n = 100 ids all distinct, b = 64 bags, D = 16):
     # held all step 20 n + 8 b + 2 * 4 b D + 28 n + 8 u + 16 (one host) + V / 4 = 14,570; on
-    # top the update of lazy Adagrad, (2 S + 4) * 4 u D = 38,400, larger than the lookup
-    # (4 u D + 2 * 4 n D), the backward pass (2 * 4 n D + 2 * 4 u D) and the NaN check (b D).
-    assert parts["step_bytes"] == 14570 + 38400
+    # top the largest transient: NumPy drawing the 16,000 default values (numba is not loaded),
+    # 48 bytes each, 768,000 - more than the update of lazy Adagrad, (2 S + 4) * 4 u D = 38,400,
+    # the lookup (4 u D + 2 * 4 n D), the backward pass (2 * 4 n D + 2 * 4 u D), the NaN check.
+    assert parts["step_bytes"] == 14570 + 48 * 16000
     text = run_cli("simulate", str(path), "--batches", str(tmp_path / "b.npz"),
                    "--dry-run").output
     assert "replay of the 2 recorded steps of" in text

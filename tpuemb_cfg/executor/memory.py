@@ -64,7 +64,9 @@ A replay (:func:`replay_estimate`) runs the recorded steps: its step's arrays ar
 largest recorded step (``RunShape.recorded``: per feature its bags and ids; every id counted as
 distinct, at most the vocabulary), the whole tables are written at the end with every step's
 activations (as large as the recorded gradients, held until then: **outputs**), and its history
-is :data:`REPLAY_STEP_BYTES` a table a step (the ``--json`` figures).
+is :data:`REPLAY_STEP_BYTES` a table a step (the ``--json`` figures). It loads numba with the
+numba engine, or to draw a table of :data:`NUMPY_DRAW_BLOCK` elements or more; otherwise NumPy
+draws the default rows, :data:`NUMPY_DRAW_BYTES` a drawn element at once (a **peak**).
 
 Everything is float32 as in the executor. ``benchmarks/bench_memory.py`` runs the example
 models and scaled copies of real models' configurations and compares this estimate with each
@@ -97,6 +99,8 @@ __all__ = [
     "BASE_PROCESS",
     "NUMBA_PROCESS",
     "PLOT_PROCESS",
+    "NUMPY_DRAW_BLOCK",
+    "NUMPY_DRAW_BYTES",
     "REPLAY_STEP_BYTES",
     "ZIPF_EXPONENT",
     "Estimate",
@@ -120,6 +124,12 @@ PLOT_PROCESS = 36 << 20
 
 #: Bytes a replay keeps per table and step: the figures of its report (``--json``).
 REPLAY_STEP_BYTES = 512
+#: Default rows drawn by NumPy (``state``: numba not loaded, blocks of at most
+#: :data:`NUMPY_DRAW_BLOCK` elements; larger fills load numba's kernels instead): peak resident
+#: bytes per element of a block (measured: a NumPy-engine replay of the quickstart, whose
+#: 800,000-element table peaks 36 MiB above the rest of its estimate).
+NUMPY_DRAW_BYTES = 48
+NUMPY_DRAW_BLOCK = 1 << 20
 
 _F32 = 4
 _SMALL_PAGE = 4 << 10
@@ -424,15 +434,23 @@ def replay_estimate(plan: Plan, headers: Mapping[str, Any], *, engine: str = "nu
             bags[index] = max(bags[index], float(max(header.shape[0] - 1, 0)))
         elif kind == "grad":
             activations += int(header.nbytes)  # each step's activations, as large
-    if numba is None:
-        numba = engine == "numba" and numba_available()
+    available = numba_available() if numba is None else numba
+    numba = engine == "numba" and available
+    draw = 0
+    if not numba:  # the default rows: numba's kernels for a large fill, else NumPy's blocks
+        largest = max((t.vocabulary * t.dimension for t in plan.tables), default=0)
+        if largest >= NUMPY_DRAW_BLOCK and available:
+            numba = True
+        else:
+            draw = NUMPY_DRAW_BYTES * min(largest, NUMPY_DRAW_BLOCK)
     shape = RunShape(steps=max(len(steps), 1), engine=engine, tables="all",
                      lazy=init_bytes is None, numba=numba,
                      history=REPLAY_STEP_BYTES * len(plan.tables) * len(steps),
                      recorded=tuple(zip(bags, ids, strict=True)))
     parts = estimate(plan, shape)
     inputs = sum(int(header.nbytes) for header in headers.values()) + (init_bytes or 0)
-    return replace(parts, outputs=parts.outputs + activations, inputs=inputs)
+    return replace(parts, outputs=parts.outputs + activations, inputs=inputs,
+                   peak=max(parts.peak, draw))
 
 
 def reduce_hint(parts: Estimate, *, steps: int | None = None, tables: str = "none",
