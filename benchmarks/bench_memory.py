@@ -29,7 +29,12 @@ tables, features, bag sizes, combiners and optimizers stay the model's):
   case of a whole table's pre-update copy kept between steps); and issue 16's configuration (a
   1,000-row table looked up at 2.56 million positions a step: the step's arrays dominate);
 - the options that change what a run holds, on the 8-table DLRM: ``--tables all``, ``--ids
-  uniform``, ``--checkpoint-every``, ``--plot`` with ``--save-batches``.
+  uniform``, ``--checkpoint-every``, ``--plot`` with ``--save-batches``;
+- multi-worker runs (``--workers 4``): the quickstart and the 8-table DLRM, with synchronous
+  replicas (R = 4; R = 2 writing every table) and DropStale (a geometric delay on the
+  quickstart);
+- replays (``REPLAYS``: ``--batches`` of the batches a synthetic run of the model saved, the
+  estimate from ``--batches B.npz --dry-run --json``): the quickstart, the 8-table DLRM, SASRec.
 """
 
 from __future__ import annotations
@@ -144,6 +149,26 @@ MODELS: dict[str, tuple[str, int, int, dict[str, str], int, tuple[str, ...]]] = 
                            ("--checkpoint-every", "10")),
     "dlrm_8_plot_batches": ("models/dlrm_criteo.py", 64, 2, {}, 20,
                             ("--plot", "{folder}/run.png", "--save-batches", "{folder}/b.npz")),
+    # Multi-worker runs (steps per worker): the chief's tables, the workers' gradients in
+    # flight, the accumulators and the record of every gradient.
+    "quickstart_4_workers_sync": ("quickstart.pbtxt", 1, 1, {}, 100, ("--workers", "4")),
+    "quickstart_4_workers_drop_stale": ("quickstart.pbtxt", 1, 1, {}, 100,
+                                        ("--workers", "4", "--max-staleness", "1",
+                                         "--delay", "geometric:0.5")),
+    "dlrm_8_4_workers_sync": ("models/dlrm_criteo.py", 64, 2, {}, 10, ("--workers", "4")),
+    "dlrm_8_4_workers_drop_stale": ("models/dlrm_criteo.py", 64, 2, {}, 10,
+                                    ("--workers", "4", "--max-staleness", "2")),
+    "dlrm_8_4_workers_sync_all": ("models/dlrm_criteo.py", 64, 2, {}, 10,
+                                  ("--workers", "4", "--replicas-to-aggregate", "2",
+                                   "--tables", "all")),
+}
+
+#: Replays (``--batches``): name -> the model whose synthetic run's batches are replayed
+#: (``--save-batches``, not measured) and its steps.
+REPLAYS: dict[str, tuple[str, int]] = {
+    "quickstart_replay": ("quickstart", 100),
+    "dlrm_8_replay": ("dlrm_model_garden_8", 10),
+    "sasrec_replay": ("sasrec", 20),
 }
 
 
@@ -224,9 +249,47 @@ def measure(name: str, engine: str, folder: Path) -> dict[str, Any]:
     }
 
 
+def measure_replay(name: str, engine: str, folder: Path) -> dict[str, Any]:
+    """One replay: a synthetic run of the model writes its batches, then the estimate
+    (``--batches B.npz --dry-run --json``) and the replay's peak resident memory."""
+    model, steps = REPLAYS[name]
+    _, vocab, batch, _, _, extra = MODELS[model]
+    spec = spec_file(model, folder)
+    batches = folder / f"{name}.npz"
+    saved = subprocess.run([*TPUEMB, "simulate", str(spec), "--steps", str(steps), "--out-dir",
+                            str(folder / f"{name}-synthetic"), "--tables", "none", "-q",
+                            "--save-batches", str(batches), *extra],
+                           capture_output=True, text=True, check=False)
+    if saved.returncode:
+        raise SystemExit(f"{name}: the synthetic run failed:\n{saved.stderr.strip()}")
+    common = [str(spec), "--batches", str(batches), "--engine", engine]
+    planned = subprocess.run([*TPUEMB, "simulate", *common, "--dry-run", "--json"],
+                             capture_output=True, text=True, check=False)
+    if planned.returncode:
+        raise SystemExit(f"{name}: --dry-run failed:\n{planned.stderr.strip()}")
+    plan = json.loads(planned.stdout)
+    load = os.getloadavg()[0]
+    start = time.perf_counter()
+    status, peak, _, stderr = run_alone(
+        [*TPUEMB, "simulate", *common, "--out", str(folder / f"{name}-out.npz"), "-q"], folder)
+    wall = time.perf_counter() - start
+    if status:
+        raise SystemExit(f"{name}: the replay failed:\n{stderr.strip()[-2000:]}")
+    estimate = plan["memory"]["estimate"]
+    return {
+        "model": name, "engine": engine, "steps": steps, "vocab_scale": vocab,
+        "batch_scale": batch, "options": ["--batches"], "tables": len(plan["tables"]),
+        "state_bytes": estimate["tables_and_slots_whole_bytes"],
+        "estimate": estimate,
+        "peak_rss_bytes": peak,
+        "ratio": estimate["total_bytes"] / peak,
+        "wall_sec": wall, "load_before": load, "load_after": os.getloadavg()[0],
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", choices=sorted(MODELS), action="append",
+    parser.add_argument("--model", choices=sorted([*MODELS, *REPLAYS]), action="append",
                         help="a model (repeatable; default: every one)")
     parser.add_argument("--engine", choices=["numba", "numpy"], default="numba")
     parser.add_argument("--runs", type=int, default=1, help="runs of each model")
@@ -234,9 +297,10 @@ def main() -> None:
     args = parser.parse_args()
     results = []
     with tempfile.TemporaryDirectory(prefix="bench-memory-") as tmp:
-        for name in args.model or list(MODELS):
+        for name in args.model or [*MODELS, *REPLAYS]:
             for _ in range(args.runs):
-                results.append(measure(name, args.engine, Path(tmp)))
+                run = measure_replay if name in REPLAYS else measure
+                results.append(run(name, args.engine, Path(tmp)))
                 r = results[-1]
                 print(f"{name:24s} estimate {r['estimate']['total_bytes'] / 2**20:9.1f} MiB  "
                       f"peak {r['peak_rss_bytes'] / 2**20:9.1f} MiB  ratio {r['ratio']:.2f}  "

@@ -256,3 +256,107 @@ def test_inspect_shows_the_simulations_estimate() -> None:
     shown = json.loads(run_cli("inspect", config, "--json").output)["simulation"]
     expected = run_estimate(prepare(config).plan, 100, tables="touched")
     assert shown == {"steps": 100, "engine": "numba", "memory": expected.as_dict()}
+
+
+# --------------------------------------------------------------------------------------------
+# --dry-run of a multi-worker run and of a replay: the whole process's estimate, in parts
+
+
+def test_a_multi_worker_dry_run_shows_the_whole_process(tmp_path: Path) -> None:
+    import json
+
+    from tpuemb_cfg.executor.memory import RunShape, estimate
+    from tpuemb_cfg.sim.multiworker import GRADIENT_BYTES, TABLE_GRADIENT_BYTES, for_chief
+
+    path = tmp_path / "c.pbtxt"
+    path.write_text(ONE % (1000, 16, "adagrad { }", ""))
+    options = ("--workers", "3", "--replicas-to-aggregate", "2", "--steps", "5", "--engine",
+               "numpy", "--out-dir", str(tmp_path / "o"))
+    result = run_cli("simulate", str(path), *options, "--dry-run", "--json")
+    assert result.exit_code == 0, result.output
+    shown = json.loads(result.output)
+    assert (shown["workers"], shown["mode"], shown["replicas_to_aggregate"]) == (
+        3, "sync_replicas", 2)
+    parts = shown["memory"]["estimate"]
+    # 64 bags of 2.5 ids on average: 160 ids, u of them distinct; each worker's gradient in
+    # flight and the accumulators of R = 2 gradients hold u rows of 4 * 16 + 16 bytes.
+    u = expected_unique(1000, 160)
+    assert parts["workers_bytes"] == int(3 * u * 80 + 2 * u * 80)
+    # The record of the 3 x 5 gradients; the tables as 15 synthetic steps touch them.
+    assert parts["history_bytes"] == 15 * (GRADIENT_BYTES + TABLE_GRADIENT_BYTES)
+    chief = for_chief(prepare(str(path))).plan
+    alone = estimate(chief, RunShape(steps=15, engine="numpy", tables="touched"))
+    assert parts["tables_and_slots_bytes"] == alone.state
+    assert parts["step_bytes"] == alone.steady + alone.peak
+    assert parts["process_bytes"] == alone.process
+    assert parts["total_bytes"] == sum(v for k, v in parts.items() if k not in (
+        "total_bytes", "tables_and_slots_whole_bytes"))
+    assert not (tmp_path / "o").exists()
+    text = run_cli("simulate", str(path), *options, "--dry-run").output
+    assert "workers: 3, sync replicas, R = 2, init tokens R, delay fixed:0" in text
+    assert "workers' gradients and accumulators" in text
+    # The run reports the estimate --dry-run showed, in its summary and in summary.json.
+    ran = run_cli("simulate", str(path), *options, "--json", "-q")
+    assert ran.exit_code == 0, ran.output
+    assert json.loads(ran.stdout)["memory"] == {"estimate": parts}
+    saved = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert saved["memory"] == {"estimate": parts}
+    stale = json.loads(run_cli("simulate", str(path), *options[:2], "--max-staleness", "1",
+                               *options[4:], "--dry-run", "--json").output)
+    assert stale["mode"] == "drop_stale" and stale["max_staleness"] == 1
+    # DropStale: no accumulators, each worker's gradient in flight and one applied at a time.
+    assert stale["memory"]["estimate"]["workers_bytes"] == int(3 * u * 80 + u * 80)
+
+
+def test_a_multi_worker_refusal_names_the_parts(tmp_path: Path) -> None:
+    path = tmp_path / "c.pbtxt"
+    path.write_text(ONE % (1000, 16, "adagrad { }", ""))
+    result = run_cli("simulate", str(path), "--workers", "2", "--steps", "2", "--max-memory",
+                     "1M", "--out-dir", str(tmp_path / "o"))
+    assert result.exit_code == 2, result.output
+    assert "workers' gradients and accumulators" in result.output
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_replay_dry_run_reads_only_the_headers(tmp_path: Path) -> None:
+    import json
+
+    import numpy as np
+
+    from tpuemb_cfg.executor.memory import BASE_PROCESS, REPLAY_STEP_BYTES
+    from tpuemb_cfg.npzio import atomic_write_npz
+
+    path = tmp_path / "c.pbtxt"
+    path.write_text(ONE % (1000, 16, "adagrad { }", ""))
+    batches = {}
+    for step in range(2):  # 64 bags, 100 ids, a [64, 16] gradient
+        splits = np.sort(np.r_[0, np.random.default_rng(step).integers(0, 100, 63), 100])
+        batches[f"s{step}/f0/ids"] = np.arange(100, dtype=np.int64) * 7 % 1000
+        batches[f"s{step}/f0/row_splits"] = splits.astype(np.int64)
+        batches[f"s{step}/f0/grad"] = np.ones((64, 16), np.float32)
+    atomic_write_npz(tmp_path / "b.npz", batches)
+    result = run_cli("simulate", str(path), "--batches", str(tmp_path / "b.npz"), "--dry-run",
+                     "--json", "--engine", "numpy")
+    assert result.exit_code == 0, result.output
+    shown = json.loads(result.output)
+    assert shown["steps"] == 2 and shown["tables"][0]["ids_per_step"] == 100
+    parts = shown["memory"]["estimate"]
+    per_step = 100 * 8 + 65 * 8 + 64 * 16 * 4
+    assert parts["inputs_bytes"] == shown["batches_bytes"] == 2 * per_step
+    # Every table written at the end with each step's activations (as large as the gradients).
+    assert parts["outputs_bytes"] == 1000 * 16 * 4 + 2 * 64 * 16 * 4
+    assert parts["tables_and_slots_bytes"] == 2 * 1000 * 16 * 4
+    assert parts["history_bytes"] == 2 * REPLAY_STEP_BYTES
+    assert parts["process_bytes"] == BASE_PROCESS  # the NumPy engine: numba is not loaded
+    # The step (module docstring, NumPy engine, n = 100 ids all distinct, b = 64 bags, D = 16):
+    # held all step 20 n + 8 b + 2 * 4 b D + 28 n + 8 u + 16 (one host) + V / 4 = 14,570; on
+    # top the largest transient: NumPy drawing the 16,000 default values (numba is not loaded),
+    # 48 bytes each, 768,000 - more than the update of lazy Adagrad, (2 S + 4) * 4 u D = 38,400,
+    # the lookup (4 u D + 2 * 4 n D), the backward pass (2 * 4 n D + 2 * 4 u D), the NaN check.
+    assert parts["step_bytes"] == 14570 + 48 * 16000
+    text = run_cli("simulate", str(path), "--batches", str(tmp_path / "b.npz"),
+                   "--dry-run").output
+    assert "replay of the 2 recorded steps of" in text
+    assert "batches and initial arrays" in text
+    assert text.splitlines()[-1] == "nothing was run or written (--dry-run)"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.npz", "c.pbtxt"]

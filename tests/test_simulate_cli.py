@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -224,3 +225,50 @@ def test_replay_json_report(tmp_path: Path) -> None:
     # MOD over 2 hosts: even ids 0, 2 (2 occurrences), odd ids 1, 1, 5, 5, 5, 7 (6).
     assert table["ids_per_host"] == [[2, 6]]
     assert table["unique_ids_per_host"] == [[2, 3]]
+
+
+def test_plot_draws_each_dynamic_rate_per_step(tmp_path: Path) -> None:
+    """A run with dynamic learning rates gets a third panel, one line per tag, its values the
+    summary's; a run without them keeps the two panels."""
+    import re
+
+    from tpuemb_cfg.commands._outputs import rate_series
+
+    pytest.importorskip("matplotlib")
+    svg = tmp_path / "run.svg"
+    code, output = run_simulate("--steps", "3", "--plot", str(svg), "--out-dir",
+                                str(tmp_path / "o"), "-q")
+    assert code == 0, output
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    # The built-in example: tag 0 feeds 'user' (0.1 every step), tag 1 'item' (Adam's rate
+    # bias-corrected: 0.1 * sqrt(1 - 0.999^t) / (1 - 0.9^t) at step t - 1; computed in float32,
+    # where 1 - 0.999 keeps 4 significant digits).
+    series = rate_series(summary)
+    assert [label for label, _ in series] == ["tag 0 (table 'user')", "tag 1 (table 'item')"]
+    assert series[0][1] == [pytest.approx(0.1)] * 3
+    assert series[1][1] == [pytest.approx(0.1 * math.sqrt(1 - 0.999 ** t) / (1 - 0.9 ** t),
+                                          rel=1e-4) for t in (1, 2, 3)]
+    drawn = svg.read_text()
+    assert len(re.findall(r'<g id="axes_\d+">', drawn)) == 3
+    constant = tmp_path / "c.pbtxt"
+    constant.write_text(
+        'table_descriptor { name: "t" vocabulary_size: 100 dimension: 4\n'
+        '  optimization_parameters { adagrad { } learning_rate { constant: 0.1 } } }\n'
+        "mode: TRAINING num_hosts: 1 num_tensor_cores: 1\n"
+        "feature_descriptor { table_id: 0 input_shape: 8 }\n")
+    code, output = run_simulate(str(constant), "--steps", "2", "--plot", str(svg),
+                                "--out-dir", str(tmp_path / "p"), "-q")
+    assert code == 0, output
+    assert rate_series(json.loads((tmp_path / "p" / "summary.json").read_text())) == []
+    assert len(re.findall(r'<g id="axes_\d+">', svg.read_text())) == 2
+
+
+def test_rate_series_skips_steps_without_rates() -> None:
+    from tpuemb_cfg.commands._outputs import rate_series
+
+    summary = {"learning_rates": [
+        {"tag": 0, "used_by": ["a", "b"], "per_step": [None, 0.5]},
+        {"tag": 1, "used_by": [], "per_step": [None, None]},
+    ]}
+    (label, values), = rate_series(summary)
+    assert label == "tag 0 (a, b)" and math.isnan(values[0]) and values[1] == 0.5

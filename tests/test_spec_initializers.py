@@ -395,3 +395,80 @@ def test_the_default_is_tensorflows_table_config_default() -> None:
         "truncated_normal", 0.0, 1 / math.sqrt(dim))
     assert np.array_equal(table_rows(init, 4, 2, np.arange(10), dim),
                           normal_rows(4, 2, np.arange(10), dim, 1 / math.sqrt(dim)))
+
+
+# Every initializer the compiler accepts, named in a TOML spec (docs/compile.md): the parameters
+# below are derived by hand from Keras' formulas on a 40 x 3 table (fan_in 40, fan_out 3).
+TOML_KINDS = {
+    "row_id": ("{kind = \"row_id\", offset = 5}", ("row_id", {"value": 5.0})),
+    "constant": ("{kind = \"constant\", value = 2.5}", ("constant", {"value": 2.5})),
+    "truncated_normal": ("{kind = \"truncated_normal\", mean = 1.0, stddev = 0.01, seed = 4}",
+                         ("truncated_normal", {"mean": 1.0, "stddev": 0.01, "seed": 4})),
+    "zeros": ("{kind = \"zeros\"}", ("constant", {"value": 0.0})),
+    "ones": ("{kind = \"ones\"}", ("constant", {"value": 1.0})),
+    "random_uniform": ("{kind = \"random_uniform\", minval = -1, maxval = 2, seed = 3}",
+                       ("uniform", {"low": -1.0, "high": 2.0, "seed": 3})),
+    "random_normal": ("{kind = \"random_normal\", mean = 1.0, stddev = 0.5}",
+                      ("normal", {"mean": 1.0, "stddev": 0.5})),
+    "variance_scaling": ("{kind = \"variance_scaling\", scale = 2.0, mode = \"fan_out\", "
+                         "distribution = \"uniform\"}",
+                         ("uniform", {"low": -math.sqrt(2.0), "high": math.sqrt(2.0)})),
+    "glorot_uniform": ("{kind = \"glorot_uniform\", seed = 7}",
+                       ("uniform", {"low": -math.sqrt(3 / 21.5), "high": math.sqrt(3 / 21.5),
+                                    "seed": 7})),
+    "glorot_normal": ("{kind = \"glorot_normal\"}",
+                      ("truncated_normal", {"stddev": math.sqrt(1 / 21.5) / TRUNCATED_STD})),
+    "he_uniform": ("{kind = \"he_uniform\"}",
+                   ("uniform", {"low": -math.sqrt(6 / 40), "high": math.sqrt(6 / 40)})),
+    "he_normal": ("{kind = \"he_normal\"}",
+                  ("truncated_normal", {"stddev": math.sqrt(2 / 40) / TRUNCATED_STD})),
+    "lecun_uniform": ("{kind = \"lecun_uniform\"}",
+                      ("uniform", {"low": -math.sqrt(3 / 40), "high": math.sqrt(3 / 40)})),
+    "lecun_normal": ("{kind = \"lecun_normal\"}",
+                     ("truncated_normal", {"stddev": math.sqrt(1 / 40) / TRUNCATED_STD})),
+    "identity": ("{kind = \"identity\", gain = 2.0}", ("identity", {"value": 2.0})),
+}
+
+
+def _toml_spec(tmp_path: Path, initializer: str) -> Path:
+    spec = tmp_path / "spec.toml"
+    spec.write_text(
+        "per_replica_batch_size = 4\n"
+        "[optimizer]\ntype = \"SGD\"\nlearning_rate = 0.1\n"
+        f"[tables.t]\nvocabulary_size = 40\ndim = 3\ninitializer = {initializer}\n"
+        "[features.a]\ntable = \"t\"\n")
+    return spec
+
+
+@pytest.mark.parametrize("kind", sorted(TOML_KINDS))
+def test_a_toml_spec_offers_every_initializer(tmp_path: Path, kind: str) -> None:
+    text, (expected_kind, parameters) = TOML_KINDS[kind]
+    init = prepare(str(_toml_spec(tmp_path, text))).plan.tables[0].initializer
+    assert init is not None and init.kind == expected_kind
+    for name, value in parameters.items():
+        assert getattr(init, name) == pytest.approx(value, rel=1e-15), name
+    assert init.seed == parameters.get("seed")
+
+
+def test_a_toml_specs_identity_rows(tmp_path: Path) -> None:
+    plan = prepare(str(_toml_spec(tmp_path, TOML_KINDS["identity"][0]))).plan
+    rows = np.asarray(initial_state(plan, seed=0)["table/t"])
+    assert np.array_equal(rows, 2 * np.eye(40, 3, dtype=F32))
+
+
+@pytest.mark.parametrize(("initializer", "message"), [
+    ("{kind = \"orthogonal\"}", "spec.toml:8:1: error: tables.t.initializer.kind: `kind` must "
+     "be one of 'row_id', 'constant', 'truncated_normal', 'zeros', "),
+    ("{kind = \"glorot_uniform\", scale = 2.0}", "unknown key 'scale'; allowed here: seed"),
+    ("{kind = \"variance_scaling\", mode = \"fan\"}",
+     "mode: must be one of fan_in, fan_out, fan_avg; received 'fan'"),
+    ("{kind = \"random_uniform\", maxval = \"1\"}", "maxval: must be a finite number"),
+    ("{kind = \"he_normal\", seed = 1.5}", "seed: must be an integer; received 1.5"),
+    ("{kind = \"constant\", value = nan}", "value: must be a finite number; received nan"),
+])
+def test_a_toml_specs_bad_initializer_is_placed(tmp_path: Path, initializer: str,
+                                                message: str) -> None:
+    path = _toml_spec(tmp_path, initializer)
+    code, output = run_simulate(str(path), "--dry-run")
+    assert code == 2 and message in output, output
+    assert output.startswith(f"{path}:"), output

@@ -137,3 +137,83 @@ def test_convert_says_a_spec_needs_compiling(tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert "is a spec (the input of tpuemb compile), not a configuration" in result.output
     assert f"tpuemb compile {path} -o {tmp_path / 'model'}.pbtxt" in result.output
+
+
+KERAS_RS = """\
+from dataclasses import dataclass
+
+
+@dataclass
+class TableConfig:  # keras-rs' TableConfig, by its fields
+    name: str
+    vocabulary_size: int
+    embedding_dim: int
+    optimizer: object = "adam"
+    combiner: str = "mean"
+    placement: str = "auto"
+
+
+@dataclass
+class FeatureConfig:  # keras-rs' FeatureConfig
+    name: str
+    table: TableConfig
+    input_shape: tuple
+    output_shape: tuple
+
+
+def table(name, rows):
+    return TableConfig(name, rows, 16, optimizer="sgd")
+
+
+user = TableConfig("user", 1000, 16, optimizer="sgd")
+item = table("", 500)
+feature_config = {
+    "user_id": FeatureConfig("user_id", user, (128, 1), (128, 16)),
+    "item_id": FeatureConfig("item_id", item, (128, 1), (128, 16)),
+}
+num_replicas = 8
+"""
+
+
+def test_keras_rs_objects_get_the_spec_line_that_built_them(tmp_path: Path) -> None:
+    from tpuemb_cfg.spec_check import compile_spec
+
+    path = write_file(tmp_path, KERAS_RS, "model.py")
+    # Features are visited in sorted key order: item_id (table 0), user_id (table 1). Each
+    # object is placed at the call that built it, the innermost in the spec as for tpuemb's own
+    # objects: the helper's TableConfig call (line 23) for item, the TableConfig call of line 26
+    # for user, the FeatureConfig calls of lines 29 and 30.
+    positions = compile_spec(path).locations.positions
+    assert positions["table_descriptor[0]"] == (23, 12)
+    assert positions["table_descriptor[1]"] == (26, 8)
+    assert positions["feature_descriptor[0]"] == (30, 16)
+    assert positions["feature_descriptor[1]"] == (29, 16)
+    # The empty name the helper gave item (TBL002) is found at line 23, in validate and inspect.
+    found = [d for d in validate(str(path)) if d.rule == "TBL002"]
+    assert [(d.line, d.column) for d in found] == [(23, 12)], found
+    assert "compiled from this spec" not in found[0].message
+    assert f"{path}:23:12: error[TBL002]" in invoke("inspect", str(path)).output
+
+
+def test_the_trace_is_removed_and_chained(tmp_path: Path) -> None:
+    import sys
+
+    from tpuemb_cfg.embedding import origins
+
+    path = write_file(tmp_path, KERAS_RS, "model.py")
+    seen: list[str] = []
+
+    def outer(frame, event, arg):  # type: ignore[no-untyped-def]
+        seen.append(frame.f_code.co_filename)
+
+    before = sys.gettrace()
+    sys.settrace(outer)
+    try:
+        with origins.recording(str(path), lambda obj: True):
+            from tpuemb_cfg.embedding.spec import load_spec
+
+            load_spec(str(path))
+        assert sys.gettrace() is outer
+    finally:
+        sys.settrace(before)
+    assert str(path) in seen  # the trace function that was there still saw the spec run

@@ -66,14 +66,19 @@ class CompiledSpec:
 def compile_spec(path: str | os.PathLike[str]) -> CompiledSpec:
     """Compile the spec ``path`` without validating the result; raises :class:`InputError` (with
     the spec's line where known) when the spec cannot be read, run or compiled."""
-    from tpuemb_cfg.embedding import origins
+    from tpuemb_cfg.embedding import keras_rs, origins
     from tpuemb_cfg.embedding.spec import load_spec
 
     name = os.fspath(path)
-    with origins.recording(name) as sites:
+
+    def foreign(obj: Any) -> bool:  # keras-rs objects, whose constructors tpuemb cannot hook
+        return keras_rs.is_table(obj) or keras_rs.is_feature(obj)
+
+    with origins.recording(name, foreign) as sites:
         spec = load_spec(name)
     arguments = {**spec.build_arguments, "validate": False}
-    compiled = replace(spec, build_arguments=arguments).compile()
+    with origins.deriving(sites):  # keras-rs objects' conversions take their places
+        compiled = replace(spec, build_arguments=arguments).compile()
     with open(name, encoding="utf-8", errors="replace") as handle:
         text = handle.read()
     if name.endswith(".toml"):

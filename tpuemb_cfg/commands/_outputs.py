@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -219,21 +220,47 @@ def require_matplotlib() -> None:
         ) from None
 
 
+def rate_series(summary: Mapping[str, Any]) -> list[tuple[str, list[float]]]:
+    """What ``--plot`` draws in its learning-rate panel: per dynamic tag of the run's summary
+    (``learning_rates``), its label (the tag and the tables reading it) and its rate at every
+    step (NaN where a step has none recorded); empty without dynamic rates."""
+    series = []
+    for rate in summary.get("learning_rates", []):
+        values = [math.nan if value is None else float(value) for value in rate["per_step"]]
+        if values and not all(math.isnan(value) for value in values):
+            users = ", ".join(str(user) for user in rate.get("used_by", ()))
+            series.append((f"tag {rate['tag']}" + (f" ({users})" if users else ""), values))
+    return series
+
+
 def _draw(summary: Mapping[str, Any], handle: IO[bytes], fmt: str) -> None:
-    """Loss (top) and each table's update norm (bottom) per step, as ``fmt`` into ``handle``."""
+    """Loss (top) and each table's update norm (middle, or bottom) per step, and each dynamic
+    learning-rate tag's rate per step (bottom, when the run has any: :func:`rate_series`), as
+    ``fmt`` into ``handle``."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(8, 6))
+    rates = rate_series(summary)
+    if not rates:
+        figure, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(8, 6))
+    else:
+        figure, (top, bottom, lowest) = plt.subplots(3, 1, sharex=True, figsize=(8, 8.5))
     top.plot(summary["loss"])
     top.set_ylabel("loss")
     for name, table in summary["tables"].items():
         bottom.plot(table["update_norm"], label=name)
     bottom.set_ylabel("update norm")
-    bottom.set_xlabel("step")
+    if not rates:
+        bottom.set_xlabel("step")
     bottom.legend()
+    if rates:
+        for label, values in rates:
+            lowest.plot(values, label=label)
+        lowest.set_ylabel("learning rate")
+        lowest.set_xlabel("step")
+        lowest.legend()
     figure.tight_layout()
     try:
         with matplotlib.rc_context({"svg.hashsalt": "tpuemb"}):  # stable SVG element ids

@@ -29,8 +29,7 @@ __all__ = ["available_memory", "backend_option", "engine_option", "parse_size", 
            "simulate"]
 
 _SYNTHETIC_ONLY = ("steps", "out_dir", "plot", "checkpoint_every", "resume", "learning_rate",
-                   "bag_sizes", "ids", "sequence_lengths", "save_batches", "tables_output",
-                   "dry_run")
+                   "bag_sizes", "ids", "sequence_lengths", "save_batches", "tables_output")
 _REPLAY_ONLY = ("init_path", "out_path")
 _SPEC_KEY = "tpuemb_cfg.sim.spec"  # where --spec leaves its LoadedSpec in click's ctx.meta
 _BUILT_IN = "<built-in example>"
@@ -159,8 +158,9 @@ def _spec_callback(ctx: click.Context, param: click.Parameter, value: str | None
                    "(touched: every other row keeps its initial value; --init reads the file), "
                    "every table and slot (all), or no file (none).")
 @click.option("--dry-run", is_flag=True,
-              help="Synthetic run (one worker): print the plan and the memory estimate; run "
-                   "and write nothing.")
+              help="Print the plan (tables, rows, bytes, engine, workers) and the whole "
+                   "process's memory estimate with its parts, of a synthetic run, a multi-worker "
+                   "run or a --batches replay (--json: as JSON); run and write nothing.")
 @seed_option("Seed of the default initial values and of the synthetic data")
 @click.option("--steps", type=click.IntRange(min=1), default=100, show_default=True,
               help="Synthetic run: number of steps.")
@@ -171,7 +171,8 @@ def _spec_callback(ctx: click.Context, param: click.Parameter, value: str | None
                    "(CONFIG.py/.toml) tags get its own schedules unless this is given.")
 @click.option("--json", "as_json", is_flag=True, help="Print the run summary as JSON on stdout.")
 @click.option("--plot", type=click.Path(dir_okay=False), metavar="FILE.png",
-              help="Synthetic run: plot loss and update norms per step (needs matplotlib).")
+              help="Synthetic run: plot loss and update norms per step, and each dynamic "
+                   "learning-rate tag's rate per step when there are any (needs matplotlib).")
 @click.option("--checkpoint-every", type=click.IntRange(min=1), metavar="N",
               help="Synthetic run: save the full state to OUT_DIR/checkpoint.npz every N steps.")
 @click.option("--resume", is_flag=True,
@@ -247,6 +248,7 @@ def simulate(
     Synthetic run (no --batches; no CONFIG runs the built-in example):
       tpuemb simulate [CONFIG] [--steps N] [--out-dir DIR] [--plot FILE.png] [--json]
       tpuemb simulate [CONFIG] --dry-run        (the plan and the memory estimate)
+      (--dry-run also shows a --batches replay's or a --workers run's plan)
     Several workers (docs/multiworker.md), all options from a spec file:
       tpuemb simulate [CONFIG] --workers N [--replicas-to-aggregate R | --max-staleness S]
       tpuemb simulate CONFIG --spec sim.pbtxt [options overriding the spec]
@@ -281,7 +283,7 @@ def simulate(
             raise UsageError("--workers, --replicas-to-aggregate, --max-staleness, --init-tokens "
                              "and --delay apply to synthetic runs, not to --batches replays")
         wrong = [_option_name(n) for n in ("checkpoint_every", "resume", "save_batches",
-                                           "dry_run", *_REPLAY_ONLY) if _given(ctx, n)]
+                                           *_REPLAY_ONLY) if _given(ctx, n)]
         if save_batches is not None and "--save-batches" not in wrong:  # from a --spec
             wrong.append("--save-batches")
         if wrong:
@@ -297,13 +299,15 @@ def simulate(
             if value is not None and not low <= value <= units.MAX_INT64:
                 raise UsageError(f"{option} {value}: expected {low} to {units.MAX_INT64} "
                                  "(2^63 - 1: TensorFlow holds it in an int64)")
-        _check_synthetic_outputs(config, spec, Path(out_dir), plot, resume=False,
-                                 checkpoints=False, tables=tables_output)
-        with _config_errors(config or _BUILT_IN), _backend_session(backend, ray_address):
+        if not dry_run:
+            _check_synthetic_outputs(config, spec, Path(out_dir), plot, resume=False,
+                                     checkpoints=False, tables=tables_output)
+        with _config_errors(config or _BUILT_IN), _backend_session(
+                backend if not dry_run else "local", ray_address):
             _synthetic(config, combiners, steps, Path(out_dir), as_json, plot, quiet, run_options,
                        workers={**worker_options, "workers": workers or 1,
                                 "init_tokens": -1 if init_tokens is None else init_tokens},
-                       bag_sizes=bag_sizes, tables=tables_output)
+                       bag_sizes=bag_sizes, tables=tables_output, dry_run=dry_run)
         return
     if batches_path is not None:
         wrong = [_option_name(n) for n in _SYNTHETIC_ONLY if _given(ctx, n)]
@@ -313,12 +317,18 @@ def simulate(
         if config is None:
             raise UsageError("--batches needs CONFIG: tpuemb simulate CONFIG --batches B.npz "
                              "--out O.npz")
-        if out_path is None:
+        if out_path is None and not dry_run:
             raise UsageError("--batches needs --out O.npz (where the final tables, slots and "
                              "activations go)")
         if spec is not None and spec.schedules:
             raise UsageError(f"{spec.path}: learning_rate_schedule applies to synthetic runs; a "
                              "replay sends its recorded learning rates")
+        if dry_run:
+            with _config_errors(config):
+                _replay_dry_run(config, batches_path, init_path, out_path, combiners, seed,
+                                limit, as_json, engine=engine, backend=backend)
+            return
+        assert out_path is not None
         _check_replay_outputs(config, spec, batches_path, init_path, out_path)
         with _config_errors(config), _backend_session(backend, ray_address):
             _replay(config, batches_path, init_path, out_path, combiners, seed, limit, as_json,
@@ -596,7 +606,7 @@ def _synthetic(
         if dry_run:
             _dry_run(prepared, config_path, steps, run_options, as_json, tables=tables,
                      checkpoints=checkpoint_every is not None, plot=plot,
-                     save_batches=save_batches)
+                     save_batches=save_batches, workers=workers)
             return
         label = config_path if config_path is not None else _BUILT_IN
 
@@ -614,9 +624,10 @@ def _synthetic(
             several = MultiWorkerRun(prepared, **run_options, **workers)
             with progress(2 * several.num_workers * steps, quiet) as advance, \
                     _host_lost("a multi-worker run keeps no checkpoint: run it again"):
-                several.run(steps, progress=advance)
+                several.run(steps, progress=advance, tables=tables, plot=plot is not None)
             summary = several.summary()
-            summary["memory"] = _memory_report(several.memory_estimate(steps))
+            summary["memory"] = _memory_report(several.memory_estimate(
+                steps, tables=tables, plot=plot is not None))
             write(summary, several.saved_state(tables), None)
         else:
             run = SyntheticRun(prepared, **run_options)
@@ -685,49 +696,155 @@ def _memory_report(estimate: Any) -> dict[str, Any]:
 
 def _dry_run(prepared: Prepared, config_path: str | None, steps: int,
              run_options: dict[str, Any], as_json: bool, *, tables: str, checkpoints: bool,
-             plot: str | None, save_batches: str | None) -> None:
-    """``--dry-run``: what the run would do and need, printed; nothing runs or is written."""
+             plot: str | None, save_batches: str | None,
+             workers: dict[str, Any] | None = None) -> None:
+    """``--dry-run``: what the run would do and need, printed; nothing runs or is written.
+    ``workers``: a multi-worker run's options (its estimate is the chief's, with the workers'
+    gradients in flight and accumulators)."""
     from tpuemb_cfg.executor.engine_choice import choose_engine
     from tpuemb_cfg.executor.memory import RunShape, step_ids
-    from tpuemb_cfg.limits import default_memory_limit
-    from tpuemb_cfg.sim.report import plan_text
     from tpuemb_cfg.sim.synthetic import SyntheticData, run_estimate
 
     plan = prepared.plan
     local = run_options.get("backend", "local") != "ray"
     engine = choose_engine(run_options.get("engine", "numba")).name
-    estimate = run_estimate(plan, steps, engine=engine, ids=run_options.get("ids"),
-                            sequence_lengths=run_options.get("sequence_lengths"), tables=tables,
-                            checkpoints=checkpoints, plot=plot is not None, local=local)
-    limit = run_options.get("max_memory")
-    default = limit is None
-    if default:
-        available = default_memory_limit()
-        limit = None if available is None else available + estimate.process
+    run_info: dict[str, Any] = {}
+    if workers is None:
+        estimate = run_estimate(plan, steps, engine=engine, ids=run_options.get("ids"),
+                                sequence_lengths=run_options.get("sequence_lengths"),
+                                tables=tables, checkpoints=checkpoints, plot=plot is not None,
+                                local=local)
+    else:
+        from tpuemb_cfg.sim import multiworker
+
+        plan = multiworker.for_chief(prepared).plan
+        count = workers["workers"]
+        stale = workers.get("max_staleness")
+        replicas = None if stale is not None else (workers.get("replicas_to_aggregate")
+                                                   or count)
+        estimate = multiworker.run_estimate(
+            plan, steps, count, replicas, engine=engine, ids=run_options.get("ids"),
+            sequence_lengths=run_options.get("sequence_lengths"), tables=tables,
+            plot=plot is not None, local=local)
+        run_info = {"workers": count,
+                    "mode": "drop_stale" if stale is not None else "sync_replicas"}
+        if stale is not None:
+            run_info["max_staleness"] = stale
+        else:
+            run_info["replicas_to_aggregate"] = replicas
+            run_info["init_tokens"] = workers.get("init_tokens", -1)
+        run_info["delay"] = workers.get("delay") or "fixed:0"
     data = SyntheticData(plan, seed=run_options.get("seed", 0), ids=run_options.get("ids"),
                          sequence_lengths=run_options.get("sequence_lengths"))
     shape = RunShape(ids=data.ids, sequence_lengths=data.sequence_lengths)
     rows = []
     for table in plan.tables:
         per_step, distinct = step_ids(plan, table, shape)
-        rows.append({"name": table.name, "vocabulary": table.vocabulary,
-                     "dimension": table.dimension, "optimizer": table.optimizer.name,
-                     "ids_per_step": round(per_step, 1),
+        rows.append({**_table_info(table), "ids_per_step": round(per_step, 1),
                      "unique_ids_per_step": round(distinct, 1)})
     info: dict[str, Any] = {
         "config": config_path if config_path is not None else _BUILT_IN,
         "steps": steps, "seed": data.seed, "engine": engine,
         "backend": run_options.get("backend", "local"),
+        **run_info,
         "ids": str(data.ids), "sequence_lengths": str(data.sequence_lengths),
         "tables_written": tables,
         "tables": rows,
         "save_batches": save_batches,
         "save_batches_bytes": steps * data.batch_bytes() if save_batches is not None else None,
-        "memory": {"estimate": estimate.as_dict(), "limit_bytes": limit,
-                   "limit": "default" if default else "--max-memory",
-                   "fits": limit is None or estimate.total <= limit},
+        "memory": _memory_plan(estimate, run_options.get("max_memory")),
     }
+    _print_plan(info, as_json)
+
+
+def _table_info(table: Any) -> dict[str, Any]:
+    """A table's line of a ``--dry-run`` plan: name, rows, dimension, optimizer, bytes."""
+    slots = len(table.optimizer.slots)
+    return {"name": table.name, "vocabulary": table.vocabulary,
+            "dimension": table.dimension, "optimizer": table.optimizer.name,
+            "bytes": (1 + slots) * table.vocabulary * table.dimension * 4}
+
+
+def _memory_plan(estimate: Any, limit: int | None) -> dict[str, Any]:
+    """A ``--dry-run``'s ``memory``: the estimate's parts and the limit it is held against
+    (given, or 80% of the memory available plus the process)."""
+    from tpuemb_cfg.limits import default_memory_limit
+
+    default = limit is None
+    if default:
+        available = default_memory_limit()
+        limit = None if available is None else available + estimate.process
+    return {"estimate": estimate.as_dict(), "limit_bytes": limit,
+            "limit": "default" if default else "--max-memory",
+            "fits": limit is None or estimate.total <= limit}
+
+
+def _print_plan(info: dict[str, Any], as_json: bool) -> None:
+    from tpuemb_cfg.sim.report import plan_text
+
     if as_json:
         click.echo(json.dumps(info, indent=2))
     else:
         click.echo(plan_text(info))
+
+
+def _replay_dry_run(config_path: str, batches_path: str, init_path: str | None,
+                    out_path: str | None, combiner_args: tuple[str, ...], seed: int,
+                    limit: int | None, as_json: bool, *, engine: str, backend: str) -> None:
+    """``--batches B.npz --dry-run``: the replay's plan and memory estimate from the batches'
+    ``.npy`` headers (no array is decompressed); nothing runs or is written."""
+    from tpuemb_cfg.executor.engine_choice import choose_engine
+    from tpuemb_cfg.executor.memory import replay_estimate
+    from tpuemb_cfg.executor.replay import parse_steps
+    from tpuemb_cfg.npzio import read_npz
+    from tpuemb_cfg.session import prepare, with_combiner_arguments
+
+    real = _Anchored(batches_path, init_path)  # before a spec's code runs
+
+    class _Read(Exception):
+        """The headers are read: stop before any array data."""
+
+    def headers_of(path: str, check: Callable[[Any], object] | None = None) -> dict[str, Any]:
+        found: dict[str, Any] = {}
+
+        def keep(headers: Any) -> None:
+            if check is not None:
+                check(headers)
+            found.update(headers)
+            raise _Read
+
+        try:
+            read_npz(real[path], check_keys=keep)
+        except _Read:
+            pass
+        return found
+
+    with real.named_as_typed():
+        prepared = with_combiner_arguments(prepare(config_path), combiner_args)
+        plan = prepared.plan
+        headers = headers_of(batches_path,
+                             lambda h: parse_steps(h, len(plan.features), batches_path))
+        init_bytes = (sum(h.nbytes for h in headers_of(init_path).values())
+                      if init_path is not None else None)
+    engine = choose_engine(engine).name
+    estimate = replay_estimate(plan, headers, engine=engine, init_bytes=init_bytes)
+    if backend == "ray":  # the tables and their steps live in the actors
+        from dataclasses import replace
+
+        estimate = replace(estimate, state=0, steady=0, peak=0, pipelining=0)
+    steps = len({key.partition("/")[0] for key in headers})
+    rows = []
+    for table in plan.tables:
+        ids = [max((h.shape[0] for k, h in headers.items()
+                    if k.endswith(f"/f{f}/ids") and h.shape), default=0)
+               for f in table.features]
+        rows.append({**_table_info(table), "ids_per_step": float(sum(ids)),
+                     "unique_ids_per_step": float(min(sum(ids), table.vocabulary))})
+    info: dict[str, Any] = {
+        "config": config_path, "batches": batches_path, "init": init_path, "out": out_path,
+        "steps": steps, "seed": seed, "engine": engine, "backend": backend,
+        "batches_bytes": sum(h.nbytes for h in headers.values()),
+        "tables": rows,
+        "memory": _memory_plan(estimate, limit),
+    }
+    _print_plan(info, as_json)

@@ -37,6 +37,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tpuemb_cfg.embedding import _checks as chk
+from tpuemb_cfg.embedding import origins
 from tpuemb_cfg.embedding.errors import EmbeddingConfigError, EmbeddingTypeError
 from tpuemb_cfg.embedding.keras import from_keras
 from tpuemb_cfg.embedding.optimizers import FTRL, SGD, Adagrad, Adam, Optimizer
@@ -126,6 +127,7 @@ def _table(table: Any, owner: str) -> TableConfig:
     )
     if isinstance(initializer, str):  # a Keras name, resolved by the executor
         converted.initializer = initializer
+    origins.derive(converted, table)
     return converted
 
 
@@ -185,6 +187,7 @@ def convert(
             batch //= num_replicas
         features[path] = FeatureConfig(tables[id(feature.table)], output_shape=[batch, *rest],
                                        name=feature.name)
+        origins.derive(features[path], feature)
         given = _shape(feature.input_shape, owner, "input_shape")
         if given:
             first = given[0] if given[0] is None else given[0] // num_replicas

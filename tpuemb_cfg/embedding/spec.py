@@ -58,6 +58,7 @@ from tpuemb_cfg.embedding.errors import ConfigValidationError
 from tpuemb_cfg.embedding.extra_optimizers import BY_ALGORITHM
 from tpuemb_cfg.embedding.schedules import Schedule, schedule_from_mapping
 from tpuemb_cfg.embedding.tables import (
+    ConstantInitializer,
     FeatureConfig,
     QuantizationConfig,
     RowIdInitializer,
@@ -445,12 +446,17 @@ def _table(t: _Toml, refs: _References, name: str, value: Any) -> TableConfig:
         kwargs["quantization_config"] = t.construct(
             (*key, "quantization"), partial(QuantizationConfig, **q), q
         )
-    if "initializer" in body:
-        kwargs["initializer"] = _initializer(t, (*key, "initializer"), body["initializer"])
+    initializer = (_initializer(t, (*key, "initializer"), body["initializer"])
+                   if "initializer" in body else None)
+    if callable(initializer):
+        kwargs["initializer"] = initializer
     for required in ("vocabulary_size", "dim"):
         if required not in kwargs:
             raise t.error(key, f"needs `{required}`")
-    return t.construct(key, partial(TableConfig, **kwargs), body)
+    table: TableConfig = t.construct(key, partial(TableConfig, **kwargs), body)
+    if isinstance(initializer, dict):  # Keras' serialized form, resolved by the executor
+        table.initializer = initializer
+    return table
 
 
 def _features(t: _Toml, data: Mapping[str, Any], tables: Mapping[str, TableConfig]
@@ -500,14 +506,58 @@ def _clipvalue(t: _Toml, key: tuple[str, ...], value: Any) -> Any:
     return value
 
 
+#: The Keras initializers a TOML spec names by ``kind`` (Keras' own names): their class names
+#: and parameters (``executor.initializers`` reads Keras' serialized form).
+_KERAS_INITIALIZERS: dict[str, tuple[str, frozenset[str]]] = {
+    "zeros": ("Zeros", frozenset()),
+    "ones": ("Ones", frozenset()),
+    "random_uniform": ("RandomUniform", frozenset({"minval", "maxval", "seed"})),
+    "random_normal": ("RandomNormal", frozenset({"mean", "stddev", "seed"})),
+    "variance_scaling": ("VarianceScaling", frozenset({"scale", "mode", "distribution",
+                                                       "seed"})),
+    "glorot_uniform": ("GlorotUniform", frozenset({"seed"})),
+    "glorot_normal": ("GlorotNormal", frozenset({"seed"})),
+    "he_uniform": ("HeUniform", frozenset({"seed"})),
+    "he_normal": ("HeNormal", frozenset({"seed"})),
+    "lecun_uniform": ("LecunUniform", frozenset({"seed"})),
+    "lecun_normal": ("LecunNormal", frozenset({"seed"})),
+    "identity": ("Identity", frozenset({"gain"})),
+}
+#: tpuemb's own initializers: their parameters.
+_OWN_INITIALIZERS = {"row_id": {"offset"}, "constant": {"value"},
+                     "truncated_normal": {"mean", "stddev", "seed"}}
+_CHOICES = {"mode": ("fan_in", "fan_out", "fan_avg"),
+            "distribution": ("truncated_normal", "untruncated_normal", "uniform")}
+
+
 def _initializer(t: _Toml, key: tuple[str, ...], value: Any) -> Any:
+    """A table's ``initializer = {kind = ..., ...}``: tpuemb's ``RowIdInitializer``,
+    ``ConstantInitializer`` or ``TruncatedNormalInitializer``, or Keras' serialized form of the
+    Keras initializer ``kind`` names (docs/compile.md)."""
     body = t.table_of(key, value)
     kind = body.pop("kind", None)
-    if kind == "row_id":
-        t.check_keys(key, body, {"offset"})
-        return RowIdInitializer(**body)
-    if kind == "truncated_normal":
-        t.check_keys(key, body, {"mean", "stddev", "seed"})
+    for name, parameter in body.items():
+        where = (*key, name)
+        if name in _CHOICES:
+            if parameter not in _CHOICES[name]:
+                raise t.error(where, f"must be one of {', '.join(_CHOICES[name])}; received "
+                              f"{parameter!r}")
+        elif name == "seed":
+            if isinstance(parameter, bool) or not isinstance(parameter, int):
+                raise t.error(where, f"must be an integer; received {parameter!r}")
+        elif isinstance(parameter, bool) or not isinstance(parameter, int | float) or (
+                parameter != parameter or parameter in (float("inf"), float("-inf"))):
+            raise t.error(where, f"must be a finite number; received {parameter!r}")
+    if kind in _OWN_INITIALIZERS:
+        t.check_keys(key, body, _OWN_INITIALIZERS[kind])
+        if kind == "row_id":
+            return RowIdInitializer(**body)
+        if kind == "constant":
+            return ConstantInitializer(**body)
         return TruncatedNormalInitializer(**body)
-    raise t.error((*key, "kind"), f"`kind` must be 'row_id' or 'truncated_normal'; "
-                  f"received {kind!r}")
+    if kind in _KERAS_INITIALIZERS:
+        class_name, allowed = _KERAS_INITIALIZERS[kind]
+        t.check_keys(key, body, set(allowed))
+        return {"class_name": class_name, "config": body}
+    kinds = ", ".join(repr(k) for k in (*_OWN_INITIALIZERS, *_KERAS_INITIALIZERS))
+    raise t.error((*key, "kind"), f"`kind` must be one of {kinds}; received {kind!r}")

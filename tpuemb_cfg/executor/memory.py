@@ -38,9 +38,9 @@ every part of a run's peak resident memory (``Estimate``, bytes):
     weighted copy: ``4 U D + 2 * 4 n D``), the synthetic loss when numba cannot be imported (its
     kernels stream otherwise, whatever the engine: teacher rows and their weighted copy,
     ``2 * 4 n D + 4 b D``, or the float64 squared error beside the error and the teacher's
-    activation, ``24 b D``) and the update (the rows, slots and the optimizer's results,
-    ``(2 S + 4) * 4 U D``; a non-lazy optimizer steps every row with the table's pre-step
-    copy: ``(S + 5) * 4 V D``);
+    activation, ``24 b D``; a replay computes no loss) and the update (the rows, slots and
+    the optimizer's results, ``(2 S + 4) * 4 U D``; a non-lazy optimizer steps every row
+    with the table's pre-step copy: ``(S + 5) * 4 V D``);
   - numba, the compiled step (tables in this process, no pipelining or quantization): no
     per-occurrence rows at all - the de-duplication's bitmap (``V / 4``) or hash table, the
     summed gradient ``4 U D`` (above 8 MiB the occurrences grouped by row instead, ``12 N +
@@ -55,6 +55,18 @@ every part of a run's peak resident memory (``Estimate``, bytes):
   records, ``sim.synthetic.history_bytes``).
 - **outputs**: writing the files at the end: a 16 MiB block of rows at a time, and for
   ``--tables touched`` the list of a table's touched rows (``V + 8 u`` bytes).
+- **workers** (a multi-worker run only, ``sim.multiworker.run_estimate``): the gradients the
+  workers have in flight and what the chief's accumulators hold.
+- **inputs** (a replay only, :func:`replay_estimate`): the recorded batches (``--batches``)
+  and the initial arrays (``--init``) as read, whole.
+
+A replay (:func:`replay_estimate`) runs the recorded steps: its step's arrays are those of the
+largest recorded step (``RunShape.recorded``: per feature its bags and ids; every id counted as
+distinct, at most the vocabulary), the whole tables are written at the end with every step's
+activations (as large as the recorded gradients, held until then: **outputs**), and its history
+is :data:`REPLAY_STEP_BYTES` a table a step (the ``--json`` figures). It loads numba with the
+numba engine, or to draw a table of :data:`NUMPY_DRAW_BLOCK` elements or more; otherwise NumPy
+draws the default rows, :data:`NUMPY_DRAW_BYTES` a drawn element at once (a **peak**).
 
 Everything is float32 as in the executor. ``benchmarks/bench_memory.py`` runs the example
 models and scaled copies of real models' configurations and compares this estimate with each
@@ -67,8 +79,9 @@ from __future__ import annotations
 
 import importlib.util
 import math
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 from ..errors import parameter
 from .bags import expected_ids_per_bag
@@ -87,6 +100,9 @@ __all__ = [
     "BASE_PROCESS",
     "NUMBA_PROCESS",
     "PLOT_PROCESS",
+    "NUMPY_DRAW_BLOCK",
+    "NUMPY_DRAW_BYTES",
+    "REPLAY_STEP_BYTES",
     "ZIPF_EXPONENT",
     "Estimate",
     "RunShape",
@@ -94,6 +110,7 @@ __all__ = [
     "expected_unique",
     "feature_ids",
     "process_bytes",
+    "replay_estimate",
     "step_ids",
 ]
 
@@ -105,6 +122,15 @@ ZIPF_EXPONENT = ZIPF_DEFAULT
 BASE_PROCESS = 47 << 20
 NUMBA_PROCESS = 105 << 20
 PLOT_PROCESS = 36 << 20
+
+#: Bytes a replay keeps per table and step: the figures of its report (``--json``).
+REPLAY_STEP_BYTES = 512
+#: Default rows drawn by NumPy (``state``: numba not loaded, blocks of at most
+#: :data:`NUMPY_DRAW_BLOCK` elements; larger fills load numba's kernels instead): peak resident
+#: bytes per element of a block (measured: a NumPy-engine replay of the quickstart, whose
+#: 800,000-element table peaks 36 MiB above the rest of its estimate).
+NUMPY_DRAW_BYTES = 48
+NUMPY_DRAW_BLOCK = 1 << 20
 
 _F32 = 4
 _SMALL_PAGE = 4 << 10
@@ -124,7 +150,8 @@ class RunShape:
     ``checkpoints``: whole states are written during the run; ``lazy``: default rows are
     computed when first touched (a local storage without given arrays); ``process``: count the
     process's own footprint (``numba``: whether numba is loaded, None: whether it can be;
-    ``plot``: matplotlib too); ``history``: bytes the caller keeps per run.
+    ``plot``: matplotlib too); ``history``: bytes the caller keeps per run; ``recorded``: a
+    replay's largest step, per feature its bags and ids (None: the synthetic data's).
     """
 
     steps: int = 1
@@ -139,6 +166,7 @@ class RunShape:
     plot: bool = False
     history: int = 0
     huge_pages: bool | None = field(default=None, compare=False)
+    recorded: tuple[tuple[float, float], ...] | None = None
 
 
 #: The shape ``Plan.memory_estimate`` assumes: the NumPy engine's working arrays (the larger of
@@ -150,8 +178,10 @@ LIBRARY = RunShape(engine="numpy", tables="none", process=False, lazy=False)
 class Estimate:
     """The parts of :func:`estimate`, in bytes: ``state`` (resident tables and slots),
     ``steady`` (what a step holds from start to end), ``peak`` (the largest transient on top of
-    it), ``process`` (the interpreter and libraries), ``pipelining``, ``history``, ``outputs``;
-    ``total`` is their sum, ``run`` the total without the process."""
+    it), ``process`` (the interpreter and libraries), ``pipelining``, ``history``, ``outputs``,
+    ``workers`` (a multi-worker run's gradients in flight and accumulators; None for other
+    runs), ``inputs`` (a replay's batches and initial arrays; None for other runs); ``total`` is
+    their sum, ``run`` the total without the process."""
 
     state: int
     steady: int
@@ -161,6 +191,8 @@ class Estimate:
     history: int = 0
     outputs: int = 0
     whole_state: int = 0
+    workers: int | None = None
+    inputs: int | None = None
 
     @property
     def total(self) -> int:
@@ -169,15 +201,21 @@ class Estimate:
     @property
     def run(self) -> int:
         return (self.state + self.steady + self.peak + self.pipelining + self.history
-                + self.outputs)
+                + self.outputs + (self.workers or 0) + (self.inputs or 0))
 
     def as_dict(self) -> dict[str, int]:
-        """JSON-ready parts (``--json``, ``--dry-run``): every field, ``run`` and ``total``."""
-        return {"total_bytes": self.total, "process_bytes": self.process,
-                "tables_and_slots_bytes": self.state,
-                "tables_and_slots_whole_bytes": self.whole_state,
-                "step_bytes": self.steady + self.peak, "pipelining_bytes": self.pipelining,
-                "history_bytes": self.history, "outputs_bytes": self.outputs}
+        """JSON-ready parts (``--json``, ``--dry-run``): every field, ``run`` and ``total``
+        (``workers_bytes``, ``inputs_bytes`` only for the runs that have them)."""
+        parts = {"total_bytes": self.total, "process_bytes": self.process,
+                 "tables_and_slots_bytes": self.state,
+                 "tables_and_slots_whole_bytes": self.whole_state,
+                 "step_bytes": self.steady + self.peak, "pipelining_bytes": self.pipelining,
+                 "history_bytes": self.history, "outputs_bytes": self.outputs}
+        if self.workers is not None:
+            parts["workers_bytes"] = self.workers
+        if self.inputs is not None:
+            parts["inputs_bytes"] = self.inputs
+        return parts
 
 
 def expected_unique(vocabulary: int, draws: float,
@@ -204,8 +242,23 @@ def step_ids(plan: Plan, table: TablePlan, shape: RunShape | None = None) -> tup
     """The ids one synthetic step looks up in ``table`` (all its features) and how many of them
     are distinct (:func:`expected_unique`)."""
     shape = shape or RunShape()
-    ids = sum(feature_ids(plan, plan.features[f], shape.sequence_lengths) for f in table.features)
-    return ids, shape.ids.expected_unique(table.vocabulary, ids)
+    ids = sum(_sizes(plan, plan.features[f], shape)[1] for f in table.features)
+    return ids, _unique(shape, table.vocabulary, ids)
+
+
+def _sizes(plan: Plan, feature: FeaturePlan, shape: RunShape) -> tuple[float, float]:
+    """The bags and ids of one step of ``feature``: recorded (a replay) or synthetic."""
+    if shape.recorded is not None:
+        return shape.recorded[feature.index]
+    return float(_bags(plan, feature)), feature_ids(plan, feature, shape.sequence_lengths)
+
+
+def _unique(shape: RunShape, vocabulary: int, ids: float) -> float:
+    """The distinct ids among ``ids``: expected of the synthetic data, at most all of a
+    replay's."""
+    if shape.recorded is not None:
+        return float(min(ids, vocabulary))
+    return shape.ids.expected_unique(vocabulary, ids)
 
 
 def numba_available() -> bool:
@@ -260,13 +313,11 @@ def _table_terms(plan: Plan, table: TablePlan, shape: RunShape,
     bags = ids = 0.0
     features = []
     for f in table.features:
-        feature = plan.features[f]
-        b = float(_bags(plan, feature))
-        n = feature_ids(plan, feature, shape.sequence_lengths)
+        b, n = _sizes(plan, plan.features[f], shape)
         features.append((b, n))
         bags += b
         ids += n
-    unique = shape.ids.expected_unique(table.vocabulary, ids)
+    unique = _unique(shape, table.vocabulary, ids)
     slots = len(table.optimizer.slots)
     steady = 20 * ids + 8 * bags + 2 * _F32 * bags * dim + 28 * ids + 8 * unique
     steady += 16 * plan.num_hosts  # the report: ids and distinct ids per host, int64
@@ -274,8 +325,8 @@ def _table_terms(plan: Plan, table: TablePlan, shape: RunShape,
     if plan.num_hosts > 1:  # the report's host of every id and distinct id
         steady += 8 * (ids + unique)
     if plan.updates and not table.accumulate:  # one partial per core: its ids and rows
-        steady += 16 * ids + 8 * plan.num_cores * shape.ids.expected_unique(
-            table.vocabulary, ids / plan.num_cores)
+        steady += 16 * ids + 8 * plan.num_cores * _unique(shape, table.vocabulary,
+                                                          ids / plan.num_cores)
     rows = table.vocabulary if not table.lazy else unique
     # A table of several features back-propagates from their gradients stacked in one array;
     # outside the compiled step every gradient is checked for NaN first (a bool per value).
@@ -286,7 +337,7 @@ def _table_terms(plan: Plan, table: TablePlan, shape: RunShape,
         # The loss without numba (compiled, it streams: sim.kernels): the teacher's weights and
         # weighted sums, or the float64 squared error next to the teacher's activation and the
         # error itself.
-        loss = 0.0 if compiled_data else max(
+        loss = 0.0 if compiled_data or shape.recorded is not None else max(
             (max(2 * _F32 * n * dim + _F32 * b * dim, 24 * b * dim) for b, n in features),
             default=0)
         peak = max(lookup, loss, check)
@@ -338,7 +389,7 @@ def estimate(plan: Plan, shape: RunShape | None = None) -> Estimate:
             listing = max(listing, 9 * table.vocabulary)
             continue
         ids, _ = step_ids(plan, table, shape)
-        touched = shape.ids.expected_unique(table.vocabulary, ids * max(shape.steps, 1))
+        touched = _unique(shape, table.vocabulary, ids * max(shape.steps, 1))
         state += arrays * _resident(array_bytes, table.vocabulary, touched, huge)
         listing = max(listing, table.vocabulary + 8 * touched)
     outputs = 0
@@ -356,6 +407,51 @@ def library_estimate(plan: Plan, engine: str = "numpy") -> Estimate:
     of ``engine`` checks before it allocates anything."""
     return estimate(plan, LIBRARY if engine == "numpy" else RunShape(
         engine=engine, tables="none", process=False, lazy=False))
+
+
+def replay_estimate(plan: Plan, headers: Mapping[str, Any], *, engine: str = "numba",
+                    init_bytes: int | None = None, numba: bool | None = None) -> Estimate:
+    """The peak resident memory of a replay of ``plan`` (module docstring): ``headers``, the
+    batches file's arrays by key (anything with ``shape`` and ``nbytes``: ``npzio.NpyHeader``s
+    read before the data, or the arrays); ``engine``: the engine in use; ``init_bytes``: the
+    bytes of ``--init`` (None: no initial arrays, the default rows are computed as touched,
+    every one by the end, since every table is written)."""
+    bags = [0.0] * len(plan.features)
+    ids = [0.0] * len(plan.features)
+    steps: set[str] = set()
+    activations = 0
+    for key, header in headers.items():
+        step, _, rest = key.partition("/")
+        steps.add(step)
+        feature, _, kind = rest.partition("/")
+        if not feature.startswith("f") or not feature[1:].isdigit():
+            continue
+        index = int(feature[1:])
+        if index >= len(plan.features) or not header.shape:
+            continue
+        if kind == "ids":
+            ids[index] = max(ids[index], float(header.shape[0]))
+        elif kind == "row_splits":
+            bags[index] = max(bags[index], float(max(header.shape[0] - 1, 0)))
+        elif kind == "grad":
+            activations += int(header.nbytes)  # each step's activations, as large
+    available = numba_available() if numba is None else numba
+    numba = engine == "numba" and available
+    draw = 0
+    if not numba:  # the default rows: numba's kernels for a large fill, else NumPy's blocks
+        largest = max((t.vocabulary * t.dimension for t in plan.tables), default=0)
+        if largest >= NUMPY_DRAW_BLOCK and available:
+            numba = True
+        else:
+            draw = NUMPY_DRAW_BYTES * min(largest, NUMPY_DRAW_BLOCK)
+    shape = RunShape(steps=max(len(steps), 1), engine=engine, tables="all",
+                     lazy=init_bytes is None, numba=numba,
+                     history=REPLAY_STEP_BYTES * len(plan.tables) * len(steps),
+                     recorded=tuple(zip(bags, ids, strict=True)))
+    parts = estimate(plan, shape)
+    inputs = sum(int(header.nbytes) for header in headers.values()) + (init_bytes or 0)
+    return replace(parts, outputs=parts.outputs + activations, inputs=inputs,
+                   peak=max(parts.peak, draw))
 
 
 def reduce_hint(parts: Estimate, *, steps: int | None = None, tables: str = "none",
@@ -390,6 +486,9 @@ def describe_parts(parts: dict[str, int]) -> str:
 
     items = [("process", "process_bytes"), ("tables and slots", "tables_and_slots_bytes"),
              ("step", "step_bytes"), ("pipelining", "pipelining_bytes"),
-             ("history", "history_bytes"), ("writing outputs", "outputs_bytes")]
-    shown = ", ".join(f"{name} {format_size(parts[key])}" for name, key in items if parts[key])
+             ("history", "history_bytes"), ("writing outputs", "outputs_bytes"),
+             ("workers' gradients and accumulators", "workers_bytes"),
+             ("batches and initial arrays", "inputs_bytes")]
+    shown = ", ".join(f"{name} {format_size(parts[key])}" for name, key in items
+                      if parts.get(key))
     return f"{format_size(parts['total_bytes'])} ({shown})"

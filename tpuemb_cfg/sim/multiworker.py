@@ -56,6 +56,7 @@ from .. import units
 from ..errors import NumericalError, UsageError
 from ..errors import parameter as arg
 from ..executor import Executor, FeatureInput
+from ..executor.memory import Estimate
 from ..executor.plan import Plan
 from ..executor.prepared import Prepared
 from ..executor.touched import TouchedRows, saved_state
@@ -65,7 +66,8 @@ from .schedules import Schedule
 from .staleness import DropStaleGradient, SyncReplicas
 from .synthetic import SyntheticData, learning_rate_summary
 
-__all__ = ["MAX_WORKERS", "DelayModel", "MultiWorkerRun", "chief_config", "for_chief"]
+__all__ = ["MAX_WORKERS", "DelayModel", "MultiWorkerRun", "chief_config", "for_chief",
+           "run_estimate"]
 
 #: Bytes the record of one gradient keeps, and more per table (an upper bound of what was
 #: measured: 200-800 bytes and 20-600 bytes a table, DropStale and sync replicas).
@@ -319,13 +321,16 @@ class MultiWorkerRun:
         assert self.rule is not None
         return self.rule.global_step
 
-    def run(self, steps: int, progress: Callable[[int], None] | None = None) -> None:
+    def run(self, steps: int, progress: Callable[[int], None] | None = None, *,
+            tables: str = "all", plot: bool = False) -> None:
         """Let every worker compute ``steps`` gradients; ``progress(n)`` after each of the
         ``2 x N x steps`` events (a gradient computed, a gradient delivered; ``n`` counts them),
-        so that the N first gradients, computed before anything arrives, show progress too."""
+        so that the N first gradients, computed before anything arrives, show progress too.
+        Refuses (``UsageError``) a run whose :meth:`memory_estimate` (``tables``: what the
+        caller writes at the end, ``plot``: matplotlib loaded) exceeds the memory limit."""
         if steps < 1:
             raise UsageError(f"{arg('steps')} {steps}: expected at least 1")
-        self._require_memory(steps)
+        self._require_memory(steps, tables=tables, plot=plot)
         self.steps = int(steps)
         self._progress = progress
         try:
@@ -341,35 +346,28 @@ class MultiWorkerRun:
         finally:
             self._progress = None
 
-    def memory_estimate(self, steps: int) -> int:
-        """Bytes a run of ``steps`` gradients per worker needs in this process, an upper bound:
-        the chief's tables and step (``Plan.memory_estimate``; not with the Ray backend), each
-        worker's gradient in flight (a step's distinct rows of every table), the accumulators
-        (at most ``R`` gradients' rows, or the whole table) and the record of every gradient and
-        update (:data:`GRADIENT_BYTES` per gradient, :data:`TABLE_GRADIENT_BYTES` more per
-        table: losses, events, decisions, the per-update figures and the summary made of them).
-        """
-        from ..executor.memory import step_ids
+    def memory_estimate(self, steps: int, *, tables: str = "all",
+                        plot: bool = False) -> Estimate:
+        """The peak resident memory of this run to ``steps`` gradients per worker, in parts
+        (:func:`run_estimate` with this run's workers, mode, engine, data and backend)."""
+        return run_estimate(self.plan, steps, self.num_workers, self.replicas_to_aggregate,
+                            engine=self.executor.engine.name, ids=self.data.ids,
+                            sequence_lengths=self.data.sequence_lengths, tables=tables,
+                            plot=plot, local=self._tables_here)
 
-        total = self.plan.memory_estimate() if self._tables_here else 0
-        aggregate = self.replicas_to_aggregate or 1
-        for table in self.plan.tables:
-            _, unique = step_ids(self.plan, table)
-            row = 4 * table.dimension + 16
-            total += int(self.num_workers * unique * row)
-            total += int(min(table.vocabulary, aggregate * unique) * row)
-        per_gradient = GRADIENT_BYTES + TABLE_GRADIENT_BYTES * len(self.plan.tables)
-        return total + self.num_workers * steps * per_gradient
-
-    def _require_memory(self, steps: int) -> None:
+    def _require_memory(self, steps: int, *, tables: str = "all", plot: bool = False) -> None:
         """Refuse a run beyond the memory limit (``max_memory``) before its first gradient."""
         from ..executor.core import require_memory
+        from ..executor.memory import describe
 
+        parts = self.memory_estimate(steps, tables=tables, plot=plot)
         require_memory(
-            self.memory_estimate(steps), self.max_memory,
+            parts.total, self.max_memory,
             counted=f"tables, slots, a step, {self.num_workers} gradient(s) in flight, the "
-                    f"accumulators and the record of {self.num_workers} x {steps:,} gradients",
-            reduce="run fewer steps or workers, or reduce vocabulary_size/dimension")
+                    f"accumulators and the record of {self.num_workers} x {steps:,} gradients: "
+                    f"{describe(parts)}",
+            reduce="run fewer steps or workers, or reduce vocabulary_size/dimension",
+            process=parts.process)
 
     def _advance(self) -> None:
         self._events += 1
@@ -588,6 +586,46 @@ class MultiWorkerRun:
                 },
             })
         return out
+
+
+def run_estimate(plan: Plan, steps: int, workers: int, replicas_to_aggregate: int | None, *,
+                 engine: str = "numba", ids: str | IdDistribution | None = None,
+                 sequence_lengths: str | SequenceLengths | None = None, tables: str = "all",
+                 plot: bool = False, local: bool = True) -> Estimate:
+    """The peak resident memory of a run of ``workers`` workers computing ``steps`` gradients
+    each on the chief's ``plan`` (:func:`for_chief`), in parts (``executor.memory``).
+
+    As a synthetic run of ``workers x steps`` steps (``sim.synthetic.run_estimate``: the
+    process, the tables and slots as far as those steps touch them, a step's working arrays for
+    ``engine``, no pipelining: the chief clears it, the outputs) with, on top, in ``workers``:
+    per table each worker's gradient in flight and the accumulators (``min(V, R u)`` rows; ``R``
+    is ``replicas_to_aggregate``, 1 in DropStale mode), ``u`` distinct rows of a gradient, ``4 D
+    + 16`` bytes a row (its values, its id and its place); and in ``history`` the record of
+    every gradient and update (:data:`GRADIENT_BYTES` per gradient, :data:`TABLE_GRADIENT_BYTES`
+    more per table: losses, events, decisions, the per-update figures and the summary made of
+    them). ``local`` False (the Ray backend): the tables and their step live in the actors."""
+    from ..executor import memory
+    from ..executor.memory import RunShape, step_ids
+    from ..executor.workload import parse_ids, parse_sequence_lengths
+
+    gradients = workers * max(steps, 1)
+    history = gradients * (GRADIENT_BYTES + TABLE_GRADIENT_BYTES * len(plan.tables))
+    shape = RunShape(
+        steps=gradients, engine=engine, ids=parse_ids(ids, "ids"),
+        sequence_lengths=parse_sequence_lengths(sequence_lengths, "sequence_lengths"),
+        tables=tables, plot=plot, history=history, lazy=local)
+    parts = memory.estimate(plan, shape)
+    aggregate = replicas_to_aggregate or 1
+    held = 0
+    for table in plan.tables:
+        if not table.features:
+            continue
+        _, unique = step_ids(plan, table, shape)
+        row = 4 * table.dimension + 16
+        held += int(workers * unique * row + min(table.vocabulary, aggregate * unique) * row)
+    if not local:
+        return Estimate(0, 0, 0, parts.process, 0, history, 0, parts.whole_state, workers=held)
+    return replace(parts, workers=held)
 
 
 def _histogram(counts: Counter[int]) -> dict[str, int]:

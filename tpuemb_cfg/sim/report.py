@@ -147,27 +147,48 @@ def workers_text(summary: Mapping[str, Any]) -> str:
 
 def plan_text(info: Mapping[str, Any]) -> str:
     """The text of ``tpuemb simulate --dry-run``: the run, its tables and the memory estimate
-    (``info``: what ``--dry-run --json`` prints)."""
+    (``info``: what ``--dry-run --json`` prints, for a synthetic run, a multi-worker run - with
+    ``workers`` - or a replay - with ``batches``)."""
     from tpuemb_cfg.executor.memory import describe_parts
     from tpuemb_cfg.units import format_size
 
     info = printable_values(info)
     memory = info["memory"]
     parts = memory["estimate"]
-    lines = [
-        f"tpuemb simulate --dry-run: {info['steps']} steps of synthetic data on "
-        f"{info['config']} (seed {info['seed']}, engine {info['engine']}, backend "
-        f"{info['backend']})",
-        f"data: ids {info['ids']}, sequence lengths {info['sequence_lengths']}; tables.npz: "
-        + {"all": "every table and slot", "touched": "the touched rows",
-           "none": "not written"}[info["tables_written"]],
-    ]
+    how = f"seed {info['seed']}, engine {info['engine']}, backend {info['backend']}"
+    if "batches" in info:
+        lines = [
+            f"tpuemb simulate --dry-run: replay of the {info['steps']} recorded steps of "
+            f"{info['batches']} on {info['config']} ({how})",
+            f"batches: {format_size(info['batches_bytes'])}"
+            + (f"; initial tables and slots from {info['init']}" if info.get("init") else "")
+            + "; the largest step's ids per table, every one counted as distinct",
+        ]
+    else:
+        lines = [
+            f"tpuemb simulate --dry-run: {info['steps']} steps"
+            + (" per worker" if "workers" in info else "")
+            + f" of synthetic data on {info['config']} ({how})",
+        ]
+        if "workers" in info:
+            if info["mode"] == "sync_replicas":
+                tokens = info["init_tokens"]
+                lines.append(f"workers: {info['workers']}, sync replicas, R = "
+                             f"{info['replicas_to_aggregate']}, init tokens "
+                             f"{'R' if tokens == -1 else tokens}, delay {info['delay']}")
+            else:
+                lines.append(f"workers: {info['workers']}, DropStale, max staleness "
+                             f"{info['max_staleness']}, delay {info['delay']}")
+        lines.append(
+            f"data: ids {info['ids']}, sequence lengths {info['sequence_lengths']}; tables.npz: "
+            + {"all": "every table and slot", "touched": "the touched rows",
+               "none": "not written"}[info["tables_written"]])
     rows: list[tuple[str, ...]] = [("table", "rows x dimension", "optimizer", "ids/step",
-                                    "distinct ids/step")]
+                                    "distinct ids/step", "table + slots")]
     for table in info["tables"]:
         rows.append((table["name"], f"{table['vocabulary']:,} x {table['dimension']}",
                      table["optimizer"], f"{table['ids_per_step']:,.1f}",
-                     f"{table['unique_ids_per_step']:,.1f}"))
+                     f"{table['unique_ids_per_step']:,.1f}", format_size(table["bytes"])))
     lines.extend(_table(rows))
     lines.append(f"memory: about {describe_parts(parts)} at the peak; the tables and slots in "
                  f"full: {format_size(parts['tables_and_slots_whole_bytes'])}")
