@@ -34,8 +34,8 @@ from tpuemb_cfg.errors import InputError
 from tpuemb_cfg.executor import FeatureInput
 from tpuemb_cfg.executor.counter import normal_rows
 from tpuemb_cfg.executor.initializers import TRUNCATED_STD, TableInit, resolve, table_rows
-from tpuemb_cfg.executor.sharding import TableLayout
 from tpuemb_cfg.executor.state import initial_state, initial_table_rows
+from tpuemb_cfg.layout import TableLayout
 from tpuemb_cfg.session import prepare
 from tpuemb_cfg.simulate import Executor
 

@@ -27,7 +27,7 @@ from .. import numerics
 from .batch import CheckedFeature
 from .optimizers import UpdateContext
 from .plan import TablePlan
-from .storage import LocalStorage
+from .storage import LiveArrays
 
 __all__ = [
     "TableInput", "backprop_tables", "forward_backprop", "identity", "stacked", "update_table",
@@ -134,7 +134,7 @@ def update_table(
 
 
 def forward_backprop(
-    fused: Any, storage: LocalStorage, tables: Sequence[TablePlan], inputs: Sequence[TableInput],
+    fused: Any, storage: LiveArrays, tables: Sequence[TablePlan], inputs: Sequence[TableInput],
     grads: Sequence[np.ndarray], empty_bags: Mapping[int, np.ndarray],
     record: Callable[[TablePlan, TableInput, np.ndarray, np.ndarray], Any],
 ) -> tuple[dict[int, np.ndarray], list[Any], list[Any], bool]:

@@ -19,7 +19,7 @@ import socket
 from collections.abc import Iterator
 from typing import Any
 
-from ..errors import UsageError
+from ...errors import UsageError
 
 __all__ = [
     "INSTALL_HINT",
