@@ -41,7 +41,16 @@ from .batch import key as batch_key
 from .custom import combine_custom, custom_gains, note_fallback
 from .engine_choice import choose_engine
 from .engines import Engine
-from .fused import TableInput, backprop_tables, forward_backprop, identity, stacked, update_table
+from .fused import (
+    StepRoute,
+    TableInput,
+    backprop_tables,
+    forward_backprop,
+    identity,
+    stacked,
+    step_route,
+    update_table,
+)
 from .optimizers import UpdateContext
 from .options import Placement, RunOptions
 from .pipeline import RowPipeline
@@ -81,16 +90,6 @@ class CheckedStep(NamedTuple):
     features: list[CheckedFeature]
     rates: np.ndarray | None
     grads: list[np.ndarray] | None
-
-
-class StepRoute(NamedTuple):
-    """How one table steps, chosen once when the executor is made (``Executor._route``):
-    ``forward``, the compiled step's forward pass (else the engine's functions, with a custom
-    combiner's callable); ``backward``, the compiled back-propagation and update too (else the
-    per-partial pipeline, ``pipeline.RowPipeline``)."""
-
-    forward: bool
-    backward: bool
 
 
 @dataclass(frozen=True)
@@ -268,14 +267,8 @@ class Executor:
         self.overlapped_steps = 0
 
     def _route(self, table: TablePlan) -> StepRoute:
-        """How ``table`` steps: the compiled forward pass with the numba engine, the tables in
-        this process, no quantization, no pipelining (both read other values than the live
-        rows) and no custom callable; the compiled back-propagation and update too when its
-        gradients form one partial (spec 5.1) and the mode updates (it then checks the
-        gradients for NaN and infinities itself)."""
-        forward = (self._fused is not None and table.quantization is None
-                   and not self._pipelined and not table.custom)
-        return StepRoute(forward, forward and table.accumulate and self.plan.updates)
+        """How ``table`` steps (``fused.step_route``), chosen once."""
+        return step_route(self.plan, table, compiled=self._fused is not None)
 
     # ----------------------------------------------------------------------------------------
     # State
