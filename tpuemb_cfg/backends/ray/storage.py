@@ -203,7 +203,7 @@ class RayStorage:
         self.engine = engine
         self.hosts = int(shards if shards is not None else plan.num_hosts)
         if self.hosts < 1:
-            raise UsageError(f"--shards {self.hosts}: a table needs at least one host")
+            raise UsageError(f"shards={self.hosts}: a table needs at least one host")
         self._tables = {t.name: t for t in plan.tables}
         self.layouts = {t.name: TableLayout(t.vocabulary, self.hosts, plan.mod_sharding)
                         for t in plan.tables}
