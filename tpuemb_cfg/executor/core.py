@@ -41,21 +41,13 @@ from .batch import key as batch_key
 from .custom import combine_custom, custom_gains, note_fallback
 from .engine_choice import choose_engine
 from .engines import Engine
-from .fused import (
-    StepRoute,
-    TableInput,
-    backprop_tables,
-    forward_backprop,
-    identity,
-    stacked,
-    step_route,
-    update_table,
-)
+from .fused import TableInput, backprop_tables, forward_backprop, identity, stacked, update_table
 from .optimizers import UpdateContext
 from .options import Placement, RunOptions
 from .pipeline import RowPipeline
 from .plan import Plan, TablePlan
 from .rates import spec_learning_rates
+from .route import StepRoute, step_route
 from .storage import Storage, StorageRequest, choose_backend, live_arrays, load_checkpoint, rows_of
 
 if TYPE_CHECKING:
@@ -267,7 +259,7 @@ class Executor:
         self.overlapped_steps = 0
 
     def _route(self, table: TablePlan) -> StepRoute:
-        """How ``table`` steps (``fused.step_route``), chosen once."""
+        """How ``table`` steps (``route.step_route``), chosen once."""
         return step_route(self.plan, table, compiled=self._fused is not None)
 
     # ----------------------------------------------------------------------------------------

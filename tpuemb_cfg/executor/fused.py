@@ -26,12 +26,12 @@ import numpy as np
 from .. import numerics
 from .batch import CheckedFeature
 from .optimizers import UpdateContext
-from .plan import Plan, TablePlan
+from .plan import TablePlan
 from .storage import LiveArrays
 
 __all__ = [
-    "CompiledStep", "StepRoute", "TableInput", "backprop_tables", "forward_backprop", "identity",
-    "stacked", "step_route", "update_table",
+    "CompiledStep", "TableInput", "backprop_tables", "forward_backprop", "identity", "stacked",
+    "update_table",
 ]
 
 F32 = np.float32
@@ -66,27 +66,6 @@ class CompiledStep(Protocol):
 
     def threads(self) -> int: ...
 
-
-class StepRoute(NamedTuple):
-    """How one table steps, chosen once when the executor is made (:func:`step_route`):
-    ``forward``, the compiled step's forward pass (else the engine's functions, with a custom
-    combiner's callable); ``backward``, the compiled back-propagation and update too (else the
-    per-partial pipeline, ``pipeline.RowPipeline``)."""
-
-    forward: bool
-    backward: bool
-
-
-def step_route(plan: Plan, table: TablePlan, *, compiled: bool) -> StepRoute:
-    """The route of ``table``: the compiled forward pass where the compiled step can run
-    (``compiled``: the numba engine, the tables live in this process) and the table has no
-    quantization, no pipelining (both read other values than the live rows) and no custom
-    callable; the compiled back-propagation and update too when its gradients form one partial
-    (spec 5.1) and the mode updates (it then checks the gradients for NaN and infinities
-    itself)."""
-    forward = (compiled and table.quantization is None and not table.custom
-               and not (plan.pipelined and plan.mode == "TRAINING"))
-    return StepRoute(forward, forward and table.accumulate and plan.updates)
 
 
 class TableInput(NamedTuple):

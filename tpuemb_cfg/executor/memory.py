@@ -245,8 +245,8 @@ def _resident(table_bytes: int, rows: int, touched: float, huge: bool) -> float:
 
 
 def _compiled_step(plan: Plan, table: TablePlan, engine: str) -> bool:
-    """Whether the numba engine's compiled step runs ``table`` (``fused.step_route``)."""
-    from .fused import step_route
+    """Whether the numba engine's compiled step runs ``table`` (``route.step_route``)."""
+    from .route import step_route
 
     return step_route(plan, table, compiled=engine == "numba").forward
 
