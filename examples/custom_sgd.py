@@ -23,7 +23,7 @@ from tpuemb_cfg.embedding import (
     TableConfig,
     build_config,
 )
-from tpuemb_cfg.executor import Executor
+from tpuemb_cfg.simulate import Executor
 
 
 def sgd(gradient, embedding_table, slot_variables, learning_rate, hyperparameters):  # type: ignore[no-untyped-def]

@@ -31,7 +31,7 @@ def ray_cluster() -> Iterator[None]:
                  log_to_driver=False, logging_level=logging.ERROR)
         ray_init_seconds.append(time.perf_counter() - start)
     yield
-    from tpuemb_cfg.executor.ray_session import disconnect
+    from tpuemb_cfg.backends.ray.connection import disconnect
 
     disconnect()
 

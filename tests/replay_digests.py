@@ -50,8 +50,9 @@ def _report(digest: Any, step: int, reports: dict[str, Any]) -> None:
 
 def replay_digests(engine: str, backend: str, shards: int | None) -> dict[str, str]:
     from tpuemb_cfg import load
-    from tpuemb_cfg.executor import parse_combiners, replay
+    from tpuemb_cfg.executor import parse_combiners
     from tpuemb_cfg.npzio import read_npz
+    from tpuemb_cfg.simulate import replay
 
     out: dict[str, str] = {}
     cases = sorted(p.parent for p in (GOLDEN / "optimizers").glob("*/*/case.json"))
@@ -104,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     digests: dict[str, dict[str, str]] = {}
     with contextlib.ExitStack() as stack:
         if args.backend == "ray":
-            from tpuemb_cfg.executor.ray_session import ray_session
+            from tpuemb_cfg.backends.ray.connection import ray_session
 
             stack.enter_context(ray_session(None))
         for engine in engines:

@@ -15,9 +15,10 @@ import numpy as np
 import pytest
 
 import tpuemb_cfg
-from tpuemb_cfg.executor import Executor, initial, state
+from tpuemb_cfg.executor import initial, state
 from tpuemb_cfg.executor.counter import LAYER_F, LAYER_X, exp_minus, mix, normal_rows
 from tpuemb_cfg.session import prepare
+from tpuemb_cfg.simulate import Executor
 
 numba_init = pytest.importorskip("tpuemb_cfg.executor.engines.numba_init")
 

@@ -24,9 +24,9 @@ from tpuemb_cfg.embedding import (
     build_config,
 )
 from tpuemb_cfg.errors import InputError
-from tpuemb_cfg.executor import Executor
 from tpuemb_cfg.executor.custom import CustomError
 from tpuemb_cfg.session import prepare, with_combiner_arguments
+from tpuemb_cfg.simulate import Executor
 
 F32 = np.float32
 

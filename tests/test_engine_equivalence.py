@@ -30,10 +30,11 @@ from conftest import OPTIMIZER_CASES, optimizer_case_names, require_data
 
 import tpuemb_cfg
 from tpuemb_cfg.errors import UsageError
-from tpuemb_cfg.executor import Executor, parse_combiners, replay
+from tpuemb_cfg.executor import parse_combiners
 from tpuemb_cfg.executor.engines import Engine, get_engine
 from tpuemb_cfg.executor.engines import numpy as reference
 from tpuemb_cfg.npzio import read_npz
+from tpuemb_cfg.simulate import Executor, replay
 
 pytest.importorskip("numba")
 
@@ -328,7 +329,7 @@ def test_unknown_engine() -> None:
 def test_numpy_engine_never_imports_numba() -> None:
     code = (
         "import sys, tpuemb_cfg\n"
-        "from tpuemb_cfg.executor import Executor\n"
+        "from tpuemb_cfg.simulate import Executor\n"
         "from tpuemb_cfg.executor.engines import get_engine\n"
         "get_engine('numpy')\n"
         "from tpuemb_cfg.commands import bench, simulate\n"

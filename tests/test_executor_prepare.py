@@ -23,9 +23,10 @@ from google.protobuf.message import Message
 import tpuemb_cfg
 from tpuemb_cfg import io
 from tpuemb_cfg.errors import InputError, UsageError
-from tpuemb_cfg.executor import Executor, plan, replay
+from tpuemb_cfg.executor import plan
 from tpuemb_cfg.npzio import read_npz
 from tpuemb_cfg.session import Prepared, prepare
+from tpuemb_cfg.simulate import Executor, replay
 
 TEXT = """table_descriptor {
   name: "t"

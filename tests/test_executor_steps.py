@@ -11,8 +11,9 @@ import pytest
 
 import tpuemb_cfg
 from tpuemb_cfg.errors import InputError
-from tpuemb_cfg.executor import Executor, FeatureInput
+from tpuemb_cfg.executor import FeatureInput
 from tpuemb_cfg.executor.engines import numpy as kernels
+from tpuemb_cfg.simulate import Executor
 
 F32 = np.float32
 INIT = {"table/t": np.array([[1.0], [2.0], [3.0], [4.0]], dtype=F32)}

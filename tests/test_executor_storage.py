@@ -16,11 +16,11 @@ import pytest
 
 import tpuemb_cfg
 from tpuemb_cfg.errors import InputError
-from tpuemb_cfg.executor import Executor
 from tpuemb_cfg.executor.engines import Engine
 from tpuemb_cfg.executor.plan import Plan
 from tpuemb_cfg.executor.state import slot_key, table_key
 from tpuemb_cfg.executor.storage import RowUpdate
+from tpuemb_cfg.simulate import Executor
 
 
 class TwoShards:

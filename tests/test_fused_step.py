@@ -18,9 +18,9 @@ import pytest
 
 import tpuemb_cfg
 from tpuemb_cfg.errors import InputError
-from tpuemb_cfg.executor import Executor
 from tpuemb_cfg.executor.counter import stream_key
 from tpuemb_cfg.sim import kernels
+from tpuemb_cfg.simulate import Executor
 
 pytest.importorskip("numba")
 

@@ -21,10 +21,11 @@ from conftest import ADAM_AND_MOMENTUM_TABLES, GOLDEN, require_data, run_cli, ru
 from raycluster import ray_cluster, same_reports, same_state  # noqa: F401  (the fixture)
 
 import tpuemb_cfg
-from tpuemb_cfg.executor import Executor, parse_combiners, replay
+from tpuemb_cfg.executor import parse_combiners
 from tpuemb_cfg.npzio import npz_bytes, read_npz
 from tpuemb_cfg.sim.multiworker import MultiWorkerRun
 from tpuemb_cfg.sim.synthetic import SyntheticRun
+from tpuemb_cfg.simulate import Executor, replay
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 

@@ -22,11 +22,11 @@ from conftest import ROOT, run_simulate
 from raycluster import ray, ray_cluster, same_reports, same_state  # noqa: F401  (the fixture)
 
 import tpuemb_cfg
+from tpuemb_cfg.backends.ray.storage import SHARED_MEMORY_ENV, RayStorage, ShardLost
 from tpuemb_cfg.errors import UsageError
-from tpuemb_cfg.executor import Executor
-from tpuemb_cfg.executor.ray_storage import SHARED_MEMORY_ENV, RayStorage, ShardLost
 from tpuemb_cfg.npzio import npz_bytes
 from tpuemb_cfg.sim.synthetic import SyntheticRun
+from tpuemb_cfg.simulate import Executor
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 

@@ -10,15 +10,14 @@ import numpy as np
 import pytest
 
 import tpuemb_cfg
+from tpuemb_cfg.backends.ray.host import PipelineRef, Shard, fitting_hosts, shard_bytes
 from tpuemb_cfg.errors import InputError
-from tpuemb_cfg.executor import Executor
-from tpuemb_cfg.executor.engines.numpy import host_of
 from tpuemb_cfg.executor.optimizers import UpdateContext
 from tpuemb_cfg.executor.pipeline import RowPipeline
-from tpuemb_cfg.executor.shard import PipelineRef, Shard, fitting_hosts, shard_bytes
-from tpuemb_cfg.executor.sharding import TableLayout
 from tpuemb_cfg.executor.state import check_given
+from tpuemb_cfg.layout import TableLayout, host_of
 from tpuemb_cfg.npzio import npz_bytes
+from tpuemb_cfg.simulate import Executor
 
 # ------------------------------------------------------------------------------------------------
 # The layout

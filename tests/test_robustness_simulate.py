@@ -26,11 +26,11 @@ from tpuemb_cfg import UsageError, limits, load
 from tpuemb_cfg.bench import Workload, check_memory, memory_needed
 from tpuemb_cfg.commands import _outputs
 from tpuemb_cfg.commands.simulate import parse_size
-from tpuemb_cfg.executor import Executor
 from tpuemb_cfg.npzio import read_npz
 from tpuemb_cfg.session import prepare
 from tpuemb_cfg.sim.multiworker import MAX_WORKERS, MultiWorkerRun
 from tpuemb_cfg.sim.synthetic import SyntheticRun
+from tpuemb_cfg.simulate import Executor
 
 TINY = (ROOT / "tests" / "data" / "multiworker" / "tiny.pbtxt").read_text()
 HUGE = TINY.replace("vocabulary_size: 16", "vocabulary_size: 100000000000").replace(

@@ -19,9 +19,10 @@ from tpuemb_cfg.embedding import (
     build_config,
 )
 from tpuemb_cfg.errors import InputError
-from tpuemb_cfg.executor import Executor, FeatureInput
+from tpuemb_cfg.executor import FeatureInput
 from tpuemb_cfg.io import serialize
 from tpuemb_cfg.session import prepare, with_combiner_arguments
+from tpuemb_cfg.simulate import Executor
 
 SPEC = """\
 from tpuemb_cfg.embedding import SGD, FeatureConfig, TableConfig

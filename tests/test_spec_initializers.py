@@ -36,8 +36,8 @@ from tpuemb_cfg.executor import FeatureInput
 from tpuemb_cfg.executor.counter import normal_rows
 from tpuemb_cfg.executor.initial import initial_state
 from tpuemb_cfg.executor.initializers import table_rows
-from tpuemb_cfg.executor.sharding import TableLayout
 from tpuemb_cfg.executor.state import initial_table_rows
+from tpuemb_cfg.layout import TableLayout
 from tpuemb_cfg.model import TableInit
 from tpuemb_cfg.session import prepare
 from tpuemb_cfg.simulate import Executor

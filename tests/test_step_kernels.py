@@ -15,8 +15,8 @@ import pytest
 
 import tpuemb_cfg
 from tpuemb_cfg.errors import InputError, NumericalError
-from tpuemb_cfg.executor import Executor
 from tpuemb_cfg.executor.aligned import ALIGNMENT, aligned_empty, is_aligned
+from tpuemb_cfg.simulate import Executor
 
 pytest.importorskip("numba")
 

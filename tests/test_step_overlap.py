@@ -25,7 +25,7 @@ import pytest
 
 import tpuemb_cfg
 from tpuemb_cfg.errors import InputError
-from tpuemb_cfg.executor import Executor
+from tpuemb_cfg.simulate import Executor
 
 numba = pytest.importorskip("numba")
 
@@ -292,7 +292,7 @@ def test_more_threads_than_two_give_the_same_bits() -> None:
 import numpy as np, sys
 sys.path.insert(0, sys.argv[1])
 import test_step_overlap as t
-from tpuemb_cfg.executor import Executor
+from tpuemb_cfg.simulate import Executor
 config = t._config("rms_prop")
 a = Executor(config, combiners=t.COMBINERS, seed=3)
 b = t._sequential(Executor(config, combiners=t.COMBINERS, seed=3))

@@ -12,9 +12,9 @@ import pytest
 from conftest import run_simulate
 
 from tpuemb_cfg.errors import InputError
-from tpuemb_cfg.executor import Executor
 from tpuemb_cfg.executor.initial import initial_state
 from tpuemb_cfg.session import prepare
+from tpuemb_cfg.simulate import Executor
 
 F32 = np.float32
 

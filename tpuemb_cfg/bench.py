@@ -198,12 +198,13 @@ def _config_text(tables: list[tuple[str, int, int]], features: list[tuple[int, i
 
 
 def _executor(text: str, combiner: str, engine: str) -> Any:
-    from .executor import Executor
+    from .executor import Executor, RunOptions
     from .io import load
+    from .session import prepare
 
     # check_memory=False: run() checked the whole benchmark first, against the limit it was given
-    return Executor(load(text.encode(), "text"), combiners=combiner, engine=engine,
-                    check_memory=False)
+    return Executor(prepare(load(text.encode(), "text"), combiners=combiner),
+                    RunOptions(engine=engine, check_memory=False))
 
 
 def memory_needed(workload: Workload) -> int:

@@ -1,30 +1,13 @@
-"""``tpuemb bench --backend ray``: the anchor workload on Ray host actors against one process.
+"""``tpuemb bench --backend ray``: the anchor workload, measured by the Ray backend's benchmark.
 
 The workload is ``tpuemb bench``'s (``bench.Workload``: one ``vocab x dim`` table, Adagrad by
 default, ``ids`` Zipf ids per step, one id per bag, ``sum`` combiner), laid out over ``shards``
-hosts (``num_hosts``; MOD or DIV_DEFAULT). Measured in the same run, steps alternating between
-the two executors so that both see the same machine load:
-
-- ``local_sec_per_step``: ``Executor.step`` with the tables in this process;
-- ``ray_sec_per_step``: ``Executor.step`` with each host's rows in its own Ray actor;
-- ``bytes_sent_per_step`` / ``bytes_received_per_step``: per host, the payload the driver sent
-  to and got from the host's actor in one step (ids, gradient rows, parameter rows), next to
-  ``model_bytes_per_step``, what the cost model of ``docs/scale.md`` predicts from the step's
-  unique ids per host; ``transport_per_host``: how they travelled (``shared memory``: through
-  the arena of the hosts on the driver's machine; ``object store``: through Ray's);
-- ``bit_identical``: whether the two executors' activations of every step and the touched rows
-  of the table and its slots after the last step are equal bit for bit;
-- ``ray_init_sec`` (connecting, or starting a local instance) and ``actor_setup_sec`` (starting
-  the actors and initialising their rows).
+hosts (``num_hosts``; MOD or DIV_DEFAULT); ``tpuemb_cfg.backends.ray.benchmark`` times its step
+on Ray host actors against one process and says what it measures.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-import statistics
-import time
-from collections.abc import Iterator
 from dataclasses import asdict
 from typing import Any
 
@@ -34,20 +17,9 @@ from .bench import OPTIMIZERS, Workload, _config_text, zipf_ids
 from .errors import UsageError
 from .errors import parameter as arg
 
-__all__ = ["model_bytes", "run"]
+__all__ = ["run"]
 
 F32 = np.float32
-
-
-def model_bytes(unique: int, dim: int, positions: bool = False) -> tuple[int, int]:
-    """(bytes sent to, bytes received from) one host in one step, for ``unique`` of the step's
-    distinct ids held by that host, of one table of dimension ``dim`` (docs/scale.md): the row
-    numbers to read (8 B each; ``positions``: also where each row goes in the step's block, 8 B
-    more, which a host writing into shared memory needs when its ids are not one run, as with
-    MOD), then their gradient rows (4 D B: the host keeps the row numbers it read); back the
-    rows read (4 D B). Slots never travel; the update's reply is each row's squared change
-    (8 B a row: the driver adds them in global row order, docs/numerics.md)."""
-    return unique * (8 + (8 if positions else 0) + 4 * dim), unique * (4 * dim + 8)
 
 
 def _config(w: Workload, hosts: int, mod: bool) -> Any:
@@ -64,10 +36,11 @@ def _config(w: Workload, hosts: int, mod: bool) -> Any:
 def run(workload: Workload | None = None, *, shards: int = 2, engine: str = "numba",
         mod: bool = True, address: str | None = None,
         shared_memory: bool | None = None) -> dict[str, Any]:
-    """Measure what the module docstring lists for ``workload`` (default: the anchor); return
-    it as a JSON-ready dict. ``shared_memory``: as for ``RayStorage`` (None: its default)."""
-    from .executor import Executor
-    from .executor.ray_session import connect, disconnect, import_ray
+    """Measure ``workload`` (default: the anchor) over ``shards`` host actors; return the
+    JSON-ready dict of ``backends.ray.benchmark.run``. ``shared_memory``: as for
+    ``RayStorage`` (None: its default)."""
+    from .backends.ray import benchmark
+    from .session import prepare
 
     w = workload or Workload()
     if w.optimizer not in OPTIMIZERS:
@@ -76,106 +49,9 @@ def run(workload: Workload | None = None, *, shards: int = 2, engine: str = "num
     if shards < 1 or w.vocab < shards:
         raise UsageError(f"{arg('shards')} {shards}: expected 1..{w.vocab} (one row per host "
                          "at least)")
-    import_ray()
     ids = zipf_ids(w.vocab, w.ids, w.zipf, w.seed)
     grads = np.random.default_rng([w.seed, 0x6AD]).standard_normal((w.ids, w.dim), dtype=F32)
     grads *= F32(0.01)
-    batch = [{"ids": ids, "grad": grads}]
-    config = _config(w, shards, mod)
-    local = Executor(config, combiners="sum", engine=engine)
-    start = time.perf_counter()
-    started = connect(address)
-    init_sec = time.perf_counter() - start
-    try:
-        start = time.perf_counter()
-        with _shared_memory(shared_memory):
-            sharded = Executor(config, combiners="sum", engine=engine, backend="ray")
-        setup_sec = time.perf_counter() - start
-        result = _measure(local, sharded, batch, w.steps)
-        storage = sharded.storage
-        shared: set[int] = storage.shared  # type: ignore[attr-defined]
-        layout = storage.layouts["anchor"]  # type: ignore[attr-defined]
-        rows = np.unique(ids)
-        per_host = np.bincount(layout.host_of(rows), minlength=shards)
-        result.update({
-            "backend": "ray",
-            "shards": shards,
-            "sharding_strategy": "MOD" if mod else "DIV_DEFAULT",
-            "engine": sharded.engine.name,
-            "workload": asdict(w),
-            "unique_ids": int(rows.shape[0]),
-            "unique_ids_per_host": [int(n) for n in per_host],
-            "model_bytes_per_step": [
-                list(model_bytes(int(n), w.dim, positions=mod and h in shared))
-                for h, n in enumerate(per_host)
-            ],
-            "transport_per_host": ["shared memory" if h in shared else "object store"
-                                   for h in range(shards)],
-            "ray_init_sec": init_sec,
-            "actor_setup_sec": setup_sec,
-            "actor_bytes": storage.nbytes(),  # type: ignore[attr-defined]
-            "state_bytes": sharded.plan.state_bytes(),
-        })
-        result["bit_identical"] = result["bit_identical"] and _same_rows(local, sharded, rows)
-        sharded.close()
-    finally:
-        if started:
-            disconnect()
-    return result
-
-
-@contextlib.contextmanager
-def _shared_memory(wanted: bool | None) -> Iterator[None]:
-    """``RayStorage``'s choice of transport for the block (None: leave it to the environment)."""
-    from .executor.ray_storage import SHARED_MEMORY_ENV
-
-    if wanted is None:
-        yield
-        return
-    saved = os.environ.get(SHARED_MEMORY_ENV)
-    os.environ[SHARED_MEMORY_ENV] = "1" if wanted else "0"
-    try:
-        yield
-    finally:
-        if saved is None:
-            del os.environ[SHARED_MEMORY_ENV]
-        else:
-            os.environ[SHARED_MEMORY_ENV] = saved
-
-
-def _measure(local: Any, sharded: Any, batch: list[dict[str, np.ndarray]],
-             steps: int) -> dict[str, Any]:
-    """Alternate ``steps`` (+1 warm-up) steps of both executors; medians, bytes, equality."""
-    same = True
-    times: dict[str, list[float]] = {"local": [], "ray": []}
-    traffic = None
-    for step in range(steps + 1):
-        outputs = []
-        for name, executor in (("local", local), ("ray", sharded)):
-            if step == 1 and name == "ray":
-                traffic = sharded.storage.traffic.copy()
-            begin = time.perf_counter()
-            outputs.append(executor.step(batch))
-            if step:
-                times[name].append(time.perf_counter() - begin)
-        same = same and all(np.array_equal(a, b) for a, b in zip(*outputs, strict=True))
-    assert traffic is not None or steps == 0
-    moved = (sharded.storage.traffic - (traffic if traffic is not None else 0)) / max(steps, 1)
-    local_sec = statistics.median(times["local"]) if steps else float("nan")
-    ray_sec = statistics.median(times["ray"]) if steps else float("nan")
-    return {
-        "local_sec_per_step": local_sec,
-        "ray_sec_per_step": ray_sec,
-        "ray_over_local": ray_sec / local_sec,
-        "bytes_sent_per_step": [int(v) for v in moved[:, 0]],
-        "bytes_received_per_step": [int(v) for v in moved[:, 1]],
-        "bit_identical": bool(same),
-    }
-
-
-def _same_rows(local: Any, sharded: Any, rows: np.ndarray) -> bool:
-    """Touched rows of the table and every slot, equal bit for bit on both executors."""
-    wanted = local.state_arrays()
-    held = sharded.state_arrays()
-    return all(np.array_equal(np.asarray(wanted[key])[rows], held[key].take(rows))
-               for key in wanted)
+    prepared = prepare(_config(w, shards, mod), combiners="sum")
+    return benchmark.run(prepared, [{"ids": ids, "grad": grads}], steps=w.steps, engine=engine,
+                         address=address, shared_memory=shared_memory, workload=asdict(w))

@@ -1,5 +1,6 @@
-"""The simulator's public API in one place: the executor and the multi-worker aggregation objects
-(``tpuemb_cfg.sim``).
+"""The simulator's public API in one place: the executor and replay of any configuration
+(``tpuemb_cfg.facade``: a path, bytes, a message, a compiled spec) and the multi-worker
+aggregation objects (``tpuemb_cfg.sim``).
 
 Names are loaded lazily so that importing this module costs nothing until one is used.
 """
@@ -10,7 +11,10 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "Executor": "tpuemb_cfg.executor",
+    "Executor": "tpuemb_cfg.facade",
+    "replay": "tpuemb_cfg.facade",
+    "Placement": "tpuemb_cfg.executor.options",
+    "RunOptions": "tpuemb_cfg.executor.options",
     "ConditionalAccumulator": "tpuemb_cfg.sim.accumulators",
     "SparseConditionalAccumulator": "tpuemb_cfg.sim.accumulators",
     "DropStaleGradient": "tpuemb_cfg.sim.staleness",

@@ -388,7 +388,7 @@ def _check_synthetic_outputs(config: str | None, spec: Any, out_dir: Path, plot:
 @contextlib.contextmanager
 def _host_lost(hint: str | Callable[[], str]) -> Iterator[None]:
     """A Ray host lost during the block: its one-line error, completed with where to resume."""
-    from tpuemb_cfg.executor.ray_storage import ShardLost
+    from tpuemb_cfg.backends.ray.storage import ShardLost
 
     try:
         yield
@@ -404,7 +404,7 @@ def _backend_session(backend: str, address: str | None) -> Iterator[None]:
     if backend != "ray":
         yield
         return
-    from tpuemb_cfg.executor.ray_session import ray_session
+    from tpuemb_cfg.backends.ray.connection import ray_session
 
     with ray_session(address):
         yield
@@ -480,7 +480,7 @@ def _replay(
     engine: str = "numba",
     placement: dict[str, Any] | None = None,
 ) -> None:
-    from tpuemb_cfg.executor import replay
+    from tpuemb_cfg.executor import Placement, RunOptions, replay
     from tpuemb_cfg.executor.replay import parse_steps, require_replay_memory
     from tpuemb_cfg.npzio import atomic_write_npz, read_npz
     from tpuemb_cfg.session import prepare, with_combiner_arguments
@@ -515,9 +515,9 @@ def _replay(
     with _host_lost("a replay writes nothing before its end: run it again"), \
             real.named_as_typed():
         out = replay(
-            prepared, batches, init, seed=seed, batches_source=batches_path,
-            init_source=init_path, max_memory=limit, on_step=record, engine=engine,
-            **(placement or {}),
+            prepared, batches, init, options=RunOptions(seed=seed, engine=engine, max_memory=limit),
+            placement=Placement(**(placement or {})), sources=(batches_path, init_path),
+            on_step=record,
         )
         atomic_write_npz(real[out_path], out)
     steps = sum(1 for k in out if k.endswith("/activations") and "/f0/" in k)

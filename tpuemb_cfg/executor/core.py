@@ -23,7 +23,7 @@ import math
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, Concatenate, NamedTuple, ParamSpec, TypeVar
 
 import numpy as np
 
@@ -42,16 +42,17 @@ from .custom import combine_custom, custom_gains, note_fallback
 from .engine_choice import choose_engine
 from .engines import Engine
 from .fused import TableInput, backprop_tables, forward_backprop, identity, stacked, update_table
-from .initial import called_tables
-from .initial import initial_state as make_initial_state
 from .optimizers import UpdateContext
+from .options import Placement, RunOptions
 from .pipeline import RowPipeline
 from .plan import Plan, TablePlan
 from .prepared import Prepared
 from .rates import spec_learning_rates
-from .storage import LocalStorage, Storage, rows_of
+from .route import StepRoute, step_route
+from .storage import Storage, StorageRequest, choose_backend, live_arrays, load_checkpoint, rows_of
 
-__all__ = ["DeduplicationData", "Executor", "Partial", "TableDeduplication", "TableReport"]
+__all__ = ["DeduplicationData", "Executor", "Partial", "StepRoute", "TableDeduplication",
+           "TableReport"]
 
 F32 = np.float32
 _P = ParamSpec("_P")
@@ -68,6 +69,17 @@ def _one_at_a_time(method: Callable[Concatenate[Executor, _P], _R]
             return method(self, *args, **kwargs)
 
     return locked
+
+
+class CheckedStep(NamedTuple):
+    """The inputs of one step, checked (``Executor.check_step``): its number, the checked
+    features, the float32 [K] learning rates (None: a compiled spec's callables give them when
+    the step runs) and the gradients (None when the mode does not update)."""
+
+    step: int
+    features: list[CheckedFeature]
+    rates: np.ndarray | None
+    grads: list[np.ndarray] | None
 
 
 @dataclass(frozen=True)
@@ -152,36 +164,29 @@ class TableReport:
 class Executor:
     """The CPU reference of one ``TPUEmbeddingConfiguration``'s embedding layer.
 
-    ``config``: a ``Prepared`` (``tpuemb_cfg.session``: used as is, nothing is parsed, validated
-    or planned again) or anything ``prepare`` takes (a path, bytes, tpuemb's or TensorFlow's
-    message). ``combiners``: one name for every feature, a list with one per feature, or
-    ``{feature_index: name}`` (default ``mean``). ``initial_state``: ``table/NAME`` and
-    ``slot/NAME/SLOT`` arrays; missing entries get the defaults of spec section 11 from
-    ``seed``. ``max_memory``: refuse (``UsageError``, naming a limit that would do) when the
-    tables, slots and a step's working arrays (``Plan.memory_estimate``) would need more bytes;
-    by default (None) the limit is 80% of the memory available (``limits.default_memory_limit``),
-    so a configuration too large for the machine is refused instead of failing with
-    ``MemoryError`` halfway; ``check_memory=False`` skips the check. A configuration the
-    validator reports errors for (unless ``validate_config`` is false: the caller validated it
-    already), or a table whose optimizer cannot be simulated, raises ``InputError``.
-    ``state_source``/``strict``: for file-backed callers, the file named in errors about
-    ``initial_state`` and exact dtypes. ``engine``: ``numba`` (the default: compiled kernels;
-    without an importable numba it warns once and runs NumPy) or ``numpy`` (the readable
-    reference), the same bits (docs/numerics.md);
-    ``self.engine`` is the one in use. ``report``: False skips the per-step report
-    (``last_report`` stays empty). ``storage``: makes
-    the ``Storage`` of the tables and slots from the plan, the initial arrays and the engine
-    (default ``LocalStorage``). ``backend="ray"``: the tables live in Ray actors, one per host
-    (``shards`` overrides ``num_hosts``), each holding only its rows (spec section 8), with the
-    same results bit for bit (``ray_storage.RayStorage``: ``ray_address`` or ``RAY_ADDRESS``
-    names a cluster to join, else a local Ray instance starts; ``max_memory`` is then each
-    actor's limit). ``close()`` (or ``with``) releases the actors.
+    ``prepared``: the configuration parsed, validated and planned once (a ``Prepared``,
+    ``tpuemb_cfg.session.prepare``; combiners are part of it); ``tpuemb_cfg.simulate.Executor``
+    takes a path, bytes, a message or a compiled spec instead. ``options``: a ``RunOptions``
+    (``executor.options``: the seed of the default rows, the engine, ``max_memory`` and
+    ``check_memory``, ``report``); ``placement``: a ``Placement`` (where the tables live: the
+    backend, by name from ``storage.BACKENDS`` - ``local``, the default, or ``ray``: the tables
+    in Ray actors, one per host, each holding only its rows (spec section 8), the same results
+    bit for bit - and its ``shards`` and ``ray_address``, refused by a backend that does not
+    use them). ``initial_state``: ``table/NAME`` and ``slot/NAME/SLOT`` arrays; missing entries
+    get the defaults of spec section 11 from the seed; ``state_source``/``strict``: for
+    file-backed callers, the file named in errors about ``initial_state`` and exact dtypes.
 
-    ``seed`` is a whole number from 0 to 2^64 - 1 and ``max_memory`` bytes or a size such as
-    ``"8G"`` (``tpuemb_cfg.units``, the grammar of the command line); other values raise
-    ``TypeError`` or ``ValueError`` naming the argument. An update that leaves a table's
-    parameters infinite or NaN raises ``NumericalError`` naming the step, the table and the
-    learning rate (the tables then hold the values of the failed step: restore a checkpoint).
+    ``max_memory``: the local backend refuses (``UsageError``, naming a limit that would do)
+    tables, slots and a step's working arrays (``Plan.memory_estimate``) that would need more
+    bytes; by default (None) the limit is 80% of the memory available
+    (``limits.default_memory_limit``), so a configuration too large for the machine is refused
+    instead of failing with ``MemoryError`` halfway; with the Ray backend it is each actor's
+    limit. ``self.engine`` is the engine in use. ``close()`` (or ``with``) releases the storage
+    (the Ray backend's actors).
+
+    An update that leaves a table's parameters infinite or NaN raises ``NumericalError`` naming
+    the step, the table and the learning rate (the tables then hold the values of the failed
+    step: restore a checkpoint).
 
     **Threads.** One step at a time: ``step``, ``recv_activations``, ``send_gradients``,
     ``apply_row_gradients``, ``checkpoint_arrays`` and ``restore_checkpoint`` hold the executor's
@@ -193,73 +198,35 @@ class Executor:
 
     def __init__(
         self,
-        config: Any,
+        prepared: Prepared,
+        options: RunOptions | None = None,
+        placement: Placement | None = None,
         *,
-        combiners: str | Sequence[str] | Mapping[int, str] | None = None,
         initial_state: Mapping[str, Any] | None = None,
-        seed: int = 0,
-        max_memory: int | str | None = None,
-        check_memory: bool = True,
         state_source: str | None = None,
         strict: bool = False,
-        validate_config: bool = True,
-        engine: str | Engine = "numba",
-        report: bool = True,
-        storage: Callable[[Plan, dict[str, np.ndarray], Engine], Storage] = LocalStorage,
-        backend: str = "local",
-        ray_address: str | None = None,
-        shards: int | None = None,
     ) -> None:
-        if backend not in ("local", "ray"):
-            raise UsageError(f"unknown backend {backend!r}; expected local or ray")
-        seed = units.seed_argument(seed)
-        max_memory = units.size_argument(max_memory, "max_memory")
-        self.engine: Engine = choose_engine(engine)
-        from ..session import prepare  # until the Executor takes only a Prepared
-
-        self.prepared: Prepared = prepare(config, combiners=combiners, check=validate_config)
-        self.config = self.prepared.config
-        self.plan: Plan = self.prepared.plan
+        if not hasattr(prepared, "plan") or not hasattr(prepared, "config"):
+            raise TypeError(
+                f"prepared: a Prepared configuration expected (tpuemb_cfg.session.prepare), "
+                f"found {type(prepared).__name__}; tpuemb_cfg.simulate.Executor takes a path, "
+                "bytes, a message or a compiled spec")
+        options = options if options is not None else RunOptions()
+        placement = placement if placement is not None else Placement()
+        self.engine: Engine = choose_engine(options.engine)
+        self.prepared: Prepared = prepared
+        self.config = prepared.config
+        self.plan: Plan = prepared.plan
         note_fallback(self.plan, self.engine)  # custom callables run on the NumPy path
-        self.backend = backend
-        if backend == "ray":
-            from .partial import expand_partial
-            from .ray_storage import RayStorage
-
-            # A table whose spec initializer is a Python callable: called once, then given.
-            initial_state = called_tables(self.plan, initial_state, state_source)
-            if initial_state is not None:  # partial tables: whole arrays read block by block
-                initial_state = expand_partial(self.plan, initial_state, seed, state_source,
-                                               strict)
-            self.storage: Storage = RayStorage(
-                self.plan, self.engine, given=initial_state, seed=seed, source=state_source,
-                strict=strict, shards=shards, max_memory=max_memory, address=ray_address,
-            )
-        else:
-            if check_memory:
-                from .memory import library_estimate, reduce_hint
-
-                parts = library_estimate(self.plan, self.engine.name)
-                require_memory(parts.total, max_memory, reduce=reduce_hint(parts))
-            # A table whose spec initializer is a Python callable: called once, then given.
-            initial_state = called_tables(self.plan, initial_state, state_source)
-            # LocalStorage computes default rows when first touched (``state.Pending``); another
-            # storage gets every value up front.
-            self.storage = storage(
-                self.plan,
-                make_initial_state(self.plan, initial_state, seed, state_source, strict,
-                                   lazy=storage is LocalStorage),
-                self.engine,
-            )
+        backend = choose_backend(placement.backend)
+        self.placement = placement
+        self.storage: Storage = backend.open(StorageRequest(
+            self.plan, self.engine, initial_state, state_source, strict, options, placement))
         self.step_index = 0
-        self.report = bool(report)
+        self.report = bool(options.report)
         # One step at a time: two threads stepping one executor would interleave the reads and
         # in-place writes of the same rows and lose updates (see the class docstring).
         self._lock = threading.RLock()
-        # The compiled step (numba) works on the live arrays of a storage in this process.
-        self._fused: Any = (
-            self.engine.fused if callable(getattr(self.storage, "local", None)) else None
-        )
         self.last_report: dict[str, TableReport] = {}
         #: The K learning rates the last step used (given, or the spec's callables' values).
         self.last_learning_rates = np.zeros(0, dtype=F32)
@@ -271,13 +238,27 @@ class Executor:
         # (None rows: the whole table), so the forward pass can read one update back.
         self._undo: dict[str, tuple[np.ndarray | None, np.ndarray]] = {}
         self._pending: DeduplicationData | None = None
+        # The step route of every table, chosen once (``StepRoute``): the compiled step (the
+        # numba engine, on live arrays of a storage in this process) or the engine's functions.
+        self._fused: Any = (
+            self.engine.fused if callable(getattr(self.storage, "local", None)) else None
+        )
+        self._routes = {table.name: self._route(table) for table in self.plan.tables}
+        # Per feature: whether the gradient check looks for NaN and infinities (the compiled
+        # back-propagation of its table looks itself).
+        self._finite = [not self._routes[self.plan.tables[f.table].name].backward
+                        for f in self.plan.features]
         # ``step`` overlaps forward and back-propagation (``fused.forward_backprop``, which
         # computes a ``LocalStorage``'s pending rows) when the compiled step does every table
         # and there are threads for it; ``overlapped_steps`` counts those steps.
-        self._overlap = isinstance(self.storage, LocalStorage) and all(
-            self._fused_backward(table) for table in self.plan.tables
-        )
+        self._live = live_arrays(self.storage)
+        self._overlap = self._live is not None and all(
+            route.backward for route in self._routes.values())
         self.overlapped_steps = 0
+
+    def _route(self, table: TablePlan) -> StepRoute:
+        """How ``table`` steps (``route.step_route``), chosen once."""
+        return step_route(self.plan, table, compiled=self._fused is not None)
 
     # ----------------------------------------------------------------------------------------
     # State
@@ -330,13 +311,7 @@ class Executor:
         """
         step, undo = self._checked_checkpoint(arrays, source)
         given = {k: v for k, v in arrays.items() if k.startswith(("table/", "slot/"))}
-        if self.backend == "ray":
-            from .ray_storage import RayStorage
-
-            assert isinstance(self.storage, RayStorage)
-            self.storage.load_given(given, source=source)  # checked, then sent host by host
-        else:
-            self.storage.load(make_initial_state(self.plan, given, 0, source, True))
+        load_checkpoint(self.storage, self.plan, given, source)  # checked, then loaded
         self.step_index = step
         self._undo = undo
         self._pending = None
@@ -444,24 +419,60 @@ class Executor:
         Returns the activations. ``source``/``strict`` are for file-backed callers: errors then
         name the file, and dtypes must be exactly the contract's.
         """
-        checked = check_batch(batch, self.plan, self.step_index, source, strict)
-        rates = self._rates(learning_rates, source, strict)
+        return self.run_checked_step(
+            self.check_step(batch, learning_rates, self.step_index, source=source, strict=strict),
+            source)
+
+    def check_step(
+        self,
+        batch: Sequence[FeatureInput | Mapping[str, Any]],
+        learning_rates: Sequence[float] | np.ndarray | None,
+        step: int,
+        *,
+        source: str | None = None,
+        strict: bool = False,
+        finite: bool = False,
+    ) -> CheckedStep:
+        """Check the inputs of step ``step`` (the batch, the learning rates, the gradients
+        ``batch`` carries), as ``step`` does, without running it: ``InputError`` naming the
+        key of the first problem. ``finite``: look for NaN and infinities in every gradient now
+        (else the compiled back-propagation looks at its own tables' when it reads them). A
+        compiled spec's learning-rate callables run for the executor's current step only."""
+        checked = check_batch(batch, self.plan, step, source, strict)
+        rates: np.ndarray | None = None
+        if learning_rates is not None or not self.plan.tag_rates or step == self.step_index:
+            rates = self._rates(learning_rates, source, strict, step)
         grads: list[np.ndarray] | None = None
         if self.plan.updates:
             grads = [
                 check_gradient(
-                    _grad_of(item), self.plan, feature, c.batch, self.step_index, source, strict,
-                    finite=not self._fused_backward(self.plan.tables[feature.table]),
+                    _grad_of(item), self.plan, feature, c.batch, step, source, strict,
+                    finite=finite or self._finite[feature.index],
                 )
                 for item, feature, c in zip(batch, self.plan.features, checked, strict=True)
             ]
+        return CheckedStep(step, checked, rates, grads)
+
+    @_one_at_a_time
+    def run_checked_step(self, checked: CheckedStep, source: str | None = None
+                         ) -> list[np.ndarray]:
+        """Run a step ``check_step`` checked (for the executor's current step); return the
+        activations. ``source``: the file errors name."""
+        if checked.step != self.step_index:
+            raise UsageError(f"the checked inputs are those of step {checked.step}; the "
+                             f"executor is at step {self.step_index}")
+        rates = checked.rates
+        if rates is None:
+            rates = self._rates(None)
+        grads = checked.grads
         previous = self.last_report
         try:
             computed = None
             if grads is not None and self._overlap and self._fused.threads() > 1:
-                activations, dedup, computed = self._forward_backprop(checked, grads, source)
+                activations, dedup, computed = self._forward_backprop(checked.features, grads,
+                                                                      source)
             else:
-                activations, dedup = self._forward(checked, source)
+                activations, dedup = self._forward(checked.features, source)
             self._pending = None
             self._backward(dedup, grads, rates, source, computed)
         except InputError:
@@ -470,26 +481,17 @@ class Executor:
         return activations
 
     def _rates(self, learning_rates: Sequence[float] | np.ndarray | None,
-               source: str | None = None, strict: bool = False) -> np.ndarray:
-        """The float32 [K] learning rates of this step: ``learning_rates`` checked, or (None)
-        the values of a compiled spec's learning-rate callables at this step (``executor
-        .rates``; a callable that fails raises ``InputError`` before any table changes)."""
+               source: str | None = None, strict: bool = False, step: int | None = None
+               ) -> np.ndarray:
+        """The float32 [K] learning rates of step ``step`` (default: this one):
+        ``learning_rates`` checked, or (None) the values of a compiled spec's learning-rate
+        callables at this step (``executor.rates``; a callable that fails raises
+        ``InputError`` before any table changes)."""
+        step = self.step_index if step is None else step
         self._spec_rates = learning_rates is None and bool(self.plan.tag_rates)
         if self._spec_rates:
-            return spec_learning_rates(self.plan, self.step_index)
-        return check_learning_rates(learning_rates, self.plan, self.step_index, source, strict)
-
-    def _fused_forward(self, table: TablePlan) -> bool:
-        """Whether the compiled step runs the forward pass of ``table``: the numba engine with
-        the tables in this process, no quantization and no pipelining (both read other values
-        than the live rows)."""
-        return (self._fused is not None and table.quantization is None and not self._pipelined
-                and not table.custom)
-
-    def _fused_backward(self, table: TablePlan) -> bool:
-        """Whether the compiled step back-propagates and updates ``table`` (one partial: spec
-        5.1); it then checks the table's gradients for NaN and infinities itself."""
-        return self._fused_forward(table) and table.accumulate and self.plan.updates
+            return spec_learning_rates(self.plan, step)
+        return check_learning_rates(learning_rates, self.plan, step, source, strict)
 
     # ----------------------------------------------------------------------------------------
     # Forward
@@ -522,7 +524,7 @@ class Executor:
         cores: list[np.ndarray] = []
         zero_bags: dict[int, int] = {}
         offset = 0
-        fused_backward = self._fused_backward(table)
+        fused_backward = self._routes[table.name].backward
         for f, c in zip(table.features, feats, strict=True):
             self._empty_bags.pop(f, None)
             if fused_backward and not c.unit_bags:
@@ -573,7 +575,7 @@ class Executor:
             given = self._table_input(table, checked, source)
             inputs.append(given)
             ids = given.ids
-            fused = self._fused if self._fused_forward(table) else None
+            fused = self._fused if self._routes[table.name].forward else None
             if fused is not None:
                 # Rows read straight from the live table: no gathered copy (spec section 3).
                 unique, inverse = fused.deduplicate(ids)
@@ -619,9 +621,9 @@ class Executor:
         (``fused.forward_backprop``): the activations, the record and what ``_backward``
         updates from."""
         inputs = [self._table_input(table, checked, source) for table in self.plan.tables]
-        assert isinstance(self.storage, LocalStorage)  # the overlap runs on live local arrays
+        assert self._live is not None  # the overlap runs on live local arrays
         found, records, computed, finite = forward_backprop(
-            self._fused, self.storage, self.plan.tables, inputs, grads, self._empty_bags,
+            self._fused, self._live, self.plan.tables, inputs, grads, self._empty_bags,
             lambda t, g, u, i: self._record(t, g, u, i, (Partial(None, u, i, None),), True),
         )
         self.overlapped_steps += 1
@@ -673,7 +675,7 @@ class Executor:
             )
         return [
             check_gradient(g, self.plan, feature, batch, self.step_index,
-                           finite=not self._fused_backward(self.plan.tables[feature.table]))
+                           finite=self._finite[feature.index])
             for g, feature, batch in zip(items, self.plan.features, dedup.batch_sizes, strict=True)
         ]
 
@@ -717,7 +719,7 @@ class Executor:
             # table (spec section 1).
             fused = [
                 table for table in self.plan.tables
-                if dedup.tables[table.name].compiled and self._fused_backward(table)
+                if dedup.tables[table.name].compiled and self._routes[table.name].backward
             ]
             computed, finite = backprop if backprop is not None else backprop_tables(
                 self._fused, fused, [dedup.tables[t.name] for t in fused], grads,
@@ -725,7 +727,7 @@ class Executor:
             )
             if not finite:
                 for feature in self.plan.features:  # the first NaN or infinity, in feature order
-                    if self._fused_backward(self.plan.tables[feature.table]):
+                    if not self._finite[feature.index]:
                         check_finite(grads[feature.index], self.step_index, feature.index,
                                      source)
             fused_grads = {table.name: grad for table, grad in zip(fused, computed, strict=True)}

@@ -19,7 +19,7 @@ back-propagates; the update, the only write to the tables, comes after both.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
@@ -27,13 +27,45 @@ from .. import numerics
 from .batch import CheckedFeature
 from .optimizers import UpdateContext
 from .plan import TablePlan
-from .storage import LocalStorage
+from .storage import LiveArrays
 
 __all__ = [
-    "TableInput", "backprop_tables", "forward_backprop", "identity", "stacked", "update_table",
+    "CompiledStep", "TableInput", "backprop_tables", "forward_backprop", "identity", "stacked",
+    "update_table",
 ]
 
 F32 = np.float32
+
+
+class CompiledStep(Protocol):
+    """The compiled step's one interface (``Engine.fused``; the numba engine's
+    ``engines.numba.FusedStep``), what the executor and this module call: de-duplication and
+    the forward lookup on live rows, the pending-row probe of a lazy table, back-propagation
+    with the input check (``(grad or grouped occurrences, finite)``), the fused update returning
+    each row's squared change, and its threads (``parallel`` tasks, one task ``alongside``
+    another, the thread count)."""
+
+    def deduplicate(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
+
+    def lookup(self, rows: np.ndarray, unique: np.ndarray, inverse: np.ndarray | None,
+               gains: np.ndarray, row_splits: np.ndarray) -> np.ndarray: ...
+
+    def missing_rows(self, done: np.ndarray, ids: np.ndarray) -> np.ndarray: ...
+
+    def backprop(self, d_activations: np.ndarray, sample: np.ndarray, gains: np.ndarray,
+                 inverse: np.ndarray, rows: int) -> tuple[Any, bool]: ...
+
+    def update(self, table: TablePlan, params: np.ndarray, slots: tuple[np.ndarray, ...],
+               rows: np.ndarray | None, grad: Any, lr: np.float32,
+               ctx: UpdateContext) -> np.ndarray: ...
+
+    def parallel(self, tasks: Sequence[Callable[..., Any]]) -> list[Any]: ...
+
+    def alongside(self, background: Callable[[], Any], foreground: Callable[[], Any]
+                  ) -> tuple[Any, Any]: ...
+
+    def threads(self) -> int: ...
+
 
 
 class TableInput(NamedTuple):
@@ -89,7 +121,7 @@ def stacked(table: TablePlan, grads: Sequence[np.ndarray]) -> np.ndarray:
 
 
 def _backprop(
-    fused: Any, table: TablePlan, record: Any, grads: Sequence[np.ndarray],
+    fused: CompiledStep, table: TablePlan, record: Any, grads: Sequence[np.ndarray],
     empty_bags: Mapping[int, np.ndarray],
 ) -> tuple[Any, bool]:
     grad, finite = fused.backprop(stacked(table, grads), record.sample, record.gains,
@@ -103,7 +135,7 @@ def _backprop(
 
 
 def backprop_tables(
-    fused: Any, tables: Sequence[TablePlan], records: Sequence[Any],
+    fused: CompiledStep, tables: Sequence[TablePlan], records: Sequence[Any],
     grads: Sequence[np.ndarray], empty_bags: Mapping[int, np.ndarray],
 ) -> tuple[list[Any], bool]:
     """Per table, what ``update_table`` updates from (``fused.backprop``: the rows' summed
@@ -123,7 +155,7 @@ def backprop_tables(
 
 
 def update_table(
-    fused: Any, storage: Any, table: TablePlan, record: Any, grad: Any, lr: np.float32,
+    fused: CompiledStep, storage: Any, table: TablePlan, record: Any, grad: Any, lr: np.float32,
     ctx: UpdateContext,
 ) -> float:
     """Spec sections 4 and 6 for ``table`` from ``grad`` (its ``backprop_tables`` result), in
@@ -134,8 +166,8 @@ def update_table(
 
 
 def forward_backprop(
-    fused: Any, storage: LocalStorage, tables: Sequence[TablePlan], inputs: Sequence[TableInput],
-    grads: Sequence[np.ndarray], empty_bags: Mapping[int, np.ndarray],
+    fused: CompiledStep, storage: LiveArrays, tables: Sequence[TablePlan],
+    inputs: Sequence[TableInput], grads: Sequence[np.ndarray], empty_bags: Mapping[int, np.ndarray],
     record: Callable[[TablePlan, TableInput, np.ndarray, np.ndarray], Any],
 ) -> tuple[dict[int, np.ndarray], list[Any], list[Any], bool]:
     """The forward pass and back-propagation of ``tables`` (every one compiled), at once.

@@ -299,10 +299,10 @@ def _resident(table_bytes: int, rows: int, touched: float, huge: bool) -> float:
 
 
 def _compiled_step(plan: Plan, table: TablePlan, engine: str) -> bool:
-    """Whether the numba engine's compiled step runs ``table`` (``Executor._fused_forward``)."""
-    pipelined = plan.pipelined and plan.mode == "TRAINING"
-    return (engine == "numba" and table.quantization is None and not pipelined
-            and not table.custom)
+    """Whether the numba engine's compiled step runs ``table`` (``route.step_route``)."""
+    from .route import step_route
+
+    return step_route(plan, table, compiled=engine == "numba").forward
 
 
 def _table_terms(plan: Plan, table: TablePlan, shape: RunShape,

@@ -10,15 +10,21 @@ Every step is checked before the first one runs, so bad input fails fast and not
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..errors import InputError
-from .batch import FeatureInput, check_batch, check_gradient, check_learning_rates
+from .batch import FeatureInput, check_learning_rates
 from .core import Executor, TableReport, require_memory
+from .options import Placement, RunOptions
 from .plan import Plan
+from .storage import choose_backend
+
+if TYPE_CHECKING:
+    from .prepared import Prepared
 
 __all__ = ["parse_steps", "replay", "require_replay_memory"]
 
@@ -108,70 +114,53 @@ def require_replay_memory(plan: Plan, sizes: Mapping[str, int], max_memory: int 
 
 
 def replay(
-    config: Any,
+    prepared: Prepared,
     batches: Mapping[str, Any],
     init: Mapping[str, Any] | None = None,
     *,
-    combiners: str | Sequence[str] | Mapping[int, str] | None = None,
-    seed: int = 0,
-    batches_source: str | None = None,
-    init_source: str | None = None,
-    max_memory: int | None = None,
-    validate_config: bool = True,
+    options: RunOptions | None = None,
+    placement: Placement | None = None,
+    sources: tuple[str | None, str | None] = (None, None),
     on_step: Callable[[int, Mapping[str, TableReport]], None] | None = None,
-    engine: str = "numba",
-    backend: str = "local",
-    ray_address: str | None = None,
-    shards: int | None = None,
 ) -> dict[str, np.ndarray]:
     """Run every step of ``batches`` from the state ``init``; return the replay output arrays.
 
-    ``config``: a ``Prepared`` (``tpuemb_cfg.session``; nothing is parsed or planned again) or
-    anything ``prepare`` takes; ``validate_config=False`` skips validation. Arrays must have the
-    contract's dtypes exactly (int64 ids, float32 floats). ``combiners`` as for ``Executor`` (a
-    ``Prepared`` is re-planned with them). ``max_memory``: refuse (``UsageError``) when the
-    state (estimated from the prepared plan), the inputs and the activations would need more
-    bytes (default: 80% of the memory available, as for ``Executor``). Raises ``InputError``
-    (naming the key and, when given, the source file) for any bad input, before any step runs.
-    ``on_step(step, reports)`` is called after each step with the per-table ``TableReport`` of
-    that step. ``engine``: ``numba`` (default) or ``numpy`` (see
-    ``tpuemb_cfg.executor.engines``): the same bits (docs/numerics.md).
-    ``backend``, ``ray_address``, ``shards``: where the tables live, as for ``Executor``; with
-    ``backend="ray"``, ``max_memory`` is each host actor's limit, and the returned tables and
-    slots are live ``ShardedArray`` views (``npzio.atomic_write_npz`` streams them host by host)
-    valid while the Ray session lasts.
+    ``prepared``: the configuration (a ``Prepared``, ``tpuemb_cfg.session.prepare``; nothing is
+    parsed or planned again; ``tpuemb_cfg.simulate.replay`` takes a path or a message).
+    ``options``/``placement``: as for ``Executor`` (``RunOptions``, ``Placement``). With tables
+    in this process, ``max_memory`` refuses (``UsageError``) a replay whose state (estimated
+    from the plan), inputs and activations would need more bytes (default: 80% of the memory
+    available); with the Ray backend it is each host actor's limit, and the returned tables
+    and slots are live ``ShardedArray`` views (``npzio.atomic_write_npz`` streams them host by
+    host) valid while the Ray session lasts. ``sources``: the files ``batches`` and ``init``
+    were read from, named in errors. Arrays must have the contract's dtypes exactly (int64 ids,
+    float32 floats); every step is checked once, before the first one runs: ``InputError``
+    names the key and the source. ``on_step(step, reports)`` is called after each step with
+    the per-table ``TableReport`` of that step.
     """
-    from ..session import prepare  # until replay takes only a Prepared
-
-    prepared = prepare(config, combiners=combiners, check=validate_config)
-    if backend != "ray":
+    options = options if options is not None else RunOptions()
+    placement = placement if placement is not None else Placement()
+    batches_source, init_source = sources
+    if choose_backend(placement.backend).in_process:
         require_replay_memory(
-            prepared.plan, {name: int(np.asarray(value).nbytes) for name, value in batches.items()},
-            max_memory)
-    executor = Executor(
-        prepared,
-        initial_state=init,
-        seed=seed,
-        state_source=init_source,
-        strict=True,
-        engine=engine,
-        backend=backend,
-        ray_address=ray_address,
-        shards=shards,
-        max_memory=max_memory if backend == "ray" else None,
-        check_memory=False,  # checked above, with the inputs and outputs counted too
-    )
+            prepared.plan,
+            {name: int(np.asarray(value).nbytes) for name, value in batches.items()},
+            options.memory_limit)
+        # Checked above, with the inputs and outputs counted too.
+        options = replace(options, max_memory=None, check_memory=False)
+    executor = Executor(prepared, options, placement, initial_state=init,
+                        state_source=init_source, strict=True)
     plan = executor.plan
-    steps = parse_steps(batches, len(plan.features), batches_source)
-    for step, (inputs, rates) in enumerate(steps):
-        checked = check_batch(inputs, plan, step, batches_source, strict=True)
-        check_learning_rates(rates, plan, step, batches_source, strict=True)
-        if plan.updates:
-            for item, feature, c in zip(inputs, plan.features, checked, strict=True):
-                check_gradient(item.grad, plan, feature, c.batch, step, batches_source, True)
+    checked = [
+        executor.check_step(
+            inputs, check_learning_rates(rates, plan, step, batches_source, strict=True), step,
+            source=batches_source, strict=True, finite=True)
+        for step, (inputs, rates) in enumerate(
+            parse_steps(batches, len(plan.features), batches_source))
+    ]
     out: dict[str, np.ndarray] = {}
-    for step, (inputs, rates) in enumerate(steps):
-        activations = executor.step(inputs, rates, source=batches_source, strict=True)
+    for step, inputs in enumerate(checked):
+        activations = executor.run_checked_step(inputs, batches_source)
         for f, activation in enumerate(activations):
             out[f"s{step}/f{f}/activations"] = activation
         if on_step is not None:

@@ -3,8 +3,8 @@
 The step logic (``core``) never indexes a table or slot array itself. It reads parameter rows
 for the forward pass and for the report, hands each partial's row update to the storage, and
 exports or imports whole states for checkpoints; nothing else. So a second implementation - the
-Ray-sharded one of ``ray_storage``, keeping each host's rows in its own actor - plugs in without
-touching the step. The interface (:class:`Storage`):
+Ray-sharded one of ``tpuemb_cfg.backends.ray``, keeping each host's rows in its own actor - plugs
+in without touching the step. The interface (:class:`Storage`):
 
 ``gather(table, rows) -> ndarray``
     a new float32 ``[len(rows), D]`` array of the parameter rows ``rows`` (sorted distinct int64
@@ -39,20 +39,39 @@ touching the step. The interface (:class:`Storage`):
     release what the storage holds outside this process (nothing for a local one).
 
 :class:`LocalStorage` keeps NumPy arrays in this process and runs the engine's kernels on them.
+A storage may offer more: ``load_given(given, source=)`` (replace the tables and slots by given
+state-file arrays, checked, where the rows live; else the executor checks them and calls
+``load``) and the live arrays of :class:`LiveArrays` (the compiled step's in-place reads and
+updates).
+
+**Backends.** The executor opens its storage through a :class:`Backend` chosen by name in
+:data:`BACKENDS` (``name -> "module:attribute"``, imported when chosen, so the executor imports
+no backend): ``local`` (``executor.local``) and ``ray`` (``tpuemb_cfg.backends.ray.storage``).
+:func:`register_backend` adds one. A backend's ``open(request)`` gets a :class:`StorageRequest`
+(the plan, the engine, the initial arrays, the run options and the placement) and refuses the
+settings it does not use.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping
-from typing import Protocol
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 
+from ..errors import UsageError
 from .engines import Engine
+from .initial import initial_state as make_initial_state
+from .options import Placement, RunOptions
 from .plan import Plan
 from .state import Pending, slot_key, table_key
 
-__all__ = ["LocalStorage", "RowUpdate", "Storage", "rows_of"]
+__all__ = [
+    "BACKENDS", "Backend", "LiveArrays", "LocalStorage", "RowUpdate", "Storage", "StorageRequest",
+    "choose_backend", "load_checkpoint", "register_backend", "rows_of",
+]
 
 #: ``fn(params, slots, rows, grad)``: update ``rows`` (None: every row) of the arrays in place.
 RowUpdate = Callable[[np.ndarray, tuple[np.ndarray, ...], np.ndarray | None, np.ndarray], None]
@@ -76,6 +95,105 @@ class Storage(Protocol):
     def load(self, arrays: Mapping[str, np.ndarray]) -> None: ...
 
     def close(self) -> None: ...
+
+
+class LiveArrays(Protocol):
+    """A storage whose arrays live in this process (``LocalStorage``): what the compiled step
+    reads and updates in place (:meth:`LocalStorage.local`, :meth:`LocalStorage.live_params`)."""
+
+    def local(
+        self, table: str, rows: np.ndarray | None = None
+    ) -> tuple[np.ndarray, tuple[np.ndarray, ...]]: ...
+
+    def live_params(
+        self, table: str, ids: np.ndarray, missing: Callable[[np.ndarray, np.ndarray], np.ndarray]
+    ) -> np.ndarray: ...
+
+
+def live_arrays(storage: Storage) -> LiveArrays | None:
+    """``storage`` when its arrays live in this process (it offers ``local`` and
+    ``live_params``), else None."""
+    if callable(getattr(storage, "local", None)) and callable(
+            getattr(storage, "live_params", None)):
+        return storage  # type: ignore[return-value]
+    return None
+
+
+def load_checkpoint(storage: Storage, plan: Plan, given: Mapping[str, Any],
+                    source: str | None) -> None:
+    """Replace every table and slot of ``storage`` by ``given`` (state-file arrays, every key
+    present), checked exactly (float32 of the table's shape; ``InputError`` naming ``source``):
+    by the storage's own ``load_given`` where it has one (a remote storage sends the rows to
+    where they live), else checked here and given to ``load``."""
+    load_given = getattr(storage, "load_given", None)
+    if callable(load_given):
+        load_given(given, source=source)
+    else:
+        storage.load(make_initial_state(plan, given, 0, source, True))
+
+
+@dataclass(frozen=True)
+class StorageRequest:
+    """What a backend opens a storage from: the ``plan``, the ``engine``, the ``given`` initial
+    arrays by state-file key (tables with a callable initializer already called; the others
+    default from ``options.seed``), ``source``/``strict`` for errors about them and their
+    dtypes, the run ``options`` (the memory limit) and the ``placement`` (the backend's
+    settings)."""
+
+    plan: Plan
+    engine: Engine
+    given: Mapping[str, Any] | None
+    source: str | None
+    strict: bool
+    options: RunOptions
+    placement: Placement
+
+    def refuse(self, backend: str, settings: list[str]) -> None:
+        """``UsageError`` when the placement gives one of ``settings``, which ``backend``
+        does not use (a setting silently ignored would mislead)."""
+        wrong = [name for name in self.placement.given() if name in settings]
+        if wrong:
+            raise UsageError(f"{'= and '.join(wrong)}= not used by backend={backend!r} (it would "
+                             f"be ignored); remove {'it' if len(wrong) == 1 else 'them'}")
+
+
+class Backend(Protocol):
+    """Where a storage's tables live. ``in_process``: whether they are this process's memory
+    (a caller's own memory check then counts them); ``open``: the storage of ``request``."""
+
+    @property
+    def in_process(self) -> bool: ...
+
+    def open(self, request: StorageRequest) -> Storage: ...
+
+
+#: The storage backends by name: ``"module:attribute"`` of a :class:`Backend`, imported when
+#: chosen (``choose_backend``).
+BACKENDS: dict[str, str] = {
+    "local": "tpuemb_cfg.executor.local:LOCAL",
+    "ray": "tpuemb_cfg.backends.ray.storage:RAY",
+}
+
+
+def register_backend(name: str, target: str) -> None:
+    """Make ``name`` choose the backend at ``target`` (``"module:attribute"``)."""
+    if ":" not in target:
+        raise ValueError(f"backend {name!r}: expected 'module:attribute', found {target!r}")
+    BACKENDS[name] = target
+
+
+def choose_backend(backend: str | Backend) -> Backend:
+    """The :class:`Backend` named ``backend`` (imported now), or ``backend`` itself;
+    ``UsageError`` for a name not in :data:`BACKENDS`."""
+    if not isinstance(backend, str):
+        return backend
+    target = BACKENDS.get(backend)
+    if target is None:
+        raise UsageError(f"unknown backend {backend!r}; expected "
+                         + " or ".join(sorted(BACKENDS)))
+    module, _, attribute = target.partition(":")
+    found: Backend = getattr(importlib.import_module(module), attribute)
+    return found
 
 
 def rows_of(whole: np.ndarray, rows: np.ndarray, engine: Engine) -> np.ndarray:

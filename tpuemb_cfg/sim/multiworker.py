@@ -55,7 +55,7 @@ import numpy as np
 from .. import units
 from ..errors import NumericalError, UsageError
 from ..errors import parameter as arg
-from ..executor import Executor, FeatureInput
+from ..executor import Executor, FeatureInput, Placement, RunOptions
 from ..executor.memory import Estimate
 from ..executor.plan import Plan
 from ..executor.prepared import Prepared
@@ -252,9 +252,9 @@ class MultiWorkerRun:
             else int(replicas_to_aggregate or workers)
         )
         self.init_tokens = init_tokens
-        self.executor = Executor(for_chief(prepared), seed=seed, max_memory=max_memory,
-                                 engine=engine, backend=backend, ray_address=ray_address,
-                                 shards=shards)
+        self.executor = Executor(for_chief(prepared),
+                                 RunOptions(seed=seed, engine=engine, max_memory=max_memory),
+                                 Placement(backend, shards, ray_address))
         self.plan = self.executor.plan
         self.data = SyntheticData(self.plan, seed=seed, learning_rate=learning_rate,
                                   schedules=schedules, schedules_source=spec_path, ids=ids,

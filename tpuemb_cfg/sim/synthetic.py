@@ -51,7 +51,7 @@ import numpy as np
 from .. import units
 from ..errors import InputError, NumericalError, UsageError
 from ..errors import parameter as arg
-from ..executor import Executor, FeatureInput, memory
+from ..executor import Executor, FeatureInput, Placement, RunOptions, memory
 from ..executor.bags import bag_lengths
 from ..executor.core import damaged_checkpoint
 from ..executor.counter import stream_key
@@ -66,6 +66,7 @@ from ..executor.workload import (
     parse_sequence_lengths,
 )
 from ..numerics import pow64
+from ..session import prepare  # the configuration prepared once (as multiworker does)
 from . import kernels
 from .schedules import Schedule, check_schedule_tags
 
@@ -354,11 +355,9 @@ class SyntheticRun:
                                  parse_sequence_lengths(sequence_lengths, "sequence_lengths"))
         # The executor refuses tables and a step it cannot hold before it allocates them;
         # ``run`` checks the whole run (the history, the process, the outputs) before it starts.
-        self.executor = Executor(
-            config, combiners=combiners, seed=seed, max_memory=max_memory,
-            validate_config=validate_config, engine=engine, backend=backend,
-            ray_address=ray_address, shards=shards,
-        )
+        options = RunOptions(seed=seed, engine=engine, max_memory=max_memory)
+        self.executor = Executor(prepare(config, combiners=combiners, check=validate_config),
+                                 options, Placement(backend, shards, ray_address))
         self.plan = self.executor.plan
         self.data = SyntheticData(self.plan, seed=seed, learning_rate=learning_rate,
                                   schedules=schedules, schedules_source=spec_path, ids=ids,

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ... import numerics
+from ...layout import host_of  # spec section 8, stated once
 from .base import Engine
 
 __all__ = [
@@ -140,21 +141,6 @@ def quantize(values: np.ndarray, lower: np.float32, upper: np.float32, buckets: 
     quantum = (upper - lower) / F32(buckets - 1)
     x = np.minimum(np.maximum(values, lower), upper)
     return (np.floor((x - lower) / quantum + F32(0.5)) * quantum + lower).astype(F32, copy=False)
-
-
-def host_of(ids: np.ndarray, vocabulary: int, num_hosts: int, mod: bool) -> np.ndarray:
-    """The host owning each id (spec section 8): round robin for MOD, contiguous ranges for DIV.
-
-    With q = V // N and r = V % N, the first r hosts hold q + 1 rows and the others q.
-    """
-    hosts = max(int(num_hosts), 1)
-    if mod:
-        return ids % hosts
-    q, r = divmod(int(vocabulary), hosts)
-    boundary = r * (q + 1)
-    if q == 0:  # fewer rows than hosts (the validator rejects it): one row per host
-        return ids.copy()
-    return np.where(ids < boundary, ids // (q + 1), r + (ids - boundary) // q)
 
 
 def backprop_sum(

@@ -1,4 +1,4 @@
-"""Which host holds which row (spec section 8), as the sharded storage lays tables out.
+"""Which host holds which row (spec section 8): the one statement of the host layout.
 
 On a TPU pod the rows of every table live on the hosts: with V = ``vocabulary_size``, N hosts,
 q = floor(V / N) and r = V mod N, each of the first r hosts holds q + 1 rows and the others q,
@@ -8,20 +8,43 @@ placed by ``sharding_strategy``:
 - **DIV_DEFAULT** (contiguous ranges): host h holds the ids from its first row
   ``h * (q + 1)`` (h <= r) or ``r * (q + 1) + (h - r) * q`` (h > r) on; local row = i minus it.
 
-:class:`TableLayout` is that mapping for one table, pure NumPy: the owner and local row of ids,
+:func:`host_of` is the owner of each id (the report's ids per host); :class:`TableLayout` is the
+whole mapping for one table, as the sharded storage lays tables out: the owner and local row of ids,
 a host's global ids (what ``state.initial_table_rows`` draws for it), the split of a sorted
 block of ids into one block per host (what travels per step), and the split of a range of ids
 (what streams into an ``.npz`` file, one block of rows at a time). The same formulas hold when
 N exceeds V (``--shards`` experiments): the hosts past V then hold no rows.
+
+NumPy is imported when a function runs, not with the module (the layer of derived facts loads
+no NumPy).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
-__all__ = ["HostRows", "TableLayout"]
+__all__ = ["HostRows", "TableLayout", "host_of"]
+
+
+def host_of(ids: np.ndarray, vocabulary: int, num_hosts: int, mod: bool) -> np.ndarray:
+    """The host holding each id (int64 ids; spec section 8): ``i mod N`` for MOD; for
+    DIV_DEFAULT, with q = V // N and r = V % N, the first r hosts hold q + 1 contiguous rows
+    and the others q (N > V: one row per host, the hosts past V none)."""
+    import numpy as np
+
+    hosts = max(int(num_hosts), 1)
+    if mod:
+        return ids % hosts
+    q, r = divmod(int(vocabulary), hosts)
+    boundary = r * (q + 1)
+    if q == 0:
+        return ids.copy()
+    out: np.ndarray = np.where(ids < boundary, ids // (q + 1), r + (ids - boundary) // q)
+    return out
 
 
 @dataclass(frozen=True)
@@ -69,28 +92,29 @@ class TableLayout:
         return host * (q + 1) if host <= r else r * (q + 1) + (host - r) * q
 
     def host_of(self, ids: np.ndarray) -> np.ndarray:
-        """The host holding each id (int64)."""
-        ids = np.asarray(ids, dtype=np.int64)
-        if self.mod:
-            return ids % self.hosts
-        q, r = self._qr
-        boundary = r * (q + 1)
-        if q == 0:
-            return ids.copy()
-        return np.where(ids < boundary, ids // (q + 1), r + (ids - boundary) // q)
+        """The host holding each id (int64; :func:`host_of`)."""
+        import numpy as np
+
+        return host_of(np.asarray(ids, dtype=np.int64), self.vocabulary, self.hosts, self.mod)
 
     def local_of(self, ids: np.ndarray, host: int) -> np.ndarray:
         """The local row numbers on ``host`` of ``ids`` (all held by ``host``)."""
+        import numpy as np
+
         ids = np.asarray(ids, dtype=np.int64)
         return ids // self.hosts if self.mod else ids - self.first_row(host)
 
     def global_of(self, host: int, local: np.ndarray) -> np.ndarray:
         """The ids of ``host``'s local rows ``local`` (int64)."""
+        import numpy as np
+
         local = np.asarray(local, dtype=np.int64)
         return local * self.hosts + host if self.mod else local + self.first_row(host)
 
     def global_ids(self, host: int) -> np.ndarray:
         """Every id ``host`` holds, in local-row order (int64)."""
+        import numpy as np
+
         count = self.rows_of(host)
         if self.mod:
             return np.arange(count, dtype=np.int64) * self.hosts + host
@@ -98,6 +122,8 @@ class TableLayout:
 
     def split(self, rows: np.ndarray) -> list[HostRows]:
         """One ``HostRows`` per host (hosts holding none included) for sorted distinct ``rows``."""
+        import numpy as np
+
         rows = np.asarray(rows, dtype=np.int64)
         if not self.mod:
             # Sorted ids: every host's ids are one contiguous run.

@@ -1,8 +1,8 @@
 """One host's rows of every table and slot, and the work done where they live.
 
-A :class:`Shard` is what a Ray actor of the sharded storage (``ray_storage``) runs; it is plain
+A :class:`Shard` is what a Ray actor of the sharded storage (``storage``) runs; it is plain
 Python and NumPy, so it also runs (and is tested) in this process. It holds, for every table,
-the rows ``sharding.TableLayout`` gives its host - float32 ``[rows, D]`` parameters and one
+the rows ``layout.TableLayout`` gives its host - float32 ``[rows, D]`` parameters and one
 array per slot - and nothing else: it allocates only its rows, initialised by
 ``state.initial_table_rows`` / ``state.initial_slot_rows``, which depend only on the seed, the
 table and the global id, so the sharded state is bit-identical to one machine's.
@@ -37,14 +37,14 @@ from typing import Any
 
 import numpy as np
 
-from . import state
-from .engine_choice import choose_engine
-from .optimizers import UpdateContext
-from .pipeline import RowPipeline
-from .plan import Plan, TablePlan
-from .sharding import TableLayout
-from .state import slot_key, table_key
-from .storage import RowUpdate
+from ...executor import state
+from ...executor.engine_choice import choose_engine
+from ...executor.optimizers import UpdateContext
+from ...executor.pipeline import RowPipeline
+from ...executor.plan import Plan, TablePlan
+from ...executor.state import slot_key, table_key
+from ...executor.storage import RowUpdate
+from ...layout import TableLayout
 
 __all__ = ["Arena", "PipelineRef", "Shard", "call", "fitting_hosts", "shard_bytes"]
 

@@ -1,10 +1,11 @@
 """The Ray backend: each host's rows in its own Ray actor, steps bit-identical to one machine.
 
-``Executor(config, backend="ray")`` keeps its tables and slots in a :class:`RayStorage`: one
-Ray actor per host (``num_hosts``, or ``shards`` for experiments), each running a
-``shard.Shard`` that allocates only the rows ``sharding_strategy`` gives its host (spec section
-8). The step logic does not change (it reaches the tables only through the ``Storage``
-interface); per step only touched rows travel:
+``Executor(prepared, placement=Placement("ray"))`` keeps its tables and slots in a
+:class:`RayStorage` (opened by :data:`RAY`, ``storage.BACKENDS["ray"]``): one Ray actor per host
+(``num_hosts``, or ``shards`` for experiments), each running a ``host.Shard`` that allocates
+only the rows ``sharding_strategy`` gives its host (spec section 8). The step logic does not
+change (it reaches the tables only through the ``Storage`` interface); per step only touched
+rows travel:
 
 - **forward**: ``gather`` splits the step's sorted unique ids by host, each host returns its
   rows, the driver puts them back in id order (and keeps them for the pre-update read of the
@@ -14,11 +15,11 @@ interface); per step only touched rows travel:
   on one machine, then sends each host the per-row gradients of its rows (with the key of the
   rows it kept, when they are the rows read: the row numbers do not travel again, and the undo
   log takes the kept values instead of reading the rows again) and the per-row pipeline
-  (``pipeline.RowPipeline``, as a ``shard.PipelineRef``); the host runs it on its own arrays.
+  (``pipeline.RowPipeline``, as a ``host.PipelineRef``); the host runs it on its own arrays.
   Non-lazy optimizers step every row: each host receives its touched rows and steps the others
   with a zero gradient, which is what the local executor computes for them;
 - **transport**: the hosts on the driver's machine exchange the step's rows through a
-  shared-memory ``shard.Arena`` (a file of ``/dev/shm`` both map, unlinked once mapped): the
+  shared-memory ``host.Arena`` (a file of ``/dev/shm`` both map, unlinked once mapped): the
   driver writes row numbers, positions and gradient rows there, each host writes the rows it
   reads straight at their positions in the step's block, and the Ray calls carry only a few
   numbers. The other hosts (another machine, or ``TPUEMB_RAY_SHARED_MEMORY=0``) get arrays
@@ -35,7 +36,7 @@ Whole tables never gather on the driver: ``arrays()`` and a non-lazy table's pre
 
 The hosts' update reports each of its rows' squared change (8 bytes a row), and the driver adds
 them in global row order (``numerics.total``), so the update norm has the local backend's bits.
-The connection to Ray, and the actors kept between storages, are ``ray_session``'s.
+The connection to Ray, and the actors kept between storages, are ``connection``'s.
 """
 
 from __future__ import annotations
@@ -45,17 +46,23 @@ import os
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from .. import numerics
-from ..errors import TpuembError, UsageError
-from ..errors import parameter as arg
-from .engines import Engine
-from .pipeline import RowPipeline
-from .plan import Plan
-from .ray_session import (
+from ... import numerics
+from ...errors import TpuembError, UsageError
+from ...errors import parameter as arg
+from ...executor.engines import Engine
+from ...executor.initial import called_tables
+from ...executor.partial import expand_partial
+from ...executor.pipeline import RowPipeline
+from ...executor.plan import Plan
+from ...executor.state import check_given, slot_key, table_key
+from ...executor.storage import RowUpdate, StorageRequest
+from ...layout import HostRows, TableLayout
+from .connection import (
     connect,
     disconnect,
     first_line,
@@ -64,7 +71,7 @@ from .ray_session import (
     session_token,
     take_actor,
 )
-from .shard import (
+from .host import (
     Arena,
     PipelineRef,
     Place,
@@ -74,11 +81,8 @@ from .shard import (
     fitting_hosts,
     shard_bytes,
 )
-from .sharding import HostRows, TableLayout
-from .state import check_given, slot_key, table_key
-from .storage import RowUpdate
 
-__all__ = ["RayStorage", "ShardLost", "ShardedArray"]
+__all__ = ["RAY", "RayBackend", "RayStorage", "ShardLost", "ShardedArray"]
 
 F32 = np.float32
 #: The directory of shared-memory files, and the variable that turns their use off ("0").
@@ -172,12 +176,12 @@ class RayStorage:
     unknown key, a wrong dtype - ``strict``: anything but float32 - or a wrong shape raises
     ``InputError`` naming ``source``); the hosts initialise the others from ``seed``.
     ``shards``: the number of actors (default ``num_hosts``). ``max_memory``: each actor's limit
-    in bytes; a host whose estimate (``shard.shard_bytes``) exceeds it is refused before
+    in bytes; a host whose estimate (``host.shard_bytes``) exceeds it is refused before
     anything is allocated, and so is one no Ray node has the memory for. ``address``: as for
     :func:`connect` (used only when this process is not connected yet; the storage then owns
     the connection and ``close`` ends it). ``threads``: numba threads per actor (default: the
     cores of its machine divided among the actors on it). The hosts on the driver's machine
-    exchange a step's rows through a shared-memory ``shard.Arena`` instead of Ray's object
+    exchange a step's rows through a shared-memory ``host.Arena`` instead of Ray's object
     store where ``/dev/shm`` exists, unless the environment sets
     ``TPUEMB_RAY_SHARED_MEMORY=0``; the results are the same either way.
     """
@@ -254,7 +258,7 @@ class RayStorage:
     # Set-up
 
     def _check_limit(self, limit: int, what: str, fix: str) -> None:
-        from ..units import format_size
+        from ...units import format_size
 
         host = int(np.argmax(self.estimates))
         if self.estimates[host] <= limit:
@@ -795,3 +799,36 @@ class RayStorage:
         """Bytes each host's actor holds now (tables, slots, pre-step copies)."""
         return [int(n) for n in self._run([(h, "nbytes", ()) for h in range(self.hosts)],
                                           "counting its bytes")]
+
+
+# ------------------------------------------------------------------------------------------------
+# The backend
+
+
+@dataclass(frozen=True)
+class RayBackend:
+    """Opens a :class:`RayStorage` (``storage.BACKENDS["ray"]``): the placement's ``shards``
+    and ``ray_address``; ``max_memory`` is each host actor's limit (None: what the largest Ray
+    node offers), always checked (``check_memory=False`` is refused)."""
+
+    @property
+    def in_process(self) -> bool:
+        return False
+
+    def open(self, request: StorageRequest) -> RayStorage:
+        options, plan = request.options, request.plan
+        if not options.check_memory:
+            raise UsageError("check_memory=False: not used by backend='ray', which always "
+                             "checks each host actor's memory (it would be ignored); remove it")
+        # A table whose spec initializer is a Python callable: called once, then given.
+        given = called_tables(plan, request.given, request.source)
+        if given is not None:  # partial tables: whole arrays read block by block
+            given = expand_partial(plan, given, options.seed, request.source, request.strict)
+        return RayStorage(
+            plan, request.engine, given=given, seed=options.seed, source=request.source,
+            strict=request.strict, shards=request.placement.shards,
+            max_memory=options.memory_limit, address=request.placement.ray_address,
+        )
+
+
+RAY = RayBackend()

@@ -19,7 +19,7 @@ import socket
 from collections.abc import Iterator
 from typing import Any
 
-from ..errors import UsageError, parameter
+from ...errors import UsageError, parameter
 
 __all__ = [
     "INSTALL_HINT",

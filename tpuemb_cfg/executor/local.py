@@ -1,0 +1,62 @@
+"""The local backend: every table and slot a NumPy array of this process (``LocalStorage``).
+
+``LOCAL`` opens it (``storage.BACKENDS["local"]``): the memory check of the run's tables, slots
+and step against ``max_memory`` (``core.require_memory``; skipped with ``check_memory=False``),
+the tables whose initializer is a Python callable called once, and the initial state, whose
+default rows are computed when first touched (``state.Pending``). :func:`custom_backend` makes a
+backend of a storage factory ``fn(plan, arrays, engine)`` (every initial value computed up
+front).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from .core import require_memory
+from .engines import Engine
+from .initial import called_tables, initial_state
+from .plan import Plan
+from .storage import LocalStorage, Storage, StorageRequest
+
+__all__ = ["LOCAL", "LocalBackend", "custom_backend"]
+
+#: ``fn(plan, arrays, engine)``: a storage of the initial ``arrays`` (state-file keys).
+StorageFactory = Callable[[Plan, dict[str, np.ndarray], Engine], Storage]
+
+
+@dataclass(frozen=True)
+class LocalBackend:
+    """Tables in this process, in the storage ``factory`` makes (default ``LocalStorage``)."""
+
+    factory: StorageFactory | None = None
+    name: str = "local"
+
+    @property
+    def in_process(self) -> bool:
+        return True
+
+    def open(self, request: StorageRequest) -> Storage:
+        request.refuse(self.name, ["shards", "ray_address"])
+        plan, options = request.plan, request.options
+        if options.check_memory:
+            from .memory import library_estimate, reduce_hint
+
+            parts = library_estimate(plan, request.engine.name)
+            require_memory(parts.total, options.memory_limit, reduce=reduce_hint(parts))
+        given = called_tables(plan, request.given, request.source)
+        # LocalStorage computes default rows when first touched (``state.Pending``); another
+        # storage gets every value up front.
+        arrays = initial_state(plan, given, options.seed, request.source, request.strict,
+                               lazy=self.factory is None)
+        return (self.factory or LocalStorage)(plan, arrays, request.engine)
+
+
+LOCAL = LocalBackend()
+
+
+def custom_backend(factory: StorageFactory) -> LocalBackend:
+    """The local backend with the storage ``factory`` makes (``LocalStorage``: the default)."""
+    return LOCAL if factory is LocalStorage else LocalBackend(factory, "local")

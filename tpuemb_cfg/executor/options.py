@@ -1,0 +1,72 @@
+"""The option records of the run entry points (``Executor``, ``replay``): how to run, and where.
+
+:class:`RunOptions` says how a run goes (the seed of the default rows, the engine, the memory
+limit and whether to check it, whether to report each step); :class:`Placement` says where the
+tables live: a storage backend by name (``storage.BACKENDS``: ``local``, ``ray``) or a backend
+object, and the backend's own settings (``shards``, ``ray_address``). Both check their values
+when made, with errors naming the library parameter (``max_memory=``, ``seed=``); the backend
+refuses a setting it would ignore (``shards`` for the local backend) when it opens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .. import units
+
+if TYPE_CHECKING:
+    from .engines import Engine
+    from .storage import Backend
+
+__all__ = ["Placement", "RunOptions"]
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How a run goes.
+
+    ``seed``: a whole number from 0 to 2^64 - 1, the seed of the default rows (spec section
+    11). ``engine``: ``numba`` (compiled kernels; NumPy with one warning when numba cannot be
+    imported), ``numpy`` (the readable reference) or an ``Engine``: the same bits.
+    ``max_memory``: bytes or a size such as ``"8G"`` (``units.parse_size``): the limit the
+    storage checks its estimate against (None: 80% of the memory available); ``check_memory``
+    False skips the local check. ``report`` False skips the per-step report.
+    """
+
+    seed: int = 0
+    engine: str | Engine = "numba"
+    max_memory: int | str | None = None
+    check_memory: bool = True
+    report: bool = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "seed", units.seed_argument(self.seed))
+        object.__setattr__(self, "max_memory", units.size_argument(self.max_memory, "max_memory"))
+
+    @property
+    def memory_limit(self) -> int | None:
+        """``max_memory`` in bytes (None: the default limit)."""
+        value = self.max_memory
+        assert value is None or isinstance(value, int)
+        return value
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the tables and slots live.
+
+    ``backend``: a name of ``storage.BACKENDS`` (``local``: NumPy arrays in this process;
+    ``ray``: each host's rows in its own Ray actor, ``tpuemb_cfg.backends.ray``) or a
+    ``storage.Backend``. ``shards``: the number of host actors (default ``num_hosts``);
+    ``ray_address``: the Ray cluster to join (default ``RAY_ADDRESS``, else a local instance).
+    A backend that does not use a setting refuses it when given.
+    """
+
+    backend: str | Backend = "local"
+    shards: int | None = None
+    ray_address: str | None = None
+
+    def given(self) -> list[str]:
+        """The names of the settings given (not left at their defaults), for refusals."""
+        return [name for name in ("shards", "ray_address") if getattr(self, name) is not None]
