@@ -80,7 +80,7 @@ def test_the_memory_hint_names_the_tables_parameter() -> None:
 
 
 def test_the_ray_install_hint_names_the_backend_parameter() -> None:
-    from tpuemb_cfg.executor.ray_session import INSTALL_HINT
+    from tpuemb_cfg.backends.ray.connection import INSTALL_HINT
 
     error = UsageError(INSTALL_HINT)
     assert str(error).startswith("backend ray needs Ray, which is not installed")

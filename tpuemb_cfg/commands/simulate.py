@@ -480,7 +480,8 @@ def _replay(
     engine: str = "numba",
     placement: dict[str, Any] | None = None,
 ) -> None:
-    from tpuemb_cfg.executor import Placement, RunOptions, replay
+    from tpuemb_cfg.executor import Placement, RunOptions
+    from tpuemb_cfg.executor.replay import replay
     from tpuemb_cfg.executor.replay import parse_steps, require_replay_memory
     from tpuemb_cfg.npzio import atomic_write_npz, read_npz
     from tpuemb_cfg.session import prepare, with_combiner_arguments

@@ -21,7 +21,6 @@ if TYPE_CHECKING:
     from .core import DeduplicationData, Executor, Partial, TableDeduplication, TableReport
     from .options import Placement, RunOptions
     from .plan import COMBINERS, parse_combiners
-    from .replay import replay
     from .storage import LocalStorage, Storage
 
 # Public name -> the module that defines it, loaded on first use (PEP 562): importing a light
@@ -31,7 +30,6 @@ _LAZY = {
     "DeduplicationData": "core", "Executor": "core", "Partial": "core",
     "TableDeduplication": "core", "TableReport": "core",
     "COMBINERS": "plan", "parse_combiners": "plan",
-    "replay": "replay",
     "LocalStorage": "storage", "Storage": "storage",
     "Placement": "options", "RunOptions": "options",
 }
@@ -49,7 +47,6 @@ __all__ = [
     "Storage",
     "TableReport",
     "parse_combiners",
-    "replay",
 ]
 
 
