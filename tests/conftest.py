@@ -28,6 +28,27 @@ GOLDEN = Path(os.environ.get("TPUEMB_GOLDEN") or DATA / "golden")
 EXAMPLES = ROOT / "examples"
 
 
+_BACKGROUND = "test_reproducible.py::test_golden_replays_give_the_same_bytes_under_every_setting"
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start the subprocesses of the digest comparison (``test_reproducible``) when it is to
+    run: they take a core of their own for a while, and the suite itself keeps one busy."""
+    if session.config.option.collectonly:
+        return
+    for item in session.items:
+        if item.nodeid.endswith(_BACKGROUND) and GOLDEN.joinpath("optimizers").is_dir():
+            item.module.start_settings()  # type: ignore[attr-defined]
+            return
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    for item in getattr(session, "items", []):
+        if item.nodeid.endswith(_BACKGROUND):
+            item.module.stop_settings()  # type: ignore[attr-defined]
+            return
+
+
 def require_data(path: Path) -> Path:
     """``path``, which the test needs; fails the test (with where to look) when it is missing."""
     if not path.exists():

@@ -37,7 +37,7 @@ def _arrays(digest: Any, arrays: dict[str, Any]) -> None:
     for key in sorted(arrays):
         array = np.ascontiguousarray(np.asarray(arrays[key]))
         digest.update(f"{key}|{array.dtype.str}|{array.shape}|".encode())
-        digest.update(array.tobytes())
+        digest.update(array.reshape(-1).view(np.uint8))  # its bytes, without a copy
 
 
 def _report(digest: Any, step: int, reports: dict[str, Any]) -> None:

@@ -5,7 +5,10 @@ JSON keys, escape bytes in names, a spec that changes directory...) in some stat
 a symlink, a symlink loop, a hard link, read-only, missing, a directory), picks a command with
 options and an output (new, onto the input through a symlink, into a read-only folder, a
 directory, ``-``), and a standard output (a pipe, ``/dev/full``, closed), then runs ``python -m
-tpuemb_cfg`` in a subprocess with an address-space cap. Properties, whatever happened:
+tpuemb_cfg`` with an address-space cap: in a child forked for the example by
+``tests/cli_forkserver.py`` (a process that has imported the command's modules once; the child
+starts and ends as the command's own process would, and no example sees another's), or, with
+``TPUEMB_PROPERTY_SUBPROCESS=1``, as a process of its own. Properties, whatever happened:
 
 - no traceback, and the exit status is one the documentation gives (0, 1, 2);
 - no file changed that the command does not change by design (``fmt`` without ``--check``,
@@ -17,7 +20,7 @@ tpuemb_cfg`` in a subprocess with an address-space cap. Properties, whatever hap
 - a JSON configuration with a duplicate key is refused, never half-read;
 - no raw escape byte from a configuration reaches the terminal.
 
-Profiles: ``TPUEMB_PROPERTY_EXAMPLES`` examples (default 300, about a minute: what CI runs);
+Profiles: ``TPUEMB_PROPERTY_EXAMPLES`` examples (default 300: what CI runs);
 the long profile, run before a release, is
 
     TPUEMB_PROPERTY_EXAMPLES=10000 .venv/bin/python -m pytest -q tests/test_cli_properties.py
@@ -25,20 +28,24 @@ the long profile, run before a release, is
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import stat
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
 from conftest import EXAMPLES, ROOT
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 EXAMPLES_COUNT = int(os.environ.get("TPUEMB_PROPERTY_EXAMPLES", "300"))
+SUBPROCESS = os.environ.get("TPUEMB_PROPERTY_SUBPROCESS") == "1"
 MEMORY_CAP = 6 << 30  # address space of one command (numba reserves some for its compiler)
 DOCUMENTED_EXITS = {0, 1, 2}
 
@@ -167,17 +174,82 @@ def _build(case: Case) -> tuple[list[str], bytes | None, Path, Path]:
     return argv, stdin, source, out
 
 
+def _environment() -> dict[str, str]:
+    """The commands' environment: this one without the profile's variables, the checkout
+    first on the import path, a dumb terminal."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TPUEMB_PROPERTY")}
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env["TERM"] = "dumb"
+    return env
+
+
+class ForkServer:
+    """``tests/cli_forkserver.py``: one process that has imported the command's modules and
+    forks a fresh child per example, which starts as ``python -m tpuemb_cfg`` does (its own
+    session, the memory cap, a pipe for standard input, the files or a closed descriptor for
+    the standard streams) and ends as that process would."""
+
+    def __init__(self, folder: Path) -> None:
+        self._requests_read, self._requests = os.pipe()
+        self._replies, self._replies_write = os.pipe()
+        self._log = folder / "forkserver.stderr"
+        with open(self._log, "wb") as log:
+            self._process = subprocess.Popen(
+                [sys.executable, str(ROOT / "tests" / "cli_forkserver.py"),
+                 str(self._requests_read), str(self._replies_write)],
+                env=_environment(), cwd=folder, stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=log,
+                pass_fds=(self._requests_read, self._replies_write))
+        os.close(self._requests_read)
+        os.close(self._replies_write)
+        self._answers = os.fdopen(self._replies, "r", encoding="utf-8")
+
+    def run(self, request: dict[str, object]) -> int:
+        os.write(self._requests, (json.dumps(request) + "\n").encode())
+        line = self._answers.readline()
+        assert line, f"the fork server ended: {self._log.read_text(errors='replace')[-3000:]}"
+        code = json.loads(line)["returncode"]
+        if code == "timeout":
+            raise subprocess.TimeoutExpired(request["argv"], request["timeout"])  # type: ignore[arg-type]
+        return int(code)
+
+    def close(self) -> None:
+        os.close(self._requests)
+        self._process.wait(timeout=60)
+        self._answers.close()
+
+
+_server: list[ForkServer] = []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fork_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The fork server of this module's examples (none when each runs as its own process)."""
+    if not SUBPROCESS:
+        _server.append(ForkServer(tmp_path_factory.mktemp("forkserver")))
+    yield
+    while _server:
+        _server.pop().close()
+
+
 def _limits() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP, MEMORY_CAP))
     os.setsid()
 
 
 def _run(case: Case, argv: list[str], stdin: bytes | None) -> tuple[int, bytes, bytes]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TPUEMB_PROPERTY")}
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    env["TERM"] = "dumb"
     stderr_path = case.folder.parent / f"{case.folder.name}.stderr"
     stdout_path = case.folder.parent / f"{case.folder.name}.stdout"
+    if _server:
+        code = _server[0].run({
+            "argv": argv, "cwd": str(case.folder),
+            "stdin": (stdin or b"").decode("latin-1"),
+            "stdout": {"full": "/dev/full", "closed": None}.get(case.stdout, str(stdout_path)),
+            "stderr": str(stderr_path), "memory_cap": MEMORY_CAP, "timeout": 120,
+        })
+        if not stdout_path.exists():
+            stdout_path.write_bytes(b"")
+        return code, stdout_path.read_bytes(), stderr_path.read_bytes()
     with open(stderr_path, "wb") as err, open(stdout_path, "wb") as out:
         stdout: int | object = out
         if case.stdout == "full":
@@ -190,7 +262,7 @@ def _run(case: Case, argv: list[str], stdin: bytes | None) -> tuple[int, bytes, 
 
         try:
             result = subprocess.run(
-                [sys.executable, "-m", "tpuemb_cfg", *argv], cwd=case.folder, env=env,
+                [sys.executable, "-m", "tpuemb_cfg", *argv], cwd=case.folder, env=_environment(),
                 input=stdin if stdin is not None else b"",
                 stdout=stdout,  # type: ignore[arg-type]
                 stderr=err, timeout=120, preexec_fn=preexec)

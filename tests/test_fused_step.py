@@ -135,8 +135,8 @@ def test_kernels_are_cached_in_the_user_cache(tmp_path: Path) -> None:
     code = (
         "import numpy as np\n"
         "from tpuemb_cfg.executor.engines import jit\n"
-        "from tpuemb_cfg.executor.engines.numba_step import deduplicate\n"
-        "deduplicate(np.array([3, 1, 3]))\n"
+        "from tpuemb_cfg.executor.engines.numba_init import fill_rows\n"
+        "fill_rows(np.empty((2, 3), np.float32), 1.0)\n"  # a one-kernel compilation
         "print(jit.cache_dir())\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,

@@ -13,6 +13,9 @@ run's:
 - the NumPy engine against the numba engine (both under the default and the limited dispatch);
 - the Ray backend with the rows of every table on three host actors.
 
+The subprocesses start as soon as the session has collected the comparison (``conftest``), and
+run beside the other tests.
+
 Nothing here depends on what the machine has: on a machine without AVX-512 the dispatch setting
 still turns off whatever NumPy would have used, and the comparison is the same.
 """
@@ -24,7 +27,7 @@ import os
 import platform
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from conftest import GOLDEN, ROOT, require_data
 
@@ -63,11 +66,40 @@ def _settings() -> dict[str, tuple[list[str], dict[str, str]]]:
 def _digests(arguments: list[str], environment: dict[str, str]) -> dict[str, dict[str, str]]:
     """``{engine: {case: digest}}`` of one setting."""
     env = {**os.environ, **environment, "TPUEMB_GOLDEN": str(GOLDEN)}
-    result = subprocess.run([sys.executable, str(SCRIPT), *arguments], capture_output=True,
-                            text=True, env=env, cwd=ROOT, timeout=900)
-    assert result.returncode == 0, result.stderr[-3000:]
-    digests: dict[str, dict[str, str]] = json.loads(result.stdout)
+    process = subprocess.Popen([sys.executable, str(SCRIPT), *arguments], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    _running.append(process)
+    stdout, stderr = process.communicate(timeout=900)
+    assert process.returncode == 0, stderr[-3000:]
+    digests: dict[str, dict[str, str]] = json.loads(stdout)
     return digests
+
+
+_pool: list[ThreadPoolExecutor] = []
+_futures: dict[str, Future[dict[str, dict[str, str]]]] = {}
+_running: list[subprocess.Popen[str]] = []
+
+
+def start_settings() -> dict[str, Future[dict[str, dict[str, str]]]]:
+    """Start every setting's subprocess (two at a time), once: ``conftest`` calls this when
+    the session has collected this module's comparison, so the subprocesses run beside the
+    rest of the suite (which keeps one core busy), and the test waits for their digests."""
+    if not _futures:
+        _pool.append(ThreadPoolExecutor(max_workers=2))
+        _futures.update({name: _pool[0].submit(_digests, *setting)
+                         for name, setting in _settings().items()})
+    return _futures
+
+
+def stop_settings() -> None:
+    """End the subprocesses still running (a session that stopped early) and the pool."""
+    for future in _futures.values():
+        future.cancel()
+    for process in _running:
+        if process.poll() is None:
+            process.kill()
+    for pool in _pool:
+        pool.shutdown(wait=True)
 
 
 def test_the_suite_copy_of_the_golden_data_is_unchanged() -> None:
@@ -85,12 +117,9 @@ def test_the_suite_copy_of_the_golden_data_is_unchanged() -> None:
 
 def test_golden_replays_give_the_same_bytes_under_every_setting() -> None:
     require_data(GOLDEN / "optimizers")
-    settings = _settings()
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        futures = {name: pool.submit(_digests, *setting) for name, setting in settings.items()}
-        results = {f"{name} ({engine})": digests
-                   for name, future in futures.items()
-                   for engine, digests in future.result().items()}
+    results = {f"{name} ({engine})": digests
+               for name, future in start_settings().items()
+               for engine, digests in future.result().items()}
     want = results["default (numba)"]
     assert len(results) == 7
     assert len(want) >= 23 and all(len(d) == 64 for d in want.values())
