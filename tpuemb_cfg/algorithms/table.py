@@ -27,7 +27,16 @@ from .base import (
     positive,
 )
 
-__all__ = ["ALGORITHMS", "constraints", "get", "slot_names"]
+__all__ = [
+    "ALGORITHMS",
+    "BENCHMARK",
+    "BENCHMARK_DEFAULT",
+    "KERAS_NAMES",
+    "KERAS_RS_DEFAULT",
+    "constraints",
+    "get",
+    "slot_names",
+]
 
 
 #: Every OPT range rule enforces ``validation-rules.md`` section 2.5.
@@ -328,6 +337,29 @@ _LIST: tuple[Algorithm, ...] = (
 
 #: Every algorithm by its oneof member name, in the proto's declaration order of this table.
 ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in _LIST}
+
+
+#: The optimizers the benchmark (``tpuemb bench``) runs, by the name it calls them, in its order:
+#: (the algorithm, its hyper-parameters as configuration text). ``BENCHMARK_DEFAULT``: the
+#: anchor workload's.
+BENCHMARK: dict[str, tuple[str, str]] = {
+    "sgd": ("stochastic_gradient_descent", ""),
+    "adagrad": ("adagrad", ""),
+    "momentum": ("momentum", "momentum: 0.9"),
+    "adam": ("adam", "beta1: 0.9 beta2: 0.999 epsilon: 1e-08"),
+    "ftrl": ("ftrl", "l1: 0.001 l2: 0.001 lr_power: -0.5 beta: 0.0"),
+    "rms_prop": ("rms_prop", "rho: 0.9 momentum: 0.9 epsilon: 1e-07"),
+    "proximal_adagrad": ("proximal_adagrad", "l1: 0.001 l2: 0.001"),
+}
+BENCHMARK_DEFAULT = "adagrad"
+
+#: The optimizer names TFRS and keras-rs accept (lower case only), in their order, and the
+#: algorithm each stands for (with TensorFlow's defaults); ``KERAS_RS_DEFAULT``: the name a
+#: keras-rs table without an optimizer gets.
+KERAS_NAMES: dict[str, str] = {
+    "sgd": "stochastic_gradient_descent", "adagrad": "adagrad", "adam": "adam", "ftrl": "ftrl",
+}
+KERAS_RS_DEFAULT = "adam"
 
 
 def get(name: str) -> Algorithm:
