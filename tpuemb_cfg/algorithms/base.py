@@ -127,6 +127,8 @@ class Algorithm:
     ``lr * sqrt(1 - beta2^n) / (1 - beta1^n)``) or ``"global_step"`` (the global step count n).
     ``initial_rows_from``: the hyper-parameter field the table's rows start at when no
     initializer is given (``None``: spec section 11's default initializer).
+    ``slots_from_program``: its slots (and hyper-parameters) come from the program its message
+    holds, not from the table.
     """
 
     name: str
@@ -142,6 +144,7 @@ class Algorithm:
     step_inputs: tuple[StepInput, ...] = ()
     learning_rate: str = "rate"
     initial_rows_from: str | None = None
+    slots_from_program: bool = False
 
     @property
     def slot_names(self) -> tuple[str, ...]:

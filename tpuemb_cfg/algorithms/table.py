@@ -324,7 +324,7 @@ _LIST: tuple[Algorithm, ...] = (
     ),
     Algorithm(
         "user_defined_program", "UserDefinedProgramParameters",
-        equations="NONE", section="12.18",
+        equations="NONE", section="12.18", slots_from_program=True,
         unsupported=(
             "simulating a user-defined optimizer needs an XLA HLO interpreter, which the executor "
             "does not have (spec section 12.18)"

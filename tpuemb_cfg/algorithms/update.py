@@ -113,7 +113,9 @@ class Optimizer:
 
     @property
     def algorithm(self) -> Algorithm:
-        return ALGORITHMS[self.name]
+        """Its entry of the algorithm table (a bare entry for a record outside the table, as a
+        custom optimizer's: a learning rate, no step inputs)."""
+        return ALGORITHMS.get(self.name) or Algorithm(self.name, "")
 
     @property
     def slots(self) -> tuple[Slot, ...]:

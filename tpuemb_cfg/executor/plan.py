@@ -357,9 +357,9 @@ def build_plan(
                 f"table {td.name!r} (table_descriptor[{t}]) has no learning rate; set "
                 "optimization_parameters.learning_rate.constant or .dynamic"
             )
-        if algorithm == "frequency_aware_adagrad":
-            tag_users.setdefault(hyper.step_counter_tag, []).append(
-                f"step counter of {td.name!r}"
+        for step_input in optimizer.algorithm.step_inputs if custom is None else ():
+            tag_users.setdefault(getattr(hyper, step_input.tag), []).append(
+                f"{step_input.label} of {td.name!r}"
             )
         quantization = None
         sq = op.simulated_quantization
