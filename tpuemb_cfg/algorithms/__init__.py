@@ -9,7 +9,7 @@ with ``update.load()`` / ``update.get(name)``.
 from __future__ import annotations
 
 from .base import Algorithm, Constraint, Hyper, Slot, StepInput
-from .table import ALGORITHMS, constraints, get, slot_names
+from .table import ALGORITHMS, checked_by, constraints, get, slot_names
 
 __all__ = [
     "ALGORITHMS",
@@ -18,6 +18,7 @@ __all__ = [
     "Hyper",
     "Slot",
     "StepInput",
+    "checked_by",
     "constraints",
     "get",
     "slot_names",

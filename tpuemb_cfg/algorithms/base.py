@@ -124,11 +124,13 @@ class Algorithm:
     ``step_inputs``: what its update reads from the step's dynamic inputs besides the rate.
     ``learning_rate``: what the rate of a dynamic learning rate carries - ``"rate"`` (a
     learning rate), ``"bias_corrected"`` (a learning rate the caller bias-corrects, Adam's
-    ``lr * sqrt(1 - beta2^n) / (1 - beta1^n)``) or ``"global_step"`` (the global step count n).
+    ``lr * sqrt(1 - beta2^n) / (1 - beta1^n)``), ``"global_step"`` (the global step count n) or
+    ``"unused"`` (the update ignores it).
     ``initial_rows_from``: the hyper-parameter field the table's rows start at when no
     initializer is given (``None``: spec section 11's default initializer).
     ``slots_from_program``: its slots (and hyper-parameters) come from the program its message
-    holds, not from the table.
+    holds, not from the table. ``rules``: the ids of the validator rules written for it alone
+    (beyond its hyper-parameters' constraints); they find it here.
     """
 
     name: str
@@ -145,6 +147,7 @@ class Algorithm:
     learning_rate: str = "rate"
     initial_rows_from: str | None = None
     slots_from_program: bool = False
+    rules: tuple[str, ...] = ()
 
     @property
     def slot_names(self) -> tuple[str, ...]:

@@ -33,6 +33,7 @@ __all__ = [
     "BENCHMARK_DEFAULT",
     "KERAS_NAMES",
     "KERAS_RS_DEFAULT",
+    "checked_by",
     "constraints",
     "get",
     "slot_names",
@@ -120,7 +121,8 @@ _GLOBAL_STEP = StepInput(
 _LIST: tuple[Algorithm, ...] = (
     Algorithm(
         "adagrad", "AdagradParameters", _s("accumulators", accumulators=0.1),
-        equations="TPU-OSS, CPU-KERNEL", packable=True, section="12.2", family="adagrad",
+        equations="TPU-OSS, CPU-KERNEL", packable=True, section="12.2",
+        rules=("OPT001",), family="adagrad",
     ),
     Algorithm(
         "adagrad_momentum", "AdagradMomentumParameters", _s("accumulators", "momenta"),
@@ -191,11 +193,13 @@ _LIST: tuple[Algorithm, ...] = (
     ),
     Algorithm(
         "stochastic_gradient_descent", "StochasticGradientDescentParameters",
-        equations="TPU-OSS, CPU-KERNEL", packable=True, section="12.1", family="sgd",
+        equations="TPU-OSS, CPU-KERNEL", packable=True, section="12.1",
+        rules=("OPT001", "ACC007"), family="sgd",
     ),
     Algorithm(
         "ftrl", "FtrlParameters", _s("accumulators", "linears", accumulators=0.1),
-        equations="TPU-OSS, CPU-KERNEL", packable=True, section="12.6", family="ftrl",
+        equations="TPU-OSS, CPU-KERNEL", packable=True, section="12.6",
+        rules=("OPT014", "OPT037", "OPT048", "DEP001"), family="ftrl",
         hyper=(
             *_non_negative(
                 "OPT015", "a negative regularization strength breaks FTRL's closed-form update",
@@ -216,6 +220,7 @@ _LIST: tuple[Algorithm, ...] = (
     Algorithm(
         "adam", "AdamParameters", _s("momenta", "velocities"),
         non_lazy_flag="use_non_lazy_adam", equations="TPU-OSS, CPU-KERNEL", section="12.7",
+        rules=("OPT013", "ACC003"),
         family="adam", learning_rate="bias_corrected",
         hyper=(
             _in_unit("beta1", "OPT010", "[0, 1)", _ADAM_REJECTS, f"0.9 {_TF_DEFAULT}"),
@@ -238,7 +243,8 @@ _LIST: tuple[Algorithm, ...] = (
     ),
     Algorithm(
         "lion", "LionParameters", _s("momenta"),
-        non_lazy_flag="use_non_lazy_lion", equations="PROTO", section="12.9", family="adam",
+        non_lazy_flag="use_non_lazy_lion", equations="PROTO", section="12.9",
+        rules=("ACC004",), family="adam",
         hyper=(
             _in_unit("beta1", "OPT025", "[0, 1]", "the sign step extrapolates", "0.9"),
             _in_unit("beta2", "OPT025", "[0, 1]", "the momentum diverges", "0.99"),
@@ -255,7 +261,7 @@ _LIST: tuple[Algorithm, ...] = (
     Algorithm(
         "mdl_adagrad_light", "MdlAdagradLightParameters",
         _s("accumulators", "weights", "benefits"),
-        equations="NONE", section="12.12",
+        equations="NONE", section="12.12", rules=("OPT042",),
         unsupported=(
             "TensorFlow publishes no update equations for MDL Adagrad Light (spec section 12.12)"
         ),
@@ -277,7 +283,7 @@ _LIST: tuple[Algorithm, ...] = (
     ),
     Algorithm(
         "online_yogi", "OnlineYogiParameters", _s("vs", "linears"),
-        equations="NONE", section="12.15",
+        equations="NONE", section="12.15", rules=("OPT013",),
         unsupported=(
             "TensorFlow publishes no update equations for Online Yogi; the proto only describes "
             "it in prose (spec section 12.15)"
@@ -291,7 +297,7 @@ _LIST: tuple[Algorithm, ...] = (
     ),
     Algorithm(
         "proximal_yogi", "ProximalYogiParameters", _s("v", "m", v=1e-6),
-        equations="RECON", section="12.16", family="proximal",
+        equations="RECON", section="12.16", rules=("OPT013",), family="proximal",
         hyper=(
             _in_unit(
                 "beta1", "OPT022", "[0, 1)", "the first moment diverges or never moves", "0.9",
@@ -304,7 +310,8 @@ _LIST: tuple[Algorithm, ...] = (
     ),
     Algorithm(
         "frequency_estimator", "FrequencyEstimatorParameters", _s("last_hit_step"),
-        equations="PROTO", section="12.17", family="frequency",
+        equations="PROTO", section="12.17",
+        rules=("OPT032", "OPT033", "OPT034", "ACC009"), family="frequency",
         learning_rate="global_step", initial_rows_from="max_delta",
         hyper=(
             _in_unit(
@@ -324,14 +331,16 @@ _LIST: tuple[Algorithm, ...] = (
     ),
     Algorithm(
         "user_defined_program", "UserDefinedProgramParameters",
-        equations="NONE", section="12.18", slots_from_program=True,
+        equations="NONE", section="12.18", rules=("OPT040", "OPT041"), slots_from_program=True,
         unsupported=(
             "simulating a user-defined optimizer needs an XLA HLO interpreter, which the executor "
             "does not have (spec section 12.18)"
         ),
     ),
     Algorithm(
-        "assign", "AssignParameters", equations="PROTO", section="12.19", family="sgd",
+        "assign", "AssignParameters", equations="PROTO", section="12.19",
+        rules=("ACC008",), family="sgd",
+        learning_rate="unused",
     ),
 )
 
@@ -371,6 +380,11 @@ def get(name: str) -> Algorithm:
             f"unknown optimization algorithm {name!r}; expected one of: "
             + ", ".join(sorted(ALGORITHMS))
         ) from None
+
+
+def checked_by(rule: str) -> tuple[str, ...]:
+    """The algorithms rule ``rule`` was written for (their ``rules``), in table order."""
+    return tuple(a.name for a in _LIST if rule in a.rules)
 
 
 def slot_names(name: str) -> tuple[str, ...]:
