@@ -8,7 +8,19 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .table import ALGORITHMS
-from .update import ONE, ZERO, F, NoHyper, Quad, UpdateContext, f32, pow32, register, sign
+from .update import (
+    ONE,
+    ZERO,
+    F,
+    NoHyper,
+    Quad,
+    UpdateContext,
+    f32,
+    hyper_tuple,
+    pow32,
+    register,
+    sign,
+)
 
 
 class AdagradState(NamedTuple):
@@ -50,12 +62,7 @@ class AdagradMomentumState(NamedTuple):
     momenta: np.ndarray
 
 
-class AdagradMomentumHyper(NamedTuple):
-    momentum: np.float32
-    use_nesterov: bool
-    exponent: np.float32
-    beta2: np.float32
-    epsilon: np.float32
+AdagradMomentumHyper = hyper_tuple("AdagradMomentumHyper", "adagrad_momentum", __name__)
 
 
 def adagrad_momentum_element(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
@@ -84,7 +91,7 @@ def adagrad_momentum_update(
     state: AdagradMomentumState,
     grad: np.ndarray,
     lr: np.float32,
-    hyper: AdagradMomentumHyper,
+    hyper: Any,
     ctx: UpdateContext,
 ) -> tuple[np.ndarray, AdagradMomentumState]:
     """Adagrad with momentum (``adagrad_momentum``; TPU-OSS).

@@ -64,10 +64,12 @@ class Constraint:
 
 @dataclass(frozen=True)
 class Hyper:
-    """One hyper-parameter field of the algorithm's proto message and its constraints."""
+    """One hyper-parameter field of the algorithm's proto message and its constraints; ``kind``:
+    what the update binds it as (``"float"``: float32, ``"bool"``, ``"int"``)."""
 
     field: str
     constraints: tuple[Constraint, ...] = ()
+    kind: str = "float"
 
 
 @dataclass(frozen=True)

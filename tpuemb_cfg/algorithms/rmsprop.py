@@ -7,7 +7,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .update import ONE, F, Quad, UpdateContext, f32, register
+from .update import ONE, F, Quad, UpdateContext, f32, hyper_tuple, register
 
 
 class RmsPropState(NamedTuple):
@@ -15,10 +15,8 @@ class RmsPropState(NamedTuple):
     mom: np.ndarray
 
 
-class RmsPropHyper(NamedTuple):
-    rho: np.float32
-    momentum: np.float32
-    epsilon: np.float32
+#: rho, momentum, epsilon (the table's, shared by both RMSProp variants).
+RmsPropHyper = hyper_tuple("RmsPropHyper", "rms_prop", __name__)
 
 
 def rms_prop_element(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
@@ -34,7 +32,7 @@ def rms_prop_update(
     state: RmsPropState,
     grad: np.ndarray,
     lr: np.float32,
-    hyper: RmsPropHyper,
+    hyper: Any,
     ctx: UpdateContext,
 ) -> tuple[np.ndarray, RmsPropState]:
     """RMSProp (``rms_prop``; PROTO pointing at the kernel, CPU-KERNEL).
@@ -82,7 +80,7 @@ def centered_rms_prop_update(
     state: CenteredRmsPropState,
     grad: np.ndarray,
     lr: np.float32,
-    hyper: RmsPropHyper,
+    hyper: Any,
     ctx: UpdateContext,
 ) -> tuple[np.ndarray, CenteredRmsPropState]:
     """Centered RMSProp (``centered_rms_prop``; PROTO pointing at the kernel, CPU-KERNEL).

@@ -148,6 +148,7 @@ _LIST: tuple[Algorithm, ...] = (
                 "momentum", "OPT020", "[0, 1)", "the momentum buffer never forgets (or oscillates)",
                 "0.9",
             ),
+            Hyper("use_nesterov", kind="bool"),
         ),
     ),
     Algorithm(

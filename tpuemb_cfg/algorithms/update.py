@@ -81,6 +81,19 @@ def f32(value: Any) -> np.float32:
 _CONVERTERS: dict[Any, Callable[[Any], Any]] = {np.float32: f32, bool: bool, int: int}
 
 
+_BOUND_AS: dict[str, Any] = {"float": np.float32, "bool": bool, "int": int}
+
+
+def hyper_tuple(typename: str, algorithm: str, module: str) -> Any:
+    """The NamedTuple class ``typename`` (of module ``module``) of the bound hyper-parameters of
+    ``algorithm``: one field per hyper-parameter of the algorithm table, in its order, of its
+    ``kind``."""
+    fields = [(h.field, _BOUND_AS[h.kind]) for h in ALGORITHMS[algorithm].hyper]
+    made = NamedTuple(typename, fields)  # type: ignore[misc]
+    made.__module__ = module
+    return made
+
+
 def binder(hyper: type) -> Callable[[Any], Any]:
     """The default ``bind`` of the NamedTuple class ``hyper``: read each of its fields from the
     proto sub-message by name, converting it to the field's annotated type (float32, bool, int).
@@ -188,6 +201,7 @@ __all__ = [
     "clip",
     "f32",
     "get",
+    "hyper_tuple",
     "load",
     "pow32",
     "register",

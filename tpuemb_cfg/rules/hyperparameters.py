@@ -26,21 +26,24 @@ RangeRule = Callable[[Context], Iterator[Diagnostic]]
 
 
 def range_rule(
-    id: str, severity: Severity, summary: str
+    id: str, severity: Severity, summary: str | None = None
 ) -> Callable[[Callable[[], None]], RangeRule]:
     """Register rule ``id``: every constraint of the algorithm table that names it.
 
-    The decorated function's docstring is the explanation ``tpuemb explain`` prints; the spec
-    section of the constraints is appended to it. Raises ``ValueError`` when no constraint names
-    ``id`` or when they cite different spec sections (a table or rule typo).
+    The decorated function's docstring is the explanation ``tpuemb explain`` prints (after its
+    first paragraph, the summary, when ``summary`` is not given); the spec section of the
+    constraints is appended to it. Raises ``ValueError`` when no constraint names ``id`` or when
+    they cite different spec sections (a table or rule typo).
     """
     return functools.partial(_range_rule, id, severity, summary)
 
 
 def _range_rule(
-    id: str, severity: Severity, summary: str, explained: Callable[[], None]
+    id: str, severity: Severity, summary: str | None, explained: Callable[[], None]
 ) -> RangeRule:
-    doc = explained.__doc__ or ""
+    doc = inspect.cleandoc(explained.__doc__ or "")
+    if summary is None:
+        summary, _, doc = doc.partition("\n\n")
     found = list(constraints(id))
     sections = {constraint.section for _, _, constraint in found}
     if len(sections) != 1:
@@ -239,9 +242,11 @@ def adagrad_momentum_epsilon() -> None:
     """
 
 
-@range_rule("OPT020", "warning", "AdagradMomentum beta2 outside (0, 1] or momentum outside [0, 1)")
+@range_rule("OPT020", "warning")
 def adagrad_momentum_ranges() -> None:
-    """## What it does
+    """AdagradMomentum beta2 outside (0, 1] or momentum outside [0, 1)
+
+    ## What it does
     Checks `adagrad_momentum.beta2` is in (0, 1] and `adagrad_momentum.momentum` in [0, 1) (one
     diagnostic per field).
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import hashlib
 import threading
 import types
 from collections.abc import Callable, Sequence
@@ -212,6 +213,21 @@ def _compiled(element: Callable[..., Any]) -> Any:
     return njit(inline="always")(function)
 
 
+def _fingerprint(element: Callable[..., Any], digest: Any) -> None:
+    """Add ``element``'s code, and that of the plain functions of its module it calls, to
+    ``digest`` (names, constants and bytecode; no addresses)."""
+    code = element.__code__
+    digest.update(code.co_code)
+    digest.update(repr(code.co_names).encode())
+    digest.update(repr(tuple(c for c in code.co_consts if not isinstance(c, types.CodeType)))
+                  .encode())
+    for name in code.co_names:
+        value = element.__globals__.get(name)
+        if (name not in _HELPERS and isinstance(value, types.FunctionType)
+                and value.__module__ == element.__module__):
+            _fingerprint(value, digest)
+
+
 class _Kind(NamedTuple):
     """One compiled kernel: the optimizer, its element, its slot count and the NamedTuple of its
     hyper-parameters (the optimizer's bound fields, then the table's per-step inputs; every
@@ -234,7 +250,11 @@ def _kinds() -> tuple[dict[str, int], tuple[_Kind, ...]]:
         first[name] = len(kinds)
         fields = (*optimizer.hyper._fields, *(s.name for s in algorithm.step_inputs))
         for variant, element in enumerate(optimizer.elements):
-            label = name if variant == 0 else f"{name}_{variant}"
+            # The names carry a digest of the element and of its hyper-parameters' fields: numba
+            # keys its cache by the kernel's own file, which holds neither.
+            digest = hashlib.sha256(repr(fields).encode())
+            _fingerprint(element, digest)
+            label = f"{name if variant == 0 else f'{name}_{variant}'}_{digest.hexdigest()[:10]}"
             hyper = collections.namedtuple(f"_Hyper_{label}", fields, module=__name__)  # type: ignore[misc]
             globals()[hyper.__name__] = hyper  # importable by name: numba's cache pickles it
             kinds.append(_Kind(label, element, len(algorithm.slots), hyper))
