@@ -239,8 +239,9 @@ class _Kind(NamedTuple):
     hyper: type
 
 
-def _kinds() -> tuple[dict[str, int], tuple[_Kind, ...]]:
+def _kinds() -> tuple[dict[str, int], dict[str, Callable[[Any], int]], tuple[_Kind, ...]]:
     first: dict[str, int] = {}
+    variants: dict[str, Callable[[Any], int]] = {}
     kinds: list[_Kind] = []
     registry = load_optimizers()
     for name, algorithm in ALGORITHMS.items():
@@ -248,6 +249,8 @@ def _kinds() -> tuple[dict[str, int], tuple[_Kind, ...]]:
         if optimizer is None or not optimizer.elements:
             continue
         first[name] = len(kinds)
+        if optimizer.variant is not None:
+            variants[name] = optimizer.variant
         fields = (*optimizer.hyper._fields, *(s.name for s in algorithm.step_inputs))
         for variant, element in enumerate(optimizer.elements):
             # The names carry a digest of the element and of its hyper-parameters' fields: numba
@@ -258,11 +261,11 @@ def _kinds() -> tuple[dict[str, int], tuple[_Kind, ...]]:
             hyper = collections.namedtuple(f"_Hyper_{label}", fields, module=__name__)  # type: ignore[misc]
             globals()[hyper.__name__] = hyper  # importable by name: numba's cache pickles it
             kinds.append(_Kind(label, element, len(algorithm.slots), hyper))
-    return first, tuple(kinds)
+    return first, variants, tuple(kinds)
 
 
 #: Each optimizer with a compiled kernel: the index of its first kernel (``kind_of``).
-KINDS, _KIND_LIST = _kinds()
+KINDS, _VARIANTS, _KIND_LIST = _kinds()
 _OP: Any = None  # what ``_template`` reads; each kernel has its own
 _SLOT_COUNT = 0
 
@@ -270,9 +273,8 @@ _SLOT_COUNT = 0
 def kind_of(name: str, hyper: Any) -> int:
     """The kernel a table of optimizer ``name`` with bound hyper-parameters ``hyper`` runs (its
     family's ``variant`` picks among its elements)."""
-    optimizer = load_optimizers()[name]
-    variant = optimizer.variant(hyper) if optimizer.variant is not None else 0
-    return KINDS[name] + variant
+    variant = _VARIANTS.get(name)
+    return KINDS[name] + (variant(hyper) if variant is not None else 0)
 
 
 def _template(  # type: ignore[no-untyped-def]
