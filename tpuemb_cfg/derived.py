@@ -61,7 +61,9 @@ TPU_DEVICE_MEMORY: dict[str, int] = {
     "v6e": 32 * 10**9,
 }
 
-TagKind = Literal["learning_rate", "step_counter"]
+#: What a tag feeds: ``"learning_rate"``, or the message field of a per-step input of the
+#: algorithm table (``"step_counter"``).
+TagKind = str
 
 
 @dataclass(frozen=True, slots=True)
@@ -430,8 +432,9 @@ def derive(config: TPUEmbeddingConfiguration) -> Derived:
                     f"{base}.learning_rate.dynamic.tag",
                 )
             )
-        for step_input in ALGORITHMS[algo].step_inputs if algo in ALGORITHMS else ():
-            message = getattr(op, algo)
+        entry = ALGORITHMS.get(algo) if algo is not None else None
+        message: Any = getattr(op, entry.name) if entry is not None else None
+        for step_input in entry.step_inputs if entry is not None else ():
             tag_uses.append(
                 TagUse(
                     t,

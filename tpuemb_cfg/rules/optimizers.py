@@ -229,7 +229,7 @@ def zero_learning_rate(ctx: Context) -> Iterator[Diagnostic]:
         if value != 0:
             continue
         name = t.algorithm
-        if ALGORITHMS[name].learning_rate in ("unused", "global_step"):
+        if name is not None and ALGORITHMS[name].learning_rate in ("unused", "global_step"):
             continue
         if name in checked_by("OPT014") and not getattr(t.op, name).multiply_linear_by_lr:
             continue  # OPT014

@@ -176,7 +176,7 @@ def not_simulatable(ctx: Context) -> Iterator[Diagnostic]:
     for at in algorithm_tables(ctx, *unsupported):
         why = (
             "a user program needs an HLO interpreter"
-            if ALGORITHMS[at.algorithm].slots_from_program
+            if at.algorithm is not None and ALGORITHMS[at.algorithm].slots_from_program
             else "it has no public update equations"
         )
         yield table_diag(

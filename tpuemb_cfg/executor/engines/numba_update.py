@@ -251,7 +251,7 @@ def _kinds() -> tuple[dict[str, int], dict[str, Callable[[Any], int]], tuple[_Ki
         first[name] = len(kinds)
         if optimizer.variant is not None:
             variants[name] = optimizer.variant
-        fields = (*optimizer.hyper._fields, *(s.name for s in algorithm.step_inputs))
+        fields = (*cast(Any, optimizer.hyper)._fields, *(s.name for s in algorithm.step_inputs))
         for variant, element in enumerate(optimizer.elements):
             # The names carry a digest of the element and of its hyper-parameters' fields: numba
             # keys its cache by the kernel's own file, which holds neither.
