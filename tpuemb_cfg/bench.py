@@ -54,6 +54,8 @@ from typing import Any
 import numpy as np
 
 from . import units
+from .algorithms.table import BENCHMARK, BENCHMARK_DEFAULT
+from .algorithms.update import UpdateContext
 from .errors import UsageError
 from .errors import parameter as arg
 
@@ -74,15 +76,9 @@ F32 = np.float32
 LEARNING_RATE = 0.01
 
 # The optimizers the benchmark knows, as configuration text: every one with a TensorFlow sparse
-# CPU kernel.
+# CPU kernel (the algorithm table's ``BENCHMARK``).
 OPTIMIZERS: dict[str, str] = {
-    "sgd": "stochastic_gradient_descent { }",
-    "adagrad": "adagrad { }",
-    "momentum": "momentum { momentum: 0.9 }",
-    "adam": "adam { beta1: 0.9 beta2: 0.999 epsilon: 1e-08 }",
-    "ftrl": "ftrl { l1: 0.001 l2: 0.001 lr_power: -0.5 beta: 0.0 }",
-    "rms_prop": "rms_prop { rho: 0.9 momentum: 0.9 epsilon: 1e-07 }",
-    "proximal_adagrad": "proximal_adagrad { l1: 0.001 l2: 0.001 }",
+    short: f"{name} {{ {body + ' ' if body else ''}}}" for short, (name, body) in BENCHMARK.items()
 }
 
 
@@ -94,7 +90,7 @@ class Workload:
     dim: int = 64
     ids: int = 65_536
     zipf: float = 1.05
-    optimizer: str = "adagrad"
+    optimizer: str = BENCHMARK_DEFAULT
     steps: int = 20
     seed: int = 0
 
@@ -276,49 +272,33 @@ def naive_step(
     grads: np.ndarray, lr: float = LEARNING_RATE,
 ) -> None:
     """The update step written the obvious NumPy way: ``np.unique``, ``np.add.at``, fancy
-    indexing (the yardstick of ``naive_sec_per_step``; same equations as the executor)."""
+    indexing, and the family's NumPy update of the rows (the yardstick of ``naive_sec_per_step``:
+    the executor's equations)."""
+    if optimizer not in OPTIMIZERS:
+        raise UsageError(_unknown_optimizer(optimizer))
     unique, inverse = np.unique(ids, return_inverse=True)
     g = np.zeros((unique.shape[0], table.shape[1]), dtype=F32)
     np.add.at(g, inverse.reshape(-1), grads)
-    lr32 = F32(lr)
-    w = table[unique]
-    if optimizer == "sgd":
-        table[unique] = w - lr32 * g
-    elif optimizer == "adagrad":
-        acc = slots[0][unique] + g * g
-        slots[0][unique] = acc
-        table[unique] = w - lr32 * g / np.sqrt(acc)
-    elif optimizer == "momentum":
-        m = F32(0.9) * slots[0][unique] + g
-        slots[0][unique] = m
-        table[unique] = w - lr32 * m
-    elif optimizer == "adam":
-        m = F32(0.9) * slots[0][unique] + F32(0.1) * g
-        v = F32(0.999) * slots[1][unique] + F32(0.001) * g * g
-        slots[0][unique], slots[1][unique] = m, v
-        table[unique] = w - lr32 * m / (np.sqrt(v) + F32(1e-8))
-    elif optimizer == "ftrl":
-        acc_old = slots[0][unique]
-        acc = acc_old + g * g
-        dp = np.sqrt(acc) - np.sqrt(acc_old)
-        lin = slots[1][unique] + g - dp * w / lr32
-        l1, l2 = F32(0.001), F32(0.001)
-        slots[0][unique], slots[1][unique] = acc, lin
-        table[unique] = (np.clip(lin, -l1, l1) - lin) / (np.sqrt(acc) / lr32 + F32(2) * l2)
-    elif optimizer == "rms_prop":
-        ms = F32(0.9) * slots[0][unique] + F32(0.1) * g * g
-        mom = F32(0.9) * slots[1][unique] + lr32 * g / np.sqrt(ms + F32(1e-7))
-        slots[0][unique], slots[1][unique] = ms, mom
-        table[unique] = w - mom
-    elif optimizer == "proximal_adagrad":
-        acc = slots[0][unique] + g * g
-        eta = lr32 / np.sqrt(acc)
-        p = w - eta * g
-        slots[0][unique] = acc
-        shrunk = np.sign(p) * np.maximum(np.abs(p) - eta * F32(0.001), F32(0))
-        table[unique] = shrunk / (F32(1) + eta * F32(0.001))
-    else:
-        raise UsageError(_unknown_optimizer(optimizer))
+    optimizer_of, hyper = _naive_update(optimizer)
+    state = optimizer_of.state(*(slot[unique] for slot in slots))
+    w, state = optimizer_of.update(table[unique], state, g, F32(lr), hyper, UpdateContext(0, ()))
+    table[unique] = w
+    for slot, value in zip(slots, state, strict=True):
+        slot[unique] = value
+
+
+def _naive_update(optimizer: str) -> tuple[Any, Any]:
+    """The family's NumPy update of the benchmark's ``optimizer`` and its bound hyper-parameters
+    (read from the benchmark's configuration text)."""
+    from google.protobuf import text_format
+
+    from .algorithms.update import get as get_update
+    from .proto.optimization_parameters_pb2 import OptimizationParameters
+
+    name = BENCHMARK[optimizer][0]
+    message = text_format.Parse(OPTIMIZERS[optimizer], OptimizationParameters())
+    found = get_update(name)
+    return found, found.bind(getattr(message, name))
 
 
 def _check_step(
@@ -384,7 +364,7 @@ def _warm_up(engine: str, optimizer: str) -> tuple[str, str | None, float, bool]
         from numba.core.registry import CPUDispatcher
 
         _tiny_step(optimizer, engine)
-        _tiny_step("adagrad", engine)  # the multi-feature and the naive step's own kernels
+        _tiny_step(BENCHMARK_DEFAULT, engine)  # the multi-feature and the naive step's own kernels
         compiled = any(
             sum(kernel.stats.cache_misses.values()) > 0
             for module in _kernel_modules()
@@ -401,7 +381,7 @@ def _kernel_modules() -> list[Any]:
     return [numba_engine, numba_init, numba_step, numba_update]
 
 
-def warm_start(engine: str = "numba", optimizer: str = "adagrad") -> float:
+def warm_start(engine: str = "numba", optimizer: str = BENCHMARK_DEFAULT) -> float:
     """Seconds a fresh Python process takes to import tpuemb and run one tiny ``Executor.step``
     (with the kernels already in the cache: what every new process pays)."""
     import subprocess

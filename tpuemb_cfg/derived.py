@@ -33,7 +33,7 @@ INT32_MAX = 2**31 - 1
 SLOTS: dict[str, tuple[str, ...]] = {
     name: algorithm.slot_names
     for name, algorithm in ALGORITHMS.items()
-    if name != "user_defined_program"
+    if not algorithm.slots_from_program
 }
 
 #: Algorithms for which low-dimensional packing can be effective.
@@ -55,7 +55,9 @@ TPU_DEVICE_MEMORY: dict[str, int] = {
     "v6e": 32 * 10**9,
 }
 
-TagKind = Literal["learning_rate", "step_counter"]
+#: What a tag feeds: ``"learning_rate"``, or the message field of a per-step input of the
+#: algorithm table (``"step_counter"``).
+TagKind = str
 
 
 @dataclass(frozen=True, slots=True)
@@ -419,8 +421,8 @@ def derive(config: TPUEmbeddingConfiguration) -> Derived:
         table_slots: tuple[str, ...] | None
         if algo is None:
             table_slots = None
-        elif algo == "user_defined_program":
-            outputs = _program_outputs(op.user_defined_program)
+        elif algo not in SLOTS and algo in ALGORITHMS:  # slots from the program (spec 1.4)
+            outputs = _program_outputs(getattr(op, algo))
             table_slots = (
                 None if outputs is None else tuple(f"Slot_{i}" for i in range(outputs - 1))
             )
@@ -448,16 +450,16 @@ def derive(config: TPUEmbeddingConfiguration) -> Derived:
                     f"{base}.learning_rate.dynamic.tag",
                 )
             )
-        if algo == "frequency_aware_adagrad":
-            faa = op.frequency_aware_adagrad
-            present = faa.HasField("step_counter")
+        entry = ALGORITHMS.get(algo) if algo is not None else None
+        message: Any = getattr(op, entry.name) if entry is not None else None
+        for step_input in entry.step_inputs if entry is not None else ():
             tag_uses.append(
                 TagUse(
                     t,
-                    "step_counter",
-                    faa.step_counter.tag,
-                    f"{base}.frequency_aware_adagrad.step_counter.tag",
-                    present,
+                    step_input.message_field,
+                    getattr(message, step_input.message_field).tag,
+                    f"{base}.{algo}.{step_input.path}",
+                    message.HasField(step_input.message_field),
                 )
             )
     tag_map: dict[int, list[tuple[int, str]]] = {}

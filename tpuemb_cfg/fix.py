@@ -73,6 +73,12 @@ def _slot(path: str) -> str:
     return f"\x00{path}\x00"
 
 
+def _step_input(op: Any, field: str) -> Any:
+    """The message of the per-step input ``field`` (a ``TagUse.kind``) of the algorithm of the
+    table's ``OptimizationParameters`` ``op``."""
+    return getattr(getattr(op, op.WhichOneof("parameters")), field)
+
+
 def _renumber_tags(
     config: TPUEmbeddingConfiguration, plan: _Plan, result: FixResult, path: str
 ) -> None:
@@ -95,14 +101,14 @@ def _renumber_tags(
         elif use.present:
             if new == use.tag:
                 continue
-            op.frequency_aware_adagrad.step_counter.tag = new
+            _step_input(op, use.kind).tag = new
             plan.set_values[use.field_path] = str(new)
             if use.tag == 0:
                 plan.inserts.append((use.field_path.removesuffix(".tag"), f"tag: {new}"))
         elif new != 0:
-            op.frequency_aware_adagrad.step_counter.tag = new
-            base = use.field_path.removesuffix(".step_counter.tag")
-            plan.inserts.append((base, f"step_counter {{ tag: {new} }}"))
+            _step_input(op, use.kind).tag = new
+            base = use.field_path.removesuffix(f".{use.kind}.tag")
+            plan.inserts.append((base, f"{use.kind} {{ tag: {new} }}"))
     result.tag_mapping = mapping
     changed = ", ".join(f"{old} -> {new}" for old, new in mapping.items() if old != new)
     result.applied.append("renumbered dynamic tags")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import struct
 from typing import TYPE_CHECKING, Any
 
+from tpuemb_cfg.algorithms import ALGORITHMS
 from tpuemb_cfg.derived import derive, host_sizes
 from tpuemb_cfg.io import as_config
 from tpuemb_cfg.schema import ACCUMULATION_NAMES, MODE_NAMES, SHARDING_NAMES, PackingStatus
@@ -47,7 +48,7 @@ def _limits(message: Any, field: str) -> list[float | None] | None:
 
 
 def _hyper_parameters(params: Any, algorithm: str | None) -> dict[str, Any]:
-    if algorithm is None or algorithm == "user_defined_program":
+    if algorithm is None or ALGORITHMS[algorithm].slots_from_program:
         return {}
     out: dict[str, Any] = {}
     for fd, value in getattr(params, algorithm).ListFields():

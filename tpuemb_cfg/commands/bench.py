@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from tpuemb_cfg import units
+from tpuemb_cfg.algorithms.table import BENCHMARK, BENCHMARK_DEFAULT
 from tpuemb_cfg.commands.simulate import backend_option, engine_option, parse_size, seed_option
 
 __all__ = ["bench"]
@@ -23,8 +24,8 @@ __all__ = ["bench"]
 @click.option("--zipf", type=click.FloatRange(min=0, min_open=True), default=1.05,
               show_default=True, help="Exponent of the Zipf law of the ids.")
 @click.option("--optimizer", type=click.Choice(
-                  ["adagrad", "sgd", "momentum", "adam", "ftrl", "rms_prop", "proximal_adagrad"]),
-              default="adagrad", show_default=True)
+                  [BENCHMARK_DEFAULT, *(name for name in BENCHMARK if name != BENCHMARK_DEFAULT)]),
+              default=BENCHMARK_DEFAULT, show_default=True)
 @click.option("--steps", type=click.IntRange(min=1), default=20, show_default=True,
               help="Timed steps per measurement (the median is reported).")
 @engine_option("numba: compiled kernels; numpy: the readable reference.")

@@ -50,6 +50,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tpuemb_cfg.algorithms.table import KERAS_NAMES
 from tpuemb_cfg.embedding import _checks as chk
 from tpuemb_cfg.embedding.errors import EmbeddingConfigError
 from tpuemb_cfg.embedding.keras_schedules import SCHEDULE_FUNCTIONS
@@ -78,7 +79,7 @@ _FTRL_ARGUMENTS = (
 
 #: TFRS's table (``_OPTIMIZER_PARAMETERS``), the fixed values being the legacy defaults.
 LEGACY: dict[str, _Mapping] = {
-    "SGD": _Mapping(SGD, (), {"decay": 0.0, "momentum": 0.0, "nesterov": False}),
+    "SGD": _Mapping(SGD, (), dict(decay=0.0, momentum=0.0, nesterov=False)),
     "Adagrad": _Mapping(Adagrad, ("initial_accumulator_value",), {"epsilon": 1e-7}),
     "Adam": _Mapping(Adam, ("beta_1", "beta_2", "epsilon"), {"decay": 0.0, "amsgrad": False}),
     "Ftrl": _Mapping(FTRL, _FTRL_ARGUMENTS, {"l2_shrinkage_regularization_strength": 0.0}),
@@ -86,7 +87,7 @@ LEGACY: dict[str, _Mapping] = {
 
 #: keras-rs' table (``OPTIMIZER_MAPPINGS``).
 KERAS3: dict[str, _Mapping] = {
-    "SGD": _Mapping(SGD, (), {"momentum": 0.0, "nesterov": False}),
+    "SGD": _Mapping(SGD, (), dict(momentum=0.0, nesterov=False)),
     "Adagrad": _Mapping(Adagrad, ("initial_accumulator_value",), {"epsilon": 1e-7}),
     "Adam": _Mapping(Adam, ("beta_1", "beta_2", "epsilon"), {"amsgrad": False}),
     "Ftrl": _Mapping(FTRL, _FTRL_ARGUMENTS, {"l2_shrinkage_regularization_strength": 0.0}),
@@ -307,7 +308,8 @@ def _refuse(owner: str, option: str, value: Any, library: str) -> EmbeddingConfi
 #: The optimizer names TFRS and keras-rs accept (lower case only): each gives the
 #: ``tf.tpu.experimental.embedding`` optimizer with TensorFlow's defaults.
 NAMES: dict[str, Callable[[], Optimizer]] = {
-    "sgd": SGD, "adagrad": Adagrad, "adam": Adam, "ftrl": FTRL,
+    name: next(c for c in (SGD, Adagrad, Adam, FTRL) if c.algorithm == algorithm)
+    for name, algorithm in KERAS_NAMES.items()
 }
 
 

@@ -36,10 +36,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from tpuemb_cfg.algorithms.table import KERAS_RS_DEFAULT
 from tpuemb_cfg.embedding import _checks as chk
 from tpuemb_cfg.embedding import origins
 from tpuemb_cfg.embedding.errors import EmbeddingConfigError, EmbeddingTypeError
-from tpuemb_cfg.embedding.keras import from_keras
+from tpuemb_cfg.embedding.keras import NAMES, from_keras
 from tpuemb_cfg.embedding.optimizers import FTRL, SGD, Adagrad, Adam, Optimizer
 from tpuemb_cfg.embedding.tables import FeatureConfig, TableConfig
 
@@ -84,7 +85,7 @@ def to_tpu_optimizer(optimizer: Any, owner: str) -> Optimizer | None:
             raise type(exc)(f"{owner}: {exc}") from None
     raise EmbeddingTypeError(
         f"{owner}: optimizer {chk.show(optimizer)} ({chk.type_name(optimizer)}) is none of what "
-        f"keras-rs takes: a name ('sgd', 'adagrad', 'adam', 'ftrl'), a Keras optimizer, or "
+        f"keras-rs takes: a name ({', '.join(repr(n) for n in NAMES)}), a Keras optimizer, or "
         f"tf.tpu.experimental.embedding's SGD, Adagrad, Adam or FTRL"
     )
 
@@ -121,7 +122,7 @@ def _table(table: Any, owner: str) -> TableConfig:
         vocabulary_size=table.vocabulary_size,
         dim=table.embedding_dim,
         initializer=initializer if callable(initializer) else None,
-        optimizer=to_tpu_optimizer(getattr(table, "optimizer", "adam"), owner),
+        optimizer=to_tpu_optimizer(getattr(table, "optimizer", KERAS_RS_DEFAULT), owner),
         combiner=getattr(table, "combiner", "mean"),
         name=table.name,
     )

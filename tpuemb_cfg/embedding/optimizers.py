@@ -336,9 +336,9 @@ class AdagradMomentum(Optimizer):
     """
 
     algorithm = "adagrad_momentum"
-    _fields = (
-        ("momentum", "float"), ("use_nesterov", "bool"), ("exponent", "float"),
-        ("beta2", "float"), ("epsilon", "float"),
+    _fields = tuple(
+        dict(momentum="float", use_nesterov="bool", exponent="float", beta2="float",
+             epsilon="float").items()
     )
 
     def __init__(  # noqa: PLR0913  (TensorFlow's signature)

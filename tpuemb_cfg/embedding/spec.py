@@ -269,12 +269,12 @@ class _Toml:
             start = self._header(key[:depth]) if depth else -1
             if start is None:
                 continue
-            assign = re.compile(rf"^\s*(\"?){re.escape(key[depth])}\1\s*=")
+            assignment = re.compile(rf"^\s*(\"?){re.escape(key[depth])}\1\s*=")
             for i in range(start + 1, len(self.lines)):
                 text = self.lines[i]
                 if text.lstrip().startswith("["):
                     break
-                if assign.match(text):
+                if assignment.match(text):
                     return i + 1, len(text) - len(text.lstrip()) + 1
             return (start + 1, 1) if depth else None
         return None

@@ -272,7 +272,8 @@ def _tag_users(config: Any, derived: Derived) -> dict[int, tuple[str, ...]]:
     for use in derived.tag_uses:
         name = config.table_descriptor[use.table].name
         users.setdefault(use.tag, []).append(
-            f"table {name!r}" if use.kind == "learning_rate" else f"step counter of {name!r}"
+            f"table {name!r}" if use.kind == "learning_rate"
+            else f"{use.kind.replace('_', ' ')} of {name!r}"
         )
     return {tag: tuple(names) for tag, names in users.items()}
 

@@ -81,9 +81,10 @@ def _fill_table(
     spec's initializer (``table.initializer``, ``executor.initializers``), else the defaults of
     spec section 11. A truncated normal of mean 0 (the default's kind) runs compiled."""
     init = table.initializer
-    if init is None and table.optimizer.name == "frequency_estimator":
-        # The rows hold the estimate D, initialised to the cap (spec section 11).
-        _fill(out, F32(table.hyper.max_delta), rows if at else None)
+    initial_from = table.optimizer.algorithm.initial_rows_from
+    if init is None and initial_from is not None:
+        # The rows start at a hyper-parameter (the frequency estimate D at its cap, spec 11).
+        _fill(out, F32(getattr(table.hyper, initial_from)), rows if at else None)
         return
     if init is not None and init.kind == "constant":
         _fill(out, F32(init.value), rows if at else None)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from tpuemb_cfg.algorithms import ALGORITHMS, checked_by
 from tpuemb_cfg.rules._registry import Context, Diagnostic, rule
 from tpuemb_cfg.rules.common import (
     OpTable,
@@ -38,27 +39,30 @@ def _disabled_tables(ctx: Context, algorithm: str | None = None) -> Iterator[OpT
 
 
 def _non_lazy_without_accumulation(
-    ctx: Context, algorithm: str, name: str, what: str
+    ctx: Context, rule: str, name: str, what: str
 ) -> Iterator[Diagnostic]:
-    """``<label>: non-lazy <name> (use_non_lazy_<algorithm>: true) <what>`` at that flag of every
-    table with accumulation DISABLED and the flag set."""
-    flag = f"use_non_lazy_{algorithm}"
-    what = f"non-lazy {name} ({flag}: true) {what}"
-    for at in _disabled_tables(ctx, algorithm):
-        if getattr(at.params, flag):
-            hint = f"set `{_STATUS}: ENABLED`, or remove {flag}"
-            yield table_diag(ctx, at, f"{algorithm}.{flag}", what, hint=hint)
+    """``<label>: non-lazy <name> (<its non-lazy flag>: true) <what>`` at that flag of every
+    table of the algorithms of ``rule`` with accumulation DISABLED and the flag set."""
+    for algorithm in checked_by(rule):
+        flag = ALGORITHMS[algorithm].non_lazy_flag or ""
+        said = f"non-lazy {name} ({flag}: true) {what}"
+        for at in _disabled_tables(ctx, algorithm):
+            if getattr(at.params, flag):
+                hint = f"set `{_STATUS}: ENABLED`, or remove {flag}"
+                yield table_diag(ctx, at, f"{algorithm}.{flag}", said, hint=hint)
 
 
 def _algorithm_without_accumulation(
-    ctx: Context, algorithm: str, what: str
+    ctx: Context, rule: str, what: str
 ) -> Iterator[Diagnostic]:
-    """``<label>: <algorithm> with ... DISABLED <what>`` at the status of every such table."""
-    for at in _disabled_tables(ctx, algorithm):
-        yield table_diag(
-            ctx, at, _STATUS, f"{algorithm} with {_STATUS} DISABLED{what}",
-            hint=f"set `{_STATUS}: ENABLED`",
-        )
+    """``<label>: <algorithm> with ... DISABLED <what>`` at the status of every table of the
+    algorithms of ``rule``."""
+    for algorithm in checked_by(rule):
+        for at in _disabled_tables(ctx, algorithm):
+            yield table_diag(
+                ctx, at, _STATUS, f"{algorithm} with {_STATUS} DISABLED{what}",
+                hint=f"set `{_STATUS}: ENABLED`",
+            )
 
 
 def slot_count(ctx: Context, i: int) -> int | None:
@@ -157,7 +161,7 @@ def non_lazy_adam(ctx: Context) -> Iterator[Diagnostic]:
     Spec: validation-rules.md section 2.6
     """
     return _non_lazy_without_accumulation(
-        ctx, "adam", "Adam", f"needs gradient accumulation, but {_STATUS} is DISABLED"
+        ctx, "ACC003", "Adam", f"needs gradient accumulation, but {_STATUS} is DISABLED"
     )
 
 
@@ -187,7 +191,7 @@ def non_lazy_lion(ctx: Context) -> Iterator[Diagnostic]:
     Spec: validation-rules.md section 2.6
     """
     return _non_lazy_without_accumulation(
-        ctx, "lion", "Lion",
+        ctx, "ACC004", "Lion",
         f"with {_STATUS} DISABLED updates every row once per partial gradient",
     )
 
@@ -291,7 +295,7 @@ def sgd_weight_decay(ctx: Context) -> Iterator[Diagnostic]:
 
     Spec: validation-rules.md section 2.6
     """
-    for at in algorithm_tables(ctx, "stochastic_gradient_descent"):
+    for at in algorithm_tables(ctx, *checked_by("ACC007")):
         if at.op.weight_decay_factor == 0:
             continue
         state = "DISABLED" if _disabled(at.op) else "effective"
@@ -329,7 +333,7 @@ def assign_without_accumulation(ctx: Context) -> Iterator[Diagnostic]:
     Spec: validation-rules.md section 2.6
     """
     return _algorithm_without_accumulation(
-        ctx, "assign",
+        ctx, "ACC008",
         ": the last partial gradient to arrive wins, so the result depends on the core layout",
     )
 
@@ -359,7 +363,7 @@ def frequency_estimator_without_accumulation(ctx: Context) -> Iterator[Diagnosti
     Spec: validation-rules.md section 2.6
     """
     return _algorithm_without_accumulation(
-        ctx, "frequency_estimator", " counts an id once per partial update, not once per step"
+        ctx, "ACC009", " counts an id once per partial update, not once per step"
     )
 
 

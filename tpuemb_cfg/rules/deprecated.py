@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from tpuemb_cfg.algorithms import checked_by
 from tpuemb_cfg.protoutil import is_repeated
 from tpuemb_cfg.rules._registry import Context, Diagnostic, rule
 from tpuemb_cfg.rules.common import algorithm_tables
@@ -106,11 +107,11 @@ def allow_zero_accumulator(ctx: Context) -> Iterator[Diagnostic]:
 
     Spec: validation-rules.md section 2.9
     """
-    for at in algorithm_tables(ctx, "ftrl"):
+    for at in algorithm_tables(ctx, *checked_by("DEP001")):
         if at.params.allow_zero_accumulator:
             yield ctx.diag(
-                f"{at.op_path}.ftrl.allow_zero_accumulator",
-                f"{ctx.table_label(at.i)}: ftrl.allow_zero_accumulator is deprecated and "
+                f"{at.op_path}.{at.algorithm}.allow_zero_accumulator",
+                f"{ctx.table_label(at.i)}: {at.algorithm}.allow_zero_accumulator is deprecated and "
                 "ignored; zero accumulators are always supported",
                 hint="remove allow_zero_accumulator",
             )

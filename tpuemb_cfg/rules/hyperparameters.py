@@ -1,11 +1,11 @@
 """Hyper-parameter range rules (``OPT``, ``validation-rules.md`` section 2.5), generated from the
 algorithm table.
 
-Each rule below is one :func:`range_rule` call: its id, severity, summary and explanation live
-here, next to each other; what it checks (the fields, the predicate, the expected range, the
+Each rule below is one :func:`range_rule` (its id, severity and summary) on a function whose
+docstring is its explanation; what it checks (the fields, the predicate, the expected range, the
 reason and the fix of every message) are the constraints of :mod:`tpuemb_cfg.algorithms` that
 name its id, which the embedding constructors check too. Adding a range rule is adding its
-constraints to the table and one call here.
+constraints to the table and one decorated function here.
 
 A generated rule visits the algorithms of its constraints in table order; for each, every table
 of that algorithm (in table order) and each constrained field (in table order). Stored float32
@@ -14,6 +14,7 @@ values are compared; NaN and infinities are skipped (OPT002/OPT003 report them).
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable, Iterator
 
@@ -24,13 +25,25 @@ from tpuemb_cfg.rules.common import algorithm_tables, table_violations
 RangeRule = Callable[[Context], Iterator[Diagnostic]]
 
 
-def range_rule(id: str, severity: Severity, summary: str, doc: str) -> RangeRule:
+def range_rule(
+    id: str, severity: Severity, summary: str | None = None
+) -> Callable[[Callable[[], None]], RangeRule]:
     """Register rule ``id``: every constraint of the algorithm table that names it.
 
-    ``doc`` is the explanation ``tpuemb explain`` prints; the spec section of the constraints is
-    appended to it. Raises ``ValueError`` when no constraint names ``id`` or when they cite
-    different spec sections (a table or rule typo).
+    The decorated function's docstring is the explanation ``tpuemb explain`` prints (after its
+    first paragraph, the summary, when ``summary`` is not given); the spec section of the
+    constraints is appended to it. Raises ``ValueError`` when no constraint names ``id`` or when
+    they cite different spec sections (a table or rule typo).
     """
+    return functools.partial(_range_rule, id, severity, summary)
+
+
+def _range_rule(
+    id: str, severity: Severity, summary: str | None, explained: Callable[[], None]
+) -> RangeRule:
+    doc = inspect.cleandoc(explained.__doc__ or "")
+    if summary is None:
+        summary, _, doc = doc.partition("\n\n")
     found = list(constraints(id))
     sections = {constraint.section for _, _, constraint in found}
     if len(sections) != 1:
@@ -54,8 +67,8 @@ def range_rule(id: str, severity: Severity, summary: str, doc: str) -> RangeRule
     return rule(id, severity, summary)(check)
 
 
-adam_beta1 = range_rule(
-    "OPT010", "error", "Adam beta1 outside [0, 1)",
+@range_rule("OPT010", "error", "Adam beta1 outside [0, 1)")
+def adam_beta1() -> None:
     """## What it does
     Checks `adam.beta1`, the decay of Adam's first moment, is in [0, 1).
 
@@ -73,12 +86,11 @@ adam_beta1 = range_rule(
     ```
     adam { beta1: 0.9 beta2: 0.999 epsilon: 1e-08 }
     ```
-    """,
-)
+    """
 
 
-adam_beta2 = range_rule(
-    "OPT011", "error", "Adam beta2 outside [0, 1)",
+@range_rule("OPT011", "error", "Adam beta2 outside [0, 1)")
+def adam_beta2() -> None:
     """## What it does
     Checks `adam.beta2`, the decay of Adam's second moment, is in [0, 1).
 
@@ -96,12 +108,11 @@ adam_beta2 = range_rule(
     ```
     adam { beta1: 0.9 beta2: 0.999 epsilon: 1e-08 }
     ```
-    """,
-)
+    """
 
 
-adam_epsilon = range_rule(
-    "OPT012", "error", "Adam epsilon <= 0",
+@range_rule("OPT012", "error", "Adam epsilon <= 0")
+def adam_epsilon() -> None:
     """## What it does
     Checks `adam.epsilon` is positive.
 
@@ -119,12 +130,11 @@ adam_epsilon = range_rule(
     ```
     adam { beta1: 0.9 beta2: 0.999 epsilon: 1e-07 }
     ```
-    """,
-)
+    """
 
 
-ftrl_l1_l2 = range_rule(
-    "OPT015", "error", "FTRL l1 or l2 negative",
+@range_rule("OPT015", "error", "FTRL l1 or l2 negative")
+def ftrl_l1_l2() -> None:
     """## What it does
     Checks `ftrl.l1` and `ftrl.l2` are not negative (one diagnostic per field).
 
@@ -142,12 +152,11 @@ ftrl_l1_l2 = range_rule(
     ```
     ftrl { l1: 0.01 lr_power: -0.5 }
     ```
-    """,
-)
+    """
 
 
-ftrl_lr_power = range_rule(
-    "OPT016", "warning", "FTRL lr_power > 0",
+@range_rule("OPT016", "warning", "FTRL lr_power > 0")
+def ftrl_lr_power() -> None:
     """## What it does
     Checks `ftrl.lr_power` is at most 0.
 
@@ -165,12 +174,11 @@ ftrl_lr_power = range_rule(
     ```
     ftrl { lr_power: -0.5 }
     ```
-    """,
-)
+    """
 
 
-ftrl_beta = range_rule(
-    "OPT017", "warning", "FTRL beta < 0",
+@range_rule("OPT017", "warning", "FTRL beta < 0")
+def ftrl_beta() -> None:
     """## What it does
     Checks `ftrl.beta` is not negative.
 
@@ -187,12 +195,11 @@ ftrl_beta = range_rule(
     ```
     ftrl { lr_power: -0.5 beta: 0.0 }
     ```
-    """,
-)
+    """
 
 
-adagrad_momentum_exponent = range_rule(
-    "OPT018", "error", "AdagradMomentum exponent <= 0",
+@range_rule("OPT018", "error", "AdagradMomentum exponent <= 0")
+def adagrad_momentum_exponent() -> None:
     """## What it does
     Checks `adagrad_momentum.exponent` (k in the preconditioner `(acc + epsilon)^(-1/k)`) is
     positive.
@@ -210,12 +217,11 @@ adagrad_momentum_exponent = range_rule(
     ```
     adagrad_momentum { momentum: 0.9 exponent: 2.0 beta2: 1.0 epsilon: 1e-10 }
     ```
-    """,
-)
+    """
 
 
-adagrad_momentum_epsilon = range_rule(
-    "OPT019", "error", "AdagradMomentum epsilon <= 0",
+@range_rule("OPT019", "error", "AdagradMomentum epsilon <= 0")
+def adagrad_momentum_epsilon() -> None:
     """## What it does
     Checks `adagrad_momentum.epsilon`, the offset added to the accumulator before the power, is
     positive.
@@ -233,13 +239,14 @@ adagrad_momentum_epsilon = range_rule(
     ```
     adagrad_momentum { momentum: 0.9 exponent: 2.0 beta2: 1.0 epsilon: 1e-10 }
     ```
-    """,
-)
+    """
 
 
-adagrad_momentum_ranges = range_rule(
-    "OPT020", "warning", "AdagradMomentum beta2 outside (0, 1] or momentum outside [0, 1)",
-    """## What it does
+@range_rule("OPT020", "warning")
+def adagrad_momentum_ranges() -> None:
+    """AdagradMomentum beta2 outside (0, 1] or momentum outside [0, 1)
+
+    ## What it does
     Checks `adagrad_momentum.beta2` is in (0, 1] and `adagrad_momentum.momentum` in [0, 1) (one
     diagnostic per field).
 
@@ -258,12 +265,11 @@ adagrad_momentum_ranges = range_rule(
     ```
     adagrad_momentum { momentum: 0.9 exponent: 2.0 beta2: 1.0 epsilon: 1e-10 }
     ```
-    """,
-)
+    """
 
 
-proximal_adagrad_ranges = range_rule(
-    "OPT021", "error", "ProximalAdagrad l1 or l2 negative",
+@range_rule("OPT021", "error", "ProximalAdagrad l1 or l2 negative")
+def proximal_adagrad_ranges() -> None:
     """## What it does
     Checks `proximal_adagrad.l1` and `proximal_adagrad.l2` are not negative.
 
@@ -281,12 +287,11 @@ proximal_adagrad_ranges = range_rule(
     ```
     proximal_adagrad { l1: 0.1 }
     ```
-    """,
-)
+    """
 
 
-proximal_yogi_ranges = range_rule(
-    "OPT022", "error", "ProximalYogi hyper-parameter out of range",
+@range_rule("OPT022", "error", "ProximalYogi hyper-parameter out of range")
+def proximal_yogi_ranges() -> None:
     """## What it does
     Checks `proximal_yogi`: `beta1` and `beta2` in [0, 1), `epsilon` > 0, `l1` and `l2` >= 0;
     one diagnostic per field.
@@ -305,12 +310,11 @@ proximal_yogi_ranges = range_rule(
     ```
     proximal_yogi { beta1: 0.9 beta2: 0.999 epsilon: 0.001 }
     ```
-    """,
-)
+    """
 
 
-online_yogi_ranges = range_rule(
-    "OPT023", "warning", "OnlineYogi hyper-parameter out of range",
+@range_rule("OPT023", "warning", "OnlineYogi hyper-parameter out of range")
+def online_yogi_ranges() -> None:
     """## What it does
     Checks `online_yogi`: `l1` and `l2` >= 0 and `beta2` in [0, 1); one diagnostic per field.
 
@@ -327,12 +331,11 @@ online_yogi_ranges = range_rule(
     ```
     online_yogi { l1: 0.1 beta2: 0.999 }
     ```
-    """,
-)
+    """
 
 
-momentum_range = range_rule(
-    "OPT024", "warning", "Momentum coefficient outside [0, 1)",
+@range_rule("OPT024", "warning", "Momentum coefficient outside [0, 1)")
+def momentum_range() -> None:
     """## What it does
     Checks `momentum.momentum` is in [0, 1).
 
@@ -350,12 +353,11 @@ momentum_range = range_rule(
     ```
     momentum { momentum: 0.9 }
     ```
-    """,
-)
+    """
 
 
-lion_ranges = range_rule(
-    "OPT025", "warning", "Lion betas outside [0, 1]",
+@range_rule("OPT025", "warning", "Lion betas outside [0, 1]")
+def lion_ranges() -> None:
     """## What it does
     Checks `lion.beta1` and `lion.beta2` are in [0, 1] (one diagnostic per field).
 
@@ -373,12 +375,11 @@ lion_ranges = range_rule(
     ```
     lion { beta1: 0.9 beta2: 0.99 }
     ```
-    """,
-)
+    """
 
 
-rms_prop_epsilon = range_rule(
-    "OPT026", "error", "RMSProp epsilon <= 0",
+@range_rule("OPT026", "error", "RMSProp epsilon <= 0")
+def rms_prop_epsilon() -> None:
     """## What it does
     Checks `rms_prop.epsilon` and `centered_rms_prop.epsilon` are positive.
 
@@ -396,12 +397,11 @@ rms_prop_epsilon = range_rule(
     ```
     rms_prop { rho: 0.9 momentum: 0.0 epsilon: 1e-10 }
     ```
-    """,
-)
+    """
 
 
-adadelta_epsilon = range_rule(
-    "OPT027", "error", "Adadelta epsilon <= 0",
+@range_rule("OPT027", "error", "Adadelta epsilon <= 0")
+def adadelta_epsilon() -> None:
     """## What it does
     Checks `adadelta.epsilon` is positive.
 
@@ -418,12 +418,11 @@ adadelta_epsilon = range_rule(
     ```
     adadelta { rho: 0.95 epsilon: 1e-07 }
     ```
-    """,
-)
+    """
 
 
-bounded_adagrad_bounds = range_rule(
-    "OPT028", "warning", "BoundedAdagrad negative bound",
+@range_rule("OPT028", "warning", "BoundedAdagrad negative bound")
+def bounded_adagrad_bounds() -> None:
     """## What it does
     Checks `bounded_adagrad.max_var_update` and `bounded_adagrad.max_accumulator` are not
     negative.
@@ -441,12 +440,11 @@ bounded_adagrad_bounds = range_rule(
     ```
     bounded_adagrad { max_var_update: 1.0 }
     ```
-    """,
-)
+    """
 
 
-frequency_aware_adagrad_initial = range_rule(
-    "OPT029", "error", "FrequencyAwareAdagrad initial accumulator <= 0",
+@range_rule("OPT029", "error", "FrequencyAwareAdagrad initial accumulator <= 0")
+def frequency_aware_adagrad_initial() -> None:
     """## What it does
     Checks `frequency_aware_adagrad.initial_accumulator_value` is positive.
 
@@ -466,12 +464,11 @@ frequency_aware_adagrad_initial = range_rule(
       max_lr_multiplier: 10.0 accumulator_decay: 1.0 initial_accumulator_value: 0.1
     }
     ```
-    """,
-)
+    """
 
 
-frequency_estimator_tau = range_rule(
-    "OPT030", "error", "FrequencyEstimator tau outside (0, 1)",
+@range_rule("OPT030", "error", "FrequencyEstimator tau outside (0, 1)")
+def frequency_estimator_tau() -> None:
     """## What it does
     Checks `frequency_estimator.tau` is strictly between 0 and 1.
 
@@ -489,12 +486,11 @@ frequency_estimator_tau = range_rule(
     ```
     frequency_estimator { tau: 0.1 max_delta: 1000.0 outlier_threshold: 10.0 }
     ```
-    """,
-)
+    """
 
 
-frequency_estimator_max_delta = range_rule(
-    "OPT031", "error", "FrequencyEstimator max_delta <= 0",
+@range_rule("OPT031", "error", "FrequencyEstimator max_delta <= 0")
+def frequency_estimator_max_delta() -> None:
     """## What it does
     Checks `frequency_estimator.max_delta` is positive.
 
@@ -512,12 +508,11 @@ frequency_estimator_max_delta = range_rule(
     ```
     frequency_estimator { tau: 0.1 max_delta: 1000.0 outlier_threshold: 10.0 }
     ```
-    """,
-)
+    """
 
 
-rms_prop_decay = range_rule(
-    "OPT035", "warning", "RMSProp / Adadelta decay out of range",
+@range_rule("OPT035", "warning", "RMSProp / Adadelta decay out of range")
+def rms_prop_decay() -> None:
     """## What it does
     Checks `rho` is in [0, 1) for `rms_prop`, `centered_rms_prop` and `adadelta`, and that
     `momentum` is not negative for the two RMSProp variants (one diagnostic per field).
@@ -536,12 +531,11 @@ rms_prop_decay = range_rule(
     ```
     rms_prop { rho: 0.9 momentum: 0.0 epsilon: 1e-10 }
     ```
-    """,
-)
+    """
 
 
-frequency_aware_adagrad_ranges = range_rule(
-    "OPT036", "warning", "FrequencyAwareAdagrad hyper-parameter out of range",
+@range_rule("OPT036", "warning", "FrequencyAwareAdagrad hyper-parameter out of range")
+def frequency_aware_adagrad_ranges() -> None:
     """## What it does
     Checks `frequency_aware_adagrad`: `max_lr_multiplier` > 0, `probability_exponent` >= 0,
     `accumulator_decay` in (0, 1], `l1_regularization_strength` and
@@ -567,5 +561,4 @@ frequency_aware_adagrad_ranges = range_rule(
       initial_accumulator_value: 0.1
     }
     ```
-    """,
-)
+    """

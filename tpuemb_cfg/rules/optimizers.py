@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from tpuemb_cfg.algorithms import constraints
+from tpuemb_cfg.algorithms import ALGORITHMS, checked_by, constraints
 from tpuemb_cfg.protoutil import is_repeated
 from tpuemb_cfg.rules._registry import Context, Diagnostic, rule
 from tpuemb_cfg.rules.common import (
@@ -79,8 +79,8 @@ def no_algorithm(ctx: Context) -> Iterator[Diagnostic]:
             opt_path(path),
             f"{ctx.table_label(i)} {what}; TensorFlow fails with 'No optimization algorithm "
             "specified'",
-            hint="select one algorithm inside optimization_parameters, e.g. `adagrad { }` or "
-            "`stochastic_gradient_descent { }`",
+            hint="select one algorithm inside optimization_parameters, e.g. "
+            + " or ".join(f"`{name} {{ }}`" for name in checked_by("OPT001")),
         )
 
 
@@ -229,9 +229,9 @@ def zero_learning_rate(ctx: Context) -> Iterator[Diagnostic]:
         if value != 0:
             continue
         name = t.algorithm
-        if name in ("assign", "frequency_estimator"):
+        if name is not None and ALGORITHMS[name].learning_rate in ("unused", "global_step"):
             continue
-        if name == "ftrl" and not t.op.ftrl.multiply_linear_by_lr:
+        if name in checked_by("OPT014") and not getattr(t.op, name).multiply_linear_by_lr:
             continue  # OPT014
         yield table_diag(
             ctx, t, "learning_rate.constant",
@@ -245,7 +245,7 @@ def zero_learning_rate(ctx: Context) -> Iterator[Diagnostic]:
 # OPT013, OPT014: the learning rate meets the algorithm
 
 
-_NO_BIAS_CORRECTION = ("adam", "proximal_yogi", "online_yogi")
+_NO_BIAS_CORRECTION = checked_by("OPT013")
 
 
 @rule("OPT013", "info", "no bias correction with a constant learning rate")
@@ -315,17 +315,18 @@ def ftrl_zero_learning_rate(ctx: Context) -> Iterator[Diagnostic]:
 
     Spec: validation-rules.md section 2.5
     """
-    for at in algorithm_tables(ctx, "ftrl"):
+    for at in algorithm_tables(ctx, *checked_by("OPT014")):
         if at.params.multiply_linear_by_lr or lr_kind(at.op) != "constant":
             continue
         if at.op.learning_rate.constant != 0:
             continue
         yield table_diag(
-            ctx, at, "ftrl.multiply_linear_by_lr",
-            f"ftrl with learning_rate.constant "
+            ctx, at, f"{at.algorithm}.multiply_linear_by_lr",
+            f"{at.algorithm} with learning_rate.constant "
             f"{fmt(at.op.learning_rate.constant)} and multiply_linear_by_lr false divides by the "
             "learning rate: the first update produces NaN or infinity",
-            hint="set `multiply_linear_by_lr: true` in ftrl, or use a positive learning rate",
+            hint=f"set `multiply_linear_by_lr: true` in {at.algorithm}, or use a positive "
+            "learning rate",
         )
 
 
@@ -355,11 +356,11 @@ def frequency_estimator_dimension(ctx: Context) -> Iterator[Diagnostic]:
 
     Spec: validation-rules.md section 2.5
     """
-    for at in algorithm_tables(ctx, "frequency_estimator"):
+    for at in algorithm_tables(ctx, *checked_by("OPT032")):
         if at.table.dimension != 1:
             yield ctx.diag(
                 at.op_path.rsplit(".", 1)[0] + ".dimension",
-                f"{ctx.table_label(at.i)}: a frequency_estimator table has dimension "
+                f"{ctx.table_label(at.i)}: a {at.algorithm} table has dimension "
                 f"{at.table.dimension}, expected 1 (one estimate per id)",
                 hint="set dimension: 1",
             )
@@ -390,14 +391,14 @@ def frequency_estimator_dynamic(ctx: Context) -> Iterator[Diagnostic]:
 
     Spec: validation-rules.md section 2.5
     """
-    for at in algorithm_tables(ctx, "frequency_estimator"):
+    for at in algorithm_tables(ctx, *checked_by("OPT033")):
         kind = lr_kind(at.op)
         if kind == "dynamic":
             continue
         found = "a constant learning rate" if kind == "constant" else "no learning rate"
         yield table_diag(
             ctx, at, "learning_rate",
-            f"frequency_estimator has {found}; its learning-rate "
+            f"{at.algorithm} has {found}; its learning-rate "
             "input must carry the global step, which needs a dynamic learning rate",
             hint="use `learning_rate { dynamic { tag: N } }` and send the global step as input N",
         )
@@ -432,7 +433,7 @@ def frequency_estimator_extras(ctx: Context) -> Iterator[Diagnostic]:
 
     Spec: validation-rules.md section 2.5
     """
-    for at in algorithm_tables(ctx, "frequency_estimator"):
+    for at in algorithm_tables(ctx, *checked_by("OPT034")):
         label = ctx.table_label(at.i)
         op = at.op
         found: list[tuple[str, str]] = []
@@ -448,7 +449,7 @@ def frequency_estimator_extras(ctx: Context) -> Iterator[Diagnostic]:
         for field, what in found:
             yield ctx.diag(
                 f"{at.op_path}.{field}",
-                f"{label}: {what} on a frequency_estimator table acts on the stored frequency "
+                f"{label}: {what} on a {at.algorithm} table acts on the stored frequency "
                 "estimate, not on an embedding",
                 hint=f"remove {field.split('.')[0]} from this table",
             )
@@ -481,13 +482,13 @@ def ftrl_dynamic_without_mlbl(ctx: Context) -> Iterator[Diagnostic]:
 
     Spec: validation-rules.md section 2.5
     """
-    for at in algorithm_tables(ctx, "ftrl"):
+    for at in algorithm_tables(ctx, *checked_by("OPT037")):
         if at.params.multiply_linear_by_lr or lr_kind(at.op) != "dynamic":
             continue
         yield table_diag(
-            ctx, at, "ftrl.multiply_linear_by_lr",
-            "ftrl on a dynamic learning rate without "
+            ctx, at, f"{at.algorithm}.multiply_linear_by_lr",
+            f"{at.algorithm} on a dynamic learning rate without "
             "multiply_linear_by_lr divides by the rate: a step whose rate is 0 produces NaN",
-            hint="set `multiply_linear_by_lr: true` in ftrl if the schedule can reach 0 "
+            hint=f"set `multiply_linear_by_lr: true` in {at.algorithm} if the schedule can reach 0 "
             "(the linears slot then holds lr * linear)",
         )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from tpuemb_cfg.algorithms import ALGORITHMS, checked_by
 from tpuemb_cfg.derived import (
     PACKABLE_ALGORITHMS,
     PACKABLE_DIMENSIONS,
@@ -56,16 +57,16 @@ def user_program_arity(ctx: Context) -> Iterator[Diagnostic]:
 
     Spec: validation-rules.md section 2.5
     """
-    for at in algorithm_tables(ctx, "user_defined_program"):
+    for at in algorithm_tables(ctx, *checked_by("OPT040")):
         inputs, outputs = program_arity(at.params)
         if arity_valid(inputs, outputs):
             continue
         if not at.params.HasField("program"):
-            found = "user_defined_program has no program"
+            found = f"{at.algorithm} has no program"
         else:
             found = f"the user-defined program has {inputs} input(s) and {outputs} output(s)"
         yield table_diag(
-            ctx, at, "user_defined_program.program",
+            ctx, at, f"{at.algorithm}.program",
             f"{found}; TensorFlow needs at least 2 inputs and 1 or 2 fewer outputs than inputs",
             hint="inputs: gradient, weight, one per slot, optionally a dynamic scalar; "
             "outputs: the new weight and one per slot",
@@ -94,7 +95,7 @@ def user_program_dynamic_input(ctx: Context) -> Iterator[Diagnostic]:
 
     Spec: validation-rules.md section 2.5
     """
-    for at in algorithm_tables(ctx, "user_defined_program"):
+    for at in algorithm_tables(ctx, *checked_by("OPT041")):
         inputs, outputs = program_arity(at.params)
         if not arity_valid(inputs, outputs):
             continue  # OPT040
@@ -138,11 +139,11 @@ def mdl_weight_decay(ctx: Context) -> Iterator[Diagnostic]:
 
     Spec: validation-rules.md section 2.5
     """
-    for at in algorithm_tables(ctx, "mdl_adagrad_light"):
+    for at in algorithm_tables(ctx, *checked_by("OPT042")):
         if at.op.weight_decay_factor != 0:
             yield table_diag(
                 ctx, at, "weight_decay_factor",
-                f"weight_decay_factor is {fmt(at.op.weight_decay_factor)}, but mdl_adagrad_light "
+                f"weight_decay_factor is {fmt(at.op.weight_decay_factor)}, but {at.algorithm} "
                 "does not support weight decay",
                 hint="remove weight_decay_factor (or choose another optimizer)",
             )
@@ -170,10 +171,11 @@ def not_simulatable(ctx: Context) -> Iterator[Diagnostic]:
 
     Spec: validation-rules.md section 2.5
     """
-    for at in algorithm_tables(ctx, "mdl_adagrad_light", "online_yogi", "user_defined_program"):
+    unsupported = (name for name, a in ALGORITHMS.items() if a.unsupported)
+    for at in algorithm_tables(ctx, *unsupported):
         why = (
             "a user program needs an HLO interpreter"
-            if at.algorithm == "user_defined_program"
+            if at.algorithm is not None and ALGORITHMS[at.algorithm].slots_from_program
             else "it has no public update equations"
         )
         yield table_diag(
@@ -204,7 +206,8 @@ def reconstructed_equations(ctx: Context) -> Iterator[Diagnostic]:
 
     Spec: validation-rules.md section 2.5
     """
-    for at in algorithm_tables(ctx, "bounded_adagrad", "frequency_aware_adagrad", "proximal_yogi"):
+    reconstructed = (name for name, a in ALGORITHMS.items() if a.equations == "RECON")
+    for at in algorithm_tables(ctx, *reconstructed):
         yield table_diag(
             ctx, at, f"{at.algorithm}",
             f"tpuemb simulate runs {at.algorithm} from reconstructed equations (TensorFlow "
@@ -356,7 +359,7 @@ def packing_caveats(ctx: Context) -> Iterator[Diagnostic]:
                 "initial weights must lie within clipping_limits (a zero-gradient update of a "
                 "packed neighbour clips it)"
             )
-        if at.algorithm == "ftrl":
+        if at.algorithm in checked_by("OPT048"):
             caveats.append(
                 "initial weights must match the FTRL slots (zero weights for zero linears), or a "
                 "zero-gradient update of a packed neighbour rebuilds its weight from the slots"

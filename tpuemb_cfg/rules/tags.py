@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
+from tpuemb_cfg.algorithms import ALGORITHMS
 from tpuemb_cfg.derived import TagUse
 from tpuemb_cfg.rules._registry import Context, Diagnostic, rule
 
@@ -246,7 +247,8 @@ def step_counter_unset(ctx: Context) -> Iterator[Diagnostic]:
         if use.kind == "step_counter" and not use.present:
             yield ctx.diag(
                 use.field_path.removesuffix(".tag"),
-                f"{ctx.table_label(use.table)}: frequency_aware_adagrad has no step_counter; "
+                f"{ctx.table_label(use.table)}: {ctx.derived.algorithms[use.table]} has no "
+                f"{use.kind}; "
                 "TensorFlow counts it as tag 0, so position 0 of the learning-rate list must "
                 "carry the global step",
                 hint="write step_counter { tag: N } explicitly",
@@ -417,7 +419,7 @@ def no_learning_rate(ctx: Context) -> Iterator[Diagnostic]:
     """
     for i, table, path in ctx.tables():
         algorithm = ctx.derived.algorithms[i]
-        if algorithm is None or algorithm == "assign":
+        if algorithm is None or ALGORITHMS[algorithm].learning_rate == "unused":
             continue
         op = table.optimization_parameters
         if (

@@ -239,9 +239,10 @@ class SyntheticData:
             if rate.tag == tag:
                 return f"the spec: {rate.describe()}"
         first = next((t for t in self.plan.tables if t.lr_tag == tag), None)
-        if first is None or first.optimizer.name == "frequency_estimator":
+        meaning = "global_step" if first is None else first.optimizer.algorithm.learning_rate
+        if meaning == "global_step":
             return "the global step count (step + 1)"
-        if first.optimizer.name == "adam":
+        if meaning == "bias_corrected":
             return f"learning_rate={self.learning_rate:g}, bias-corrected for Adam"
         return f"learning_rate={self.learning_rate:g}"
 
@@ -299,9 +300,10 @@ class SyntheticData:
             if table.lr_tag is None or table.lr_tag in assigned:
                 continue
             assigned.add(table.lr_tag)
-            if table.optimizer.name == "frequency_estimator":
+            meaning = table.optimizer.algorithm.learning_rate
+            if meaning == "global_step":
                 rates[table.lr_tag] = F32(step + 1)  # the global step count
-            elif table.optimizer.name == "adam":
+            elif meaning == "bias_corrected":
                 n = step + 1
                 beta1, beta2 = float(table.hyper.beta1), float(table.hyper.beta2)
                 # pow64: no libm power, whose last bits vary between machines (numerics)
@@ -311,7 +313,7 @@ class SyntheticData:
                 rates[table.lr_tag] = F32(self.learning_rate)
         for tag in range(self.plan.num_learning_rates):
             if tag not in assigned:
-                rates[tag] = F32(step + 1)  # a step counter (frequency_aware_adagrad)
+                rates[tag] = F32(step + 1)  # a step counter (the table's step inputs)
         if self.tag_rates:  # a compiled spec: what TensorFlow would send (executor.rates)
             rates = spec_learning_rates(self.plan, step)
         for schedule in self.schedules:

@@ -46,7 +46,7 @@ from . import numpy as reference
 from .base import Engine
 from .jit import njit, threads
 from .numba_numerics import row_sumsq
-from .numba_update import FTRL_POW, KINDS, Occurrences, alongside, parallel, run_ranges, update
+from .numba_update import Occurrences, alongside, kind_of, parallel, run_ranges, update
 
 __all__ = [
     "ENGINE",
@@ -199,19 +199,13 @@ def _bounds(limits: tuple[np.float32 | None, np.float32 | None] | None) -> tuple
 
 
 def _hyper(table: Any, ctx: Any) -> tuple[float, ...]:
-    """The table's bound hyper-parameters in field order, plus the per-step input an optimizer
-    reads from ``ctx`` (``frequency_aware_adagrad``: the global step count)."""
+    """The table's bound hyper-parameters in field order, then the per-step inputs its algorithm
+    reads from ``ctx`` (the algorithm table's ``step_inputs``)."""
     values = [float(v) for v in table.hyper]
-    if table.optimizer.name == "frequency_aware_adagrad":
-        tag = table.hyper.step_counter_tag
-        inputs = () if ctx is None else ctx.dynamic_inputs
-        if not 0 <= tag < len(inputs):
-            raise ValueError(
-                f"frequency_aware_adagrad reads the global step count from dynamic input "
-                f"{tag} (step_counter.tag), but the step has {len(inputs)} dynamic input(s); "
-                f"pass a learning-rate list with the step count at position {tag}"
-            )
-        values.append(float(F32(inputs[tag])))
+    inputs = () if ctx is None else ctx.dynamic_inputs
+    name = table.optimizer.name
+    for step_input in table.optimizer.algorithm.step_inputs:
+        values.append(float(F32(step_input.read(name, table.hyper, inputs))))
     return tuple(values)
 
 
@@ -228,9 +222,7 @@ def fused_update(
     w_lo, w_hi = _bounds(table.clip_weights)
     lr = F32(lr)
     decay = table.weight_decay * lr if table.decay_by_lr else table.weight_decay
-    kind = KINDS[table.optimizer.name]
-    if table.optimizer.name == "ftrl" and table.hyper.lr_power != F32(-0.5):
-        kind = FTRL_POW
+    kind = kind_of(table.optimizer.name, table.hyper)
     return update(
         kind, params, slots, rows, grad, lr, (g_lo, g_hi, w_lo, w_hi),
         F32(decay), bool(table.weight_decay != 0), _hyper(table, ctx), not table.lazy,

@@ -1,8 +1,8 @@
 """The per-row pipeline of spec section 6, compiled: one kernel for every optimizer.
 
 ``update(kind, params, s0, s1, s2, rows, grad, ...)`` runs, for every updated row r and column
-d, in one pass and in place (spec 6.1-6.4; the optimizer's equations are those of its NumPy
-function in ``executor.optimizers``, evaluated in the same order, in float32)::
+d, in one pass and in place (spec 6.1-6.4; the optimizer's equations are its family's scalar
+element, ``tpuemb_cfg.algorithms.update``, in the NumPy update's order, in float32)::
 
     G = clip(grad[i, d], g_lo, g_hi)                       6.1 (absent bounds: -inf, +inf)
     w = params[r, d];  w = w - decay * w                   6.2 (when decay is on)
@@ -15,8 +15,9 @@ defines: a row's squares in eight lanes), from which the report's ``update_norm`
 (rows added in order) without another pass. ``kind`` selects the optimizer (``KINDS``); the
 switch is taken once per row, so the loop over a row's columns is straight-line code the
 compiler vectorises. ``h`` holds the optimizer's bound hyper-parameters (its ``hyper``
-NamedTuple, in field order, booleans as 0/1) plus any per-step input (the global step count of
-``frequency_aware_adagrad``). Missing slots are passed as a [1, 1] placeholder.
+NamedTuple's fields, booleans as 0/1) plus the per-step inputs of the algorithm table, in a
+NamedTuple of float32 values the element reads by field name. Missing slots are passed as a
+[1, 1] placeholder.
 
 Lazy tables update ``rows`` (``grad[i]`` is row ``rows[i]``'s gradient); a non-lazy table
 (``dense``) steps every row, those not in ``rows`` (sorted) with a zero gradient, walking
@@ -29,7 +30,9 @@ NumPy engine's ``clip``.
 
 from __future__ import annotations
 
+import collections
 import functools
+import hashlib
 import threading
 import types
 from collections.abc import Callable, Sequence
@@ -38,30 +41,12 @@ from typing import Any, NamedTuple, cast
 
 import numpy as np
 
+from ...algorithms.table import ALGORITHMS
+from ...algorithms.update import load as load_optimizers
 from .jit import njit, prefetch, threads
 from .numba_numerics import pow32, row_sumsq
 
-__all__ = ["KINDS", "Occurrences", "alongside", "parallel", "run_ranges", "update"]
-
-KINDS: dict[str, int] = {
-    "stochastic_gradient_descent": 0,
-    "adagrad": 1,
-    "adagrad_momentum": 2,
-    "bounded_adagrad": 3,
-    "frequency_aware_adagrad": 4,
-    "ftrl": 5,
-    "adam": 6,
-    "momentum": 7,
-    "lion": 8,
-    "rms_prop": 9,
-    "centered_rms_prop": 10,
-    "adadelta": 11,
-    "proximal_adagrad": 12,
-    "proximal_yogi": 13,
-    "frequency_estimator": 14,
-    "assign": 15,
-}
-FTRL_POW = 16  # ftrl with lr_power other than -0.5 (``numba.fused_update`` picks it)
+__all__ = ["KINDS", "Occurrences", "alongside", "kind_of", "parallel", "run_ranges", "update"]
 
 _ZERO = np.float32(0.0)
 _ONE = np.float32(1.0)
@@ -69,8 +54,6 @@ _TWO = np.float32(2.0)
 _HALF = np.float32(0.5)
 _AHEAD = 8  # rows: how far ahead the scattered rows are prefetched
 _AHEAD_OCCURRENCES = 16  # occurrences: how far ahead their gradient rows are prefetched
-F = np.float32
-Quad = tuple[F, F, F, F]  # (w, a, b, c): a parameter and its three slot values
 
 
 @njit(inline="always")
@@ -93,213 +76,8 @@ def _sign(x: np.float32) -> np.float32:
 
 @njit(inline="always")
 def _soft(p: np.float32, threshold: np.float32) -> np.float32:
-    """``sign(p) * max(|p| - threshold, 0)`` (``optimizers.proximal._soft_threshold``)."""
+    """``sign(p) * max(|p| - threshold, 0)`` (``algorithms.update.soft``)."""
     return _sign(p) * max(abs(p) - threshold, _ZERO)
-
-
-@njit(inline="always")
-def _sgd(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
-    """stochastic_gradient_descent"""
-    w = w - lr * g
-    return w, a, b, c
-
-
-@njit(inline="always")
-def _adagrad(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
-    """adagrad"""
-    a = a + g * g
-    w = w - lr * g / np.sqrt(a)
-    return w, a, b, c
-
-
-@njit(inline="always")
-def _adagrad_momentum(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
-    """adagrad_momentum: momentum, use_nesterov, exponent, beta2, epsilon"""
-    mu, beta2 = h[0], h[3]
-    if beta2 == _ONE:
-        a = a + g * g
-    else:
-        a = beta2 * a + (_ONE - beta2) * g * g
-    s = pow32(a + h[4], -(_ONE / h[2])) * g
-    b = mu * b + s
-    if h[1] != _ZERO:
-        w = w - lr * (mu * b + s)
-    else:
-        w = w - lr * b
-    return w, a, b, c
-
-
-@njit(inline="always")
-def _bounded_adagrad(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
-    """bounded_adagrad: update_accumulator_first, max_var_update, max_accumulator"""
-    fresh = a + g * g
-    if h[2] > _ZERO:
-        fresh = min(fresh, h[2])
-    delta = lr * g / np.sqrt(fresh if h[0] != _ZERO else a)
-    if h[1] > _ZERO:
-        delta = min(max(delta, -h[1]), h[1])
-    w = w - delta
-    a = fresh
-    return w, a, b, c
-
-
-@njit(inline="always")
-def _frequency_aware_adagrad(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
-    """frequency_aware_adagrad: l1, l2, p_exp, max_mult, decay, init, tag, n"""
-    b = b + _ONE
-    a = max(h[4] * a + g * g, h[5])
-    scale = min(pow32(h[7] / b, h[2]), h[3])
-    u = g * scale / np.sqrt(a)
-    if h[0] > _ZERO:
-        u = u + h[0] * _sign(w)
-    if h[1] > _ZERO:
-        u = u + h[1] * w
-    w = w - lr * u
-    return w, a, b, c
-
-
-@njit(inline="always")
-def _ftrl(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
-    """ftrl with lr_power -0.5: the powers are exact square roots (``optimizers.ftrl._pow``)."""
-    fresh = a + g * g
-    return _ftrl_step(w, a, b, c, g, lr, h, fresh, np.sqrt(a), np.sqrt(fresh))
-
-
-@njit(inline="always")
-def _ftrl_pow(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
-    """ftrl with any other lr_power: ``pow32`` (a separate kernel, so the usual exponent's
-    kernel stays two square roots)."""
-    fresh = a + g * g
-    exponent = -h[2]
-    return _ftrl_step(w, a, b, c, g, lr, h, fresh, pow32(a, exponent), pow32(fresh, exponent))
-
-
-@njit(inline="always")
-def _ftrl_step(
-    w: F, a: F, b: F, c: F, g: F, lr: F, h: Any, fresh: F, p_old: F, p_new: F
-) -> Quad:
-    """ftrl: l1, l2, lr_power, beta, multiply_linear_by_lr; ``p_*`` = acc^-lr_power."""
-    l1, l2, beta = h[0], h[1], h[3]
-    dp = p_new - p_old
-    by_lr = h[4] != _ZERO  # multiply_linear_by_lr
-    b = (b + lr * g - dp * w) if by_lr else (b + g - dp * w / lr)
-    big_l1 = lr * l1 if by_lr else l1
-    den = (p_new + _TWO * lr * l2 + beta) if by_lr else ((p_new + beta) / lr + _TWO * l2)
-    num = -b if l1 == _ZERO else _clip(b, -big_l1, big_l1) - b
-    quotient = num / den
-    w = _ZERO if den == _ZERO else quotient
-    a = fresh
-    return w, a, b, c
-
-
-@njit(inline="always")
-def _adam(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
-    """adam: beta1, beta2, epsilon, use_sum_inside_sqrt"""
-    beta1, beta2, eps = h[0], h[1], h[2]
-    a = beta1 * a + (_ONE - beta1) * g
-    b = beta2 * b + (_ONE - beta2) * g * g
-    den = np.sqrt(b + eps * eps) if h[3] != _ZERO else np.sqrt(b) + eps
-    w = w - lr * a / den
-    return w, a, b, c
-
-
-@njit(inline="always")
-def _momentum(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
-    """momentum: momentum, use_nesterov"""
-    mu = h[0]
-    a = mu * a + g
-    if h[1] != _ZERO:
-        w = w - (lr * g + lr * mu * a)
-    else:
-        w = w - lr * a
-    return w, a, b, c
-
-
-@njit(inline="always")
-def _lion(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
-    """lion: beta1, beta2"""
-    direction = h[0] * a + (_ONE - h[0]) * g
-    w = w - lr * _sign(direction)
-    a = h[1] * a + (_ONE - h[1]) * g
-    return w, a, b, c
-
-
-@njit(inline="always")
-def _rms_prop(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
-    """rms_prop: rho, momentum, epsilon"""
-    a = h[0] * a + (_ONE - h[0]) * g * g
-    b = h[1] * b + lr * g / np.sqrt(a + h[2])
-    w = w - b
-    return w, a, b, c
-
-
-@njit(inline="always")
-def _centered_rms_prop(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
-    """centered_rms_prop: rho, momentum, epsilon; slots ms, mom, mg"""
-    c = h[0] * c + (_ONE - h[0]) * g
-    a = h[0] * a + (_ONE - h[0]) * g * g
-    b = h[1] * b + lr * g / np.sqrt(a - c * c + h[2])
-    w = w - b
-    return w, a, b, c
-
-
-@njit(inline="always")
-def _adadelta(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
-    """adadelta: rho, epsilon"""
-    a = h[0] * a + (_ONE - h[0]) * g * g
-    u = np.sqrt(b + h[1]) / np.sqrt(a + h[1]) * g
-    w = w - lr * u
-    b = h[0] * b + (_ONE - h[0]) * u * u
-    return w, a, b, c
-
-
-@njit(inline="always")
-def _proximal_adagrad(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
-    """proximal_adagrad: l1, l2"""
-    a = a + g * g
-    eta = lr / np.sqrt(a)
-    p = w - eta * g
-    if h[0] > _ZERO:
-        w = _soft(p, eta * h[0]) / (_ONE + eta * h[1])
-    else:
-        w = p / (_ONE + eta * h[1])
-    return w, a, b, c
-
-
-@njit(inline="always")
-def _proximal_yogi(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
-    """proximal_yogi: l1, l2, beta1, beta2, epsilon; slots v, m"""
-    b = h[2] * b + (_ONE - h[2]) * g
-    a = a + (_ONE - h[3]) * _sign(g * g - a) * g * g
-    eta = lr / (np.sqrt(a) + h[4])
-    p = w - eta * b
-    if h[0] > _ZERO:
-        w = _soft(p, eta * h[0]) / (_ONE + eta * h[1])
-    elif h[1] > _ZERO:
-        w = p / (_ONE + eta * h[1])
-    else:
-        w = p
-    return w, a, b, c
-
-
-@njit(inline="always")
-def _frequency_estimator(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
-    """frequency_estimator: tau, max_delta, outlier_threshold; lr is the step n"""
-    delta = lr - a
-    capped = min(delta, h[1])
-    if delta >= h[2] * w:
-        w = capped
-    else:
-        w = w * (_ONE - h[0]) + capped * h[0]
-    a = lr
-    return w, a, b, c
-
-
-@njit(inline="always")
-def _assign(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
-    """assign"""
-    w = g
-    return w, a, b, c
 
 
 @njit(inline="always")
@@ -417,13 +195,86 @@ def _drive(
 # keys a closure's cache entries by its cells, and a compiled function's pickle changes with
 # every process.)
 
-_OPS = (
-    _sgd, _adagrad, _adagrad_momentum, _bounded_adagrad, _frequency_aware_adagrad, _ftrl, _adam,
-    _momentum, _lion, _rms_prop, _centered_rms_prop, _adadelta, _proximal_adagrad,
-    _proximal_yogi, _frequency_estimator, _assign, _ftrl_pow,
-)  # in ``KINDS`` order, then ``FTRL_POW``
-_SLOTS = (0, 1, 2, 1, 2, 2, 2, 1, 1, 2, 3, 2, 1, 2, 1, 0, 2)  # slot arrays each one updates
-_OP, _SLOT_COUNT = _OPS[0], _SLOTS[0]  # what ``_template`` reads; each kernel has its own
+# The compiled elements: each family's scalar element (``tpuemb_cfg.algorithms.update``) with
+# the scalar helpers rebound to the compiled ones above, and any plain function of its own
+# module it calls (``_ftrl_step``) compiled the same way.
+_HELPERS: dict[str, Any] = {"sign": _sign, "soft": _soft, "clip": _clip, "pow32": pow32}
+
+
+def _compiled(element: Callable[..., Any]) -> Any:
+    scope = {**element.__globals__, **_HELPERS}
+    for name in element.__code__.co_names:
+        value = element.__globals__.get(name)
+        if (name not in _HELPERS and isinstance(value, types.FunctionType)
+                and value.__module__ == element.__module__):
+            scope[name] = _compiled(value)
+    function = types.FunctionType(element.__code__, scope, element.__name__)
+    function.__qualname__ = element.__qualname__
+    return njit(inline="always")(function)
+
+
+def _fingerprint(element: Callable[..., Any], digest: Any) -> None:
+    """Add ``element``'s code, and that of the plain functions of its module it calls, to
+    ``digest`` (names, constants and bytecode; no addresses)."""
+    code = element.__code__
+    digest.update(code.co_code)
+    digest.update(repr(code.co_names).encode())
+    digest.update(repr(tuple(c for c in code.co_consts if not isinstance(c, types.CodeType)))
+                  .encode())
+    for name in code.co_names:
+        value = element.__globals__.get(name)
+        if (name not in _HELPERS and isinstance(value, types.FunctionType)
+                and value.__module__ == element.__module__):
+            _fingerprint(value, digest)
+
+
+class _Kind(NamedTuple):
+    """One compiled kernel: the optimizer, its element, its slot count and the NamedTuple of its
+    hyper-parameters (the optimizer's bound fields, then the table's per-step inputs; every
+    value float32, booleans as 0/1)."""
+
+    name: str
+    element: Callable[..., Any]
+    slots: int
+    hyper: type
+
+
+def _kinds() -> tuple[dict[str, int], dict[str, Callable[[Any], int]], tuple[_Kind, ...]]:
+    first: dict[str, int] = {}
+    variants: dict[str, Callable[[Any], int]] = {}
+    kinds: list[_Kind] = []
+    registry = load_optimizers()
+    for name, algorithm in ALGORITHMS.items():
+        optimizer = registry.get(name)
+        if optimizer is None or not optimizer.elements:
+            continue
+        first[name] = len(kinds)
+        if optimizer.variant is not None:
+            variants[name] = optimizer.variant
+        fields = (*cast(Any, optimizer.hyper)._fields, *(s.name for s in algorithm.step_inputs))
+        for variant, element in enumerate(optimizer.elements):
+            # The names carry a digest of the element and of its hyper-parameters' fields: numba
+            # keys its cache by the kernel's own file, which holds neither.
+            digest = hashlib.sha256(repr(fields).encode())
+            _fingerprint(element, digest)
+            label = f"{name if variant == 0 else f'{name}_{variant}'}_{digest.hexdigest()[:10]}"
+            hyper = collections.namedtuple(f"_Hyper_{label}", fields, module=__name__)  # type: ignore[misc]
+            globals()[hyper.__name__] = hyper  # importable by name: numba's cache pickles it
+            kinds.append(_Kind(label, element, len(algorithm.slots), hyper))
+    return first, variants, tuple(kinds)
+
+
+#: Each optimizer with a compiled kernel: the index of its first kernel (``kind_of``).
+KINDS, _VARIANTS, _KIND_LIST = _kinds()
+_OP: Any = None  # what ``_template`` reads; each kernel has its own
+_SLOT_COUNT = 0
+
+
+def kind_of(name: str, hyper: Any) -> int:
+    """The kernel a table of optimizer ``name`` with bound hyper-parameters ``hyper`` runs (its
+    family's ``variant`` picks among its elements)."""
+    variant = _VARIANTS.get(name)
+    return KINDS[name] + (variant(hyper) if variant is not None else 0)
 
 
 def _template(  # type: ignore[no-untyped-def]
@@ -434,22 +285,21 @@ def _template(  # type: ignore[no-untyped-def]
                   has_decay, h, dense, norms, start, stop)
 
 
-def _kernel(kind: int, name: str) -> Callable[..., float]:
-    scope = {**globals(), "_OP": _OPS[kind], "_SLOT_COUNT": _SLOTS[kind]}
+def _kernel(kind: _Kind, name: str) -> Callable[..., float]:
+    scope = {**globals(), "_OP": _compiled(kind.element), "_SLOT_COUNT": kind.slots}
     function = types.FunctionType(_template.__code__, scope, name)
     function.__qualname__ = name
     return cast(Callable[..., float], njit(nogil=True, cache=True, error_model="numpy")(function))
 
 
-_NAMES = {kind: f"_update_{name}" for name, kind in (*KINDS.items(), ("ftrl_pow", FTRL_POW))}
-_KERNELS = tuple(_kernel(kind, _NAMES[kind]) for kind in range(len(_OPS)))
+_NAMES = tuple(f"_update_{kind.name}" for kind in _KIND_LIST)
+_KERNELS = tuple(_kernel(kind, name) for kind, name in zip(_KIND_LIST, _NAMES, strict=True))
 # Module attributes too, where ``bench`` counts the kernels a run had to compile.
-globals().update({_NAMES[kind]: kernel for kind, kernel in enumerate(_KERNELS)})
+globals().update(dict(zip(_NAMES, _KERNELS, strict=True)))
 
 # Below this many row-columns a step runs on the calling thread: a hand-off costs tens of
 # microseconds, more than such a step.
 _SERIAL_ELEMENTS = 1 << 16
-_HYPER = 8  # hyper-parameter values every kernel takes (a tuple: no aliasing with the rows)
 _pool: ThreadPoolExecutor | None = None
 # ``inside``: this thread runs a task of ``parallel`` (or ``alongside``'s background);
 # ``busy``: threads taken by ``alongside``'s background while this thread runs its foreground.
@@ -564,10 +414,11 @@ def update(
     Arrays: float32 C-contiguous ``params``, ``slots`` and ``grad``, sorted int64 ``rows``;
     ``grad``: the summed [rows, D] gradient, or the ``Occurrences`` to sum it from, row by row
     (back-propagation fused into the update, on every thread); ``clips``: (g_lo, g_hi, w_lo,
-    w_hi), -inf/+inf when absent; ``h``: the hyper-parameters.
+    w_hi), -inf/+inf when absent; ``h``: the values of the kernel's hyper-parameters (the
+    optimizer's bound fields, then its per-step inputs), in field order.
     """
     s0, s1, s2 = (*slots, _PLACEHOLDER, _PLACEHOLDER, _PLACEHOLDER)[:3]
-    hyper = tuple(np.float32(v) for v in h[:_HYPER]) + (np.float32(0.0),) * (_HYPER - len(h))
+    hyper = _KIND_LIST[kind].hyper(*(np.float32(v) for v in h))
     total = params.shape[0] if dense else rows.shape[0]
     cost = None
     if isinstance(grad, Occurrences):

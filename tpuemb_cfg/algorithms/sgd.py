@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
-from .base import NoHyper, NoState, UpdateContext, UpdateFn, f32, register
+from .update import F, NoHyper, NoState, Quad, UpdateContext, UpdateFn, f32, register
 
 RowRule = Callable[[np.ndarray, np.ndarray, np.float32], np.ndarray]
 
@@ -33,7 +34,12 @@ def slotless(rule: RowRule) -> UpdateFn:
     return update
 
 
-@register("stochastic_gradient_descent")
+def sgd_element(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
+    w = w - lr * g
+    return w, a, b, c
+
+
+@register("stochastic_gradient_descent", element=sgd_element)
 @slotless
 def sgd_update(params: np.ndarray, grad: np.ndarray, lr: np.float32) -> np.ndarray:
     """Stochastic gradient descent (``stochastic_gradient_descent``; TPU-OSS, CPU-KERNEL).
@@ -47,7 +53,12 @@ def sgd_update(params: np.ndarray, grad: np.ndarray, lr: np.float32) -> np.ndarr
     return params - f32(lr) * grad
 
 
-@register("assign")
+def assign_element(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
+    w = g
+    return w, a, b, c
+
+
+@register("assign", element=assign_element)
 @slotless
 def assign_update(params: np.ndarray, grad: np.ndarray, lr: np.float32) -> np.ndarray:
     """Assign (``assign``; PROTO): the row becomes its de-duplicated gradient.

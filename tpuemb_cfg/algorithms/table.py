@@ -1,160 +1,43 @@
 """The algorithm table: every fact about an optimization algorithm, in one place.
 
 One :class:`Algorithm` per member of the ``OptimizationParameters.parameters`` oneof
-(``schema.md`` section 2, ``optimizers.md`` section 12). Everything else reads it:
-
-- sizing (:mod:`tpuemb_cfg.derived`): the slot names, in TensorFlow's state-variable order;
-- the compiler (:mod:`tpuemb_cfg.embedding.optimizers`,
-  :mod:`tpuemb_cfg.embedding.extra_optimizers`): slot names and the hyper-parameter constraints
-  its constructors check;
-- the executor (:mod:`tpuemb_cfg.executor.optimizers`): slot names, default initial values,
-  laziness and whether the algorithm can be simulated at all;
-- the validator (:mod:`tpuemb_cfg.rules`): the OPT range rules are generated from the
-  constraints of :attr:`Algorithm.hyper`.
+(``schema.md`` section 2, ``optimizers.md`` section 12): its slots and their initial values,
+its hyper-parameters with their constraints (each with its wording and OPT rule), its per-step
+inputs, what its learning rate carries, and the family module holding its update
+(``tpuemb_cfg.algorithms.<family>``: the NumPy update and the scalar element the compiled
+kernels are made from). Sizing, the compiler, the executor and the validator read it.
 
 This module is plain data and imports nothing heavy (no protobuf, no NumPy), so ``tpuemb
-validate`` pays nothing for it.
-
-Adding an algorithm starts here: one :class:`Algorithm` entry (see ``docs/architecture.md``).
+validate`` pays nothing for it. Adding an algorithm: docs/architecture.md.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable, Iterator
+
+from .base import (
+    Algorithm,
+    Constraint,
+    Hyper,
+    Slot,
+    StepInput,
+    negative,
+    not_positive,
+    outside_unit,
+    positive,
+)
 
 __all__ = [
     "ALGORITHMS",
-    "Algorithm",
-    "Constraint",
-    "Hyper",
-    "Slot",
+    "BENCHMARK",
+    "BENCHMARK_DEFAULT",
+    "KERAS_NAMES",
+    "KERAS_RS_DEFAULT",
+    "checked_by",
     "constraints",
     "get",
     "slot_names",
 ]
-
-
-@dataclass(frozen=True)
-class Slot:
-    """One optimizer slot: its name (state files, TensorFlow's variable name) and default value.
-
-    ``initial`` is the value the slot starts at when no initial state gives it; ``initial_from``,
-    when set, names the hyper-parameter field of the algorithm's message that holds it instead
-    (``frequency_aware_adagrad``'s ``initial_accumulator_value``).
-    """
-
-    name: str
-    initial: float = 0.0
-    initial_from: str | None = None
-
-    def initial_value(self, hyper: Any) -> float:
-        """The default initial value, reading ``hyper`` (the proto sub-message) if needed."""
-        if self.initial_from is None:
-            return self.initial
-        return float(getattr(hyper, self.initial_from))
-
-
-@dataclass(frozen=True)
-class Constraint:
-    """A range condition on a hyper-parameter, checked by an OPT rule and a constructor.
-
-    ``bad(value)`` is true when the finite ``value`` is out of range; ``expected`` states the
-    valid range (``"0 <= beta1 < 1"``), ``why`` what goes wrong, ``hint`` the fix; ``rule`` the
-    id of the OPT rule that reports it; ``section`` the spec section it enforces.
-    """
-
-    rule: str
-    bad: Callable[[float], bool]
-    expected: str
-    why: str
-    hint: str
-    section: str = ""
-
-    def allows(self, value: float) -> bool:
-        """Whether a constructor may accept ``value``: in range and not NaN (the OPT rules leave
-        NaN and infinities to OPT002/OPT003; a constructor rejects NaN itself)."""
-        return not math.isnan(value) and not self.bad(value)
-
-
-@dataclass(frozen=True)
-class Hyper:
-    """One hyper-parameter field of the algorithm's proto message and its constraints."""
-
-    field: str
-    constraints: tuple[Constraint, ...] = ()
-
-
-@dataclass(frozen=True)
-class Algorithm:
-    """Everything tpuemb knows about one optimization algorithm.
-
-    ``name``: the oneof member of ``OptimizationParameters.parameters`` (also the executor's
-    registry key). ``message``: the proto message type. ``slots``: in TensorFlow's state-variable
-    order. ``non_lazy_flag``: the boolean field that, when true, makes every row update every step
-    (``use_non_lazy_adam``); lazy otherwise. ``equations``: the spec's confidence label of the
-    update (section 12). ``unsupported``: why the executor cannot simulate it (``None``: it can).
-    ``packable``: whether low-dimensional packing can be effective. ``section``: the spec section.
-    """
-
-    name: str
-    message: str
-    slots: tuple[Slot, ...] = ()
-    hyper: tuple[Hyper, ...] = ()
-    non_lazy_flag: str | None = None
-    equations: str = ""
-    unsupported: str | None = None
-    packable: bool = False
-    section: str = ""
-    extra: Mapping[str, Any] = field(default_factory=dict)
-
-    @property
-    def slot_names(self) -> tuple[str, ...]:
-        return tuple(slot.name for slot in self.slots)
-
-    def lazy(self, hyper: Any) -> bool:
-        """Whether only touched rows update (spec 6.5): false only when the non-lazy flag is set."""
-        if self.non_lazy_flag is None:
-            return True
-        return not bool(getattr(hyper, self.non_lazy_flag, False))
-
-    def allows(self, field: str, value: float) -> bool:
-        """Whether ``value`` of hyper-parameter ``field`` meets every constraint on it."""
-        return all(
-            c.allows(value) for h in self.hyper if h.field == field for c in h.constraints
-        )
-
-
-# --------------------------------------------------------------------------------------------
-# Range predicates: true when a finite value is OUT of range.
-
-
-def negative(v: float) -> bool:
-    """Out of range for ``v >= 0``."""
-    return v < 0
-
-
-def not_positive(v: float) -> bool:
-    """Out of range for ``v > 0``."""
-    return v <= 0
-
-
-def positive(v: float) -> bool:
-    """Out of range for ``v <= 0``."""
-    return v > 0
-
-
-def outside_unit(lo_closed: bool, hi_closed: bool) -> Callable[[float], bool]:
-    """Out of range for the interval between 0 and 1 (each end closed or open as given)."""
-
-    def bad(v: float) -> bool:
-        below = v < 0 if lo_closed else v <= 0
-        above = v > 1 if hi_closed else v >= 1
-        return below or above
-
-    return bad
 
 
 #: Every OPT range rule enforces ``validation-rules.md`` section 2.5.
@@ -230,14 +113,20 @@ _RMS_PROP_HYPER = (
     _epsilon("OPT026", "the zero initial mean square divides 0 by 0", "1e-10"),
 )
 
+#: The global step count frequency_aware_adagrad reads (spec 12.5).
+_GLOBAL_STEP = StepInput(
+    "global_step", "step_counter", "the global step count", "the step count",
+)
+
 _LIST: tuple[Algorithm, ...] = (
     Algorithm(
         "adagrad", "AdagradParameters", _s("accumulators", accumulators=0.1),
         equations="TPU-OSS, CPU-KERNEL", packable=True, section="12.2",
+        rules=("OPT001",), family="adagrad",
     ),
     Algorithm(
         "adagrad_momentum", "AdagradMomentumParameters", _s("accumulators", "momenta"),
-        equations="TPU-OSS", section="12.3",
+        equations="TPU-OSS", section="12.3", family="adagrad",
         hyper=(
             _positive(
                 "exponent", "OPT018",
@@ -259,11 +148,12 @@ _LIST: tuple[Algorithm, ...] = (
                 "momentum", "OPT020", "[0, 1)", "the momentum buffer never forgets (or oscillates)",
                 "0.9",
             ),
+            Hyper("use_nesterov", kind="bool"),
         ),
     ),
     Algorithm(
         "bounded_adagrad", "BoundedAdagradParameters", _s("accumulators", accumulators=0.1),
-        equations="RECON", section="12.4",
+        equations="RECON", section="12.4", family="adagrad",
         hyper=_non_negative(
             "OPT028", "a negative bound is ignored as if it were 0",
             "max_var_update", "max_accumulator",
@@ -273,7 +163,8 @@ _LIST: tuple[Algorithm, ...] = (
     Algorithm(
         "frequency_aware_adagrad", "FrequencyAwareAdagradParameters",
         (Slot("accumulators", initial_from="initial_accumulator_value"), Slot("counters")),
-        equations="RECON", section="12.5",
+        equations="RECON", section="12.5", family="adagrad",
+        step_inputs=(_GLOBAL_STEP,),
         hyper=(
             _positive(
                 "initial_accumulator_value", "OPT029",
@@ -304,10 +195,12 @@ _LIST: tuple[Algorithm, ...] = (
     Algorithm(
         "stochastic_gradient_descent", "StochasticGradientDescentParameters",
         equations="TPU-OSS, CPU-KERNEL", packable=True, section="12.1",
+        rules=("OPT001", "ACC007"), family="sgd",
     ),
     Algorithm(
         "ftrl", "FtrlParameters", _s("accumulators", "linears", accumulators=0.1),
         equations="TPU-OSS, CPU-KERNEL", packable=True, section="12.6",
+        rules=("OPT014", "OPT037", "OPT048", "DEP001"), family="ftrl",
         hyper=(
             *_non_negative(
                 "OPT015", "a negative regularization strength breaks FTRL's closed-form update",
@@ -328,6 +221,8 @@ _LIST: tuple[Algorithm, ...] = (
     Algorithm(
         "adam", "AdamParameters", _s("momenta", "velocities"),
         non_lazy_flag="use_non_lazy_adam", equations="TPU-OSS, CPU-KERNEL", section="12.7",
+        rules=("OPT013", "ACC003"),
+        family="adam", learning_rate="bias_corrected",
         hyper=(
             _in_unit("beta1", "OPT010", "[0, 1)", _ADAM_REJECTS, f"0.9 {_TF_DEFAULT}"),
             _in_unit("beta2", "OPT011", "[0, 1)", _ADAM_REJECTS, f"0.999 {_TF_DEFAULT}"),
@@ -339,7 +234,7 @@ _LIST: tuple[Algorithm, ...] = (
     ),
     Algorithm(
         "momentum", "MomentumParameters", _s("momenta"),
-        equations="PROTO, CPU-KERNEL", section="12.8",
+        equations="PROTO, CPU-KERNEL", section="12.8", family="momentum",
         hyper=(
             _in_unit(
                 "momentum", "OPT024", "[0, 1)",
@@ -350,6 +245,7 @@ _LIST: tuple[Algorithm, ...] = (
     Algorithm(
         "lion", "LionParameters", _s("momenta"),
         non_lazy_flag="use_non_lazy_lion", equations="PROTO", section="12.9",
+        rules=("ACC004",), family="adam",
         hyper=(
             _in_unit("beta1", "OPT025", "[0, 1]", "the sign step extrapolates", "0.9"),
             _in_unit("beta2", "OPT025", "[0, 1]", "the momentum diverges", "0.99"),
@@ -357,23 +253,23 @@ _LIST: tuple[Algorithm, ...] = (
     ),
     Algorithm(
         "rms_prop", "RmsPropParameters", _s("ms", "mom"),
-        equations="PROTO, CPU-KERNEL", section="12.10", hyper=_RMS_PROP_HYPER,
+        equations="PROTO, CPU-KERNEL", section="12.10", family="rmsprop", hyper=_RMS_PROP_HYPER,
     ),
     Algorithm(
         "centered_rms_prop", "CenteredRmsPropParameters", _s("ms", "mom", "mg"),
-        equations="PROTO, CPU-KERNEL", section="12.11", hyper=_RMS_PROP_HYPER,
+        equations="PROTO, CPU-KERNEL", section="12.11", family="rmsprop", hyper=_RMS_PROP_HYPER,
     ),
     Algorithm(
         "mdl_adagrad_light", "MdlAdagradLightParameters",
         _s("accumulators", "weights", "benefits"),
-        equations="NONE", section="12.12",
+        equations="NONE", section="12.12", rules=("OPT042",),
         unsupported=(
             "TensorFlow publishes no update equations for MDL Adagrad Light (spec section 12.12)"
         ),
     ),
     Algorithm(
         "adadelta", "AdadeltaParameters", _s("accumulators", "updates"),
-        equations="PROTO, CPU-KERNEL", section="12.13",
+        equations="PROTO, CPU-KERNEL", section="12.13", family="rmsprop",
         hyper=(
             *_rms_prop_hyper("0.95", momentum=False),
             _epsilon("OPT027", "the zero initial slots give 0/0 on the first step", "1e-07"),
@@ -381,14 +277,14 @@ _LIST: tuple[Algorithm, ...] = (
     ),
     Algorithm(
         "proximal_adagrad", "ProximalAdagradParameters", _s("accumulators", accumulators=0.1),
-        equations="PROTO, CPU-KERNEL", section="12.14",
+        equations="PROTO, CPU-KERNEL", section="12.14", family="proximal",
         hyper=_non_negative(
             "OPT021", "a negative strength grows the weights and can divide by zero", "l1", "l2",
         ),
     ),
     Algorithm(
         "online_yogi", "OnlineYogiParameters", _s("vs", "linears"),
-        equations="NONE", section="12.15",
+        equations="NONE", section="12.15", rules=("OPT013",),
         unsupported=(
             "TensorFlow publishes no update equations for Online Yogi; the proto only describes "
             "it in prose (spec section 12.15)"
@@ -402,7 +298,7 @@ _LIST: tuple[Algorithm, ...] = (
     ),
     Algorithm(
         "proximal_yogi", "ProximalYogiParameters", _s("v", "m", v=1e-6),
-        equations="RECON", section="12.16",
+        equations="RECON", section="12.16", rules=("OPT013",), family="proximal",
         hyper=(
             _in_unit(
                 "beta1", "OPT022", "[0, 1)", "the first moment diverges or never moves", "0.9",
@@ -416,6 +312,8 @@ _LIST: tuple[Algorithm, ...] = (
     Algorithm(
         "frequency_estimator", "FrequencyEstimatorParameters", _s("last_hit_step"),
         equations="PROTO", section="12.17",
+        rules=("OPT032", "OPT033", "OPT034", "ACC009"), family="frequency",
+        learning_rate="global_step", initial_rows_from="max_delta",
         hyper=(
             _in_unit(
                 "tau", "OPT030", "(0, 1)", "the proto requires tau strictly between 0 and 1", "0.1",
@@ -434,7 +332,7 @@ _LIST: tuple[Algorithm, ...] = (
     ),
     Algorithm(
         "user_defined_program", "UserDefinedProgramParameters",
-        equations="NONE", section="12.18",
+        equations="NONE", section="12.18", rules=("OPT040", "OPT041"), slots_from_program=True,
         unsupported=(
             "simulating a user-defined optimizer needs an XLA HLO interpreter, which the executor "
             "does not have (spec section 12.18)"
@@ -442,11 +340,36 @@ _LIST: tuple[Algorithm, ...] = (
     ),
     Algorithm(
         "assign", "AssignParameters", equations="PROTO", section="12.19",
+        rules=("ACC008",), family="sgd",
+        learning_rate="unused",
     ),
 )
 
 #: Every algorithm by its oneof member name, in the proto's declaration order of this table.
 ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in _LIST}
+
+
+#: The optimizers the benchmark (``tpuemb bench``) runs, by the name it calls them, in its order:
+#: (the algorithm, its hyper-parameters as configuration text). ``BENCHMARK_DEFAULT``: the
+#: anchor workload's.
+BENCHMARK: dict[str, tuple[str, str]] = {
+    "sgd": ("stochastic_gradient_descent", ""),
+    "adagrad": ("adagrad", ""),
+    "momentum": ("momentum", "momentum: 0.9"),
+    "adam": ("adam", "beta1: 0.9 beta2: 0.999 epsilon: 1e-08"),
+    "ftrl": ("ftrl", "l1: 0.001 l2: 0.001 lr_power: -0.5 beta: 0.0"),
+    "rms_prop": ("rms_prop", "rho: 0.9 momentum: 0.9 epsilon: 1e-07"),
+    "proximal_adagrad": ("proximal_adagrad", "l1: 0.001 l2: 0.001"),
+}
+BENCHMARK_DEFAULT = "adagrad"
+
+#: The optimizer names TFRS and keras-rs accept (lower case only), in their order, and the
+#: algorithm each stands for (with TensorFlow's defaults); ``KERAS_RS_DEFAULT``: the name a
+#: keras-rs table without an optimizer gets.
+KERAS_NAMES: dict[str, str] = {
+    "sgd": "stochastic_gradient_descent", "adagrad": "adagrad", "adam": "adam", "ftrl": "ftrl",
+}
+KERAS_RS_DEFAULT = "adam"
 
 
 def get(name: str) -> Algorithm:
@@ -458,6 +381,11 @@ def get(name: str) -> Algorithm:
             f"unknown optimization algorithm {name!r}; expected one of: "
             + ", ".join(sorted(ALGORITHMS))
         ) from None
+
+
+def checked_by(rule: str) -> tuple[str, ...]:
+    """The algorithms rule ``rule`` was written for (their ``rules``), in table order."""
+    return tuple(a.name for a in _LIST if rule in a.rules)
 
 
 def slot_names(name: str) -> tuple[str, ...]:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from ...numerics import pow32
-from .base import UpdateContext, f32, register
+from .update import TWO, ZERO, F, Quad, UpdateContext, clip, f32, pow32, register
 
 
 def _pow(x: np.ndarray, exponent: np.float32) -> np.ndarray:
@@ -35,7 +34,49 @@ class FtrlHyper(NamedTuple):
     multiply_linear_by_lr: bool
 
 
-@register("ftrl", state=FtrlState, hyper=FtrlHyper)
+def ftrl_element(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
+    """lr_power -0.5: the powers are exact square roots (``_pow``)."""
+    fresh = a + g * g
+    return _ftrl_step(w, a, b, c, g, lr, h, fresh, np.sqrt(a), np.sqrt(fresh))
+
+
+def ftrl_pow_element(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
+    """Any other lr_power: ``pow32`` (a kernel of its own, so the usual exponent's kernel stays
+    two square roots)."""
+    fresh = a + g * g
+    exponent = -h.lr_power
+    return _ftrl_step(w, a, b, c, g, lr, h, fresh, pow32(a, exponent), pow32(fresh, exponent))
+
+
+def _ftrl_step(
+    w: F, a: F, b: F, c: F, g: F, lr: F, h: Any, fresh: F, p_old: F, p_new: F
+) -> Quad:
+    """``p_*`` = acc^-lr_power."""
+    l1, l2, beta = h.l1, h.l2, h.beta
+    dp = p_new - p_old
+    by_lr = h.multiply_linear_by_lr != ZERO
+    b = (b + lr * g - dp * w) if by_lr else (b + g - dp * w / lr)
+    big_l1 = lr * l1 if by_lr else l1
+    den = (p_new + TWO * lr * l2 + beta) if by_lr else ((p_new + beta) / lr + TWO * l2)
+    num = -b if l1 == ZERO else clip(b, -big_l1, big_l1) - b
+    quotient = num / den
+    w = ZERO if den == ZERO else quotient
+    a = fresh
+    return w, a, b, c
+
+
+def _ftrl_variant(hyper: Any) -> int:
+    """The element a table runs: 0 (square roots) for lr_power -0.5, else 1 (``pow32``)."""
+    return 0 if hyper.lr_power == f32(-0.5) else 1
+
+
+@register(
+    "ftrl",
+    state=FtrlState,
+    hyper=FtrlHyper,
+    element=(ftrl_element, ftrl_pow_element),
+    variant=_ftrl_variant,
+)
 def ftrl_update(
     params: np.ndarray,
     state: FtrlState,

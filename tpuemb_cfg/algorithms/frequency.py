@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from .base import UpdateContext, f32, register
+from .update import ONE, F, Quad, UpdateContext, f32, register
 
 
 class FrequencyEstimatorState(NamedTuple):
@@ -19,7 +19,24 @@ class FrequencyEstimatorHyper(NamedTuple):
     outlier_threshold: np.float32
 
 
-@register("frequency_estimator", state=FrequencyEstimatorState, hyper=FrequencyEstimatorHyper)
+def frequency_estimator_element(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
+    """``lr`` is the global step count n."""
+    delta = lr - a
+    capped = min(delta, h.max_delta)
+    if delta >= h.outlier_threshold * w:
+        w = capped
+    else:
+        w = w * (ONE - h.tau) + capped * h.tau
+    a = lr
+    return w, a, b, c
+
+
+@register(
+    "frequency_estimator",
+    state=FrequencyEstimatorState,
+    hyper=FrequencyEstimatorHyper,
+    element=frequency_estimator_element,
+)
 def frequency_estimator_update(
     params: np.ndarray,
     state: FrequencyEstimatorState,

@@ -6,11 +6,11 @@ plan is built; the updates below never see it.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from .base import UpdateContext, f32, register
+from .update import ONE, ZERO, F, Quad, UpdateContext, f32, register, sign
 
 
 class AdamState(NamedTuple):
@@ -25,7 +25,16 @@ class AdamHyper(NamedTuple):
     use_sum_inside_sqrt: bool
 
 
-@register("adam", state=AdamState, hyper=AdamHyper)
+def adam_element(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
+    beta1, beta2, eps = h.beta1, h.beta2, h.epsilon
+    a = beta1 * a + (ONE - beta1) * g
+    b = beta2 * b + (ONE - beta2) * g * g
+    den = np.sqrt(b + eps * eps) if h.use_sum_inside_sqrt != ZERO else np.sqrt(b) + eps
+    w = w - lr * a / den
+    return w, a, b, c
+
+
+@register("adam", state=AdamState, hyper=AdamHyper, element=adam_element)
 def adam_update(
     params: np.ndarray,
     state: AdamState,
@@ -70,7 +79,14 @@ class LionHyper(NamedTuple):
     beta2: np.float32
 
 
-@register("lion", state=LionState, hyper=LionHyper)
+def lion_element(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
+    direction = h.beta1 * a + (ONE - h.beta1) * g
+    w = w - lr * sign(direction)
+    a = h.beta2 * a + (ONE - h.beta2) * g
+    return w, a, b, c
+
+
+@register("lion", state=LionState, hyper=LionHyper, element=lion_element)
 def lion_update(
     params: np.ndarray,
     state: LionState,

@@ -7,15 +7,33 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ...numerics import pow32
-from .base import NoHyper, UpdateContext, f32, register
+from .table import ALGORITHMS
+from .update import (
+    ONE,
+    ZERO,
+    F,
+    NoHyper,
+    Quad,
+    UpdateContext,
+    f32,
+    hyper_tuple,
+    pow32,
+    register,
+    sign,
+)
 
 
 class AdagradState(NamedTuple):
     accumulators: np.ndarray
 
 
-@register("adagrad", state=AdagradState)
+def adagrad_element(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
+    a = a + g * g
+    w = w - lr * g / np.sqrt(a)
+    return w, a, b, c
+
+
+@register("adagrad", state=AdagradState, element=adagrad_element)
 def adagrad_update(
     params: np.ndarray,
     state: AdagradState,
@@ -44,21 +62,36 @@ class AdagradMomentumState(NamedTuple):
     momenta: np.ndarray
 
 
-class AdagradMomentumHyper(NamedTuple):
-    momentum: np.float32
-    use_nesterov: bool
-    exponent: np.float32
-    beta2: np.float32
-    epsilon: np.float32
+AdagradMomentumHyper = hyper_tuple("AdagradMomentumHyper", "adagrad_momentum", __name__)
 
 
-@register("adagrad_momentum", state=AdagradMomentumState, hyper=AdagradMomentumHyper)
+def adagrad_momentum_element(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
+    mu, beta2 = h.momentum, h.beta2
+    if beta2 == ONE:
+        a = a + g * g
+    else:
+        a = beta2 * a + (ONE - beta2) * g * g
+    s = pow32(a + h.epsilon, -(ONE / h.exponent)) * g
+    b = mu * b + s
+    if h.use_nesterov != ZERO:
+        w = w - lr * (mu * b + s)
+    else:
+        w = w - lr * b
+    return w, a, b, c
+
+
+@register(
+    "adagrad_momentum",
+    state=AdagradMomentumState,
+    hyper=AdagradMomentumHyper,
+    element=adagrad_momentum_element,
+)
 def adagrad_momentum_update(
     params: np.ndarray,
     state: AdagradMomentumState,
     grad: np.ndarray,
     lr: np.float32,
-    hyper: AdagradMomentumHyper,
+    hyper: Any,
     ctx: UpdateContext,
 ) -> tuple[np.ndarray, AdagradMomentumState]:
     """Adagrad with momentum (``adagrad_momentum``; TPU-OSS).
@@ -100,7 +133,24 @@ class BoundedAdagradHyper(NamedTuple):
     max_accumulator: np.float32
 
 
-@register("bounded_adagrad", state=AdagradState, hyper=BoundedAdagradHyper)
+def bounded_adagrad_element(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
+    fresh = a + g * g
+    if h.max_accumulator > ZERO:
+        fresh = min(fresh, h.max_accumulator)
+    delta = lr * g / np.sqrt(fresh if h.update_accumulator_first != ZERO else a)
+    if h.max_var_update > ZERO:
+        delta = min(max(delta, -h.max_var_update), h.max_var_update)
+    w = w - delta
+    a = fresh
+    return w, a, b, c
+
+
+@register(
+    "bounded_adagrad",
+    state=AdagradState,
+    hyper=BoundedAdagradHyper,
+    element=bounded_adagrad_element,
+)
 def bounded_adagrad_update(
     params: np.ndarray,
     state: AdagradState,
@@ -139,6 +189,9 @@ def bounded_adagrad_update(
     return w, AdagradState(acc_new)
 
 
+_GLOBAL_STEP = ALGORITHMS["frequency_aware_adagrad"].step_inputs[0]
+
+
 class FrequencyAwareAdagradState(NamedTuple):
     accumulators: np.ndarray
     counters: np.ndarray
@@ -168,11 +221,25 @@ def _bind_frequency_aware(message: Any) -> FrequencyAwareAdagradHyper:
     )
 
 
+def frequency_aware_adagrad_element(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
+    b = b + ONE
+    a = max(h.accumulator_decay * a + g * g, h.initial_accumulator_value)
+    scale = min(pow32(h.global_step / b, h.probability_exponent), h.max_lr_multiplier)
+    u = g * scale / np.sqrt(a)
+    if h.l1_regularization_strength > ZERO:
+        u = u + h.l1_regularization_strength * sign(w)
+    if h.l2_regularization_strength > ZERO:
+        u = u + h.l2_regularization_strength * w
+    w = w - lr * u
+    return w, a, b, c
+
+
 @register(
     "frequency_aware_adagrad",
     state=FrequencyAwareAdagradState,
     hyper=FrequencyAwareAdagradHyper,
     bind=_bind_frequency_aware,
+    element=frequency_aware_adagrad_element,
 )
 def frequency_aware_adagrad_update(
     params: np.ndarray,
@@ -200,14 +267,7 @@ def frequency_aware_adagrad_update(
     inputs have no element for the step-counter tag.
     """
     lr = f32(lr)
-    tag = hyper.step_counter_tag
-    if not 0 <= tag < len(ctx.dynamic_inputs):
-        raise ValueError(
-            f"frequency_aware_adagrad reads the global step count from dynamic input "
-            f"{tag} (step_counter.tag), but the step has {len(ctx.dynamic_inputs)} dynamic "
-            f"input(s); pass a learning-rate list with the step count at position {tag}"
-        )
-    n_global = f32(ctx.dynamic_inputs[tag])
+    n_global = f32(_GLOBAL_STEP.read("frequency_aware_adagrad", hyper, ctx.dynamic_inputs))
     l1, l2 = hyper.l1_regularization_strength, hyper.l2_regularization_strength
     counter = state.counters + f32(1.0)
     acc = np.maximum(

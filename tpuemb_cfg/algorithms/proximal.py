@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from .adagrad import AdagradState
-from .base import UpdateContext, f32, register
+from .update import ONE, ZERO, F, Quad, UpdateContext, f32, register, sign, soft
 
 
 def _soft_threshold(p: np.ndarray, threshold: np.ndarray) -> np.ndarray:
@@ -20,7 +20,23 @@ class ProximalAdagradHyper(NamedTuple):
     l2: np.float32
 
 
-@register("proximal_adagrad", state=AdagradState, hyper=ProximalAdagradHyper)
+def proximal_adagrad_element(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
+    a = a + g * g
+    eta = lr / np.sqrt(a)
+    p = w - eta * g
+    if h.l1 > ZERO:
+        w = soft(p, eta * h.l1) / (ONE + eta * h.l2)
+    else:
+        w = p / (ONE + eta * h.l2)
+    return w, a, b, c
+
+
+@register(
+    "proximal_adagrad",
+    state=AdagradState,
+    hyper=ProximalAdagradHyper,
+    element=proximal_adagrad_element,
+)
 def proximal_adagrad_update(
     params: np.ndarray,
     state: AdagradState,
@@ -67,7 +83,26 @@ class ProximalYogiHyper(NamedTuple):
     epsilon: np.float32
 
 
-@register("proximal_yogi", state=ProximalYogiState, hyper=ProximalYogiHyper)
+def proximal_yogi_element(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
+    b = h.beta1 * b + (ONE - h.beta1) * g
+    a = a + (ONE - h.beta2) * sign(g * g - a) * g * g
+    eta = lr / (np.sqrt(a) + h.epsilon)
+    p = w - eta * b
+    if h.l1 > ZERO:
+        w = soft(p, eta * h.l1) / (ONE + eta * h.l2)
+    elif h.l2 > ZERO:
+        w = p / (ONE + eta * h.l2)
+    else:
+        w = p
+    return w, a, b, c
+
+
+@register(
+    "proximal_yogi",
+    state=ProximalYogiState,
+    hyper=ProximalYogiHyper,
+    element=proximal_yogi_element,
+)
 def proximal_yogi_update(
     params: np.ndarray,
     state: ProximalYogiState,

@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from .base import UpdateContext, f32, register
+from .update import ONE, F, Quad, UpdateContext, f32, hyper_tuple, register
 
 
 class RmsPropState(NamedTuple):
@@ -15,19 +15,24 @@ class RmsPropState(NamedTuple):
     mom: np.ndarray
 
 
-class RmsPropHyper(NamedTuple):
-    rho: np.float32
-    momentum: np.float32
-    epsilon: np.float32
+#: rho, momentum, epsilon (the table's, shared by both RMSProp variants).
+RmsPropHyper = hyper_tuple("RmsPropHyper", "rms_prop", __name__)
 
 
-@register("rms_prop", state=RmsPropState, hyper=RmsPropHyper)
+def rms_prop_element(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
+    a = h.rho * a + (ONE - h.rho) * g * g
+    b = h.momentum * b + lr * g / np.sqrt(a + h.epsilon)
+    w = w - b
+    return w, a, b, c
+
+
+@register("rms_prop", state=RmsPropState, hyper=RmsPropHyper, element=rms_prop_element)
 def rms_prop_update(
     params: np.ndarray,
     state: RmsPropState,
     grad: np.ndarray,
     lr: np.float32,
-    hyper: RmsPropHyper,
+    hyper: Any,
     ctx: UpdateContext,
 ) -> tuple[np.ndarray, RmsPropState]:
     """RMSProp (``rms_prop``; PROTO pointing at the kernel, CPU-KERNEL).
@@ -56,13 +61,26 @@ class CenteredRmsPropState(NamedTuple):
     mg: np.ndarray
 
 
-@register("centered_rms_prop", state=CenteredRmsPropState, hyper=RmsPropHyper)
+def centered_rms_prop_element(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
+    c = h.rho * c + (ONE - h.rho) * g
+    a = h.rho * a + (ONE - h.rho) * g * g
+    b = h.momentum * b + lr * g / np.sqrt(a - c * c + h.epsilon)
+    w = w - b
+    return w, a, b, c
+
+
+@register(
+    "centered_rms_prop",
+    state=CenteredRmsPropState,
+    hyper=RmsPropHyper,
+    element=centered_rms_prop_element,
+)
 def centered_rms_prop_update(
     params: np.ndarray,
     state: CenteredRmsPropState,
     grad: np.ndarray,
     lr: np.float32,
-    hyper: RmsPropHyper,
+    hyper: Any,
     ctx: UpdateContext,
 ) -> tuple[np.ndarray, CenteredRmsPropState]:
     """Centered RMSProp (``centered_rms_prop``; PROTO pointing at the kernel, CPU-KERNEL).
@@ -97,7 +115,15 @@ class AdadeltaHyper(NamedTuple):
     epsilon: np.float32
 
 
-@register("adadelta", state=AdadeltaState, hyper=AdadeltaHyper)
+def adadelta_element(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
+    a = h.rho * a + (ONE - h.rho) * g * g
+    u = np.sqrt(b + h.epsilon) / np.sqrt(a + h.epsilon) * g
+    w = w - lr * u
+    b = h.rho * b + (ONE - h.rho) * u * u
+    return w, a, b, c
+
+
+@register("adadelta", state=AdadeltaState, hyper=AdadeltaHyper, element=adadelta_element)
 def adadelta_update(
     params: np.ndarray,
     state: AdadeltaState,

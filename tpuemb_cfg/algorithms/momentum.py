@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from .base import UpdateContext, f32, register
+from .update import ZERO, F, Quad, UpdateContext, f32, register
 
 
 class MomentumState(NamedTuple):
@@ -18,7 +18,17 @@ class MomentumHyper(NamedTuple):
     use_nesterov: bool
 
 
-@register("momentum", state=MomentumState, hyper=MomentumHyper)
+def momentum_element(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
+    mu = h.momentum
+    a = mu * a + g
+    if h.use_nesterov != ZERO:
+        w = w - (lr * g + lr * mu * a)
+    else:
+        w = w - lr * a
+    return w, a, b, c
+
+
+@register("momentum", state=MomentumState, hyper=MomentumHyper, element=momentum_element)
 def momentum_update(
     params: np.ndarray,
     state: MomentumState,

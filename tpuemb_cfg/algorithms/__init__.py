@@ -1,0 +1,25 @@
+"""The optimization algorithms: the table (``table``, plain data) and one module per family
+with the NumPy update and the scalar element of each of its algorithms (``update`` holds what
+the families share, and the registry).
+
+Importing this package imports the table only (no NumPy, no protobuf); the family modules load
+with ``update.load()`` / ``update.get(name)``.
+"""
+
+from __future__ import annotations
+
+from .base import Algorithm, Constraint, Hyper, Slot, StepInput
+from .table import ALGORITHMS, checked_by, constraints, get, slot_names
+
+__all__ = [
+    "ALGORITHMS",
+    "Algorithm",
+    "Constraint",
+    "Hyper",
+    "Slot",
+    "StepInput",
+    "checked_by",
+    "constraints",
+    "get",
+    "slot_names",
+]
