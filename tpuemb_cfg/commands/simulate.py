@@ -481,8 +481,7 @@ def _replay(
     placement: dict[str, Any] | None = None,
 ) -> None:
     from tpuemb_cfg.executor import Placement, RunOptions
-    from tpuemb_cfg.executor.replay import replay
-    from tpuemb_cfg.executor.replay import parse_steps, require_replay_memory
+    from tpuemb_cfg.executor.replay import parse_steps, replay, require_replay_memory
     from tpuemb_cfg.npzio import atomic_write_npz, read_npz
     from tpuemb_cfg.session import prepare, with_combiner_arguments
 
