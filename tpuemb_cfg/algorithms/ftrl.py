@@ -17,7 +17,8 @@ def _pow(x: np.ndarray, exponent: np.float32) -> np.ndarray:
     lr_power == -0.5 the same way.
     """
     if exponent == f32(0.5):
-        return np.sqrt(x)
+        root: np.ndarray = np.sqrt(x)
+        return root
     return np.asarray(pow32(x, exponent))
 
 
