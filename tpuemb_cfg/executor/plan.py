@@ -21,6 +21,8 @@ from ..schema import COMBINERS, MODE_NAMES, ShardingStrategy
 from .optimizers import Optimizer, get, unsupported
 
 if TYPE_CHECKING:
+    from google.protobuf.message import Message
+
     from ..proto.optimization_parameters_pb2 import ClippingLimits
     from ..proto.tpu_embedding_configuration_pb2 import TPUEmbeddingConfiguration
 
@@ -405,7 +407,9 @@ def build_plan(
     ))
 
 
-def _optimizer(td: Any, t: int, algorithm: str) -> tuple[Optimizer, Any]:
+def _optimizer(
+    td: TPUEmbeddingConfiguration.TableDescriptor, t: int, algorithm: str
+) -> tuple[Optimizer, Message]:
     """The registered optimizer of table descriptor ``td`` (index ``t``) and its message."""
     reason = unsupported(algorithm)
     if reason is not None:
