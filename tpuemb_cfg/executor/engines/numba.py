@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -316,13 +316,13 @@ def _engine() -> Engine:
         return float(np.sqrt(numerics.total(engine_change_rows(params, rows, before))))
 
     def update_rows(
-        table: Any,
+        table: TablePlan,
         params: np.ndarray,
         slots: Sequence[np.ndarray],
         rows: np.ndarray | None,
         grad: np.ndarray,
         lr: np.float32,
-        ctx: Any = None,
+        ctx: UpdateContext | None = None,
     ) -> bool:
         arrays = (params, *slots)
         # A table running a Python callable (``TablePlan.custom``) has no compiled kernel: the
