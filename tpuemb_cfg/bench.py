@@ -49,7 +49,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -58,6 +58,9 @@ from .algorithms.table import BENCHMARK, BENCHMARK_DEFAULT
 from .algorithms.update import UpdateContext
 from .errors import UsageError
 from .errors import parameter as arg
+
+if TYPE_CHECKING:
+    from .executor import Executor
 
 __all__ = [
     "OPTIMIZERS",
@@ -193,7 +196,7 @@ def _config_text(tables: list[tuple[str, int, int]], features: list[tuple[int, i
     return text + "mode: TRAINING num_hosts: 1 num_tensor_cores: 1"
 
 
-def _executor(text: str, combiner: str, engine: str) -> Any:
+def _executor(text: str, combiner: str, engine: str) -> Executor:
     from .executor import Executor, RunOptions
     from .io import load
     from .session import prepare

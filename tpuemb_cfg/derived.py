@@ -26,6 +26,9 @@ from tpuemb_cfg.schema import AccumulationStatus, PackingStatus
 if TYPE_CHECKING:
     from tpuemb_cfg.proto.tpu_embedding_configuration_pb2 import TPUEmbeddingConfiguration
 
+    FeatureDescriptor = TPUEmbeddingConfiguration.FeatureDescriptor
+    TableDescriptor = TPUEmbeddingConfiguration.TableDescriptor
+
 INT32_MAX = 2**31 - 1
 
 #: Slot names per algorithm, in TensorFlow's order (section 1.4), from the algorithm table;
@@ -158,7 +161,7 @@ class Features(_Lazy[EffectiveFeature]):
 
     __slots__ = ("_batch", "_counts", "_descriptors", "_positions", "_shapes", "_tables")
 
-    def __init__(self, descriptors: Any = None, *, batch: int = 0,
+    def __init__(self, descriptors: Sequence[FeatureDescriptor] | None = None, *, batch: int = 0,
                  counts: Sequence[int] = ()) -> None:
         self._descriptors = descriptors
         self._positions = array("q")
@@ -191,7 +194,7 @@ class TableSizes(_Lazy["TableSize | None"]):
 
     __slots__ = ("_algorithms", "_num_hosts", "_states", "_tables")
 
-    def __init__(self, tables: Any, algorithms: Sequence[str | None],
+    def __init__(self, tables: Sequence[TableDescriptor], algorithms: Sequence[str | None],
                  states: Sequence[tuple[str, ...] | None], num_hosts: int | None) -> None:
         self._tables = tables
         self._algorithms = algorithms

@@ -42,7 +42,7 @@ class FixResult:
     changed: bool
     data: bytes
     text: str | None
-    message: Any
+    message: TPUEmbeddingConfiguration
     applied: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     tag_mapping: dict[int, int] = field(default_factory=dict)

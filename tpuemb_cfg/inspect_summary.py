@@ -19,6 +19,7 @@ from tpuemb_cfg.schema import ACCUMULATION_NAMES, MODE_NAMES, SHARDING_NAMES, Pa
 from tpuemb_cfg.units import format_size
 
 if TYPE_CHECKING:
+    from tpuemb_cfg.proto.optimization_parameters_pb2 import OptimizationParameters
     from tpuemb_cfg.proto.tpu_embedding_configuration_pb2 import TPUEmbeddingConfiguration
 
 
@@ -47,7 +48,7 @@ def _limits(message: Any, field: str) -> list[float | None] | None:
     ]
 
 
-def _hyper_parameters(params: Any, algorithm: str | None) -> dict[str, Any]:
+def _hyper_parameters(params: OptimizationParameters, algorithm: str | None) -> dict[str, Any]:
     if algorithm is None or ALGORITHMS[algorithm].slots_from_program:
         return {}
     out: dict[str, Any] = {}
@@ -61,7 +62,7 @@ def _hyper_parameters(params: Any, algorithm: str | None) -> dict[str, Any]:
     return out
 
 
-def _learning_rate(params: Any) -> dict[str, Any] | None:
+def _learning_rate(params: OptimizationParameters) -> dict[str, Any] | None:
     lr = params.learning_rate
     kind = lr.WhichOneof("learning_rate") if params.HasField("learning_rate") else None
     if kind == "constant":

@@ -26,7 +26,7 @@ import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar, overload
 
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import json_format, text_format
@@ -632,9 +632,22 @@ def read_source(path: str | os.PathLike[str], format: str | None = None, *,
     return Source(path=shown, format=fmt, data=data, text=text, message=message)
 
 
+_M = TypeVar("_M", bound=Message)
+
+
+@overload
+def load(path_or_bytes: str | os.PathLike[str] | bytes, format: str | None = None, *,
+         max_bytes: int | None = None) -> TPUEmbeddingConfiguration: ...
+
+
+@overload
+def load(path_or_bytes: str | os.PathLike[str] | bytes, format: str | None = None, *,
+         message_type: type[_M], max_bytes: int | None = None) -> _M: ...
+
+
 def load(path_or_bytes: str | os.PathLike[str] | bytes, format: str | None = None, *,
          message_type: type[Message] = TPUEmbeddingConfiguration,
-         max_bytes: int | None = None) -> Any:
+         max_bytes: int | None = None) -> Message:
     """Load a message from a file path (format from its extension), ``-`` (stdin) or bytes.
 
     Bytes are binary unless ``format`` says otherwise. Errors are :class:`InputError`;
@@ -646,8 +659,9 @@ def load(path_or_bytes: str | os.PathLike[str] | bytes, format: str | None = Non
         message = message_type()
         parse_bytes(data, fmt, message, "<bytes>", option="format=", explicit=bool(format))
         return message
-    return read_source(path_or_bytes, format, message_type=message_type,
-                       format_option="format=", max_bytes=max_bytes).message
+    loaded: Message = read_source(path_or_bytes, format, message_type=message_type,
+                                  format_option="format=", max_bytes=max_bytes).message
+    return loaded
 
 
 def as_config(obj: Any) -> TPUEmbeddingConfiguration:

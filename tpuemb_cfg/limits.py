@@ -36,7 +36,8 @@ from typing import Any
 
 from tpuemb_cfg.errors import InputError, UsageError
 from tpuemb_cfg.protoutil import is_repeated
-from tpuemb_cfg.units import format_size, parse_size
+from tpuemb_cfg.units import format_size as format_size  # re-exported beside the limits
+from tpuemb_cfg.units import parse_size
 
 #: Messages may nest this many levels below the top-level message (see the module docstring).
 MAX_DEPTH = 99

@@ -34,6 +34,7 @@ from .executor.prepared import Prepared
 if TYPE_CHECKING:
     from .derived import Derived
     from .executor.plan import Plan
+    from .proto.tpu_embedding_configuration_pb2 import TPUEmbeddingConfiguration
     from .rules import Diagnostic, Severity
 
 __all__ = ["Prepared", "prepare", "refuse_errors", "validate", "with_combiner_arguments"]
@@ -106,7 +107,7 @@ def prepare(source: Any, *, combiners: Combiners = None, check: bool = True) -> 
     return Prepared(config, plan, path, diagnostics, source_of)
 
 
-def _validated(config: Any, derived: Derived) -> tuple[Diagnostic, ...]:
+def _validated(config: TPUEmbeddingConfiguration, derived: Derived) -> tuple[Diagnostic, ...]:
     """The findings of the default rules on the message ``config`` (``validator.validate``'s),
     from the quantities ``derived`` from it, which the plan is built from too."""
     from .validator import run_rules, selected_rules, sort_key

@@ -9,7 +9,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from google.protobuf.message import Message
 
 __all__ = [
     "Algorithm",
@@ -33,7 +36,7 @@ class Slot:
     initial: float = 0.0
     initial_from: str | None = None
 
-    def initial_value(self, hyper: Any) -> float:
+    def initial_value(self, hyper: Message | None) -> float:
         """The default initial value, reading ``hyper`` (the proto sub-message) if needed."""
         if self.initial_from is None:
             return self.initial
@@ -155,7 +158,7 @@ class Algorithm:
     def slot_names(self) -> tuple[str, ...]:
         return tuple(slot.name for slot in self.slots)
 
-    def lazy(self, hyper: Any) -> bool:
+    def lazy(self, hyper: Message | None) -> bool:
         """Whether only touched rows update (spec 6.5): false only when the non-lazy flag is set."""
         if self.non_lazy_flag is None:
             return True

@@ -17,7 +17,8 @@ def _pow(x: np.ndarray, exponent: np.float32) -> np.ndarray:
     lr_power == -0.5 the same way.
     """
     if exponent == f32(0.5):
-        return np.sqrt(x)
+        root: np.ndarray = np.sqrt(x)
+        return root
     return np.asarray(pow32(x, exponent))
 
 
@@ -37,7 +38,8 @@ class FtrlHyper(NamedTuple):
 def ftrl_element(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
     """lr_power -0.5: the powers are exact square roots (``_pow``)."""
     fresh = a + g * g
-    return _ftrl_step(w, a, b, c, g, lr, h, fresh, np.sqrt(a), np.sqrt(fresh))
+    w, b = _ftrl_step(w, b, g, lr, h, np.sqrt(a), np.sqrt(fresh))
+    return w, fresh, b, c
 
 
 def ftrl_pow_element(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
@@ -45,13 +47,12 @@ def ftrl_pow_element(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
     two square roots)."""
     fresh = a + g * g
     exponent = -h.lr_power
-    return _ftrl_step(w, a, b, c, g, lr, h, fresh, pow32(a, exponent), pow32(fresh, exponent))
+    w, b = _ftrl_step(w, b, g, lr, h, pow32(a, exponent), pow32(fresh, exponent))
+    return w, fresh, b, c
 
 
-def _ftrl_step(
-    w: F, a: F, b: F, c: F, g: F, lr: F, h: Any, fresh: F, p_old: F, p_new: F
-) -> Quad:
-    """``p_*`` = acc^-lr_power."""
+def _ftrl_step(w: F, b: F, g: F, lr: F, h: Any, p_old: F, p_new: F) -> tuple[F, F]:
+    """The new weight and linear slot; ``p_*`` = acc^-lr_power before and after the step."""
     l1, l2, beta = h.l1, h.l2, h.beta
     dp = p_new - p_old
     by_lr = h.multiply_linear_by_lr != ZERO
@@ -61,8 +62,7 @@ def _ftrl_step(
     num = -b if l1 == ZERO else clip(b, -big_l1, big_l1) - b
     quotient = num / den
     w = ZERO if den == ZERO else quotient
-    a = fresh
-    return w, a, b, c
+    return w, b
 
 
 def _ftrl_variant(hyper: Any) -> int:

@@ -12,7 +12,8 @@ from .update import ONE, ZERO, F, Quad, UpdateContext, f32, register, sign, soft
 
 def _soft_threshold(p: np.ndarray, threshold: np.ndarray) -> np.ndarray:
     """``sign(p) * max(|p| - threshold, 0)``: the L1 proximal operator."""
-    return np.sign(p) * np.maximum(np.abs(p) - threshold, f32(0.0))
+    shrunk: np.ndarray = np.sign(p) * np.maximum(np.abs(p) - threshold, f32(0.0))
+    return shrunk
 
 
 class ProximalAdagradHyper(NamedTuple):

@@ -42,13 +42,16 @@ import importlib
 import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
 from ..numerics import pow32
 from .base import Algorithm, Slot
 from .table import ALGORITHMS
+
+if TYPE_CHECKING:
+    from google.protobuf.message import Message
 
 
 @dataclass(frozen=True)
@@ -94,7 +97,7 @@ def hyper_tuple(typename: str, algorithm: str, module: str) -> Any:
     return made
 
 
-def binder(hyper: type) -> Callable[[Any], Any]:
+def binder(hyper: type) -> Callable[[Message | None], Any]:
     """The default ``bind`` of the NamedTuple class ``hyper``: read each of its fields from the
     proto sub-message by name, converting it to the field's annotated type (float32, bool, int).
     """
@@ -102,7 +105,7 @@ def binder(hyper: type) -> Callable[[Any], Any]:
     fields: tuple[str, ...] = hyper._fields  # type: ignore[attr-defined]
     converters = [(name, _CONVERTERS[hints[name]]) for name in fields]
 
-    def bind(message: Any) -> Any:
+    def bind(message: Message | None) -> Any:
         return hyper(**{name: convert(getattr(message, name)) for name, convert in converters})
 
     return bind
@@ -120,8 +123,8 @@ class Optimizer:
     update: UpdateFn
     state: type
     hyper: type
-    bind: Callable[[Any], Any]
-    elements: tuple[Callable[..., Any], ...] = ()
+    bind: Callable[[Message | None], Any]
+    elements: tuple[Callable[..., Quad], ...] = ()
     variant: Callable[[Any], int] | None = None
 
     @property
@@ -139,7 +142,7 @@ class Optimizer:
     def equations(self) -> str:
         return self.algorithm.equations
 
-    def lazy(self, message: Any) -> bool:
+    def lazy(self, message: Message | None) -> bool:
         """Whether only touched rows update, from the proto sub-message (plan time only)."""
         return self.algorithm.lazy(message)
 
@@ -153,8 +156,8 @@ def register(
     *,
     state: type = NoState,
     hyper: type = NoHyper,
-    bind: Callable[[Any], Any] | None = None,
-    element: Callable[..., Any] | Sequence[Callable[..., Any]] = (),
+    bind: Callable[[Message | None], Any] | None = None,
+    element: Callable[..., Quad] | Sequence[Callable[..., Quad]] = (),
     variant: Callable[[Any], int] | None = None,
 ) -> Callable[[UpdateFn], UpdateFn]:
     """Register the decorated update function as optimizer ``name``.

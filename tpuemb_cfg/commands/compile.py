@@ -20,6 +20,7 @@ from tpuemb_cfg.errors import InputError, UsageError
 
 if TYPE_CHECKING:
     from tpuemb_cfg.embedding import CompiledConfig
+    from tpuemb_cfg.proto.tpu_embedding_configuration_pb2 import TPUEmbeddingConfiguration
 
 FORMATS = ["text", "binary", "json"]
 
@@ -159,7 +160,7 @@ def _load(spec: str) -> Any:
         raise InputError(f"cannot read the spec: {reason}", path=spec) from None
 
 
-def _print_warnings(spec: str, config: Any) -> None:
+def _print_warnings(spec: str, config: TPUEmbeddingConfiguration) -> None:
     """Warnings of the validator (errors already stopped the compilation) on stderr."""
     try:
         from tpuemb_cfg import validate

@@ -64,7 +64,7 @@ def _one_at_a_time(method: Callable[Concatenate[Executor, _P], _R]
     """``method`` under the executor's lock: calls from several threads run one after another."""
 
     @functools.wraps(method)
-    def locked(self: Executor, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+    def locked(self: Executor, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
         with self._lock:
             return method(self, *args, **kwargs)
 

@@ -30,8 +30,8 @@ from .plan import TablePlan
 from .storage import LiveArrays
 
 __all__ = [
-    "CompiledStep", "TableInput", "backprop_tables", "forward_backprop", "identity", "stacked",
-    "update_table",
+    "CompiledStep", "Deduplicated", "TableInput", "backprop_tables", "forward_backprop",
+    "identity", "stacked", "update_table",
 ]
 
 F32 = np.float32
@@ -56,7 +56,7 @@ class CompiledStep(Protocol):
                  inverse: np.ndarray, rows: int) -> tuple[Any, bool]: ...
 
     def update(self, table: TablePlan, params: np.ndarray, slots: tuple[np.ndarray, ...],
-               rows: np.ndarray | None, grad: Any, lr: np.float32,
+               rows: np.ndarray, grad: Any, lr: np.float32,
                ctx: UpdateContext) -> np.ndarray: ...
 
     def parallel(self, tasks: Sequence[Callable[..., Any]]) -> list[Any]: ...
@@ -66,6 +66,24 @@ class CompiledStep(Protocol):
 
     def threads(self) -> int: ...
 
+
+
+class Deduplicated(Protocol):
+    """What back-propagation and the update read of a table's de-duplication record
+    (``core.TableDeduplication``): per occurrence its gradient row, gain and position among the
+    distinct ids, and the distinct ids."""
+
+    @property
+    def sample(self) -> np.ndarray: ...
+
+    @property
+    def gains(self) -> np.ndarray: ...
+
+    @property
+    def inverse(self) -> np.ndarray: ...
+
+    @property
+    def unique_ids(self) -> np.ndarray: ...
 
 
 class TableInput(NamedTuple):
@@ -121,7 +139,7 @@ def stacked(table: TablePlan, grads: Sequence[np.ndarray]) -> np.ndarray:
 
 
 def _backprop(
-    fused: CompiledStep, table: TablePlan, record: Any, grads: Sequence[np.ndarray],
+    fused: CompiledStep, table: TablePlan, record: Deduplicated, grads: Sequence[np.ndarray],
     empty_bags: Mapping[int, np.ndarray],
 ) -> tuple[Any, bool]:
     grad, finite = fused.backprop(stacked(table, grads), record.sample, record.gains,
@@ -135,7 +153,7 @@ def _backprop(
 
 
 def backprop_tables(
-    fused: CompiledStep, tables: Sequence[TablePlan], records: Sequence[Any],
+    fused: CompiledStep, tables: Sequence[TablePlan], records: Sequence[Deduplicated],
     grads: Sequence[np.ndarray], empty_bags: Mapping[int, np.ndarray],
 ) -> tuple[list[Any], bool]:
     """Per table, what ``update_table`` updates from (``fused.backprop``: the rows' summed
@@ -155,8 +173,8 @@ def backprop_tables(
 
 
 def update_table(
-    fused: CompiledStep, storage: Any, table: TablePlan, record: Any, grad: Any, lr: np.float32,
-    ctx: UpdateContext,
+    fused: CompiledStep, storage: Any, table: TablePlan, record: Deduplicated, grad: Any,
+    lr: np.float32, ctx: UpdateContext,
 ) -> float:
     """Spec sections 4 and 6 for ``table`` from ``grad`` (its ``backprop_tables`` result), in
     place in the storage's live arrays (every row for a non-lazy table); returns the squared

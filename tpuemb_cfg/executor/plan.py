@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -19,6 +19,12 @@ from ..errors import parameter as arg
 from ..model import TableInit
 from ..schema import COMBINERS, MODE_NAMES, ShardingStrategy
 from .optimizers import Optimizer, get, unsupported
+
+if TYPE_CHECKING:
+    from google.protobuf.message import Message
+
+    from ..proto.optimization_parameters_pb2 import ClippingLimits
+    from ..proto.tpu_embedding_configuration_pb2 import TPUEmbeddingConfiguration
 
 __all__ = [
     "COMBINERS",
@@ -246,13 +252,15 @@ def _normalise_combiners(
     return parse_combiners([f"{f}={name}" for f, name in enumerate(names)], num_features)
 
 
-def _limits(message: Any) -> tuple[np.float32 | None, np.float32 | None]:
+def _limits(message: ClippingLimits) -> tuple[np.float32 | None, np.float32 | None]:
     lower = np.float32(message.lower.value) if message.HasField("lower") else None
     upper = np.float32(message.upper.value) if message.HasField("upper") else None
     return lower, upper
 
 
-def _features(config: Any, derived: Derived) -> list[tuple[str, int, tuple[int, ...]]]:
+def _features(
+    config: TPUEmbeddingConfiguration, derived: Derived
+) -> list[tuple[str, int, tuple[int, ...]]]:
     """(name, table, input_shape) per feature in replay-contract order: the effective features
     the validator derived (validation-rules 1.2); a legacy table's ``num_features`` features,
     ``NAME_k`` of shape ``[batch]``."""
@@ -265,7 +273,7 @@ def _features(config: Any, derived: Derived) -> list[tuple[str, int, tuple[int, 
     ]
 
 
-def _tag_users(config: Any, derived: Derived) -> dict[int, tuple[str, ...]]:
+def _tag_users(config: TPUEmbeddingConfiguration, derived: Derived) -> dict[int, tuple[str, ...]]:
     """tag -> who reads it (``table 'a'``, ``step counter of 'c'``), in the validator's order of
     the tag uses (validation-rules 1.3)."""
     users: dict[int, list[str]] = {}
@@ -285,7 +293,7 @@ def _ids_per_bag(shape: tuple[int, ...]) -> int | None:
 
 
 def build_plan(
-    config: Any,
+    config: TPUEmbeddingConfiguration,
     combiners: str | Sequence[str] | Mapping[int, str] | None = None,
     *,
     derived: Derived | None = None,
@@ -399,7 +407,9 @@ def build_plan(
     ))
 
 
-def _optimizer(td: Any, t: int, algorithm: str) -> tuple[Optimizer, Any]:
+def _optimizer(
+    td: TPUEmbeddingConfiguration.TableDescriptor, t: int, algorithm: str
+) -> tuple[Optimizer, Message]:
     """The registered optimizer of table descriptor ``td`` (index ``t``) and its message."""
     reason = unsupported(algorithm)
     if reason is not None:

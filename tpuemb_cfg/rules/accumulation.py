@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from tpuemb_cfg.algorithms import ALGORITHMS, checked_by
-from tpuemb_cfg.rules._registry import Context, Diagnostic, rule
+from tpuemb_cfg.model import Diagnostic
+from tpuemb_cfg.rules._registry import Context, rule
 from tpuemb_cfg.rules.common import (
     OpTable,
     algorithm_tables,

@@ -13,7 +13,8 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
-from tpuemb_cfg.rules._registry import Context, Diagnostic, rule
+from tpuemb_cfg.model import Diagnostic
+from tpuemb_cfg.rules._registry import Context, rule
 from tpuemb_cfg.rules.common import fmt, op_tables
 
 _WEIGHTS = "clipping_limits"

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from weakref import WeakKeyDictionary
 
 from tpuemb_cfg.algorithms import Constraint
-from tpuemb_cfg.rules._registry import Context, Diagnostic
+from tpuemb_cfg.model import Diagnostic
+from tpuemb_cfg.rules._registry import Context
 
 if TYPE_CHECKING:
     from tpuemb_cfg.proto.optimization_parameters_pb2 import OptimizationParameters

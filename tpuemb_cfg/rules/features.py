@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from tpuemb_cfg.derived import INT32_MAX
-from tpuemb_cfg.rules._registry import Context, Diagnostic, rule
+from tpuemb_cfg.model import Diagnostic
+from tpuemb_cfg.rules._registry import Context, rule
 from tpuemb_cfg.rules.common import duplicate_names
 
 _INT32_MIN = -(2**31)

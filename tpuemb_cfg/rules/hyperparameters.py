@@ -19,7 +19,8 @@ import inspect
 from collections.abc import Callable, Iterator
 
 from tpuemb_cfg.algorithms import Constraint, constraints
-from tpuemb_cfg.rules._registry import Context, Diagnostic, Severity, rule
+from tpuemb_cfg.model import Diagnostic, Severity
+from tpuemb_cfg.rules._registry import Context, rule
 from tpuemb_cfg.rules.common import algorithm_tables, table_violations
 
 RangeRule = Callable[[Context], Iterator[Diagnostic]]

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from tpuemb_cfg.rules._registry import Context, Diagnostic, rule
+from tpuemb_cfg.model import Diagnostic
+from tpuemb_cfg.rules._registry import Context, rule
 
 
 @rule("MODE001", "error", "batch_size_per_tensor_core set with feature descriptors")

@@ -13,7 +13,8 @@ from tpuemb_cfg.derived import (
     packing_effective,
     program_arity,
 )
-from tpuemb_cfg.rules._registry import Context, Diagnostic, rule
+from tpuemb_cfg.model import Diagnostic
+from tpuemb_cfg.rules._registry import Context, rule
 from tpuemb_cfg.rules.common import (
     algorithm_tables,
     finite,

@@ -23,7 +23,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from tpuemb_cfg.derived import TPU_DEVICE_MEMORY, HostRange, device_share, host_sizes
-from tpuemb_cfg.rules._registry import Context, Diagnostic, rule
+from tpuemb_cfg.model import Diagnostic
+from tpuemb_cfg.rules._registry import Context, rule
 from tpuemb_cfg.units import format_size
 
 

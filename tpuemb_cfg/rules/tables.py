@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from tpuemb_cfg.rules._registry import Context, Diagnostic, rule
+from tpuemb_cfg.model import Diagnostic
+from tpuemb_cfg.rules._registry import Context, rule
 from tpuemb_cfg.rules.common import duplicate_names
 from tpuemb_cfg.schema import MODE_NAMES, SHARDING_NAMES, Mode
 

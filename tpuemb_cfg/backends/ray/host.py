@@ -31,7 +31,7 @@ from __future__ import annotations
 import mmap
 import os
 import pickle
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -332,9 +332,9 @@ class Shard:
 
     def _positions(self, positions: Positions) -> Local:
         if len(positions) == 2:
-            return slice(int(positions[0]), int(positions[1]))  # type: ignore[arg-type]
+            return slice(int(positions[0]), int(positions[1]))
         assert self._arena is not None
-        return self._arena.view(positions).copy()  # type: ignore[arg-type]
+        return self._arena.view(positions).copy()
 
     def gather_shared(self, table: str, key: int, local: Place, positions: Positions,
                       out: Place) -> None:
@@ -518,7 +518,8 @@ def call(actor: Any, committed: int | None, method: str, args: Sequence[Any]) ->
     except (pickle.PicklingError, AttributeError, TypeError):
         from ray import cloudpickle
 
-        message = cloudpickle.dumps((committed, method, values, holes), protocol=5)
+        dumps: Callable[..., bytes] = cloudpickle.dumps  # ray's cloudpickle is unannotated
+        message = dumps((committed, method, values, holes), protocol=5)
     return actor.call.remote(message, *(args[i] for i in holes))
 
 

@@ -82,7 +82,7 @@ from .host import (
     shard_bytes,
 )
 
-__all__ = ["RAY", "RayBackend", "RayStorage", "ShardLost", "ShardedArray"]
+__all__ = ["RAY", "ActorOptions", "RayBackend", "RayStorage", "ShardLost", "ShardedArray"]
 
 F32 = np.float32
 #: The directory of shared-memory files, and the variable that turns their use off ("0").
@@ -169,18 +169,32 @@ class ShardedArray:
 # The storage
 
 
+@dataclass(frozen=True)
+class ActorOptions:
+    """The host actors of a :class:`RayStorage`.
+
+    ``shards``: the number of actors (default ``num_hosts``). ``max_memory``: each actor's limit
+    in bytes; a host whose estimate (``host.shard_bytes``) exceeds it is refused before
+    anything is allocated, and so is one no Ray node has the memory for (None: only the
+    latter). ``address``: as for :func:`connect` (used only when this process is not connected
+    yet; the storage then owns the connection and ``close`` ends it). ``threads``: numba
+    threads per actor (default: the cores of its machine divided among the actors on it).
+    """
+
+    shards: int | None = None
+    max_memory: int | None = None
+    address: str | None = None
+    threads: int | None = None
+
+
 class RayStorage:
     """Every table and slot of ``plan``, each host's rows in its own Ray actor (a ``Storage``).
 
     ``given``: initial arrays by state-file key (checked like ``state.initial_state``: an
     unknown key, a wrong dtype - ``strict``: anything but float32 - or a wrong shape raises
     ``InputError`` naming ``source``); the hosts initialise the others from ``seed``.
-    ``shards``: the number of actors (default ``num_hosts``). ``max_memory``: each actor's limit
-    in bytes; a host whose estimate (``host.shard_bytes``) exceeds it is refused before
-    anything is allocated, and so is one no Ray node has the memory for. ``address``: as for
-    :func:`connect` (used only when this process is not connected yet; the storage then owns
-    the connection and ``close`` ends it). ``threads``: numba threads per actor (default: the
-    cores of its machine divided among the actors on it). The hosts on the driver's machine
+    ``actors``: the number, memory limit, cluster and threads of the host actors
+    (:class:`ActorOptions`; None: every default). The hosts on the driver's machine
     exchange a step's rows through a shared-memory ``host.Arena`` instead of Ray's object
     store where ``/dev/shm`` exists, unless the environment sets
     ``TPUEMB_RAY_SHARED_MEMORY=0``; the results are the same either way.
@@ -195,11 +209,10 @@ class RayStorage:
         seed: int = 0,
         source: str | None = None,
         strict: bool = False,
-        shards: int | None = None,
-        max_memory: int | None = None,
-        address: str | None = None,
-        threads: int | None = None,
+        actors: ActorOptions | None = None,
     ) -> None:
+        actors = actors or ActorOptions()
+        shards, max_memory = actors.shards, actors.max_memory
         self.plan = plan
         self.engine = engine
         self.hosts = int(shards if shards is not None else plan.num_hosts)
@@ -239,13 +252,13 @@ class RayStorage:
         self._reads = 0  # the key of the last rows read through the arena
         self._kept: dict[str, tuple[np.ndarray, int]] = {}  # table: (rows, key) the hosts keep
         self._ray = import_ray()
-        self._owns_session = connect(address)
+        self._owns_session = connect(actors.address)
         self._release = weakref.finalize(self, keep_actors, self._ray, self._actors, self._reserved,
                                          self._dead)
         try:
             if max_memory is None:
                 self._check_cluster()
-            self._start(threads)
+            self._start(actors.threads)
             allocated = self._submit([(h, "allocate", (seed, frozenset(given)))
                                       for h in range(self.hosts)])
             self._ship(given, allocated)  # a host runs its calls in order: allocate first
@@ -826,8 +839,9 @@ class RayBackend:
             given = expand_partial(plan, given, options.seed, request.source, request.strict)
         return RayStorage(
             plan, request.engine, given=given, seed=options.seed, source=request.source,
-            strict=request.strict, shards=request.placement.shards,
-            max_memory=options.memory_limit, address=request.placement.ray_address,
+            strict=request.strict,
+            actors=ActorOptions(shards=request.placement.shards, max_memory=options.memory_limit,
+                                address=request.placement.ray_address),
         )
 
 

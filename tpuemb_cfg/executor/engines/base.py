@@ -40,11 +40,23 @@ Conventions: ids are int64, values float32; a *bag* is one row of ``row_splits``
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from ...algorithms.update import UpdateContext
+    from ..fused import CompiledStep
+    from ..plan import TablePlan
+
+#: ``update_rows(table, params, slots, rows, grad, lr, ctx) -> bool`` (the module docstring).
+UpdateRows = Callable[
+    ["TablePlan", np.ndarray, Sequence[np.ndarray], np.ndarray | None, np.ndarray, np.float32,
+     "UpdateContext"],
+    bool,
+]
 
 __all__ = ["Engine"]
 
@@ -66,13 +78,13 @@ class Engine:
     scatter: Callable[[np.ndarray, np.ndarray, np.ndarray], None]
     combine: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
     gather_combine: Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], np.ndarray]
-    update_rows: Callable[..., bool]
+    update_rows: UpdateRows
     change_rows: Callable[[np.ndarray, np.ndarray | None, np.ndarray], np.ndarray]
     change_norm: Callable[[np.ndarray, np.ndarray | None, np.ndarray], float]
     bag_of_occurrence: Callable[[np.ndarray], np.ndarray]
-    bag_scales: Callable[..., tuple[np.ndarray, np.ndarray]]
-    clip: Callable[..., np.ndarray]
-    quantize: Callable[..., np.ndarray]
-    host_of: Callable[..., np.ndarray]
+    bag_scales: Callable[[np.ndarray, np.ndarray, str], tuple[np.ndarray, np.ndarray]]
+    clip: Callable[[np.ndarray, np.float32 | None, np.float32 | None], np.ndarray]
+    quantize: Callable[[np.ndarray, np.float32, np.float32, int], np.ndarray]
+    host_of: Callable[[np.ndarray, int, int, bool], np.ndarray]
     fallback: str | None = None
-    fused: Any = None
+    fused: CompiledStep | None = None

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -47,6 +47,10 @@ from .base import Engine
 from .jit import njit, threads
 from .numba_numerics import row_sumsq
 from .numba_update import Occurrences, alongside, kind_of, parallel, run_ranges, update
+
+if TYPE_CHECKING:
+    from ...algorithms.update import UpdateContext
+    from ..plan import TablePlan
 
 __all__ = [
     "ENGINE",
@@ -198,7 +202,7 @@ def _bounds(limits: tuple[np.float32 | None, np.float32 | None] | None) -> tuple
     return (-_INF if lower is None else F32(lower)), (_INF if upper is None else F32(upper))
 
 
-def _hyper(table: Any, ctx: Any) -> tuple[float, ...]:
+def _hyper(table: TablePlan, ctx: UpdateContext | None) -> tuple[float, ...]:
     """The table's bound hyper-parameters in field order, then the per-step inputs its algorithm
     reads from ``ctx`` (the algorithm table's ``step_inputs``)."""
     values = [float(v) for v in table.hyper]
@@ -210,8 +214,8 @@ def _hyper(table: Any, ctx: Any) -> tuple[float, ...]:
 
 
 def fused_update(
-    table: Any, params: np.ndarray, slots: tuple[np.ndarray, ...], rows: np.ndarray,
-    grad: np.ndarray | Occurrences, lr: np.float32, ctx: Any = None,
+    table: TablePlan, params: np.ndarray, slots: tuple[np.ndarray, ...], rows: np.ndarray,
+    grad: np.ndarray | Occurrences, lr: np.float32, ctx: UpdateContext | None = None,
 ) -> np.ndarray:
     """Spec 6.1-6.4 on ``rows`` of ``table`` (every row, the others with a zero gradient, when
     the table is not lazy), in place; returns per updated row the squared length of its
@@ -312,13 +316,13 @@ def _engine() -> Engine:
         return float(np.sqrt(numerics.total(engine_change_rows(params, rows, before))))
 
     def update_rows(
-        table: Any,
+        table: TablePlan,
         params: np.ndarray,
         slots: Sequence[np.ndarray],
         rows: np.ndarray | None,
         grad: np.ndarray,
         lr: np.float32,
-        ctx: Any = None,
+        ctx: UpdateContext | None = None,
     ) -> bool:
         arrays = (params, *slots)
         # A table running a Python callable (``TablePlan.custom``) has no compiled kernel: the

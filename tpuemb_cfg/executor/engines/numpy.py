@@ -115,7 +115,8 @@ def combine(rows: np.ndarray, gains: np.ndarray, row_splits: np.ndarray) -> np.n
 
 def gather(table: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """The rows ``rows`` of ``table`` as a new [n, D] array."""
-    return table[rows]
+    out: np.ndarray = table[rows]
+    return out
 
 
 def scatter(table: np.ndarray, rows: np.ndarray, values: np.ndarray) -> None:
@@ -140,7 +141,8 @@ def quantize(values: np.ndarray, lower: np.float32, upper: np.float32, buckets: 
     """
     quantum = (upper - lower) / F32(buckets - 1)
     x = np.minimum(np.maximum(values, lower), upper)
-    return (np.floor((x - lower) / quantum + F32(0.5)) * quantum + lower).astype(F32, copy=False)
+    snapped: np.ndarray = np.floor((x - lower) / quantum + F32(0.5)) * quantum + lower
+    return snapped.astype(F32, copy=False)
 
 
 def backprop_sum(
