@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 
-from .update import TWO, ZERO, F, Quad, UpdateContext, clip, f32, pow32, register
+from .update import TWO, ZERO, F, Quad, UpdateContext, clip, f32, hyper_tuple, pow32, register
 
 
 def _pow(x: np.ndarray, exponent: np.float32) -> np.ndarray:
@@ -17,7 +17,7 @@ def _pow(x: np.ndarray, exponent: np.float32) -> np.ndarray:
     lr_power == -0.5 the same way.
     """
     if exponent == f32(0.5):
-        return np.sqrt(x)
+        return cast(np.ndarray, np.sqrt(x))
     return np.asarray(pow32(x, exponent))
 
 
@@ -26,12 +26,8 @@ class FtrlState(NamedTuple):
     linears: np.ndarray
 
 
-class FtrlHyper(NamedTuple):
-    l1: np.float32
-    l2: np.float32
-    lr_power: np.float32
-    beta: np.float32
-    multiply_linear_by_lr: bool
+#: l1, l2, lr_power, beta, multiply_linear_by_lr.
+FtrlHyper = hyper_tuple("FtrlHyper", "ftrl", __name__)
 
 
 def ftrl_element(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
@@ -48,7 +44,7 @@ def ftrl_pow_element(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
     return _ftrl_step(w, a, b, c, g, lr, h, fresh, pow32(a, exponent), pow32(fresh, exponent))
 
 
-def _ftrl_step(
+def _ftrl_step(  # noqa: PLR0913  (part of the elements the numba kernels compile: scalars)
     w: F, a: F, b: F, c: F, g: F, lr: F, h: Any, fresh: F, p_old: F, p_new: F
 ) -> Quad:
     """``p_*`` = acc^-lr_power."""
@@ -82,7 +78,7 @@ def ftrl_update(
     state: FtrlState,
     grad: np.ndarray,
     lr: np.float32,
-    hyper: FtrlHyper,
+    hyper: Any,
     ctx: UpdateContext,
 ) -> tuple[np.ndarray, FtrlState]:
     """FTRL-Proximal (``ftrl``; TPU-OSS, CPU-KERNEL).
