@@ -2,13 +2,15 @@
 
 One :class:`Algorithm` per member of the ``OptimizationParameters.parameters`` oneof
 (``schema.md`` section 2, ``optimizers.md`` section 12): its slots and their initial values,
-its hyper-parameters with their constraints (each with its wording and OPT rule), its per-step
+its hyper-parameters (each with its embedding constructor's argument and default, and its
+constraints with their wording, the constructor's wording and the OPT rule), its per-step
 inputs, what its learning rate carries, and the family module holding its update
 (``tpuemb_cfg.algorithms.<family>``: the NumPy update and the scalar element the compiled
-kernels are made from). Sizing, the compiler, the executor and the validator read it.
+kernels are made from). Sizing, the constructors, the compiler, the executor and the validator
+read it.
 
 This module is plain data and imports nothing heavy (no protobuf, no NumPy), so ``tpuemb
-validate`` pays nothing for it. Adding an algorithm: docs/architecture.md.
+validate`` pays nothing for it. Adding an algorithm: docs/adding-an-optimizer.md.
 """
 
 from __future__ import annotations
