@@ -3,6 +3,7 @@ embedding constructors (issue 11), and slot names for sizing and the compiler.""
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable
 
@@ -109,6 +110,16 @@ def test_allows(algorithm: str, field: str, value: float, allowed: bool) -> None
             lambda: emb.Adadelta(epsilon=0.0),
             "Adadelta: `epsilon` must be > 0 (both slots start at 0); received 0.0",
         ),
+        (
+            lambda: emb.AdagradMomentum(exponent=0, epsilon=0),
+            "AdagradMomentum: `epsilon` must be > 0 (it is added to the accumulator before the "
+            "power); received 0",
+        ),
+        (
+            lambda: emb.FrequencyAwareAdagrad(initial_accumulator_value=0, step_counter=None),
+            "FrequencyAwareAdagrad: `initial_accumulator_value` must be > 0 (it is the "
+            "accumulator's floor and the step divides by its square root); received 0",
+        ),
     ],
 )
 def test_constructors_apply_the_table_with_their_own_wording(
@@ -144,3 +155,73 @@ def test_first_slot_starts_at_the_initial_accumulator_value() -> None:
     }
     assert emb.Momentum().slot_initial_values() == {"momenta": 0.0}
     assert emb.SGD().slot_initial_values() == {}
+
+
+def test_constructors_check_the_constraints_with_a_constructor_message() -> None:
+    checked = [
+        (name, hyper.arg, constraint.rule)
+        for name, algorithm in algorithms.ALGORITHMS.items()
+        for hyper in algorithm.hyper
+        for constraint in hyper.constraints
+        if constraint.constructor_message
+    ]
+    assert checked == [
+        ("adagrad_momentum", "epsilon", "OPT019"),
+        ("adagrad_momentum", "exponent", "OPT018"),
+        ("frequency_aware_adagrad", "initial_accumulator_value", "OPT029"),
+        ("adam", "beta_1", "OPT010"),
+        ("adam", "beta_2", "OPT011"),
+        ("adam", "epsilon", "OPT012"),
+        ("rms_prop", "epsilon", "OPT026"),
+        ("centered_rms_prop", "epsilon", "OPT026"),
+        ("adadelta", "epsilon", "OPT027"),
+    ]
+
+
+@pytest.mark.parametrize("name", sorted(BY_ALGORITHM))
+def test_signature_defaults_are_the_tables(name: str) -> None:
+    """Each constructor shows its defaults in its signature; they are the table's, and every
+    hyper-parameter of the table has its argument."""
+    parameters = inspect.signature(BY_ALGORITHM[name]).parameters
+    for hyper in algorithms.ALGORITHMS[name].hyper:
+        default = parameters[hyper.arg].default
+        if hyper.default is algorithms.REQUIRED:
+            assert default is inspect.Parameter.empty, (name, hyper.arg)
+        else:
+            assert default == hyper.default, (name, hyper.arg)
+            assert type(default) is type(hyper.default), (name, hyper.arg)
+
+
+@pytest.mark.parametrize("name", sorted(BY_ALGORITHM))
+def test_constructor_fields_are_the_tables(name: str) -> None:
+    """Which argument writes which proto field, and how, comes from the table."""
+    written = {f[0]: (f[1], f[2]) for f in BY_ALGORITHM[name]._fields if f[1] != "kept"}
+    expected = {
+        h.arg: ("not" if h.negated else h.kind, h.field)
+        for h in algorithms.ALGORITHMS[name].hyper
+    }
+    assert written == expected
+
+
+def test_renamed_and_negated_arguments() -> None:
+    hyper = {h.field: h for h in algorithms.ALGORITHMS["adam"].hyper}
+    assert (hyper["beta1"].arg, hyper["beta1"].default) == ("beta_1", 0.9)
+    assert (hyper["use_non_lazy_adam"].arg, hyper["use_non_lazy_adam"].negated) == (
+        "lazy_adam", True,
+    )
+    ftrl = {h.arg: h.field for h in algorithms.ALGORITHMS["ftrl"].hyper}
+    assert ftrl["learning_rate_power"] == "lr_power"
+    assert ftrl["multiply_linear_by_learning_rate"] == "multiply_linear_by_lr"
+
+
+def test_bound_hyper_parameters_are_the_tables() -> None:
+    """Each family's hyper-parameter tuple: the table's bound fields, then its step inputs' tags."""
+    from tpuemb_cfg.algorithms import update
+
+    for name, optimizer in update.load().items():
+        algorithm = algorithms.ALGORITHMS[name]
+        expected = (
+            *(h.field for h in algorithm.hyper if h.bound),
+            *(s.tag for s in algorithm.step_inputs),
+        )
+        assert optimizer.hyper._fields == expected, name

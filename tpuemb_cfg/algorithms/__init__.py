@@ -8,7 +8,7 @@ with ``update.load()`` / ``update.get(name)``.
 
 from __future__ import annotations
 
-from .base import Algorithm, Constraint, Hyper, Slot, StepInput
+from .base import REQUIRED, Algorithm, Constraint, Hyper, Slot, StepInput
 from .table import ALGORITHMS, checked_by, constraints, get, slot_names
 
 __all__ = [
@@ -16,6 +16,7 @@ __all__ = [
     "Algorithm",
     "Constraint",
     "Hyper",
+    "REQUIRED",
     "Slot",
     "StepInput",
     "checked_by",

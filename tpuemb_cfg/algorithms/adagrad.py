@@ -127,10 +127,8 @@ def adagrad_momentum_update(
     return w, AdagradMomentumState(acc, m)
 
 
-class BoundedAdagradHyper(NamedTuple):
-    update_accumulator_first: bool
-    max_var_update: np.float32
-    max_accumulator: np.float32
+#: update_accumulator_first, max_var_update, max_accumulator.
+BoundedAdagradHyper = hyper_tuple("BoundedAdagradHyper", "bounded_adagrad", __name__)
 
 
 def bounded_adagrad_element(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
@@ -156,7 +154,7 @@ def bounded_adagrad_update(
     state: AdagradState,
     grad: np.ndarray,
     lr: np.float32,
-    hyper: BoundedAdagradHyper,
+    hyper: Any,
     ctx: UpdateContext,
 ) -> tuple[np.ndarray, AdagradState]:
     """Bounded Adagrad (``bounded_adagrad``; RECON).
@@ -197,27 +195,19 @@ class FrequencyAwareAdagradState(NamedTuple):
     counters: np.ndarray
 
 
-class FrequencyAwareAdagradHyper(NamedTuple):
-    l1_regularization_strength: np.float32
-    l2_regularization_strength: np.float32
-    probability_exponent: np.float32
-    max_lr_multiplier: np.float32
-    accumulator_decay: np.float32
-    initial_accumulator_value: np.float32
-    step_counter_tag: int
+#: The table's float fields, then ``step_counter_tag`` (the step input's tag).
+FrequencyAwareAdagradHyper = hyper_tuple(
+    "FrequencyAwareAdagradHyper", "frequency_aware_adagrad", __name__
+)
+_FLOATS = FrequencyAwareAdagradHyper._fields[:-1]
 
 
-def _bind_frequency_aware(message: Any) -> FrequencyAwareAdagradHyper:
+def _bind_frequency_aware(message: Any) -> Any:
     """The float fields, plus ``step_counter.tag`` (0 when ``step_counter`` is unset)."""
-    counter = getattr(message, "step_counter", None)
+    counter = getattr(message, _GLOBAL_STEP.message_field, None)
     return FrequencyAwareAdagradHyper(
-        l1_regularization_strength=f32(message.l1_regularization_strength),
-        l2_regularization_strength=f32(message.l2_regularization_strength),
-        probability_exponent=f32(message.probability_exponent),
-        max_lr_multiplier=f32(message.max_lr_multiplier),
-        accumulator_decay=f32(message.accumulator_decay),
-        initial_accumulator_value=f32(message.initial_accumulator_value),
-        step_counter_tag=int(getattr(counter, "tag", 0)) if counter is not None else 0,
+        *(f32(getattr(message, name)) for name in _FLOATS),
+        int(getattr(counter, "tag", 0)) if counter is not None else 0,
     )
 
 
@@ -246,7 +236,7 @@ def frequency_aware_adagrad_update(
     state: FrequencyAwareAdagradState,
     grad: np.ndarray,
     lr: np.float32,
-    hyper: FrequencyAwareAdagradHyper,
+    hyper: Any,
     ctx: UpdateContext,
 ) -> tuple[np.ndarray, FrequencyAwareAdagradState]:
     """Frequency-aware Adagrad (``frequency_aware_adagrad``; RECON from a garbled proto comment).

@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .update import ONE, ZERO, F, Quad, UpdateContext, f32, register, sign
+from .update import ONE, ZERO, F, Quad, UpdateContext, f32, hyper_tuple, register, sign
 
 
 class AdamState(NamedTuple):
@@ -18,11 +18,8 @@ class AdamState(NamedTuple):
     velocities: np.ndarray
 
 
-class AdamHyper(NamedTuple):
-    beta1: np.float32
-    beta2: np.float32
-    epsilon: np.float32
-    use_sum_inside_sqrt: bool
+#: beta1, beta2, epsilon, use_sum_inside_sqrt (the table's bound fields).
+AdamHyper = hyper_tuple("AdamHyper", "adam", __name__)
 
 
 def adam_element(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
@@ -40,7 +37,7 @@ def adam_update(
     state: AdamState,
     grad: np.ndarray,
     lr: np.float32,
-    hyper: AdamHyper,
+    hyper: Any,
     ctx: UpdateContext,
 ) -> tuple[np.ndarray, AdamState]:
     """Adam without bias correction (``adam``; TPU-OSS; CPU-KERNEL if not use_sum_inside_sqrt).
@@ -74,9 +71,8 @@ class LionState(NamedTuple):
     momenta: np.ndarray
 
 
-class LionHyper(NamedTuple):
-    beta1: np.float32
-    beta2: np.float32
+#: beta1, beta2.
+LionHyper = hyper_tuple("LionHyper", "lion", __name__)
 
 
 def lion_element(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
@@ -92,7 +88,7 @@ def lion_update(
     state: LionState,
     grad: np.ndarray,
     lr: np.float32,
-    hyper: LionHyper,
+    hyper: Any,
     ctx: UpdateContext,
 ) -> tuple[np.ndarray, LionState]:
     """Lion (``lion``; PROTO; equals Keras 3 Lion).

@@ -18,6 +18,7 @@ __all__ = [
     "Algorithm",
     "Constraint",
     "Hyper",
+    "REQUIRED",
     "Slot",
     "StepInput",
 ]
@@ -50,6 +51,9 @@ class Constraint:
     ``bad(value)`` is true when the finite ``value`` is out of range; ``expected`` states the
     valid range (``"0 <= beta1 < 1"``), ``why`` what goes wrong, ``hint`` the fix; ``rule`` the
     id of the OPT rule that reports it; ``section`` the spec section it enforces.
+    ``constructor_message``: what the embedding constructor says after the argument's name when
+    it refuses a value (``"must be >= 0 and < 1"``, TensorFlow's wording where TensorFlow checks
+    it); empty when the constructor does not check it (only the rule does).
     """
 
     rule: str
@@ -58,6 +62,7 @@ class Constraint:
     why: str
     hint: str
     section: str = ""
+    constructor_message: str = ""
 
     def allows(self, value: float) -> bool:
         """Whether a constructor may accept ``value``: in range and not NaN (the OPT rules leave
@@ -65,14 +70,42 @@ class Constraint:
         return not math.isnan(value) and not self.bad(value)
 
 
+class _Required:
+    """The default of an argument without one (``REQUIRED``)."""
+
+    def __repr__(self) -> str:
+        return "REQUIRED"
+
+
+#: The ``default`` of a hyper-parameter whose constructor argument has no default.
+REQUIRED: Any = _Required()
+
+
 @dataclass(frozen=True)
 class Hyper:
-    """One hyper-parameter field of the algorithm's proto message and its constraints; ``kind``:
-    what the update binds it as (``"float"``: float32, ``"bool"``, ``"int"``)."""
+    """One hyper-parameter field of the algorithm's proto message and its constraints.
+
+    ``kind``: what the update binds it as and the constructor checks it as (``"float"``:
+    float32, ``"bool"``, ``"int"``). ``argument``: the embedding constructor's argument for it,
+    TensorFlow's name where TensorFlow has the class (``""``: named like the field);
+    ``negated``: the argument is the field's negation (``lazy_adam`` writes
+    ``use_non_lazy_adam``); ``default``: the argument's default (TensorFlow's constructor
+    default; ``REQUIRED`` when it has none). ``bound``: whether the update reads it (a field of
+    the family's bound hyper-parameters).
+    """
 
     field: str
     constraints: tuple[Constraint, ...] = ()
     kind: str = "float"
+    argument: str = ""
+    default: Any = REQUIRED
+    negated: bool = False
+    bound: bool = True
+
+    @property
+    def arg(self) -> str:
+        """The constructor's argument name."""
+        return self.argument or self.field
 
 
 @dataclass(frozen=True)

@@ -6,17 +6,15 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .update import ONE, F, Quad, UpdateContext, f32, register
+from .update import ONE, F, Quad, UpdateContext, f32, hyper_tuple, register
 
 
 class FrequencyEstimatorState(NamedTuple):
     last_hit_step: np.ndarray
 
 
-class FrequencyEstimatorHyper(NamedTuple):
-    tau: np.float32
-    max_delta: np.float32
-    outlier_threshold: np.float32
+#: tau, max_delta, outlier_threshold (the update does not read weight_exponent).
+FrequencyEstimatorHyper = hyper_tuple("FrequencyEstimatorHyper", "frequency_estimator", __name__)
 
 
 def frequency_estimator_element(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
@@ -42,7 +40,7 @@ def frequency_estimator_update(
     state: FrequencyEstimatorState,
     grad: np.ndarray,
     lr: np.float32,
-    hyper: FrequencyEstimatorHyper,
+    hyper: Any,
     ctx: UpdateContext,
 ) -> tuple[np.ndarray, FrequencyEstimatorState]:
     """Frequency estimator (``frequency_estimator``; PROTO).

@@ -6,7 +6,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .update import TWO, ZERO, F, Quad, UpdateContext, clip, f32, pow32, register
+from .update import TWO, ZERO, F, Quad, UpdateContext, clip, f32, hyper_tuple, pow32, register
 
 
 def _pow(x: np.ndarray, exponent: np.float32) -> np.ndarray:
@@ -27,12 +27,8 @@ class FtrlState(NamedTuple):
     linears: np.ndarray
 
 
-class FtrlHyper(NamedTuple):
-    l1: np.float32
-    l2: np.float32
-    lr_power: np.float32
-    beta: np.float32
-    multiply_linear_by_lr: bool
+#: l1, l2, lr_power, beta, multiply_linear_by_lr.
+FtrlHyper = hyper_tuple("FtrlHyper", "ftrl", __name__)
 
 
 def ftrl_element(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
@@ -82,7 +78,7 @@ def ftrl_update(
     state: FtrlState,
     grad: np.ndarray,
     lr: np.float32,
-    hyper: FtrlHyper,
+    hyper: Any,
     ctx: UpdateContext,
 ) -> tuple[np.ndarray, FtrlState]:
     """FTRL-Proximal (``ftrl``; TPU-OSS, CPU-KERNEL).

@@ -6,16 +6,15 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .update import ZERO, F, Quad, UpdateContext, f32, register
+from .update import ZERO, F, Quad, UpdateContext, f32, hyper_tuple, register
 
 
 class MomentumState(NamedTuple):
     momenta: np.ndarray
 
 
-class MomentumHyper(NamedTuple):
-    momentum: np.float32
-    use_nesterov: bool
+#: momentum, use_nesterov.
+MomentumHyper = hyper_tuple("MomentumHyper", "momentum", __name__)
 
 
 def momentum_element(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
@@ -34,7 +33,7 @@ def momentum_update(
     state: MomentumState,
     grad: np.ndarray,
     lr: np.float32,
-    hyper: MomentumHyper,
+    hyper: Any,
     ctx: UpdateContext,
 ) -> tuple[np.ndarray, MomentumState]:
     """Momentum (``momentum``; PROTO pointing at the kernel, CPU-KERNEL).

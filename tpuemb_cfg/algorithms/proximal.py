@@ -7,7 +7,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .adagrad import AdagradState
-from .update import ONE, ZERO, F, Quad, UpdateContext, f32, register, sign, soft
+from .update import ONE, ZERO, F, Quad, UpdateContext, f32, hyper_tuple, register, sign, soft
 
 
 def _soft_threshold(p: np.ndarray, threshold: np.ndarray) -> np.ndarray:
@@ -16,9 +16,8 @@ def _soft_threshold(p: np.ndarray, threshold: np.ndarray) -> np.ndarray:
     return shrunk
 
 
-class ProximalAdagradHyper(NamedTuple):
-    l1: np.float32
-    l2: np.float32
+#: l1, l2.
+ProximalAdagradHyper = hyper_tuple("ProximalAdagradHyper", "proximal_adagrad", __name__)
 
 
 def proximal_adagrad_element(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
@@ -43,7 +42,7 @@ def proximal_adagrad_update(
     state: AdagradState,
     grad: np.ndarray,
     lr: np.float32,
-    hyper: ProximalAdagradHyper,
+    hyper: Any,
     ctx: UpdateContext,
 ) -> tuple[np.ndarray, AdagradState]:
     """Proximal Adagrad (``proximal_adagrad``; PROTO pointing at the kernel, CPU-KERNEL).
@@ -76,12 +75,8 @@ class ProximalYogiState(NamedTuple):
     m: np.ndarray
 
 
-class ProximalYogiHyper(NamedTuple):
-    l1: np.float32
-    l2: np.float32
-    beta1: np.float32
-    beta2: np.float32
-    epsilon: np.float32
+#: beta1, beta2, epsilon, l1, l2.
+ProximalYogiHyper = hyper_tuple("ProximalYogiHyper", "proximal_yogi", __name__)
 
 
 def proximal_yogi_element(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
@@ -109,7 +104,7 @@ def proximal_yogi_update(
     state: ProximalYogiState,
     grad: np.ndarray,
     lr: np.float32,
-    hyper: ProximalYogiHyper,
+    hyper: Any,
     ctx: UpdateContext,
 ) -> tuple[np.ndarray, ProximalYogiState]:
     """Proximal Yogi (``proximal_yogi``; RECON from TensorFlow Addons' Yogi).

@@ -110,9 +110,8 @@ class AdadeltaState(NamedTuple):
     updates: np.ndarray
 
 
-class AdadeltaHyper(NamedTuple):
-    rho: np.float32
-    epsilon: np.float32
+#: rho, epsilon.
+AdadeltaHyper = hyper_tuple("AdadeltaHyper", "adadelta", __name__)
 
 
 def adadelta_element(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
@@ -129,7 +128,7 @@ def adadelta_update(
     state: AdadeltaState,
     grad: np.ndarray,
     lr: np.float32,
-    hyper: AdadeltaHyper,
+    hyper: Any,
     ctx: UpdateContext,
 ) -> tuple[np.ndarray, AdadeltaState]:
     """Adadelta (``adadelta``; PROTO pointing at the kernel, CPU-KERNEL).

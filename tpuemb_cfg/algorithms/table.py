@@ -2,20 +2,25 @@
 
 One :class:`Algorithm` per member of the ``OptimizationParameters.parameters`` oneof
 (``schema.md`` section 2, ``optimizers.md`` section 12): its slots and their initial values,
-its hyper-parameters with their constraints (each with its wording and OPT rule), its per-step
+its hyper-parameters (each with its embedding constructor's argument and default, and its
+constraints with their wording, the constructor's wording and the OPT rule), its per-step
 inputs, what its learning rate carries, and the family module holding its update
 (``tpuemb_cfg.algorithms.<family>``: the NumPy update and the scalar element the compiled
-kernels are made from). Sizing, the compiler, the executor and the validator read it.
+kernels are made from). Sizing, the constructors, the compiler, the executor and the validator
+read it.
 
 This module is plain data and imports nothing heavy (no protobuf, no NumPy), so ``tpuemb
-validate`` pays nothing for it. Adding an algorithm: docs/architecture.md.
+validate`` pays nothing for it. Adding an algorithm: docs/adding-an-optimizer.md.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from .base import (
+    REQUIRED,
     Algorithm,
     Constraint,
     Hyper,
@@ -79,38 +84,76 @@ def _non_negative(rule: str, why: str, *fields: str, expected: str = "{f} >= 0",
     )
 
 
+def _tf(hyper: Hyper, default: Any = REQUIRED, argument: str = "", says: str = "") -> Hyper:
+    """``hyper`` with its constructor argument: its ``default``, its name when it is not the
+    field's, and ``says``, the constructor's wording when it refuses a value out of the
+    constraint's range (``""``: the constructor leaves the range to the rule)."""
+    checks = tuple(dataclasses.replace(c, constructor_message=says) for c in hyper.constraints)
+    return dataclasses.replace(hyper, constraints=checks, default=default, argument=argument)
+
+
+def _flag(field: str, default: bool, argument: str = "", *, negated: bool = False,
+          bound: bool = True) -> Hyper:
+    """A bool field; ``bound=False`` when the update does not read it."""
+    return Hyper(field, kind="bool", argument=argument, default=default, negated=negated,
+                 bound=bound)
+
+
+def _float(field: str, default: Any = REQUIRED, *, bound: bool = True) -> Hyper:
+    """An unconstrained float field."""
+    return Hyper(field, default=default, bound=bound)
+
+
+def _zero(hypers: tuple[Hyper, ...]) -> tuple[Hyper, ...]:
+    """``hypers`` with the default 0.0 and the argument named like the field."""
+    return tuple(_tf(h, 0.0) for h in hypers)
+
+
 def _s(*names: str, **initial: float) -> tuple[Slot, ...]:
     return tuple(Slot(name, initial.get(name, 0.0)) for name in names)
 
 
 _ADAM_REJECTS = "TensorFlow's Adam rejects it"
+#: TensorFlow's Adam constructor's wording for beta_1 and beta_2 out of [0, 1).
+_ADAM_UNIT = "must be >= 0 and < 1"
 _TF_DEFAULT = "(TensorFlow's default)"
 _NEG_STRENGTH = "a negative strength is ignored"
 
 
 def _yogi_beta2(rule: str) -> Hyper:
-    """Yogi's ``beta2`` in [0, 1), shared by both Yogi variants (each under its own rule)."""
-    return _in_unit("beta2", rule, "[0, 1)", "the second moment diverges or never moves", "0.999")
+    """Yogi's ``beta2`` in [0, 1) (default 0.999), shared by both Yogi variants (each under its
+    own rule)."""
+    return _tf(
+        _in_unit("beta2", rule, "[0, 1)", "the second moment diverges or never moves", "0.999"),
+        0.999,
+    )
 
 
 def _rms_prop_hyper(rho_example: str, *, momentum: bool) -> tuple[Hyper, ...]:
-    """``rho`` in [0, 1) (OPT035) for RMSProp and Adadelta, plus RMSProp's ``momentum >= 0``."""
-    rho = _in_unit(
-        "rho", "OPT035", "[0, 1)", "the running averages never take in new gradients (or diverge)",
-        rho_example,
+    """``rho`` in [0, 1) (OPT035) for RMSProp and Adadelta (its example is its default), plus
+    RMSProp's ``momentum >= 0`` (default 0)."""
+    rho = _tf(
+        _in_unit(
+            "rho", "OPT035", "[0, 1)",
+            "the running averages never take in new gradients (or diverge)", rho_example,
+        ),
+        float(rho_example),
     )
     if not momentum:
         return (rho,)
-    return rho, _h(
+    return rho, _tf(_h(
         "momentum", "OPT035", negative, "momentum >= 0",
         "a negative momentum reverses part of every earlier step",
         "set momentum to 0 or a value in (0, 1)",
-    )
+    ), 0.0)
 
 
 _RMS_PROP_HYPER = (
     *_rms_prop_hyper("0.9", momentum=True),
-    _epsilon("OPT026", "the zero initial mean square divides 0 by 0", "1e-10"),
+    _tf(
+        _epsilon("OPT026", "the zero initial mean square divides 0 by 0", "1e-10"), 1e-10,
+        says="must be > 0 (the mean square starts at 0)",
+    ),
 )
 
 #: The global step count frequency_aware_adagrad reads (spec 12.5).
@@ -127,37 +170,48 @@ _LIST: tuple[Algorithm, ...] = (
     Algorithm(
         "adagrad_momentum", "AdagradMomentumParameters", _s("accumulators", "momenta"),
         equations="TPU-OSS", section="12.3", family="adagrad",
+        # epsilon before exponent: the order TensorFlow's constructor checks them in.
         hyper=(
-            _positive(
-                "exponent", "OPT018",
-                "the preconditioner divides by it and TensorFlow's AdagradMomentum rejects it",
-                "set exponent to 2.0 (Adagrad's square root, TensorFlow's default)",
+            _tf(
+                _epsilon(
+                    "OPT019", "the zero initial accumulator is raised to a negative power",
+                    f"1e-10 {_TF_DEFAULT}",
+                ),
+                1e-10, says="must be > 0 (it is added to the accumulator before the power)",
             ),
-            _epsilon(
-                "OPT019", "the zero initial accumulator is raised to a negative power",
-                f"1e-10 {_TF_DEFAULT}",
+            _tf(
+                _positive(
+                    "exponent", "OPT018",
+                    "the preconditioner divides by it and TensorFlow's AdagradMomentum rejects it",
+                    "set exponent to 2.0 (Adagrad's square root, TensorFlow's default)",
+                ),
+                2, says="(the preconditioner's k in (acc + epsilon)^(-1/k)) must be > 0",
             ),
-            _in_unit(
+            _tf(_in_unit(
                 "beta2", "OPT020", "(0, 1]",
                 "beta2 decays the squared-gradient accumulator (1 = Adagrad's running sum, 0 "
                 "keeps only the latest squared gradient, outside [0, 1] it diverges)",
                 hint="set beta2: 1.0 for Adagrad's accumulator (TensorFlow's default), or a "
                 "decay such as 0.999",
-            ),
-            _in_unit(
+            ), 1),
+            _tf(_in_unit(
                 "momentum", "OPT020", "[0, 1)", "the momentum buffer never forgets (or oscillates)",
                 "0.9",
-            ),
-            Hyper("use_nesterov", kind="bool"),
+            ), 0.0),
+            _flag("use_nesterov", False),
         ),
     ),
     Algorithm(
         "bounded_adagrad", "BoundedAdagradParameters", _s("accumulators", accumulators=0.1),
         equations="RECON", section="12.4", family="adagrad",
-        hyper=_non_negative(
-            "OPT028", "a negative bound is ignored as if it were 0",
-            "max_var_update", "max_accumulator",
-            expected="{f} >= 0 (0 = no bound)", hint="set {f} to a positive bound, or 0 for none",
+        hyper=(
+            _flag("update_accumulator_first", False),
+            *_zero(_non_negative(
+                "OPT028", "a negative bound is ignored as if it were 0",
+                "max_var_update", "max_accumulator",
+                expected="{f} >= 0 (0 = no bound)",
+                hint="set {f} to a positive bound, or 0 for none",
+            )),
         ),
     ),
     Algorithm(
@@ -166,30 +220,34 @@ _LIST: tuple[Algorithm, ...] = (
         equations="RECON", section="12.5", family="adagrad",
         step_inputs=(_GLOBAL_STEP,),
         hyper=(
-            _positive(
-                "initial_accumulator_value", "OPT029",
-                "it is the accumulator's floor, and the step divides by its square root",
-                "set initial_accumulator_value to a positive value, e.g. 0.1",
+            _tf(
+                _positive(
+                    "initial_accumulator_value", "OPT029",
+                    "it is the accumulator's floor, and the step divides by its square root",
+                    "set initial_accumulator_value to a positive value, e.g. 0.1",
+                ),
+                0.1, says="must be > 0 (it is the accumulator's floor and the step divides by "
+                "its square root)",
             ),
-            _positive(
+            _tf(_positive(
                 "max_lr_multiplier", "OPT036",
                 "the step is scaled by at most this value, so no row is ever updated",
                 "set max_lr_multiplier to a positive cap, e.g. 10",
-            ),
-            _h(
+            ), 1.0),
+            _tf(_h(
                 "probability_exponent", "OPT036", negative, "probability_exponent >= 0",
                 "rarely updated rows then learn slower instead of faster",
                 "set probability_exponent to 0 or a positive value, e.g. 0.5",
-            ),
-            _in_unit(
+            ), 0.0),
+            _tf(_in_unit(
                 "accumulator_decay", "OPT036", "(0, 1]",
                 "the accumulator forgets everything (0) or grows without bound (> 1)",
                 hint="set accumulator_decay: 1.0 for no decay, or a value slightly below 1",
-            ),
-            *_non_negative(
+            ), 1.0),
+            *_zero(_non_negative(
                 "OPT036", _NEG_STRENGTH,
                 "l1_regularization_strength", "l2_regularization_strength",
-            ),
+            )),
         ),
     ),
     Algorithm(
@@ -202,20 +260,26 @@ _LIST: tuple[Algorithm, ...] = (
         equations="TPU-OSS, CPU-KERNEL", packable=True, section="12.6",
         rules=("OPT014", "OPT037", "OPT048", "DEP001"), family="ftrl",
         hyper=(
-            *_non_negative(
-                "OPT015", "a negative regularization strength breaks FTRL's closed-form update",
-                "l1", "l2",
+            *(
+                _tf(h, 0.0, f"{h.field}_regularization_strength")
+                for h in _non_negative(
+                    "OPT015",
+                    "a negative regularization strength breaks FTRL's closed-form update",
+                    "l1", "l2",
+                )
             ),
-            _h(
+            _tf(_h(
                 "lr_power", "OPT016", positive, "lr_power <= 0",
                 "the step size then grows as gradients accumulate",
                 "use lr_power: -0.5 (TensorFlow's default), or 0 for a fixed rate",
-            ),
-            _h(
+            ), -0.5, "learning_rate_power"),
+            _tf(_h(
                 "beta", "OPT017", negative, "beta >= 0",
                 "it lowers FTRL's denominator, which can reach 0",
                 "set beta to 0 or a positive value",
-            ),
+            ), 0.0),
+            _flag("multiply_linear_by_lr", False, "multiply_linear_by_learning_rate"),
+            _flag("allow_zero_accumulator", False, bound=False),
         ),
     ),
     Algorithm(
@@ -224,22 +288,34 @@ _LIST: tuple[Algorithm, ...] = (
         rules=("OPT013", "ACC003"),
         family="adam", learning_rate="bias_corrected",
         hyper=(
-            _in_unit("beta1", "OPT010", "[0, 1)", _ADAM_REJECTS, f"0.9 {_TF_DEFAULT}"),
-            _in_unit("beta2", "OPT011", "[0, 1)", _ADAM_REJECTS, f"0.999 {_TF_DEFAULT}"),
-            _epsilon(
-                "OPT012", f"{_ADAM_REJECTS}, and a zero second moment divides by 0",
-                f"1e-07 {_TF_DEFAULT}",
+            _tf(
+                _in_unit("beta1", "OPT010", "[0, 1)", _ADAM_REJECTS, f"0.9 {_TF_DEFAULT}"),
+                0.9, "beta_1", _ADAM_UNIT,
             ),
+            _tf(
+                _in_unit("beta2", "OPT011", "[0, 1)", _ADAM_REJECTS, f"0.999 {_TF_DEFAULT}"),
+                0.999, "beta_2", _ADAM_UNIT,
+            ),
+            _tf(
+                _epsilon(
+                    "OPT012", f"{_ADAM_REJECTS}, and a zero second moment divides by 0",
+                    f"1e-07 {_TF_DEFAULT}",
+                ),
+                1e-07, says="must be > 0",
+            ),
+            _flag("use_non_lazy_adam", True, "lazy_adam", negated=True, bound=False),
+            _flag("use_sum_inside_sqrt", True, "sum_inside_sqrt"),
         ),
     ),
     Algorithm(
         "momentum", "MomentumParameters", _s("momenta"),
         equations="PROTO, CPU-KERNEL", section="12.8", family="momentum",
         hyper=(
-            _in_unit(
+            _tf(_in_unit(
                 "momentum", "OPT024", "[0, 1)",
                 "the momentum buffer grows without bound or oscillates", "0.9",
-            ),
+            ), 0.0),
+            _flag("use_nesterov", False),
         ),
     ),
     Algorithm(
@@ -247,8 +323,9 @@ _LIST: tuple[Algorithm, ...] = (
         non_lazy_flag="use_non_lazy_lion", equations="PROTO", section="12.9",
         rules=("ACC004",), family="adam",
         hyper=(
-            _in_unit("beta1", "OPT025", "[0, 1]", "the sign step extrapolates", "0.9"),
-            _in_unit("beta2", "OPT025", "[0, 1]", "the momentum diverges", "0.99"),
+            _tf(_in_unit("beta1", "OPT025", "[0, 1]", "the sign step extrapolates", "0.9"), 0.9),
+            _tf(_in_unit("beta2", "OPT025", "[0, 1]", "the momentum diverges", "0.99"), 0.99),
+            _flag("use_non_lazy_lion", False, bound=False),
         ),
     ),
     Algorithm(
@@ -263,6 +340,17 @@ _LIST: tuple[Algorithm, ...] = (
         "mdl_adagrad_light", "MdlAdagradLightParameters",
         _s("accumulators", "weights", "benefits"),
         equations="NONE", section="12.12", rules=("OPT042",),
+        hyper=(
+            *(
+                _float(f, 0.0) for f in (
+                    "l2", "lr_power", "min_servable_mdl_benefit", "mdl_mix_in_margin",
+                    "mdl_benefit_rampup_coeff", "mdl_min_weight", "benefit_revisit_scale",
+                    "max_event_benefit", "max_total_benefit", "mdl_hard_limit",
+                )
+            ),
+            _flag("hard_limit_min_benefit", False),
+            _flag("mdl_regularize", False),
+        ),
         unsupported=(
             "TensorFlow publishes no update equations for MDL Adagrad Light (spec section 12.12)"
         ),
@@ -272,15 +360,18 @@ _LIST: tuple[Algorithm, ...] = (
         equations="PROTO, CPU-KERNEL", section="12.13", family="rmsprop",
         hyper=(
             *_rms_prop_hyper("0.95", momentum=False),
-            _epsilon("OPT027", "the zero initial slots give 0/0 on the first step", "1e-07"),
+            _tf(
+                _epsilon("OPT027", "the zero initial slots give 0/0 on the first step", "1e-07"),
+                1e-8, says="must be > 0 (both slots start at 0)",
+            ),
         ),
     ),
     Algorithm(
         "proximal_adagrad", "ProximalAdagradParameters", _s("accumulators", accumulators=0.1),
         equations="PROTO, CPU-KERNEL", section="12.14", family="proximal",
-        hyper=_non_negative(
+        hyper=_zero(_non_negative(
             "OPT021", "a negative strength grows the weights and can divide by zero", "l1", "l2",
-        ),
+        )),
     ),
     Algorithm(
         "online_yogi", "OnlineYogiParameters", _s("vs", "linears"),
@@ -290,9 +381,9 @@ _LIST: tuple[Algorithm, ...] = (
             "it in prose (spec section 12.15)"
         ),
         hyper=(
-            *_non_negative(
+            *_zero(_non_negative(
                 "OPT023", "a negative strength breaks the FTRL-style update", "l1", "l2",
-            ),
+            )),
             _yogi_beta2("OPT023"),
         ),
     ),
@@ -300,13 +391,13 @@ _LIST: tuple[Algorithm, ...] = (
         "proximal_yogi", "ProximalYogiParameters", _s("v", "m", v=1e-6),
         equations="RECON", section="12.16", rules=("OPT013",), family="proximal",
         hyper=(
-            _in_unit(
+            _tf(_in_unit(
                 "beta1", "OPT022", "[0, 1)", "the first moment diverges or never moves", "0.9",
-            ),
+            ), 0.0),
             _yogi_beta2("OPT022"),
-            _epsilon("OPT022", "a zero second moment divides by zero", "0.001"),
-            *_non_negative("OPT022", "a negative strength grows the weights", "l1"),
-            *_non_negative("OPT022", "a negative strength can divide by zero", "l2"),
+            _tf(_epsilon("OPT022", "a zero second moment divides by zero", "0.001"), 1e-3),
+            *_zero(_non_negative("OPT022", "a negative strength grows the weights", "l1")),
+            *_zero(_non_negative("OPT022", "a negative strength can divide by zero", "l2")),
         ),
     ),
     Algorithm(
@@ -328,6 +419,7 @@ _LIST: tuple[Algorithm, ...] = (
                 "every gap counts as an outlier and the estimate is never averaged",
                 "set outlier_threshold to a positive multiple of the estimate, e.g. 10",
             ),
+            _float("weight_exponent", bound=False),
         ),
     ),
     Algorithm(

@@ -89,9 +89,11 @@ _BOUND_AS: dict[str, Any] = {"float": np.float32, "bool": bool, "int": int}
 
 def hyper_tuple(typename: str, algorithm: str, module: str) -> Any:
     """The NamedTuple class ``typename`` (of module ``module``) of the bound hyper-parameters of
-    ``algorithm``: one field per hyper-parameter of the algorithm table, in its order, of its
-    ``kind``."""
-    fields = [(h.field, _BOUND_AS[h.kind]) for h in ALGORITHMS[algorithm].hyper]
+    ``algorithm``: one field per hyper-parameter of the algorithm table the update reads
+    (``bound``), in its order, of its ``kind``, then the tag of each per-step input (an int)."""
+    entry = ALGORITHMS[algorithm]
+    fields = [(h.field, _BOUND_AS[h.kind]) for h in entry.hyper if h.bound]
+    fields += [(step_input.tag, int) for step_input in entry.step_inputs]
     made = NamedTuple(typename, fields)  # type: ignore[misc]
     made.__module__ = module
     return made

@@ -24,7 +24,6 @@ from tpuemb_cfg.embedding.optimizers import (
     Optimizer,
     TagOf,
     base_arguments,
-    require,
     require_positive,
 )
 
@@ -50,7 +49,6 @@ class Momentum(Optimizer):
     """
 
     algorithm = "momentum"
-    _fields = (("momentum", "float"), ("use_nesterov", "bool"))
 
     def __init__(  # noqa: PLR0913  (TensorFlow's optimizer signature)
         self,
@@ -75,7 +73,6 @@ class Lion(Optimizer):
     ``Lion``; ``use_non_lazy_lion=False``. Slot ``momenta`` starts at 0."""
 
     algorithm = "lion"
-    _fields = (("beta1", "float"), ("beta2", "float"), ("use_non_lazy_lion", "bool"))
 
     def __init__(  # noqa: PLR0913  (TensorFlow's optimizer signature)
         self,
@@ -102,7 +99,6 @@ class RMSProp(Optimizer):
     at 0."""
 
     algorithm = "rms_prop"
-    _fields = (("rho", "float"), ("momentum", "float"), ("epsilon", "float"))
 
     def __init__(  # noqa: PLR0913  (TensorFlow's optimizer signature)
         self,
@@ -121,8 +117,7 @@ class RMSProp(Optimizer):
     ) -> None:
         super().__init__(**base_arguments(locals()))
         self._set_fields(locals())
-        require(self._owner(), self.algorithm, "epsilon", "epsilon", epsilon,
-                 "must be > 0 (the mean square starts at 0)")
+        self._check_ranges(locals())
 
 
 class CenteredRMSProp(RMSProp):
@@ -137,7 +132,6 @@ class Adadelta(Optimizer):
     Slots ``accumulators``, ``updates`` start at 0."""
 
     algorithm = "adadelta"
-    _fields = (("rho", "float"), ("epsilon", "float"))
 
     def __init__(  # noqa: PLR0913  (TensorFlow's optimizer signature)
         self,
@@ -155,8 +149,7 @@ class Adadelta(Optimizer):
     ) -> None:
         super().__init__(**base_arguments(locals()))
         self._set_fields(locals())
-        require(self._owner(), self.algorithm, "epsilon", "epsilon", epsilon,
-                 "must be > 0 (both slots start at 0)")
+        self._check_ranges(locals())
 
 
 class ProximalAdagrad(Optimizer):
@@ -164,7 +157,6 @@ class ProximalAdagrad(Optimizer):
     ``initial_accumulator_value=0.1`` (the older TPU API's default; not written to the proto)."""
 
     algorithm = "proximal_adagrad"
-    _fields = (("l1", "float"), ("l2", "float"))
 
     def __init__(  # noqa: PLR0913  (TensorFlow's optimizer signature)
         self,
@@ -194,11 +186,6 @@ class BoundedAdagrad(Optimizer):
     slot ``accumulators`` starts at ``initial_accumulator_value=0.1`` (not written to the proto)."""
 
     algorithm = "bounded_adagrad"
-    _fields = (
-        ("update_accumulator_first", "bool"),
-        ("max_var_update", "float"),
-        ("max_accumulator", "float"),
-    )
 
     def __init__(  # noqa: PLR0913  (TensorFlow's optimizer signature)
         self,
@@ -236,14 +223,6 @@ class FrequencyAwareAdagrad(Optimizer):
 
     algorithm = "frequency_aware_adagrad"
     initial_accumulator_value: float
-    _fields = (
-        ("l1_regularization_strength", "float"),
-        ("l2_regularization_strength", "float"),
-        ("probability_exponent", "float"),
-        ("max_lr_multiplier", "float"),
-        ("accumulator_decay", "float"),
-        ("initial_accumulator_value", "float"),
-    )
 
     def __init__(  # noqa: PLR0913  (TensorFlow's optimizer signature)
         self,
@@ -266,10 +245,7 @@ class FrequencyAwareAdagrad(Optimizer):
     ) -> None:
         super().__init__(**base_arguments(locals()))
         self._set_fields(locals())
-        require(self._owner(), self.algorithm, "initial_accumulator_value",
-                 "initial_accumulator_value", initial_accumulator_value,
-                 "must be > 0 (it is the accumulator's floor and the step divides by its square "
-                 "root)")
+        self._check_ranges(locals())
         if not callable(step_counter):
             raise chk.fail_type(
                 self._owner(),
@@ -295,10 +271,6 @@ class ProximalYogi(Optimizer):
     ``initial_accumulator_value=1e-6`` (not written to the proto), ``m`` at 0."""
 
     algorithm = "proximal_yogi"
-    _fields = (
-        ("l1", "float"), ("l2", "float"), ("beta1", "float"), ("beta2", "float"),
-        ("epsilon", "float"),
-    )
 
     def __init__(  # noqa: PLR0913  (TensorFlow's optimizer signature)
         self,
@@ -331,7 +303,6 @@ class OnlineYogi(Optimizer):
     to the proto), ``linears`` at 0."""
 
     algorithm = "online_yogi"
-    _fields = (("l1", "float"), ("l2", "float"), ("beta2", "float"))
 
     def __init__(  # noqa: PLR0913  (TensorFlow's optimizer signature)
         self,
@@ -362,14 +333,6 @@ class MDLAdagradLight(Optimizer):
     ``accumulators`` (``initial_accumulator_value=0.1``), ``weights`` and ``benefits`` (0)."""
 
     algorithm = "mdl_adagrad_light"
-    _fields = (
-        ("l2", "float"), ("lr_power", "float"), ("min_servable_mdl_benefit", "float"),
-        ("mdl_mix_in_margin", "float"), ("mdl_benefit_rampup_coeff", "float"),
-        ("mdl_min_weight", "float"), ("benefit_revisit_scale", "float"),
-        ("max_event_benefit", "float"), ("max_total_benefit", "float"),
-        ("mdl_hard_limit", "float"), ("hard_limit_min_benefit", "bool"),
-        ("mdl_regularize", "bool"),
-    )
 
     def __init__(  # noqa: PLR0913  (TensorFlow's optimizer signature)
         self,
@@ -410,10 +373,6 @@ class FrequencyEstimator(Optimizer):
     in the older TPU API). The table starts at ``max_delta``; slot ``last_hit_step`` at 0."""
 
     algorithm = "frequency_estimator"
-    _fields = (
-        ("tau", "float"), ("max_delta", "float"), ("outlier_threshold", "float"),
-        ("weight_exponent", "float"),
-    )
 
     def __init__(  # noqa: PLR0913  (TensorFlow's optimizer signature)
         self,

@@ -23,6 +23,7 @@ expected, flags are truth values, and optimizers compare by value (``SGD(0.1) ==
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -90,15 +91,6 @@ def base_arguments(arguments: dict[str, Any]) -> dict[str, Any]:
     return {name: arguments[name] for name in _BASE_ARGUMENTS if name in arguments}
 
 
-def require(owner: str, algorithm: str, field: str, argument: str, value: Any,
-             requirement: str) -> None:
-    """Apply the algorithm table's constraint on ``field`` (the one its OPT rule checks) to the
-    constructor argument ``argument``: ``Adam: `beta_1` must be >= 0 and < 1; received 1.5``.
-    The value is compared as TensorFlow compares it (an int beyond float's range is infinite)."""
-    if not ALGORITHMS[algorithm].allows(field, chk.compared(owner, argument, value)):
-        raise chk.fail(owner, f"`{argument}` {requirement}; received {chk.show(value)}")
-
-
 def require_positive(owner: str, name: str, value: Any, why: str) -> Any:
     """``value`` unchanged when it is a number > 0 (NaN is not); else ``name must be > 0 (why)``.
     Compared as TensorFlow compares it: ``10**400`` and ``numpy.array(0.1)`` pass."""
@@ -125,29 +117,54 @@ _WRITTEN: dict[str, Callable[[str, str, Any], Any]] = {
 }
 
 
+def _fields_of(cls: type[Optimizer]) -> tuple[tuple[str, ...], ...]:
+    """The :attr:`Optimizer._fields` of ``cls``: its own arguments in its signature's order
+    (the base arguments and the step inputs aside), each hyper-parameter of the algorithm table
+    as ``(argument, kind, field)``, any other argument ``(argument, "kept")``. ``TypeError``
+    when a hyper-parameter of the table has no argument in the signature."""
+    algorithm = ALGORITHMS[cls.algorithm]
+    by_argument = {h.arg: h for h in algorithm.hyper}
+    parameters = inspect.signature(cls.__init__).parameters
+    missing = sorted(set(by_argument) - set(parameters))
+    if missing:
+        raise TypeError(f"{cls.__name__} takes no argument for the table's {missing}")
+    skip = {"self", *_BASE_ARGUMENTS, *(s.message_field for s in algorithm.step_inputs)}
+    fields: list[tuple[str, ...]] = []
+    for name in parameters:
+        hyper = by_argument.get(name)
+        if hyper is not None:
+            fields.append((name, "not" if hyper.negated else hyper.kind, hyper.field))
+        elif name not in skip:
+            fields.append((name, "kept"))
+    return tuple(fields)
+
+
 class Optimizer(ValueEquality):
     """Base class: the arguments every algorithm shares and the base part of the proto.
 
-    Subclasses set :attr:`algorithm` (the oneof member of ``OptimizationParameters.parameters``);
-    :attr:`slot_names` (the slots in TensorFlow's state-variable order) comes from the algorithm
-    table. The algorithm's arguments are listed in :attr:`_fields`, kept by :meth:`_set_fields`
-    and written to the algorithm's message by :meth:`_write_algorithm`.
+    Subclasses set :attr:`algorithm` (the oneof member of ``OptimizationParameters.parameters``)
+    and keep TensorFlow's signature; :attr:`slot_names` (the slots in TensorFlow's state-variable
+    order) and :attr:`_fields` (which argument writes which field) come from the algorithm
+    table. The arguments are checked and kept by :meth:`_set_fields`, their ranges checked by
+    :meth:`_check_ranges` (the table's constraints, in the constructor's wording) and written to
+    the algorithm's message by :meth:`_write_algorithm`.
     """
 
     algorithm: ClassVar[str]
     slot_names: ClassVar[tuple[str, ...]] = ()
-    #: ``(argument, kind)`` or ``(argument, kind, message field)`` (the field is named like the
-    #: argument when not given), in the order the arguments are checked and kept. ``kind``:
-    #: ``"float"`` or ``"bool"`` (checked and written as such), ``"not"`` (any truth value,
-    #: written negated: ``lazy_adam`` -> ``use_non_lazy_adam``) or ``"kept"`` (checked by the
-    #: constructor itself and not written). Every written field is written, even 0 (implicit
-    #: presence zeros are simply not serialized).
+    #: ``(argument, kind, message field)`` or ``(argument, "kept")``, in the order the
+    #: arguments are checked and kept (made by ``_fields_of``). ``kind``: ``"float"`` or
+    #: ``"bool"`` (checked and written as such), ``"not"`` (any truth value, written negated:
+    #: ``lazy_adam`` -> ``use_non_lazy_adam``) or ``"kept"`` (not a field of the message:
+    #: checked by the constructor itself and not written). Every written field is written, even
+    #: 0 (implicit presence zeros are simply not serialized).
     _fields: ClassVar[tuple[tuple[str, ...], ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if "algorithm" in cls.__dict__:
             cls.slot_names = slot_names(cls.algorithm)
+            cls._fields = _fields_of(cls)
 
     def __init__(  # noqa: PLR0913  (TensorFlow's signature)
         self,
@@ -264,6 +281,24 @@ class Optimizer(ValueEquality):
                 chk.number(owner, name, value)
             setattr(self, name, value)
 
+    def _check_ranges(self, values: dict[str, Any]) -> None:
+        """Apply each constraint of the algorithm table the constructor checks (one with a
+        ``constructor_message``), in table order, to its argument among a constructor's
+        ``locals()``: ``Adam: `beta_1` must be >= 0 and < 1; received 1.5``. The value is
+        compared as TensorFlow compares it (an int beyond float's range is infinite)."""
+        owner = self._owner()
+        for hyper in ALGORITHMS[self.algorithm].hyper:
+            for constraint in hyper.constraints:
+                if not constraint.constructor_message:
+                    continue
+                value = values[hyper.arg]
+                if not constraint.allows(chk.compared(owner, hyper.arg, value)):
+                    raise chk.fail(
+                        owner,
+                        f"`{hyper.arg}` {constraint.constructor_message}; received "
+                        f"{chk.show(value)}",
+                    )
+
     def _write_algorithm(self, params: Any, tag_of: TagOf) -> None:
         """Select the algorithm (present even when every field is 0) and write :attr:`_fields`."""
         msg = getattr(params, self.algorithm)
@@ -271,7 +306,7 @@ class Optimizer(ValueEquality):
         for name, kind, *field in self._fields:
             if kind in _WRITTEN:
                 value = _WRITTEN[kind](self._owner(), name, getattr(self, name))
-                setattr(msg, field[0] if field else name, value)
+                setattr(msg, field[0], value)
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if v is not None)
@@ -336,10 +371,6 @@ class AdagradMomentum(Optimizer):
     """
 
     algorithm = "adagrad_momentum"
-    _fields = tuple(
-        dict(momentum="float", use_nesterov="bool", exponent="float", beta2="float",
-             epsilon="float").items()
-    )
 
     def __init__(  # noqa: PLR0913  (TensorFlow's signature)
         self,
@@ -359,11 +390,7 @@ class AdagradMomentum(Optimizer):
         low_dimensional_packing_status: bool = False,
     ) -> None:
         super().__init__(**base_arguments(locals()))
-        owner = self._owner()
-        require(owner, self.algorithm, "epsilon", "epsilon", epsilon,
-                 "must be > 0 (it is added to the accumulator before the power)")
-        require(owner, self.algorithm, "exponent", "exponent", exponent,
-                 "(the preconditioner's k in (acc + epsilon)^(-1/k)) must be > 0")
+        self._check_ranges(locals())
         self._set_fields(locals())
 
 
@@ -376,11 +403,6 @@ class Adam(Optimizer):
     """
 
     algorithm = "adam"
-    _fields = (
-        ("beta_1", "float", "beta1"), ("beta_2", "float", "beta2"), ("epsilon", "float"),
-        ("lazy_adam", "not", "use_non_lazy_adam"),
-        ("sum_inside_sqrt", "bool", "use_sum_inside_sqrt"),
-    )
 
     def __init__(  # noqa: PLR0913  (TensorFlow's signature)
         self,
@@ -400,14 +422,11 @@ class Adam(Optimizer):
         low_dimensional_packing_status: bool = False,
     ) -> None:
         super().__init__(**base_arguments(locals()))
-        owner = self._owner()
-        require(owner, self.algorithm, "beta1", "beta_1", beta_1, "must be >= 0 and < 1")
-        require(owner, self.algorithm, "beta2", "beta_2", beta_2, "must be >= 0 and < 1")
-        require(owner, self.algorithm, "epsilon", "epsilon", epsilon, "must be > 0")
+        self._check_ranges(locals())
         self._set_fields(locals())
         if not lazy_adam and not use_gradient_accumulation:
             raise chk.fail(
-                owner,
+                self._owner(),
                 "`lazy_adam=False` (update every row every step) needs gradient accumulation, "
                 "but `use_gradient_accumulation` is False: set use_gradient_accumulation=True "
                 "or lazy_adam=True",
@@ -423,15 +442,6 @@ class FTRL(Optimizer):
     """
 
     algorithm = "ftrl"
-    _fields = (
-        ("learning_rate_power", "float", "lr_power"),
-        ("l1_regularization_strength", "float", "l1"),
-        ("l2_regularization_strength", "float", "l2"),
-        ("beta", "float"),
-        ("initial_accumulator_value", "kept"),
-        ("multiply_linear_by_learning_rate", "bool", "multiply_linear_by_lr"),
-        ("allow_zero_accumulator", "bool"),
-    )
 
     def __init__(  # noqa: PLR0913  (TensorFlow's signature)
         self,
