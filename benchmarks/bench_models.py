@@ -69,7 +69,7 @@ def worker(arguments: dict[str, Any]) -> dict[str, Any]:
     """One measured run in this process (the child side)."""
     from tpuemb_cfg.io import load
     from tpuemb_cfg.session import prepare
-    from tpuemb_cfg.sim.synthetic import SyntheticRun
+    from tpuemb_cfg.simulate import SyntheticRun
 
     if arguments["model"] == "tiny":
         source: Any = load(

@@ -73,7 +73,7 @@ def replay_digests(engine: str, backend: str, shards: int | None) -> dict[str, s
 
 def synthetic_digests(engine: str, backend: str, shards: int | None) -> dict[str, str]:
     from tpuemb_cfg.sim.schedules import Schedule
-    from tpuemb_cfg.sim.synthetic import SyntheticRun
+    from tpuemb_cfg.simulate import SyntheticRun
 
     out: dict[str, str] = {}
     decay = Schedule(tag=0, kind="exponential_decay", values=(0.2,), decay_steps=3,

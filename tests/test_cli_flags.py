@@ -7,7 +7,7 @@ from conftest import EXAMPLES
 
 from tpuemb_cfg.commands.flags import FLAGS, cli_message
 from tpuemb_cfg.errors import InputError, UsageError, parameter
-from tpuemb_cfg.sim.multiworker import MultiWorkerRun
+from tpuemb_cfg.simulate import MultiWorkerRun
 
 
 def test_a_marked_parameter_reads_as_its_name_or_as_its_option() -> None:
@@ -90,7 +90,7 @@ def test_the_ray_install_hint_names_the_backend_parameter() -> None:
 
 
 def test_a_file_that_is_no_checkpoint_names_checkpoint_every() -> None:
-    from tpuemb_cfg.sim.synthetic import SyntheticRun
+    from tpuemb_cfg.simulate import SyntheticRun
 
     run = SyntheticRun(str(EXAMPLES / "quickstart.pbtxt"), seed=1, engine="numpy")
     with pytest.raises(InputError) as info:

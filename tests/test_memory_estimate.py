@@ -188,6 +188,7 @@ def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path: Path) -> None:
 def test_dry_run_json_is_the_library_estimate(tmp_path: Path) -> None:
     import json
 
+    from tpuemb_cfg.sim.options import SyntheticOptions
     from tpuemb_cfg.sim.synthetic import run_estimate
 
     path = tmp_path / "c.pbtxt"
@@ -196,8 +197,8 @@ def test_dry_run_json_is_the_library_estimate(tmp_path: Path) -> None:
                      "uniform", "--tables", "all", "--engine", "numpy", "--max-memory", "1G")
     assert result.exit_code == 0, result.output
     shown = json.loads(result.output)
-    parts = run_estimate(prepare(str(path)).plan, 30, engine="numpy", ids="uniform",
-                         tables="all")
+    parts = run_estimate(prepare(str(path)).plan, 30, engine="numpy",
+                         data=SyntheticOptions(ids="uniform"), tables="all")
     assert shown["memory"]["estimate"] == parts.as_dict()
     assert shown["memory"]["limit_bytes"] == 2**30 and shown["memory"]["fits"] is True
     assert shown["tables"][0]["unique_ids_per_step"] == pytest.approx(

@@ -19,8 +19,8 @@ import pytest
 from tpuemb_cfg.errors import UsageError
 from tpuemb_cfg.executor.plan import build_plan
 from tpuemb_cfg.session import prepare
-from tpuemb_cfg.sim.multiworker import DelayModel, MultiWorkerRun, chief_config, for_chief
-from tpuemb_cfg.sim.synthetic import SyntheticRun
+from tpuemb_cfg.sim.multiworker import DelayModel, chief_config, for_chief
+from tpuemb_cfg.simulate import MultiWorkerRun, SyntheticRun
 
 DATA = Path(__file__).parent / "data" / "multiworker"
 TINY = DATA / "tiny.pbtxt"

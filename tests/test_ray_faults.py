@@ -25,8 +25,7 @@ import tpuemb_cfg
 from tpuemb_cfg.backends.ray.storage import SHARED_MEMORY_ENV, RayStorage, ShardLost
 from tpuemb_cfg.errors import UsageError
 from tpuemb_cfg.npzio import npz_bytes
-from tpuemb_cfg.sim.synthetic import SyntheticRun
-from tpuemb_cfg.simulate import Executor
+from tpuemb_cfg.simulate import Executor, SyntheticRun
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 

@@ -23,8 +23,7 @@ from tpuemb_cfg.backends.ray.host import Arena, PipelineRef, Shard
 from tpuemb_cfg.backends.ray.storage import SHARED_MEMORY_ENV, RayStorage
 from tpuemb_cfg.executor.optimizers import UpdateContext
 from tpuemb_cfg.session import prepare
-from tpuemb_cfg.sim.synthetic import SyntheticRun
-from tpuemb_cfg.simulate import Executor
+from tpuemb_cfg.simulate import Executor, SyntheticRun
 
 CONFIG = ADAM_AND_MOMENTUM_TABLES + """\
 table_descriptor { name: "c" vocabulary_size: 1001 dimension: 5 optimization_parameters {

@@ -22,13 +22,13 @@ import pytest
 from conftest import ROOT
 from test_robustness import one_line, refused, run
 
-from tpuemb_cfg import UsageError, limits, load
+from tpuemb_cfg import UsageError, limits, load, simulate
 from tpuemb_cfg.bench import Workload, check_memory, memory_needed
 from tpuemb_cfg.commands import _outputs
 from tpuemb_cfg.commands.simulate import parse_size
 from tpuemb_cfg.npzio import read_npz
 from tpuemb_cfg.session import prepare
-from tpuemb_cfg.sim.multiworker import MAX_WORKERS, MultiWorkerRun
+from tpuemb_cfg.sim.multiworker import MAX_WORKERS, MultiWorkerRun  # the runs the CLI makes
 from tpuemb_cfg.sim.synthetic import SyntheticRun
 from tpuemb_cfg.simulate import Executor
 
@@ -351,8 +351,8 @@ def test_negative_max_staleness_is_refused(work: Path) -> None:
 
 def test_the_library_keeps_tensorflows_negative_staleness(work: Path) -> None:
     """accumulator.md section 3: one worker, S = -1: staleness 0 > -1, dropped."""
-    several = MultiWorkerRun(load(TINY.encode(), "text"), workers=1, max_staleness=-1,
-                             delay="fixed:2")
+    several = simulate.MultiWorkerRun(load(TINY.encode(), "text"), workers=1, max_staleness=-1,
+                                      delay="fixed:2")
     several.run(1)
     summary = several.summary()
     assert (summary["global_step"], summary["stale_counter"]) == (0, 1)
@@ -370,7 +370,8 @@ def test_huge_worker_counts_are_refused_at_once(work: Path) -> None:
 
 
 def test_multi_worker_progress_starts_with_the_first_gradient(work: Path) -> None:
-    several = MultiWorkerRun(load(TINY.encode(), "text"), workers=3, replicas_to_aggregate=2)
+    several = simulate.MultiWorkerRun(load(TINY.encode(), "text"), workers=3,
+                                      replicas_to_aggregate=2)
     events: list[int] = []
     several.run(2, progress=events.append)
     assert events == list(range(1, 2 * 3 * 2 + 1))  # every computation and every delivery

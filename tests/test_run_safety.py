@@ -30,9 +30,8 @@ from tpuemb_cfg import InputError, UsageError, limits, load, settings, units
 from tpuemb_cfg.commands.simulate import parse_size
 from tpuemb_cfg.errors import NumericalError
 from tpuemb_cfg.npzio import atomic_write_npz, read_npz
-from tpuemb_cfg.sim.multiworker import MultiWorkerRun
-from tpuemb_cfg.sim.synthetic import SyntheticData, SyntheticRun, history_bytes
-from tpuemb_cfg.simulate import Executor
+from tpuemb_cfg.sim.synthetic import SyntheticData, history_bytes
+from tpuemb_cfg.simulate import Executor, MultiWorkerRun, SyntheticRun
 
 TINY = (ROOT / "tests" / "data" / "multiworker" / "tiny.pbtxt").read_text()
 HUGE = TINY.replace("vocabulary_size: 16", "vocabulary_size: 100000000000").replace(

@@ -13,7 +13,7 @@ from conftest import run_simulate
 from tpuemb_cfg.errors import InputError, UsageError
 from tpuemb_cfg.sim.schedules import Schedule
 from tpuemb_cfg.sim.spec import load_spec
-from tpuemb_cfg.sim.synthetic import SyntheticRun
+from tpuemb_cfg.simulate import SyntheticRun
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data" / "multiworker"

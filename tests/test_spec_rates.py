@@ -39,9 +39,7 @@ from tpuemb_cfg.embedding import (
 from tpuemb_cfg.errors import InputError, NumericalError
 from tpuemb_cfg.executor import FeatureInput
 from tpuemb_cfg.session import prepare
-from tpuemb_cfg.sim.multiworker import MultiWorkerRun
-from tpuemb_cfg.sim.synthetic import SyntheticRun
-from tpuemb_cfg.simulate import Executor
+from tpuemb_cfg.simulate import Executor, MultiWorkerRun, SyntheticRun
 
 F32 = np.float32
 

@@ -16,7 +16,7 @@ from tpuemb_cfg.embedding import (
     TableConfig,
     build_config,
 )
-from tpuemb_cfg.sim.synthetic import SyntheticRun
+from tpuemb_cfg.simulate import SyntheticRun
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 

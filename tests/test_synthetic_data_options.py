@@ -180,7 +180,7 @@ def test_bad_options_are_one_line(option: str, value: str, message: str) -> None
 
 
 def test_other_data_is_another_run_for_resume(tmp_path: object) -> None:
-    from tpuemb_cfg.sim.synthetic import SyntheticRun
+    from tpuemb_cfg.simulate import SyntheticRun
 
     config = load((ONE_TABLE % (100, 8)).encode(), "text")
     default = SyntheticRun(config).fingerprint

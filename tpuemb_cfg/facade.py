@@ -1,11 +1,14 @@
 """The simulator's public entry points that take any configuration (``tpuemb_cfg.simulate``).
 
-``Executor(config, ...)`` and ``replay(config, batches, ...)`` accept what
+``Executor(config, ...)``, ``replay(config, batches, ...)``, ``SyntheticRun(config, ...)`` and
+``MultiWorkerRun(config, ...)`` accept what
 ``tpuemb_cfg.session.prepare`` takes - a path (text, binary, JSON; a ``.py``/``.toml`` spec),
 bytes, tpuemb's or TensorFlow's message, a compiled spec, or a ``Prepared`` - with keyword
 arguments for every option. They prepare the configuration (parse, validate, plan: once) and
-hand it, with the option records ``RunOptions`` and ``Placement``, to the run layer's
-``tpuemb_cfg.executor.Executor`` / ``replay``, which take only a ``Prepared``.
+hand it, with the option records ``RunOptions`` and ``Placement`` (and for the simulated runs
+``SyntheticOptions``, ``WorkerOptions``: ``tpuemb_cfg.sim.options``), to the run layer's
+``tpuemb_cfg.executor.Executor`` / ``replay`` and ``tpuemb_cfg.sim``'s ``SyntheticRun`` /
+``MultiWorkerRun``, which take only a ``Prepared``.
 """
 
 from __future__ import annotations
@@ -25,9 +28,13 @@ from .executor.options import Placement, RunOptions
 from .executor.plan import Plan
 from .executor.replay import replay as replay_prepared
 from .executor.storage import LocalStorage, choose_backend
+from .executor.workload import IdDistribution, SequenceLengths
 from .session import prepare
+from .sim import multiworker, synthetic
+from .sim.options import DelayModel, SyntheticOptions, WorkerOptions
+from .sim.schedules import Schedule
 
-__all__ = ["Executor", "replay"]
+__all__ = ["Executor", "MultiWorkerRun", "SyntheticRun", "replay"]
 
 Combiners = str | Sequence[str] | Mapping[int, str] | None
 
@@ -114,3 +121,74 @@ def replay(  # noqa: PLR0913 - the public keyword arguments, one per option
         placement=Placement(backend, shards, ray_address),
         sources=(batches_source, init_source), on_step=on_step,
     )
+
+
+class SyntheticRun(synthetic.SyntheticRun):
+    """``tpuemb_cfg.sim.synthetic.SyntheticRun`` of any configuration ``prepare`` takes.
+
+    ``config``, ``combiners``, ``validate_config``: as for :class:`Executor`; ``seed``,
+    ``engine``, ``max_memory``: the ``RunOptions``; ``backend``, ``ray_address``, ``shards``: the
+    ``Placement``; ``learning_rate``, ``schedules`` (``spec_path``: their spec file, for
+    errors), ``ids``, ``sequence_lengths``: the ``SyntheticOptions``.
+    """
+
+    def __init__(  # noqa: PLR0913 - the public keyword arguments, one per option
+        self,
+        config: Any,
+        *,
+        seed: int = 0,
+        combiners: Combiners = None,
+        learning_rate: float | None = None,
+        schedules: Sequence[Schedule] = (),
+        spec_path: str | None = None,
+        max_memory: int | str | None = None,
+        validate_config: bool = True,
+        engine: str = "numba",
+        backend: str = "local",
+        ray_address: str | None = None,
+        shards: int | None = None,
+        ids: str | IdDistribution | None = None,
+        sequence_lengths: str | SequenceLengths | None = None,
+    ) -> None:
+        data = SyntheticOptions(learning_rate, schedules, spec_path, ids, sequence_lengths)
+        options = RunOptions(seed=seed, engine=engine, max_memory=max_memory)
+        super().__init__(prepare(config, combiners=combiners, check=validate_config), options,
+                         Placement(backend, shards, ray_address), data=data)
+
+
+class MultiWorkerRun(multiworker.MultiWorkerRun):
+    """``tpuemb_cfg.sim.multiworker.MultiWorkerRun`` of any configuration ``prepare`` takes.
+
+    ``workers``, ``replicas_to_aggregate``, ``max_staleness``, ``init_tokens``, ``delay``: the
+    ``WorkerOptions``; the other arguments as for :class:`SyntheticRun`.
+    """
+
+    def __init__(  # noqa: PLR0913 - the public keyword arguments, one per option
+        self,
+        config: Any,
+        *,
+        workers: int = 1,
+        replicas_to_aggregate: int | None = None,
+        max_staleness: int | None = None,
+        init_tokens: int = -1,
+        delay: DelayModel | str | None = None,
+        seed: int = 0,
+        combiners: Combiners = None,
+        learning_rate: float | None = None,
+        schedules: Sequence[Schedule] = (),
+        max_memory: int | str | None = None,
+        validate_config: bool = True,
+        spec_path: str | None = None,
+        engine: str = "numba",
+        backend: str = "local",
+        ray_address: str | None = None,
+        shards: int | None = None,
+        ids: str | IdDistribution | None = None,
+        sequence_lengths: str | SequenceLengths | None = None,
+    ) -> None:
+        several = WorkerOptions(workers, replicas_to_aggregate, max_staleness, init_tokens, delay)
+        prepared = prepare(config, combiners=combiners, check=validate_config)
+        data = SyntheticOptions(learning_rate, schedules, spec_path, ids, sequence_lengths)
+        options = RunOptions(seed=seed, engine=engine, max_memory=max_memory)
+        super().__init__(prepared, options, Placement(backend, shards, ray_address), data=data,
+                         workers=several)

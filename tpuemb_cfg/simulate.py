@@ -1,6 +1,7 @@
-"""The simulator's public API in one place: the executor and replay of any configuration
-(``tpuemb_cfg.facade``: a path, bytes, a message, a compiled spec) and the multi-worker
-aggregation objects (``tpuemb_cfg.sim``).
+"""The simulator's public API in one place: the executor, replay and the synthetic and
+multi-worker runs of any configuration (``tpuemb_cfg.facade``: a path, bytes, a message, a
+compiled spec), their option records and the multi-worker aggregation objects
+(``tpuemb_cfg.sim``).
 
 Names are loaded lazily so that importing this module costs nothing until one is used.
 """
@@ -13,6 +14,11 @@ from typing import Any
 _EXPORTS = {
     "Executor": "tpuemb_cfg.facade",
     "replay": "tpuemb_cfg.facade",
+    "SyntheticRun": "tpuemb_cfg.facade",
+    "MultiWorkerRun": "tpuemb_cfg.facade",
+    "SyntheticOptions": "tpuemb_cfg.sim.options",
+    "WorkerOptions": "tpuemb_cfg.sim.options",
+    "DelayModel": "tpuemb_cfg.sim.options",
     "Placement": "tpuemb_cfg.executor.options",
     "RunOptions": "tpuemb_cfg.executor.options",
     "ConditionalAccumulator": "tpuemb_cfg.sim.accumulators",

@@ -13,6 +13,7 @@ import importlib.resources
 import json
 import os
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +24,9 @@ from tpuemb_cfg.errors import InputError, NumericalError, OutputError, UsageErro
 from tpuemb_cfg.limits import available_memory
 
 if TYPE_CHECKING:
+    from tpuemb_cfg.executor.options import Placement, RunOptions
     from tpuemb_cfg.session import Prepared
+    from tpuemb_cfg.sim.options import SyntheticOptions
 
 __all__ = ["available_memory", "backend_option", "engine_option", "parse_size", "seed_option",
            "simulate"]
@@ -91,7 +94,8 @@ def _option_name(name: str) -> str:
 def _refuse_beyond_machine(limit: int) -> None:
     """An explicit --max-memory above this machine's physical memory would only trade a clear
     refusal for the kernel's out-of-memory kill: refuse it."""
-    from tpuemb_cfg.limits import format_size, total_memory
+    from tpuemb_cfg.limits import total_memory
+    from tpuemb_cfg.units import format_size
 
     total = total_memory()
     if total is not None and limit > total:
@@ -207,7 +211,7 @@ def _spec_callback(ctx: click.Context, param: click.Parameter, value: str | None
 @click.option("--delay", metavar="fixed:K|geometric:P",
               help="Multi-worker: extra ticks each gradient takes (default fixed:0), seeded.")
 @click.pass_context
-def simulate(
+def simulate(  # noqa: PLR0913 - a click command: one parameter per option
     ctx: click.Context,
     config: str | None,
     batches_path: str | None,
@@ -256,6 +260,86 @@ def simulate(
     # None: the library's default, 80% of the memory available (--backend ray: what the
     # largest Ray node offers); its refusal says so and suggests a --max-memory that works.
     limit = parse_size(max_memory) if max_memory is not None else None
+    _check_placement(ctx, backend, limit)
+    spec = ctx.meta.get(_SPEC_KEY)
+    from tpuemb_cfg.executor.options import Placement, RunOptions
+    from tpuemb_cfg.executor.workload import parse_ids, parse_sequence_lengths
+    from tpuemb_cfg.sim.options import SyntheticOptions
+
+    records = _Records(
+        RunOptions(seed=seed, engine=engine, max_memory=limit),
+        Placement(backend, shards, ray_address),
+        SyntheticOptions(
+            # Not given (here or by --spec): a compiled spec's tags get the spec's learning rates.
+            learning_rate=learning_rate if _source(ctx, "learning_rate") != "DEFAULT" else None,
+            schedules=spec.schedules if spec is not None else (),
+            schedules_source=spec.path if spec is not None else None,
+            ids=parse_ids(ids), sequence_lengths=parse_sequence_lengths(sequence_lengths)),
+    )
+    request = _Request(config, combiners, steps, Path(out_dir), as_json, plot, quiet, dry_run,
+                       bag_sizes=bag_sizes, tables=tables_output, save_batches=save_batches,
+                       checkpoint_every=checkpoint_every, resume=resume, spec=spec)
+    several = {"workers": workers, "replicas_to_aggregate": replicas_to_aggregate,
+               "max_staleness": max_staleness, "init_tokens": init_tokens, "delay": delay}
+    if any(value is not None for value in several.values()):
+        if batches_path is not None:
+            raise UsageError("--workers, --replicas-to-aggregate, --max-staleness, --init-tokens "
+                             "and --delay apply to synthetic runs, not to --batches replays")
+        _multi_worker_command(ctx, request, records, several)
+    elif batches_path is not None:
+        _replay_command(ctx, request, records, _ReplayFiles(config, batches_path, init_path,
+                                                            out_path))
+    else:
+        _synthetic_command(ctx, request, records)
+
+
+@dataclass(frozen=True)
+class _Records:
+    """The library's option records of one command: how the run goes (``RunOptions``), where
+    the tables live (``Placement``) and what data a synthetic run draws (``SyntheticOptions``)."""
+
+    options: RunOptions
+    placement: Placement
+    data: SyntheticOptions
+
+
+@dataclass(frozen=True)
+class _Request:
+    """What a synthetic run of the command reads, writes and shows (its options as given)."""
+
+    config: str | None
+    combiners: tuple[str, ...]
+    steps: int
+    out_dir: Path
+    as_json: bool
+    plot: str | None
+    quiet: bool
+    dry_run: bool
+    bag_sizes: str = "auto"
+    tables: str = "touched"
+    save_batches: str | None = None
+    checkpoint_every: int | None = None
+    resume: bool = False
+    spec: Any = None
+
+    @property
+    def label(self) -> str:
+        """CONFIG as the messages name it."""
+        return self.config if self.config is not None else _BUILT_IN
+
+
+@dataclass(frozen=True)
+class _ReplayFiles:
+    """The files of a ``--batches`` replay: CONFIG, B.npz, I.npz, O.npz."""
+
+    config: str | None
+    batches: str
+    init: str | None
+    out: str | None
+
+
+def _check_placement(ctx: click.Context, backend: str, limit: int | None) -> None:
+    """``--max-memory`` within this machine and the Ray options only with ``--backend ray``."""
     if backend != "ray" and limit is not None:
         _refuse_beyond_machine(limit)
     if backend != "ray":
@@ -263,94 +347,92 @@ def simulate(
         if wrong:
             raise UsageError(f"{', '.join(wrong)} appl{'ies' if len(wrong) == 1 else 'y'} to "
                              "--backend ray only")
-    spec = ctx.meta.get(_SPEC_KEY)
-    placement = {"backend": backend, "ray_address": ray_address, "shards": shards}
-    from tpuemb_cfg.executor.workload import parse_ids, parse_sequence_lengths
 
-    run_options: dict[str, Any] = {
-        "seed": seed, "max_memory": limit, "engine": engine,
-        # Not given (here or by --spec): a compiled spec's tags get the spec's learning rates.
-        "learning_rate": learning_rate if _source(ctx, "learning_rate") != "DEFAULT" else None,
-        "ids": parse_ids(ids), "sequence_lengths": parse_sequence_lengths(sequence_lengths),
-        **placement,
-        "schedules": spec.schedules if spec is not None else (),
-        "spec_path": spec.path if spec is not None else None,
-    }
-    worker_options = {"workers": workers, "replicas_to_aggregate": replicas_to_aggregate,
-                      "max_staleness": max_staleness, "init_tokens": init_tokens, "delay": delay}
-    if any(value is not None for value in worker_options.values()):
-        if batches_path is not None:
-            raise UsageError("--workers, --replicas-to-aggregate, --max-staleness, --init-tokens "
-                             "and --delay apply to synthetic runs, not to --batches replays")
-        wrong = [_option_name(n) for n in ("checkpoint_every", "resume", "save_batches",
-                                           *_REPLAY_ONLY) if _given(ctx, n)]
-        if save_batches is not None and "--save-batches" not in wrong:  # from a --spec
-            wrong.append("--save-batches")
-        if wrong:
-            raise UsageError(f"{', '.join(wrong)} cannot be combined with a multi-worker run")
-        if max_staleness is not None and max_staleness < 0:
-            raise UsageError(
-                f"--max-staleness {max_staleness}: a gradient more than S updates old is "
-                "dropped, so a negative S drops every gradient and nothing is ever trained; "
-                "expected 0 or more (0: only gradients computed on the latest tables apply)")
-        for option, value, low in (("--max-staleness", max_staleness, 0),
-                                   ("--replicas-to-aggregate", replicas_to_aggregate, 1),
-                                   ("--init-tokens", init_tokens, -1)):
-            if value is not None and not low <= value <= units.MAX_INT64:
-                raise UsageError(f"{option} {value}: expected {low} to {units.MAX_INT64} "
-                                 "(2^63 - 1: TensorFlow holds it in an int64)")
-        if not dry_run:
-            _check_synthetic_outputs(config, spec, Path(out_dir), plot, resume=False,
-                                     checkpoints=False, tables=tables_output)
-        with _config_errors(config or _BUILT_IN), _backend_session(
-                backend if not dry_run else "local", ray_address):
-            _synthetic(config, combiners, steps, Path(out_dir), as_json, plot, quiet, run_options,
-                       workers={**worker_options, "workers": workers or 1,
-                                "init_tokens": -1 if init_tokens is None else init_tokens},
-                       bag_sizes=bag_sizes, tables=tables_output, dry_run=dry_run)
+
+def _multi_worker_command(ctx: click.Context, request: _Request, records: _Records,
+                          several: dict[str, Any]) -> None:
+    """``--workers`` and the other multi-worker options: checked, then the run (or its plan)."""
+    wrong = [_option_name(n) for n in ("checkpoint_every", "resume", "save_batches",
+                                       *_REPLAY_ONLY) if _given(ctx, n)]
+    if request.save_batches is not None and "--save-batches" not in wrong:  # from a --spec
+        wrong.append("--save-batches")
+    if wrong:
+        raise UsageError(f"{', '.join(wrong)} cannot be combined with a multi-worker run")
+    max_staleness = several["max_staleness"]
+    if max_staleness is not None and max_staleness < 0:
+        raise UsageError(
+            f"--max-staleness {max_staleness}: a gradient more than S updates old is "
+            "dropped, so a negative S drops every gradient and nothing is ever trained; "
+            "expected 0 or more (0: only gradients computed on the latest tables apply)")
+    for option, value, low in (("--max-staleness", max_staleness, 0),
+                               ("--replicas-to-aggregate", several["replicas_to_aggregate"], 1),
+                               ("--init-tokens", several["init_tokens"], -1)):
+        if value is not None and not low <= value <= units.MAX_INT64:
+            raise UsageError(f"{option} {value}: expected {low} to {units.MAX_INT64} "
+                             "(2^63 - 1: TensorFlow holds it in an int64)")
+    # A spec's checkpoint, resume and batches options do not apply to several workers.
+    request = replace(request, checkpoint_every=None, resume=False, save_batches=None)
+    if not request.dry_run:
+        _check_synthetic_outputs(request.config, request.spec, request.out_dir, request.plot,
+                                 resume=False, checkpoints=False, tables=request.tables)
+    several = {**several, "workers": several["workers"] or 1,
+               "init_tokens": -1 if several["init_tokens"] is None else several["init_tokens"]}
+    with _config_errors(request.label), _session_of(request, records):
+        _synthetic(request, records, workers=several)
+
+
+def _replay_command(ctx: click.Context, request: _Request, records: _Records,
+                    files: _ReplayFiles) -> None:
+    """``--batches B.npz``: the replay's options checked, then the replay (or its plan)."""
+    wrong = [_option_name(n) for n in _SYNTHETIC_ONLY if _given(ctx, n)]
+    if wrong:
+        raise UsageError(f"{', '.join(wrong)} appl{'ies' if len(wrong) == 1 else 'y'} to "
+                         "synthetic runs only, not to --batches replays")
+    if files.config is None:
+        raise UsageError("--batches needs CONFIG: tpuemb simulate CONFIG --batches B.npz "
+                         "--out O.npz")
+    if files.out is None and not request.dry_run:
+        raise UsageError("--batches needs --out O.npz (where the final tables, slots and "
+                         "activations go)")
+    spec = request.spec
+    if spec is not None and spec.schedules:
+        raise UsageError(f"{spec.path}: learning_rate_schedule applies to synthetic runs; a "
+                         "replay sends its recorded learning rates")
+    if request.dry_run:
+        with _config_errors(files.config):
+            _replay_dry_run(files, request.combiners, records, request.as_json)
         return
-    if batches_path is not None:
-        wrong = [_option_name(n) for n in _SYNTHETIC_ONLY if _given(ctx, n)]
-        if wrong:
-            raise UsageError(f"{', '.join(wrong)} appl{'ies' if len(wrong) == 1 else 'y'} to "
-                             "synthetic runs only, not to --batches replays")
-        if config is None:
-            raise UsageError("--batches needs CONFIG: tpuemb simulate CONFIG --batches B.npz "
-                             "--out O.npz")
-        if out_path is None and not dry_run:
-            raise UsageError("--batches needs --out O.npz (where the final tables, slots and "
-                             "activations go)")
-        if spec is not None and spec.schedules:
-            raise UsageError(f"{spec.path}: learning_rate_schedule applies to synthetic runs; a "
-                             "replay sends its recorded learning rates")
-        if dry_run:
-            with _config_errors(config):
-                _replay_dry_run(config, batches_path, init_path, out_path, combiners, seed,
-                                limit, as_json, engine=engine, backend=backend)
-            return
-        assert out_path is not None
-        _check_replay_outputs(config, spec, batches_path, init_path, out_path)
-        with _config_errors(config), _backend_session(backend, ray_address):
-            _replay(config, batches_path, init_path, out_path, combiners, seed, limit, as_json,
-                    quiet, engine=engine, placement=placement)
-        return
+    assert files.out is not None
+    _check_replay_outputs(files.config, spec, files.batches, files.init, files.out)
+    with _config_errors(files.config), _session_of(request, records):
+        _replay(files, request.combiners, records, as_json=request.as_json, quiet=request.quiet)
+
+
+def _synthetic_command(ctx: click.Context, request: _Request, records: _Records) -> None:
+    """No ``--batches``, one worker: the options checked, then the run (or its plan)."""
     wrong = [_option_name(n) for n in _REPLAY_ONLY if _given(ctx, n)]
     if wrong:
         raise UsageError(f"{', '.join(wrong)} need{'s' if len(wrong) == 1 else ''} --batches "
                          "(replay mode); a synthetic run writes to --out-dir")
-    if save_batches is not None and resume:
+    if request.save_batches is not None and request.resume:
         raise UsageError("--save-batches cannot be combined with --resume: the steps before the "
                          "checkpoint are not in this process; run from the start to save every "
                          "step's batches")
-    if not dry_run:
-        _check_synthetic_outputs(config, spec, Path(out_dir), plot, resume=resume,
-                                 checkpoints=checkpoint_every is not None, tables=tables_output,
-                                 save_batches=save_batches)
-    with _config_errors(config or _BUILT_IN), _backend_session(
-            backend if not dry_run else "local", ray_address):
-        _synthetic(config, combiners, steps, Path(out_dir), as_json, plot, quiet, run_options,
-                   checkpoint_every=checkpoint_every, resume=resume, bag_sizes=bag_sizes,
-                   tables=tables_output, save_batches=save_batches, dry_run=dry_run)
+    if not request.dry_run:
+        _check_synthetic_outputs(request.config, request.spec, request.out_dir, request.plot,
+                                 resume=request.resume,
+                                 checkpoints=request.checkpoint_every is not None,
+                                 tables=request.tables, save_batches=request.save_batches)
+    with _config_errors(request.label), _session_of(request, records):
+        _synthetic(request, records)
+
+
+def _session_of(request: _Request, records: _Records) -> contextlib.AbstractContextManager[None]:
+    """The backend's session of a synthetic run (none for a ``--dry-run``: nothing runs)."""
+    placement = records.placement
+    backend = placement.backend if not request.dry_run else "local"
+    assert isinstance(backend, str)
+    return _backend_session(backend, placement.ray_address)
 
 
 def _read(config: str | None, spec: Any, *more: tuple[str, str | None]) -> list[tuple[str, str]]:
@@ -467,29 +549,23 @@ def _state_reader(backend: str | None) -> Callable[..., Any]:
     return map_npz if backend == "ray" else read_npz
 
 
-def _replay(
-    config_path: str,
-    batches_path: str,
-    init_path: str | None,
-    out_path: str,
-    combiner_args: tuple[str, ...],
-    seed: int,
-    limit: int | None,
-    as_json: bool,
-    quiet: bool,
-    engine: str = "numba",
-    placement: dict[str, Any] | None = None,
-) -> None:
-    from tpuemb_cfg.executor import Placement, RunOptions
+def _replay(files: _ReplayFiles, combiner_args: tuple[str, ...], records: _Records, *,
+            as_json: bool, quiet: bool) -> None:
+    """``--batches B.npz --out O.npz``: replay the steps, write O.npz, print the summary."""
     from tpuemb_cfg.executor.replay import parse_steps, replay, require_replay_memory
     from tpuemb_cfg.npzio import atomic_write_npz, read_npz
     from tpuemb_cfg.session import prepare, with_combiner_arguments
 
+    config_path, batches_path, init_path, out_path = (files.config, files.batches, files.init,
+                                                      files.out)
+    assert config_path is not None and out_path is not None
+    limit = records.options.memory_limit
+    backend = records.placement.backend
     real = _Anchored(batches_path, init_path, out_path)  # before a spec's code runs
     with real.named_as_typed():
         # One parse of the file: diagnostics get line:column and suppressions, then the plan.
         prepared = with_combiner_arguments(prepare(config_path), combiner_args)
-        local = (placement or {}).get("backend") != "ray"
+        local = backend != "ray"
 
         def check(headers: Any) -> None:
             """From the .npy headers, before any array is decompressed: the keys, and whether
@@ -501,7 +577,7 @@ def _replay(
 
         batches = read_npz(real[batches_path], max_bytes=limit if local else None,
                            check_keys=check)
-        read_state = _state_reader((placement or {}).get("backend"))
+        read_state = _state_reader(backend if isinstance(backend, str) else None)
         init = read_state(real[init_path]) if init_path is not None else None
     tables: dict[str, dict[str, Any]] = {}
     for table in prepared.plan.tables:
@@ -515,8 +591,8 @@ def _replay(
     with _host_lost("a replay writes nothing before its end: run it again"), \
             real.named_as_typed():
         out = replay(
-            prepared, batches, init, options=RunOptions(seed=seed, engine=engine, max_memory=limit),
-            placement=Placement(**(placement or {})), sources=(batches_path, init_path),
+            prepared, batches, init, options=records.options,
+            placement=records.placement, sources=(batches_path, init_path),
             on_step=record,
         )
         atomic_write_npz(real[out_path], out)
@@ -554,136 +630,171 @@ def _prepare(
     return prepared
 
 
-def _synthetic(
-    config_path: str | None,
-    combiner_args: tuple[str, ...],
-    steps: int,
-    out_dir: Path,
-    as_json: bool,
-    plot: str | None,
-    quiet: bool,
-    run_options: dict[str, Any],
-    *,
-    checkpoint_every: int | None = None,
-    resume: bool = False,
-    workers: dict[str, Any] | None = None,
-    bag_sizes: str = "auto",
-    tables: str = "touched",
-    save_batches: str | None = None,
-    dry_run: bool = False,
-) -> None:
-    """A synthetic run, on one worker or (``workers``: MultiWorkerRun's options) several: run
-    with a progress bar, write OUT_DIR/tables.npz (``tables``: all, touched rows, or none) and
-    summary.json, print the summary.
+def _synthetic(request: _Request, records: _Records,
+               workers: dict[str, Any] | None = None) -> None:
+    """A synthetic run, on one worker or (``workers``: the ``WorkerOptions`` values) several:
+    run with a progress bar, write OUT_DIR/tables.npz (``request.tables``: all, touched rows, or
+    none) and summary.json, print the summary.
 
     One worker resumes from and checkpoints to OUT_DIR/checkpoint.npz and streams its batches
     to ``save_batches``; ``dry_run`` prints the plan and the memory estimate instead.
     """
-    from tpuemb_cfg.atomic import OutputSet
-    from tpuemb_cfg.commands._outputs import (
-        batches_file,
-        progress,
-        require_disk_space,
-        require_matplotlib,
-        write_run,
-    )
-    from tpuemb_cfg.executor.core import CHECKPOINT_REMEDY
-    from tpuemb_cfg.npzio import atomic_write_npz
-    from tpuemb_cfg.sim.multiworker import MultiWorkerRun
-    from tpuemb_cfg.sim.report import run_text, workers_text
-    from tpuemb_cfg.sim.synthetic import SyntheticRun
+    from tpuemb_cfg.commands._outputs import require_matplotlib
 
-    if plot is not None and not dry_run:
+    if request.plot is not None and not request.dry_run:
         require_matplotlib()
+    out_dir, plot = request.out_dir, request.plot
     checkpoint_path = out_dir / "checkpoint.npz"  # as typed, for messages
-    real = _Anchored(str(out_dir), str(checkpoint_path), plot, save_batches)  # before user code
-    real_dir, real_checkpoint = Path(real[str(out_dir)]), real[str(checkpoint_path)]
+    real = _Anchored(str(out_dir), str(checkpoint_path), plot,
+                     request.save_batches)  # before user code
     with real.named_as_typed():
-        if resume and not dry_run and not os.path.exists(real_checkpoint):
+        if (request.resume and not request.dry_run
+                and not os.path.exists(real[str(checkpoint_path)])):
             raise UsageError(f"--resume: no checkpoint at {checkpoint_path}; run with "
                              "--checkpoint-every N first, or drop --resume")
-        prepared = _prepare(config_path, combiner_args, bag_sizes)
-        if dry_run:
-            _dry_run(prepared, config_path, steps, run_options, as_json, tables=tables,
-                     checkpoints=checkpoint_every is not None, plot=plot,
-                     save_batches=save_batches, workers=workers)
+        prepared = _prepare(request.config, request.combiners, request.bag_sizes)
+        if request.dry_run:
+            _dry_run(prepared, request, records, workers)
             return
-        label = config_path if config_path is not None else _BUILT_IN
-
-        def write(summary: dict[str, Any], state: Any, outputs: OutputSet | None) -> None:
-            summary["tables_written"] = tables
-            if tables == "touched":
-                summary["rows_written"] = {
-                    table.name: int(len(state[f"table/{table.name}/rows"]))
-                    for table in prepared.plan.tables}
-            write_run(real_dir, summary, state if tables != "none" else None, label,
-                      real[plot] if plot is not None else None, shown_dir=out_dir,
-                      outputs=outputs)
-
         if workers is not None:
-            several = MultiWorkerRun(prepared, **run_options, **workers)
-            with progress(2 * several.num_workers * steps, quiet) as advance, \
-                    _host_lost("a multi-worker run keeps no checkpoint: run it again"):
-                several.run(steps, progress=advance, tables=tables, plot=plot is not None)
-            summary = several.summary()
-            summary["memory"] = _memory_report(several.memory_estimate(
-                steps, tables=tables, plot=plot is not None))
-            write(summary, several.saved_state(tables), None)
+            summary = _run_workers(prepared, request, records, workers, real)
         else:
-            run = SyntheticRun(prepared, **run_options)
-            if resume:
-                read_state = _state_reader(run_options.get("backend"))
-                run.restore(read_state(real_checkpoint, remedy=CHECKPOINT_REMEDY),
-                            str(checkpoint_path))
-                if run.step > steps:  # continuing would rewrite a longer run's outputs
-                    raise UsageError(
-                        f"--resume: the checkpoint {checkpoint_path} is at step {run.step}, "
-                        f"past --steps {steps}; give --steps {run.step} or more to continue "
-                        "that run, or another --out-dir without --resume to start a new one")
-            if save_batches is not None:
-                require_disk_space("--save-batches", real[save_batches],
-                                   (steps - run.step) * run.data.batch_bytes())
-            saved = [run.step] if resume else []  # the step of the checkpoint to resume
+            summary = _run_one(prepared, request, records, real)
+        _show(prepared, request, summary, several=workers is not None)
 
-            def save_checkpoint() -> None:
-                try:
-                    real_dir.mkdir(parents=True, exist_ok=True)
-                except OSError as exc:
-                    raise OutputError(f"cannot create the folder: {exc.strerror or exc}",
-                                      path=str(out_dir)) from None
-                atomic_write_npz(real_checkpoint, run.checkpoint_arrays())  # atomic
-                saved[:] = [run.step]
 
-            def resume_hint() -> str:
-                if not saved:
-                    return ("this run wrote no checkpoint (--checkpoint-every N keeps one): run "
-                            "it again")
-                return (f"the last checkpoint is {checkpoint_path} (step {saved[0]}): run the "
-                        "same command with --resume to continue from it on a fresh cluster")
+def _show(prepared: Prepared, request: _Request, summary: dict[str, Any], *,
+          several: bool) -> None:
+    """A synthetic run's summary on stdout (``--json``: as JSON), then the combiner note."""
+    from tpuemb_cfg.sim.report import run_text, workers_text
 
-            # Staged together: the batches (streamed during the run), then the tables, the
-            # summary and the plot, renamed into place at the end - or none of them.
-            with OutputSet(make_dirs=True) as outputs:
-                with batches_file(outputs, real[save_batches] if save_batches is not None
-                                  else None) as on_batch, \
-                        progress(max(steps - run.step, 0), quiet) as advance, \
-                        _host_lost(resume_hint):
-                    run.run(steps, checkpoint_every=checkpoint_every,
-                            checkpoint=save_checkpoint, progress=advance, on_batch=on_batch,
-                            tables=tables, plot=plot is not None)
-                summary = run.summary()
-                state = run.saved_state(tables)
-                summary["memory"] = _memory_report(run.memory_estimate(
-                    steps, tables=tables, checkpoints=checkpoint_every is not None,
-                    plot=plot is not None))
-                write(summary, state, outputs)
-        if as_json:
-            click.echo(json.dumps(summary, indent=2))
-        else:
-            click.echo(workers_text(summary) if workers is not None
-                       else run_text(summary, str(out_dir / "tables.npz"), plot))
-            if not quiet:
-                _combiner_note(prepared)
+    if request.as_json:
+        click.echo(json.dumps(summary, indent=2))
+    else:
+        click.echo(workers_text(summary) if several
+                   else run_text(summary, str(request.out_dir / "tables.npz"), request.plot))
+        if not request.quiet:
+            _combiner_note(prepared)
+
+
+def _write(prepared: Prepared, request: _Request, real: _Anchored, summary: dict[str, Any],
+           state: Any, outputs: Any) -> None:
+    """OUT_DIR's files of a synthetic run: tables.npz (as ``--tables`` says), summary.json and
+    the plot (``outputs``: the ``OutputSet`` they are staged in, None: written at once)."""
+    from tpuemb_cfg.commands._outputs import write_run
+
+    tables, plot = request.tables, request.plot
+    summary["tables_written"] = tables
+    if tables == "touched":
+        summary["rows_written"] = {
+            table.name: int(len(state[f"table/{table.name}/rows"]))
+            for table in prepared.plan.tables}
+    write_run(Path(real[str(request.out_dir)]), summary, state if tables != "none" else None,
+              request.label, real[plot] if plot is not None else None,
+              shown_dir=request.out_dir, outputs=outputs)
+
+
+def _run_workers(prepared: Prepared, request: _Request, records: _Records,
+                 workers: dict[str, Any], real: _Anchored) -> dict[str, Any]:
+    """``--workers N``: the multi-worker run, its files written; its summary."""
+    from tpuemb_cfg.commands._outputs import progress
+    from tpuemb_cfg.sim.multiworker import MultiWorkerRun
+    from tpuemb_cfg.sim.options import WorkerOptions
+
+    steps, tables, plot = request.steps, request.tables, request.plot is not None
+    several = MultiWorkerRun(prepared, records.options, records.placement, data=records.data,
+                             workers=WorkerOptions(**workers))
+    with progress(2 * several.num_workers * steps, request.quiet) as advance, \
+            _host_lost("a multi-worker run keeps no checkpoint: run it again"):
+        several.run(steps, progress=advance, tables=tables, plot=plot)
+    summary = several.summary()
+    summary["memory"] = _memory_report(several.memory_estimate(steps, tables=tables, plot=plot))
+    _write(prepared, request, real, summary, several.saved_state(tables), None)
+    return summary
+
+
+def _resume(run: Any, request: _Request, records: _Records, real: _Anchored) -> None:
+    """``--resume``: ``run`` continued from OUT_DIR/checkpoint.npz, unless it is past
+    ``--steps``."""
+    from tpuemb_cfg.executor.core import CHECKPOINT_REMEDY
+
+    checkpoint_path = request.out_dir / "checkpoint.npz"
+    backend = records.placement.backend
+    read_state = _state_reader(backend if isinstance(backend, str) else None)
+    run.restore(read_state(real[str(checkpoint_path)], remedy=CHECKPOINT_REMEDY),
+                str(checkpoint_path))
+    steps = request.steps
+    if run.step > steps:  # continuing would rewrite a longer run's outputs
+        raise UsageError(
+            f"--resume: the checkpoint {checkpoint_path} is at step {run.step}, "
+            f"past --steps {steps}; give --steps {run.step} or more to continue "
+            "that run, or another --out-dir without --resume to start a new one")
+
+
+class _Checkpoints:
+    """``--checkpoint-every``: where a run's checkpoints go, and the last one written (for the
+    hint after a lost Ray host)."""
+
+    def __init__(self, run: Any, request: _Request, real: _Anchored) -> None:
+        self.run = run
+        self.shown = request.out_dir / "checkpoint.npz"  # as typed, for messages
+        self.out_dir = request.out_dir
+        self.real_dir = Path(real[str(request.out_dir)])
+        self.real = real[str(self.shown)]
+        self.saved = [run.step] if request.resume else []  # the step of the checkpoint resumed
+
+    def save(self) -> None:
+        from tpuemb_cfg.npzio import atomic_write_npz
+
+        try:
+            self.real_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise OutputError(f"cannot create the folder: {exc.strerror or exc}",
+                              path=str(self.out_dir)) from None
+        atomic_write_npz(self.real, self.run.checkpoint_arrays())  # atomic
+        self.saved[:] = [self.run.step]
+
+    def resume_hint(self) -> str:
+        if not self.saved:
+            return ("this run wrote no checkpoint (--checkpoint-every N keeps one): run "
+                    "it again")
+        return (f"the last checkpoint is {self.shown} (step {self.saved[0]}): run the "
+                "same command with --resume to continue from it on a fresh cluster")
+
+
+def _run_one(prepared: Prepared, request: _Request, records: _Records,
+             real: _Anchored) -> dict[str, Any]:
+    """One worker: the synthetic run (resumed, checkpointed, its batches streamed), its files
+    written; its summary."""
+    from tpuemb_cfg.atomic import OutputSet
+    from tpuemb_cfg.commands._outputs import batches_file, progress, require_disk_space
+    from tpuemb_cfg.sim.synthetic import SyntheticRun
+
+    steps, tables, plot = request.steps, request.tables, request.plot is not None
+    save_batches = request.save_batches
+    run = SyntheticRun(prepared, records.options, records.placement, data=records.data)
+    if request.resume:
+        _resume(run, request, records, real)
+    if save_batches is not None:
+        require_disk_space("--save-batches", real[save_batches],
+                           (steps - run.step) * run.data.batch_bytes())
+    checkpoints = _Checkpoints(run, request, real)
+    # Staged together: the batches (streamed during the run), then the tables, the
+    # summary and the plot, renamed into place at the end - or none of them.
+    with OutputSet(make_dirs=True) as outputs:
+        with batches_file(outputs, real[save_batches] if save_batches is not None
+                          else None) as on_batch, \
+                progress(max(steps - run.step, 0), request.quiet) as advance, \
+                _host_lost(checkpoints.resume_hint):
+            run.run(steps, checkpoint_every=request.checkpoint_every,
+                    checkpoint=checkpoints.save, progress=advance, on_batch=on_batch,
+                    tables=tables, plot=plot)
+        summary = run.summary()
+        state = run.saved_state(tables)
+        summary["memory"] = _memory_report(run.memory_estimate(
+            steps, tables=tables, checkpoints=request.checkpoint_every is not None, plot=plot))
+        _write(prepared, request, real, summary, state, outputs)
+    return summary
 
 
 def _memory_report(estimate: Any) -> dict[str, Any]:
@@ -694,9 +805,7 @@ def _memory_report(estimate: Any) -> dict[str, Any]:
     return {"estimate": parts}
 
 
-def _dry_run(prepared: Prepared, config_path: str | None, steps: int,
-             run_options: dict[str, Any], as_json: bool, *, tables: str, checkpoints: bool,
-             plot: str | None, save_batches: str | None,
+def _dry_run(prepared: Prepared, request: _Request, records: _Records,
              workers: dict[str, Any] | None = None) -> None:
     """``--dry-run``: what the run would do and need, printed; nothing runs or is written.
     ``workers``: a multi-worker run's options (its estimate is the chief's, with the workers'
@@ -706,55 +815,65 @@ def _dry_run(prepared: Prepared, config_path: str | None, steps: int,
     from tpuemb_cfg.sim.synthetic import SyntheticData, run_estimate
 
     plan = prepared.plan
-    local = run_options.get("backend", "local") != "ray"
-    engine = choose_engine(run_options.get("engine", "numba")).name
+    steps, backend = request.steps, records.placement.backend
+    local = backend != "ray"
+    engine = choose_engine(records.options.engine).name
     run_info: dict[str, Any] = {}
     if workers is None:
-        estimate = run_estimate(plan, steps, engine=engine, ids=run_options.get("ids"),
-                                sequence_lengths=run_options.get("sequence_lengths"),
-                                tables=tables, checkpoints=checkpoints, plot=plot is not None,
-                                local=local)
+        estimate = run_estimate(plan, steps, engine=engine, data=records.data,
+                                tables=request.tables,
+                                checkpoints=request.checkpoint_every is not None,
+                                plot=request.plot is not None, local=local)
     else:
-        from tpuemb_cfg.sim import multiworker
-
-        plan = multiworker.for_chief(prepared).plan
-        count = workers["workers"]
-        stale = workers.get("max_staleness")
-        replicas = None if stale is not None else (workers.get("replicas_to_aggregate")
-                                                   or count)
-        estimate = multiworker.run_estimate(
-            plan, steps, count, replicas, engine=engine, ids=run_options.get("ids"),
-            sequence_lengths=run_options.get("sequence_lengths"), tables=tables,
-            plot=plot is not None, local=local)
-        run_info = {"workers": count,
-                    "mode": "drop_stale" if stale is not None else "sync_replicas"}
-        if stale is not None:
-            run_info["max_staleness"] = stale
-        else:
-            run_info["replicas_to_aggregate"] = replicas
-            run_info["init_tokens"] = workers.get("init_tokens", -1)
-        run_info["delay"] = workers.get("delay") or "fixed:0"
-    data = SyntheticData(plan, seed=run_options.get("seed", 0), ids=run_options.get("ids"),
-                         sequence_lengths=run_options.get("sequence_lengths"))
+        plan, estimate, run_info = _workers_plan(prepared, request, records, workers)
+    data = SyntheticData(plan, seed=records.options.seed, ids=records.data.ids,
+                         sequence_lengths=records.data.sequence_lengths)
     shape = RunShape(ids=data.ids, sequence_lengths=data.sequence_lengths)
     rows = []
     for table in plan.tables:
         per_step, distinct = step_ids(plan, table, shape)
         rows.append({**_table_info(table), "ids_per_step": round(per_step, 1),
                      "unique_ids_per_step": round(distinct, 1)})
+    save_batches = request.save_batches
     info: dict[str, Any] = {
-        "config": config_path if config_path is not None else _BUILT_IN,
+        "config": request.label,
         "steps": steps, "seed": data.seed, "engine": engine,
-        "backend": run_options.get("backend", "local"),
+        "backend": backend,
         **run_info,
         "ids": str(data.ids), "sequence_lengths": str(data.sequence_lengths),
-        "tables_written": tables,
+        "tables_written": request.tables,
         "tables": rows,
         "save_batches": save_batches,
         "save_batches_bytes": steps * data.batch_bytes() if save_batches is not None else None,
-        "memory": _memory_plan(estimate, run_options.get("max_memory")),
+        "memory": _memory_plan(estimate, records.options.memory_limit),
     }
-    _print_plan(info, as_json)
+    _print_plan(info, request.as_json)
+
+
+def _workers_plan(prepared: Prepared, request: _Request, records: _Records,
+                  workers: dict[str, Any]) -> tuple[Any, Any, dict[str, Any]]:
+    """A multi-worker ``--dry-run``'s plan (the chief's), memory estimate and run lines."""
+    from tpuemb_cfg.executor.engine_choice import choose_engine
+    from tpuemb_cfg.sim import multiworker
+    from tpuemb_cfg.sim.options import WorkerOptions
+
+    plan = multiworker.for_chief(prepared).plan
+    count = workers["workers"]
+    stale = workers.get("max_staleness")
+    several = WorkerOptions(count, None if stale is not None
+                            else workers.get("replicas_to_aggregate"), stale)
+    estimate = multiworker.run_estimate(
+        plan, request.steps, several, engine=choose_engine(records.options.engine).name,
+        data=records.data, tables=request.tables, plot=request.plot is not None,
+        local=records.placement.backend != "ray")
+    run_info: dict[str, Any] = {"workers": count, "mode": several.mode}
+    if stale is not None:
+        run_info["max_staleness"] = stale
+    else:
+        run_info["replicas_to_aggregate"] = several.replicas
+        run_info["init_tokens"] = workers.get("init_tokens", -1)
+    run_info["delay"] = workers.get("delay") or "fixed:0"
+    return plan, estimate, run_info
 
 
 def _table_info(table: Any) -> dict[str, Any]:
@@ -788,9 +907,8 @@ def _print_plan(info: dict[str, Any], as_json: bool) -> None:
         click.echo(plan_text(info))
 
 
-def _replay_dry_run(config_path: str, batches_path: str, init_path: str | None,
-                    out_path: str | None, combiner_args: tuple[str, ...], seed: int,
-                    limit: int | None, as_json: bool, *, engine: str, backend: str) -> None:
+def _replay_dry_run(files: _ReplayFiles, combiner_args: tuple[str, ...], records: _Records,
+                    as_json: bool) -> None:
     """``--batches B.npz --dry-run``: the replay's plan and memory estimate from the batches'
     ``.npy`` headers (no array is decompressed); nothing runs or is written."""
     from tpuemb_cfg.executor.engine_choice import choose_engine
@@ -799,6 +917,9 @@ def _replay_dry_run(config_path: str, batches_path: str, init_path: str | None,
     from tpuemb_cfg.npzio import read_npz
     from tpuemb_cfg.session import prepare, with_combiner_arguments
 
+    config_path, batches_path, init_path = files.config, files.batches, files.init
+    assert config_path is not None
+    backend = records.placement.backend
     real = _Anchored(batches_path, init_path)  # before a spec's code runs
 
     class _Read(Exception):
@@ -826,7 +947,7 @@ def _replay_dry_run(config_path: str, batches_path: str, init_path: str | None,
                              lambda h: parse_steps(h, len(plan.features), batches_path))
         init_bytes = (sum(h.nbytes for h in headers_of(init_path).values())
                       if init_path is not None else None)
-    engine = choose_engine(engine).name
+    engine = choose_engine(records.options.engine).name
     estimate = replay_estimate(plan, headers, engine=engine, init_bytes=init_bytes)
     if backend == "ray":  # the tables and their steps live in the actors
         from dataclasses import replace
@@ -841,10 +962,10 @@ def _replay_dry_run(config_path: str, batches_path: str, init_path: str | None,
         rows.append({**_table_info(table), "ids_per_step": float(sum(ids)),
                      "unique_ids_per_step": float(min(sum(ids), table.vocabulary))})
     info: dict[str, Any] = {
-        "config": config_path, "batches": batches_path, "init": init_path, "out": out_path,
-        "steps": steps, "seed": seed, "engine": engine, "backend": backend,
+        "config": config_path, "batches": batches_path, "init": init_path, "out": files.out,
+        "steps": steps, "seed": records.options.seed, "engine": engine, "backend": backend,
         "batches_bytes": sum(h.nbytes for h in headers.values()),
         "tables": rows,
-        "memory": _memory_plan(estimate, limit),
+        "memory": _memory_plan(estimate, records.options.memory_limit),
     }
     _print_plan(info, as_json)

@@ -46,13 +46,12 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
 
-from .. import units
 from ..errors import NumericalError, UsageError
 from ..errors import parameter as arg
 from ..executor import Executor, FeatureInput, Placement, RunOptions
@@ -60,9 +59,8 @@ from ..executor.memory import Estimate
 from ..executor.plan import Plan
 from ..executor.prepared import Prepared
 from ..executor.touched import TouchedRows, saved_state
-from ..executor.workload import IdDistribution, SequenceLengths
 from .accumulators import IndexedSlices, WouldBlock
-from .schedules import Schedule
+from .options import MAX_WORKERS, DelayModel, SyntheticOptions, WorkerOptions
 from .staleness import DropStaleGradient, SyncReplicas
 from .synthetic import SyntheticData, learning_rate_summary
 
@@ -74,55 +72,10 @@ __all__ = ["MAX_WORKERS", "DelayModel", "MultiWorkerRun", "chief_config", "for_c
 GRADIENT_BYTES = 1200
 TABLE_GRADIENT_BYTES = 800
 
-#: The most workers a run simulates. Every worker's gradients are computed in turn on this CPU
-#: and held until the chief applies them, so time and memory grow with N x steps; aggregation
-#: and staleness patterns show with a handful of workers.
-MAX_WORKERS = 1024
-
 F32 = np.float32
 _DELAY_STREAM = 0xDE1A
 
 RowGradients = dict[str, tuple[np.ndarray, np.ndarray]]
-
-
-@dataclass(frozen=True)
-class DelayModel:
-    """How many ticks a gradient takes beyond the one tick of computing it.
-
-    ``fixed:K``: always ``K`` (an integer >= 0). ``geometric:P``: the number of failures before
-    the first success of a coin with success probability ``0 < P <= 1`` (mean ``(1 - P) / P``).
-    """
-
-    kind: Literal["fixed", "geometric"]
-    value: float
-
-    @classmethod
-    def parse(cls, text: str) -> DelayModel:
-        """``fixed:K`` or ``geometric:P``; raise ``UsageError`` otherwise."""
-        kind, _, number = text.strip().partition(":")
-        try:
-            if kind == "fixed":
-                ticks = int(number)
-                if ticks >= 0:
-                    return cls("fixed", ticks)
-            elif kind == "geometric":
-                p = float(number)
-                if 0 < p <= 1:
-                    return cls("geometric", p)
-        except ValueError:
-            pass
-        raise UsageError(
-            f"{arg('delay')} {text!r}: expected fixed:K (K >= 0 whole ticks, e.g. fixed:2) or "
-            "geometric:P (0 < P <= 1, e.g. geometric:0.5)"
-        )
-
-    def draw(self, rng: np.random.Generator) -> int:
-        if self.kind == "fixed":
-            return int(self.value)
-        return int(rng.geometric(self.value)) - 1
-
-    def __str__(self) -> str:
-        return f"{self.kind}:{int(self.value) if self.kind == 'fixed' else self.value!r}"
 
 
 @dataclass
@@ -172,93 +125,33 @@ class _WorkerStats(_Outcomes):
 class MultiWorkerRun:
     """N workers on synthetic data, aggregated by synchronous replicas or by DropStale.
 
-    ``workers`` = N (at most :data:`MAX_WORKERS`); ``replicas_to_aggregate`` = R (default N)
-    and ``init_tokens`` (default -1: R tokens; fewer than ``R - N`` raises ``UsageError`` "Too
-    few tokens ...") for synchronous replicas; ``max_staleness`` selects DropStale mode instead
-    (a negative one drops every gradient, as TensorFlow's rule does; ``tpuemb simulate`` refuses
-    it). ``delay``: a
-    :class:`DelayModel` or its text (default ``fixed:0``). ``config``: a ``Prepared``
-    (``tpuemb_cfg.session``) or anything ``prepare`` takes; ``seed``, ``combiners``,
-    ``learning_rate``, ``max_memory``, ``validate_config`` as for ``SyntheticRun``;
-    ``schedules``: learning-rate schedules per tag (see ``tpuemb_cfg.sim.schedules``);
-    ``engine``: the executor's engine (``numba``, the default, or ``numpy``); ``backend``,
-    ``ray_address``, ``shards``: where the chief's tables live, as for ``Executor``; ``ids``,
-    ``sequence_lengths``: the data, as for ``SyntheticData``.
+    ``prepared``: the configuration (``executor.prepared.Prepared``); the chief's executor runs
+    :func:`for_chief` of it. ``options`` (``RunOptions``: seed, engine, memory limit) and
+    ``placement`` (``Placement``: where the chief's tables live) as for ``Executor``; ``data``:
+    the synthetic workload (``SyntheticOptions``: learning rate, schedules, ids, sequence
+    lengths); ``workers``: N, the aggregation mode and the delays (``WorkerOptions``; too few
+    ``init_tokens`` for R > N raises ``UsageError`` "Too few tokens ...").
+    ``tpuemb_cfg.simulate.MultiWorkerRun`` takes any configuration and keyword arguments.
     """
 
-    def __init__(
-        self,
-        config: Any,
-        *,
-        workers: int = 1,
-        replicas_to_aggregate: int | None = None,
-        max_staleness: int | None = None,
-        init_tokens: int = -1,
-        delay: DelayModel | str | None = None,
-        seed: int = 0,
-        combiners: str | Sequence[str] | Mapping[int, str] | None = None,
-        learning_rate: float | None = None,
-        schedules: Sequence[Schedule] = (),
-        max_memory: int | str | None = None,
-        validate_config: bool = True,
-        spec_path: str | None = None,
-        engine: str = "numba",
-        backend: str = "local",
-        ray_address: str | None = None,
-        shards: int | None = None,
-        ids: str | IdDistribution | None = None,
-        sequence_lengths: str | SequenceLengths | None = None,
-    ) -> None:
-        if workers < 1:
-            raise UsageError(f"{arg('workers')} {workers}: expected at least 1 worker")
-        if workers > MAX_WORKERS:
-            raise UsageError(
-                f"{arg('workers')} {workers}: at most {MAX_WORKERS} workers are simulated (each "
-                "one's gradients are computed in turn on this CPU and held until applied, so time "
-                f"and memory grow with N x steps); use {arg('workers')} {MAX_WORKERS} or fewer - "
-                "the aggregation and staleness patterns show with a few workers"
-            )
-        if replicas_to_aggregate is not None and replicas_to_aggregate < 1:
-            raise UsageError(
-                f"{arg('replicas_to_aggregate')} {replicas_to_aggregate}: expected at least 1"
-            )
-        for name, value in (("replicas_to_aggregate", replicas_to_aggregate),
-                            ("max_staleness", max_staleness), ("init_tokens", init_tokens)):
-            if value is not None and not -units.MAX_INT64 - 1 <= value <= units.MAX_INT64:
-                raise UsageError(f"{name}={value}: expected at most {units.MAX_INT64} (2^63 - 1: "
-                                 "TensorFlow holds it in an int64)")
-        if max_staleness is not None and replicas_to_aggregate is not None:
-            raise UsageError(
-                f"{arg('replicas_to_aggregate')} applies to synchronous replicas; "
-                f"{arg('max_staleness')} selects DropStale mode, where every worker applies its "
-                "own gradients - give one of the two"
-            )
-        if max_staleness is not None and init_tokens != -1:
-            raise UsageError(f"{arg('init_tokens')} applies to synchronous replicas, not to "
-                             f"DropStale mode ({arg('max_staleness')}); remove it")
-        from ..session import prepare  # until the run takes only a Prepared
-
-        prepared = prepare(config, combiners=combiners, check=validate_config)
-        self.delay = DelayModel.parse(delay) if isinstance(delay, str) else (
-            delay or DelayModel("fixed", 0))
-        self.seed = units.seed_argument(seed)
-        self.num_workers = int(workers)
-        self.max_memory = None if backend == "ray" else units.size_argument(max_memory,
-                                                                             "max_memory")
-        self._tables_here = backend != "ray"
-        self.max_staleness = max_staleness
-        self.replicas_to_aggregate = (
-            None if max_staleness is not None
-            else int(replicas_to_aggregate or workers)
-        )
-        self.init_tokens = init_tokens
-        self.executor = Executor(for_chief(prepared),
-                                 RunOptions(seed=seed, engine=engine, max_memory=max_memory),
-                                 Placement(backend, shards, ray_address))
+    def __init__(self, prepared: Prepared, options: RunOptions | None = None,
+                 placement: Placement | None = None, *,
+                 data: SyntheticOptions | None = None,
+                 workers: WorkerOptions | None = None) -> None:
+        options, placement = options or RunOptions(), placement or Placement()
+        data, workers = data or SyntheticOptions(), workers or WorkerOptions()
+        self.worker_options = workers
+        self.delay = workers.delay_model
+        self.seed = options.seed
+        self.num_workers = int(workers.workers)
+        self._tables_here = placement.backend != "ray"
+        self.max_memory = options.memory_limit if self._tables_here else None
+        self.max_staleness = workers.max_staleness
+        self.replicas_to_aggregate = workers.replicas
+        self.init_tokens = workers.init_tokens
+        self.executor = Executor(for_chief(prepared), options, placement)
         self.plan = self.executor.plan
-        self.data = SyntheticData(self.plan, seed=seed, learning_rate=learning_rate,
-                                  schedules=schedules, schedules_source=spec_path, ids=ids,
-                                  sequence_lengths=sequence_lengths)
+        self.data = SyntheticData.of(self.plan, options.seed, data)
         self.touched = TouchedRows(self.plan)  # the rows the chief's updates touched
         if not self.plan.updates:
             raise UsageError(
@@ -270,24 +163,24 @@ class MultiWorkerRun:
             raise UsageError("no table is looked up by any feature: nothing to train")
         self.sync: SyncReplicas | None = None
         self.rule: DropStaleGradient | None = None
-        if max_staleness is None:
+        if self.max_staleness is None:
             assert self.replicas_to_aggregate is not None
             self.sync = SyncReplicas(self.replicas_to_aggregate, self.num_workers,
                                      sparse=self.variables)
             self.sync.chief_init()
             try:
-                self.sync.init_tokens(init_tokens)
+                self.sync.init_tokens(self.init_tokens)
             except ValueError as exc:
                 needed = self.replicas_to_aggregate - self.num_workers
                 raise UsageError(
-                    f"{arg('init_tokens')} {init_tokens}: {exc}. With R = "
+                    f"{arg('init_tokens')} {self.init_tokens}: {exc}. With R = "
                     f"{self.replicas_to_aggregate} "
                     f"gradients per update and only N = {self.num_workers} workers, the workers "
                     f"need {needed} token(s) to compute the missing gradients of the first step; "
                     f"give {arg('init_tokens')} {needed} or more (or -1, TensorFlow's default of R)"
                 ) from None
         else:
-            self.rule = DropStaleGradient(max_staleness)
+            self.rule = DropStaleGradient(self.max_staleness)
         self._data_rngs = [self.data.rng] + [
             self.data.stream(w) for w in range(1, self.num_workers)
         ]
@@ -350,9 +243,9 @@ class MultiWorkerRun:
                         plot: bool = False) -> Estimate:
         """The peak resident memory of this run to ``steps`` gradients per worker, in parts
         (:func:`run_estimate` with this run's workers, mode, engine, data and backend)."""
-        return run_estimate(self.plan, steps, self.num_workers, self.replicas_to_aggregate,
-                            engine=self.executor.engine.name, ids=self.data.ids,
-                            sequence_lengths=self.data.sequence_lengths, tables=tables,
+        data = SyntheticOptions(ids=self.data.ids, sequence_lengths=self.data.sequence_lengths)
+        return run_estimate(self.plan, steps, self.worker_options,
+                            engine=self.executor.engine.name, data=data, tables=tables,
                             plot=plot, local=self._tables_here)
 
     def _require_memory(self, steps: int, *, tables: str = "all", plot: bool = False) -> None:
@@ -588,16 +481,17 @@ class MultiWorkerRun:
         return out
 
 
-def run_estimate(plan: Plan, steps: int, workers: int, replicas_to_aggregate: int | None, *,
-                 engine: str = "numba", ids: str | IdDistribution | None = None,
-                 sequence_lengths: str | SequenceLengths | None = None, tables: str = "all",
-                 plot: bool = False, local: bool = True) -> Estimate:
-    """The peak resident memory of a run of ``workers`` workers computing ``steps`` gradients
-    each on the chief's ``plan`` (:func:`for_chief`), in parts (``executor.memory``).
+def run_estimate(plan: Plan, steps: int, workers: WorkerOptions, *, engine: str = "numba",
+                 data: SyntheticOptions | None = None, tables: str = "all", plot: bool = False,
+                 local: bool = True) -> Estimate:
+    """The peak resident memory of a run of ``workers`` (its N workers and R replicas to
+    aggregate) computing ``steps`` gradients each on the chief's ``plan`` (:func:`for_chief`), in
+    parts (``executor.memory``).
 
     As a synthetic run of ``workers x steps`` steps (``sim.synthetic.run_estimate``: the
     process, the tables and slots as far as those steps touch them, a step's working arrays for
-    ``engine``, no pipelining: the chief clears it, the outputs) with, on top, in ``workers``:
+    ``engine`` and the ``data``, no pipelining: the chief clears it, the outputs) with, on top, in
+    ``workers``:
     per table each worker's gradient in flight and the accumulators (``min(V, R u)`` rows; ``R``
     is ``replicas_to_aggregate``, 1 in DropStale mode), ``u`` distinct rows of a gradient, ``4 D
     + 16`` bytes a row (its values, its id and its place); and in ``history`` the record of
@@ -606,23 +500,23 @@ def run_estimate(plan: Plan, steps: int, workers: int, replicas_to_aggregate: in
     them). ``local`` False (the Ray backend): the tables and their step live in the actors."""
     from ..executor import memory
     from ..executor.memory import RunShape, step_ids
-    from ..executor.workload import parse_ids, parse_sequence_lengths
 
-    gradients = workers * max(steps, 1)
+    data = data or SyntheticOptions()
+    count = workers.workers
+    gradients = count * max(steps, 1)
     history = gradients * (GRADIENT_BYTES + TABLE_GRADIENT_BYTES * len(plan.tables))
     shape = RunShape(
-        steps=gradients, engine=engine, ids=parse_ids(ids, "ids"),
-        sequence_lengths=parse_sequence_lengths(sequence_lengths, "sequence_lengths"),
-        tables=tables, plot=plot, history=history, lazy=local)
+        steps=gradients, engine=engine, ids=data.id_distribution,
+        sequence_lengths=data.lengths, tables=tables, plot=plot, history=history, lazy=local)
     parts = memory.estimate(plan, shape)
-    aggregate = replicas_to_aggregate or 1
+    aggregate = workers.replicas or 1
     held = 0
     for table in plan.tables:
         if not table.features:
             continue
         _, unique = step_ids(plan, table, shape)
         row = 4 * table.dimension + 16
-        held += int(workers * unique * row + min(table.vocabulary, aggregate * unique) * row)
+        held += int(count * unique * row + min(table.vocabulary, aggregate * unique) * row)
     if not local:
         return Estimate(0, 0, 0, parts.process, 0, history, 0, parts.whole_state, workers=held)
     return replace(parts, workers=held)

@@ -57,6 +57,7 @@ from ..executor.core import damaged_checkpoint
 from ..executor.counter import stream_key
 from ..executor.memory import Estimate, RunShape, describe, reduce_hint
 from ..executor.plan import Plan, TablePlan
+from ..executor.prepared import Prepared
 from ..executor.rates import spec_learning_rates
 from ..executor.touched import TouchedRows, saved_state
 from ..executor.workload import (
@@ -66,8 +67,8 @@ from ..executor.workload import (
     parse_sequence_lengths,
 )
 from ..numerics import pow64
-from ..session import prepare  # the configuration prepared once (as multiworker does)
 from . import kernels
+from .options import SyntheticOptions
 from .schedules import Schedule, check_schedule_tags
 
 #: The value of dynamic tags nobody gives another (``--learning-rate``'s default).
@@ -125,6 +126,13 @@ class SyntheticData:
             kernels.teacher_basis(key, table.dimension)
             for key, table in zip(self._teachers, plan.tables, strict=True)
         ]
+
+    @classmethod
+    def of(cls, plan: Plan, seed: int, data: SyntheticOptions) -> SyntheticData:
+        """The workload of ``plan`` that ``data`` describes, seeded by ``seed``."""
+        return cls(plan, seed=seed, learning_rate=data.learning_rate, schedules=data.schedules,
+                   schedules_source=data.schedules_source, ids=data.ids,
+                   sequence_lengths=data.sequence_lengths)
 
     def stream(self, index: int) -> np.random.Generator:
         """A fresh data generator: stream 0 is the run's own (``self.rng``, worker 0's), stream
@@ -323,54 +331,36 @@ class SyntheticData:
 
 
 class SyntheticRun:
-    """A seeded synthetic training run over ``config`` (see the module docstring).
+    """A seeded synthetic training run of ``prepared`` (see the module docstring).
 
-    ``config``: a ``Prepared`` (``tpuemb_cfg.session``: nothing parsed, validated or planned
-    again) or anything ``prepare`` takes, as for ``Executor``; ``schedules``: learning-rate
-    schedules per tag (``spec_path`` names their spec file in errors). The schedules enter the
-    run's fingerprint, so ``restore`` refuses a checkpoint written with other schedules.
-    ``backend``, ``ray_address``, ``shards``: where the tables live, as for ``Executor`` (the
-    run's numbers do not depend on it, so a checkpoint resumes on either backend). ``ids`` and
-    ``sequence_lengths``: the data's id distribution and sequence lengths (``SyntheticData``).
-    ``touched`` keeps the rows the run's updates touched (``saved_state("touched")``).
+    ``prepared``: the configuration (``executor.prepared.Prepared``: nothing parsed, validated
+    or planned again); ``options`` (``RunOptions``: seed, engine, memory limit) and
+    ``placement`` (``Placement``: where the tables live; the run's numbers do not depend on it,
+    so a checkpoint resumes on either backend) as for ``Executor``; ``data``
+    (``SyntheticOptions``): the learning rate, the schedules per tag (they enter the run's
+    fingerprint, so ``restore`` refuses a checkpoint written with other schedules), the id
+    distribution and the sequence lengths. ``touched`` keeps the rows the run's updates touched
+    (``saved_state("touched")``). ``tpuemb_cfg.simulate.SyntheticRun`` takes any configuration
+    and keyword arguments.
     """
 
-    def __init__(
-        self,
-        config: Any,
-        *,
-        seed: int = 0,
-        combiners: str | Sequence[str] | Mapping[int, str] | None = None,
-        learning_rate: float | None = None,
-        schedules: Sequence[Schedule] = (),
-        spec_path: str | None = None,
-        max_memory: int | str | None = None,
-        validate_config: bool = True,
-        engine: str = "numba",
-        backend: str = "local",
-        ray_address: str | None = None,
-        shards: int | None = None,
-        ids: str | IdDistribution | None = None,
-        sequence_lengths: str | SequenceLengths | None = None,
-    ) -> None:
-        ids, sequence_lengths = (parse_ids(ids, "ids"),
-                                 parse_sequence_lengths(sequence_lengths, "sequence_lengths"))
+    def __init__(self, prepared: Prepared, options: RunOptions | None = None,
+                 placement: Placement | None = None, *,
+                 data: SyntheticOptions | None = None) -> None:
+        options, placement = options or RunOptions(), placement or Placement()
+        data = data or SyntheticOptions()
+        ids, sequence_lengths = data.id_distribution, data.lengths
         # The executor refuses tables and a step it cannot hold before it allocates them;
         # ``run`` checks the whole run (the history, the process, the outputs) before it starts.
-        options = RunOptions(seed=seed, engine=engine, max_memory=max_memory)
-        self.executor = Executor(prepare(config, combiners=combiners, check=validate_config),
-                                 options, Placement(backend, shards, ray_address))
+        self.executor = Executor(prepared, options, placement)
         self.plan = self.executor.plan
-        self.data = SyntheticData(self.plan, seed=seed, learning_rate=learning_rate,
-                                  schedules=schedules, schedules_source=spec_path, ids=ids,
-                                  sequence_lengths=sequence_lengths)
+        self.data = SyntheticData.of(self.plan, options.seed, data)
         self.seed = self.data.seed
         self.touched = TouchedRows(self.plan)
         # The run's own memory check (``run``) counts the history too; with the Ray backend the
         # tables live in the actors and this process holds the history only.
-        self.max_memory = None if backend == "ray" else units.size_argument(max_memory,
-                                                                             "max_memory")
-        self._tables_here = backend != "ray"
+        self._tables_here = placement.backend != "ray"
+        self.max_memory = options.memory_limit if self._tables_here else None
         # A custom combiner's name carries hash(fn) as TensorFlow's does, which changes from
         # process to process: it counts as "custom" so that --resume in a new process works.
         combiner_names = ["custom" if f.custom is not None else f.combiner
@@ -481,8 +471,8 @@ class SyntheticRun:
                         plot: bool = False) -> Estimate:
         """The peak resident memory of this run to ``steps`` steps, in parts
         (:func:`run_estimate` with this run's engine, data and backend)."""
-        return run_estimate(self.plan, steps, engine=self.executor.engine.name,
-                            ids=self.data.ids, sequence_lengths=self.data.sequence_lengths,
+        data = SyntheticOptions(ids=self.data.ids, sequence_lengths=self.data.sequence_lengths)
+        return run_estimate(self.plan, steps, engine=self.executor.engine.name, data=data,
                             tables=tables, checkpoints=checkpoints, plot=plot,
                             local=self._tables_here)
 
@@ -582,21 +572,21 @@ def learning_rate_summary(data: SyntheticData, history: Sequence[Mapping[str, An
 
 
 def run_estimate(plan: Plan, steps: int, *, engine: str = "numba",
-                 ids: str | IdDistribution | None = None,
-                 sequence_lengths: str | SequenceLengths | None = None, tables: str = "all",
+                 data: SyntheticOptions | None = None, tables: str = "all",
                  checkpoints: bool = False, plot: bool = False, local: bool = True) -> Estimate:
     """The peak resident memory of a synthetic run of ``plan`` to ``steps`` steps, in parts
     (``executor.memory``): the process (its libraries; ``plot``: matplotlib), the tables and
     slots as far as the run touches them (all of them when ``tables`` - what is written at the
     end - is ``all`` or there are ``checkpoints``), a step's working arrays for ``engine`` (the
-    engine in use: ``numba`` or ``numpy``) and the data (``ids``, ``sequence_lengths``), the
+    engine in use: ``numba`` or ``numpy``) and the ``data`` (its ids and sequence lengths), the
     pipelining buffers and the history (:func:`history_bytes`). ``local`` False (the Ray
     backend): the tables live in the actors, and only the process and the history count."""
     history = history_bytes(plan, steps)
+    data = data or SyntheticOptions()
     shape = RunShape(
-        steps=max(steps, 1), engine=engine, ids=parse_ids(ids, "ids"),
-        sequence_lengths=parse_sequence_lengths(sequence_lengths, "sequence_lengths"),
-        tables=tables, checkpoints=checkpoints, plot=plot, history=history, lazy=local)
+        steps=max(steps, 1), engine=engine, ids=data.id_distribution,
+        sequence_lengths=data.lengths, tables=tables, checkpoints=checkpoints, plot=plot,
+        history=history, lazy=local)
     parts = memory.estimate(plan, shape)
     if not local:
         return Estimate(0, 0, 0, parts.process, 0, history, 0, parts.whole_state)
