@@ -549,9 +549,34 @@ def _state_reader(backend: str | None) -> Callable[..., Any]:
     return map_npz if backend == "ray" else read_npz
 
 
+class _HeadersRead(Exception):
+    """The headers of an ``.npz`` file are read: stop before any array data."""
+
+
+def _npz_headers(path: str, check: Callable[[Any], object] | None = None) -> dict[str, Any]:
+    """The ``.npy`` headers of every member of ``path`` by key (``npzio.read_npz``'s checks,
+    then ``check(headers)``), without decompressing any array."""
+    from tpuemb_cfg.npzio import read_npz
+
+    found: dict[str, Any] = {}
+
+    def keep(headers: Any) -> None:
+        if check is not None:
+            check(headers)
+        found.update(headers)
+        raise _HeadersRead
+
+    try:
+        read_npz(path, check_keys=keep)
+    except _HeadersRead:
+        pass
+    return found
+
+
 def _replay(files: _ReplayFiles, combiner_args: tuple[str, ...], records: _Records, *,
             as_json: bool, quiet: bool) -> None:
     """``--batches B.npz --out O.npz``: replay the steps, write O.npz, print the summary."""
+    from tpuemb_cfg.executor.engine_choice import choose_engine
     from tpuemb_cfg.executor.replay import parse_steps, replay, require_replay_memory
     from tpuemb_cfg.npzio import atomic_write_npz, read_npz
     from tpuemb_cfg.session import prepare, with_combiner_arguments
@@ -566,14 +591,17 @@ def _replay(files: _ReplayFiles, combiner_args: tuple[str, ...], records: _Recor
         # One parse of the file: diagnostics get line:column and suppressions, then the plan.
         prepared = with_combiner_arguments(prepare(config_path), combiner_args)
         local = backend != "ray"
+        init_bytes = (sum(h.nbytes for h in _npz_headers(real[init_path]).values())
+                      if init_path is not None and local else None)
 
         def check(headers: Any) -> None:
             """From the .npy headers, before any array is decompressed: the keys, and whether
             the replay fits (--max-memory)."""
             parse_steps(headers, len(prepared.plan.features), batches_path)
             if local:
-                require_replay_memory(prepared.plan,
-                                      {key: h.nbytes for key, h in headers.items()}, limit)
+                require_replay_memory(prepared.plan, headers, limit,
+                                      engine=choose_engine(records.options.engine).name,
+                                      init_bytes=init_bytes)
 
         batches = read_npz(real[batches_path], max_bytes=limit if local else None,
                            check_keys=check)
@@ -914,7 +942,6 @@ def _replay_dry_run(files: _ReplayFiles, combiner_args: tuple[str, ...], records
     from tpuemb_cfg.executor.engine_choice import choose_engine
     from tpuemb_cfg.executor.memory import replay_estimate
     from tpuemb_cfg.executor.replay import parse_steps
-    from tpuemb_cfg.npzio import read_npz
     from tpuemb_cfg.session import prepare, with_combiner_arguments
 
     config_path, batches_path, init_path = files.config, files.batches, files.init
@@ -922,23 +949,8 @@ def _replay_dry_run(files: _ReplayFiles, combiner_args: tuple[str, ...], records
     backend = records.placement.backend
     real = _Anchored(batches_path, init_path)  # before a spec's code runs
 
-    class _Read(Exception):
-        """The headers are read: stop before any array data."""
-
     def headers_of(path: str, check: Callable[[Any], object] | None = None) -> dict[str, Any]:
-        found: dict[str, Any] = {}
-
-        def keep(headers: Any) -> None:
-            if check is not None:
-                check(headers)
-            found.update(headers)
-            raise _Read
-
-        try:
-            read_npz(real[path], check_keys=keep)
-        except _Read:
-            pass
-        return found
+        return _npz_headers(real[path], check)
 
     with real.named_as_typed():
         prepared = with_combiner_arguments(prepare(config_path), combiner_args)

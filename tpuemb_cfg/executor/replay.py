@@ -19,6 +19,7 @@ import numpy as np
 from ..errors import InputError
 from .batch import FeatureInput, check_learning_rates
 from .core import Executor, TableReport, require_memory
+from .engine_choice import choose_engine
 from .options import Placement, RunOptions
 from .plan import Plan
 from .storage import choose_backend
@@ -102,15 +103,20 @@ def parse_steps(
     return out
 
 
-def require_replay_memory(plan: Plan, sizes: Mapping[str, int], max_memory: int | None) -> None:
-    """Refuse (``UsageError``, as ``core.require_memory``) a replay whose tables, slots and step
-    (``Plan.memory_estimate``), batches (``sizes``: bytes by key, e.g. from the ``.npy`` headers
-    before the file is decompressed) and activations (as large as the gradients) exceed
-    ``max_memory`` (None: the default limit)."""
-    output_bytes = sum(size for name, size in sizes.items() if name.endswith("/grad"))
-    require_memory(plan.memory_estimate() + output_bytes + sum(sizes.values()), max_memory,
-                   counted="tables, slots, a step's working arrays, the batches and the "
-                   "activations")
+def require_replay_memory(plan: Plan, headers: Mapping[str, Any], max_memory: int | None, *,
+                          engine: str = "numba", init_bytes: int | None = None) -> None:
+    """Refuse (``UsageError``, as ``core.require_memory``) a replay whose whole-process estimate
+    (``memory.replay_estimate``: the process, tables and slots, the largest recorded step, the
+    activations kept until the output is written, the batches and ``init_bytes`` of initial
+    arrays) exceeds ``max_memory`` (None: the default limit). ``headers``: the batches' arrays
+    by key, or anything with ``shape`` and ``nbytes`` (the ``.npy`` headers, read before the
+    file is decompressed); ``engine``: the engine's name."""
+    from .memory import reduce_hint, replay_estimate
+
+    parts = replay_estimate(plan, headers, engine=engine, init_bytes=init_bytes)
+    require_memory(parts.total, max_memory, process=parts.process,
+                   counted="the process, tables, slots, a step's working arrays, the batches "
+                   "and the activations", reduce=reduce_hint(parts, tables="all"))
 
 
 def replay(
@@ -143,9 +149,10 @@ def replay(
     batches_source, init_source = sources
     if choose_backend(placement.backend).in_process:
         require_replay_memory(
-            prepared.plan,
-            {name: int(np.asarray(value).nbytes) for name, value in batches.items()},
-            options.memory_limit)
+            prepared.plan, {name: np.asarray(value) for name, value in batches.items()},
+            options.memory_limit, engine=choose_engine(options.engine).name,
+            init_bytes=(sum(int(np.asarray(v).nbytes) for v in init.values())
+                        if init is not None else None))
         # Checked above, with the inputs and outputs counted too.
         options = replace(options, max_memory=None, check_memory=False)
     executor = Executor(prepared, options, placement, initial_state=init,
