@@ -7,8 +7,8 @@ Two engines compute the same step (spec ``optimizers.md``) behind one interface 
   per-row pipeline of spec section 6 fused into one pass over each touched row, for every
   optimizer the executor supports). The two give the same bits (docs/numerics.md,
   tests/test_engine_equivalence.py).
-- ``numpy``: ``engines.numpy`` and the optimizers of ``optimizers``, plain NumPy, the readable
-  reference;
+- ``numpy``: ``engines.numpy`` and the optimizers' NumPy updates (``tpuemb_cfg.algorithms``),
+  plain NumPy, the readable reference.
 
 ``get_engine("numba")`` imports numba only then (``import tpuemb_cfg`` and ``tpuemb validate``
 never do); when the numba engine cannot be imported (numba missing, or ``NUMBA_DISABLE_JIT`` set:
