@@ -163,8 +163,8 @@ def _stream_row(typingctx: Any, out: Any, row: Any, values: Any) -> Any:
 
     Why: a plain store of a line that is not cached reads it from memory first, so writing an
     output costs a read and a write; the streaming copy the step's memory-traffic limit is
-    measured with (``np.copyto`` of 64 MB) writes this way too. On the anchor workload the
-    forward pass takes a quarter less time.
+    measured with (``np.copyto`` of 64 MB) writes this way too. ``docs/performance.md`` gives
+    the forward pass's measured gain.
     """
     signature = types.void(out, types.intp, values)
 
