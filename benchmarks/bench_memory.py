@@ -19,14 +19,14 @@ tables, features, bag sizes, combiners and optimizers stay the model's):
   ``models/dlrm_criteo_1_16.pbtxt`` (whole), ``models/dlrm_criteo.py`` (Model Garden DLRM, the 8
   tables it puts on the TPU, at 1/64 of the vocabularies and 1/2 of the batch) and
   ``models/dcnv2_mlperf.py`` (keras-rs MLPerf DLRM-DCNv2 multi-hot for a v6e-16, 1/256, 1/8);
-- the configurations issue 22 names, rebuilt from their public code: Model Garden's DLRM with all
+- published models' configurations, rebuilt from their public code: Model Garden's DLRM with all
   26 tables on the TPU (``dlrm_criteo.py`` with ``size_threshold`` 0, 1/64, 1/2); keras-rs'
   MLPerf DCN-v2 for a v6e-32 (``examples/ml_perf/configs/v6e_32_full_dataset.py``: the v6e-16
   model on 8 hosts of 4 chips, 512 samples a chip; 1/64, 1/2); keras-rs' SASRec
   (``examples/sas_rec.py``: one item table of MovieLens-1M's 3,953 ids, dimension 50, Keras 3
   ``Adam(0.001, beta_2=0.98)``, the input, positive and negative sequences of 200 positions, 128
   a batch, lengths geometric of mean 120 cut at 200); non-lazy Adam with pipelining (the
-  case of a whole table's pre-update copy kept between steps); and issue 16's configuration (a
+  case of a whole table's pre-update copy kept between steps); and a step-heavy configuration (a
   1,000-row table looked up at 2.56 million positions a step: the step's arrays dominate);
 - the options that change what a run holds, on the 8-table DLRM: ``--tables all``, ``--ids
   uniform``, ``--checkpoint-every``, ``--plot`` with ``--save-batches``;
@@ -117,7 +117,7 @@ pipeline_execution_with_tensor_core = True
 '''
 
 ISSUE16 = """\
-# Issue 16: a small table looked up at 2.56 million positions a step (one id each).
+# A small table looked up at 2.56 million positions a step (one id each).
 table_descriptor { name: "t" vocabulary_size: 1000 dimension: 128
   optimization_parameters { adagrad { } learning_rate { constant: 0.1 } } }
 mode: TRAINING num_hosts: 1 num_tensor_cores: 128

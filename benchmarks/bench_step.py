@@ -1,9 +1,9 @@
 """The whole training step a user runs: tpuemb against TensorFlow's and PyTorch's, side by side.
 
-The workload (the anchor of issues 8 and 14): a 1,000,000 x 64 float32 table, 65,536 ids per
-step drawn Zipf(1.05) through a seeded permutation of the vocabulary (about 21,700 unique), one
-id per bag, ``sum`` combiner, a random [65,536, 64] activation gradient. Every contender runs
-the whole step and returns the activations:
+The anchor workload: a 1,000,000 x 64 float32 table, 65,536 ids per step drawn Zipf(1.05)
+through a seeded permutation of the vocabulary (about 21,700 unique), one id per bag, ``sum``
+combiner, a random [65,536, 64] activation gradient. Every contender runs the whole step and
+returns the activations:
 
 - tpuemb: ``Executor(config).step(batch)`` with the default engine, through ``tpuemb_cfg.bench
   .run`` (which also times the update alone, the naive NumPy update and the memory-traffic

@@ -12,7 +12,7 @@ clipping), then times, best of ``--repeat`` runs each:
 * ``tpuemb validate`` of a small file as a subprocess (start-up time, what a pre-commit hook pays),
   and whether it imported NumPy.
 
-The issue asks for ``validate / parse < 2``. Run: ``python benchmarks/bench_validate.py``.
+The target is ``validate / parse < 2``. Run: ``python benchmarks/bench_validate.py``.
 This is not a test; it prints figures.
 """
 

@@ -1,4 +1,4 @@
-"""Benchmark: the peak memory of `tpuemb validate` as a multiple of the file's size (issue 21).
+"""Benchmark: the peak memory of `tpuemb validate` as a multiple of the file's size.
 
 Generates text configurations in several layouts, then runs ``tpuemb validate -f FORMAT FILE``
 in a child process that reports its own high-water mark (``VmHWM`` of ``/proc/self/status``,
@@ -16,10 +16,10 @@ for an empty file (the interpreter and the imports), and prints it with the wall
 * ``dynamic``: one line per table, every table with a dynamic learning rate;
 * ``legacy``: legacy style (``num_features`` per table), TensorFlow's layout.
 
-The issue asks for less than 10 times the file. Run
+The target is less than 10 times the file. Run
 ``python benchmarks/bench_validate_memory.py --tables 100000 --layout tensorflow``; ``--tables``
-scales every layout (``--tables 1000000 --layout one-line`` is a 312 MB file: about 4 minutes
-and 1.7 GB). This is not a test; it prints figures.
+scales every layout (``--tables 1000000 --layout one-line`` is a 312 MB file: minutes of
+work). This is not a test; it prints figures.
 """
 
 from __future__ import annotations

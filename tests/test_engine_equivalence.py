@@ -345,16 +345,15 @@ def test_simulate_cli_engine_numba(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 
     from tpuemb_cfg.cli import main
     from tpuemb_cfg.executor import core
-    from tpuemb_cfg.executor.engine_choice import choose_engine
 
     used: list[str] = []
 
     def spy(name: Any = "numpy") -> Engine:
-        engine = choose_engine(name)
+        engine = get_engine(name)
         used.append(engine.name)
         return engine
 
-    monkeypatch.setattr(core, "choose_engine", spy)
+    monkeypatch.setattr(core, "get_engine", spy)
 
     case = CASES_ROOT / "tf" / "13_three_tables_shared_tags"
     require_data(case)

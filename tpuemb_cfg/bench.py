@@ -358,10 +358,10 @@ def _warm_up(engine: str, optimizer: str) -> tuple[str, str | None, float, bool]
     """Load the engine and every kernel the benchmark uses on a tiny problem; return the
     engine's name, its fallback note, the seconds it took (numba's import and the kernels'
     compilation or cache load) and whether any kernel had to be compiled."""
-    from .executor.engine_choice import choose_engine
+    from .executor.engines import get_engine
 
     start = time.perf_counter()
-    chosen = choose_engine(engine)
+    chosen = get_engine(engine)
     compiled = False
     if chosen.name == "numba":
         from numba.core.registry import CPUDispatcher

@@ -21,8 +21,7 @@ import numpy as np
 
 from .errors import UsageError
 from .executor import core
-from .executor.engine_choice import choose_engine
-from .executor.engines import Engine
+from .executor.engines import Engine, choose_engine
 from .executor.local import StorageFactory, custom_backend
 from .executor.options import Placement, RunOptions
 from .executor.plan import Plan

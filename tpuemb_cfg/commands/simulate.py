@@ -838,7 +838,7 @@ def _dry_run(prepared: Prepared, request: _Request, records: _Records,
     """``--dry-run``: what the run would do and need, printed; nothing runs or is written.
     ``workers``: a multi-worker run's options (its estimate is the chief's, with the workers'
     gradients in flight and accumulators)."""
-    from tpuemb_cfg.executor.engine_choice import choose_engine
+    from tpuemb_cfg.executor.engines import choose_engine
     from tpuemb_cfg.executor.memory import RunShape, step_ids
     from tpuemb_cfg.sim.synthetic import SyntheticData, run_estimate
 
@@ -939,7 +939,7 @@ def _replay_dry_run(files: _ReplayFiles, combiner_args: tuple[str, ...], records
                     as_json: bool) -> None:
     """``--batches B.npz --dry-run``: the replay's plan and memory estimate from the batches'
     ``.npy`` headers (no array is decompressed); nothing runs or is written."""
-    from tpuemb_cfg.executor.engine_choice import choose_engine
+    from tpuemb_cfg.executor.engines import choose_engine
     from tpuemb_cfg.executor.memory import replay_estimate
     from tpuemb_cfg.executor.replay import parse_steps
     from tpuemb_cfg.session import prepare, with_combiner_arguments

@@ -6,9 +6,10 @@ runs a whole replay-contract input (the arrays of ``tpuemb simulate CONFIG --bat
 Both take a configuration prepared once by ``tpuemb_cfg.session.prepare`` (parse, validate,
 ``plan``) and the option records ``RunOptions`` and ``Placement`` (``options``); the public
 ``tpuemb_cfg.simulate.Executor``/``replay`` take any configuration. The tables live in a
-storage backend chosen by name (``storage.BACKENDS``). The hot loops live in
-``engines`` (``numpy``, ``numba``), the per-row optimizers in ``optimizers``, the wrapping
-pipeline of spec section 6 in ``pipeline``, and the tables and slots behind ``storage``.
+storage backend chosen by name (``storage.BACKENDS``). The hot loops live in ``engines``
+(``numpy``, ``numba``), the per-row optimizers in ``tpuemb_cfg.algorithms`` (by name:
+``optimizers``), the wrapping pipeline of spec section 6 in ``pipeline``, and the tables and
+slots behind ``storage``.
 """
 
 from __future__ import annotations

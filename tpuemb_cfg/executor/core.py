@@ -39,8 +39,7 @@ from .batch import (
 )
 from .batch import key as batch_key
 from .custom import combine_custom, custom_gains, note_fallback
-from .engine_choice import choose_engine
-from .engines import Engine
+from .engines import Engine, get_engine
 from .fused import TableInput, backprop_tables, forward_backprop, identity, stacked, update_table
 from .optimizers import UpdateContext
 from .options import Placement, RunOptions
@@ -213,7 +212,7 @@ class Executor:
                 "bytes, a message or a compiled spec")
         options = options if options is not None else RunOptions()
         placement = placement if placement is not None else Placement()
-        self.engine: Engine = choose_engine(options.engine)
+        self.engine: Engine = get_engine(options.engine)
         self.prepared: Prepared = prepared
         self.config = prepared.config
         self.plan: Plan = prepared.plan

@@ -264,7 +264,7 @@ def _unique(shape: RunShape, vocabulary: int, ids: float) -> float:
 def numba_available() -> bool:
     """Whether numba can be imported and runs compiled (``NUMBA_DISABLE_JIT`` unset), without
     importing it: then a synthetic run loads it whatever the engine."""
-    from .engine_choice import jit_disabled
+    from .engines.availability import jit_disabled
 
     return importlib.util.find_spec("numba") is not None and not jit_disabled()
 

@@ -190,7 +190,7 @@ def expand_partial(plan: Plan, given: Mapping[str, Any], seed: int, source: str 
                    strict: bool = False) -> dict[str, Any]:
     """``given`` with every partial table (and each array of it) made whole: array-likes whose
     row blocks are computed when read (the seed's defaults, the given rows over them). For a
-    storage that reads whole arrays by blocks of rows (``ray_storage``)."""
+    storage that reads whole arrays by blocks of rows (``backends.ray.storage``)."""
     rest, partial = split_partial(plan, given, source, strict)
     for part in partial.values():
         table = part.table

@@ -6,7 +6,7 @@ parameters (spec 6.1-6.4)::
     G = min(max(G, g_lower), g_upper)          6.1 gradient clipping (an absent bound: none)
     w = w - d * w                              6.2 weight decay, d = weight_decay_factor
                                                    (times lr when multiply_..._by_learning_rate)
-    w, state = update(w, state, G, lr, hyper)  6.3 the optimizer (``optimizers``)
+    w, state = update(w, state, G, lr, hyper)  6.3 the optimizer (``tpuemb_cfg.algorithms``)
     w = min(max(w, w_lower), w_upper)          6.4 weight clipping
 
 Clipping and decay wrap the optimizer here instead of living inside each one.

@@ -58,13 +58,9 @@ def _compiled(elements: int) -> Any:
     (a new process's first small step would pay that)."""
     if elements < (_SMALL if "numba" in sys.modules else _NUMPY_BLOCK_ELEMENTS):
         return None
-    from .engine_choice import jit_disabled
-
-    if jit_disabled():  # numba's kernels would run as Python: NumPy computes the same bits
-        return None
     try:
         from .engines import numba_init
-    except ImportError:
+    except ImportError:  # numba missing or NUMBA_DISABLE_JIT set (engines.availability)
         return None
     return numba_init
 

@@ -34,7 +34,7 @@ in without touching the step. The interface (:class:`Storage`):
     (checkpoint export).
 ``load(arrays)``
     replace every table and slot by ``arrays`` (state-file keys, checked by
-    ``state.initial_state``; checkpoint import).
+    ``initial.initial_state``; checkpoint import).
 ``close()``
     release what the storage holds outside this process (nothing for a local one).
 
@@ -208,7 +208,7 @@ def rows_of(whole: np.ndarray, rows: np.ndarray, engine: Engine) -> np.ndarray:
 class LocalStorage:
     """Every table and slot as a NumPy array of this process, worked on by ``engine``.
 
-    ``arrays``: the state-file keys of ``state.initial_state`` (the arrays are kept, not copied).
+    ``arrays``: the state-file keys of ``initial.initial_state`` (the arrays are kept, not copied).
     Default rows still pending there (``initial_state(lazy=True)``) are computed when first
     read or written (a gather, an update, ``local``) or exported (``arrays``), so a run that
     touches a small part of a large table never computes the rest until it writes the table.

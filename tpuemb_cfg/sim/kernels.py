@@ -66,11 +66,7 @@ ZIPF_EXPONENT = 1.1
 @functools.cache
 def compiled() -> Any:
     """The compiled kernels (``executor.engines.numba_sim``), or None without numba (or with
-    ``NUMBA_DISABLE_JIT``: ``executor.engine_choice``)."""
-    from ..executor.engine_choice import jit_disabled
-
-    if jit_disabled():
-        return None
+    ``NUMBA_DISABLE_JIT``: ``executor.engines.availability``)."""
     try:
         from ..executor.engines import numba_sim
     except ImportError:

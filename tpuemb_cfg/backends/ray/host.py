@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from ...executor import state
-from ...executor.engine_choice import choose_engine
+from ...executor.engines import get_engine
 from ...executor.optimizers import UpdateContext
 from ...executor.pipeline import RowPipeline
 from ...executor.plan import Plan, TablePlan
@@ -221,7 +221,7 @@ class Shard:
         self.layouts = {t.name: TableLayout(t.vocabulary, hosts, plan.mod_sharding)
                         for t in plan.tables}
         self._tables = {t.name: t for t in plan.tables}
-        self.engine = choose_engine(engine)
+        self.engine = get_engine(engine)
         if threads is not None and self.engine.name == "numba":
             import numba
 

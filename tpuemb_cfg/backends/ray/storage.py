@@ -190,7 +190,7 @@ class ActorOptions:
 class RayStorage:
     """Every table and slot of ``plan``, each host's rows in its own Ray actor (a ``Storage``).
 
-    ``given``: initial arrays by state-file key (checked like ``state.initial_state``: an
+    ``given``: initial arrays by state-file key (checked like ``executor.initial.initial_state``: an
     unknown key, a wrong dtype - ``strict``: anything but float32 - or a wrong shape raises
     ``InputError`` naming ``source``); the hosts initialise the others from ``seed``.
     ``actors``: the number, memory limit, cluster and threads of the host actors

@@ -7,13 +7,14 @@ Two engines compute the same step (spec ``optimizers.md``) behind one interface 
   per-row pipeline of spec section 6 fused into one pass over each touched row, for every
   optimizer the executor supports). The two give the same bits (docs/numerics.md,
   tests/test_engine_equivalence.py).
-- ``numpy``: ``engines.numpy`` and the optimizers of ``optimizers``, plain NumPy, the readable
-  reference;
+- ``numpy``: ``engines.numpy`` and the optimizers' NumPy updates (``tpuemb_cfg.algorithms``),
+  plain NumPy, the readable reference.
 
 ``get_engine("numba")`` imports numba only then (``import tpuemb_cfg`` and ``tpuemb validate``
-never do); when the numba engine cannot be imported it warns once per process
-(``RuntimeWarning``: why, and how to fix it) and returns the NumPy engine, whose ``name`` says
-``numpy`` and whose ``fallback`` holds the message.
+never do); when the numba engine cannot be imported (numba missing, or ``NUMBA_DISABLE_JIT`` set:
+``engines.availability``) it warns once per process (``RuntimeWarning``: why, and how to fix
+it) and returns the NumPy engine, whose ``name`` says ``numpy`` and whose ``fallback`` holds the
+message.
 """
 
 from __future__ import annotations
@@ -23,10 +24,14 @@ import warnings
 from dataclasses import replace
 
 from ...errors import UsageError
+from .availability import NumbaUnavailable, jit_disabled
 from .base import Engine
 from .numpy import ENGINE as NUMPY
 
-__all__ = ["DEFAULT_ENGINE", "ENGINES", "NUMPY", "Engine", "get_engine", "warn_once"]
+__all__ = [
+    "DEFAULT_ENGINE", "ENGINES", "NUMPY", "Engine", "choose_engine", "get_engine", "jit_disabled",
+    "warn_once",
+]
 
 ENGINES = ("numba", "numpy")
 DEFAULT_ENGINE = "numba"
@@ -47,8 +52,8 @@ def get_engine(name: str | Engine = DEFAULT_ENGINE) -> Engine:
     returned as is.
 
     Raises ``UsageError`` for an unknown name. ``numba`` without an importable numba engine
-    warns (``RuntimeWarning``, the first time in the process) and returns the NumPy engine with
-    ``fallback`` set.
+    (numba missing, or ``NUMBA_DISABLE_JIT`` set) warns (``RuntimeWarning``, the first time in
+    the process) and returns the NumPy engine with ``fallback`` set.
     """
     if isinstance(name, Engine):
         return name
@@ -59,7 +64,7 @@ def get_engine(name: str | Engine = DEFAULT_ENGINE) -> Engine:
     try:
         module = importlib.import_module(f"{__name__}.numba")
     except ImportError as exc:
-        reason = (
+        reason = str(exc) if isinstance(exc, NumbaUnavailable) else (
             f"the numba engine needs numba, which cannot be imported ({exc}); running the "
             "NumPy engine instead (same results, slower); install it with "
             "`pip install numba` or choose --engine numpy to silence this"
@@ -68,3 +73,6 @@ def get_engine(name: str | Engine = DEFAULT_ENGINE) -> Engine:
         return replace(NUMPY, requested="numba", fallback=reason)
     engine: Engine = module.ENGINE
     return engine
+
+
+choose_engine = get_engine  # the same function, under the name the commands call it by

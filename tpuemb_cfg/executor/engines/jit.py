@@ -1,7 +1,9 @@
 """numba, imported with the project's cache directory, and the helpers every kernel module uses.
 
 Every compiled module imports ``njit`` from here, never from numba directly, so the cache
-directory below is in place before the first kernel is decorated:
+directory below is in place before the first kernel is decorated, and importing any of them
+raises ``ImportError`` when numba is missing or ``NUMBA_DISABLE_JIT`` is set
+(``engines.availability``):
 
 - **Cache directory.** Kernels are compiled with ``cache=True``; numba would write the cache
   next to the source, which fails silently in a read-only install (site-packages of a system
@@ -32,6 +34,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
+from .availability import JIT_DISABLED_REASON, NumbaUnavailable, jit_disabled
+
 __all__ = [
     "STREAMING", "STREAM_LANES", "bits_float", "cache_dir", "float_bits", "njit", "popcount",
     "prefetch", "prefetch_once", "store_fence", "stream_row", "threads",
@@ -47,6 +51,9 @@ def cache_dir() -> Path:
     return Path(base) / "tpuemb" / "numba"
 
 
+if jit_disabled():  # the environment says so: numba is not imported just to look
+    raise NumbaUnavailable(JIT_DISABLED_REASON)
+
 _USER_SET_CACHE = bool(os.environ.get("NUMBA_CACHE_DIR"))
 if not _USER_SET_CACHE:
     os.environ["NUMBA_CACHE_DIR"] = str(cache_dir())
@@ -56,6 +63,9 @@ from llvmlite import ir  # noqa: E402
 from numba import config, njit, types  # noqa: E402
 from numba.core import cgutils  # noqa: E402
 from numba.extending import intrinsic  # noqa: E402
+
+if jit_disabled():  # numba's configuration says so (``.numba_config.yaml``)
+    raise NumbaUnavailable(JIT_DISABLED_REASON)
 
 if not _USER_SET_CACHE:
     # numba may have been imported before us and read its configuration without the variable;
@@ -153,8 +163,8 @@ def _stream_row(typingctx: Any, out: Any, row: Any, values: Any) -> Any:
 
     Why: a plain store of a line that is not cached reads it from memory first, so writing an
     output costs a read and a write; the streaming copy the step's memory-traffic limit is
-    measured with (``np.copyto`` of 64 MB) writes this way too. On the anchor workload the
-    forward pass takes a quarter less time.
+    measured with (``np.copyto`` of 64 MB) writes this way too. ``docs/performance.md`` gives
+    the forward pass's measured gain.
     """
     signature = types.void(out, types.intp, values)
 

@@ -3,9 +3,9 @@
 Import this module only through ``tpuemb_cfg.executor.engines.get_engine``: it imports numba at
 the top, and ``import tpuemb_cfg`` and ``tpuemb validate`` must never pay for that.
 
-Every kernel computes what its namesake in ``engines.numpy`` (or the optimizer in ``optimizers``)
-computes, in float32, in the same order of operations, so the two engines give the same bits
-(docs/numerics.md):
+Every kernel computes what its namesake in ``engines.numpy`` (or the optimizer's NumPy update in
+``tpuemb_cfg.algorithms``) computes, in float32, in the same order of operations, so the two
+engines give the same bits (docs/numerics.md):
 
 - ``deduplicate``: a bitmap of the ids when they are below 256 times their count, else an
   open-addressing hash table of the ids, then a radix sort of the *unique* ids only; either
