@@ -21,7 +21,7 @@ import numpy as np
 
 from .errors import UsageError
 from .executor import core
-from .executor.engines import Engine, choose_engine
+from .executor.engines import Engine, get_engine
 from .executor.local import StorageFactory, custom_backend
 from .executor.options import Placement, RunOptions
 from .executor.plan import Plan
@@ -87,7 +87,7 @@ class Executor(core.Executor):
         placement = _placement(backend, shards, ray_address, storage)
         options = RunOptions(seed=seed, max_memory=max_memory, check_memory=check_memory,
                              report=report)
-        options = replace(options, engine=choose_engine(engine))
+        options = replace(options, engine=get_engine(engine))
         super().__init__(prepare(config, combiners=combiners, check=validate_config), options,
                          placement, initial_state=initial_state, state_source=state_source,
                          strict=strict)

@@ -576,7 +576,7 @@ def _npz_headers(path: str, check: Callable[[Any], object] | None = None) -> dic
 def _replay(files: _ReplayFiles, combiner_args: tuple[str, ...], records: _Records, *,
             as_json: bool, quiet: bool) -> None:
     """``--batches B.npz --out O.npz``: replay the steps, write O.npz, print the summary."""
-    from tpuemb_cfg.executor.engine_choice import choose_engine
+    from tpuemb_cfg.executor.engines import get_engine
     from tpuemb_cfg.executor.replay import parse_steps, replay, require_replay_memory
     from tpuemb_cfg.npzio import atomic_write_npz, read_npz
     from tpuemb_cfg.session import prepare, with_combiner_arguments
@@ -600,7 +600,7 @@ def _replay(files: _ReplayFiles, combiner_args: tuple[str, ...], records: _Recor
             parse_steps(headers, len(prepared.plan.features), batches_path)
             if local:
                 require_replay_memory(prepared.plan, headers, limit,
-                                      engine=choose_engine(records.options.engine).name,
+                                      engine=get_engine(records.options.engine).name,
                                       init_bytes=init_bytes)
 
         batches = read_npz(real[batches_path], max_bytes=limit if local else None,
@@ -838,14 +838,14 @@ def _dry_run(prepared: Prepared, request: _Request, records: _Records,
     """``--dry-run``: what the run would do and need, printed; nothing runs or is written.
     ``workers``: a multi-worker run's options (its estimate is the chief's, with the workers'
     gradients in flight and accumulators)."""
-    from tpuemb_cfg.executor.engines import choose_engine
+    from tpuemb_cfg.executor.engines import get_engine
     from tpuemb_cfg.executor.memory import RunShape, step_ids
     from tpuemb_cfg.sim.synthetic import SyntheticData, run_estimate
 
     plan = prepared.plan
     steps, backend = request.steps, records.placement.backend
     local = backend != "ray"
-    engine = choose_engine(records.options.engine).name
+    engine = get_engine(records.options.engine).name
     run_info: dict[str, Any] = {}
     if workers is None:
         estimate = run_estimate(plan, steps, engine=engine, data=records.data,
@@ -881,7 +881,7 @@ def _dry_run(prepared: Prepared, request: _Request, records: _Records,
 def _workers_plan(prepared: Prepared, request: _Request, records: _Records,
                   workers: dict[str, Any]) -> tuple[Any, Any, dict[str, Any]]:
     """A multi-worker ``--dry-run``'s plan (the chief's), memory estimate and run lines."""
-    from tpuemb_cfg.executor.engine_choice import choose_engine
+    from tpuemb_cfg.executor.engines import get_engine
     from tpuemb_cfg.sim import multiworker
     from tpuemb_cfg.sim.options import WorkerOptions
 
@@ -891,7 +891,7 @@ def _workers_plan(prepared: Prepared, request: _Request, records: _Records,
     several = WorkerOptions(count, None if stale is not None
                             else workers.get("replicas_to_aggregate"), stale)
     estimate = multiworker.run_estimate(
-        plan, request.steps, several, engine=choose_engine(records.options.engine).name,
+        plan, request.steps, several, engine=get_engine(records.options.engine).name,
         data=records.data, tables=request.tables, plot=request.plot is not None,
         local=records.placement.backend != "ray")
     run_info: dict[str, Any] = {"workers": count, "mode": several.mode}
@@ -939,7 +939,7 @@ def _replay_dry_run(files: _ReplayFiles, combiner_args: tuple[str, ...], records
                     as_json: bool) -> None:
     """``--batches B.npz --dry-run``: the replay's plan and memory estimate from the batches'
     ``.npy`` headers (no array is decompressed); nothing runs or is written."""
-    from tpuemb_cfg.executor.engines import choose_engine
+    from tpuemb_cfg.executor.engines import get_engine
     from tpuemb_cfg.executor.memory import replay_estimate
     from tpuemb_cfg.executor.replay import parse_steps
     from tpuemb_cfg.session import prepare, with_combiner_arguments
@@ -959,7 +959,7 @@ def _replay_dry_run(files: _ReplayFiles, combiner_args: tuple[str, ...], records
                              lambda h: parse_steps(h, len(plan.features), batches_path))
         init_bytes = (sum(h.nbytes for h in headers_of(init_path).values())
                       if init_path is not None else None)
-    engine = choose_engine(records.options.engine).name
+    engine = get_engine(records.options.engine).name
     estimate = replay_estimate(plan, headers, engine=engine, init_bytes=init_bytes)
     if backend == "ray":  # the tables and their steps live in the actors
         from dataclasses import replace

@@ -19,7 +19,7 @@ import numpy as np
 from ..errors import InputError
 from .batch import FeatureInput, check_learning_rates
 from .core import Executor, TableReport, require_memory
-from .engine_choice import choose_engine
+from .engines import get_engine
 from .options import Placement, RunOptions
 from .plan import Plan
 from .storage import choose_backend
@@ -150,7 +150,7 @@ def replay(
     if choose_backend(placement.backend).in_process:
         require_replay_memory(
             prepared.plan, {name: np.asarray(value) for name, value in batches.items()},
-            options.memory_limit, engine=choose_engine(options.engine).name,
+            options.memory_limit, engine=get_engine(options.engine).name,
             init_bytes=(sum(int(np.asarray(v).nbytes) for v in init.values())
                         if init is not None else None))
         # Checked above, with the inputs and outputs counted too.

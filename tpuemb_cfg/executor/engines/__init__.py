@@ -29,7 +29,7 @@ from .base import Engine
 from .numpy import ENGINE as NUMPY
 
 __all__ = [
-    "DEFAULT_ENGINE", "ENGINES", "NUMPY", "Engine", "choose_engine", "get_engine", "jit_disabled",
+    "DEFAULT_ENGINE", "ENGINES", "NUMPY", "Engine", "get_engine", "jit_disabled",
     "warn_once",
 ]
 
@@ -75,4 +75,3 @@ def get_engine(name: str | Engine = DEFAULT_ENGINE) -> Engine:
     return engine
 
 
-choose_engine = get_engine  # the same function, under the name the commands call it by
