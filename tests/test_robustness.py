@@ -607,3 +607,31 @@ def test_library_without_protobuf_says_so() -> None:
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("the protobuf package is not installed in this Python")
+
+
+def test_a_signal_inside_an_import_exits_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A first Ctrl-C that lands in the import system (e.g. the module lock's weakref callback,
+    where a raised KeyboardInterrupt would be printed as "Exception ignored" with a traceback)
+    ends the command at once with the one line; anywhere else it unwinds."""
+    from tpuemb_cfg import _interrupt
+
+    class Exited(Exception):
+        pass
+
+    def fake_exit(signum: int | None = None, frame: object = None) -> None:
+        raise Exited(signum)
+
+    namespace: dict[str, object] = {}
+    exec(compile("import sys\nframe = sys._getframe()", "<frozen importlib._bootstrap>", "exec"),
+         namespace)
+    previous = {n: signal.getsignal(n) for n in _interrupt.SIGNALS}
+    monkeypatch.setattr(_interrupt, "exit_now", fake_exit)
+    try:
+        with pytest.raises(Exited) as info:
+            _interrupt.raise_once(signal.SIGINT, namespace["frame"])
+        assert info.value.args == (signal.SIGINT,)
+        with pytest.raises(KeyboardInterrupt):
+            _interrupt.raise_once(signal.SIGINT, sys._getframe())
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)

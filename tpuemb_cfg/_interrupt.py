@@ -68,10 +68,22 @@ def exit_now(signum: int | None = None, frame: Any = None) -> NoReturn:
     os._exit(status(number))
 
 
+def in_import_machinery(frame: Any) -> bool:
+    """Whether ``frame`` (where a signal arrived) runs Python's import system. An exception
+    raised there can land in a callback the interpreter calls itself (the module lock's weakref
+    callback), which prints it as "Exception ignored ..." with a traceback and goes on."""
+    code = getattr(frame, "f_code", None)
+    return code is not None and code.co_filename.startswith("<frozen importlib")
+
+
 def raise_once(signum: int, frame: Any) -> None:
     """The first signal of a running command unwinds (``KeyboardInterrupt``, or
-    :class:`Terminated` for SIGTERM and SIGHUP); later ones exit at once."""
+    :class:`Terminated` for SIGTERM and SIGHUP); later ones exit at once, and so does a first
+    one that arrives inside the import system (:func:`in_import_machinery`: an import writes
+    nothing, and :func:`exit_now` removes the temporary files)."""
     install(exit_now)
+    if in_import_machinery(frame):
+        exit_now(signum, frame)
     if signum == signal.SIGINT:
         raise KeyboardInterrupt
     raise Terminated(signum)
