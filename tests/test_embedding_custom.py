@@ -23,8 +23,7 @@ from tpuemb_cfg.embedding import (
     TableConfig,
     build_config,
 )
-from tpuemb_cfg.executor.optimizers import get
-from tpuemb_cfg.executor.optimizers.base import NoHyper, NoState, UpdateContext
+from tpuemb_cfg.executor.optimizers import NoHyper, NoState, UpdateContext, get
 
 RNG = np.random.default_rng(13)
 ROWS = RNG.normal(size=(5, 4)).astype(np.float32)
