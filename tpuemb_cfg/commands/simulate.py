@@ -618,8 +618,10 @@ def _replay(files: _ReplayFiles, combiner_args: tuple[str, ...], records: _Recor
 
     with _host_lost("a replay writes nothing before its end: run it again"), \
             real.named_as_typed():
+        # The memory was checked from the .npy headers above, before any array was read.
+        options = replace(records.options, check_memory=False) if local else records.options
         out = replay(
-            prepared, batches, init, options=records.options,
+            prepared, batches, init, options=options,
             placement=records.placement, sources=(batches_path, init_path),
             on_step=record,
         )

@@ -134,9 +134,10 @@ def replay(
     ``prepared``: the configuration (a ``Prepared``, ``tpuemb_cfg.session.prepare``; nothing is
     parsed or planned again; ``tpuemb_cfg.simulate.replay`` takes a path or a message).
     ``options``/``placement``: as for ``Executor`` (``RunOptions``, ``Placement``). With tables
-    in this process, ``max_memory`` refuses (``UsageError``) a replay whose state (estimated
-    from the plan), inputs and activations would need more bytes (default: 80% of the memory
-    available); with the Ray backend it is each host actor's limit, and the returned tables
+    in this process, ``max_memory`` refuses (``UsageError``) a replay whose whole-process
+    estimate (``require_replay_memory``) exceeds it (default: 80% of the memory available;
+    ``check_memory=False``: the caller has checked, e.g. from the ``.npy`` headers); with the
+    Ray backend it is each host actor's limit, and the returned tables
     and slots are live ``ShardedArray`` views (``npzio.atomic_write_npz`` streams them host by
     host) valid while the Ray session lasts. ``sources``: the files ``batches`` and ``init``
     were read from, named in errors. Arrays must have the contract's dtypes exactly (int64 ids,
@@ -147,7 +148,7 @@ def replay(
     options = options if options is not None else RunOptions()
     placement = placement if placement is not None else Placement()
     batches_source, init_source = sources
-    if choose_backend(placement.backend).in_process:
+    if choose_backend(placement.backend).in_process and options.check_memory:
         require_replay_memory(
             prepared.plan, {name: np.asarray(value) for name, value in batches.items()},
             options.memory_limit, engine=get_engine(options.engine).name,
