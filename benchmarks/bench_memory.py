@@ -205,6 +205,16 @@ def spec_file(name: str, folder: Path) -> Path:
     return path
 
 
+def dry_run(name: str, arguments: list[str]) -> dict[str, Any]:
+    """What ``tpuemb simulate ARGUMENTS --dry-run --json`` plans (its estimate), or exit."""
+    planned = subprocess.run([*TPUEMB, "simulate", *arguments, "--dry-run", "--json"],
+                             capture_output=True, text=True, check=False)
+    if planned.returncode:
+        raise SystemExit(f"{name}: --dry-run failed:\n{planned.stderr.strip()}")
+    result: dict[str, Any] = json.loads(planned.stdout)
+    return result
+
+
 def run_alone(command: list[str], folder: Path) -> tuple[int, int, str, str]:
     """Run ``command``; return its exit status, its peak resident memory in bytes (``wait4``:
     this child's own ``ru_maxrss``), its stdout and its stderr."""
@@ -224,11 +234,7 @@ def measure(name: str, engine: str, folder: Path) -> dict[str, Any]:
     out = folder / f"{name}-out"
     common = [str(spec), "--steps", str(steps), "--engine", engine, "--out-dir", str(out),
               "-q", *(option.format(folder=folder) for option in extra)]
-    planned = subprocess.run([*TPUEMB, "simulate", *common, "--dry-run", "--json"],
-                             capture_output=True, text=True, check=False)
-    if planned.returncode:
-        raise SystemExit(f"{name}: --dry-run failed:\n{planned.stderr.strip()}")
-    plan = json.loads(planned.stdout)
+    plan = dry_run(name, common)
     load = os.getloadavg()[0]
     start = time.perf_counter()
     status, peak, stdout, stderr = run_alone([*TPUEMB, "simulate", *common, "--json"], folder)
@@ -263,11 +269,7 @@ def measure_replay(name: str, engine: str, folder: Path) -> dict[str, Any]:
     if saved.returncode:
         raise SystemExit(f"{name}: the synthetic run failed:\n{saved.stderr.strip()}")
     common = [str(spec), "--batches", str(batches), "--engine", engine]
-    planned = subprocess.run([*TPUEMB, "simulate", *common, "--dry-run", "--json"],
-                             capture_output=True, text=True, check=False)
-    if planned.returncode:
-        raise SystemExit(f"{name}: --dry-run failed:\n{planned.stderr.strip()}")
-    plan = json.loads(planned.stdout)
+    plan = dry_run(name, common)
     load = os.getloadavg()[0]
     start = time.perf_counter()
     status, peak, _, stderr = run_alone(
