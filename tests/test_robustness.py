@@ -635,3 +635,27 @@ def test_a_signal_inside_an_import_exits_at_once(monkeypatch: pytest.MonkeyPatch
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)
+
+
+def test_exit_now_while_the_writer_module_is_still_being_imported(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A signal during the import of ``tpuemb_cfg.atomic`` finds the module without its
+    functions: ``exit_now`` still prints the one line and exits 130, no AttributeError."""
+    import types
+
+    from tpuemb_cfg import _interrupt
+
+    exits: list[int] = []
+    written: list[bytes] = []
+    monkeypatch.setitem(sys.modules, "tpuemb_cfg.atomic", types.ModuleType("tpuemb_cfg.atomic"))
+    monkeypatch.setattr(_interrupt.os, "write", lambda fd, data: written.append(data) or len(data))
+
+    def fake_exit(code: int) -> None:
+        exits.append(code)
+        raise SystemExit(code)
+
+    monkeypatch.setattr(_interrupt.os, "_exit", fake_exit)
+    with pytest.raises(SystemExit):
+        _interrupt.exit_now(signal.SIGINT)
+    assert exits == [130]
+    assert written == [b"tpuemb: interrupted; no output file was left half-written\n"]

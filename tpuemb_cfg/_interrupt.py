@@ -58,9 +58,11 @@ def message(signum: int) -> str:
 def exit_now(signum: int | None = None, frame: Any = None) -> NoReturn:
     """Remove temporary outputs, print the one line and exit 128 + N without unwinding."""
     number = signal.SIGINT if signum is None else signum
-    atomic = sys.modules.get("tpuemb_cfg.atomic")
-    if atomic is not None:
-        atomic.remove_temporaries()
+    # A module still being imported (a signal inside the import system) has no function yet,
+    # and then no temporary file of its own either.
+    remove = getattr(sys.modules.get("tpuemb_cfg.atomic"), "remove_temporaries", None)
+    if remove is not None:
+        remove()
     try:
         os.write(2, (message(number) + "\n").encode())
     except OSError:
