@@ -44,7 +44,7 @@ LAYERS: tuple[dict[str, tuple[str, ...]], ...] = (
         "tpuemb_cfg.locations",
     )},
     {"algorithms": ("tpuemb_cfg.algorithms",)},
-    {"model": ("tpuemb_cfg.derived", "tpuemb_cfg.layout", "tpuemb_cfg.model")},
+    {"model": ("tpuemb_cfg.derived", "tpuemb_cfg.layout", "tpuemb_cfg.model", "tpuemb_cfg.sparsecore")},
     {"validate": (
         "tpuemb_cfg.validator", "tpuemb_cfg.rules", "tpuemb_cfg.fix", "tpuemb_cfg.report",
         "tpuemb_cfg.settings", "tpuemb_cfg.inspect_summary",

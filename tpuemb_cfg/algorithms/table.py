@@ -38,6 +38,7 @@ __all__ = [
     "BENCHMARK_DEFAULT",
     "KERAS_NAMES",
     "KERAS_RS_DEFAULT",
+    "SPARSECORE",
     "checked_by",
     "constraints",
     "get",
@@ -462,6 +463,12 @@ KERAS_NAMES: dict[str, str] = {
     "sgd": "stochastic_gradient_descent", "adagrad": "adagrad", "adam": "adam", "ftrl": "ftrl",
 }
 KERAS_RS_DEFAULT = "adam"
+
+#: The algorithms SparseCores (TPU v5p, v6e, TPU7x) run: TensorFlow 2.21's ``TPUEmbeddingV2``
+#: builders and jax-tpu-embedding 0.2.0's optimizer specs (a custom optimizer aside).
+SPARSECORE: tuple[str, ...] = (
+    "stochastic_gradient_descent", "adagrad", "adagrad_momentum", "adam", "ftrl",
+)
 
 
 def get(name: str) -> Algorithm:

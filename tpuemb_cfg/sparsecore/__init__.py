@@ -1,0 +1,41 @@
+"""SparseCore (TPU v5p, v6e, TPU7x): stacking, limits and host preprocessing, as TensorFlow 2.21
+and jax-tpu-embedding 0.2.0 do them, on a CPU.
+
+- ``stacker``: TensorFlow's ``SparseCoreLayoutStacker`` (same constructor, methods, bytes);
+- ``jte``: jax-tpu-embedding's ``TableSpec``, ``FeatureSpec``, ``auto_stack_tables``,
+  ``prepare_feature_specs_for_training``, ``preprocess_sparse_dense_matmul_input``;
+- ``stacking``: the stacking result both produce (:class:`Stacking`);
+- ``preprocess``: the host preprocessing of a batch, exact (jax-tpu-embedding) or TensorFlow's;
+- ``config``: a SparseCore configuration from any API; ``topology``: chips and SparseCores.
+
+Names load on first use, so importing this package costs nothing.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# Public name -> defining module (PEP 562 lazy attributes).
+_LAZY = {
+    "CHIPS": "topology", "Topology": "topology", "parse_topology": "topology",
+    "FeatureSlot": "stacking", "Stack": "stacking", "StackedTable": "stacking",
+    "Stacking": "stacking",
+    "SparseCoreConfig": "config", "SparseCoreFeature": "config", "SparseCoreOptimizer": "config",
+    "SparseCoreTable": "config",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
