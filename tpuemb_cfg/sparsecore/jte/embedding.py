@@ -196,6 +196,40 @@ class SparseDenseMatmulInputStats:
     id_drop_counters: dict[str, int] = field(default_factory=dict)
 
 
+def _ids(value: Any) -> Any:
+    """A feature's ids as ``preprocess`` takes them: a dense ``[batch, k]`` array stays; the
+    reference's ragged form (a 1-D object array, or a list, of per-row id arrays) becomes
+    ``(values, row_splits)``."""
+    import numpy as np
+
+    if isinstance(value, tuple):
+        return value
+    if isinstance(value, np.ndarray) and value.dtype != object:
+        return value
+    try:
+        dense = np.asarray(value)
+    except ValueError:  # rows of different lengths
+        dense = None
+    if dense is not None and dense.dtype != object and dense.ndim == 2:
+        return dense
+    parts = [np.asarray(r).reshape(-1) for r in value]
+    filled = [p for p in parts if p.size]
+    dtype = np.result_type(*filled) if filled else np.dtype(np.int64)
+    splits = np.cumsum([0] + [p.size for p in parts], dtype=np.int64)
+    values = np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype)
+    return values, splits
+
+
+def _weights(value: Any, ids: Any) -> Any:
+    """Weights laid out as :func:`_ids` laid out the ids (``None``: all 1)."""
+    import numpy as np
+
+    if value is None or not isinstance(ids, tuple) or isinstance(value, tuple):
+        return value
+    parts = [np.asarray(r, dtype=np.float32).reshape(-1) for r in value]
+    return (np.concatenate(parts) if parts else np.zeros(0, np.float32)), ids[1]
+
+
 # The reference's signature, argument for argument (without its all_reduce_interface).
 def preprocess_sparse_dense_matmul_input(  # noqa: PLR0913
     features: Any, features_weights: Any, feature_specs: Any, local_device_count: int,
@@ -230,9 +264,11 @@ def preprocess_sparse_dense_matmul_input(  # noqa: PLR0913
                          f"structure of feature_specs ({len(specs)} leaves)")
     stacking = stacking_of(specs, global_device_count=global_device_count, num_sc_per_device=nsc)
     names = [s.name for s in specs]
+    rows = [_ids(x) for x in ids]
     batch = preprocess(
-        stacking, dict(zip(names, ids, strict=True)),
-        None if weights is None else dict(zip(names, weights, strict=True)),
+        stacking, dict(zip(names, rows, strict=True)),
+        None if weights is None else {
+            n: _weights(w, r) for n, w, r in zip(names, weights, rows, strict=True)},
         local_devices=local_device_count, global_devices=global_device_count,
         sparse_cores_per_device=nsc, allow_id_dropping=allow_id_dropping,
         has_leading_dimension=has_leading_dimension)
