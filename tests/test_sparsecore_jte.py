@@ -492,6 +492,29 @@ def test_stack_name_shortening() -> None:
     assert jte.stack_name(["a" * 25, "b" * 25], short=False) == full
 
 
+def test_docs_example() -> None:
+    """docs/sparsecore/stacking-jax.md. Hand-derived: v6e-64 has N = 64 x 2 = 128, vocabularies
+    pad to multiples of 1024: user 1e6 -> 977 x 1024 = 1000448, item 250000 -> 245 x 1024 =
+    250880; both (32 wide, equal Adagrad specs, mean) take 4 x 32 x 4096 // 128 = 4096 activation
+    bytes and stack; sorted keys put item first: "item_user", 1251328 rows, limits 256."""
+    user = jte.TableSpec(name="user", vocabulary_size=1_000_000, embedding_dim=32,
+                         initializer=None, optimizer=jte.AdagradOptimizerSpec(0.05),
+                         combiner="mean")
+    item = jte.TableSpec(name="item", vocabulary_size=250_000, embedding_dim=32,
+                         initializer=None, optimizer=jte.AdagradOptimizerSpec(0.05),
+                         combiner="mean", max_ids_per_partition=64)
+    feats = {n: jte.FeatureSpec(name=n, table_spec=t, input_shape=[4096, 1],
+                                output_shape=[4096, 32])
+             for n, t in (("user_id", user), ("item_id", item))}
+    jte.auto_stack_tables(feats, global_device_count=64, num_sc_per_device="v6e")
+    stacked = user.stacked_table_spec
+    assert (stacked.stack_name, stacked.stack_vocab_size, stacked.max_ids_per_partition) == (
+        "item_user", 1251328, 256)
+    assert (user.setting_in_stack.row_offset_in_shard, user.setting_in_stack.shard_rotation,
+            feats["user_id"].id_transformation) == (
+        250880 // 128, 2, jte.FeatureIdTransformation(4096, 250880, 2))
+
+
 def test_leaves_follow_jax_order() -> None:
     from collections import OrderedDict
     assert jte.leaves({"b": 1, "a": [2, (3, None)], "c": OrderedDict(z=4, y=5)}) == [2, 3, 1, 4, 5]
