@@ -21,14 +21,16 @@ from typing import Any, ClassVar
 from tpuemb_cfg.algorithms.table import JAX_SPECS
 
 __all__ = [
-    "DEFAULT_ACTIVATION_MEM_BYTES_LIMIT", "AdagradMomentumOptimizerSpec", "AdagradOptimizerSpec",
-    "AdamOptimizerSpec", "FTRLOptimizerSpec", "FeatureIdTransformation", "FeatureSpec",
-    "OptimizerSpec", "QuantizationConfig", "SGDOptimizerSpec", "StackedTableSpec",
+    "DEFAULT_ACTIVATION_MEM_BYTES_LIMIT", "DEFAULT_LIMIT", "AdagradMomentumOptimizerSpec",
+    "AdagradOptimizerSpec", "AdamOptimizerSpec", "FTRLOptimizerSpec", "FeatureIdTransformation",
+    "FeatureSpec", "OptimizerSpec", "QuantizationConfig", "SGDOptimizerSpec", "StackedTableSpec",
     "TableSettingInStack", "TableSpec", "get_default_limits",
 ]
 
 #: The activation memory (bytes per SparseCore) a stack may reach: 2 MiB.
 DEFAULT_ACTIVATION_MEM_BYTES_LIMIT = 2048 * 1024
+#: ``max_ids_per_partition`` and ``max_unique_ids_per_partition`` when nothing else is said.
+DEFAULT_LIMIT = 256
 
 #: A limit callable: ``(stack_name, total_sample_count) -> limit``.
 LimitsCallable = Callable[[str, int], int]
@@ -37,7 +39,7 @@ LimitsCallable = Callable[[str, int], int]
 def get_default_limits(name: str, batch_size: int) -> int:
     """jax-tpu-embedding's default for a multi-table stack's limits: 256 whatever the stack."""
     del name, batch_size
-    return 256
+    return DEFAULT_LIMIT
 
 
 class OptimizerSpec:

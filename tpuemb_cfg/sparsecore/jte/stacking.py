@@ -5,7 +5,8 @@ With N = global devices x SparseCores per device (``topology.chips`` x
 
 - a table's width is padded to a multiple of 8 and its vocabulary to a multiple of 8N;
 - tables are taken in the order their features first use them (``config.features`` is the
-  features' flattened order) and grouped by (padded width, ``optimizer.group``, combiner,
+  features' flattened order; a table no feature uses is not stacked: jax-tpu-embedding only
+  sees tables through features) and grouped by (padded width, ``optimizer.group``, combiner,
   quantization), groups in order of their first table;
 - a table's activation bytes are ``4 x padded width x sum over its features of (samples // N)``
   (samples = product of ``output_shape[:-1]``): divided by the *global* SparseCore count, floored
@@ -38,14 +39,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from tpuemb_cfg.sparsecore.config import SparseCoreConfig, SparseCoreFeature, SparseCoreTable
+from tpuemb_cfg.sparsecore.jte.specs import DEFAULT_ACTIVATION_MEM_BYTES_LIMIT, DEFAULT_LIMIT
 from tpuemb_cfg.sparsecore.stacking import FeatureSlot, Stack, StackedTable, Stacking
 
-__all__ = ["DEFAULT_LIMIT", "check_devices", "round_up", "stack_config", "stack_name"]
+__all__ = ["check_devices", "round_up", "stack_config", "stack_name"]
 
-#: The activation bytes per SparseCore a stack may reach when no limit is given (2 MiB).
-DEFAULT_ACTIVATION_LIMIT = 2048 * 1024
-#: A multi-table stack's limits when no callable is given (``get_default_limits``).
-DEFAULT_LIMIT = 256
 #: SparseCores per device jax-tpu-embedding accepts (its ``NUM_SC_PER_DEVICE_MAP`` values).
 SPARSE_CORE_COUNTS = (2, 4)
 _NAME_KEEP = 50
@@ -81,7 +79,7 @@ def check_devices(global_devices: int, sparse_cores_per_device: int) -> None:
 
 @dataclass(frozen=True)
 class _Plan:
-    """The stacks one reference's rules chose, before they become records."""
+    """The stacks the rules chose (table names), before they become records."""
 
     groups: list[list[str]]  # table names per stack, in stack order
     group_keys: dict[str, str]  # table -> readable group key
@@ -124,7 +122,7 @@ def _auto_plan(config: SparseCoreConfig, tables: dict[str, SparseCoreTable], n: 
     act = {name: 4 * round_up(t.dim, 8) * samples[name] for name, t in tables.items()}
     limit = config.activation_mem_bytes_limit
     if limit is None:
-        limit = DEFAULT_ACTIVATION_LIMIT
+        limit = DEFAULT_ACTIVATION_MEM_BYTES_LIMIT
     stacks: list[list[str]] = []
     for members in groups.values():
         split: list[list[str]] = []
