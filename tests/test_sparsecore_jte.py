@@ -171,6 +171,10 @@ def test_duck_typed_specs_stack_the_same(case: dict[str, Any]) -> None:
     assert _observed(feats) == case["expected"]
     first = jte.leaves(feats)[0]
     assert type(first.table_spec.stacked_table_spec) is jte.StackedTableSpec
+    c = case["call"]
+    read = jte.stacking_of(feats, global_device_count=c["global_device_count"],
+                           num_sc_per_device=c["num_sc_per_device"])
+    assert _stacking_fields(read) == _expected_stacking(case)
 
 
 def test_stand_in_optimizer_maps_by_class_name() -> None:
