@@ -23,6 +23,9 @@ _LAZY = {
     "Stacking": "stacking",
     "SparseCoreConfig": "config", "SparseCoreFeature": "config", "SparseCoreOptimizer": "config",
     "SparseCoreTable": "config",
+    "SparseCoreLayoutStacker": "stacker",
+    "AddTableCall": "feed", "layouts_to_stacks": "feed", "stack": "feed",
+    "tensorflow_layouts": "feed", "tensorflow_stacker": "feed", "tensorflow_stacker_calls": "feed",
 }
 
 __all__ = sorted(_LAZY)
