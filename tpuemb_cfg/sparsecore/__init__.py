@@ -26,6 +26,7 @@ _LAZY = {
     "SparseCoreLayoutStacker": "stacker",
     "AddTableCall": "feed", "layouts_to_stacks": "feed", "stack": "feed",
     "tensorflow_layouts": "feed", "tensorflow_stacker": "feed", "tensorflow_stacker_calls": "feed",
+    "preprocess_tensorflow": "tf_preprocess",
 }
 
 __all__ = sorted(_LAZY)
