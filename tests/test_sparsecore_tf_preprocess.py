@@ -183,9 +183,72 @@ def test_input_errors() -> None:
         preprocess_tensorflow(s, {"f": np.array([[1], [2], [3], [16]])}, local_devices=1)
     with pytest.raises(TensorFlowInputError, match=r"missing \['f'\], unknown \['g'\]"):
         preprocess_tensorflow(s, {"g": np.array([[1]])}, local_devices=1)
-    with pytest.raises(TensorFlowInputError, match=r"never splits a batch into minibatches"):
-        preprocess_tensorflow(s, IDS, local_devices=1, enable_minibatching=True)
     with pytest.raises(TensorFlowInputError, match=r"made for 1 chips x 2 SparseCores"):
         preprocess_tensorflow(s, IDS, local_devices=1, sparse_cores_per_device=4)
     with pytest.raises(TensorFlowInputError, match=r"'max_ids_per_sparse_core must be > 0'"):
         preprocess_tensorflow(s, IDS, local_devices=1, limits={"t": (0, 1)})
+
+
+# --- enable_minibatching: GetMinibatchSplitsWithPhysicalReplica + GetMinibatchesInCsr ----------
+
+def _bucketed(limits: tuple[int, int]) -> Stacking:
+    """1 chip x 2 SparseCores (N = 2), table t of 128 rows: buckets of ceil(128 / 64) = 2
+    columns, so id x (column x) is in partition x mod 2, bucket x div 2, token x div 2.
+    SparseCore 0 takes the stack's samples 0-1, SparseCore 1 samples 2-3."""
+    t = StackedTable("t", 128, 8, 128, 8, 0, 0)
+    stack = Stack("t", (t,), "g", "sum", 4, *limits)
+    return Stacking("tensorflow", 1, 2, (stack,), (FeatureSlot("f", "t", "t", 0, 0, 0, 4),))
+
+
+# rows [0, 2, 4] [0, 6] [1] [3]: SparseCore 0 sends columns 0 (twice: rows 0 and 1), 2, 4, 6
+# to partition 0 (buckets 0, 1, 2, 3); SparseCore 1 sends 1 and 3 to partition 1 (buckets 0, 1)
+BUCKET_IDS = {"f": (np.array([0, 2, 4, 0, 6, 1, 3]), np.array([0, 3, 5, 6, 7]))}
+
+
+def test_minibatches_by_column_range() -> None:
+    """Limits (3, 3). SparseCore 0, partition 0: 5 ids in buckets 0-3 (prefix 2, 3, 4, 5).
+    The tree splits each section holding more than 3: the whole range (bit 0, split at 32),
+    [0, 32) (bit 1, at 16), [0, 16) (bit 3, at 8), [0, 8) (bit 7, at 4), [0, 4) (bit 15, at 2);
+    [0, 2) holds 3, not more. Greedy merge over [0, 2, 4, 8, 16, 32, 64]: [0, 2) holds 3,
+    [0, 4) 5 > 3, so a split at 2; [2, 64) holds 2. SparseCore 1's 2 ids need no split.
+    Splits {2}: minibatch 0 = buckets [0, 2), minibatch 1 = [2, 64).
+    Packing (one buffer of 64 x 4 = 256): SparseCore 0 minibatch 0: partition 0 tokens 0
+    (sample 0), 0 (sample 1), 1 (sample 0) end at 3 (pad to 8), partition 1 empty; minibatch 1:
+    tokens 2, 3 at 8-9 (end 10, pad to 16); SparseCore 1 minibatch 0: partition 1 tokens 0, 1
+    at 16-17 (end 18, pad to 24); minibatch 1 empty."""
+    batch = preprocess_tensorflow(_bucketed((3, 3)), BUCKET_IDS, local_devices=1,
+                                  enable_minibatching=True)
+    assert batch.num_minibatches == 2
+    r = batch.stacks["t"]
+    assert r.row_pointers.tolist() == [[3] + [8] * 7 + [10] + [16] * 7
+                                       + [16, 18] + [24] * 6 + [24] * 8]
+    assert r.embedding_ids[0, :24].tolist() == [0, 0, 1, P, P, P, P, P, 2, 3, P, P, P, P, P, P,
+                                                0, 1, P, P, P, P, P, P]
+    assert r.sample_ids[0, [0, 1, 2, 8, 9, 16, 17]].tolist() == [0, 1, 0, 0, 1, 0, 1]
+    # statistics over all buckets: partition 0 max(5, 0), partition 1 max(0, 2); distinct 4, 2
+    assert r.max_ids_per_partition.tolist() == [[5, 2]]
+    assert r.max_unique_ids_per_partition.tolist() == [[4, 2]]
+    # room: SparseCore 0 roundup8(3) + roundup8(2) = 16, SparseCore 1 roundup8(2) = 8
+    assert r.required_buffer_size_per_sc.tolist() == [[16, 8]]
+    assert r.id_drop_count == 0
+
+
+def test_minibatch_dropping_is_sticky_per_bucket() -> None:
+    """Limits (1, 256) with dropping: in SparseCore 0's run (partition 0, bucket 0) column 0
+    comes from rows 0 and 1; the second finds the run full (1 id) and is dropped. Kept per
+    bucket of that partition: 1, 1, 1, 1. The tree splits down to single buckets ([0, 2) holds
+    2 > 1: bit 31, at 1; [2, 4): bit 32, at 3); the greedy merge keeps splits 1, 2, 3, so 4
+    minibatches: [0, 1), [1, 2), [2, 3), [3, 64)."""
+    batch = preprocess_tensorflow(_bucketed((1, 256)), BUCKET_IDS, local_devices=1,
+                                  enable_minibatching=True, allow_id_dropping=True)
+    assert batch.num_minibatches == 4
+    r = batch.stacks["t"]
+    assert r.id_drop_count == 1
+    assert r.dropped["f"].tolist() == [False, False, False, True, False, False, False]
+    # SparseCore 0: one token per minibatch at 0, 8, 16, 24; SparseCore 1: minibatch 0
+    # partition 1 at 32, minibatch 1 partition 1 at 40
+    assert r.embedding_ids[0, [0, 8, 16, 24, 32, 40]].tolist() == [0, 1, 2, 3, 0, 1]
+    assert r.row_pointers[0, ::8].tolist() == [1, 9, 17, 25, 32, 40, 48, 48]
+    with pytest.raises(TensorFlowLimitError, match=r"column bucket 0 to partition 0"):
+        preprocess_tensorflow(_bucketed((1, 256)), BUCKET_IDS, local_devices=1,
+                              enable_minibatching=True)
