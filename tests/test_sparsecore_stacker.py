@@ -215,8 +215,11 @@ def test_constructor_type_errors() -> None:
     with pytest.raises(TypeError, match=r"disable_table_stacking must be a bool, got \[\]"):
         SparseCoreLayoutStacker(2, [], 4)
     # pybind11 converts None and numbers to bool, and TensorFlow accepts them: so does tpuemb
-    assert SparseCoreLayoutStacker(2, None, 4)._enabled
-    assert not SparseCoreLayoutStacker(2, 1, 4)._enabled
+    for flag, stacked in ((None, True), (0, True), (1, False), (2.5, False)):
+        s = SparseCoreLayoutStacker(2, flag, 4)
+        s.AddTable("a", 8, 8, "g", 0, 0)
+        s.AddTable("b", 8, 8, "g", 0, 0)
+        assert (s.GetLayouts().tables[0].stacked_table_name == "a_b") is stacked, flag
 
 
 def test_product_of_counts_overflowing_to_zero_is_refused() -> None:

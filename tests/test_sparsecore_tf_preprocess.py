@@ -175,6 +175,14 @@ def test_dense_one_id_per_sample_and_rows_of_k() -> None:
     assert single.sample_ids[0, [0, 1, 8, 9]].tolist() == [0, 1, 0, 1]
 
 
+def test_empty_rows() -> None:
+    """A dense [4, 0] batch is 4 rows without ids: nothing to send, every pointer 0."""
+    r = preprocess_tensorflow(_one_table(), {"f": np.zeros((4, 0), np.int64)},
+                              local_devices=1).stacks["t"]
+    assert not r.row_pointers.any() and not r.valid_mask.any()
+    assert r.max_ids_per_partition.tolist() == [[0, 0]]
+
+
 def test_input_errors() -> None:
     s = _one_table()
     with pytest.raises(TensorFlowInputError, match=r"3 rows, but its output shape gives 4"):

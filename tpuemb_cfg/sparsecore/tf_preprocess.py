@@ -263,8 +263,10 @@ def _flatten(slot: FeatureSlot, ids: Any, weights: Any, rows: int) -> _Feature:
                                        f"ids per row], got shape {dense.shape}")
         shape = dense.shape
         values = dense.reshape(-1)
-        k = dense.shape[1] if dense.shape[0] == rows else 1
-        splits = np.arange(values.size // max(k, 1) + 1, dtype=np.int64) * k
+        if dense.shape[0] == rows:  # rows of k ids
+            splits = np.arange(rows + 1, dtype=np.int64) * dense.shape[1]
+        else:  # TensorFlow's dense input: one id per sample
+            splits = np.arange(values.size + 1, dtype=np.int64)
     if splits.size - 1 != rows:
         raise TensorFlowInputError(
             f"feature {slot.name!r}: {splits.size - 1} rows, but its output shape gives "
