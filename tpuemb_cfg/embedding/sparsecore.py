@@ -479,7 +479,8 @@ _SC_FIELDS = ("disable_table_stacking", "max_ids_per_chip_per_sample", "max_ids_
               "enable_fast_table_initialization")
 #: jax-tpu-embedding's ``auto_stack_tables`` arguments a spec may define.
 JAX_ARGUMENTS = ("activation_mem_bytes_limit", "use_short_stack_names",
-                 "stack_to_max_ids_per_partition", "stack_to_max_unique_ids_per_partition")
+                 "stack_to_max_ids_per_partition", "stack_to_max_unique_ids_per_partition",
+                 "auto_stack")
 #: The top-level names a SparseCore spec may define (their lines are kept in
 #: ``SparseCoreConfig.setting_origins``).
 SETTINGS = ("feature_config", "optimizer", "sparse_core_config", "topology", "num_replicas",
@@ -581,8 +582,10 @@ def _jax_config(namespace: Mapping[str, Any], topology: Topology,
     from tpuemb_cfg.sparsecore import jte
 
     arguments = {k: namespace[k] for k in JAX_ARGUMENTS if k in namespace}
-    config: SparseCoreConfig = jte.feature_specs_to_config(
-        namespace["feature_specs"], topology=topology, **arguments)
+    converted: SparseCoreConfig = jte.feature_specs_to_config(
+        namespace["feature_specs"], global_device_count=topology.chips,
+        num_sc_per_device=topology.sparse_cores_per_chip, **arguments)
+    config = replace(converted, topology=topology)
     places = _Places(settings.path, settings.place)
     specs = [leaf for _, leaf in flatten_with_paths(namespace["feature_specs"])]
     by_feature = {getattr(s, "name", None): s for s in specs}
