@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
+from conftest import run_cli
 
 from tpuemb_cfg.embedding import (
     FTRL,
@@ -237,3 +237,179 @@ def test_tensorflow_conversion_errors_and_defaults() -> None:
             config.initialize_tables_on_host) == (False, 64, True)
     with pytest.raises(ValueError, match="unknown TPU chip kind"):
         tensorflow_config([FeatureConfig(t, output_shape=[4])], SGD(), topology="v4-8")
+
+
+def test_layouts_from_stacking_writes_what_tensorflow_writes() -> None:
+    """The stacking -> layouts mapping used for jax-tpu-embedding's stacks gives TensorFlow's
+    own bytes when applied to TensorFlow's stacking (all 30 recorded feeds)."""
+    feed = _feed()
+    from tpuemb_cfg.sparsecore.summary import layouts_from_stacking
+
+    for case in FEED:
+        config = _feed_case(case)
+        ours = layouts_from_stacking(feed.stack(config)).SerializeToString(deterministic=True)
+        assert ours == feed.tensorflow_layouts(config).SerializeToString(deterministic=True)
+
+
+# -- specs, compile --sparsecore, inspect ---------------------------------------------------------
+
+TF_SPEC = str(DATA / "api_tf_spec.py")
+KERAS_RS_SPEC = str(DATA / "api_keras_rs_spec.py")
+JAX_SPEC = str(DATA / "api_jax_spec.py")
+
+
+def test_tensorflow_spec_records_origins() -> None:
+    assert is_sparsecore_spec(TF_SPEC) and is_sparsecore_spec(JAX_SPEC)
+    assert not is_sparsecore_spec(str(Path(__file__)))  # no SparseCore names assigned
+    spec = load_sparsecore_spec(TF_SPEC)
+    config = spec.config
+    tables = {t.name: t for t in config.tables}
+    assert [t.name for t in config.tables] == ["ctx", "item", "user"]  # first use, keys sorted
+    assert {n: t.origin.line for n, t in tables.items()} == {"user": 5, "item": 6, "ctx": 7}
+    # user inherits the global optimizer: its origin is the optimizer's call (line 4)
+    assert tables["user"].optimizer.origin.line == 4
+    assert tables["item"].optimizer.origin.line == 6
+    assert [(f.name, f.origin.line, f.output_shape) for f in config.features] == [
+        ("ctx", 11, (32, 8)), ("item_id", 10, (32, 24)), ("user_id", 9, (32, 2, 20))]
+    assert config.setting_origins["topology"].line == 15
+    assert config.setting_origins["max_ids_per_table"].line == 13
+    assert config.max_ids_per_table == {"item_user": 64}
+    assert config.topology.num_sparse_cores == 8
+    assert spec.compiled is not None
+    params = spec.compiled.config.table_descriptor[0].optimization_parameters
+    assert spec.compiled.config.table_descriptor[0].name == "ctx"
+    assert params.WhichOneof("parameters") == "stochastic_gradient_descent"
+    assert params.learning_rate.constant == pytest.approx(0.05)
+
+
+def test_inspect_tensorflow_spec_by_hand() -> None:
+    """v6e-4: N = 4 chips x 2 SparseCores = 8, rows padded to 64, widths to 8.
+    item (500 x 24 -> 512 x 24) and user (1000 x 20 -> 1024 x 24) share width 24 and an equal
+    Adagrad(0.1): one stack item_user (tables added by name), 1536 x 24, user at row 512 / 8 = 64
+    with rotation 1 x 2 = 2. Rows per SparseCore 1536 / 8 = 192; with Adagrad's one slot
+    192 x 24 x 4 x 2 = 36,864 bytes, x 2 per chip = 73,728. Elements 20,000 + 12,000 = 32,000 of
+    36,864: 13.19 % padding. ctx (7 x 8 -> 64 x 8, SGD): 8 rows, 256 bytes per SparseCore."""
+    result = run_cli("inspect", TF_SPEC, "--json")
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    stacks = {s["name"]: s for s in summary["stacks"]}
+    assert list(stacks) == ["ctx", "item_user"]  # width 8 before width 24
+    s = stacks["item_user"]
+    assert s["padded_shape"] == [1536, 24]
+    assert [(t["name"], t["row_offset_in_shard"], t["shard_rotation"]) for t in s["tables"]] == [
+        ("item", 0, 0), ("user", 64, 2)]
+    assert (s["elements"], s["padded_elements"], s["padding_percent"]) == (32000, 36864, 13.19)
+    assert (s["rows_per_sparse_core"], s["bytes_per_sparse_core"], s["bytes_per_chip"]) == (
+        192, 36864, 73728)
+    assert s["samples_per_step"] == 64 + 32
+    assert s["limits"]["max_ids_per_partition"] == {
+        "value": 64, "source": "max_ids_per_table['item_user']", "line": 13}
+    assert s["limits"]["max_unique_ids_per_partition"]["value"] == 256
+    c = stacks["ctx"]
+    assert (c["bytes_per_sparse_core"], c["bytes_per_chip"]) == (256, 512)
+    assert c["limits"]["max_unique_ids_per_partition"]["value"] == 16
+    assert (summary["bytes_per_sparse_core"], summary["bytes_per_chip"]) == (37120, 74240)
+    assert summary["padding_percent"] == 14.23  # 5,320 of 37,376
+    text = run_cli("inspect", TF_SPEC)
+    assert "stack item_user: 1536 x 24 padded, adagrad (1 slot)" in text.stdout
+    assert "per SparseCore: 192 rows, 36 KiB; per chip: 72 KiB" in text.stdout
+    assert "counts only the first feature" in text.stdout  # ctx is the first feature
+
+
+def test_compile_sparsecore_formats_and_check(tmp_path: Path) -> None:
+    out = tmp_path / "layouts.pbtxt"
+    result = run_cli("compile", TF_SPEC, "--sparsecore", "-o", str(out))
+    assert result.exit_code == 0, result.output
+    assert "3 tables in 2 stacks" in result.stdout
+    text = out.read_text()
+    assert text.startswith("# Generated by `tpuemb compile --sparsecore` from api_tf_spec.py")
+    from google.protobuf import text_format
+
+    from tpuemb_cfg.proto.sparse_core_layout_pb2 import SparseCoreTableLayouts
+
+    layouts = text_format.Parse(text, SparseCoreTableLayouts())
+    assert [(t.table_name, t.stacked_table_name, t.total_rows_per_sparse_core_shard,
+             t.per_sparse_core_batch_size, t.num_features) for t in layouts.tables] == [
+        ("ctx", "ctx", 8, 16, 1),  # the first feature: 32 samples / 2 SparseCores per chip
+        ("item", "item_user", 192, 0, 0), ("user", "item_user", 192, 0, 0)]
+    assert run_cli("compile", TF_SPEC, "--sparsecore", "-o", str(out), "--check").exit_code == 0
+    binary = tmp_path / "layouts.pb"
+    assert run_cli("compile", TF_SPEC, "--sparsecore", "-o", str(binary)).exit_code == 0
+    assert SparseCoreTableLayouts.FromString(binary.read_bytes()) == layouts
+    as_json = tmp_path / "layouts.json"
+    assert run_cli("compile", TF_SPEC, "--sparsecore", "-o", str(as_json)).exit_code == 0
+    assert json.loads(as_json.read_text())["tables"][1]["stacked_table_name"] == "item_user"
+    out.write_text(text.replace("total_rows_per_sparse_core_shard: 8\n", "", 1))
+    stale = run_cli("compile", TF_SPEC, "--sparsecore", "-o", str(out), "--check")
+    assert stale.exit_code == 1 and "+  total_rows_per_sparse_core_shard: 8" in stale.stdout
+
+
+def test_keras_rs_spec_keeps_dropped_limits() -> None:
+    """v5p-2: N = 2 x 4 = 8. keras-rs 'a' and 'b' (100 x 8, SGD from "sgd") stack as a_b,
+    128 + 128 rows, b at 128 / 8 = 16 rotated 1 x 4; 'c' stays on the default device. Per
+    SparseCore 256 / 8 = 32 rows x 8 x 4 bytes = 1 KiB (SGD: no slots), 4 KiB per chip."""
+    spec = load_sparsecore_spec(KERAS_RS_SPEC)
+    config = spec.config
+    assert (config.api, config.mode) == ("keras_rs", "tensorflow")
+    assert config.limits_dropped_by_conversion and not config.initialize_tables_on_host
+    assert [(t.name, t.max_ids_per_partition, t.max_unique_ids_per_partition, t.origin.line)
+            for t in config.tables] == [("a", 32, 16, 27), ("b", 256, 256, 29)]
+    assert [(f.name, f.output_shape) for f in config.features] == [
+        ("fa", (32, 8)), ("fb", (32, 8))]  # global batch 64 over 2 replicas
+    assert spec.compiled is not None and len(spec.compiled.config.table_descriptor) == 2
+    summary = json.loads(run_cli("inspect", KERAS_RS_SPEC, "--json").stdout)
+    (stack,) = summary["stacks"]
+    assert stack["name"] == "a_b"
+    assert [(t["row_offset_in_shard"], t["shard_rotation"]) for t in stack["tables"]] == [
+        (0, 0), (16, 4)]
+    assert (stack["bytes_per_sparse_core"], stack["bytes_per_chip"]) == (1024, 4096)
+    assert "keras-rs' conversion drops" in stack["limits"]["max_ids_per_partition"]["source"]
+    assert "a=32" in stack["limits"]["max_ids_per_partition"]["source"]
+
+
+def test_jax_spec_and_its_layouts(tmp_path: Path) -> None:
+    """2 devices x 4 SparseCores = 8. 'a' (1000 x 16, Adagrad) and 'b' (50 x 12, SGD) differ in
+    optimizer: two stacks. a: 1024 rows / 8 = 128 per SparseCore, 128 x 16 x 4 x 2 = 16 KiB;
+    b: 64 x 16 padded, 8 rows, 512 bytes. One-table stacks keep their tables' limits."""
+    pytest.importorskip("tpuemb_cfg.sparsecore.jte")
+    spec = load_sparsecore_spec(JAX_SPEC)
+    assert spec.compiled is None and spec.config.mode == "jax"
+    assert [(t.name, t.origin.line, t.optimizer.origin.line) for t in spec.config.tables] == [
+        ("a", 9, 10), ("b", 12, 13)]
+    summary = json.loads(run_cli("inspect", JAX_SPEC, "--json").stdout)
+    stacks = {s["name"]: s for s in summary["stacks"]}
+    assert (stacks["a"]["bytes_per_sparse_core"], stacks["b"]["bytes_per_sparse_core"]) == (
+        16384, 512)
+    assert stacks["b"]["padded_shape"] == [64, 16]
+    assert stacks["a"]["limits"]["max_ids_per_partition"] == {
+        "value": 100, "source": "TableSpec 'a' max_ids_per_partition", "line": 9}
+    out = tmp_path / "jax.pbtxt"
+    assert run_cli("compile", JAX_SPEC, "--sparsecore", "-o", str(out)).exit_code == 0
+    from google.protobuf import text_format
+
+    from tpuemb_cfg.proto.sparse_core_layout_pb2 import SparseCoreTableLayouts
+
+    layouts = text_format.Parse(out.read_text(), SparseCoreTableLayouts())
+    assert [(t.table_name, t.num_partitions, t.num_sparse_cores,
+             t.total_rows_per_sparse_core_shard, t.per_sparse_core_batch_size)
+            for t in layouts.tables] == [("a", 2, 8, 128, 8), ("b", 2, 8, 8, 8)]
+
+
+def test_spec_errors_name_the_line(tmp_path: Path) -> None:
+    spec = tmp_path / "bad.py"
+    spec.write_text("from tpuemb_cfg.embedding import SGD, FeatureConfig, TableConfig\n"
+                    "t = TableConfig(10, 8, optimizer=SGD())\n"
+                    "feature_config = [FeatureConfig(t, output_shape=[4])]\n"
+                    "topology = 'v9-4'\n")
+    with pytest.raises(InputError) as info:
+        load_sparsecore_spec(spec)
+    assert info.value.line == 4 and "unknown TPU chip kind 'v9'" in str(info.value)
+    result = run_cli("compile", str(spec), "--sparsecore")
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    spec.write_text("from tpuemb_cfg.embedding import FeatureConfig, TableConfig\n"
+                    "t = TableConfig(10, 8)\n"
+                    "feature_config = [FeatureConfig(t, output_shape=[4])]\n"
+                    "topology = 'v6e-4'\n")
+    with pytest.raises(InputError, match="no optimizer") as info:
+        load_sparsecore_spec(spec)
+    assert info.value.line == 3

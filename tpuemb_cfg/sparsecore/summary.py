@@ -221,7 +221,7 @@ def format_sparsecore_summary(summary: dict[str, Any], title: str) -> str:
         f"  topology: {kind}{top['chips']} chips x {top['sparse_cores_per_chip']} SparseCores "
         f"= {top['sparse_cores']} SparseCores{assumed}",
         f"  {summary['tables']} tables, {summary['features']} features, "
-        f"{len(summary['stacks'])} stacks",
+        f"{len(summary['stacks'])} stack{'' if len(summary['stacks']) == 1 else 's'}",
         "",
     ]
     for s in summary["stacks"]:
