@@ -45,7 +45,6 @@ there). The :class:`SparseCoreConfig` keeps them per table and says they were dr
 from __future__ import annotations
 
 import hashlib
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -69,6 +68,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "GROUP_PREFIX",
+    "Provenance",
     "SparseCoreEmbeddingConfig",
     "SparseCoreSpec",
     "group_key",
@@ -197,12 +197,14 @@ def _canonical(value: Any, callables: _Callables) -> str:
     ``True``) are written alike, and a callable by its number in ``callables``."""
     if callable(value):
         return f"<callable {callables.number(value)}>"
-    if isinstance(value, bool | int | float):
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, int):  # bool too; equal to a float exactly when it hashes like it
         try:
-            number = float(value)
+            as_float = float(value)
         except OverflowError:
             return repr(int(value))
-        return repr(number) if math.isfinite(number) or number != number else repr(number)
+        return repr(as_float) if as_float == value else repr(int(value))
     if isinstance(value, tuple | list):
         inner = ", ".join(_canonical(v, callables) for v in value)
         return f"({inner})"
@@ -329,13 +331,23 @@ def _sparsecore_optimizer(optimizer: Any, quantization: Any, callables: _Callabl
 
 
 @dataclass(frozen=True)
-class _Settings:
-    """The configuration-wide part of a :class:`SparseCoreConfig` a caller chooses."""
+class Provenance:
+    """Where a configuration's objects were built: the spec ``path``, ``place(obj)`` giving the
+    (line, column) of an object's constructor call in it (``origins.Origins.place``), and the
+    line of each top-level setting the spec assigns (``setting_origins``)."""
 
-    api: str = "tensorflow"
     path: str | None = None
     place: Callable[[Any], tuple[int, int] | None] | None = None
     setting_origins: Mapping[str, Origin] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Extras:
+    """What keras-rs' conversion adds to TensorFlow's: the api name, the per-replica input
+    shapes, each converted table's own limits (by ``id`` of the converted table: limits and
+    the keras-rs table) and that the conversion dropped them."""
+
+    api: str = "tensorflow"
     input_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     table_limits: Mapping[int, tuple[int | None, int | None, Any]] = field(default_factory=dict)
     limits_dropped: bool = False
@@ -347,33 +359,44 @@ def tensorflow_config(
     sparse_core_config: Any = None,
     *,
     topology: Any,
-    settings: _Settings | None = None,
+    provenance: Provenance | None = None,
 ) -> SparseCoreConfig:
     """``TPUEmbeddingV2(feature_config, optimizer, sparse_core_config=...)`` on ``topology``
     (``"v6e-64"``, a :class:`Topology`, or a chip count) as a :class:`SparseCoreConfig` (mode and
-    api ``"tensorflow"``). Raises :class:`EmbeddingConfigError` / :class:`EmbeddingTypeError`
-    where TensorFlow raises ``ValueError`` / ``TypeError``."""
-    own = settings if settings is not None else _Settings()
-    places = _Places(own.path, own.place)
-    where = to_topology(topology)
-    sc = sparse_core_config if sparse_core_config is not None else SparseCoreEmbeddingConfig()
-    flat = flatten_with_paths(feature_config)
+    api ``"tensorflow"``); ``provenance`` places each record in a spec. Raises
+    :class:`EmbeddingConfigError` / :class:`EmbeddingTypeError` where TensorFlow raises
+    ``ValueError`` / ``TypeError``. The objects are not changed."""
+    return _convert_tensorflow(feature_config, optimizer, sparse_core_config,
+                               to_topology(topology), provenance or Provenance(), _Extras())
+
+
+def _check_features(flat: list[tuple[str, Any]]) -> None:
     for path, leaf in flat:
         if not _is_feature(leaf):
             at = f" at '{path}'" if path else ""
             raise EmbeddingTypeError(
                 f"feature_config{at}: expected a FeatureConfig (tpuemb_cfg.embedding's or "
                 f"TensorFlow's), received {chk.show(leaf)} ({chk.type_name(leaf)})")
+
+
+def _convert_tensorflow(  # noqa: PLR0913  (the conversion's inputs, each a different kind)
+    feature_config: Any, optimizer: Any, sparse_core_config: Any, where: Topology,
+    provenance: Provenance, extras: _Extras,
+) -> SparseCoreConfig:
+    places = _Places(provenance.path, provenance.place)
+    sc = sparse_core_config if sparse_core_config is not None else SparseCoreEmbeddingConfig()
+    flat = flatten_with_paths(feature_config)
+    _check_features(flat)
     tables = _tables_in_order(flat)
     named = _named_tables(tables, optimizer)
     callables = _Callables()
-    global_origin = own.setting_origins.get("optimizer", Origin(own.path, None))
+    global_origin = provenance.setting_origins.get("optimizer", Origin(provenance.path, None))
     records: dict[int, SparseCoreTable] = {}
     for table, (name, chosen) in zip(tables, named, strict=True):
         fallback = global_origin if table.optimizer is None else None
         combiner = table.combiner if isinstance(table.combiner, str) else "custom"
         quantization = getattr(table, "quantization_config", None)
-        limits = own.table_limits.get(id(table), (None, None, None))
+        limits = extras.table_limits.get(id(table), (None, None, None))
         records[id(table)] = SparseCoreTable(
             name=name, vocabulary_size=int(table.vocabulary_size), dim=int(table.dim),
             optimizer=_sparsecore_optimizer(chosen, quantization, callables,
@@ -388,10 +411,10 @@ def tensorflow_config(
         table = records[id(feature.table)]
         out = _output_shape(path, feature)
         features.append(SparseCoreFeature(
-            name=path, table=table.name, input_shape=own.input_shapes.get(path, out),
+            name=path, table=table.name, input_shape=extras.input_shapes.get(path, out),
             output_shape=(*out, table.dim), origin=places.of(feature)))
     return SparseCoreConfig(
-        api=own.api,  # type: ignore[arg-type]
+        api=extras.api,  # type: ignore[arg-type]  # "tensorflow" or "keras_rs"
         mode="tensorflow",
         tables=tuple(records[id(t)] for t in tables),
         features=tuple(features),
@@ -403,9 +426,9 @@ def tensorflow_config(
         allow_id_dropping=bool(sc.allow_id_dropping),
         initialize_tables_on_host=bool(sc.initialize_tables_on_host),
         enable_fast_table_initialization=bool(sc.enable_fast_table_initialization),
-        limits_dropped_by_conversion=own.limits_dropped,
-        origin=Origin(own.path, None),
-        setting_origins=dict(own.setting_origins),
+        limits_dropped_by_conversion=extras.limits_dropped,
+        origin=Origin(provenance.path, None),
+        setting_origins=dict(provenance.setting_origins),
     )
 
 
@@ -415,7 +438,7 @@ def keras_rs_config(
     *,
     topology: Any,
     table_stacking: Any = "auto",
-    settings: _Settings | None = None,
+    provenance: Provenance | None = None,
 ) -> SparseCoreConfig:
     """keras-rs' ``DistributedEmbedding(feature_config, optimizer=..., table_stacking=...)`` with
     SparseCore tables, as its TensorFlow backend hands it to ``TPUEmbeddingV2`` on ``topology``
@@ -442,14 +465,14 @@ def keras_rs_config(
             int(getattr(source, "max_ids_per_partition", DEFAULT_MAX_IDS)),
             int(getattr(source, "max_unique_ids_per_partition", DEFAULT_MAX_IDS)),
             source)
-    own = settings if settings is not None else _Settings()
-    shapes = {path: tuple(int(d) for d in shape if d is not None)
-              for path, shape in input_shapes.items()}
-    own = replace(own, api="keras_rs", table_limits=limits, limits_dropped=True,
-                  input_shapes=shapes)
+    shapes = {path: tuple(int(d) for d in shape) for path, shape in input_shapes.items()
+              if shape and all(d is not None for d in shape)}
+    extras = _Extras(api="keras_rs", input_shapes=shapes, table_limits=limits,
+                     limits_dropped=True)
     sc = SparseCoreEmbeddingConfig(disable_table_stacking=disable,
                                    initialize_tables_on_host=False)
-    return tensorflow_config(features, tpu_optimizer, sc, topology=where, settings=own)
+    return _convert_tensorflow(features, tpu_optimizer, sc, where, provenance or Provenance(),
+                               extras)
 
 
 # -- specs ----------------------------------------------------------------------------------------
@@ -575,7 +598,7 @@ def _legacy(namespace: Mapping[str, Any], topology: Topology) -> CompiledConfig 
 
 
 def _jax_config(namespace: Mapping[str, Any], topology: Topology,
-                settings: _Settings) -> SparseCoreConfig:
+                provenance: Provenance) -> SparseCoreConfig:
     """jax-tpu-embedding's ``feature_specs`` as a :class:`SparseCoreConfig`
     (:func:`tpuemb_cfg.sparsecore.jte.feature_specs_to_config`), each record placed at the spec
     line that built its object."""
@@ -586,7 +609,7 @@ def _jax_config(namespace: Mapping[str, Any], topology: Topology,
         namespace["feature_specs"], global_device_count=topology.chips,
         num_sc_per_device=topology.sparse_cores_per_chip, **arguments)
     config = replace(converted, topology=topology)
-    places = _Places(settings.path, settings.place)
+    places = _Places(provenance.path, provenance.place)
     specs = [leaf for _, leaf in flatten_with_paths(namespace["feature_specs"])]
     by_feature = {getattr(s, "name", None): s for s in specs}
     by_table = {getattr(s.table_spec, "name", None): s.table_spec
@@ -600,18 +623,18 @@ def _jax_config(namespace: Mapping[str, Any], topology: Topology,
     features = tuple(replace(f, origin=places.of(by_feature.get(f.name)))
                      for f in config.features)
     return replace(config, tables=tuple(tables), features=features,
-                   origin=Origin(settings.path, None),
-                   setting_origins=dict(settings.setting_origins))
+                   origin=Origin(provenance.path, None),
+                   setting_origins=dict(provenance.setting_origins))
 
 
-def _convert(namespace: Mapping[str, Any], settings: _Settings
+def _convert(namespace: Mapping[str, Any], provenance: Provenance
              ) -> tuple[SparseCoreConfig, CompiledConfig | None]:
     from tpuemb_cfg.embedding import keras_rs
 
     jax = "feature_specs" in namespace
     topology = _spec_topology(namespace, jax)
     if jax:
-        return _jax_config(namespace, topology, settings), None
+        return _jax_config(namespace, topology, provenance), None
     if "feature_config" not in namespace:
         raise EmbeddingConfigError(
             "a SparseCore spec defines `feature_config` (TensorFlow's or keras-rs' "
@@ -621,11 +644,11 @@ def _convert(namespace: Mapping[str, Any], settings: _Settings
     if any(keras_rs.is_feature(leaf) for _, leaf in flatten_with_paths(feature_config)):
         config = keras_rs_config(feature_config, optimizer, topology=topology,
                                  table_stacking=namespace.get("table_stacking", "auto"),
-                                 settings=settings)
+                                 provenance=provenance)
     else:
         config = tensorflow_config(feature_config, optimizer,
                                    namespace.get("sparse_core_config"), topology=topology,
-                                   settings=settings)
+                                   provenance=provenance)
     return config, _legacy(namespace, topology)
 
 
@@ -660,10 +683,10 @@ def load_sparsecore_spec(path: Any) -> SparseCoreSpec:
         at = (Origin(name, placed[0]) if placed is not None
               else setting_origins["sparse_core_config"])
         setting_origins.update(dict.fromkeys(_SC_FIELDS, at))
-    settings = _Settings(path=name, place=sites.place, setting_origins=setting_origins)
+    provenance = Provenance(path=name, place=sites.place, setting_origins=setting_origins)
     try:
         with origins.deriving(sites):
-            config, compiled = _convert(namespace, settings)
+            config, compiled = _convert(namespace, provenance)
     except (ValueError, TypeError) as exc:
         message = " ".join(str(exc).split())
         culprit = "topology" if "topology" in message else (
