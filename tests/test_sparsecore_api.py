@@ -413,3 +413,83 @@ def test_spec_errors_name_the_line(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="no optimizer") as info:
         load_sparsecore_spec(spec)
     assert info.value.line == 3
+
+
+class _TensorShape:
+    """A stand-in of ``tf.TensorShape``: its dimensions through ``as_list()``."""
+
+    def __init__(self, dims: list[int]) -> None:
+        self.dims = dims
+
+    def as_list(self) -> list[int]:
+        return list(self.dims)
+
+
+class _TFAdagrad:
+    """A stand-in of TensorFlow's ``Adagrad`` (class name and attribute dict; not tpuemb's)."""
+
+    def __init__(self, learning_rate: Any) -> None:
+        self.learning_rate = learning_rate
+        self.use_gradient_accumulation = True
+        self.clip_weight_min = None
+        self.clip_weight_max = None
+        self.weight_decay_factor = None
+        self.multiply_weight_decay_factor_by_learning_rate = None
+        self.initial_accumulator_value = 0.1
+
+
+_TFAdagrad.__name__ = "Adagrad"
+
+
+class _TFTable:
+    def __init__(self, vocabulary_size: int, dim: int, optimizer: Any = None,
+                 name: str | None = None) -> None:
+        self.vocabulary_size, self.dim, self.optimizer, self.name = (
+            vocabulary_size, dim, optimizer, name)
+        self.combiner, self.initializer, self.quantization_config = "mean", None, None
+
+
+class _TFFeature:
+    def __init__(self, table: _TFTable, output_shape: list[int]) -> None:
+        self.table, self.output_shape = table, _TensorShape(output_shape)
+
+
+def test_tensorflow_objects_by_their_attributes() -> None:
+    """TensorFlow's own objects are read by attributes: the algorithm from the class name,
+    the output shape through ``as_list()``, the group from the attribute dict; nothing written
+    back into them (TPUEmbeddingV2 works on clones)."""
+    a = _TFTable(64, 8, _TFAdagrad(0.5), name="a")
+    b = _TFTable(64, 8)  # unnamed, takes the global optimizer
+    config = tensorflow_config({"x": _TFFeature(a, [16, 3]), "y": _TFFeature(b, [16])},
+                               _TFAdagrad(0.5), topology="v5p-2")
+    assert [(t.name, t.optimizer.algorithm) for t in config.tables] == [
+        ("a", "adagrad"), ("table_1", "adagrad")]
+    assert config.tables[0].optimizer.group == config.tables[1].optimizer.group
+    assert config.features[0].output_shape == (16, 3, 8) and config.features[0].samples == 48
+    assert b.name is None and b.optimizer is None
+
+
+def test_inspect_layouts_file(tmp_path: Path) -> None:
+    """A layouts file alone: stacks, padding and the table bytes without slots (the optimizer
+    is not in it): item_user 192 rows x 24 x 4 = 18,432 bytes per SparseCore, x 2 per chip."""
+    out = tmp_path / "layouts.pbtxt"
+    assert run_cli("compile", TF_SPEC, "--sparsecore", "-o", str(out)).exit_code == 0
+    result = run_cli("inspect", str(out), "--json")
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    stacks = {s["name"]: s for s in summary["stacks"]}
+    assert (stacks["item_user"]["bytes_per_sparse_core"], stacks["item_user"]["bytes_per_chip"],
+            stacks["item_user"]["padding_percent"]) == (18432, 36864, 13.19)
+    assert summary["topology"]["sparse_cores"] == 8 and summary["padding_percent"] == 14.23
+    assert "SparseCore layouts" in run_cli("inspect", str(out)).stdout
+    bad = tmp_path / "bad.pbtxt"
+    bad.write_text("garbage {\n")
+    refused = run_cli("inspect", str(bad))
+    assert refused.exit_code == 2 and "TPUEmbeddingConfiguration" in refused.output
+
+
+def test_compile_without_sparsecore_points_to_the_flag() -> None:
+    result = run_cli("compile", TF_SPEC)
+    assert result.exit_code == 0
+    assert "a SparseCore spec; `--sparsecore` writes its stacked tables" in result.stderr
+    assert "table_descriptor" in result.stdout

@@ -135,6 +135,13 @@ def compile_(spec: str, output: str, to_format: str | None, check: bool,  # noqa
     fmt = normalize_format(to_format) if to_format else detect_format(output, "--to", output=True)
     if output == "-" and fmt == "binary" and not check:
         raise UsageError("refusing to write binary protobuf to stdout; use -o FILE")
+    if not sparsecore:
+        from tpuemb_cfg.embedding.sparsecore import is_sparsecore_spec
+
+        if is_sparsecore_spec(spec):
+            click.echo(f"{spec}: a SparseCore spec; `--sparsecore` writes its stacked tables "
+                       "(SparseCoreTableLayouts); without it, TPUEmbedding's configuration",
+                       err=True)
     if not check:
         from tpuemb_cfg.atomic import check_outputs
 
@@ -276,7 +283,12 @@ def inspect(config: str, as_json: bool) -> None:
         found = validate_spec(config, rules, severity=settings.severity, options=options,
                               compiled=spec)
     else:
-        source = read_source(config)
+        try:
+            source = read_source(config)
+        except InputError:
+            if not _inspect_layouts(config, as_json):  # a SparseCoreTableLayouts file
+                raise
+            return
         message = source.message
         found = validate_source(source, rules, severity=settings.severity, options=options)
     limit = SEVERITY_RANK[settings.fail_on]
@@ -329,6 +341,29 @@ def _inspect_sparsecore(spec: str, as_json: bool) -> None:
         click.echo(json.dumps(summary, indent=2, ensure_ascii=False))
     else:
         click.echo(format_sparsecore_summary(summary, title=spec), nl=False)
+
+
+def _inspect_layouts(path: str, as_json: bool) -> bool:
+    """``inspect`` of a ``SparseCoreTableLayouts`` file (``compile --sparsecore``'s output, text
+    or JSON; binary is read as a configuration). False when ``path`` is not one."""
+    from tpuemb_cfg.io import detect_format, load
+    from tpuemb_cfg.proto.sparse_core_layout_pb2 import SparseCoreTableLayouts
+    from tpuemb_cfg.sparsecore.summary import format_sparsecore_summary, summarize_layouts
+
+    if path == "-" or detect_format(path) == "binary":
+        return False
+    try:
+        layouts = load(path, message_type=SparseCoreTableLayouts)
+    except InputError:
+        return False
+    if not layouts.tables:
+        return False
+    summary = summarize_layouts(layouts)
+    if as_json:
+        click.echo(json.dumps(summary, indent=2, ensure_ascii=False))
+    else:
+        click.echo(format_sparsecore_summary(summary, title=path), nl=False)
+    return True
 
 
 def _simulation(message: Any) -> dict[str, Any] | None:

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from tpuemb_cfg.proto.sparse_core_layout_pb2 import SparseCoreTableLayouts
 
 __all__ = ["format_sparsecore_summary", "layouts_from_stacking", "layouts_of",
-           "summarize_sparsecore"]
+           "summarize_layouts", "summarize_sparsecore"]
 
 #: float32 parameters and slots.
 BYTES_PER_ELEMENT = 4
@@ -205,6 +205,61 @@ def summarize_sparsecore(config: SparseCoreConfig, stacking: Stacking) -> dict[s
     }
 
 
+def summarize_layouts(layouts: SparseCoreTableLayouts) -> dict[str, Any]:
+    """What a layouts file alone tells (``tpuemb inspect LAYOUTS.pbtxt``): the stacks, their
+    padding, and the rows and bytes of the tables per SparseCore and per chip. The optimizer,
+    combiner, limits and topology kind are not in the file: those entries are ``None`` and the
+    bytes count the table without its optimizer's slots."""
+    stacks: dict[str, list[Any]] = {}
+    for layout in layouts.tables:
+        stacks.setdefault(layout.stacked_table_name, []).append(layout)
+    first = layouts.tables[0] if layouts.tables else None
+    cores = first.num_sparse_cores if first is not None else 0
+    chips = first.num_partitions if first is not None else 0
+    per_chip = cores // chips if chips else 0
+    summaries = []
+    for name, members in stacks.items():
+        width = members[0].unsharded_padded_shape[1]
+        rows_total = sum(m.unsharded_padded_shape[0] for m in members)
+        real = sum(m.unsharded_shape[0] * m.unsharded_shape[1] for m in members)
+        padded = rows_total * width
+        rows = members[0].total_rows_per_sparse_core_shard
+        per_core = rows * width * BYTES_PER_ELEMENT
+        summaries.append({
+            "name": name,
+            "tables": [{
+                "name": m.table_name, "shape": list(m.unsharded_shape),
+                "padded_shape": list(m.unsharded_padded_shape),
+                "row_offset_in_shard": m.sparse_core_shard_row_offset,
+                "shard_rotation": m.sparse_core_shard_rotation,
+                "per_sparse_core_batch_size": m.per_sparse_core_batch_size,
+                "num_features": m.num_features,
+            } for m in members],
+            "padded_shape": [rows_total, width], "group": None, "combiner": None,
+            "optimizer": None, "slots": None, "samples_per_step": None,
+            "elements": real, "padded_elements": padded,
+            "padding_percent": round(100.0 * (padded - real) / padded, 2) if padded else 0.0,
+            "rows_per_sparse_core": rows, "bytes_per_sparse_core": per_core,
+            "bytes_per_chip": per_core * per_chip, "limits": None,
+        })
+    padded_all = sum(x["padded_elements"] for x in summaries)
+    real_all = sum(x["elements"] for x in summaries)
+    per_core_all = sum(x["bytes_per_sparse_core"] for x in summaries)
+    return {
+        "api": None, "mode": None,
+        "topology": {"kind": None, "chips": chips, "sparse_cores_per_chip": per_chip,
+                     "sparse_cores": cores, "sparse_cores_defaulted": False},
+        "tables": len(layouts.tables), "features": None, "stacks": summaries,
+        "elements": real_all, "padded_elements": padded_all,
+        "padding_percent": (round(100.0 * (padded_all - real_all) / padded_all, 2)
+                            if padded_all else 0.0),
+        "rows_per_sparse_core": sum(x["rows_per_sparse_core"] for x in summaries),
+        "bytes_per_sparse_core": per_core_all,
+        "bytes_per_chip": per_core_all * per_chip,
+        "hbm_bytes_per_chip": None, "hbm_percent": None,
+    }
+
+
 def _limit_text(name: str, limit: dict[str, Any]) -> str:
     line = f", line {limit['line']}" if limit.get("line") is not None else ""
     return f"{name} {limit['value']} ({limit['source']}{line})"
@@ -216,35 +271,47 @@ def format_sparsecore_summary(summary: dict[str, Any], title: str) -> str:
     kind = f"{top['kind']}, " if top["kind"] else ""
     assumed = " (SparseCores per chip unknown: 4 assumed, as TensorFlow does)" if top[
         "sparse_cores_defaulted"] else ""
+    from_file = summary["api"] is None  # a layouts file: no optimizer, combiner or limits
+    what = ("SparseCore layouts" if from_file else
+            f"SparseCore configuration ({summary['api']} API, {summary['mode']} stacking)")
+    features = "" if from_file else f"{summary['features']} features, "
     lines = [
-        f"{title}: SparseCore configuration ({summary['api']} API, {summary['mode']} stacking)",
+        f"{title}: {what}",
         f"  topology: {kind}{top['chips']} chips x {top['sparse_cores_per_chip']} SparseCores "
         f"= {top['sparse_cores']} SparseCores{assumed}",
-        f"  {summary['tables']} tables, {summary['features']} features, "
+        f"  {summary['tables']} tables, {features}"
         f"{len(summary['stacks'])} stack{'' if len(summary['stacks']) == 1 else 's'}",
         "",
     ]
     for s in summary["stacks"]:
         rows, width = s["padded_shape"]
-        slots = f"{s['slots']} slot{'' if s['slots'] == 1 else 's'}"
-        lines.append(f"stack {s['name']}: {rows} x {width} padded, {s['optimizer']} "
-                     f"({slots}), combiner {s['combiner']}, "
-                     f"{s['samples_per_step']} samples per step")
+        if from_file:
+            lines.append(f"stack {s['name']}: {rows} x {width} padded")
+        else:
+            slots = f"{s['slots']} slot{'' if s['slots'] == 1 else 's'}"
+            lines.append(f"stack {s['name']}: {rows} x {width} padded, {s['optimizer']} "
+                         f"({slots}), combiner {s['combiner']}, "
+                         f"{s['samples_per_step']} samples per step")
         for t in s["tables"]:
             lines.append(f"  {t['name']}: {t['shape'][0]} x {t['shape'][1]} -> "
                          f"{t['padded_shape'][0]} x {t['padded_shape'][1]}, row offset "
                          f"{t['row_offset_in_shard']}, rotation {t['shard_rotation']}")
-            if summary["mode"] == "tensorflow" and t["stacker_num_features"] != t["features"]:
+            if (summary["mode"] == "tensorflow"
+                    and t["stacker_num_features"] != t["features"]):
                 lines.append(f"    TensorFlow 2.21 told the stacker {t['stacker_num_features']} "
                              f"of its {t['features']} features "
                              f"({t['stacker_output_samples']} samples): it counts only the "
                              f"first feature when stacking")
         lines.append(f"  padding: {s['padded_elements']:,} elements for {s['elements']:,} "
                      f"({s['padding_percent']}% waste)")
+        counted = "table only: the optimizer is not in the file" if from_file else (
+            "table + slots")
         lines.append(f"  per SparseCore: {s['rows_per_sparse_core']:,} rows, "
                      f"{format_size(s['bytes_per_sparse_core'])}; per chip: "
-                     f"{format_size(s['bytes_per_chip'])} (table + slots, float32)")
+                     f"{format_size(s['bytes_per_chip'])} ({counted}, float32)")
         limits = s["limits"]
+        if limits is None:
+            continue
         lines.append("  limits: " + _limit_text("max_ids_per_partition",
                                                 limits["max_ids_per_partition"]))
         lines.append("          " + _limit_text("max_unique_ids_per_partition",
