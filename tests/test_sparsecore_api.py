@@ -275,7 +275,9 @@ def test_tensorflow_spec_records_origins() -> None:
     assert config.setting_origins["max_ids_per_table"].line == 13
     assert config.max_ids_per_table == {"item_user": 64}
     assert config.topology.num_sparse_cores == 8
-    assert spec.compiled is not None
+    assert spec.compiled is not None  # the same tables in the same order, for the executor
+    assert [t.name for t in spec.compiled.config.table_descriptor] == ["ctx", "item", "user"]
+    assert spec.compiled.combiners == ["mean", "mean", "mean"]
     params = spec.compiled.config.table_descriptor[0].optimization_parameters
     assert spec.compiled.config.table_descriptor[0].name == "ctx"
     assert params.WhichOneof("parameters") == "stochastic_gradient_descent"
@@ -354,9 +356,11 @@ def test_keras_rs_spec_keeps_dropped_limits() -> None:
     assert config.limits_dropped_by_conversion and not config.initialize_tables_on_host
     assert [(t.name, t.max_ids_per_partition, t.max_unique_ids_per_partition, t.origin.line)
             for t in config.tables] == [("a", 32, 16, 27), ("b", 256, 256, 29)]
-    assert [(f.name, f.output_shape) for f in config.features] == [
-        ("fa", (32, 8)), ("fb", (32, 8))]  # global batch 64 over 2 replicas
-    assert spec.compiled is not None and len(spec.compiled.config.table_descriptor) == 2
+    assert [(f.name, f.output_shape, f.origin.line) for f in config.features] == [
+        ("fa", (32, 8), 32), ("fb", (32, 8), 33)]  # global batch 64 over 2 replicas
+    assert [t.optimizer.origin.line for t in config.tables] == [27, 29]  # optimizer="sgd"
+    assert spec.compiled is not None
+    assert [t.name for t in spec.compiled.config.table_descriptor] == ["a", "b"]
     summary = json.loads(run_cli("inspect", KERAS_RS_SPEC, "--json").stdout)
     (stack,) = summary["stacks"]
     assert stack["name"] == "a_b"

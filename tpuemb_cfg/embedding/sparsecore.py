@@ -393,10 +393,12 @@ def _convert_tensorflow(  # noqa: PLR0913  (the conversion's inputs, each a diff
     global_origin = provenance.setting_origins.get("optimizer", Origin(provenance.path, None))
     records: dict[int, SparseCoreTable] = {}
     for table, (name, chosen) in zip(tables, named, strict=True):
-        fallback = global_origin if table.optimizer is None else None
+        limits = extras.table_limits.get(id(table), (None, None, None))
+        source = limits[2] if limits[2] is not None else table  # keras-rs: its own table
+        # An optimizer the spec did not build itself (keras-rs' "sgd") is placed at its table.
+        fallback = global_origin if table.optimizer is None else places.of(source)
         combiner = table.combiner if isinstance(table.combiner, str) else "custom"
         quantization = getattr(table, "quantization_config", None)
-        limits = extras.table_limits.get(id(table), (None, None, None))
         records[id(table)] = SparseCoreTable(
             name=name, vocabulary_size=int(table.vocabulary_size), dim=int(table.dim),
             optimizer=_sparsecore_optimizer(chosen, quantization, callables,
@@ -405,7 +407,7 @@ def _convert_tensorflow(  # noqa: PLR0913  (the conversion's inputs, each a diff
             quantization=None if quantization is None else repr(quantization),
             initializer=getattr(table, "initializer", None),
             max_ids_per_partition=limits[0], max_unique_ids_per_partition=limits[1],
-            origin=places.of(limits[2] if limits[2] is not None else table))
+            origin=places.of(source))
     features = []
     for path, feature in flat:
         table = records[id(feature.table)]
