@@ -497,3 +497,21 @@ def test_compile_without_sparsecore_points_to_the_flag() -> None:
     assert result.exit_code == 0
     assert "a SparseCore spec; `--sparsecore` writes its stacked tables" in result.stderr
     assert "table_descriptor" in result.stdout
+
+
+def test_flattened_paths_and_config_checks() -> None:
+    """Feature names are TensorFlow's joined paths (dict keys sorted: uppercase first);
+    ``SparseCoreEmbeddingConfig`` refuses what TensorFlow's types refuse."""
+    t = TableConfig(64, 8, optimizer=SGD(), name="t")
+    config = tensorflow_config({"a": {"x": FeatureConfig(t, output_shape=[2])},
+                                "B": [FeatureConfig(t, output_shape=[3]),
+                                      FeatureConfig(t, output_shape=[4])]}, topology="v6e-1")
+    assert [(f.name, f.samples) for f in config.features] == [("B/0", 3), ("B/1", 4), ("a/x", 2)]
+    with pytest.raises(TypeError, match="max_ids_per_table"):
+        SparseCoreEmbeddingConfig(max_ids_per_table=[("t", 8)])  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="max_ids_per_chip_per_sample"):
+        SparseCoreEmbeddingConfig(max_ids_per_chip_per_sample=-1)
+    assert SparseCoreEmbeddingConfig() == SparseCoreEmbeddingConfig(
+        disable_table_stacking=False, max_ids_per_chip_per_sample=64, max_ids_per_table=None,
+        max_unique_ids_per_table=None, allow_id_dropping=False, initialize_tables_on_host=True,
+        enable_fast_table_initialization=False)
