@@ -87,38 +87,37 @@ GROUP_PREFIX = "_xxtpuv3internal_"
 DEFAULT_MAX_IDS = 256
 
 
+@dataclass(frozen=True)
 class SparseCoreEmbeddingConfig:
-    """``tf.tpu.experimental.embedding.SparseCoreEmbeddingConfig`` (TensorFlow 2.21).
+    """``tf.tpu.experimental.embedding.SparseCoreEmbeddingConfig`` (TensorFlow 2.21): a frozen
+    dataclass with the same fields, order and defaults.
 
     ``max_ids_per_table`` / ``max_unique_ids_per_table`` map **stacked** table names to the most
     ids (unique ids) one SparseCore sends to one partition per step; a stacked table missing from
     them gets 256 (TensorFlow logs a warning). ``initialize_tables_on_host`` builds each table on
-    the host before copying it to the TPU (the host must hold the largest table).
+    the host before copying it to the TPU (the host must hold the largest table). Unlike
+    TensorFlow's, the types are checked here (a flag must be a bool, a limit an int >= 0), so a
+    mistake is reported at the spec line that made it rather than deep inside the TPU setup.
     """
 
-    def __init__(  # noqa: PLR0913  (TensorFlow's signature)
-        self,
-        disable_table_stacking: bool = False,
-        max_ids_per_chip_per_sample: int = 64,
-        max_ids_per_table: Mapping[str, int] | None = None,
-        max_unique_ids_per_table: Mapping[str, int] | None = None,
-        allow_id_dropping: bool = False,
-        initialize_tables_on_host: bool = True,
-        enable_fast_table_initialization: bool = False,
-    ) -> None:
+    disable_table_stacking: bool = False
+    max_ids_per_chip_per_sample: int = 64
+    max_ids_per_table: Mapping[str, int] | None = None
+    max_unique_ids_per_table: Mapping[str, int] | None = None
+    allow_id_dropping: bool = False
+    initialize_tables_on_host: bool = True
+    enable_fast_table_initialization: bool = False
+
+    def __post_init__(self) -> None:
         origins.record(self)
         owner = "SparseCoreEmbeddingConfig"
-        flags: tuple[tuple[str, Any], ...] = (
-            ("disable_table_stacking", disable_table_stacking),
-            ("allow_id_dropping", allow_id_dropping),
-            ("initialize_tables_on_host", initialize_tables_on_host),
-            ("enable_fast_table_initialization", enable_fast_table_initialization))
-        for name, value in flags:
-            chk.flag(owner, name, value)
-        chk.integer(owner, "max_ids_per_chip_per_sample", max_ids_per_chip_per_sample,
+        for name in ("disable_table_stacking", "allow_id_dropping", "initialize_tables_on_host",
+                     "enable_fast_table_initialization"):
+            chk.flag(owner, name, getattr(self, name))
+        chk.integer(owner, "max_ids_per_chip_per_sample", self.max_ids_per_chip_per_sample,
                     minimum=0)
-        for name, limits in (("max_ids_per_table", max_ids_per_table),
-                             ("max_unique_ids_per_table", max_unique_ids_per_table)):
+        for name in ("max_ids_per_table", "max_unique_ids_per_table"):
+            limits = getattr(self, name)
             if limits is None:
                 continue
             if not isinstance(limits, Mapping):
@@ -129,22 +128,6 @@ class SparseCoreEmbeddingConfig:
                     raise chk.fail_type(owner, f"`{name}` keys must be stacked table names "
                                         f"(str); received {chk.show(key)}")
                 chk.integer(owner, f"{name}[{key!r}]", value, minimum=0)
-        self.disable_table_stacking = disable_table_stacking
-        self.max_ids_per_chip_per_sample = max_ids_per_chip_per_sample
-        self.max_ids_per_table = max_ids_per_table
-        self.max_unique_ids_per_table = max_unique_ids_per_table
-        self.allow_id_dropping = allow_id_dropping
-        self.initialize_tables_on_host = initialize_tables_on_host
-        self.enable_fast_table_initialization = enable_fast_table_initialization
-
-    def __repr__(self) -> str:
-        fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
-        return f"SparseCoreEmbeddingConfig({fields})"
-
-    def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and vars(other) == vars(self)
-
-    __hash__ = None  # type: ignore[assignment]  # mutable dicts inside, as TensorFlow's
 
 
 # -- topology -------------------------------------------------------------------------------------
