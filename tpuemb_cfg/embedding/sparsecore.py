@@ -68,6 +68,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "GROUP_PREFIX",
+    "CallableNumbers",
     "Provenance",
     "SparseCoreEmbeddingConfig",
     "SparseCoreSpec",
@@ -160,7 +161,7 @@ def to_topology(value: Any, owner: str = "topology") -> Topology:
 # -- the group string -----------------------------------------------------------------------------
 
 
-class _Callables:
+class CallableNumbers:
     """Numbers the callables of a configuration by first appearance (identity), so that a
     group key names a learning-rate schedule without ``id()`` (which differs between runs)."""
 
@@ -175,7 +176,7 @@ class _Callables:
         return entry[1]
 
 
-def _canonical(value: Any, callables: _Callables) -> str:
+def _canonical(value: Any, callables: CallableNumbers) -> str:
     """``value`` written so that two values TensorFlow's hash treats as equal (``1``, ``1.0`` and
     ``True``) are written alike, and a callable by its number in ``callables``."""
     if callable(value):
@@ -194,18 +195,18 @@ def _canonical(value: Any, callables: _Callables) -> str:
     return repr(value)
 
 
-def optimizer_key(optimizer: Any, callables: _Callables | None = None) -> str:
+def optimizer_key(optimizer: Any, callables: CallableNumbers | None = None) -> str:
     """The optimizer's attribute dict, in definition order, written canonically: what
     TensorFlow's ``hash(tuple(optimizer.__dict__.items()))`` tells apart, without the hash
     seed. The class is not part of it (TensorFlow hashes only the dict)."""
-    numbering = callables if callables is not None else _Callables()
+    numbering = callables if callables is not None else CallableNumbers()
     items = ", ".join(f"{name}={_canonical(value, numbering)}"
                       for name, value in vars(optimizer).items())
     return f"({items})"
 
 
 def group_key(optimizer: Any, quantization_config: Any,
-              callables: _Callables | None = None) -> str:
+              callables: CallableNumbers | None = None) -> str:
     """tpuemb's reproducible stand-in for TensorFlow's group string (module docstring)."""
     text = repr((optimizer_key(optimizer, callables), repr(quantization_config)))
     return GROUP_PREFIX + hashlib.sha1(text.encode("utf-8")).hexdigest()
@@ -235,20 +236,6 @@ def _is_table(value: Any) -> bool:
 
 def _is_feature(value: Any) -> bool:
     return _is_table(getattr(value, "table", None)) and hasattr(value, "output_shape")
-
-
-@dataclass
-class _Places:
-    """Where the spec built each object (``place``) and the spec's own path."""
-
-    path: str | None = None
-    place: Callable[[Any], tuple[int, int] | None] | None = None
-
-    def of(self, obj: Any, fallback: Origin | None = None) -> Origin:
-        found = self.place(obj) if self.place is not None and obj is not None else None
-        if found is not None:
-            return Origin(self.path, found[0])
-        return fallback if fallback is not None else Origin(self.path, None)
 
 
 def _tables_in_order(flat: list[tuple[str, Any]]) -> list[Any]:
@@ -300,7 +287,7 @@ def _output_shape(path: str, feature: Any) -> tuple[int, ...]:
     return tuple(int(d) for d in shape if d is not None)
 
 
-def _sparsecore_optimizer(optimizer: Any, quantization: Any, callables: _Callables,
+def _sparsecore_optimizer(optimizer: Any, quantization: Any, callables: CallableNumbers,
                           origin: Origin) -> SparseCoreOptimizer:
     hyper = {k: v for k, v in vars(optimizer).items() if k != "learning_rate"}
     decay = (getattr(optimizer, "weight_decay_factor", None) is not None
@@ -322,6 +309,13 @@ class Provenance:
     path: str | None = None
     place: Callable[[Any], tuple[int, int] | None] | None = None
     setting_origins: Mapping[str, Origin] = field(default_factory=dict)
+
+    def origin(self, obj: Any, fallback: Origin | None = None) -> Origin:
+        """Where ``obj`` was built; else ``fallback``; else the spec without a line."""
+        found = self.place(obj) if self.place is not None and obj is not None else None
+        if found is not None:
+            return Origin(self.path, found[0])
+        return fallback if fallback is not None else Origin(self.path, None)
 
 
 @dataclass(frozen=True)
@@ -366,38 +360,37 @@ def _convert_tensorflow(  # noqa: PLR0913  (the conversion's inputs, each a diff
     feature_config: Any, optimizer: Any, sparse_core_config: Any, where: Topology,
     provenance: Provenance, extras: _Extras,
 ) -> SparseCoreConfig:
-    places = _Places(provenance.path, provenance.place)
     sc = sparse_core_config if sparse_core_config is not None else SparseCoreEmbeddingConfig()
     flat = flatten_with_paths(feature_config)
     _check_features(flat)
     tables = _tables_in_order(flat)
     named = _named_tables(tables, optimizer)
-    callables = _Callables()
+    callables = CallableNumbers()
     global_origin = provenance.setting_origins.get("optimizer", Origin(provenance.path, None))
     records: dict[int, SparseCoreTable] = {}
     for table, (name, chosen) in zip(tables, named, strict=True):
         limits = extras.table_limits.get(id(table), (None, None, None))
         source = limits[2] if limits[2] is not None else table  # keras-rs: its own table
         # An optimizer the spec did not build itself (keras-rs' "sgd") is placed at its table.
-        fallback = global_origin if table.optimizer is None else places.of(source)
+        fallback = global_origin if table.optimizer is None else provenance.origin(source)
         combiner = table.combiner if isinstance(table.combiner, str) else "custom"
         quantization = getattr(table, "quantization_config", None)
         records[id(table)] = SparseCoreTable(
             name=name, vocabulary_size=int(table.vocabulary_size), dim=int(table.dim),
             optimizer=_sparsecore_optimizer(chosen, quantization, callables,
-                                            places.of(chosen, fallback)),
+                                            provenance.origin(chosen, fallback)),
             combiner=combiner,
             quantization=None if quantization is None else repr(quantization),
             initializer=getattr(table, "initializer", None),
             max_ids_per_partition=limits[0], max_unique_ids_per_partition=limits[1],
-            origin=places.of(source))
+            origin=provenance.origin(source))
     features = []
     for path, feature in flat:
         table = records[id(feature.table)]
         out = _output_shape(path, feature)
         features.append(SparseCoreFeature(
             name=path, table=table.name, input_shape=extras.input_shapes.get(path, out),
-            output_shape=(*out, table.dim), origin=places.of(feature)))
+            output_shape=(*out, table.dim), origin=provenance.origin(feature)))
     return SparseCoreConfig(
         api=extras.api,  # type: ignore[arg-type]  # "tensorflow" or "keras_rs"
         mode="tensorflow",
@@ -594,7 +587,6 @@ def _jax_config(namespace: Mapping[str, Any], topology: Topology,
         namespace["feature_specs"], global_device_count=topology.chips,
         num_sc_per_device=topology.sparse_cores_per_chip, **arguments)
     config = replace(converted, topology=topology)
-    places = _Places(provenance.path, provenance.place)
     specs = [leaf for _, leaf in flatten_with_paths(namespace["feature_specs"])]
     by_feature = {getattr(s, "name", None): s for s in specs}
     by_table = {getattr(s.table_spec, "name", None): s.table_spec
@@ -603,9 +595,9 @@ def _jax_config(namespace: Mapping[str, Any], topology: Topology,
     for table in config.tables:
         source = by_table.get(table.name)
         optimizer = replace(table.optimizer,
-                            origin=places.of(getattr(source, "optimizer", None)))
-        tables.append(replace(table, optimizer=optimizer, origin=places.of(source)))
-    features = tuple(replace(f, origin=places.of(by_feature.get(f.name)))
+                            origin=provenance.origin(getattr(source, "optimizer", None)))
+        tables.append(replace(table, optimizer=optimizer, origin=provenance.origin(source)))
+    features = tuple(replace(f, origin=provenance.origin(by_feature.get(f.name)))
                      for f in config.features)
     return replace(config, tables=tuple(tables), features=features,
                    origin=Origin(provenance.path, None),
