@@ -515,3 +515,23 @@ def test_flattened_paths_and_config_checks() -> None:
         disable_table_stacking=False, max_ids_per_chip_per_sample=64, max_ids_per_table=None,
         max_unique_ids_per_table=None, allow_id_dropping=False, initialize_tables_on_host=True,
         enable_fast_table_initialization=False)
+
+
+def test_keras_rs_table_stacking_and_missing_topology(tmp_path: Path) -> None:
+    """keras-rs' ``table_stacking``: 'auto' stacks, None does not, anything else is refused;
+    a spec without a topology is one error naming what to define."""
+    source = (DATA / "api_keras_rs_spec.py").read_text()
+    unstacked = tmp_path / "unstacked.py"
+    unstacked.write_text(source + "table_stacking = None\n")
+    assert load_sparsecore_spec(unstacked).config.disable_table_stacking
+    summary = json.loads(run_cli("inspect", str(unstacked), "--json").stdout)
+    assert [s["name"] for s in summary["stacks"]] == ["a", "b"]
+    odd = tmp_path / "odd.py"
+    odd.write_text(source + "table_stacking = [['a', 'b']]\n")
+    with pytest.raises(InputError, match="takes only 'auto'") as info:
+        load_sparsecore_spec(odd)
+    assert info.value.line == source.count("\n") + 1  # the table_stacking line
+    bare = tmp_path / "bare.py"
+    bare.write_text(source.replace('topology = "v5p-2"', "sparse_core_config = None"))
+    with pytest.raises(InputError, match="needs `topology`"):
+        load_sparsecore_spec(bare)

@@ -629,6 +629,19 @@ def _convert(namespace: Mapping[str, Any], provenance: Provenance
     return config, _legacy(namespace, topology)
 
 
+def _culprit(message: str, assigned: Mapping[str, int]) -> str:
+    """The setting a conversion error is about: the first setting the spec assigns that the
+    message names (other than the features), else the features."""
+    import re
+
+    features = "feature_specs" if "feature_specs" in assigned else "feature_config"
+    for setting in SETTINGS:
+        if (setting != features and setting in assigned
+                and re.search(rf"\b{setting}\b", message)):
+            return setting
+    return features
+
+
 def load_sparsecore_spec(path: Any) -> SparseCoreSpec:
     """Run the SparseCore spec ``path`` and convert what it defines (docs/sparsecore/apis.md):
 
@@ -666,8 +679,6 @@ def load_sparsecore_spec(path: Any) -> SparseCoreSpec:
             config, compiled = _convert(namespace, provenance)
     except (ValueError, TypeError) as exc:
         message = " ".join(str(exc).split())
-        culprit = "topology" if "topology" in message else (
-            "feature_specs" if "feature_specs" in namespace else "feature_config")
-        line = lines.get(culprit)
-        raise InputError(message, path=name, line=line) from None
+        raise InputError(message, path=name, line=lines.get(_culprit(message, lines))
+                         ) from None
     return SparseCoreSpec(config, name, compiled)
