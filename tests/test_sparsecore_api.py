@@ -11,6 +11,7 @@ byte wherever their order does not depend on the group strings.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections import defaultdict
@@ -35,6 +36,7 @@ from tpuemb_cfg.embedding.sparsecore import (
     group_key,
     is_sparsecore_spec,
     load_sparsecore_spec,
+    optimizer_key,
     tensorflow_config,
 )
 from tpuemb_cfg.errors import InputError
@@ -203,9 +205,10 @@ def test_group_key_is_value_based_and_keeps_callables_apart() -> None:
                                topology="v5p-1")
     groups = [t.optimizer.group for t in config.tables]
     assert groups[0] == groups[1] != groups[2]
+    assert "learning_rate=<callable 0>" in optimizer_key(shared)  # no address in the text
     # The same bytes on every run: the string does not depend on id() or the hash seed.
     assert group_key(Adagrad(0.1), None) == (
-        "_xxtpuv3internal_" + __import__("hashlib").sha1(repr((
+        "_xxtpuv3internal_" + hashlib.sha1(repr((
             "(learning_rate=0.1, use_gradient_accumulation=1.0, clip_weight_min=None, "
             "clip_weight_max=None, weight_decay_factor=None, "
             "multiply_weight_decay_factor_by_learning_rate=None, clip_gradient_min=None, "

@@ -178,7 +178,8 @@ class CallableNumbers:
 
 def _canonical(value: Any, callables: CallableNumbers) -> str:
     """``value`` written so that two values TensorFlow's hash treats as equal (``1``, ``1.0`` and
-    ``True``) are written alike, and a callable by its number in ``callables``."""
+    ``True``) are written alike, and a callable (or another object known only by its address)
+    by its number in ``callables``: the text never holds an address."""
     if callable(value):
         return f"<callable {callables.number(value)}>"
     if isinstance(value, float):
@@ -192,7 +193,10 @@ def _canonical(value: Any, callables: CallableNumbers) -> str:
     if isinstance(value, tuple | list):
         inner = ", ".join(_canonical(v, callables) for v in value)
         return f"({inner})"
-    return repr(value)
+    text = repr(value)
+    if " at 0x" in text:  # an object shown by its address: hashed by identity, numbered
+        return f"<{type(value).__name__} {callables.number(value)}>"
+    return text
 
 
 def optimizer_key(optimizer: Any, callables: CallableNumbers | None = None) -> str:
