@@ -294,6 +294,7 @@ def test_inspect_tensorflow_spec_by_hand() -> None:
     with rotation 1 x 2 = 2. Rows per SparseCore 1536 / 8 = 192; with Adagrad's one slot
     192 x 24 x 4 x 2 = 36,864 bytes, x 2 per chip = 73,728. Elements 20,000 + 12,000 = 32,000 of
     36,864: 13.19 % padding. ctx (7 x 8 -> 64 x 8, SGD): 8 rows, 256 bytes per SparseCore."""
+    _feed()  # the stacking (tpuemb_cfg.sparsecore.feed) and the layouts schema
     result = run_cli("inspect", TF_SPEC, "--json")
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
@@ -322,6 +323,7 @@ def test_inspect_tensorflow_spec_by_hand() -> None:
 
 
 def test_compile_sparsecore_formats_and_check(tmp_path: Path) -> None:
+    _feed()  # the stacking (tpuemb_cfg.sparsecore.feed) and the layouts schema
     out = tmp_path / "layouts.pbtxt"
     result = run_cli("compile", TF_SPEC, "--sparsecore", "-o", str(out))
     assert result.exit_code == 0, result.output
@@ -353,6 +355,7 @@ def test_keras_rs_spec_keeps_dropped_limits() -> None:
     """v5p-2: N = 2 x 4 = 8. keras-rs 'a' and 'b' (100 x 8, SGD from "sgd") stack as a_b,
     128 + 128 rows, b at 128 / 8 = 16 rotated 1 x 4; 'c' stays on the default device. Per
     SparseCore 256 / 8 = 32 rows x 8 x 4 bytes = 1 KiB (SGD: no slots), 4 KiB per chip."""
+    _feed()  # the stacking (tpuemb_cfg.sparsecore.feed) and the layouts schema
     spec = load_sparsecore_spec(KERAS_RS_SPEC)
     config = spec.config
     assert (config.api, config.mode) == ("keras_rs", "tensorflow")
@@ -378,6 +381,7 @@ def test_jax_spec_and_its_layouts(tmp_path: Path) -> None:
     """2 devices x 4 SparseCores = 8. 'a' (1000 x 16, Adagrad) and 'b' (50 x 12, SGD) differ in
     optimizer: two stacks. a: 1024 rows / 8 = 128 per SparseCore, 128 x 16 x 4 x 2 = 16 KiB;
     b: 64 x 16 padded, 8 rows, 512 bytes. One-table stacks keep their tables' limits."""
+    _feed()  # the stacking (tpuemb_cfg.sparsecore.feed) and the layouts schema
     pytest.importorskip("tpuemb_cfg.sparsecore.jte")
     spec = load_sparsecore_spec(JAX_SPEC)
     assert spec.compiled is None and spec.config.mode == "jax"
@@ -479,6 +483,7 @@ def test_tensorflow_objects_by_their_attributes() -> None:
 def test_inspect_layouts_file(tmp_path: Path) -> None:
     """A layouts file alone: stacks, padding and the table bytes without slots (the optimizer
     is not in it): item_user 192 rows x 24 x 4 = 18,432 bytes per SparseCore, x 2 per chip."""
+    _feed()  # the stacking (tpuemb_cfg.sparsecore.feed) and the layouts schema
     out = tmp_path / "layouts.pbtxt"
     assert run_cli("compile", TF_SPEC, "--sparsecore", "-o", str(out)).exit_code == 0
     result = run_cli("inspect", str(out), "--json")
@@ -523,6 +528,7 @@ def test_flattened_paths_and_config_checks() -> None:
 def test_keras_rs_table_stacking_and_missing_topology(tmp_path: Path) -> None:
     """keras-rs' ``table_stacking``: 'auto' stacks, None does not, anything else is refused;
     a spec without a topology is one error naming what to define."""
+    _feed()  # the stacking (tpuemb_cfg.sparsecore.feed) and the layouts schema
     source = (DATA / "api_keras_rs_spec.py").read_text()
     unstacked = tmp_path / "unstacked.py"
     unstacked.write_text(source + "table_stacking = None\n")
