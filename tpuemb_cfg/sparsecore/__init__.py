@@ -23,6 +23,9 @@ _LAZY = {
     "Stacking": "stacking",
     "SparseCoreConfig": "config", "SparseCoreFeature": "config", "SparseCoreOptimizer": "config",
     "SparseCoreTable": "config",
+    "FeatureSpec": "jte", "TableSpec": "jte", "auto_stack_tables": "jte",
+    "prepare_feature_specs_for_training": "jte", "preprocess_sparse_dense_matmul_input": "jte",
+    "stack_config": "jte",
 }
 
 __all__ = sorted(_LAZY)
