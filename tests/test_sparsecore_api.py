@@ -355,7 +355,6 @@ def test_keras_rs_spec_keeps_dropped_limits() -> None:
     """v5p-2: N = 2 x 4 = 8. keras-rs 'a' and 'b' (100 x 8, SGD from "sgd") stack as a_b,
     128 + 128 rows, b at 128 / 8 = 16 rotated 1 x 4; 'c' stays on the default device. Per
     SparseCore 256 / 8 = 32 rows x 8 x 4 bytes = 1 KiB (SGD: no slots), 4 KiB per chip."""
-    _feed()  # the stacking (tpuemb_cfg.sparsecore.feed) and the layouts schema
     spec = load_sparsecore_spec(KERAS_RS_SPEC)
     config = spec.config
     assert (config.api, config.mode) == ("keras_rs", "tensorflow")
@@ -367,6 +366,7 @@ def test_keras_rs_spec_keeps_dropped_limits() -> None:
     assert [t.optimizer.origin.line for t in config.tables] == [27, 29]  # optimizer="sgd"
     assert spec.compiled is not None
     assert [t.name for t in spec.compiled.config.table_descriptor] == ["a", "b"]
+    _feed()  # the stacking (tpuemb_cfg.sparsecore.feed) and the layouts schema
     summary = json.loads(run_cli("inspect", KERAS_RS_SPEC, "--json").stdout)
     (stack,) = summary["stacks"]
     assert stack["name"] == "a_b"
@@ -381,12 +381,12 @@ def test_jax_spec_and_its_layouts(tmp_path: Path) -> None:
     """2 devices x 4 SparseCores = 8. 'a' (1000 x 16, Adagrad) and 'b' (50 x 12, SGD) differ in
     optimizer: two stacks. a: 1024 rows / 8 = 128 per SparseCore, 128 x 16 x 4 x 2 = 16 KiB;
     b: 64 x 16 padded, 8 rows, 512 bytes. One-table stacks keep their tables' limits."""
-    _feed()  # the stacking (tpuemb_cfg.sparsecore.feed) and the layouts schema
     pytest.importorskip("tpuemb_cfg.sparsecore.jte")
     spec = load_sparsecore_spec(JAX_SPEC)
     assert spec.compiled is None and spec.config.mode == "jax"
     assert [(t.name, t.origin.line, t.optimizer.origin.line) for t in spec.config.tables] == [
         ("a", 9, 10), ("b", 12, 13)]
+    _feed()  # the stacking (tpuemb_cfg.sparsecore.feed) and the layouts schema
     summary = json.loads(run_cli("inspect", JAX_SPEC, "--json").stdout)
     stacks = {s["name"]: s for s in summary["stacks"]}
     assert (stacks["a"]["bytes_per_sparse_core"], stacks["b"]["bytes_per_sparse_core"]) == (
