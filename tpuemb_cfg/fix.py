@@ -12,6 +12,10 @@
    the training code does not change.
 3. **Accumulation** (ACC002): write ``gradient_accumulation_status: ENABLED`` where it is
    UNSPECIFIED (which TensorFlow reads as ENABLED).
+4. **SparseCore limit keys** (SC001, a Python SparseCore spec): a ``max_ids_per_table`` /
+   ``max_unique_ids_per_table`` key that names a table inside a stack is renamed to the
+   stack's name, in the spec's text (:func:`rename_spec_keys`, called by
+   ``spec_check.fix_sparsecore_spec``).
 
 The fixes are applied to a copy of the message first; that copy is the truth. For a text file the
 same changes are then made as small edits of the original text, so comments and layout survive;
@@ -346,6 +350,7 @@ FIXES: dict[str, tuple[str, ...]] = {
     "tags": ("TAG001", "TAG002"),
     "legacy": ("MODE005",),
     "accumulation": ("ACC002",),
+    "sparsecore_keys": ("SC001",),  # a SparseCore spec's limit keys (spec_check)
 }
 
 

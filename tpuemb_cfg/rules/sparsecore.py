@@ -208,7 +208,7 @@ def limit_key_not_stacked(ctx: SparseCoreContext) -> Iterator[Diagnostic]:
             )
 
 
-@rule("SC002", "warning", "stacked table without a limit entry (TensorFlow uses 256)",
+@rule("SC002", "info", "stacked table without a limit entry (TensorFlow uses 256)",
       target="sparsecore")
 def stack_without_limit(ctx: SparseCoreContext) -> Iterator[Diagnostic]:
     """## What it does
@@ -216,9 +216,10 @@ def stack_without_limit(ctx: SparseCoreContext) -> Iterator[Diagnostic]:
     table that has no key in it (and that no misnamed key, SC001, points to).
 
     ## Why is this bad?
-    TensorFlow logs a warning and uses 256 for that stack. A dictionary that lists some stacks
-    shows that limits were meant to be set; the missing stack probably changed name when
-    another table joined it (a new table, a changed width or optimizer changes the stacks).
+    TensorFlow logs a warning and uses 256 for that stack. That is often what you want for a
+    small table (hence an info), but a dictionary that lists some stacks shows that limits were
+    meant to be set: a missing stack may have changed name when another table joined it (a new
+    table, a changed width or optimizer changes the stacks).
 
     ## Example
     Stacks `ads` and `user_video`:
@@ -245,10 +246,11 @@ def stack_without_limit(ctx: SparseCoreContext) -> Iterator[Diagnostic]:
             if stack.name in limits or (setting, stack.name) in pointed:
                 continue
             tables = [t.name for t in stack.tables]
+            which = f" (tables {_names(tables)})" if len(tables) > 1 else ""
             yield ctx.diag(
                 _setting(setting),
-                f"{setting} has no entry for the stacked table {stack.name!r} (tables "
-                f"{_names(tables)}): TensorFlow uses {DEFAULT_LIMIT} for it",
+                f"{setting} has no entry for the stacked table {stack.name!r}{which}: "
+                f"TensorFlow uses {DEFAULT_LIMIT} for it",
                 hint=f"add {stack.name!r}: N to {setting}",
             )
 
@@ -679,7 +681,7 @@ def padding_waste(ctx: SparseCoreContext) -> Iterator[Diagnostic]:
             reasons = []
             if member.padded_dim != member.dim:
                 reasons.append(f"width {member.dim} padded to {member.padded_dim}")
-            if member.padded_vocabulary_size != member.vocabulary_size:
+            if member.padded_vocabulary_size >= 1.01 * member.vocabulary_size:
                 reasons.append(f"{member.vocabulary_size:,} rows padded to "
                                f"{member.padded_vocabulary_size:,} (a multiple of 8 x {n} "
                                "SparseCores)")
