@@ -212,8 +212,9 @@ def limit_key_not_stacked(ctx: SparseCoreContext) -> Iterator[Diagnostic]:
       target="sparsecore")
 def stack_without_limit(ctx: SparseCoreContext) -> Iterator[Diagnostic]:
     """## What it does
-    When `max_ids_per_table` or `max_unique_ids_per_table` is given, reports every stacked
-    table that has no key in it (and that no misnamed key, SC001, points to).
+    When `max_ids_per_table` or `max_unique_ids_per_table` is given, reports (once per
+    dictionary) the stacked tables that have no key in it and that no misnamed key (SC001)
+    points to.
 
     ## Why is this bad?
     TensorFlow logs a warning and uses 256 for that stack. That is often what you want for a
@@ -242,17 +243,17 @@ def stack_without_limit(ctx: SparseCoreContext) -> Iterator[Diagnostic]:
         limits = getattr(ctx.config, setting)
         if limits is None:
             continue
-        for stack in stacking.stacks:
-            if stack.name in limits or (setting, stack.name) in pointed:
-                continue
-            tables = [t.name for t in stack.tables]
-            which = f" (tables {_names(tables)})" if len(tables) > 1 else ""
-            yield ctx.diag(
-                _setting(setting),
-                f"{setting} has no entry for the stacked table {stack.name!r}{which}: "
-                f"TensorFlow uses {DEFAULT_LIMIT} for it",
-                hint=f"add {stack.name!r}: N to {setting}",
-            )
+        missing = [s.name for s in stacking.stacks
+                   if s.name not in limits and (setting, s.name) not in pointed]
+        if not missing:
+            continue
+        noun = "stacked table" if len(missing) == 1 else f"{len(missing)} stacked tables"
+        yield ctx.diag(
+            _setting(setting),
+            f"{setting} has no entry for the {noun} {_names(missing)}: TensorFlow uses "
+            f"{DEFAULT_LIMIT} for {'it' if len(missing) == 1 else 'each'}",
+            hint=f"add {missing[0]!r}: N (and so on) to {setting} where 256 is not right",
+        )
 
 
 # -- SC003 / SC004: limits lost ------------------------------------------------------------------
