@@ -430,11 +430,11 @@ def test_findings_are_placed_at_the_origin_lines(tmp_path: Path) -> None:
     path.write_text(SPEC)
     cfg = _placed_config(str(path))
     found = validate_sparsecore(cfg, selected_rules("SC"),
-                                stacking=stacking(cfg, [["user"], ["video"]]))
+                                stacking=stacking(cfg, [["user", "video"]]))
     placed = [(d.rule, d.line, d.column) for d in found]
     # SC001 at the key's own line and column; SC005 at the optimizer's line; SC007 at the
-    # feature; SC010 on line 3 is silenced by its comment
-    assert placed == [("SC005", 1, 1), ("SC007", 4, 13), ("SC002", 5, 1), ("SC001", 7, 9)]
+    # feature's line (its first character); SC010 on line 3 is silenced by its comment
+    assert placed == [("SC005", 1, 1), ("SC007", 4, 1), ("SC001", 7, 9)]
     assert {d.path for d in found} == {str(path)}
 
 
@@ -454,7 +454,8 @@ def test_json_and_sarif_carry_sparsecore_findings(tmp_path: Path) -> None:
     path = tmp_path / "spec.py"
     path.write_text(SPEC)
     cfg = _placed_config(str(path))
-    found = validate_sparsecore(cfg, selected_rules("SC"), stacking=stacking(cfg))
+    found = validate_sparsecore(cfg, selected_rules("SC"),
+                                stacking=stacking(cfg, [["user", "video"]]))
     reports = [FileReport(str(path), found)]
     document = json.loads(render("json", reports))
     first = document["files"][0]["diagnostics"][0]
