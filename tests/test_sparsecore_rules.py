@@ -551,3 +551,10 @@ def test_fix_renames_the_keys_of_the_broken_example(tmp_path: Path) -> None:
     assert 'max_ids_per_table={"user_video": 1024}' in text
     assert 'max_unique_ids_per_table={"user_video": 512}' in text
     assert invoke("validate", "--select", "SC001", str(path)).output == ""
+
+
+def test_the_rules_page_lists_every_rule_with_its_severity_and_summary() -> None:
+    page = (EXAMPLES.parent.parent / "docs" / "sparsecore" / "rules.md").read_text()
+    for rule_id in SC_IDS:
+        rule = RULES[rule_id]
+        assert f"| `{rule_id}` | {rule.severity} | {rule.summary} |" in page, rule_id
