@@ -246,6 +246,9 @@ def validate_spec(
 
 _SC_HEAD = re.compile(r'^(tables|features)\[("(?:[^"\\]|\\.)*")\](.*)$')
 _SC_KEY = re.compile(r'\[("(?:[^"\\]|\\.)*")\]$')
+#: The spec names that may set the topology (a chip count alone, or jax's device counts).
+_SC_ALIASES = {"topology": ("topology", "num_replicas", "global_device_count",
+                            "num_sc_per_device")}
 
 
 def is_sparsecore_spec(path: str | os.PathLike[str]) -> bool:
@@ -369,9 +372,10 @@ def _sparsecore_line(config: Any, field_path: str, name: str | None) -> int | No
         settings = config.setting_origins
         parts = field_path.removeprefix("sparse_core_config.").split(".")[0]
         setting = _SC_KEY.sub("", parts)
-        origin = settings.get(setting) or (settings.get("sparse_core_config")
-                                           if field_path.startswith("sparse_core_config")
-                                           else None)
+        names = _SC_ALIASES.get(setting, (setting,))
+        if field_path.startswith("sparse_core_config"):
+            names = (*names, "sparse_core_config")
+        origin = next((settings[n] for n in names if n in settings), None)
     if origin is None or origin.line is None or not _same_file(origin.path, name):
         return None
     return int(origin.line)

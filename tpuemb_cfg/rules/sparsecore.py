@@ -904,13 +904,13 @@ def suggested_buffer_too_large(ctx: SparseCoreContext) -> Iterator[Diagnostic]:
 def unusable_limit(ctx: SparseCoreContext) -> Iterator[Diagnostic]:
     """## What it does
     Reports a stack whose `max_ids_per_partition` or `max_unique_ids_per_partition` is 0 or
-    negative, or whose COO buffer (roundup8(`max_ids_per_partition`) x SparseCores per device
-    x N entries) does not fit in int32.
+    negative, or (jax-tpu-embedding) whose COO buffer, roundup8(`max_ids_per_partition`) x
+    SparseCores per device x N entries, does not fit in int32.
 
     ## Why is this bad?
     A limit of 0 leaves no room for any id: jax-tpu-embedding aborts on the buffer size 0
-    ("input_preprocessing_util.cc:314"), and TensorFlow drops every id or fails. A buffer of
-    2^31 entries or more cannot be indexed by the int32 row pointers and will not fit in HBM.
+    ("input_preprocessing_util.cc:314"), and with TensorFlow every id of the stack is over the
+    limit. A buffer of 2^31 entries or more cannot be indexed by int32 row pointers.
 
     ## Example
     ```
@@ -918,8 +918,8 @@ def unusable_limit(ctx: SparseCoreContext) -> Iterator[Diagnostic]:
     ```
 
     ## Use instead
-    The largest number of ids one SparseCore can send to one partition in a step (measure it
-    with `tpuemb simulate`), e.g. `{"user": 256}`.
+    The largest number of ids one SparseCore sends to one partition in a step (the
+    preprocessing statistic `max_ids_per_partition` of real batches), e.g. `{"user": 256}`.
 
     Spec: sparsecore.md section 5
     """
@@ -933,12 +933,12 @@ def unusable_limit(ctx: SparseCoreContext) -> Iterator[Diagnostic]:
             if value <= 0:
                 yield ctx.diag(
                     _limit_path(ctx.config, stack, field),
-                    f"stack {stack.name!r}: {field} is {value}; no id can be looked up "
+                    f"stack {stack.name!r}: {field} is {value}; no id fits under it "
                     "(jax-tpu-embedding aborts on a buffer of size 0)",
                     hint=f"set {field} to at least 1 (256 is the default)",
                 )
         size = _theoretical_buffer(stack.max_ids_per_partition, stacking)
-        if size > INT32_MAX:
+        if ctx.config.mode == "jax" and size > INT32_MAX:
             yield ctx.diag(
                 _limit_path(ctx.config, stack, "max_ids_per_partition"),
                 f"stack {stack.name!r}: max_ids_per_partition {stack.max_ids_per_partition:,} "
