@@ -327,7 +327,8 @@ def _lost_limits(ctx: SparseCoreContext, table: SparseCoreTable,
             f"{_table(table.name)}.{field}",
             f"table {table.name!r}: {field} {own} is ignored: it is stacked with "
             f"{_names(others)} into {stack.name!r}, whose limit is {applied} (from "
-            f"stack_to_{field}); batches with more ids abort preprocessing",
+            f"stack_to_{field}); batches with more {'unique ' if 'unique' in field else ''}ids "
+            "abort preprocessing",
             hint=f"return {max(own, applied)} for {stack.name!r} from stack_to_{field}",
         )
 
@@ -523,7 +524,7 @@ def batch_not_divisible(ctx: SparseCoreContext) -> Iterator[Diagnostic]:
         yield ctx.diag(
             f"{_feature(feature.name)}.output_shape",
             f"feature {feature.name!r}: {what}, not a multiple of the {cores} SparseCores per "
-            f"chip: {effect}",
+            f"{'device' if config.mode == 'jax' else 'chip'}: {effect}",
             hint=f"use a batch that is a multiple of "
             f"{cores if config.mode != 'jax' else chips * cores} (e.g. {good})",
         )
