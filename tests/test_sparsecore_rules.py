@@ -207,7 +207,7 @@ def test_sc004_keras_rs_conversion_drops_the_tables_limits() -> None:
                  initialize_tables_on_host=False)
     found = run(cfg, rule_id="SC004")
     assert where(found) == [("SC004", 'tables["user"].max_ids_per_partition')]
-    assert "max_ids_per_partition 1024 never reach TensorFlow" in found[0].message
+    assert "max_ids_per_partition 1024 never reaches TensorFlow" in found[0].message
     assert run(replace(cfg, limits_dropped_by_conversion=False), rule_id="SC004") == []
 
 
@@ -539,6 +539,53 @@ def test_the_broken_example_fails_with_its_documented_rules() -> None:
         assert rule_id in text[line - 1] or rule_id == "SC002", (rule_id, line)
     assert {r for r, _ in placed} == {"SC001", "SC002", "SC005", "SC006", "SC007", "SC010",
                                       "SC011"}
+
+
+KERAS_RS_SPEC = '''\
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass
+class TableConfig:  # keras-rs 0.4.0's fields and defaults
+    name: str
+    vocabulary_size: int
+    embedding_dim: int
+    initializer: Any = None
+    optimizer: Any = "adagrad"
+    combiner: str = "mean"
+    placement: str = "sparsecore"
+    max_ids_per_partition: int = 256
+    max_unique_ids_per_partition: int = 256
+
+
+@dataclass
+class FeatureConfig:
+    name: str
+    table: TableConfig
+    input_shape: tuple[Any, ...]
+    output_shape: tuple[Any, ...]
+
+
+topology = "v6e-8"
+user = TableConfig("user", 100_000, 32, max_ids_per_partition=1024)
+video = TableConfig("video", 100_000, 32)
+feature_config = {
+    "user": FeatureConfig("user", user, (1024, 1), (1024, 32)),
+    "video": FeatureConfig("video", video, (1024, 1), (1024, 32)),
+}
+'''
+
+
+def test_a_keras_rs_spec_reports_its_dropped_limits_at_the_table(tmp_path: Path) -> None:
+    import tpuemb_cfg
+
+    _loader()
+    path = tmp_path / "krs.py"
+    path.write_text(KERAS_RS_SPEC)
+    found = tpuemb_cfg.validate(str(path))
+    assert [(d.rule, d.line, d.field_path) for d in found] == [
+        ("SC004", 27, 'tables["user"].max_ids_per_partition')]
 
 
 def test_fix_renames_the_keys_of_the_broken_example(tmp_path: Path) -> None:

@@ -377,7 +377,8 @@ def limits_dropped_by_conversion(ctx: SparseCoreContext) -> Iterator[Diagnostic]
             "max_unique_ids_per_partition"
         yield ctx.diag(
             f"{_table(table.name)}.{field}",
-            f"table {table.name!r}: {' and '.join(changed)} never reach TensorFlow: keras-rs' "
+            f"table {table.name!r}: {' and '.join(changed)} "
+            f"{'never reaches' if len(changed) == 1 else 'never reach'} TensorFlow: keras-rs' "
             f"conversion passes no limits, so its stack uses {DEFAULT_LIMIT} (and tables are "
             "initialised on the TPU: initialize_tables_on_host=False)",
             hint="use TPUEmbeddingV2 with SparseCoreEmbeddingConfig(max_ids_per_table=...) "
