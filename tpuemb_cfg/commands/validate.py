@@ -178,7 +178,8 @@ def _rule_filter(name: str, which: str) -> Callable[[Callable[..., Any]], Any]:
     "[default: tpu in pyproject.toml, else the largest device of any generation].",
 )
 @click.option(
-    "--fix", is_flag=True, help="Apply the mechanical fixes (tags, legacy style, accumulation)."
+    "--fix", is_flag=True,
+    help="Apply the mechanical fixes (tags, legacy style, accumulation; SparseCore limit keys)."
 )
 @click.option(
     "--diff", is_flag=True, help="With --fix: print the changes as a diff instead of writing."
