@@ -90,15 +90,6 @@ def _api(config: SparseCoreConfig) -> str:
             "jax": "jax-tpu-embedding"}.get(config.api, config.api)
 
 
-def _samples_by_table(config: SparseCoreConfig) -> dict[str, int]:
-    """Rows each table's features contribute per step (per replica for TensorFlow, the global
-    batch for jax-tpu-embedding: each feature's product of ``output_shape[:-1]``)."""
-    samples: dict[str, int] = {}
-    for feature in config.features:
-        samples[feature.table] = samples.get(feature.table, 0) + feature.samples
-    return samples
-
-
 def _roundup(value: int, multiple: int) -> int:
     return -(-value // multiple) * multiple
 
