@@ -420,8 +420,13 @@ def fix_sparsecore_spec(path: str | os.PathLike[str]) -> SpecFix:
     text = _spec_text(name)
     if text is None:
         return SpecFix(changed=False, text="")
+    try:
+        stacking = stack(config)
+    except (ValueError, ArithmeticError, KeyError) as exc:  # validation reports what is wrong
+        return SpecFix(changed=False, text=text,
+                       notes=[f"{name}: not fixed: the tables cannot be stacked ({exc})"])
     renames = []
-    for rename in limit_key_renames(config, stack(config)):
+    for rename in limit_key_renames(config, stacking):
         if rename.new is None:
             continue
         place = sparsecore_position(config, limit_key_path(rename.setting, rename.old), name,
