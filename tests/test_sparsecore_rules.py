@@ -392,10 +392,15 @@ def test_sc016_jax_sparse_core_counts() -> None:
 def test_a_failed_stacking_silences_the_rules_that_need_it() -> None:
     from tpuemb_cfg.rules import SparseCoreContext
 
-    ctx = SparseCoreContext(config([table("a")], mode="nonsense"))  # feed.stack refuses it
     pytest.importorskip("tpuemb_cfg.sparsecore.feed")
+    odd = config([table("a")], mode="nonsense")  # feed.stack refuses the mode
+    ctx = SparseCoreContext(odd)
     assert ctx.stacking is None
     assert "nonsense" in (ctx.stacking_error or "")
+    found = run_sparsecore_rules(odd, selected_rules("SC"))
+    assert where(found) == [("SC017", "")]
+    assert found[0].message.startswith("the tables cannot be stacked: ValueError: unknown "
+                                       "stacking mode 'nonsense'")
 
 
 # -- placement, suppression, output formats ------------------------------------------------------

@@ -994,3 +994,31 @@ def sparse_core_count(ctx: SparseCoreContext) -> Iterator[Diagnostic]:
             "SparseCores, not a power of two: jax-tpu-embedding's preprocessing refuses it",
             hint="use a power-of-two number of devices",
         )
+
+
+@rule("SC017", "error", "the tables cannot be stacked", target="sparsecore")
+def cannot_stack(ctx: SparseCoreContext) -> Iterator[Diagnostic]:
+    """## What it does
+    Reports a configuration that the reference's stacking refuses (tpuemb stacks it as
+    TensorFlow or jax-tpu-embedding would, and that failed), with the reason. The rules that
+    read the stacks (SC001-SC003, SC009-SC011, SC014, SC015) are then silent.
+
+    ## Why is this bad?
+    The model cannot be built: the reference raises the same error when it stacks (for
+    example jax-tpu-embedding's "Invalid num_sc_per_device: 3", or a feature naming a table the
+    configuration does not define).
+
+    ## Example
+    Two different tables both named `user`.
+
+    ## Use instead
+    What the message asks for (here: distinct table names).
+
+    Spec: sparsecore.md section 5
+    """
+    if ctx.stacking is None and ctx.stacking_error is not None:
+        yield ctx.diag(
+            "",
+            f"the tables cannot be stacked: {ctx.stacking_error}",
+            hint="fix this first: the rules that read the stacks did not run",
+        )
