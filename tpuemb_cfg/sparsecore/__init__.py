@@ -23,6 +23,10 @@ _LAZY = {
     "Stacking": "stacking",
     "SparseCoreConfig": "config", "SparseCoreFeature": "config", "SparseCoreOptimizer": "config",
     "SparseCoreTable": "config",
+    "preprocess": "preprocess", "SparseCoreInputError": "preprocess",
+    "SparseCoreLimitError": "preprocess", "SparseCoreBufferError": "preprocess",
+    "SparseCoreUnsupportedError": "preprocess",
+    "PreprocessedBatch": "results", "PreprocessedStack": "results",
 }
 
 __all__ = sorted(_LAZY)
