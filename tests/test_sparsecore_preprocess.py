@@ -25,6 +25,7 @@ from tpuemb_cfg.sparsecore.preprocess import (
     SparseCoreLimitError,
     SparseCoreUnsupportedError,
     _fma32,
+    _sort,
     buffer_sizes,
     preprocess,
 )
@@ -525,3 +526,17 @@ def test_option_checks() -> None:
         preprocess(_hand_stacking(), {"fa": _FA, "fb": (_FB[0], _FB[1][:-1])}, local_devices=2)
     with pytest.raises(SparseCoreInputError, match="unknown preprocessing mode"):
         preprocess(_hand_stacking(), features, local_devices=2, mode="torch")  # type: ignore
+
+
+@pytest.mark.parametrize("column_high", [50, 1 << 40])
+def test_sort_is_stable_whether_keys_pack_or_not(column_high: int) -> None:
+    """Small keys are packed into one int64 and sorted; keys too wide for 63 bits take
+    ``np.lexsort``. Both give the stable order by (run, column)."""
+    rng = np.random.default_rng(7)
+    run = rng.integers(0, 8, 500).astype(np.int64)
+    column = rng.integers(0, 5, 500).astype(np.int64) * (column_high // 5)
+    order, run_sorted, column_sorted = _sort(run, column)
+    expected = np.lexsort((column, run))  # lexsort is stable
+    assert order.tolist() == expected.tolist()
+    assert run_sorted.tolist() == run[expected].tolist()
+    assert column_sorted.tolist() == column[expected].tolist()

@@ -522,9 +522,8 @@ def _gains(combiner: str, feature: _Feature, lengths: IntArray, row: IntArray) -
         w = np.ones(feature.values.shape[0], np.float32)
     if combiner == "sum":
         return w.copy()
-    position = np.arange(w.shape[0], dtype=np.int64) - np.repeat(feature.row_splits[:-1], lengths)
-    total = _ordered_sums(w, row, position, feature.rows, start_at_zero=True,
-                         squares=combiner == "sqrtn")
+    total = _ordered_sums(w, feature.row_splits[:-1], lengths, start_at_zero=True,
+                          squares=combiner == "sqrtn")
     if combiner == "sqrtn":
         total = np.sqrt(total)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -532,31 +531,33 @@ def _gains(combiner: str, feature: _Feature, lengths: IntArray, row: IntArray) -
     return out
 
 
-def _ordered_sums(values: F32Array, segment: IntArray, position: IntArray, segments: int, *,
+def _ordered_sums(values: F32Array, starts: IntArray, lengths: IntArray, *,
                   start_at_zero: bool, squares: bool = False) -> F32Array:
-    """Per segment the float32 sum of its values in ``position`` order, one rounding per term
-    (``((v0 + v1) + v2) + ...``, from 0 when ``start_at_zero``), as a sequential C++ loop adds;
-    with ``squares`` the sum of ``v^2`` by fused multiply-adds (:func:`_fma32`).
+    """Per segment ``values[start:start + length]`` summed in float32 left to right, one
+    rounding per term (``((v0 + v1) + v2) + ...``, from 0 when ``start_at_zero``), as a
+    sequential C++ loop adds; with ``squares`` the sum of ``v^2`` by fused multiply-adds
+    (:func:`_fma32`).
 
     Pairwise summation (``np.add.reduceat``) rounds differently from the eighth term on; here
-    the j-th terms of all segments are added in one vectorised step, for j = 0, 1, ...
+    the j-th terms of all segments still that long are added in one vectorised step, for
+    j = 0, 1, ..., so the work is the number of values plus one step per position.
     """
-    total = np.zeros(segments, np.float32)
-    if not values.size:
-        return total
-    order = np.argsort(position, kind="stable")
-    counts = np.bincount(position)
-    ends = np.cumsum(counts)
+    total = np.zeros(starts.shape[0], np.float32)
+    first = 0
+    if not start_at_zero and not squares:
+        total[lengths > 0] = values[starts[lengths > 0]]
+        first = 1
+    active = np.flatnonzero(lengths > first)
+    j = first
     with np.errstate(invalid="ignore", over="ignore"):
-        for j, end in enumerate(ends):
-            block = order[end - counts[j]:end]
-            where, v = segment[block], values[block]
+        while active.size:
+            v = values[starts[active] + j]
             if squares:
-                total[where] = _fma32(v, v, total[where])
-            elif j == 0 and not start_at_zero:
-                total[where] = v
+                total[active] = _fma32(v, v, total[active])
             else:
-                total[where] += v
+                total[active] += v
+            j += 1
+            active = active[lengths[active] > j]
     return total
 
 
@@ -598,19 +599,35 @@ class _Merged:
     new_column: BoolArray
 
 
+def _sort(run: IntArray, column: IntArray) -> tuple[IntArray, IntArray, IntArray]:
+    """The permutation sorting by (run, column, input position), and run and column sorted.
+
+    When the three fit in 63 bits they are packed into one int64 key and sorted with
+    ``np.sort`` (NumPy's vectorised sort, about ten times faster than a stable ``argsort``);
+    the position in the low bits makes the keys distinct, so the order is the stable one, and
+    the sorted keys give back the sorted run and column without gathering them.
+    """
+    count = run.shape[0]
+    if not count:
+        return run, run, column
+    column_bits = int(column.max()).bit_length()
+    position_bits = max(1, (count - 1).bit_length())
+    if int(run.max()).bit_length() + column_bits + position_bits > 63:
+        stable = np.lexsort((np.arange(count), column, run))
+        return stable, run[stable], column[stable]
+    key = (run << column_bits | column) << position_bits
+    key |= np.arange(count, dtype=np.int64)
+    key.sort()
+    order: IntArray = key & ((1 << position_bits) - 1)
+    key >>= position_bits
+    return order, key >> column_bits, key & ((1 << column_bits) - 1)
+
+
 def _merge(e: _Entries, n: int) -> _Merged:
     """Sort by (SparseCore, partition, embedding id, input position) and merge equal
     (SparseCore, partition, embedding id, sample) neighbours, summing gains in order."""
-    run = e.core * n + e.partition
-    if e.column.size:
-        span = int(e.column.max()) + 1
-        if int(run.max()) < (1 << 62) // span:
-            order = np.argsort(run * span + e.column, kind="stable")
-        else:
-            order = np.lexsort((e.column, run))
-    else:
-        order = np.zeros(0, np.int64)
-    run, column, sample = run[order], e.column[order], e.sample[order]
+    order, run, column = _sort(e.core * n + e.partition, e.column)
+    sample = e.sample[order]
     new_column = np.ones(order.shape[0], bool)
     new_column[1:] = (run[1:] != run[:-1]) | (column[1:] != column[:-1])
     new_entry = new_column.copy()
@@ -618,9 +635,8 @@ def _merge(e: _Entries, n: int) -> _Merged:
     starts = np.flatnonzero(new_entry)
     group = np.cumsum(new_entry) - 1
     count = np.diff(np.append(starts, order.shape[0]))
-    position = np.arange(order.shape[0], dtype=np.int64) - starts[group]
-    gain = _ordered_sums(e.gain[order], group, position, starts.shape[0], start_at_zero=False)
-    return _Merged(order.astype(np.int64, copy=False), group, count, run[starts], column[starts],
+    gain = _ordered_sums(e.gain[order], starts, count, start_at_zero=False)
+    return _Merged(order, group, count, run[starts], column[starts],
                    sample[starts], gain, new_column[starts])
 
 
