@@ -506,6 +506,8 @@ def _entries(stack: Stack, slots: Sequence[FeatureSlot], inputs: Mapping[str, _F
     if not parts:
         empty = np.zeros(0, np.int64)
         return _Entries(empty, empty, empty, empty, np.zeros(0, np.float32))
+    if len(parts) == 1:
+        return _Entries(*parts[0], gains[0])
     core, partition, column, sample = (np.concatenate(p) for p in zip(*parts, strict=True))
     return _Entries(core, partition, column, sample, np.concatenate(gains))
 
@@ -751,18 +753,22 @@ def _csr(m: _Merged, kept: _Kept, coo_size: int, opts: _Options) -> _Csr:
     pointers = np.empty((cores, slots), np.int64)
     pointers[:, :n] = ends
     pointers[:, n:] = _round8(ends[:, -1:])
-    keep = kept.keep
-    runs = m.run[keep]
-    rank = _rank_in_run(keep, m.run, written.size)[keep]
-    where = runs // n * capacity + start.reshape(-1)[runs] + rank - 1
+    # The kept entries, in sorted order, are each run's written entries in turn.
+    every = bool(kept.keep.all())
+    runs, column, sample, gain = (a if every else a[kept.keep]
+                                  for a in (m.run, m.column, m.sample, m.gain))
+    flat = written.reshape(-1)
+    first = np.cumsum(flat) - flat
+    where = runs // n * capacity + start.reshape(-1)[runs] - first[runs]
+    where += np.arange(runs.shape[0], dtype=np.int64)
     total = devices * coo_size
     embedding_ids = np.zeros(total, np.int32)
     sample_ids = np.zeros(total, np.int32)
     gains = np.zeros(total, np.float32)
     valid = np.zeros(total, bool)
-    embedding_ids[where] = m.column[keep]
-    sample_ids[where] = m.sample[keep]
-    gains[where] = m.gain[keep]
+    embedding_ids[where] = column
+    sample_ids[where] = sample
+    gains[where] = gain
     valid[where] = True
     shape = (devices, -1) if opts.has_leading_dimension else (-1,)
     return _Csr(pointers.astype(np.int32).reshape(shape), embedding_ids.reshape(shape),
