@@ -481,7 +481,7 @@ def _entries(stack: Stack, slots: Sequence[FeatureSlot], inputs: Mapping[str, _F
     """Steps 1-3 of the module docstring for each feature, concatenated in ``row_offset``
     order (so a stable sort keeps each SparseCore's input order)."""
     n, cores = opts.num_sparse_cores, opts.local_sparse_cores
-    parts: list[tuple[IntArray, ...]] = []
+    parts: list[tuple[IntArray, IntArray, IntArray, IntArray]] = []
     gains: list[F32Array] = []
     offset = 0
     for slot in slots:
@@ -507,7 +507,8 @@ def _entries(stack: Stack, slots: Sequence[FeatureSlot], inputs: Mapping[str, _F
         empty = np.zeros(0, np.int64)
         return _Entries(empty, empty, empty, empty, np.zeros(0, np.float32))
     if len(parts) == 1:
-        return _Entries(*parts[0], gains[0])
+        core, partition, column, sample = parts[0]
+        return _Entries(core, partition, column, sample, gains[0])
     core, partition, column, sample = (np.concatenate(p) for p in zip(*parts, strict=True))
     return _Entries(core, partition, column, sample, np.concatenate(gains))
 
