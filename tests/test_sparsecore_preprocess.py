@@ -107,13 +107,19 @@ def test_the_stored_cases_are_all_here() -> None:
     assert len(_ids("process_aborted")) == 32
 
 
+@functools.cache
+def _ok(case_id: int) -> Any:
+    """The preprocessing of a stored batch the reference accepted (shared by two tests)."""
+    return _run(_cases()[case_id])
+
+
 @pytest.mark.parametrize("case_id", _ids("ok", False))
 def test_ok_case_matches_jax_tpu_embedding(case_id: int) -> None:
     """Statistics, drop counts, buffer sizes, shapes and every written CSR entry, exactly
     (gains bit for bit, NaN where the reference has NaN)."""
     case = _cases()[case_id]
     expected = case["expected"]
-    batch = _run(case)
+    batch = _ok(case_id)
     assert list(batch.stacks) == list(case["stacks"])
     local = case["local_device_count"]
     csr = _csr()
@@ -154,7 +160,7 @@ def test_dropped_flags_add_up_to_the_drop_count(case_id: int) -> None:
     entry once, so the flags count at least the reference's counter, exactly when only limits
     dropped (no buffer overflow: the required buffer fits)."""
     case = _cases()[case_id]
-    batch = _run(case)
+    batch = _ok(case_id)
     features, _ = _batch(case)
     nsc = case["num_sc_per_device"]
     for got in batch.stacks.values():
@@ -215,7 +221,7 @@ def test_each_abort_message_is_reproduced(case_id: int) -> None:
     SparseCore maximum over partitions) is one of tpuemb's per-SparseCore counts."""
     case = _cases()[case_id]
     for abort in case["expected"]["aborts"]:
-        high = 1 << 16
+        high = 1 << 10  # above every count of the stored batches (at most a few dozen)
         limits = {name: (high, high) for name in case["stacks"]}
         st = case["stacks"][abort["stack"]]
         limits[abort["stack"]] = (
