@@ -27,7 +27,8 @@ SparseCores in the slice, ``L`` local devices and ``S`` SparseCores per device:
    instead; tpuemb raises :class:`SparseCoreLimitError`.
 7. **Buffer.** Each SparseCore owns ``coo_buffer_size_per_device / S`` entries; its partitions
    are written in order, each starting at a multiple of 8, and what does not fit is dropped,
-   silently and whatever ``allow_id_dropping`` says (jax-tpu-embedding does the same).
+   silently and whatever ``allow_id_dropping`` says (jax-tpu-embedding does the same). With
+   minibatching (one minibatch), a device's SparseCores write one after the other instead.
 
 Everything is vectorised NumPy: one stable sort per stacked table, the rest ``bincount`` and
 cumulative sums; the only Python loops run over ids' positions within a row (the float32
@@ -38,7 +39,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -55,6 +56,9 @@ __all__ = [
 
 #: The combiners whose gains jax-tpu-embedding computes (it treats any other name as "sum").
 COMBINERS = ("sum", "mean", "sqrtn")
+
+#: With minibatching, buffers and row pointers have room for this many minibatches.
+MINIBATCHES = 64
 
 #: The largest id jax-tpu-embedding keeps intact (it casts ids to int32).
 _INT32_MAX = (1 << 31) - 1
@@ -114,7 +118,8 @@ class SparseCoreBufferError(SparseCoreInputError):
 
 
 class SparseCoreUnsupportedError(TpuembError, NotImplementedError):
-    """An option tpuemb does not reproduce (minibatching)."""
+    """A case tpuemb does not reproduce: a batch jax-tpu-embedding would split into several
+    minibatches, minibatching across hosts."""
 
 
 @dataclass(frozen=True)
@@ -127,6 +132,7 @@ class _Options:
     allow_id_dropping: bool
     has_leading_dimension: bool
     limits: Mapping[str, tuple[int, int]]
+    minibatching: bool = False
 
     @property
     def num_sparse_cores(self) -> int:
@@ -176,7 +182,9 @@ def preprocess(  # noqa: PLR0913 - the issue's signature, mirroring jax-tpu-embe
     are ``[local_devices, size]``, else flat (jax-tpu-embedding's ``jit`` layout).
 
     ``mode="jax"`` is jax-tpu-embedding 0.2.0's ``preprocess_sparse_dense_matmul_input``;
-    ``mode="tensorflow"`` runs TensorFlow's rules (``sparsecore.tf_preprocess``). Raises
+    ``mode="tensorflow"`` runs TensorFlow's rules (``sparsecore.tf_preprocess``). With
+    ``enable_minibatching`` a batch within its limits is laid out as jax-tpu-embedding lays out
+    one minibatch; a batch it would split raises :class:`SparseCoreUnsupportedError`. Raises
     :class:`SparseCoreLimitError` where jax-tpu-embedding aborts on a limit,
     :class:`SparseCoreBufferError` on a buffer size it aborts on, and
     :class:`SparseCoreInputError` on input it would accept silently but wrongly (negative ids,
@@ -193,31 +201,37 @@ def preprocess(  # noqa: PLR0913 - the issue's signature, mirroring jax-tpu-embe
     if mode != "jax":
         raise SparseCoreInputError(f"unknown preprocessing mode {mode!r}: expected 'jax' or "
                                    "'tensorflow'", reason="mode")
-    opts = _options(stacking, local_devices, global_devices, sparse_cores_per_device,
-                    allow_id_dropping, has_leading_dimension, limits)
-    if enable_minibatching:
+    opts = replace(_options(stacking, local_devices, global_devices, sparse_cores_per_device,
+                            allow_id_dropping, has_leading_dimension, limits),
+                   minibatching=bool(enable_minibatching))
+    if opts.minibatching and opts.local_devices < opts.global_devices:
         raise SparseCoreUnsupportedError(
-            "enable_minibatching=True is not reproduced by tpuemb: jax-tpu-embedding then "
-            "splits each SparseCore's ids into up to 64 minibatches by embedding-id buckets, "
-            "with its own statistics, limits and buffer layout (x 64), which tpuemb does not "
-            "model; preprocess with enable_minibatching=False")
+            "enable_minibatching=True with several hosts (local_devices "
+            f"{opts.local_devices} < global_devices {opts.global_devices}): the hosts agree on "
+            "the minibatches through jax-tpu-embedding's all_reduce_interface, which tpuemb "
+            "does not model; preprocess one host's whole slice, or without minibatching")
     inputs = _read_features(stacking, features, weights)
     # Every stack's buffer is sized before any id is looked at, as jax-tpu-embedding does (a
     # bad suggestion is reported even when another stack's limits would fail too).
     sizes = {stack.name: _check_stack(stack, opts) for stack in stacking.stacks}
-    stacks: dict[str, PreprocessedStack] = {}
-    for stack in stacking.stacks:
-        slots = stacking.features_of(stack.name)
-        stacks[stack.name] = _preprocess_stack(stack, slots, inputs, opts, sizes[stack.name])
+    counted = {stack.name: _count(stack, stacking.features_of(stack.name), inputs, opts,
+                                  sizes[stack.name]) for stack in stacking.stacks}
+    if opts.minibatching:
+        _check_one_minibatch(stacking, counted, sizes)
+    stacks = {stack.name: _finish(stack, stacking.features_of(stack.name), inputs, opts,
+                                  sizes[stack.name], *counted[stack.name])
+              for stack in stacking.stacks}
     return PreprocessedBatch(stacks=stacks, num_minibatches=1)
 
 
 def buffer_sizes(stack: Stack, *, global_devices: int, sparse_cores_per_device: int,
-                 max_ids_per_partition: int | None = None) -> tuple[int, int]:
+                 max_ids_per_partition: int | None = None,
+                 enable_minibatching: bool = False) -> tuple[int, int]:
     """``(theoretical_max, coo_buffer_size_per_device)`` of a stacked table.
 
     theoretical_max = roundup8(max_ids_per_partition) x S x N: every SparseCore of a device
-    sending a full, 8-aligned run to each of the N partitions. The buffer is the theoretical
+    sending a full, 8-aligned run to each of the N partitions (x 64 with minibatching, room
+    for 64 minibatches). The buffer is the theoretical
     maximum, or the stack's suggestion rounded up to a multiple of 8 S (never raised to what a
     batch needs: a batch that needs more loses ids, see :func:`preprocess`). Raises
     :class:`SparseCoreBufferError` where jax-tpu-embedding aborts: a suggestion above the
@@ -226,7 +240,8 @@ def buffer_sizes(stack: Stack, *, global_devices: int, sparse_cores_per_device: 
     n = global_devices * sparse_cores_per_device
     max_ids = stack.max_ids_per_partition if max_ids_per_partition is None \
         else max_ids_per_partition
-    theoretical = _round8(max_ids) * sparse_cores_per_device * n
+    theoretical = _round8(max_ids) * sparse_cores_per_device * n * \
+        (MINIBATCHES if enable_minibatching else 1)
     suggested = stack.suggested_coo_buffer_size_per_device
     size = theoretical
     if suggested is not None:
@@ -429,19 +444,43 @@ def _check_stack(stack: Stack, opts: _Options) -> _Sizes:
         stack.name, (stack.max_ids_per_partition, stack.max_unique_ids_per_partition))
     theoretical, coo_size = buffer_sizes(
         stack, global_devices=opts.global_devices, sparse_cores_per_device=opts.sparse_cores,
-        max_ids_per_partition=max_ids)
+        max_ids_per_partition=max_ids, enable_minibatching=opts.minibatching)
     return _Sizes(max_ids, max_unique, theoretical, coo_size)
 
 
-def _preprocess_stack(stack: Stack, slots: Sequence[FeatureSlot], inputs: Mapping[str, _Feature],
-                      opts: _Options, sizes: _Sizes) -> PreprocessedStack:
+def _count(stack: Stack, slots: Sequence[FeatureSlot], inputs: Mapping[str, _Feature],
+           opts: _Options, sizes: _Sizes) -> tuple[_Merged, _Stats]:
+    """Steps 1-6, and without ``allow_id_dropping`` (or with minibatching) the limit check."""
+    merged = _merge(_entries(stack, slots, inputs, opts), opts.num_sparse_cores)
+    stats = _statistics(merged, opts)
+    if not opts.allow_id_dropping and not opts.minibatching:
+        _check_limits(stack, stats, sizes.max_ids, sizes.max_unique, opts)
+    return merged, stats
+
+
+def _check_one_minibatch(stacking: Stacking, counted: Mapping[str, tuple[_Merged, _Stats]],
+                         sizes: Mapping[str, _Sizes]) -> None:
+    """With minibatching, jax-tpu-embedding keeps the batch in one minibatch when no stack
+    exceeds a limit (then only the layout changes); otherwise it splits every stack's ids into
+    minibatches by buckets of embedding ids, which tpuemb does not reproduce."""
+    for stack in stacking.stacks:
+        stats, size = counted[stack.name][1], sizes[stack.name]
+        ids, unique = int(stats.entries.max(initial=0)), int(stats.distinct.max(initial=0))
+        if ids > size.max_ids or unique > size.max_unique:
+            raise SparseCoreUnsupportedError(
+                f"stacked table {stack.name!r}: a SparseCore sends {ids} ids ({unique} "
+                f"distinct) to one partition, above its limits ({size.max_ids}, "
+                f"{size.max_unique}); with enable_minibatching=True jax-tpu-embedding would "
+                "split the batch into minibatches by buckets of embedding ids, which tpuemb "
+                "does not reproduce - preprocess without minibatching to see the drops, or "
+                "raise the limits")
+
+
+def _finish(stack: Stack, slots: Sequence[FeatureSlot], inputs: Mapping[str, _Feature],
+            opts: _Options, sizes: _Sizes, merged: _Merged, stats: _Stats) -> PreprocessedStack:
+    """Steps 7-9: drops, the CSR arrays and the per-id drop flags."""
     max_ids, max_unique = sizes.max_ids, sizes.max_unique
     theoretical, coo_size = sizes.theoretical, sizes.coo_size
-    ids = _entries(stack, slots, inputs, opts)
-    merged = _merge(ids, opts.num_sparse_cores)
-    stats = _statistics(merged, opts)
-    if not opts.allow_id_dropping:
-        _check_limits(stack, stats, max_ids, max_unique, opts)
     kept = _drop(merged, stats, max_ids, max_unique, coo_size // opts.sparse_cores, opts)
     csr = _csr(merged, kept, coo_size, opts)
     dropped_raw = np.empty(merged.order.shape[0], bool)
@@ -721,6 +760,16 @@ def _drop(m: _Merged, stats: _Stats, max_ids: int, max_unique: int, capacity: in
         keep = (rank <= max_ids) & (unique_rank <= max_unique)
         drop_count += int(m.count[~keep].sum())
     kept = np.bincount(m.run[keep], minlength=runs).reshape(stats.entries.shape)
+    if opts.minibatching:
+        # One minibatch: the device's SparseCores write one after the other into the buffer.
+        need = _round8(kept).reshape(opts.local_devices, -1).sum(axis=1)
+        if int(need.max(initial=0)) > capacity * opts.sparse_cores:
+            raise SparseCoreUnsupportedError(
+                f"a device needs {int(need.max())} COO entries, more than the buffer of "
+                f"{capacity * opts.sparse_cores} (the suggested size); with minibatching "
+                "tpuemb does not reproduce what jax-tpu-embedding does then - raise "
+                "suggested_coo_buffer_size_per_device or preprocess without minibatching")
+        return _Kept(keep, kept, drop_count)
     # Partition p starts at sum_{q<p} roundup8(kept_q): while that is within the capacity the
     # run keeps min(kept, room); past it nothing fits (capacity is a multiple of 8).
     start = np.cumsum(_round8(kept), axis=1) - _round8(kept)
@@ -748,19 +797,30 @@ def _csr(m: _Merged, kept: _Kept, coo_size: int, opts: _Options) -> _Csr:
     n, cores, devices = opts.num_sparse_cores, opts.local_sparse_cores, opts.local_devices
     capacity = coo_size // opts.sparse_cores
     written = kept.written
-    start = np.cumsum(_round8(written), axis=1) - _round8(written)
+    if opts.minibatching:  # one sequence per device, pointers absolute (see the docs)
+        by_device = _round8(written).reshape(devices, -1)
+        start = (np.cumsum(by_device, axis=1) - by_device).reshape(cores, n)
+        base = start + np.arange(devices).repeat(opts.sparse_cores)[:, None] * coo_size
+    else:
+        start = np.cumsum(_round8(written), axis=1) - _round8(written)
+        base = start + np.arange(cores)[:, None] * capacity
     ends = start + written
     slots = max(n, 8)
-    pointers = np.empty((cores, slots), np.int64)
+    pointers = np.zeros((cores, slots * (MINIBATCHES if opts.minibatching else 1)), np.int64)
     pointers[:, :n] = ends
-    pointers[:, n:] = _round8(ends[:, -1:])
+    pointers[:, n:slots] = _round8(ends[:, -1:])
+    if opts.minibatching:  # each SparseCore's slots one after the other, the rest unused (0)
+        pointers = pointers[:, :slots].reshape(devices, -1)
+        pointers = np.concatenate(
+            [pointers, np.zeros((devices, (MINIBATCHES - 1) * slots * opts.sparse_cores),
+                                np.int64)], axis=1)
     # The kept entries, in sorted order, are each run's written entries in turn.
     every = bool(kept.keep.all())
     runs, column, sample, gain = (a if every else a[kept.keep]
                                   for a in (m.run, m.column, m.sample, m.gain))
     flat = written.reshape(-1)
     first = np.cumsum(flat) - flat
-    where = runs // n * capacity + start.reshape(-1)[runs] - first[runs]
+    where = base.reshape(-1)[runs] - first[runs]
     where += np.arange(runs.shape[0], dtype=np.int64)
     total = devices * coo_size
     embedding_ids = np.zeros(total, np.int32)
