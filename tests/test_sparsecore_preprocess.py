@@ -102,7 +102,7 @@ def _ids(outcome: str, minibatching: bool | None = None) -> list[int]:
 
 
 def _one_minibatch(case: dict[str, Any]) -> bool:
-    return np.asarray(case["expected"].get("num_minibatches", 0)).reshape(-1)[0] == 1
+    return bool(np.asarray(case["expected"].get("num_minibatches", 0)).reshape(-1)[0] == 1)
 
 
 def test_the_stored_cases_are_all_here() -> None:
