@@ -13,8 +13,9 @@ SparseCores in the slice, ``L`` local devices and ``S`` SparseCores per device:
 2. **Ids.** Id ``x`` of table ``t`` goes to partition ``p = (x + col_shift) mod N`` as embedding
    id ``x div N + row_offset_in_shard`` (``col_offset / N``).
 3. **Gains.** ``w / D`` with ``D`` = 1 (sum), the row's weight sum (mean) or the square root of its
-   sum of squares (sqrtn), in float32, summed left to right over the whole row before anything is
-   merged or dropped (a zero ``D`` gives inf/NaN gains, as in jax-tpu-embedding).
+   sum of squares (sqrtn), in float32, summed left to right over the whole row (the squares by
+   fused multiply-adds) before anything is merged or dropped (a zero ``D`` gives inf/NaN gains,
+   as in jax-tpu-embedding).
 4. **Sort and merge.** Per SparseCore, entries are ordered by (partition, embedding id, input
    position); entries with equal (partition, embedding id, sample) merge into one, gains summed
    left to right in float32.
@@ -30,9 +31,9 @@ SparseCores in the slice, ``L`` local devices and ``S`` SparseCores per device:
    silently and whatever ``allow_id_dropping`` says (jax-tpu-embedding does the same). With
    minibatching (one minibatch), a device's SparseCores write one after the other instead.
 
-Everything is vectorised NumPy: one stable sort per stacked table, the rest ``bincount`` and
-cumulative sums; the only Python loops run over ids' positions within a row (the float32
-left-to-right sums) and over stacks and features.
+Everything is vectorised NumPy: one sort of packed int64 keys per stacked table, the rest
+``bincount`` and cumulative sums; the only Python loops run over positions within a row or a
+merged entry (the float32 left-to-right sums) and over stacks and features.
 """
 
 from __future__ import annotations
@@ -231,9 +232,9 @@ def buffer_sizes(stack: Stack, *, global_devices: int, sparse_cores_per_device: 
 
     theoretical_max = roundup8(max_ids_per_partition) x S x N: every SparseCore of a device
     sending a full, 8-aligned run to each of the N partitions (x 64 with minibatching, room
-    for 64 minibatches). The buffer is the theoretical
-    maximum, or the stack's suggestion rounded up to a multiple of 8 S (never raised to what a
-    batch needs: a batch that needs more loses ids, see :func:`preprocess`). Raises
+    for 64 minibatches). The buffer is the theoretical maximum, or the stack's suggestion
+    rounded up to a multiple of 8 S (never raised to what a batch needs: a batch that needs
+    more loses ids, see :func:`preprocess`). Raises
     :class:`SparseCoreBufferError` where jax-tpu-embedding aborts: a suggestion above the
     theoretical maximum, a size of 0 (``max_ids_per_partition`` 0) or not below 2^31 - 1.
     """
@@ -450,7 +451,8 @@ def _check_stack(stack: Stack, opts: _Options) -> _Sizes:
 
 def _count(stack: Stack, slots: Sequence[FeatureSlot], inputs: Mapping[str, _Feature],
            opts: _Options, sizes: _Sizes) -> tuple[_Merged, _Stats]:
-    """Steps 1-6, and without ``allow_id_dropping`` (or with minibatching) the limit check."""
+    """Steps 1-6, then the limit check when ids may not be dropped (with minibatching an
+    exceeded limit means a split instead: :func:`_check_one_minibatch`)."""
     merged = _merge(_entries(stack, slots, inputs, opts), opts.num_sparse_cores)
     stats = _statistics(merged, opts)
     if not opts.allow_id_dropping and not opts.minibatching:
