@@ -220,7 +220,7 @@ def preprocess(  # noqa: PLR0913 - the issue's signature, mirroring jax-tpu-embe
     if opts.minibatching:
         _check_one_minibatch(stacking, counted, sizes)
     stacks = {stack.name: _finish(stack, stacking.features_of(stack.name), inputs, opts,
-                                  sizes[stack.name], *counted[stack.name])
+                                  sizes[stack.name], *counted.pop(stack.name))
               for stack in stacking.stacks}
     return PreprocessedBatch(stacks=stacks, num_minibatches=1)
 
