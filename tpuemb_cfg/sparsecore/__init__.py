@@ -30,6 +30,10 @@ _LAZY = {
     "AddTableCall": "feed", "layouts_to_stacks": "feed", "stack": "feed",
     "tensorflow_layouts": "feed", "tensorflow_stacker": "feed", "tensorflow_stacker_calls": "feed",
     "preprocess_tensorflow": "tf_preprocess",
+    "preprocess": "preprocess", "SparseCoreInputError": "preprocess",
+    "SparseCoreLimitError": "preprocess", "SparseCoreBufferError": "preprocess",
+    "SparseCoreUnsupportedError": "preprocess",
+    "PreprocessedBatch": "results", "PreprocessedStack": "results",
 }
 
 __all__ = sorted(_LAZY)
