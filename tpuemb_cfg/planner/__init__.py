@@ -5,6 +5,7 @@
 - ``memory``: bytes per host, chip and SparseCore against HBM and host memory;
 - ``load``: ids and unique ids per host (MOD vs DIV_DEFAULT) and per SparseCore, imbalance;
 - ``limits``: observed maxima, suggested ``max_ids_per_partition`` and
-  ``max_unique_ids_per_partition``, and the ids dropped at the current and suggested limits (exact preprocessing);
+  ``max_unique_ids_per_partition``, and the ids dropped at the current and suggested limits
+  (exact preprocessing);
 - ``planning``: the whole plan, what-if comparisons and the gate.
 """
