@@ -36,8 +36,11 @@ if TYPE_CHECKING:
     from .executor.plan import Plan
     from .proto.tpu_embedding_configuration_pb2 import TPUEmbeddingConfiguration
     from .rules import Diagnostic, Severity
+    from .sim.sparsecore import SparseCoreSetup
+    from .sparsecore.stacking import Stacking
 
-__all__ = ["Prepared", "prepare", "refuse_errors", "validate", "with_combiner_arguments"]
+__all__ = ["Prepared", "is_sparsecore_spec", "prepare", "prepare_sparsecore", "refuse_errors",
+           "validate", "with_combiner_arguments"]
 
 Combiners = str | Sequence[str] | Mapping[int, str] | None
 
@@ -255,3 +258,88 @@ def validate(
             return validate_spec(config_or_path, rules, severity=severity, options=options)
     return validator.validate(config_or_path, select=select, ignore=ignore,
                               show_derived=show_derived, severity=severity, options=options)
+
+
+#: Words only a SparseCore spec holds: TensorFlow's TPUEmbeddingV2 and its config, keras-rs'
+#: SparseCore placement, jax-tpu-embedding (or tpuemb's mirror of it), a TOML [sparsecore] table.
+_SPARSECORE_MARKERS = ("TPUEmbeddingV2", "SparseCoreEmbeddingConfig", "jax_tpu_embedding",
+                       "sparsecore.jte", 'placement="sparsecore"', "placement='sparsecore'",
+                       "[sparsecore]")
+
+
+def is_sparsecore_spec(path: str | os.PathLike[str]) -> bool:
+    """Whether the spec file ``path`` (``.py``/``.toml``) describes a SparseCore configuration:
+    the spec loader's own test where it has one (``embedding.sparsecore.is_sparsecore_spec``),
+    else a marker only such specs contain (``_SPARSECORE_MARKERS``). Files that cannot be read
+    are not (the ordinary path reports them)."""
+    text_path = os.fspath(path)
+    if not text_path.endswith((".py", ".toml")):
+        return False
+    try:
+        from .embedding import sparsecore as loader
+
+        detect = loader.is_sparsecore_spec
+    except (ImportError, AttributeError):
+        try:
+            with open(text_path, encoding="utf-8", errors="replace") as handle:
+                text = handle.read(1 << 20)
+        except OSError:
+            return False
+        return any(marker in text for marker in _SPARSECORE_MARKERS)
+    return bool(detect(text_path))
+
+
+def prepare_sparsecore(source: Any, *, stacking: Stacking | None = None,
+                       check: bool = True) -> SparseCoreSetup:
+    """A SparseCore configuration ready for ``sim.sparsecore.SparseCoreRun``.
+
+    ``source``: a spec file (``embedding.sparsecore.load_sparsecore_spec``), what that loader
+    returns (``config`` and ``compiled``), or a ``SparseCoreConfig`` (jax-tpu-embedding's,
+    which compiles to no legacy message). ``stacking``: the stacks (default: the
+    configuration's own, ``sparsecore.feed.stack``). The legacy configuration the executor
+    runs is the spec's compiled message (TensorFlow, keras-rs) or one built from the
+    configuration (jax), with SparseCore semantics (``sim.sparsecore.legacy``), validated
+    (``check``) and planned with the ``sum`` combiner; each feature's own combiner goes to the
+    gains. ``InputError`` for what cannot be simulated.
+    """
+    from .sim.sparsecore.legacy import jax_message, sparsecore_message, with_spec_values
+    from .sim.sparsecore.run import SparseCoreSetup
+
+    path: str | None = None
+    if isinstance(source, str | os.PathLike):
+        from .embedding.sparsecore import load_sparsecore_spec
+
+        path = os.fspath(source)
+        source = load_sparsecore_spec(path)
+    config, compiled = (source.config, source.compiled) if hasattr(source, "compiled") else (
+        source, None)
+    combiners = []
+    tables = {t.name: t for t in config.tables}
+    for feature in config.features:
+        combiner = tables[feature.table].combiner if feature.table in tables else "?"
+        if combiner not in ("sum", "mean", "sqrtn"):
+            raise InputError(f"feature {feature.name!r}: combiner {combiner!r} found, expected "
+                             "sum, mean or sqrtn (a custom combiner is not simulated on "
+                             "SparseCores)", path=path)
+        combiners.append(combiner)
+    try:
+        if compiled is None:
+            record = jax_message(config)
+            prepared = prepare(record.message, combiners="sum", check=check)
+        else:
+            message = compiled.config if _is_compiled(compiled) else compiled
+            record = sparsecore_message(message, config)
+            prepared = prepare(replace(compiled, config=record.message)
+                               if _is_compiled(compiled) else record.message,
+                               combiners="sum", check=check)
+        prepared = with_spec_values(prepared, record)
+    except InputError as exc:
+        if exc.path is None:
+            exc.path = path
+        raise
+    if stacking is None:
+        from .sparsecore.feed import stack
+
+        stacking = stack(config)
+    return SparseCoreSetup(config, stacking, replace(prepared, path=path), tuple(combiners),
+                           tuple(record.notes), path)
