@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from ...sparsecore.stacking import Stacking
     from ..synthetic import SyntheticData
 
-__all__ = ["Drops", "Dropper", "SparseCoreRun", "SparseCoreSetup", "preprocess_dropper"]
+__all__ = ["Drops", "Dropper", "SparseCoreRun", "SparseCoreSetup", "describe", "preprocess_dropper"]
 
 F32 = np.float32
 
@@ -348,3 +348,23 @@ def _totals(reports: Sequence[Mapping[str, Any]], kind: str) -> dict[str, dict[s
     for entry in out.values():
         entry["share"] = _share(entry["dropped"], entry["ids"])
     return out
+
+
+def describe(setup: SparseCoreSetup) -> dict[str, Any]:
+    """What a ``--dry-run`` shows of ``setup``: the topology, the stacks with their limits,
+    the tables with their optimizer and combiner, and the notes."""
+    config = setup.config
+    combiners = {t.name: t.combiner for t in config.tables}
+    return {
+        "api": config.api,
+        "chips": config.topology.chips,
+        "sparse_cores_per_chip": config.topology.sparse_cores_per_chip,
+        "stacks": [{"name": s.name, "tables": [t.name for t in s.tables],
+                    "max_ids_per_partition": s.max_ids_per_partition,
+                    "max_unique_ids_per_partition": s.max_unique_ids_per_partition}
+                   for s in setup.stacking.stacks],
+        "tables": [{"name": t.name, "vocabulary": t.vocabulary, "dimension": t.dimension,
+                    "optimizer": t.optimizer.name, "combiner": combiners.get(t.name, "?")}
+                   for t in setup.prepared.plan.tables],
+        "notes": list(setup.notes),
+    }
