@@ -289,10 +289,9 @@ def simulate(  # noqa: PLR0913 - a click command: one parameter per option
     request = _Request(config, combiners, steps, Path(out_dir), as_json, plot, quiet, dry_run,
                        bag_sizes=bag_sizes, tables=tables_output, save_batches=save_batches,
                        checkpoint_every=checkpoint_every, resume=resume, spec=spec)
-    sparsecore = _SparseCoreRequest(compare_dropping, allow_id_dropping)
     if config is not None and _is_sparsecore(config):  # its own run: limits and dropping
-        _sparsecore_command(ctx, request, records, _ReplayFiles(config, batches_path, init_path,
-                                                                out_path), sparsecore)
+        _sparsecore_command(ctx, request, records, _SparseCoreRequest(
+            compare_dropping, allow_id_dropping, config, batches_path, init_path, out_path))
         return
     if compare_dropping or allow_id_dropping is not None:
         raise UsageError("--compare-dropping and --allow-id-dropping apply to SparseCore specs "
@@ -1014,10 +1013,15 @@ _SPARSECORE_REFUSED = ("combiners", "bag_sizes", "save_batches", "plot", "checkp
 
 @dataclass(frozen=True)
 class _SparseCoreRequest:
-    """``--compare-dropping`` and ``--allow-id-dropping`` (None: the configuration's)."""
+    """``--compare-dropping``, ``--allow-id-dropping`` (None: the configuration's) and the
+    files: the spec, B.npz, I.npz, O.npz."""
 
     compare: bool
     allow_id_dropping: bool | None
+    config: str
+    batches: str | None
+    init: str | None
+    out: str | None
 
 
 def _is_sparsecore(config: str) -> bool:
@@ -1027,7 +1031,7 @@ def _is_sparsecore(config: str) -> bool:
 
 
 def _sparsecore_command(ctx: click.Context, request: _Request, records: _Records,
-                        files: _ReplayFiles, sparsecore: _SparseCoreRequest) -> None:
+                        files: _SparseCoreRequest) -> None:
     """A SparseCore spec: the options checked, the outputs checked before anything is read,
     then the replay (``--batches``) or the synthetic run, or the plan (``--dry-run``)."""
     wrong = [_option_name(n) for n in _SPARSECORE_REFUSED if _given(ctx, n)]
@@ -1058,31 +1062,29 @@ def _sparsecore_command(ctx: click.Context, request: _Request, records: _Records
     if not request.dry_run:
         if replay:
             assert files.batches is not None and files.out is not None
-            _check_replay_outputs(files.config or "", None, files.batches, files.init,
-                                  files.out)
+            _check_replay_outputs(files.config, None, files.batches, files.init, files.out)
         if summary_dir is not None:
             _check_synthetic_outputs(files.config, None, summary_dir, None, resume=False,
                                      checkpoints=False,
                                      tables=request.tables if not replay else "none")
-    with _config_errors(files.config or ""):
-        _sparsecore(request, records, files, sparsecore, summary_dir)
+    with _config_errors(files.config):
+        _sparsecore(request, records, files, summary_dir)
 
 
-def _sparsecore(request: _Request, records: _Records, files: _ReplayFiles,
-                sparsecore: _SparseCoreRequest, summary_dir: Path | None) -> None:
+def _sparsecore(request: _Request, records: _Records, files: _SparseCoreRequest,
+                summary_dir: Path | None) -> None:
     from tpuemb_cfg.session import prepare_sparsecore
     from tpuemb_cfg.sim.sparsecore.run import SparseCoreRun, describe
 
-    assert files.config is not None
     real = _Anchored(files.batches, files.init, files.out,
                      str(summary_dir) if summary_dir is not None else None)
     with real.named_as_typed():
         setup = prepare_sparsecore(files.config)  # a spec's code may chdir: paths anchored
-    allow = (setup.allow_id_dropping if sparsecore.allow_id_dropping is None
-             else sparsecore.allow_id_dropping)
+    allow = (setup.allow_id_dropping if files.allow_id_dropping is None
+             else files.allow_id_dropping)
     if request.dry_run:
         info = {**describe(setup), "config": files.config, "allow_id_dropping": allow,
-                "compare_dropping": sparsecore.compare,
+                "compare_dropping": files.compare,
                 "run": (f"a replay of {files.batches}" if files.batches is not None
                         else f"{request.steps} synthetic steps")}
         from tpuemb_cfg.sim.sparsecore.report import plan_text
@@ -1096,7 +1098,7 @@ def _sparsecore(request: _Request, records: _Records, files: _ReplayFiles,
 
             init = read_npz(real[files.init])
         run = SparseCoreRun(setup, records.options, allow_id_dropping=allow,
-                            compare=sparsecore.compare, initial_state=init,
+                            compare=files.compare, initial_state=init,
                             state_source=files.init)
         if files.batches is not None:
             summary = _sparsecore_replay(run, files, records, real, request.quiet)
@@ -1122,7 +1124,7 @@ def _sparsecore(request: _Request, records: _Records, files: _ReplayFiles,
     click.echo(json.dumps(summary, indent=2) if request.as_json else run_text(summary, header))
 
 
-def _sparsecore_replay(run: Any, files: _ReplayFiles, records: _Records, real: _Anchored,
+def _sparsecore_replay(run: Any, files: _SparseCoreRequest, records: _Records, real: _Anchored,
                        quiet: bool) -> dict[str, Any]:
     """``--batches``: every recorded step with the limits, O.npz written (the replay
     contract's keys: final tables and slots, every step's activations of the kept ids)."""
@@ -1132,9 +1134,13 @@ def _sparsecore_replay(run: Any, files: _ReplayFiles, records: _Records, real: _
 
     assert files.batches is not None and files.out is not None
     count = len(run.plan.features)
-    batches = read_npz(real[files.batches], max_bytes=records.options.memory_limit,
-                       check_keys=lambda headers: parse_steps(headers, count, files.batches))
-    steps = parse_steps(batches, count, files.batches)
+    source = files.batches
+
+    def check(headers: Any) -> None:
+        parse_steps(headers, count, source)  # the keys, before any array is decompressed
+
+    batches = read_npz(real[source], max_bytes=records.options.memory_limit, check_keys=check)
+    steps = parse_steps(batches, count, source)
     out: dict[str, Any] = {}
     with progress(len(steps), quiet) as advance:
         for step, (inputs, rates) in enumerate(steps):

@@ -28,6 +28,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from ...algorithms.base import REQUIRED
 from ...algorithms.table import SPARSECORE, get
 from ...errors import InputError
 from ...proto.tpu_embedding_configuration_pb2 import TPUEmbeddingConfiguration
@@ -76,13 +77,14 @@ def sparsecore_message(legacy: Any, config: SparseCoreConfig) -> SparseCoreMessa
                 f"{params.weight_decay_factor:g}) is not supported on SparseCores: TensorFlow's "
                 "TPUEmbeddingV2 raises NotImplementedError for it; remove weight_decay_factor "
                 "and multiply_weight_decay_factor_by_learning_rate from the optimizer")
+        fields: Any = params  # the field names below are the message's own
         for name, what in (("clipping_limits", "weight clipping"),
                            ("gradient_clipping_limits", "gradient clipping")):
-            if params.HasField(name):
+            if fields.HasField(name):
                 out.notes.append(
                     f"table {td.name!r}: {what} ignored: TensorFlow's TPUEmbeddingV2 does not "
                     "pass it to its SparseCore kernels")
-                params.ClearField(name)
+                fields.ClearField(name)
     _sparsecore_semantics(message, config)
     return out
 
@@ -133,6 +135,8 @@ def _jax_optimizer(params: Any, table: SparseCoreTable, out: SparseCoreMessage,
         if hyper.negated or not hyper.bound:
             continue
         value = _argument(optimizer.hyper, source, hyper.arg)
+        if value is None and hyper.default is not REQUIRED:
+            value = hyper.default  # an argument the record omits: TensorFlow's default
         if value is not None:
             setattr(message, hyper.field, bool(value) if hyper.kind == "bool" else float(value))
     for argument, slot in _INITIAL_SLOTS.items():
@@ -182,7 +186,7 @@ def _match_features(message: TPUEmbeddingConfiguration, config: SparseCoreConfig
 def _sparsecore_semantics(message: TPUEmbeddingConfiguration, config: SparseCoreConfig) -> None:
     """TRAINING, one update per row and step (accumulation ENABLED, every chip a TensorCore,
     one host), no pipelining, lazy updates; every algorithm one SparseCores run."""
-    message.mode = Mode.TRAINING
+    message.mode = Mode.TRAINING  # type: ignore[assignment]
     message.num_tensor_cores = config.topology.chips
     message.num_hosts = 1
     message.pipeline_execution_with_tensor_core = False
@@ -194,7 +198,7 @@ def _sparsecore_semantics(message: TPUEmbeddingConfiguration, config: SparseCore
         params = td.optimization_parameters
         name = params.WhichOneof("parameters") or ""
         _require_sparsecore(td.name, name)
-        params.gradient_accumulation_status = AccumulationStatus.ENABLED
+        params.gradient_accumulation_status = AccumulationStatus.ENABLED  # type: ignore[assignment]
         flag = get(name).non_lazy_flag
         if flag is not None:
             setattr(getattr(params, name), flag, False)

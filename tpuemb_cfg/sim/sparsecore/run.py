@@ -196,6 +196,11 @@ class SparseCoreRun:
         if len(drops.dropped) != len(checked):
             raise InputError(f"step {step}: the preprocessing returned {len(drops.dropped)} "
                              f"drop mask(s) for {len(checked)} feature(s)")
+        for f, (mask, feature) in enumerate(zip(drops.dropped, checked, strict=True)):
+            if mask is not None and np.shape(mask) != feature.ids.shape:
+                raise InputError(f"step {step}: the preprocessing returned a drop mask of shape "
+                                 f"{np.shape(mask)} for feature {f}'s {feature.ids.shape[0]} "
+                                 "id(s)")
         self.step_reports.append(self._report(checked, gains, drops))
         return checked, gains, drops
 
