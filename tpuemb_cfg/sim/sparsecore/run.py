@@ -87,10 +87,11 @@ Dropper = Callable[[int, Sequence[CheckedFeature]], Drops]
 
 
 def preprocess_dropper(setup: SparseCoreSetup, allow_id_dropping: bool) -> Dropper:
-    """The exact host preprocessing of ``setup`` as a dropper: the whole slice on this host
-    (local devices = global devices = the topology's chips), ``allow_id_dropping`` as given.
-    A limit exceeded without dropping is an ``InputError`` naming the step (the reference
-    aborts the process)."""
+    """The exact host preprocessing of ``setup`` as a dropper, by the rules of the stacking's
+    reference (``Stacking.mode``): the whole slice on this host (local devices = global
+    devices = the topology's chips), ``allow_id_dropping`` as given. A limit exceeded
+    without dropping is an ``InputError`` naming the step (the reference aborts the
+    process)."""
     from ...sparsecore.preprocess import preprocess
 
     config = setup.config
@@ -98,17 +99,15 @@ def preprocess_dropper(setup: SparseCoreSetup, allow_id_dropping: bool) -> Dropp
     chips = config.topology.chips
 
     def drop(step: int, checked: Sequence[CheckedFeature]) -> Drops:
-        features = {name: _ragged(c.ids, c.row_splits) for name, c in zip(names, checked,
-                                                                          strict=True)}
-        weights = {name: _ragged(c.weights, c.row_splits) for name, c in zip(names, checked,
-                                                                             strict=True)}
+        pairs = list(zip(names, checked, strict=True))
         try:
-            batch = preprocess(setup.stacking, features, weights, local_devices=chips,
-                               global_devices=chips,
+            batch = preprocess(setup.stacking, {name: (c.ids, c.row_splits) for name, c in pairs},
+                               {name: (c.weights, c.row_splits) for name, c in pairs},
+                               local_devices=chips, global_devices=chips,
                                sparse_cores_per_device=config.topology.sparse_cores_per_chip,
                                allow_id_dropping=allow_id_dropping,
-                               has_leading_dimension=False)
-        except (InputError, ValueError) as exc:
+                               has_leading_dimension=False, mode=setup.stacking.mode)
+        except (InputError, ValueError, NotImplementedError) as exc:
             raise InputError(f"step {step}: {exc}") from None
         masks: dict[str, np.ndarray] = {}
         for stack in batch.stacks.values():
@@ -117,14 +116,6 @@ def preprocess_dropper(setup: SparseCoreSetup, allow_id_dropping: bool) -> Dropp
                      {name: int(stack.id_drop_count) for name, stack in batch.stacks.items()})
 
     return drop
-
-
-def _ragged(values: np.ndarray, row_splits: np.ndarray) -> np.ndarray:
-    """An object array of one 1-D array per row (jax-tpu-embedding's ragged input)."""
-    rows = np.empty(row_splits.shape[0] - 1, dtype=object)
-    for b in range(rows.shape[0]):
-        rows[b] = values[row_splits[b]:row_splits[b + 1]]
-    return rows
 
 
 @dataclass
