@@ -307,6 +307,7 @@ def spec_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     spec = tmp_path / "spec.py"
     spec.write_text("# a TPUEmbeddingV2 spec\n")
     setup = _setup("adagrad", initial_accumulator_value=0.1)
+    monkeypatch.setattr(tpuemb_cfg.session, "is_sparsecore_spec", lambda path: path == str(spec))
     monkeypatch.setattr(tpuemb_cfg.session, "prepare_sparsecore", lambda path: setup)
     monkeypatch.setattr(run_module, "preprocess_dropper",
                         lambda setup, allow: _second_id_of_fb)

@@ -22,6 +22,7 @@ dropped ids included), so dropping shows up in the loss too.
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -38,10 +39,11 @@ from .gains import RowGains, kept_inputs, row_gains
 if TYPE_CHECKING:
     from ...executor.prepared import Prepared
     from ...sparsecore.config import SparseCoreConfig
-    from ...sparsecore.stacking import Stacking
+    from ...sparsecore.stacking import Mode, Stacking
     from ..synthetic import SyntheticData
 
-__all__ = ["Drops", "Dropper", "SparseCoreRun", "SparseCoreSetup", "describe", "preprocess_dropper"]
+__all__ = ["Drops", "Dropper", "SparseCoreRun", "SparseCoreSetup", "describe", "preprocess_dropper",
+           "preprocess_mode"]
 
 F32 = np.float32
 
@@ -86,14 +88,30 @@ class Drops:
 Dropper = Callable[[int, Sequence[CheckedFeature]], Drops]
 
 
+def preprocess_mode(setup: SparseCoreSetup) -> tuple[Mode, str | None]:
+    """The preprocessing rules a run of ``setup`` applies, and the note that says so when they
+    are not the API's own: TensorFlow's rules (``sparsecore.tf_preprocess``: only adjacent
+    repeats merge, limits per minibatch bucket) where that module exists, else
+    jax-tpu-embedding's, which TensorFlow's preprocessing follows in everything else."""
+    mode = setup.stacking.mode
+    if mode == "tensorflow" and importlib.util.find_spec(
+            "tpuemb_cfg.sparsecore.tf_preprocess") is None:
+        return "jax", ("TensorFlow's preprocessing rules are not available in this build: ids "
+                       "are dropped by jax-tpu-embedding's rules (repeats merged across the "
+                       "whole partition, one bucket), which can drop fewer ids than "
+                       "TensorFlow's")
+    return mode, None
+
+
 def preprocess_dropper(setup: SparseCoreSetup, allow_id_dropping: bool) -> Dropper:
-    """The exact host preprocessing of ``setup`` as a dropper, by the rules of the stacking's
-    reference (``Stacking.mode``): the whole slice on this host (local devices = global
+    """The exact host preprocessing of ``setup`` as a dropper, by the rules
+    :func:`preprocess_mode` names: the whole slice on this host (local devices = global
     devices = the topology's chips), ``allow_id_dropping`` as given. A limit exceeded
     without dropping is an ``InputError`` naming the step (the reference aborts the
     process)."""
     from ...sparsecore.preprocess import preprocess
 
+    mode, _ = preprocess_mode(setup)
     config = setup.config
     names = [f.name for f in config.features]
     chips = config.topology.chips
@@ -106,7 +124,7 @@ def preprocess_dropper(setup: SparseCoreSetup, allow_id_dropping: bool) -> Dropp
                                local_devices=chips, global_devices=chips,
                                sparse_cores_per_device=config.topology.sparse_cores_per_chip,
                                allow_id_dropping=allow_id_dropping,
-                               has_leading_dimension=False, mode=setup.stacking.mode)
+                               has_leading_dimension=False, mode=mode)
         except (InputError, ValueError, NotImplementedError) as exc:
             raise InputError(f"step {step}: {exc}") from None
         masks: dict[str, np.ndarray] = {}
@@ -162,8 +180,13 @@ class SparseCoreRun:
         self.setup = setup
         self.allow_id_dropping = (setup.allow_id_dropping if allow_id_dropping is None
                                   else bool(allow_id_dropping))
-        self.dropper = dropper if dropper is not None else preprocess_dropper(
-            setup, self.allow_id_dropping)
+        self.notes = list(setup.notes)
+        if dropper is None:
+            dropper = preprocess_dropper(setup, self.allow_id_dropping)
+            note = preprocess_mode(setup)[1]
+            if note is not None:
+                self.notes.append(note)
+        self.dropper = dropper
         self.executor = Executor(setup.prepared, options, Placement(),
                                  initial_state=initial_state, state_source=state_source)
         self.twin = (Executor(setup.prepared, options, Placement(), initial_state=initial_state,
@@ -290,7 +313,7 @@ class SparseCoreRun:
             "drops": {"tables": _totals(self.step_reports, "tables"),
                       "stacks": _totals(self.step_reports, "stacks")},
             "per_step": self.step_reports,
-            "notes": list(self.setup.notes),
+            "notes": list(self.notes),
         }
         ids = sum(t["ids"] for t in out["drops"]["tables"].values())
         dropped = sum(t["dropped"] for t in out["drops"]["tables"].values())
