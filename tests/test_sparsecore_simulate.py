@@ -391,3 +391,36 @@ def test_cli_dry_run(spec_file: Path) -> None:
     assert info["stacks"] == [{"name": "a_b", "tables": ["a", "b"], "max_ids_per_partition": 3,
                                "max_unique_ids_per_partition": 3}]
     assert info["compare_dropping"] is True and info["allow_id_dropping"] is True
+
+
+HAS_PIPELINE = HAS_PREPROCESS and all(
+    importlib.util.find_spec(m) is not None
+    for m in ("tpuemb_cfg.embedding.sparsecore", "tpuemb_cfg.sparsecore.feed",
+              "tpuemb_cfg.sparsecore.jte"))
+EXAMPLE = Path(__file__).parent.parent / "examples" / "sparsecore" / "simulate_jax_limits.py"
+
+
+@pytest.mark.skipif(not HAS_PIPELINE, reason="needs engineers A-D (loader, stacking, "
+                    "preprocessing)")
+def test_example_end_to_end(tmp_path: Path) -> None:
+    """The example spec through the whole chain: its limits drop only ``user`` ids (``item``'s
+    rows come first in the stack ``item_user``), the totals add up, and the drift lies in
+    ``user`` alone. Without --allow-id-dropping the first step is refused (exit 2)."""
+    code, output = run_simulate(str(EXAMPLE), "--allow-id-dropping", "--compare-dropping",
+                                "--steps", "3", "--out-dir", str(tmp_path / "run"), "--json")
+    assert code == 0, output
+    summary = json.loads(output)
+    drops = summary["drops"]
+    assert drops["tables"]["item"]["dropped"] == 0
+    user = drops["tables"]["user"]
+    assert user["dropped"] > 0 and sum(user["dropped_per_step"]) == user["dropped"]
+    stack = drops["stacks"]["item_user"]
+    assert stack["dropped"] == user["dropped"] == stack["id_drop_counter"]
+    assert stack["ids"] == drops["total"]["ids"] == user["ids"] + drops["tables"]["item"]["ids"]
+    compare = summary["compare"]["tables"]
+    assert compare["item"]["table"]["max_abs"] == 0.0
+    assert compare["user"]["table"]["frobenius"] > 0.0
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["drops"] == drops
+    code, output = run_simulate(str(EXAMPLE), "--steps", "1", "--out-dir", str(tmp_path / "x"))
+    assert code == 2 and "max_ids_per_partition = 40" in output
+    assert not (tmp_path / "x").exists()
