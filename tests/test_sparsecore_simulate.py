@@ -276,6 +276,20 @@ def test_jax_slots_start_at_the_optimizer_specs_values() -> None:
     assert table.hyper.momentum == F32(0.5)
 
 
+def test_jax_learning_rate_callable_of_the_step() -> None:
+    """A jax-tpu-embedding rate ``lambda step: 0.5 / (step + 1)``: 0.5, then 0.25, so b[3]
+    (gradient [1, -1] each step) ends at [0, 3] - 0.75 [1, -1]."""
+    def rate(step: int) -> float:
+        return 0.5 / (step + 1)
+
+    setup = _setup(learning_rate=rate)
+    assert setup.prepared.plan.num_learning_rates == 1
+    run = _run(setup)
+    run.replay_step(_batch())
+    run.replay_step(_batch())
+    assert run.executor.state_arrays()["table/b"][3].tolist() == [-0.75, 3.75]
+
+
 def test_jax_adam_is_refused() -> None:
     with pytest.raises(InputError, match="epsilon"):
         jax_message(_config("adam"))
