@@ -260,33 +260,16 @@ def validate(
                               show_derived=show_derived, severity=severity, options=options)
 
 
-#: Words only a SparseCore spec holds: TensorFlow's TPUEmbeddingV2 and its config, keras-rs'
-#: SparseCore placement, jax-tpu-embedding (or tpuemb's mirror of it), a TOML [sparsecore] table.
-_SPARSECORE_MARKERS = ("TPUEmbeddingV2", "SparseCoreEmbeddingConfig", "jax_tpu_embedding",
-                       "sparsecore.jte", 'placement="sparsecore"', "placement='sparsecore'",
-                       "[sparsecore]")
-
-
 def is_sparsecore_spec(path: str | os.PathLike[str]) -> bool:
-    """Whether the spec file ``path`` (``.py``/``.toml``) describes a SparseCore configuration:
-    the spec loader's own test where it has one (``embedding.sparsecore.is_sparsecore_spec``),
-    else a marker only such specs contain (``_SPARSECORE_MARKERS``). Files that cannot be read
-    are not (the ordinary path reports them)."""
-    text_path = os.fspath(path)
-    if not text_path.endswith((".py", ".toml")):
-        return False
+    """Whether the file ``path`` is a SparseCore spec, as the spec loader decides
+    (``embedding.sparsecore.is_sparsecore_spec``: a Python spec assigning
+    ``sparse_core_config``, ``feature_specs`` or ``topology``); False in a build without the
+    SparseCore loader."""
     try:
-        from .embedding import sparsecore as loader
-
-        detect = loader.is_sparsecore_spec
-    except (ImportError, AttributeError):
-        try:
-            with open(text_path, encoding="utf-8", errors="replace") as handle:
-                text = handle.read(1 << 20)
-        except OSError:
-            return False
-        return any(marker in text for marker in _SPARSECORE_MARKERS)
-    return bool(detect(text_path))
+        from .embedding.sparsecore import is_sparsecore_spec as detect
+    except ImportError:
+        return False
+    return bool(detect(path))
 
 
 def prepare_sparsecore(source: Any, *, stacking: Stacking | None = None,
