@@ -438,3 +438,34 @@ def test_example_end_to_end(tmp_path: Path) -> None:
     code, output = run_simulate(str(EXAMPLE), "--steps", "1", "--out-dir", str(tmp_path / "x"))
     assert code == 2 and "max_ids_per_partition = 40" in output
     assert not (tmp_path / "x").exists()
+
+
+_TF_SPEC = """
+from tpuemb_cfg.embedding import Adagrad, FeatureConfig, SparseCoreEmbeddingConfig, TableConfig
+user = TableConfig(vocabulary_size=64, dim=8, name="user", optimizer=Adagrad(
+    learning_rate=0.1, initial_accumulator_value=0.5, clip_weight_min=-1.0,
+    clip_weight_max=1.0{decay}))
+feature_config = {{"user_id": FeatureConfig(user, output_shape=[16])}}
+sparse_core_config = SparseCoreEmbeddingConfig(allow_id_dropping=True)
+topology = "v6e-1"
+"""
+
+
+@pytest.mark.skipif(not HAS_PIPELINE, reason="needs engineers A-D (loader, stacking, "
+                    "preprocessing)")
+def test_tensorflow_spec_semantics(tmp_path: Path) -> None:
+    """TensorFlow: the Adagrad accumulator starts at initial_accumulator_value, weight clipping
+    is dropped with a note (TPUEmbeddingV2 does not pass it to the SparseCore kernels), weight
+    decay is refused."""
+    spec = tmp_path / "tf_spec.py"
+    spec.write_text(_TF_SPEC.format(decay=""))
+    setup = prepare_sparsecore(spec)
+    table = setup.prepared.plan.tables[0]
+    assert table.slot_defaults == (F32(0.5),)
+    assert table.clip_weights is None
+    assert setup.notes == ("table 'user': weight clipping ignored: TensorFlow's TPUEmbeddingV2 "
+                           "does not pass it to its SparseCore kernels",)
+    assert setup.allow_id_dropping and setup.combiners == ("mean",)
+    spec.write_text(_TF_SPEC.format(decay=", weight_decay_factor=0.1"))
+    with pytest.raises(InputError, match="weight_decay_factor"):
+        prepare_sparsecore(spec)

@@ -312,6 +312,12 @@ def prepare_sparsecore(source: Any, *, stacking: Stacking | None = None,
         else:
             message = compiled.config if _is_compiled(compiled) else compiled
             record = sparsecore_message(message, config)
+            for table in getattr(compiled, "tables", ()):
+                # TensorFlow's optimizers start their slots at slot_initial_values() (an
+                # Adagrad's initial_accumulator_value), which the message cannot hold.
+                initial = getattr(table.optimizer, "slot_initial_values", None)
+                if initial is not None:
+                    record.slot_values[table.name] = dict(initial())
             prepared = prepare(replace(compiled, config=record.message)
                                if _is_compiled(compiled) else record.message,
                                combiners="sum", check=check)
