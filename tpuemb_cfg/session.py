@@ -265,6 +265,8 @@ def is_sparsecore_spec(path: str | os.PathLike[str]) -> bool:
     (``embedding.sparsecore.is_sparsecore_spec``: a Python spec assigning
     ``sparse_core_config``, ``feature_specs`` or ``topology``); False in a build without the
     SparseCore loader."""
+    if not os.fspath(path).endswith(".py"):  # only Python specs: nothing else is imported
+        return False
     try:
         from .embedding.sparsecore import is_sparsecore_spec as detect
     except ImportError:
