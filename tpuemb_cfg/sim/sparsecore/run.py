@@ -202,6 +202,8 @@ class SparseCoreRun:
 
     def _inputs(self, batch: Sequence[FeatureInput | Mapping[str, Any]], source: str | None
                 ) -> tuple[list[CheckedFeature], list[RowGains], Drops]:
+        """The step's checked features, their gains and the preprocessing's drops (bool masks
+        of the features' shapes)."""
         step = self.step_index
         checked = check_batch(batch, self.plan, step, source)
         gains = [row_gains(c, combiner)
@@ -210,13 +212,14 @@ class SparseCoreRun:
         if len(drops.dropped) != len(checked):
             raise InputError(f"step {step}: the preprocessing returned {len(drops.dropped)} "
                              f"drop mask(s) for {len(checked)} feature(s)")
+        masks: list[np.ndarray | None] = []
         for f, (mask, feature) in enumerate(zip(drops.dropped, checked, strict=True)):
             if mask is not None and np.shape(mask) != feature.ids.shape:
                 raise InputError(f"step {step}: the preprocessing returned a drop mask of shape "
                                  f"{np.shape(mask)} for feature {f}'s {feature.ids.shape[0]} "
                                  "id(s)")
-        self.step_reports.append(self._report(checked, gains, drops))
-        return checked, gains, drops
+            masks.append(None if mask is None else np.asarray(mask, dtype=bool))
+        return checked, gains, Drops(tuple(masks), drops.counters)
 
     def replay_step(self, batch: Sequence[FeatureInput], learning_rates: Any = None, *,
                     source: str | None = None) -> list[np.ndarray]:
@@ -224,8 +227,10 @@ class SparseCoreRun:
         the activations of the kept ids."""
         checked, gains, drops = self._inputs(batch, source)
         grads = [item.grad for item in batch]
+        report = self._report(checked, gains, drops)
         activations = self.executor.step(kept_inputs(checked, gains, drops.dropped, grads),
                                          learning_rates, source=source)
+        self.step_reports.append(report)
         if self.twin is not None:
             full = self.twin.step(kept_inputs(checked, gains, [None] * len(checked), grads),
                                   learning_rates, source=source)
@@ -246,9 +251,11 @@ class SparseCoreRun:
         rates = None
         if self.plan.num_learning_rates and not self.plan.tag_rates:
             rates = data.learning_rates(step)
+        report = self._report(checked, gains, drops)
         activations, loss = self._train(self.executor, kept_inputs(checked, gains,
                                                                    drops.dropped),
                                         targets, rates)
+        self.step_reports.append(report)
         self.losses.append(loss)
         if self.twin is not None:
             full, _ = self._train(self.twin, kept_inputs(checked, gains, [None] * len(checked)),
