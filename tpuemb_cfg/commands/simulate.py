@@ -1106,6 +1106,7 @@ def _sparsecore(request: _Request, records: _Records, files: _SparseCoreRequest,
         else:
             summary = _sparsecore_synthetic(run, request, records)
             source = "synthetic data"
+    summary["config"] = files.config
     config = setup.config
     header = (f"tpuemb simulate: {summary['steps']} step(s) of {source} on {files.config} "
               f"(SparseCore, {config.api}; {config.topology.chips} chip(s) x "
