@@ -44,7 +44,9 @@ LAYERS: tuple[dict[str, tuple[str, ...]], ...] = (
         "tpuemb_cfg.locations",
     )},
     {"algorithms": ("tpuemb_cfg.algorithms",)},
-    {"model": ("tpuemb_cfg.derived", "tpuemb_cfg.layout", "tpuemb_cfg.model", "tpuemb_cfg.sparsecore")},
+    {"model": (
+        "tpuemb_cfg.derived", "tpuemb_cfg.layout", "tpuemb_cfg.model", "tpuemb_cfg.sparsecore",
+    )},
     {"validate": (
         "tpuemb_cfg.validator", "tpuemb_cfg.rules", "tpuemb_cfg.fix", "tpuemb_cfg.report",
         "tpuemb_cfg.settings", "tpuemb_cfg.inspect_summary",
@@ -53,7 +55,10 @@ LAYERS: tuple[dict[str, tuple[str, ...]], ...] = (
         "compile": ("tpuemb_cfg.embedding",),
         "run": ("tpuemb_cfg.executor",),
     },
-    {"backends": ("tpuemb_cfg.backends",), "sim": ("tpuemb_cfg.sim",)},
+    {
+        "backends": ("tpuemb_cfg.backends",), "sim": ("tpuemb_cfg.sim",),
+        "plan": ("tpuemb_cfg.planner",),
+    },
     {"session": ("tpuemb_cfg.session", "tpuemb_cfg.spec_check", "tpuemb_cfg.bench")},
     {"cli": (
         "tpuemb_cfg.commands", "tpuemb_cfg.cli", "tpuemb_cfg.__main__", "tpuemb_cfg.simulate",

@@ -17,10 +17,12 @@ SECTIONS = ("## What it does", "## Why is this bad?", "## Example", "## Use inst
 #: The catalogue section of each family.
 FAMILY_SECTION = {
     "PARSE": "0", "TAG": "2.1", "MODE": "2.2", "FEAT": "2.3", "TBL": "2.4", "OPT": "2.5",
-    "ACC": "2.6", "CLIP": "2.7", "QNT": "2.7", "SIZE": "2.8", "DEP": "2.9",
+    "ACC": "2.6", "CLIP": "2.7", "QNT": "2.7", "SIZE": "2.8", "DEP": "2.9", "SC": "5",
 }  # fmt: skip
+#: The spec page of a family whose catalogue is not validation-rules.md.
+FAMILY_PAGE = {"SC": "sparsecore.md"}
 
-SPEC = re.compile(r"^Spec: validation-rules\.md section (\S+)$", re.MULTILINE)
+SPEC = re.compile(r"^Spec: (?:validation-rules|sparsecore)\.md section (\S+)$", re.MULTILINE)
 
 
 @pytest.mark.parametrize("rule_id", sorted(RULES))
@@ -37,5 +39,7 @@ def test_rule_doc_has_every_section_and_its_spec_section(rule_id: str) -> None:
         body = SPEC.sub("", body)
         assert body.strip(), f"{rule_id}: {heading!r} is empty"
     assert SPEC.findall(text) == [FAMILY_SECTION[rule.family]], rule_id
+    page = FAMILY_PAGE.get(rule.family, "validation-rules.md")
+    assert f"Spec: {page} section" in text, rule_id
     assert text.rstrip().splitlines()[-1].startswith("Spec: "), f"{rule_id}: Spec line last"
     assert not re.search(r"^\*\*\w", text, re.MULTILINE), f"{rule_id}: old bold heading style"

@@ -12,6 +12,10 @@
    the training code does not change.
 3. **Accumulation** (ACC002): write ``gradient_accumulation_status: ENABLED`` where it is
    UNSPECIFIED (which TensorFlow reads as ENABLED).
+4. **SparseCore limit keys** (SC001, a Python SparseCore spec): a ``max_ids_per_table`` /
+   ``max_unique_ids_per_table`` key that names a table inside a stack is renamed to the
+   stack's name, in the spec's text (:func:`rename_spec_keys`, called by
+   ``spec_check.fix_sparsecore_spec``).
 
 The fixes are applied to a copy of the message first; that copy is the truth. For a text file the
 same changes are then made as small edits of the original text, so comments and layout survive;
@@ -346,6 +350,7 @@ FIXES: dict[str, tuple[str, ...]] = {
     "tags": ("TAG001", "TAG002"),
     "legacy": ("MODE005",),
     "accumulation": ("ACC002",),
+    "sparsecore_keys": ("SC001",),  # a SparseCore spec's limit keys (spec_check)
 }
 
 
@@ -421,3 +426,82 @@ def _parses_to(data: bytes, fmt: str, expected: bytes, message_type: Any) -> boo
     except InputError:
         return False
     return bool(message.SerializeToString(deterministic=True) == expected)
+
+
+# ------------------------------------------------------------------------------------------------
+# SparseCore specs (Python): SC001's rename of a limit key
+
+
+def dict_key_positions(text: str, key: str) -> list[tuple[int, int, int, int]]:
+    """Where the Python source ``text`` writes the string ``key`` as a dictionary key (a string
+    literal followed by ``:``): ``(line, column, end line, end column)`` of each literal, lines
+    1-based, columns 1-based (end exclusive). A source that does not tokenize gives ``[]``."""
+    import ast
+    import io
+    import tokenize
+
+    found: list[tuple[int, int, int, int]] = []
+    previous: tokenize.TokenInfo | None = None
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(text).readline):
+            if token.type in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT):
+                continue
+            if (previous is not None and previous.type == tokenize.STRING
+                    and token.type == tokenize.OP and token.string == ":"):
+                try:
+                    value = ast.literal_eval(previous.string)
+                except (ValueError, SyntaxError):
+                    value = None
+                if value == key:
+                    (line, col), (end_line, end_col) = previous.start, previous.end
+                    found.append((line, col + 1, end_line, end_col + 1))
+            previous = token
+    except (tokenize.TokenError, SyntaxError):
+        return []
+    return found
+
+
+@dataclass
+class SpecFix:
+    """Outcome of :func:`rename_spec_keys`: the new text of a Python spec and what changed."""
+
+    changed: bool
+    text: str
+    applied: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def rename_spec_keys(text: str, renames: Iterable[tuple[int, str, str]], path: str) -> SpecFix:
+    """Rename dictionary keys in a Python spec: each ``(line, old, new)`` replaces the string
+    literal ``old`` written as a dictionary key on ``line`` with ``new`` (same quotes; comments
+    and layout stay). A key not found there is left alone and a note says so: the spec is the
+    user's code, so only an edit at a known place is made."""
+    lines = text.splitlines(keepends=True)
+    result = SpecFix(changed=False, text=text)
+    edits: list[tuple[int, int, int, str]] = []  # line, start column, end column, new text
+    for line, old, new in renames:
+        places = [p for p in dict_key_positions(text, old) if p[0] == line == p[2]]
+        if not places:
+            result.notes.append(f"{path}:{line}: key {old!r} is not written there as a string "
+                                f"key; rename it to {new!r} by hand")
+            continue
+        _, start, _, end = places[0]
+        quote = lines[line - 1][start - 1]
+        literal = repr(new) if quote == "'" else json_string(new)
+        edits.append((line, start, end, literal))
+        result.notes.append(f"{path}:{line}: renamed the limit key {old!r} to {new!r} (SC001)")
+    for line, start, end, literal in sorted(edits, reverse=True):
+        row = lines[line - 1]
+        lines[line - 1] = row[: start - 1] + literal + row[end - 1:]
+    if edits:
+        result.text = "".join(lines)
+        result.changed = result.text != text
+        result.applied.append(f"renamed {len(edits)} limit key(s) to stacked table names")
+    return result
+
+
+def json_string(value: str) -> str:
+    """``value`` as a double-quoted Python string literal (JSON's escaping is valid Python)."""
+    import json
+
+    return json.dumps(value, ensure_ascii=False)

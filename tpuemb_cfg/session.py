@@ -246,10 +246,16 @@ def validate(
 
     Takes what :func:`tpuemb_cfg.validator.validate` takes (the arguments are its) and a path
     to a ``.py``/``.toml`` spec, which is compiled and its findings placed in the spec
-    (:mod:`tpuemb_cfg.spec_check`).
+    (:mod:`tpuemb_cfg.spec_check`); a SparseCore spec or ``SparseCoreConfig`` is checked by the
+    SparseCore rules (``SC``).
     """
     from . import validator
 
+    if type(config_or_path).__name__ == "SparseCoreConfig":  # the SC rules, at its spec lines
+        from .spec_check import validate_sparsecore
+
+        rules = validator.selected_rules(select, ignore, show_derived=show_derived)
+        return validate_sparsecore(config_or_path, rules, severity=severity, options=options)
     if isinstance(config_or_path, str | os.PathLike):
         from .spec_check import is_spec, validate_spec
 

@@ -34,9 +34,12 @@ from tpuemb_cfg.rules import Diagnostic
 
 if TYPE_CHECKING:
     from tpuemb_cfg.embedding import CompiledConfig
+    from tpuemb_cfg.fix import SpecFix
     from tpuemb_cfg.rules import Rule, Severity
 
-__all__ = ["SPEC_SUFFIXES", "CompiledSpec", "compile_spec", "is_spec", "validate_spec"]
+__all__ = ["SPEC_SUFFIXES", "CompiledSpec", "compile_spec", "fix_sparsecore_spec",
+           "is_sparsecore_spec", "is_spec", "validate_sparsecore", "validate_sparsecore_spec",
+           "validate_spec"]
 
 SPEC_SUFFIXES = (".py", ".toml")
 
@@ -214,6 +217,8 @@ def validate_spec(
     from tpuemb_cfg.validator import parse_error, place, run_rules, sort_key
 
     name = os.fspath(path)
+    if compiled is None and is_sparsecore_spec(name):
+        return validate_sparsecore_spec(name, rules, severity=severity, options=options)
     if compiled is None:
         try:
             compiled = compile_spec(name)
@@ -230,3 +235,202 @@ def validate_spec(
                   for d in result]
     result.sort(key=sort_key)
     return result
+
+
+# -- SparseCore specs -----------------------------------------------------------------------------
+#
+# A SparseCore spec (tpuemb_cfg.embedding.sparsecore: TPUEmbeddingV2, keras-rs or
+# jax-tpu-embedding objects) becomes a SparseCoreConfig whose tables, features, optimizers and
+# top-level settings carry the spec line that built them (Origin); the SC rules name their
+# findings after the API (tables["user"].optimizer), and each is placed at that line.
+
+_SC_HEAD = re.compile(r'^(tables|features)\[("(?:[^"\\]|\\.)*")\](.*)$')
+_SC_KEY = re.compile(r'\[("(?:[^"\\]|\\.)*")\]$')
+#: The spec names that may set the topology (a chip count alone, or jax's device counts).
+_SC_ALIASES = {"topology": ("topology", "num_replicas", "global_device_count",
+                            "num_sc_per_device")}
+
+
+def is_sparsecore_spec(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a SparseCore spec (``tpuemb_cfg.embedding.sparsecore`` tells by the
+    names the file assigns, without running it)."""
+    from importlib.util import find_spec
+
+    # MERGE NOTE (sc-e before sc-d): the SparseCore API lands with branch sc-d; until then no
+    # spec is a SparseCore spec. Drop this check once tpuemb_cfg.embedding.sparsecore exists.
+    if find_spec("tpuemb_cfg.embedding.sparsecore") is None:
+        return False
+    from tpuemb_cfg.embedding.sparsecore import is_sparsecore_spec as detect
+
+    return bool(detect(path))
+
+
+def validate_sparsecore_spec(
+    path: str | os.PathLike[str],
+    rules: Sequence[Rule],
+    *,
+    severity: Mapping[str, Severity] | None = None,
+    options: Mapping[str, Any] | None = None,
+) -> list[Diagnostic]:
+    """Load the SparseCore spec ``path``, run the SparseCore rules and place each finding at
+    the spec line of the object it is about. A spec that cannot be loaded is one
+    ``PARSE001``."""
+    from tpuemb_cfg.embedding.sparsecore import load_sparsecore_spec
+    from tpuemb_cfg.validator import parse_error
+
+    name = os.fspath(path)
+    try:
+        spec = load_sparsecore_spec(name)
+    except InputError as exc:
+        return [parse_error(exc)]
+    return validate_sparsecore(spec.config, rules, path=name, severity=severity,
+                               options=options)
+
+
+def validate_sparsecore(
+    config: Any,
+    rules: Sequence[Rule],
+    *,
+    path: str | None = None,
+    severity: Mapping[str, Severity] | None = None,
+    options: Mapping[str, Any] | None = None,
+    stacking: Any = None,
+) -> list[Diagnostic]:
+    """The findings of the SparseCore rules on ``config`` (a ``SparseCoreConfig``), placed at
+    the lines of ``path`` (default: the file its origins name) that built each object, with
+    ``# tpuemb: disable=ID`` on those lines honoured. A finding with no line keeps its field
+    path and says so."""
+    from tpuemb_cfg.validator import run_sparsecore_rules, sort_key
+
+    found = run_sparsecore_rules(config, rules, options=options, stacking=stacking)
+    name = path if path is not None else config.origin.path
+    text = _spec_text(name)
+    comments = _python_comments(text) if text is not None else {}
+    result = []
+    for d in found:
+        place = (sparsecore_position(config, d.field_path, name, text)
+                 if text is not None else None)
+        if place is None:
+            where = d.field_path or "the configuration"
+            note = f" (at {where}; no line of the spec builds it)" if name is not None else ""
+            result.append(replace(d, path=name, message=d.message + note))
+            continue
+        line, column = place
+        if any(_sc_silenced(d.rule, comment) for comment in comments.get(line, ())):
+            continue
+        result.append(replace(d, path=name, line=line, column=column))
+    if severity:
+        result = [replace(d, severity=severity[d.rule]) if d.rule in severity else d
+                  for d in result]
+    result.sort(key=sort_key)
+    return result
+
+
+def _spec_text(name: str | None) -> str | None:
+    if name is None:
+        return None
+    try:
+        with open(name, encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
+def _sc_silenced(rule_id: str, comment: str) -> bool:
+    from tpuemb_cfg.locations import DISABLE
+
+    for match in DISABLE.finditer(comment):
+        ids = {part.strip().upper() for part in match.group(1).split(",") if part.strip()}
+        if "ALL" in ids or any(rule_id.startswith(i) for i in ids):
+            return True
+    return False
+
+
+def _same_file(a: str | None, b: str | None) -> bool:
+    return a is None or b is None or os.path.abspath(a) == os.path.abspath(b)
+
+
+def _sparsecore_line(config: Any, field_path: str, name: str | None) -> int | None:
+    """The spec line of the object ``field_path`` names: a table (its optimizer for
+    ``.optimizer``), a feature, or a top-level setting (``sparse_core_config.X`` at X's origin,
+    else the ``sparse_core_config`` assignment)."""
+    origin = None
+    head = _SC_HEAD.match(field_path)
+    if head is not None:
+        import json
+
+        kind, key, rest = head.group(1), json.loads(head.group(2)), head.group(3)
+        if kind == "tables":
+            table = next((t for t in config.tables if t.name == key), None)
+            if table is not None:
+                origin = table.origin
+                if rest.startswith(".optimizer") and table.optimizer.origin.line is not None:
+                    origin = table.optimizer.origin
+        else:
+            origin = next((f.origin for f in config.features if f.name == key), None)
+    else:
+        settings = config.setting_origins
+        parts = field_path.removeprefix("sparse_core_config.").split(".")[0]
+        setting = _SC_KEY.sub("", parts)
+        names = _SC_ALIASES.get(setting, (setting,))
+        if field_path.startswith("sparse_core_config"):
+            names = (*names, "sparse_core_config")
+        origin = next((settings[n] for n in names if n in settings), None)
+    if origin is None or origin.line is None or not _same_file(origin.path, name):
+        return None
+    return int(origin.line)
+
+
+def sparsecore_position(config: Any, field_path: str, name: str | None,
+                        text: str) -> tuple[int, int] | None:
+    """Line and column in the spec ``text`` of the finding at ``field_path``: a limit key
+    (``sparse_core_config.max_ids_per_table["user"]``) where that key is written as a dictionary
+    key (the first such place from the setting's line on), anything else at the line of its
+    object (:func:`_sparsecore_line`) and that line's first character that is not a space."""
+    line = _sparsecore_line(config, field_path, name)
+    key = _SC_KEY.search(field_path)
+    if key is not None and field_path.startswith("sparse_core_config."):
+        import json
+
+        from tpuemb_cfg.fix import dict_key_positions
+
+        places = dict_key_positions(text, json.loads(key.group(1)))
+        after = [p for p in places if line is None or p[0] >= line]
+        if after or places:
+            row, column, _, _ = (after or places)[0]
+            return row, column
+    if line is None:
+        return None
+    lines = text.splitlines()
+    row_text = lines[line - 1] if 0 < line <= len(lines) else ""
+    return line, len(row_text) - len(row_text.lstrip()) + 1
+
+
+def fix_sparsecore_spec(path: str | os.PathLike[str]) -> SpecFix:
+    """SC001's fix in the SparseCore spec ``path``: every limit key that names a table inside a
+    stack is renamed to the stack's name where it is written (the new text is returned, not
+    written). Raises :class:`InputError` when the spec cannot be loaded."""
+    from tpuemb_cfg.embedding.sparsecore import load_sparsecore_spec
+    from tpuemb_cfg.fix import SpecFix, rename_spec_keys
+    from tpuemb_cfg.rules.sparsecore import limit_key_path, limit_key_renames
+    from tpuemb_cfg.sparsecore.feed import stack
+
+    name = os.fspath(path)
+    config = load_sparsecore_spec(name).config
+    text = _spec_text(name)
+    if text is None:
+        return SpecFix(changed=False, text="")
+    try:
+        stacking = stack(config)
+    except (ValueError, ArithmeticError, KeyError) as exc:  # validation reports what is wrong
+        return SpecFix(changed=False, text=text,
+                       notes=[f"{name}: not fixed: the tables cannot be stacked ({exc})"])
+    renames = []
+    for rename in limit_key_renames(config, stacking):
+        if rename.new is None:
+            continue
+        place = sparsecore_position(config, limit_key_path(rename.setting, rename.old), name,
+                                    text)
+        if place is not None:
+            renames.append((place[0], rename.old, rename.new))
+    return rename_spec_keys(text, renames, name)

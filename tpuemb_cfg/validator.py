@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from tpuemb_cfg.errors import InputError, UsageError, parameter, shorten_quoted
 from tpuemb_cfg.locations import DISABLE
 from tpuemb_cfg.protoutil import is_repeated
-from tpuemb_cfg.rules import RULES, Context, Diagnostic, Rule, Severity
+from tpuemb_cfg.rules import RULES, Context, Diagnostic, Rule, Severity, SparseCoreContext
 
 if TYPE_CHECKING:
     from google.protobuf.descriptor import Descriptor
@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     from tpuemb_cfg.io import Source
     from tpuemb_cfg.locations import Locations
     from tpuemb_cfg.proto.tpu_embedding_configuration_pb2 import TPUEmbeddingConfiguration
+    from tpuemb_cfg.sparsecore.config import SparseCoreConfig
+    from tpuemb_cfg.sparsecore.stacking import Stacking
 
 PARSE_RULE = "PARSE001"
 
@@ -123,8 +125,28 @@ def run_rules(
     derived: Derived | None = None,
 ) -> list[Diagnostic]:
     """Run ``rules`` over ``config`` (no locations); a crashing rule becomes one internal error.
-    ``derived``: ``derive(config)``, when the caller has it (it is computed otherwise)."""
+    ``derived``: ``derive(config)``, when the caller has it (it is computed otherwise). Rules
+    for SparseCore configurations (``target="sparsecore"``) are skipped."""
     ctx = Context(config, derived, options=options)
+    return _collect(ctx, [r for r in rules if r.target == "configuration"])
+
+
+def run_sparsecore_rules(
+    config: SparseCoreConfig,
+    rules: Sequence[Rule],
+    *,
+    options: Mapping[str, Any] | None = None,
+    stacking: Stacking | None = None,
+) -> list[Diagnostic]:
+    """Run the SparseCore rules among ``rules`` over ``config`` (no locations; field paths
+    named after the API: ``tables["user"].optimizer``). ``stacking``: ``feed.stack(config)``,
+    when the caller has it (computed on first use otherwise)."""
+    ctx = SparseCoreContext(config, stacking, options=options)
+    return _collect(ctx, [r for r in rules if r.target == "sparsecore"])
+
+
+def _collect(ctx: Context | SparseCoreContext, rules: Sequence[Rule]) -> list[Diagnostic]:
+    """Every diagnostic of ``rules`` in ``ctx``; a crashing rule becomes one internal error."""
     found: list[Diagnostic] = []
     for rule in rules:
         ctx.current_rule = rule

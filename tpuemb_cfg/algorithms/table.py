@@ -36,6 +36,7 @@ __all__ = [
     "ALGORITHMS",
     "BENCHMARK",
     "BENCHMARK_DEFAULT",
+    "JAX_SPECS",
     "KERAS_NAMES",
     "KERAS_RS_DEFAULT",
     "SPARSECORE",
@@ -469,6 +470,16 @@ KERAS_RS_DEFAULT = "adam"
 SPARSECORE: tuple[str, ...] = (
     "stochastic_gradient_descent", "adagrad", "adagrad_momentum", "adam", "ftrl",
 )
+
+#: jax-tpu-embedding 0.2.0's optimizer spec classes for those algorithms: class name ->
+#: (the spec's ``short_name()``, the algorithm). ``tpuemb_cfg.sparsecore.jte`` mirrors the classes.
+JAX_SPECS: dict[str, tuple[str, str]] = {
+    "SGDOptimizerSpec": ("sgd", "stochastic_gradient_descent"),
+    "AdagradOptimizerSpec": ("adagrad", "adagrad"),
+    "AdagradMomentumOptimizerSpec": ("adagrad_momentum", "adagrad_momentum"),
+    "AdamOptimizerSpec": ("adam", "adam"),
+    "FTRLOptimizerSpec": ("ftrl", "ftrl"),
+}
 
 
 def get(name: str) -> Algorithm:

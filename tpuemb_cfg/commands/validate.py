@@ -21,7 +21,7 @@ from tpuemb_cfg.io import Source, read_source
 from tpuemb_cfg.report import FORMATS, FileReport, render_chunks
 from tpuemb_cfg.rules import RULES, SEVERITY_RANK, Diagnostic
 from tpuemb_cfg.settings import Settings, common_folder, load_settings
-from tpuemb_cfg.spec_check import is_spec, validate_spec
+from tpuemb_cfg.spec_check import is_sparsecore_spec, is_spec, validate_spec
 from tpuemb_cfg.validator import PARSE_RULE, parse_error, selected_rules, validate_source
 
 
@@ -74,6 +74,49 @@ def _fix_file(source: Source, fixes: set[str], *, diff: bool) -> tuple[list[str]
         notes.append(f"{source.path}: fixed ({', '.join(result.applied)})")
         return notes, True
     return notes, False
+
+
+def _fix_spec(path: str, fixes: set[str], *, diff: bool) -> bool:
+    """--fix on a spec: SC001's renames in a SparseCore spec, else a note that specs are not
+    rewritten; returns whether the file could not be written."""
+    if "sparsecore_keys" in fixes and is_sparsecore_spec(path):
+        return _fix_sparsecore_spec(path, diff=diff)
+    click.echo(f"{path}: a spec is not rewritten by --fix; edit the spec itself "
+               "(the findings below point at its lines)", err=True)
+    return False
+
+
+def _fix_sparsecore_spec(path: str, *, diff: bool) -> bool:
+    """SC001's key renames in a SparseCore spec (written, or shown with ``diff``); returns
+    whether the file could not be written. A spec that cannot be loaded is left to the
+    validation below (PARSE001)."""
+    from tpuemb_cfg.atomic import refuse_hard_linked
+    from tpuemb_cfg.io import atomic_write_bytes
+    from tpuemb_cfg.spec_check import fix_sparsecore_spec
+
+    try:
+        result = fix_sparsecore_spec(path)
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            before = handle.read()
+    except (InputError, OSError):
+        return False
+    for note in result.notes:
+        click.echo(note + (" [--diff: not written]" if diff and result.changed else ""), err=True)
+    if not result.changed:
+        return False
+    if diff:
+        click.echo("".join(difflib.unified_diff(
+            before.splitlines(keepends=True), result.text.splitlines(keepends=True),
+            fromfile=path, tofile=f"{path} (fixed)")), nl=False)
+        return False
+    try:
+        refuse_hard_linked(path)
+        atomic_write_bytes(path, result.text.encode("utf-8"))
+    except (InputError, OSError) as exc:  # OutputError is an InputError
+        click.echo(f"{path}: {exc} (not fixed)", err=True)
+        return True
+    click.echo(f"{path}: fixed ({', '.join(result.applied)})", err=True)
+    return False
 
 
 def _validate_file(path: str, source: Source | None, rules: list[Any], settings: Settings,
@@ -135,7 +178,8 @@ def _rule_filter(name: str, which: str) -> Callable[[Callable[..., Any]], Any]:
     "[default: tpu in pyproject.toml, else the largest device of any generation].",
 )
 @click.option(
-    "--fix", is_flag=True, help="Apply the mechanical fixes (tags, legacy style, accumulation)."
+    "--fix", is_flag=True,
+    help="Apply the mechanical fixes (tags, legacy style, accumulation; SparseCore limit keys)."
 )
 @click.option(
     "--diff", is_flag=True, help="With --fix: print the changes as a diff instead of writing."
@@ -189,8 +233,7 @@ def validate(  # noqa: PLR0913  (a click command: one parameter per option)
         fixes = fixes_for(r.id for r in rules)
         for path in files:
             if is_spec(path):
-                click.echo(f"{path}: a spec is not rewritten by --fix; edit the spec itself "
-                           "(the findings below point at its lines)", err=True)
+                fix_failed |= _fix_spec(path, fixes, diff=diff)
                 continue
             try:
                 source = read_source(path)

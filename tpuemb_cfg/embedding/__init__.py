@@ -41,6 +41,7 @@ from tpuemb_cfg.embedding.extra_optimizers import (
 from tpuemb_cfg.embedding.keras import KerasSchedule, from_keras
 from tpuemb_cfg.embedding.optimizers import FTRL, SGD, Adagrad, AdagradMomentum, Adam, Optimizer
 from tpuemb_cfg.embedding.schedules import Schedule
+from tpuemb_cfg.embedding.sparsecore import SparseCoreEmbeddingConfig
 from tpuemb_cfg.embedding.tables import (
     ConstantInitializer,
     FeatureConfig,
@@ -84,6 +85,7 @@ __all__ = [
     "RMSProp",
     "RowIdInitializer",
     "Schedule",
+    "SparseCoreEmbeddingConfig",
     "TableConfig",
     "TagUse",
     "TruncatedNormalInitializer",

@@ -44,7 +44,7 @@ from tpuemb_cfg.embedding.keras import NAMES, from_keras
 from tpuemb_cfg.embedding.optimizers import FTRL, SGD, Adagrad, Adam, Optimizer
 from tpuemb_cfg.embedding.tables import FeatureConfig, TableConfig
 
-__all__ = ["convert", "is_feature", "is_table", "to_tpu_optimizer"]
+__all__ = ["convert", "is_feature", "is_table", "source_tables", "to_tpu_optimizer"]
 
 PLACEMENTS = ("auto", "default_device", "sparsecore")
 #: The ``tf.tpu.experimental.embedding`` optimizers keras-rs passes through unchanged.
@@ -130,6 +130,15 @@ def _table(table: Any, owner: str) -> TableConfig:
         converted.initializer = initializer
     origins.derive(converted, table)
     return converted
+
+
+def source_tables(feature_config: Any) -> dict[str, Any]:
+    """The keras-rs table of each feature :func:`convert` keeps, by the same key (the joined
+    path): where a converted table came from (its own limits, which the conversion drops)."""
+    return {".".join(str(k) for k in keys): feature.table
+            for keys, feature in _flatten(feature_config)
+            if is_feature(feature) and getattr(feature.table, "placement", "auto")
+            != "default_device"}
 
 
 def convert(

@@ -112,15 +112,7 @@ def _one_line(text: str) -> str:
 def load_spec(path: str | os.PathLike[str]) -> Spec:
     """Read a ``.py`` or ``.toml`` spec (by extension), within the input size limit
     (:func:`tpuemb_cfg.limits.max_input_bytes`)."""
-    from tpuemb_cfg.limits import max_input_bytes, too_large
-
-    name = os.fspath(path)
-    if not Path(name).is_file():
-        raise InputError("no such spec file", path=name)
-    limit = max_input_bytes()
-    size = os.stat(name).st_size
-    if size > limit:
-        raise too_large(name, limit, size, subject="the spec", what="a spec")
+    name = check_spec_file(path)
     if name.endswith(".toml"):
         return _load_toml(name)
     if name.endswith(".py"):
@@ -131,13 +123,42 @@ def load_spec(path: str | os.PathLike[str]) -> Spec:
     )
 
 
+def check_spec_file(path: str | os.PathLike[str]) -> str:
+    """``path`` as a string, once it is known to be a file within the input size limit
+    (:func:`tpuemb_cfg.limits.max_input_bytes`); :class:`InputError` otherwise."""
+    from tpuemb_cfg.limits import max_input_bytes, too_large
+
+    name = os.fspath(path)
+    if not Path(name).is_file():
+        raise InputError("no such spec file", path=name)
+    limit = max_input_bytes()
+    size = os.stat(name).st_size
+    if size > limit:
+        raise too_large(name, limit, size, subject="the spec", what="a spec")
+    return name
+
+
 # -- Python --------------------------------------------------------------------------------------
 
 
 def _load_python(path: str) -> Spec:
-    """Run the spec in a fresh namespace, its folder first on ``sys.path``; the current folder
-    is restored afterwards, so a spec that calls ``os.chdir`` cannot move the caller's relative
-    paths (the output of ``tpuemb compile -o``, ``tpuemb simulate``'s ``tpuemb-out/``)."""
+    """Run the spec (:func:`run_python_spec`) and take ``build_config``'s arguments from it."""
+    namespace = run_python_spec(path)
+    if "feature_config" not in namespace:
+        raise InputError(
+            "the spec defines no `feature_config` (a FeatureConfig, or dicts/lists of them)",
+            path=path,
+        )
+    build_arguments = {k: namespace[k] for k in BUILD_ARGUMENTS if k in namespace}
+    return Spec(path, namespace["feature_config"], build_arguments)
+
+
+def run_python_spec(path: str) -> dict[str, Any]:
+    """Run the Python spec ``path`` in a fresh namespace, its folder first on ``sys.path``, and
+    return the namespace; whatever the file does wrong is one :class:`InputError` naming it (and
+    its line where known). The current folder is restored afterwards, so a spec that calls
+    ``os.chdir`` cannot move the caller's relative paths (the output of ``tpuemb compile -o``,
+    ``tpuemb simulate``'s ``tpuemb-out/``)."""
     folder = str(Path(path).resolve().parent)
     sys.path.insert(0, folder)
     try:
@@ -168,13 +189,7 @@ def _load_python(path: str) -> Spec:
             pass
     if exits:  # the spec caught the ExitCalled of its own os._exit
         raise _exit_called(path, exits[0], None)
-    if "feature_config" not in namespace:
-        raise InputError(
-            "the spec defines no `feature_config` (a FeatureConfig, or dicts/lists of them)",
-            path=path,
-        )
-    build_arguments = {k: namespace[k] for k in BUILD_ARGUMENTS if k in namespace}
-    return Spec(path, namespace["feature_config"], build_arguments)
+    return namespace
 
 
 @contextmanager

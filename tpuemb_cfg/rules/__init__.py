@@ -3,7 +3,8 @@
 Families (``validation-rules.md`` section 2): ``tags`` (TAG), ``modes`` (MODE), ``features``
 (FEAT), ``tables`` (TBL), ``optimizers``, ``hyperparameters`` and ``programs`` (OPT; the
 hyper-parameter ranges are generated from :mod:`tpuemb_cfg.algorithms`), ``accumulation`` (ACC),
-``clipping`` (CLIP, QNT), ``sizing`` (SIZE), ``deprecated`` (DEP); helpers they share are in
+``clipping`` (CLIP, QNT), ``sizing`` (SIZE), ``deprecated`` (DEP), ``sparsecore`` (SC: SparseCore
+configurations, run with a :class:`SparseCoreContext`); helpers they share are in
 ``common``. Add a rule of your own with the :func:`rule` decorator
 (see :mod:`tpuemb_cfg.rules._registry`).
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from tpuemb_cfg.model import SEVERITIES, SEVERITY_RANK, Diagnostic, Severity
-from tpuemb_cfg.rules._registry import RULES, Context, Rule, rule
+from tpuemb_cfg.rules._registry import RULES, Context, Rule, SparseCoreContext, rule
 
 __all__ = [
     "RULES",
@@ -23,6 +24,7 @@ __all__ = [
     "Diagnostic",
     "Rule",
     "Severity",
+    "SparseCoreContext",
     "rule",
 ]
 
@@ -73,6 +75,7 @@ from tpuemb_cfg.rules import (  # noqa: E402
     optimizers,
     programs,
     sizing,
+    sparsecore,
     tables,
     tags,
 )
@@ -89,4 +92,5 @@ FAMILIES = (
     clipping,
     sizing,
     deprecated,
+    sparsecore,
 )

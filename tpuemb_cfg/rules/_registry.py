@@ -28,6 +28,11 @@ Registering your own rule::
 
 The function is registered on import; ``tpuemb_cfg.validate`` and ``tpuemb validate`` then run it
 like a built-in rule (selection, suppression and output formats included).
+
+A rule registered with ``target="sparsecore"`` reads a SparseCore configuration instead
+(:class:`SparseCoreContext`: the API-neutral ``SparseCoreConfig`` and its ``Stacking``); the
+validator runs each rule only on the kind of configuration it targets, with the same selection,
+suppression and output formats.
 """
 
 from __future__ import annotations
@@ -37,21 +42,28 @@ import re
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from tpuemb_cfg.model import SEVERITY_RANK, Diagnostic, Severity
 
 if TYPE_CHECKING:
     from tpuemb_cfg.derived import Derived
     from tpuemb_cfg.proto.tpu_embedding_configuration_pb2 import TPUEmbeddingConfiguration
+    from tpuemb_cfg.sparsecore.config import SparseCoreConfig
+    from tpuemb_cfg.sparsecore.stacking import Stacking
 
     TableDescriptor = TPUEmbeddingConfiguration.TableDescriptor
 
 _ID_RE = re.compile(r"^[A-Z][A-Z_]*[0-9]{3}$")
 
+#: What a rule reads: a ``TPUEmbeddingConfiguration`` (:class:`Context`) or a SparseCore
+#: configuration (:class:`SparseCoreContext`).
+Target = Literal["configuration", "sparsecore"]
+TARGETS: tuple[Target, ...] = ("configuration", "sparsecore")
+
 
 if TYPE_CHECKING:
-    RuleFunc = Callable[["Context"], Iterable[Diagnostic]]
+    RuleFunc = Callable[[Any], Iterable[Diagnostic]]  # a Context or a SparseCoreContext
 else:
     RuleFunc = Callable
 
@@ -66,6 +78,7 @@ class Rule:
     explanation: str
     on_request: bool
     func: RuleFunc = field(repr=False, compare=False)
+    target: Target = "configuration"
 
     @property
     def family(self) -> str:
@@ -80,9 +93,12 @@ _F = TypeVar("_F", bound=Callable[..., Iterable[Diagnostic]])
 
 
 def rule(
-    id: str, severity: Severity, summary: str, *, on_request: bool = False
+    id: str, severity: Severity, summary: str, *, on_request: bool = False,
+    target: Target = "configuration",
 ) -> Callable[[_F], _F]:
     """Register the decorated function as rule ``id``.
+
+    ``target``: what the rule reads (``"sparsecore"``: a :class:`SparseCoreContext`).
 
     ``on_request`` rules (derived facts such as the tag table) run only when selected explicitly or
     when derived data is asked for (``--show-derived``), so that a correct configuration produces
@@ -92,6 +108,8 @@ def rule(
         raise ValueError(
             f"rule id {id!r} must be upper-case letters followed by three digits, e.g. 'TAG002'"
         )
+    if target not in TARGETS:
+        raise ValueError(f"rule {id}: target must be one of {', '.join(TARGETS)}, not {target!r}")
     if severity not in SEVERITY_RANK:
         raise ValueError(
             f"rule {id}: severity must be one of error, warning, info, not {severity!r}"
@@ -107,38 +125,18 @@ def rule(
             explanation=inspect.cleandoc(func.__doc__ or summary),
             on_request=on_request,
             func=func,
+            target=target,
         )
         return func
 
     return register
 
 
-class Context:
-    """What a rule sees: the configuration, its derived quantities, and helpers.
+class _Reporter:
+    """What every context has: the project options, the running rule and :meth:`diag`."""
 
-    ``options`` carries project settings a rule may read (``memory_budget_bytes``: an int per-host
-    budget or ``None``; see :mod:`tpuemb_cfg.settings`). One context is shared by all rules of one
-    validation; the validator sets ``current_rule`` before running each rule.
-    """
-
-    def __init__(
-        self,
-        config: TPUEmbeddingConfiguration,
-        derived: Derived | None = None,
-        *,
-        options: Mapping[str, Any] | None = None,
-    ) -> None:
-        if derived is None:
-            from tpuemb_cfg.derived import derive
-
-            derived = derive(config)
-        self.config = config
-        self.derived = derived
-        self.options: Mapping[str, Any] = dict(options or {})
-        self.current_rule: Rule | None = None
-        # the repeated field itself: a table's message object lives while a rule reads it,
-        # not for the whole validation
-        self._tables = config.table_descriptor
+    options: Mapping[str, Any]
+    current_rule: Rule | None
 
     def diag(
         self,
@@ -159,6 +157,34 @@ class Context:
             hint=sys.intern(hint) if hint is not None else None,
         )
 
+
+class Context(_Reporter):
+    """What a rule sees: the configuration, its derived quantities, and helpers.
+
+    ``options`` carries project settings a rule may read (``memory_budget_bytes``: an int per-host
+    budget or ``None``; see :mod:`tpuemb_cfg.settings`). One context is shared by all rules of one
+    validation; the validator sets ``current_rule`` before running each rule.
+    """
+
+    def __init__(
+        self,
+        config: TPUEmbeddingConfiguration,
+        derived: Derived | None = None,
+        *,
+        options: Mapping[str, Any] | None = None,
+    ) -> None:
+        if derived is None:
+            from tpuemb_cfg.derived import derive
+
+            derived = derive(config)
+        self.config = config
+        self.derived = derived
+        self.options = dict(options or {})
+        self.current_rule = None
+        # the repeated field itself: a table's message object lives while a rule reads it,
+        # not for the whole validation
+        self._tables = config.table_descriptor
+
     def tables(self) -> Iterator[tuple[int, TableDescriptor, str]]:
         """``(index, table, "table_descriptor[i]")`` for every table, in order."""
         for i, table in enumerate(self._tables):
@@ -176,3 +202,37 @@ class Context:
         if table is None or not table.name:
             return f"table_descriptor[{i}]"
         return f"table_descriptor[{i}] {table.name!r}"
+
+
+class SparseCoreContext(_Reporter):
+    """What a ``target="sparsecore"`` rule sees: the configuration, its stacking and options.
+
+    ``stacking`` is what ``tpuemb_cfg.sparsecore.feed.stack(config)`` returns, computed on first
+    use (or given); ``None`` when the configuration cannot be stacked (``stacking_error`` then
+    says why), so a rule that needs it yields nothing instead of raising.
+    """
+
+    def __init__(
+        self,
+        config: SparseCoreConfig,
+        stacking: Stacking | None = None,
+        *,
+        options: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.config = config
+        self.options = dict(options or {})
+        self.current_rule = None
+        self._stacking = stacking
+        self.stacking_error: str | None = None
+
+    @property
+    def stacking(self) -> Stacking | None:
+        """The stacks both references would build from :attr:`config` (computed once)."""
+        if self._stacking is None and self.stacking_error is None:
+            from tpuemb_cfg.sparsecore.feed import stack
+
+            try:
+                self._stacking = stack(self.config)
+            except (ValueError, ArithmeticError, KeyError) as exc:
+                self.stacking_error = f"{type(exc).__name__}: {exc}"
+        return self._stacking

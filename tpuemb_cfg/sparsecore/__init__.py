@@ -23,6 +23,17 @@ _LAZY = {
     "Stacking": "stacking",
     "SparseCoreConfig": "config", "SparseCoreFeature": "config", "SparseCoreOptimizer": "config",
     "SparseCoreTable": "config",
+    "FeatureSpec": "jte", "TableSpec": "jte", "auto_stack_tables": "jte",
+    "prepare_feature_specs_for_training": "jte", "preprocess_sparse_dense_matmul_input": "jte",
+    "stack_config": "jte",
+    "SparseCoreLayoutStacker": "stacker",
+    "AddTableCall": "feed", "layouts_to_stacks": "feed", "stack": "feed",
+    "tensorflow_layouts": "feed", "tensorflow_stacker": "feed", "tensorflow_stacker_calls": "feed",
+    "preprocess_tensorflow": "tf_preprocess",
+    "preprocess": "preprocess", "SparseCoreInputError": "preprocess",
+    "SparseCoreLimitError": "preprocess", "SparseCoreBufferError": "preprocess",
+    "SparseCoreUnsupportedError": "preprocess",
+    "PreprocessedBatch": "results", "PreprocessedStack": "results",
 }
 
 __all__ = sorted(_LAZY)

@@ -45,6 +45,9 @@ class PreprocessedStack:
     #: per feature of the stack: one bool per input id in the order given (ragged: the values
     #: array; dense: row-major), True where that id was dropped
     dropped: dict[str, npt.NDArray[np.bool_]] = field(default_factory=dict)
+    #: roundup8(max_ids_per_partition) x sparse_cores_per_device x N: the buffer every
+    #: SparseCore sending a full run to every partition needs (0 when not computed)
+    theoretical_max_coo_buffer_size: int = 0
 
 
 @dataclass
