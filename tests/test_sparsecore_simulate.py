@@ -20,7 +20,6 @@ id 6 (gain 3/4) is dropped: its activation is b[4] / 4, not b[4].
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from pathlib import Path
@@ -45,8 +44,6 @@ from tpuemb_cfg.sparsecore.config import (
 )
 from tpuemb_cfg.sparsecore.stacking import FeatureSlot, Stack, StackedTable, Stacking
 from tpuemb_cfg.sparsecore.topology import Topology
-
-HAS_PREPROCESS = importlib.util.find_spec("tpuemb_cfg.sparsecore.preprocess") is not None
 
 F32 = np.float32
 LR = 0.5
@@ -105,7 +102,6 @@ def _run(setup: SparseCoreSetup, engine: str = "numpy", **kwargs: Any) -> Sparse
     return SparseCoreRun(setup, RunOptions(engine=engine), initial_state=_initial(), **kwargs)
 
 
-@pytest.mark.skipif(not HAS_PREPROCESS, reason="needs engineer C")
 def test_hand_example_drops_fb_id_6() -> None:
     setup = _setup()
     run = SparseCoreRun(setup, RunOptions(engine="numpy"), initial_state=_initial())
@@ -118,7 +114,6 @@ def test_hand_example_drops_fb_id_6() -> None:
     assert state["table/b"][6].tolist() == [0.0, 6.0]  # dropped: untouched
 
 
-@pytest.mark.skipif(not HAS_PREPROCESS, reason="needs engineer C")
 def test_without_dropping_a_limit_refuses_the_step() -> None:
     run = SparseCoreRun(_setup(), RunOptions(engine="numpy"), allow_id_dropping=False)
     with pytest.raises(InputError, match="step 0"):
@@ -407,15 +402,9 @@ def test_cli_dry_run(spec_file: Path) -> None:
     assert info["compare_dropping"] is True and info["allow_id_dropping"] is True
 
 
-HAS_PIPELINE = HAS_PREPROCESS and all(
-    importlib.util.find_spec(m) is not None
-    for m in ("tpuemb_cfg.embedding.sparsecore", "tpuemb_cfg.sparsecore.feed",
-              "tpuemb_cfg.sparsecore.jte"))
 EXAMPLE = Path(__file__).parent.parent / "examples" / "sparsecore" / "simulate_jax_limits.py"
 
 
-@pytest.mark.skipif(not HAS_PIPELINE, reason="needs engineers A-D (loader, stacking, "
-                    "preprocessing)")
 def test_example_end_to_end(tmp_path: Path) -> None:
     """The example spec through the whole chain: its limits drop only ``user`` ids (``item``'s
     rows come first in the stack ``item_user``), the totals add up, and the drift lies in
@@ -451,8 +440,6 @@ topology = "v6e-1"
 """
 
 
-@pytest.mark.skipif(not HAS_PIPELINE, reason="needs engineers A-D (loader, stacking, "
-                    "preprocessing)")
 def test_tensorflow_spec_semantics(tmp_path: Path) -> None:
     """TensorFlow: the Adagrad accumulator starts at initial_accumulator_value, weight clipping
     is dropped with a note (TPUEmbeddingV2 does not pass it to the SparseCore kernels), weight
@@ -469,3 +456,37 @@ def test_tensorflow_spec_semantics(tmp_path: Path) -> None:
     spec.write_text(_TF_SPEC.format(decay=", weight_decay_factor=0.1"))
     with pytest.raises(InputError, match="weight_decay_factor"):
         prepare_sparsecore(spec)
+
+
+_TF_BUFFER_SPEC = """
+from tpuemb_cfg.embedding import SGD, FeatureConfig, SparseCoreEmbeddingConfig, TableConfig
+user = TableConfig(vocabulary_size=64, dim=8, optimizer=SGD(learning_rate=0.5), name="user",
+                   combiner="sum")
+feature_config = {"user_id": FeatureConfig(user, output_shape=[4])}
+sparse_core_config = SparseCoreEmbeddingConfig(max_ids_per_chip_per_sample=4,
+                                               allow_id_dropping=True)
+topology = "v6e-1"
+"""
+
+
+def test_tensorflow_drops_what_does_not_fit_the_device_buffer(tmp_path: Path) -> None:
+    """TensorFlow 2.21 drops only what does not fit the device's buffer of
+    max_ids_per_chip_per_sample x samples = 4 x 4 = 16 entries. Ids [0, 1, 2, 3], one a
+    sample, on one v6e chip (2 SparseCores, N = 2): SparseCore 0 (samples 0, 1) writes
+    partition 0's run [0] and partition 1's run [1], each padded to 8: 16 entries, the whole
+    buffer; SparseCore 1's ids 2 and 3 do not fit and are dropped. SGD, lr 0.5, gradient 1:
+    rows 0 and 1 move by -0.5, rows 2 and 3 stay. Without dropping the step fails."""
+    spec = tmp_path / "tf_buffer.py"
+    spec.write_text(_TF_BUFFER_SPEC)
+    setup = prepare_sparsecore(spec)
+    zeros = {"table/user": np.zeros((64, 8), F32)}
+    run = SparseCoreRun(setup, RunOptions(engine="numpy"), initial_state=zeros)
+    run.replay_step([FeatureInput(np.array([0, 1, 2, 3]), None, None, np.ones((4, 8), F32))])
+    assert run.step_reports[0]["tables"]["user"] == {"ids": 4, "dropped": 2,
+                                                     "zero_denominator_bags": 0}
+    table = run.executor.state_arrays()["table/user"]
+    assert table[:4, 0].tolist() == [-0.5, -0.5, 0.0, 0.0]
+    strict = SparseCoreRun(setup, RunOptions(engine="numpy"), allow_id_dropping=False)
+    with pytest.raises(InputError, match="max_ids_per_chip_per_sample"):
+        strict.replay_step([FeatureInput(np.array([0, 1, 2, 3]), None, None,
+                                         np.ones((4, 8), F32))])

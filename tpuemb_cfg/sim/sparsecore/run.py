@@ -22,7 +22,6 @@ dropped ids included), so dropping shows up in the loss too.
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -39,11 +38,10 @@ from .gains import RowGains, kept_inputs, row_gains
 if TYPE_CHECKING:
     from ...executor.prepared import Prepared
     from ...sparsecore.config import SparseCoreConfig
-    from ...sparsecore.stacking import Mode, Stacking
+    from ...sparsecore.stacking import Stacking
     from ..synthetic import SyntheticData
 
-__all__ = ["Drops", "Dropper", "SparseCoreRun", "SparseCoreSetup", "describe", "preprocess_dropper",
-           "preprocess_mode"]
+__all__ = ["Drops", "Dropper", "SparseCoreRun", "SparseCoreSetup", "describe", "preprocess_dropper"]
 
 F32 = np.float32
 
@@ -88,43 +86,41 @@ class Drops:
 Dropper = Callable[[int, Sequence[CheckedFeature]], Drops]
 
 
-def preprocess_mode(setup: SparseCoreSetup) -> tuple[Mode, str | None]:
-    """The preprocessing rules a run of ``setup`` applies, and the note that says so when they
-    are not the API's own: TensorFlow's rules (``sparsecore.tf_preprocess``: only adjacent
-    repeats merge, limits per minibatch bucket) where that module exists, else
-    jax-tpu-embedding's, which TensorFlow's preprocessing follows in everything else."""
-    mode = setup.stacking.mode
-    if mode == "tensorflow" and importlib.util.find_spec(
-            "tpuemb_cfg.sparsecore.tf_preprocess") is None:
-        return "jax", ("TensorFlow's preprocessing rules are not available in this build: ids "
-                       "are dropped by jax-tpu-embedding's rules (repeats merged across the "
-                       "whole partition, one bucket), which can drop fewer ids than "
-                       "TensorFlow's")
-    return mode, None
-
-
 def preprocess_dropper(setup: SparseCoreSetup, allow_id_dropping: bool) -> Dropper:
-    """The exact host preprocessing of ``setup`` as a dropper, by the rules
-    :func:`preprocess_mode` names: the whole slice on this host (local devices = global
-    devices = the topology's chips), ``allow_id_dropping`` as given. A limit exceeded
-    without dropping is an ``InputError`` naming the step (the reference aborts the
-    process)."""
-    from ...sparsecore.preprocess import preprocess
-
-    mode, _ = preprocess_mode(setup)
+    """The exact host preprocessing of ``setup`` as a dropper, by the rules of the stacking's
+    reference: jax-tpu-embedding's (``sparsecore.preprocess``: limits per partition, dropped
+    with ``allow_id_dropping``, and the buffer overflow) or TensorFlow 2.21's
+    (``sparsecore.tf_preprocess``: a limit exceeded fails the step whatever
+    ``allow_id_dropping`` says; what does not fit the device buffer of
+    ``max_ids_per_chip_per_sample`` x samples is dropped with it). The whole slice is on this
+    host (local devices = global devices = the topology's chips). A step the reference fails
+    or aborts is an ``InputError`` naming the step."""
     config = setup.config
     names = [f.name for f in config.features]
     chips = config.topology.chips
+    if setup.stacking.mode == "tensorflow":
+        from ...sparsecore.tf_preprocess import preprocess_tensorflow
+
+        def run(features: Any, weights: Any) -> Any:
+            return preprocess_tensorflow(
+                setup.stacking, features, weights, local_devices=chips, global_devices=chips,
+                sparse_cores_per_device=config.topology.sparse_cores_per_chip,
+                allow_id_dropping=allow_id_dropping, has_leading_dimension=False,
+                max_ids_per_chip_per_sample=config.max_ids_per_chip_per_sample)
+    else:
+        from ...sparsecore.preprocess import preprocess
+
+        def run(features: Any, weights: Any) -> Any:
+            return preprocess(
+                setup.stacking, features, weights, local_devices=chips, global_devices=chips,
+                sparse_cores_per_device=config.topology.sparse_cores_per_chip,
+                allow_id_dropping=allow_id_dropping, has_leading_dimension=False)
 
     def drop(step: int, checked: Sequence[CheckedFeature]) -> Drops:
         pairs = list(zip(names, checked, strict=True))
         try:
-            batch = preprocess(setup.stacking, {name: (c.ids, c.row_splits) for name, c in pairs},
-                               {name: (c.weights, c.row_splits) for name, c in pairs},
-                               local_devices=chips, global_devices=chips,
-                               sparse_cores_per_device=config.topology.sparse_cores_per_chip,
-                               allow_id_dropping=allow_id_dropping,
-                               has_leading_dimension=False, mode=mode)
+            batch = run({name: (c.ids, c.row_splits) for name, c in pairs},
+                        {name: (c.weights, c.row_splits) for name, c in pairs})
         except (InputError, ValueError, NotImplementedError) as exc:
             raise InputError(f"step {step}: {exc}") from None
         masks: dict[str, np.ndarray] = {}
@@ -180,13 +176,8 @@ class SparseCoreRun:
         self.setup = setup
         self.allow_id_dropping = (setup.allow_id_dropping if allow_id_dropping is None
                                   else bool(allow_id_dropping))
-        self.notes = list(setup.notes)
-        if dropper is None:
-            dropper = preprocess_dropper(setup, self.allow_id_dropping)
-            note = preprocess_mode(setup)[1]
-            if note is not None:
-                self.notes.append(note)
-        self.dropper = dropper
+        self.dropper = (dropper if dropper is not None
+                        else preprocess_dropper(setup, self.allow_id_dropping))
         self.executor = Executor(setup.prepared, options, Placement(),
                                  initial_state=initial_state, state_source=state_source)
         self.twin = (Executor(setup.prepared, options, Placement(), initial_state=initial_state,
@@ -320,7 +311,7 @@ class SparseCoreRun:
             "drops": {"tables": _totals(self.step_reports, "tables"),
                       "stacks": _totals(self.step_reports, "stacks")},
             "per_step": self.step_reports,
-            "notes": list(self.notes),
+            "notes": list(self.setup.notes),
         }
         ids = sum(t["ids"] for t in out["drops"]["tables"].values())
         dropped = sum(t["dropped"] for t in out["drops"]["tables"].values())
