@@ -371,20 +371,21 @@ def test_cli_text_report_and_summary_json(spec_file: Path, tmp_path: Path) -> No
     assert (out_dir / "tables.npz").exists()
 
 
-@pytest.mark.parametrize("args", [
-    ("--batches", "missing.npz", "--out", "o.npz"),
-    ("--batches", "b.npz"),
-    ("--workers", "2"),
-    ("--combiner", "sum"),
+@pytest.mark.parametrize(("args", "expected"), [
+    (("--batches", "missing.npz", "--out", "o.npz"), "missing.npz"),
+    (("--batches", "b.npz"), "--batches needs --out O.npz"),
+    (("--workers", "2"), "--workers: not available for a SparseCore spec"),
+    (("--combiner", "sum"), "--combiner: not available for a SparseCore spec"),
+    (("--max-memory", "1K", "--compare-dropping"), "of the run and of its twin without dropping"),
 ])
 def test_cli_refusals_exit_2(spec_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                             args: tuple[str, ...]) -> None:
+                             args: tuple[str, ...], expected: str) -> None:
     monkeypatch.chdir(tmp_path)
     _batches_file(tmp_path)
     code, output = run_simulate(str(spec_file), *args)
     assert code == 2, output
-    assert "Traceback" not in output
-    assert not (tmp_path / "o.npz").exists()
+    assert expected in output and "Traceback" not in output
+    assert not (tmp_path / "o.npz").exists() and not (tmp_path / "tpuemb-out").exists()
 
 
 def test_cli_compare_dropping_needs_a_sparsecore_spec(tmp_path: Path) -> None:
@@ -400,6 +401,10 @@ def test_cli_dry_run(spec_file: Path) -> None:
     assert info["stacks"] == [{"name": "a_b", "tables": ["a", "b"], "max_ids_per_partition": 3,
                                "max_unique_ids_per_partition": 3}]
     assert info["compare_dropping"] is True and info["allow_id_dropping"] is True
+    memory = info["memory"]
+    one = memory["estimate"]
+    assert memory["executors"] == 2
+    assert memory["total_bytes"] == 2 * one["total_bytes"] - one["process_bytes"] > 0
 
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "sparsecore" / "simulate_jax_limits.py"

@@ -1034,7 +1034,8 @@ def _sparsecore_command(ctx: click.Context, request: _Request, records: _Records
                         files: _SparseCoreRequest) -> None:
     """A SparseCore spec: the options checked, the outputs checked before anything is read,
     then the replay (``--batches``) or the synthetic run, or the plan (``--dry-run``)."""
-    wrong = [_option_name(n) for n in _SPARSECORE_REFUSED if _given(ctx, n)]
+    wrong = [("--combiner" if n == "combiners" else _option_name(n))
+             for n in _SPARSECORE_REFUSED if _given(ctx, n)]
     if _given(ctx, "backend") and records.placement.backend != "local":
         wrong.append("--backend ray")
     if request.spec is not None:
@@ -1083,7 +1084,8 @@ def _sparsecore(request: _Request, records: _Records, files: _SparseCoreRequest,
     allow = (setup.allow_id_dropping if files.allow_id_dropping is None
              else files.allow_id_dropping)
     if request.dry_run:
-        info = {**describe(setup), "config": files.config, "allow_id_dropping": allow,
+        info = {**describe(setup, engine=records.options.engine, compare=files.compare),
+                "config": files.config, "allow_id_dropping": allow,
                 "compare_dropping": files.compare,
                 "run": (f"a replay of {files.batches}" if files.batches is not None
                         else f"{request.steps} synthetic steps")}

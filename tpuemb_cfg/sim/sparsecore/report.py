@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ...units import format_size
+
 __all__ = ["plan_text", "run_text"]
 
 
@@ -86,5 +88,8 @@ def plan_text(info: Mapping[str, Any]) -> str:
     lines += _table(["table", "vocabulary", "dimension", "optimizer", "combiner"],
                     [[t["name"], str(t["vocabulary"]), str(t["dimension"]), t["optimizer"],
                       t["combiner"]] for t in info["tables"]])
+    memory = info["memory"]
+    lines.append(f"memory: about {format_size(memory['total_bytes'])} (the tables, slots and a "
+                 f"step's working arrays of {memory['executors']} executor(s))")
     lines += [f"note: {note}" for note in info.get("notes", ())]
     return "\n".join(lines)

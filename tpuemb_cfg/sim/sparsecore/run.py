@@ -23,15 +23,17 @@ dropped ids included), so dropping shows up in the loss too.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ...errors import InputError
 from ...executor.batch import CheckedFeature, FeatureInput, check_batch
-from ...executor.core import Executor
+from ...executor.core import Executor, require_memory
+from ...executor.engines import get_engine
 from ...executor.engines.numpy import combine
+from ...executor.memory import Estimate, library_estimate, reduce_hint
 from ...executor.options import Placement, RunOptions
 from .gains import RowGains, kept_inputs, row_gains
 
@@ -41,7 +43,8 @@ if TYPE_CHECKING:
     from ...sparsecore.stacking import Stacking
     from ..synthetic import SyntheticData
 
-__all__ = ["Drops", "Dropper", "SparseCoreRun", "SparseCoreSetup", "describe", "preprocess_dropper"]
+__all__ = ["Drops", "Dropper", "SparseCoreRun", "SparseCoreSetup", "describe", "memory_estimate",
+           "preprocess_dropper"]
 
 F32 = np.float32
 
@@ -173,6 +176,14 @@ class SparseCoreRun:
         state_source: str | None = None,
     ) -> None:
         options = options if options is not None else RunOptions()
+        if options.check_memory:  # both executors at once, before either allocates
+            parts = memory_estimate(setup, options.engine)
+            twin = parts.run if compare else 0
+            require_memory(parts.total + twin, options.memory_limit, process=parts.process,
+                           counted="tables, slots and a step's working arrays"
+                           + (" of the run and of its twin without dropping" if compare else ""),
+                           reduce=reduce_hint(parts))
+            options = replace(options, check_memory=False)
         self.setup = setup
         self.allow_id_dropping = (setup.allow_id_dropping if allow_id_dropping is None
                                   else bool(allow_id_dropping))
@@ -367,9 +378,19 @@ def _totals(reports: Sequence[Mapping[str, Any]], kind: str) -> dict[str, dict[s
     return out
 
 
-def describe(setup: SparseCoreSetup) -> dict[str, Any]:
+def memory_estimate(setup: SparseCoreSetup, engine: Any = "numba") -> Estimate:
+    """The memory one executor of ``setup`` needs (``executor.memory.library_estimate``: the
+    process, the tables and slots, a step's working arrays); a run with ``compare`` holds a
+    second ``run`` part for its twin."""
+    return library_estimate(setup.prepared.plan, get_engine(engine).name)
+
+
+def describe(setup: SparseCoreSetup, *, engine: Any = "numba",
+             compare: bool = False) -> dict[str, Any]:
     """What a ``--dry-run`` shows of ``setup``: the topology, the stacks with their limits,
-    the tables with their optimizer and combiner, and the notes."""
+    the tables with their optimizer and combiner, the notes and the memory estimate (with
+    ``compare``: the twin's too)."""
+    parts = memory_estimate(setup, engine)
     config = setup.config
     combiners = {t.name: t.combiner for t in config.tables}
     return {
@@ -384,4 +405,7 @@ def describe(setup: SparseCoreSetup) -> dict[str, Any]:
                     "optimizer": t.optimizer.name, "combiner": combiners.get(t.name, "?")}
                    for t in setup.prepared.plan.tables],
         "notes": list(setup.notes),
+        "memory": {"estimate": parts.as_dict(),
+                   "total_bytes": parts.total + (parts.run if compare else 0),
+                   "executors": 2 if compare else 1},
     }
