@@ -269,14 +269,11 @@ def validate(
 def is_sparsecore_spec(path: str | os.PathLike[str]) -> bool:
     """Whether the file ``path`` is a SparseCore spec, as the spec loader decides
     (``embedding.sparsecore.is_sparsecore_spec``: a Python spec assigning
-    ``sparse_core_config``, ``feature_specs`` or ``topology``); False in a build without the
-    SparseCore loader."""
+    ``sparse_core_config``, ``feature_specs`` or ``topology``)."""
     if not os.fspath(path).endswith(".py"):  # only Python specs: nothing else is imported
         return False
-    try:
-        from .embedding.sparsecore import is_sparsecore_spec as detect
-    except ImportError:
-        return False
+    from .embedding.sparsecore import is_sparsecore_spec as detect
+
     return bool(detect(path))
 
 

@@ -165,6 +165,9 @@ def _argument(hyper: Any, source: Any, name: str) -> Any:
 
 
 def _require_sparsecore(table: str, name: str) -> None:
+    if name in ("", "custom"):
+        raise InputError(f"table {table!r}: a custom optimizer is not simulated on SparseCores; "
+                         f"use one of {', '.join(SPARSECORE)}")
     if name not in SPARSECORE:
         raise InputError(
             f"table {table!r}: optimizer {name!r} does not run on SparseCores; expected one of "
