@@ -5,7 +5,7 @@ Per step (:meth:`SparseCoreRun.step`):
 1. the batch (one ``FeatureInput`` per feature of the ``SparseCoreConfig``, the global batch)
    is checked and every id gets its gain over the whole row (``gains.row_gains``);
 2. the host preprocessing decides which ids reach a SparseCore
-   (``tpuemb_cfg.sparsecore.preprocess.preprocess`` on the configuration's ``Stacking``: the
+   (``tpuemb_cfg.sparsecore.preprocess`` on the configuration's ``Stacking``: the
    per-partition limits with ``allow_id_dropping``, and the silent buffer overflow);
 3. the executor runs the per-table legacy configuration (``legacy``) with the ``sum`` combiner
    on the kept ids, their gains as weights (``gains.kept_inputs``): forward, backward, one
@@ -111,7 +111,7 @@ def preprocess_dropper(setup: SparseCoreSetup, allow_id_dropping: bool) -> Dropp
                 allow_id_dropping=allow_id_dropping, has_leading_dimension=False,
                 max_ids_per_chip_per_sample=config.max_ids_per_chip_per_sample)
     else:
-        from ...sparsecore.preprocess import preprocess
+        from ...sparsecore.preprocessing import preprocess
 
         def run(features: Any, weights: Any) -> Any:
             return preprocess(
