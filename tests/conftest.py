@@ -31,9 +31,19 @@ EXAMPLES = ROOT / "examples"
 _BACKGROUND = "test_reproducible.py::test_golden_replays_give_the_same_bytes_under_every_setting"
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The digest comparison (``test_reproducible``) waits for its background subprocesses: it
+    runs last, so they have the whole suite's time and no test waits behind it."""
+    for index, item in enumerate(items):
+        if item.nodeid.endswith(_BACKGROUND):
+            items.append(items.pop(index))
+            return
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Start the subprocesses of the digest comparison (``test_reproducible``) when it is to
-    run: they take a core of their own for a while, and the suite itself keeps one busy."""
+    run: they take a core of their own for a while, at a lower priority than the suite, which
+    keeps one busy."""
     if session.config.option.collectonly:
         return
     for item in session.items:
