@@ -12,6 +12,7 @@ what they run (``run_workers``, ...).
 
 from __future__ import annotations
 
+import gc
 import os
 from pathlib import Path
 from typing import Any
@@ -46,10 +47,20 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     keeps one busy."""
     if session.config.option.collectonly:
         return
+    _freeze_the_collected()
     for item in session.items:
         if item.nodeid.endswith(_BACKGROUND) and GOLDEN.joinpath("optimizers").is_dir():
             item.module.start_settings()  # type: ignore[attr-defined]
             return
+
+
+def _freeze_the_collected() -> None:
+    """Keep what collection built (the test modules and what they imported, the items and
+    their parameters: alive for the whole session) out of the garbage collector's full
+    passes, which otherwise walk all of it again every time (``gc.freeze``). Garbage is
+    collected first, so nothing that could be freed (or finalized) is frozen."""
+    gc.collect()
+    gc.freeze()
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
