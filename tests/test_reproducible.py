@@ -15,8 +15,8 @@ run's:
 
 The subprocesses start as soon as the session has collected the comparison (``conftest``), and
 run beside the other tests, at a lower priority (niceness + 10): they use the CPU time the suite
-leaves idle and never slow it down; the comparison itself runs last (``conftest``), when they
-have had the whole suite's time.
+leaves idle rather than take it from the suite; the comparison itself runs last (``conftest``),
+when they have had the whole suite's time.
 
 Nothing here depends on what the machine has: on a machine without AVX-512 the dispatch setting
 still turns off whatever NumPy would have used, and the comparison is the same.
