@@ -1,9 +1,11 @@
 """A fork server for ``python -m tpuemb_cfg``: each request is one command in a fresh child.
 
-    python tests/cli_forkserver.py REQUEST_FD REPLY_FD
+    python tests/cli_forkserver.py REQUEST_FD REPLY_FD [MODULE ...]
 
-Started once (``tests/test_cli_properties.py``) with the environment the commands get, it
-imports the command's modules, then for each request (one JSON line on ``REQUEST_FD``:
+Started once per group of commands (``tests/test_cli_properties.py``) with the environment the
+commands get, it imports the command's modules (and the MODULEs named: what the group's
+commands load when they run, such as the executor and numba for ``simulate``), then for each
+request (one JSON line on ``REQUEST_FD``:
 ``argv``, ``cwd``, ``stdin`` as latin-1 text, ``stdout`` and ``stderr`` file paths or
 ``"/dev/full"`` or ``null`` for a closed standard output, ``memory_cap``, ``timeout``) forks a
 child that starts as ``python -m tpuemb_cfg ARGV`` does:
@@ -33,14 +35,17 @@ import sys
 import time
 
 
-def preload() -> None:
+def preload(extra: list[str]) -> None:
     """Import what the commands import on their way: the module of every command the
-    ``tpuemb`` group lists (it imports one only to run it) and the executor ``simulate`` runs."""
+    ``tpuemb`` group lists (it imports one only to run it), the executor ``simulate`` runs, and
+    the ``extra`` modules (only imports: nothing is compiled, loaded from a cache or run)."""
     from tpuemb_cfg import cli
 
     for module_name, *_ in cli.COMMANDS.values():
         importlib.import_module(module_name)
     importlib.import_module("tpuemb_cfg.executor")
+    for module_name in extra:
+        importlib.import_module(module_name)
 
 
 def _child(request: dict) -> None:  # type: ignore[type-arg]
@@ -110,7 +115,7 @@ def serve() -> bool:
 
 if __name__ == "__main__":
     REQUESTS, REPLIES = int(sys.argv[1]), int(sys.argv[2])
-    preload()
+    preload(sys.argv[3:])
     gc.freeze()  # the children's collections leave the imported objects (and their pages) alone
     if not serve():
         sys.exit(0)

@@ -12,6 +12,7 @@ what they run (``run_workers``, ...).
 
 from __future__ import annotations
 
+import gc
 import os
 from pathlib import Path
 from typing import Any
@@ -31,15 +32,35 @@ EXAMPLES = ROOT / "examples"
 _BACKGROUND = "test_reproducible.py::test_golden_replays_give_the_same_bytes_under_every_setting"
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The digest comparison (``test_reproducible``) waits for its background subprocesses: it
+    runs last, so they have the whole suite's time and no test waits behind it."""
+    for index, item in enumerate(items):
+        if item.nodeid.endswith(_BACKGROUND):
+            items.append(items.pop(index))
+            return
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Start the subprocesses of the digest comparison (``test_reproducible``) when it is to
-    run: they take a core of their own for a while, and the suite itself keeps one busy."""
+    run: they take a core of their own for a while, at a lower priority than the suite, which
+    keeps one busy."""
     if session.config.option.collectonly:
         return
+    _freeze_the_collected()
     for item in session.items:
         if item.nodeid.endswith(_BACKGROUND) and GOLDEN.joinpath("optimizers").is_dir():
             item.module.start_settings()  # type: ignore[attr-defined]
             return
+
+
+def _freeze_the_collected() -> None:
+    """Keep what collection built (the test modules and what they imported, the items and
+    their parameters: alive for the whole session) out of the garbage collector's full
+    passes, which otherwise walk all of it again every time (``gc.freeze``). Garbage is
+    collected first, so nothing that could be freed (or finalized) is frozen."""
+    gc.collect()
+    gc.freeze()
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

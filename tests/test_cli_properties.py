@@ -6,8 +6,10 @@ a symlink, a symlink loop, a hard link, read-only, missing, a directory), picks 
 options and an output (new, onto the input through a symlink, into a read-only folder, a
 directory, ``-``), and a standard output (a pipe, ``/dev/full``, closed), then runs ``python -m
 tpuemb_cfg`` with an address-space cap: in a child forked for the example by
-``tests/cli_forkserver.py`` (a process that has imported the command's modules once; the child
-starts and ends as the command's own process would, and no example sees another's), or, with
+``tests/cli_forkserver.py`` (a process that has imported the command's modules once: one for
+``simulate``, ``inspect`` and ``compile``, which also imports NumPy, numba and the executor they
+load when they run, one for the other commands, which never load them; the child starts and
+ends as the command's own process would, and no example sees another's), or, with
 ``TPUEMB_PROPERTY_SUBPROCESS=1``, as a process of its own. Properties, whatever happened:
 
 - no traceback, and the exit status is one the documentation gives (0, 1, 2);
@@ -109,6 +111,18 @@ COMMANDS = (
     ("simulate", ["simulate", "IN", "--steps", "1", "--quiet", "--out-dir", "DIR"]),
 )
 CHANGES_INPUT = {"fmt", "validate-fix"}
+#: Fork servers by what their children find imported: the commands that load the executor,
+#: NumPy and numba when they run (``simulate``; ``inspect`` and ``compile`` load NumPy and parts
+#: of the executor) fork from a server that imported them; the others (which never import
+#: them) from one that did not, so their children end (interpreter finalization) as quickly as
+#: their own processes would.
+SERVER_MODULES: dict[str, tuple[str, ...]] = {
+    "commands": (),
+    "executor": ("tpuemb_cfg.executor.core", "tpuemb_cfg.executor.engines.numpy",
+                 "tpuemb_cfg.executor.engines.numba", "tpuemb_cfg.sim", "tpuemb_cfg.session",
+                 "tpuemb_cfg.inspect_summary", "tpuemb_cfg.embedding"),
+}
+SERVER_OF = {"simulate": "executor", "inspect": "executor", "compile": "executor"}
 OUT_STATES = ("new", "onto-input", "readonly-dir", "directory")
 STDOUTS = ("pipe", "full", "closed")
 
@@ -184,19 +198,19 @@ def _environment() -> dict[str, str]:
 
 
 class ForkServer:
-    """``tests/cli_forkserver.py``: one process that has imported the command's modules and
-    forks a fresh child per example, which starts as ``python -m tpuemb_cfg`` does (its own
-    session, the memory cap, a pipe for standard input, the files or a closed descriptor for
-    the standard streams) and ends as that process would."""
+    """``tests/cli_forkserver.py``: one process that has imported the command's modules (and
+    ``modules``) and forks a fresh child per example, which starts as ``python -m tpuemb_cfg``
+    does (its own session, the memory cap, a pipe for standard input, the files or a closed
+    descriptor for the standard streams) and ends as that process would."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, modules: tuple[str, ...] = ()) -> None:
         self._requests_read, self._requests = os.pipe()
         self._replies, self._replies_write = os.pipe()
         self._log = folder / "forkserver.stderr"
         with open(self._log, "wb") as log:
             self._process = subprocess.Popen(
                 [sys.executable, str(ROOT / "tests" / "cli_forkserver.py"),
-                 str(self._requests_read), str(self._replies_write)],
+                 str(self._requests_read), str(self._replies_write), *modules],
                 env=_environment(), cwd=folder, stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL, stderr=log,
                 pass_fds=(self._requests_read, self._replies_write))
@@ -219,17 +233,19 @@ class ForkServer:
         self._answers.close()
 
 
-_server: list[ForkServer] = []
+_server: dict[str, ForkServer] = {}
 
 
 @pytest.fixture(scope="module", autouse=True)
 def fork_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """The fork server of this module's examples (none when each runs as its own process)."""
+    """The fork servers of this module's examples (none when each runs as its own process);
+    they start side by side."""
     if not SUBPROCESS:
-        _server.append(ForkServer(tmp_path_factory.mktemp("forkserver")))
+        for name, modules in SERVER_MODULES.items():
+            _server[name] = ForkServer(tmp_path_factory.mktemp(f"forkserver-{name}"), modules)
     yield
     while _server:
-        _server.pop().close()
+        _server.popitem()[1].close()
 
 
 def _limits() -> None:
@@ -241,7 +257,7 @@ def _run(case: Case, argv: list[str], stdin: bytes | None) -> tuple[int, bytes, 
     stderr_path = case.folder.parent / f"{case.folder.name}.stderr"
     stdout_path = case.folder.parent / f"{case.folder.name}.stdout"
     if _server:
-        code = _server[0].run({
+        code = _server[SERVER_OF.get(case.command, "commands")].run({
             "argv": argv, "cwd": str(case.folder),
             "stdin": (stdin or b"").decode("latin-1"),
             "stdout": {"full": "/dev/full", "closed": None}.get(case.stdout, str(stdout_path)),

@@ -14,7 +14,9 @@ run's:
 - the Ray backend with the rows of every table on three host actors.
 
 The subprocesses start as soon as the session has collected the comparison (``conftest``), and
-run beside the other tests.
+run beside the other tests, at a lower priority (niceness + 10): they use the CPU time the suite
+leaves idle rather than take it from the suite; the comparison itself runs last (``conftest``),
+when they have had the whole suite's time.
 
 Nothing here depends on what the machine has: on a machine without AVX-512 the dispatch setting
 still turns off whatever NumPy would have used, and the comparison is the same.
@@ -63,12 +65,28 @@ def _settings() -> dict[str, tuple[list[str], dict[str, str]]]:
     return settings
 
 
+#: How much nicer than the suite the digest subprocesses are (what they start inherits it).
+BACKGROUND_NICENESS = 10
+
+
+def _yield_to_the_suite(pid: int) -> None:
+    """Lower the priority of background process ``pid`` (where the platform has priorities)."""
+    if not hasattr(os, "setpriority"):
+        return
+    try:
+        niceness = min(19, os.getpriority(os.PRIO_PROCESS, 0) + BACKGROUND_NICENESS)
+        os.setpriority(os.PRIO_PROCESS, pid, niceness)
+    except OSError:  # already ended (its result says why), or not allowed: it runs as it is
+        pass
+
+
 def _digests(arguments: list[str], environment: dict[str, str]) -> dict[str, dict[str, str]]:
     """``{engine: {case: digest}}`` of one setting."""
     env = {**os.environ, **environment, "TPUEMB_GOLDEN": str(GOLDEN)}
     process = subprocess.Popen([sys.executable, str(SCRIPT), *arguments], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
     _running.append(process)
+    _yield_to_the_suite(process.pid)
     stdout, stderr = process.communicate(timeout=900)
     assert process.returncode == 0, stderr[-3000:]
     digests: dict[str, dict[str, str]] = json.loads(stdout)
@@ -81,9 +99,10 @@ _running: list[subprocess.Popen[str]] = []
 
 
 def start_settings() -> dict[str, Future[dict[str, dict[str, str]]]]:
-    """Start every setting's subprocess (two at a time), once: ``conftest`` calls this when
-    the session has collected this module's comparison, so the subprocesses run beside the
-    rest of the suite (which keeps one core busy), and the test waits for their digests."""
+    """Start every setting's subprocess (two at a time, at a lower priority), once:
+    ``conftest`` calls this when the session has collected this module's comparison, so the
+    subprocesses run beside the rest of the suite (which keeps one core busy) on the time it
+    leaves, and the test (the session's last) waits for their digests."""
     if not _futures:
         _pool.append(ThreadPoolExecutor(max_workers=2))
         _futures.update({name: _pool[0].submit(_digests, *setting)
