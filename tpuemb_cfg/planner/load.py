@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Batch", "Distribution", "FeatureIds", "HeavyId", "Imbalance", "LoadCounter", "LoadOptions",
-    "LoadReport", "LoadTable", "TableLoad", "UnitLoad", "host_counter", "host_load",
+    "LoadReport", "LoadTable", "StepCounts", "TableLoad", "UnitLoad", "host_counter", "host_load",
     "legacy_tables", "nearest_rank", "sparsecore_counter", "sparsecore_load", "sparsecore_tables",
 ]
 
@@ -261,7 +261,7 @@ def _bucket_upper(index: int) -> int:
     return ((mantissa + _SUB + 1) << shift) - 1
 
 
-class _StepCounts:
+class StepCounts:
     """Per-step counts of U units: exact rows for the first ``capacity`` steps (grown by
     doubling), then one histogram row per unit; sum and max always exact."""
 
@@ -378,8 +378,8 @@ class _Layout:
     """The accumulators of one layout (one strategy)."""
 
     maps: tuple[UnitMap, ...]  # per table
-    ids: _StepCounts
-    unique: _StepCounts
+    ids: StepCounts
+    unique: StepCounts
     per_table: IntArray  # [tables, units] total ids
     ratio_sum: float = 0.0
     ratio_steps: int = 0
@@ -399,8 +399,8 @@ class LoadCounter:
 
     def __post_init__(self) -> None:
         self._state = {
-            name: _Layout(tuple(maps), _StepCounts(self.units, self.options.exact_steps),
-                          _StepCounts(self.units, self.options.exact_steps),
+            name: _Layout(tuple(maps), StepCounts(self.units, self.options.exact_steps),
+                          StepCounts(self.units, self.options.exact_steps),
                           np.zeros((len(self.tables), self.units), np.int64))
             for name, maps in self.layouts.items()}
         self._heavy = [_Heavy(t.vocabulary, self.options) for t in self.tables]
