@@ -63,6 +63,7 @@ def test_legacy_load_per_host_matches_spec_section_8(quick_sample: tuple[str, An
     code, report = _json(QUICKSTART, "--ids", path, "--hosts", "3")
     assert code == 0
     assert report["sample"]["rescaled"] and report["sample"]["batches"] == 3
+    assert report["configured_bags"] == {"f0": 128, "f1": 128, "f2": 128, "f3": 128}
     vocab = {"f0": 20000, "f1": 50000, "f2": 50000, "f3": 1000}  # user, item, item, category
     for strategy, mod in (("MOD", True), ("DIV_DEFAULT", False)):
         totals = np.zeros(3, np.int64)
@@ -73,7 +74,8 @@ def test_legacy_load_per_host_matches_spec_section_8(quick_sample: tuple[str, An
         assert load["imbalance"]["max_over_mean"] == pytest.approx(totals.max() / totals.mean())
         assert load["steps"] == 3
     assert set(report) == {"kind", "sample", "memory", "memory_at_suggested_limits", "load",
-                           "primary_layout", "limits", "what_if", "findings", "gate"}
+                           "primary_layout", "limits", "what_if", "findings", "gate",
+                           "configured_bags"}
     assert report["primary_layout"] == "DIV_DEFAULT"  # quickstart's sharding_strategy
     assert report["limits"] is None and report["gate"] == {"fail_on": "nothing", "failed": []}
 
@@ -83,7 +85,7 @@ def test_what_if_table_puts_host_counts_and_strategies_side_by_side(
     path, _ = quick_sample
     _, report = _json(QUICKSTART, "--ids", path, "--compare", "hosts=2,4")
     names = [row["name"] for row in report["what_if"]]
-    assert names == ["as configured", "MOD", "hosts=2 DIV_DEFAULT", "hosts=2 MOD",
+    assert names == ["as configured (DIV_DEFAULT)", "MOD", "hosts=2 DIV_DEFAULT", "hosts=2 MOD",
                      "hosts=4 DIV_DEFAULT", "hosts=4 MOD"]
     _, two = _json(QUICKSTART, "--ids", path, "--hosts", "2")
     row = report["what_if"][2]
@@ -222,7 +224,7 @@ def test_sparsecore_example_end_to_end_with_stacking_what_if(tmp_path: Path) -> 
     assert result.exit_code == 0, result.output
     text = result.stdout
     assert "memory: 16 chip(s)" in text and "load per sparsecore (stacked)" in text
-    assert "as configured  stacking off" in text
+    assert "as configured  stacking off" in text and "rescaled" not in text
     assert "query_user" in text and "gate: passed (--fail-on oom,drops)" in text
     totals = np.zeros(64, np.int64)  # N = 16 chips x 4 SparseCores; rotation of each table
     from tpuemb_cfg.embedding.sparsecore import load_sparsecore_spec

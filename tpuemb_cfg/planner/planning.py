@@ -226,6 +226,8 @@ class Plan:
     gate: Gate
     failed: list[str]
     memory_at_suggested: MemoryReport | None = None
+    #: the bags of one configured batch per feature
+    configured_bags: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -239,6 +241,7 @@ class Plan:
             "what_if": [v.row() for v in self.variants],
             "findings": [d.to_dict() for d in self.findings],
             "gate": {"fail_on": str(self.gate), "failed": list(self.failed)},
+            "configured_bags": dict(self.configured_bags),
         }
 
 
@@ -323,7 +326,7 @@ class Planner:
         for h in counts:
             reports = loads if h == hosts else counters[h].reports()
             for strategy in (configured, *(s for s in STRATEGIES if s != configured)):
-                name = ("as configured" if (h, strategy) == (hosts, configured)
+                name = (f"as configured ({strategy})" if (h, strategy) == (hosts, configured)
                         else f"hosts={h} {strategy}" if h != hosts else strategy)
                 memory = legacy_memory(prepared.config, hosts=h, strategy=strategy,
                                        host_memory_bytes=opts.host_memory_bytes)
@@ -336,7 +339,8 @@ class Planner:
             findings.append(_host_imbalance(load, threshold, hosts))
         failed = _verdict(opts.gate, memory, load, None)
         return Plan("legacy", self.sample.stats, memory, loads, configured, None, variants,
-                    findings, opts.gate, failed)
+                    findings, opts.gate, failed,
+                    configured_bags={f.name: f.bags for f in self.sample.schema.features})
 
     # -- SparseCore
 
@@ -378,7 +382,8 @@ class Planner:
                                          host_memory_bytes=opts.host_memory_bytes)
         failed = _verdict(opts.gate, first.memory, first.load, primary_limits)
         return Plan("sparsecore", stats, first.memory, {"stacked": first.load}, "stacked",
-                    primary_limits, variants, findings, opts.gate, failed, at_suggested)
+                    primary_limits, variants, findings, opts.gate, failed, at_suggested,
+                    {f.name: f.bags for f in sparsecore_schema(config).features})
 
 
 class _Stream:
@@ -493,10 +498,10 @@ def _sample_text(plan: Plan) -> list[str]:
     out = [f"sample: {len(s.files)} {s.format} file(s), {s.batches} step(s) of the configured "
            f"batch, {ids:,} ids"]
     if s.rescaled:
-        sizes = {k: sorted(v) for k, v in s.sample_batch_bags.items()}
-        first = next(iter(sizes.items()))
-        out.append(f"  rescaled: the sample's batches of {', '.join(map(str, first[1]))} bag(s) "
-                   f"(feature {first[0]}) were cut into configured batches")
+        name, sizes = next(iter(s.sample_batch_bags.items()))
+        out.append(f"  rescaled: the sample's batches of {', '.join(map(str, sorted(sizes)))} "
+                   f"bag(s) of {name} were merged or split into the configured "
+                   f"{plan.configured_bags.get(name, '?')}")
     left = {k: v for k, v in s.leftover_bags.items() if v}
     if left:
         out.append(f"  not used: {', '.join(f'{v} bag(s) of {k}' for k, v in left.items())} at "
@@ -519,7 +524,7 @@ def _memory_text(title: str, memory: MemoryReport) -> list[str]:
     return out
 
 
-def _load_text(report: LoadReport, limit: int = 16) -> list[str]:
+def _load_text(report: LoadReport, limit: int = 8) -> list[str]:
     im = report.imbalance
     out = [f"load per {report.level} ({report.strategy}): {report.total_ids:,} ids over "
            f"{report.steps} step(s); max/mean {im.max_over_mean:.3f}, total variation "
