@@ -511,7 +511,9 @@ def _sample_text(plan: Plan) -> list[str]:
 
 def _memory_text(title: str, memory: MemoryReport) -> list[str]:
     fullest = memory.fullest
-    cap = format_size(memory.capacity_bytes) if memory.capacity_bytes else "unknown"
+    cap = (format_size(memory.capacity_bytes) if memory.capacity_bytes
+           else "its chip's HBM (shared)" if memory.level == "sparsecore"
+           else "unknown (--host-memory)" if memory.level == "host" else "unknown (--hbm)")
     out = [f"{title}: {len(memory.units)} {memory.level}(s), fullest {memory.level} "
            f"{fullest.index if fullest else '-'}: "
            f"{format_size(fullest.total) if fullest else '0 bytes'} of {cap}"
