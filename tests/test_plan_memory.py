@@ -100,6 +100,26 @@ def test_legacy_out_of_memory_finding() -> None:
     assert memory_findings(legacy_memory(_load(SMALL), host_memory_bytes=224)) == []
 
 
+def test_legacy_tpu_devices() -> None:
+    # TensorFlow's estimate (section 1.6): state variables with gradient accumulators (a 3,
+    # b 4, c 2), rows padded to 8 floats. Host 0 (one device): a 4 x 3 x 4 x 3 = 144,
+    # b 3 x 2 x 4 x 4 = 96, c 2 x 4 x 4 x 2 = 64; padded a 4 x 8 x 4 x 3 = 384, b 384, c 128.
+    report = legacy_memory(_load(SMALL), device_memory_bytes=896)
+    (devices,) = report.breakdown
+    assert devices.level == "chip"
+    assert [dict(u.parts) for u in devices.units] == [
+        {"state": 304, "padding": 592}, {"state": 236, "padding": 436},
+        {"state": 204, "padding": 404}]
+    assert report.fits
+    # One host, three devices: the host's 744 state bytes and 2176 padded, a third each.
+    one = legacy_memory(_load(SMALL), hosts=1, device_memory_bytes=725)
+    assert [dict(u.parts) for u in one.breakdown[0].units] == [
+        {"state": 248, "padding": 478}] * 3
+    (finding,) = memory_findings(one)
+    assert finding.rule == "PLAN004" and finding.field_path == "table_descriptor[0]"
+    assert "chip 0 needs 726 bytes" in finding.message and "(3 of 3 chips over)" in finding.message
+
+
 def test_legacy_bad_arguments() -> None:
     with pytest.raises(UsageError, match="'ROUND': expected 'MOD' or 'DIV_DEFAULT'"):
         legacy_memory(_load(SMALL), strategy="ROUND")
