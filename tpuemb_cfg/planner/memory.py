@@ -55,6 +55,7 @@ from tpuemb_cfg.model import Diagnostic
 
 if TYPE_CHECKING:
     from tpuemb_cfg.derived import Derived
+    from tpuemb_cfg.layout import TableLayout
     from tpuemb_cfg.proto.tpu_embedding_configuration_pb2 import TPUEmbeddingConfiguration
     from tpuemb_cfg.sparsecore.config import SparseCoreConfig
     from tpuemb_cfg.sparsecore.stacking import Stack, Stacking
@@ -203,15 +204,13 @@ def _mod(config: TPUEmbeddingConfiguration, strategy: str | None) -> bool:
     return key == "MOD"
 
 
-def _host_parts(tables: Sequence[_Table], host: int, hosts: int, mod: bool
+def _host_parts(tables: Sequence[_Table], layouts: Sequence[TableLayout], host: int
                 ) -> tuple[dict[str, int], dict[str, int]]:
-    """(parts, bytes per table) of ``host`` of ``hosts``."""
-    from tpuemb_cfg.layout import TableLayout
-
+    """(parts, bytes per table) of ``host``."""
     parts = dict.fromkeys(LEGACY_PARTS, 0)
     per_table: dict[str, int] = {}
-    for table in tables:
-        row_bytes = TableLayout(table.vocabulary, hosts, mod).rows_of(host) * table.dimension * F32
+    for table, layout in zip(tables, layouts, strict=True):
+        row_bytes = layout.rows_of(host) * table.dimension * F32
         parts["tables"] += row_bytes
         parts["slots"] += row_bytes * table.slots
         parts["snapshots"] += row_bytes if table.snapshot else 0
@@ -221,7 +220,10 @@ def _host_parts(tables: Sequence[_Table], host: int, hosts: int, mod: bool
 
 def _first_host_bytes(tables: Sequence[_Table], hosts: int) -> int:
     """Host 0's bytes among ``hosts``: it holds ceil(V / N) rows of every table, the most."""
-    return sum(-(-t.vocabulary // hosts) * t.dimension * F32 * t.arrays() for t in tables)
+    from tpuemb_cfg.layout import TableLayout
+
+    return sum(TableLayout(t.vocabulary, hosts, True).rows_of(0) * t.dimension * F32
+               * t.arrays() for t in tables)
 
 
 def _fewest_hosts(tables: Sequence[_Table], capacity: int, at_least: int) -> int | None:
@@ -273,9 +275,12 @@ def legacy_memory(config: TPUEmbeddingConfiguration, *, hosts: int | None = None
         config = _with_hosts(config, count)
     derived = derive(config)
     tables = _legacy_tables(config, derived)
+    from tpuemb_cfg.layout import TableLayout
+
+    layouts = [TableLayout(t.vocabulary, count, mod) for t in tables]
     units, per_table = [], []
     for host in range(count):
-        parts, sizes = _host_parts(tables, host, count, mod)
+        parts, sizes = _host_parts(tables, layouts, host)
         units.append(UnitMemory(host, parts))
         per_table.append(sizes)
     fullest = max(range(count), key=lambda h: units[h].total)
@@ -488,8 +493,9 @@ def _finding(report: MemoryReport, parent: MemoryReport) -> Diagnostic | None:
     capacity = report.capacity_bytes
     if worst is None or capacity is None or worst.total <= capacity:
         return None
-    key = next(k for k in _RULES if k[0] == report.level and k[1] in worst.parts)
-    rule, memory = _RULES[key]
+    fallback = ("PLAN001", "host memory") if report.level == "host" else ("PLAN002", "HBM")
+    rule, memory = next((found for (level, part), found in _RULES.items()
+                         if level == report.level and part in worst.parts), fallback)
     over = sum(1 for u in report.units if u.total > capacity)
     parts = ", ".join(f"{name} {format_size(size)}" for name, size in worst.parts.items() if size)
     # A level without tables of its own (a legacy device) names its host report's.
