@@ -410,8 +410,9 @@ def _sparsecore_hint(config: SparseCoreConfig, stacking: Stacking,
 
     most = max(((stack_optimizer(config, st), st.name) for st in stacking.stacks),
                key=lambda item: item[0][1], default=None)
+    count = most[0][1] if most is not None else 0
     slots = (f", an optimizer with fewer slots (stack {most[1]!r}: {most[0][0]}, "
-             f"{most[0][1]} slots)" if most is not None and most[0][1] else "")
+             f"{count} slot{'' if count == 1 else 's'})" if most is not None and count else "")
     largest = f", a smaller table ({dominant[0][0]!r} is the largest)" if dominant else ""
     return (f"use more chips (every stacked table is spread over all {stacking.num_sparse_cores} "
             f"SparseCores: its bytes per chip fall as the chips grow){slots}{largest}, or lower "
