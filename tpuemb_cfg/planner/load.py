@@ -24,10 +24,12 @@ at most 0.8 % above the true value, never below it.
 ``step_max_over_mean`` = the mean over steps of that step's max/mean, what a synchronous step
 waits for.
 
-**Heavy hitters** per table: exact counts (``np.bincount``-style) when the vocabulary has at most
-``exact_vocabulary`` rows; otherwise a Misra-Gries summary of ``heavy_counters`` counters merged
-batch by batch, whose count c of an id satisfies c <= true <= c + (n - sum of counters) /
-(k + 1) (:class:`HeavyId` gives both ends).
+**Heavy hitters** per table: exact counts (one int64 per row) for the tables of at most
+``exact_vocabulary`` rows, smallest first while their rows total at most ``exact_rows`` (the
+counts are allocated and touched up front: their memory is the configuration's, never the
+sample's); otherwise a Misra-Gries summary of ``heavy_counters`` counters merged batch by batch,
+whose count c of an id satisfies c <= true <= c + (n - sum of counters) / (k + 1)
+(:class:`HeavyId` gives both ends).
 """
 
 from __future__ import annotations
@@ -72,17 +74,19 @@ class LoadOptions:
     """How exact the streamed summaries are, and how much they report.
 
     ``exact_steps``: per-step counts kept exactly for the quantiles (then a histogram);
-    ``exact_vocabulary``: tables up to this many rows count every id exactly (else Misra-Gries);
-    ``heavy_counters``: Misra-Gries counters per larger table; ``top``: tables and ids reported.
+    ``exact_vocabulary``: tables up to this many rows count every id exactly (else Misra-Gries),
+    ``exact_rows``: as long as those tables' rows total at most this many; ``heavy_counters``:
+    Misra-Gries counters per other table; ``top``: tables and ids reported.
     """
 
     exact_steps: int = 8192
     exact_vocabulary: int = 1 << 20
+    exact_rows: int = 1 << 23
     heavy_counters: int = 1024
     top: int = 10
 
     def __post_init__(self) -> None:
-        for name in ("exact_steps", "exact_vocabulary", "heavy_counters", "top"):
+        for name in ("exact_steps", "exact_vocabulary", "exact_rows", "heavy_counters", "top"):
             if getattr(self, name) < 1:
                 raise ValueError(f"LoadOptions.{name} must be at least 1, got "
                                  f"{getattr(self, name)}")
@@ -330,11 +334,12 @@ class _Heavy:
     non-positive ones leave; each lowering removes k + 1 counted ids, so an id loses at most
     (n - sum of counters) / (k + 1))."""
 
-    def __init__(self, vocabulary: int, options: LoadOptions) -> None:
-        self.exact = vocabulary <= options.exact_vocabulary
-        self.k = options.heavy_counters
+    def __init__(self, vocabulary: int, exact: bool, counters: int) -> None:
+        self.exact = exact
+        self.k = counters
         self.n = 0
-        self.dense = np.zeros(vocabulary if self.exact else 0, np.int64)
+        self.dense = np.empty(vocabulary if exact else 0, np.int64)
+        self.dense.fill(0)  # touched now: the memory is the table's, not the sample's
         self.keys = np.zeros(0, np.int64)
         self.counts = np.zeros(0, np.int64)
 
@@ -403,9 +408,23 @@ class LoadCounter:
                           StepCounts(self.units, self.options.exact_steps),
                           np.zeros((len(self.tables), self.units), np.int64))
             for name, maps in self.layouts.items()}
-        self._heavy = [_Heavy(t.vocabulary, self.options) for t in self.tables]
+        self._heavy = [_Heavy(t.vocabulary, exact, self.options.heavy_counters)
+                       for t, exact in zip(self.tables, self._exact_tables(), strict=True)]
         self._known = {f for t in self.tables for f in t.features}
         self.steps = 0
+
+    def _exact_tables(self) -> list[bool]:
+        """Which tables count their ids exactly: at most ``exact_vocabulary`` rows, smallest
+        first (ties in order) while the rows total at most ``exact_rows``."""
+        exact = [False] * len(self.tables)
+        budget = self.options.exact_rows
+        for t in sorted(range(len(self.tables)), key=lambda i: self.tables[i].vocabulary):
+            rows = self.tables[t].vocabulary
+            if rows > self.options.exact_vocabulary or rows > budget:
+                break
+            exact[t] = True
+            budget -= rows
+        return exact
 
     def update(self, batch: Batch) -> None:
         """Count one step's batch (every feature of the tables must be present)."""
