@@ -266,8 +266,10 @@ def _bucket_upper(index: int) -> int:
 
 
 class StepCounts:
-    """Per-step counts of U units: exact rows for the first ``capacity`` steps (grown by
-    doubling), then one histogram row per unit; sum and max always exact."""
+    """Per-step counts of U units: exact rows (int32: a step holds fewer than 2^31 ids) for the
+    first ``capacity`` steps, allocated and touched up front, then one histogram row per unit;
+    sum and max always exact. Memory: 4 x capacity x U bytes plus the histogram (at most
+    ~4,500 int64 buckets per unit for counts below 2^40), whatever the number of steps."""
 
     def __init__(self, units: int, capacity: int) -> None:
         self.units = units
@@ -275,23 +277,23 @@ class StepCounts:
         self.steps = 0
         self.total = np.zeros(units, np.int64)
         self.max = np.zeros(units, np.int64)
-        self._rows = np.zeros((min(capacity, 64), units), np.int64)
+        self._rows = np.empty((capacity, units), np.int32)
+        self._rows.fill(0)
         self._hist: npt.NDArray[np.int64] | None = None
 
     def add(self, counts: IntArray) -> None:
+        if int(counts.max(initial=0)) >= 1 << 31:
+            raise ValueError(f"a step sends {int(counts.max())} ids to one unit, more than the "
+                             "2^31 - 1 a step can hold; split the sample's batches")
         self.total += counts
         np.maximum(self.max, counts, out=self.max)
         if self._hist is None and self.steps < self.capacity:
-            if self.steps == self._rows.shape[0]:
-                grown = np.zeros((min(2 * self.steps, self.capacity), self.units), np.int64)
-                grown[:self.steps] = self._rows
-                self._rows = grown
             self._rows[self.steps] = counts
         else:
             if self._hist is None:
                 self._hist = np.zeros((self.units, 0), np.int64)
-                self._fold(self._rows[:self.steps])
-                self._rows = np.zeros((0, self.units), np.int64)
+                self._fold(self._rows[:self.steps].astype(np.int64))
+                self._rows = np.zeros((0, self.units), np.int32)
             self._fold(counts[None, :])
         self.steps += 1
 
@@ -312,7 +314,7 @@ class StepCounts:
 
     def quantile(self, unit: int, q: float) -> int:
         if self._hist is None:
-            return nearest_rank(np.sort(self._rows[:self.steps, unit]), q)
+            return nearest_rank(np.sort(self._rows[:self.steps, unit].astype(np.int64)), q)
         cumulative = np.cumsum(self._hist[unit])
         k = max(1, int(np.ceil(q * self.steps - 1e-9)))
         index = int(np.searchsorted(cumulative, min(k, self.steps)))
