@@ -361,13 +361,28 @@ class _Heavy:
             uniq, summed = uniq[keep], summed[keep]
         self.keys, self.counts = uniq, summed
 
+    def _top_exact(self, top: int) -> IntArray:
+        """The ``top`` most counted ids (ties: smaller id first; ids never seen left out), by
+        a partition of the whole table (working memory: the table's rows, whatever the
+        sample's length)."""
+        rows = self.dense.shape[0]
+        if rows > top:
+            threshold = int(self.dense[np.argpartition(self.dense, rows - top)[rows - top]])
+        else:
+            threshold = int(self.dense.min(initial=0))
+        threshold = max(threshold, 1)
+        above = np.flatnonzero(self.dense > threshold)
+        tied = np.flatnonzero(self.dense == threshold)[:top - above.shape[0]]
+        chosen = np.concatenate([above, tied])
+        order = np.lexsort((chosen, -self.dense[chosen]))
+        out: IntArray = chosen[order][:top]
+        return out
+
     def top(self, top: int) -> list[tuple[int, int, int]]:
         """Up to ``top`` (id, count, count_upper), most frequent first, ties by id."""
         if self.exact:
-            nonzero = np.flatnonzero(self.dense)
-            counts = self.dense[nonzero]
-            order = np.lexsort((nonzero, -counts))[:top]
-            return [(int(nonzero[i]), int(counts[i]), int(counts[i])) for i in order]
+            ids = self._top_exact(top)
+            return [(int(i), int(self.dense[i]), int(self.dense[i])) for i in ids]
         slack = (self.n - int(self.counts.sum())) // (self.k + 1)
         order = np.lexsort((self.keys, -self.counts))[:top]
         return [(int(self.keys[i]), int(self.counts[i]), int(self.counts[i]) + slack)
