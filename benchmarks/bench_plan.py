@@ -49,7 +49,7 @@ SPEC = ROOT / "examples" / "sparsecore" / "v5p_jax_ranking.py"
 
 def _zipf(rng: np.random.Generator, vocabulary: int, n: int) -> np.ndarray:
     """Zipf(1) ids in [0, V): floor((V + 1)^u) - 1."""
-    ids = np.exp(rng.random(n) * np.log(vocabulary + 1.0)).astype(np.int64) - 1
+    ids: np.ndarray = np.exp(rng.random(n) * np.log(vocabulary + 1.0)).astype(np.int64) - 1
     np.clip(ids, 0, vocabulary - 1, out=ids)
     return ids
 

@@ -25,8 +25,10 @@ from tpuemb_cfg.planner.load import (
     nearest_rank,
     sparsecore_load,
 )
+from tpuemb_cfg.sparsecore.config import SparseCoreConfig
 from tpuemb_cfg.sparsecore.feed import stack
 from tpuemb_cfg.sparsecore.stacking import FeatureSlot, Stack, StackedTable, Stacking
+from tpuemb_cfg.sparsecore.topology import Topology
 
 _ROOT = Path(__file__).resolve().parents[1]
 
@@ -210,7 +212,7 @@ def _zipf_batches(steps: int, seed: int) -> list[dict[str, tuple[np.ndarray, np.
     return out
 
 
-def _independent_maxima(stacking: Stacking, batch: dict) -> tuple[int, int]:
+def _independent_maxima(stacking: Stacking, batch: dict[str, Any]) -> tuple[int, int]:
     """Steps 1, 2 and 4-5 of the preprocessing written again as loops: SparseCore c takes rows
     2c, 2c + 1 of each feature (8 rows over 4 SparseCores); an entry is a distinct (partition,
     embedding id, sample); the most entries and distinct embedding ids per (SparseCore,
@@ -255,9 +257,7 @@ def test_limits_observed_suggested_and_drops() -> None:
     assert str(stack.suggested.max_ids_per_partition) in (diagnostics[0].hint or "")
 
 
-def _config_stub():  # type: ignore[no-untyped-def]
-    from tpuemb_cfg.sparsecore.config import SparseCoreConfig
-    from tpuemb_cfg.sparsecore.topology import Topology
+def _config_stub() -> SparseCoreConfig:
 
     return SparseCoreConfig("jax", "jax", (), (), Topology(1, 4))
 
