@@ -481,7 +481,7 @@ class LoadCounter:
                                  f"(table {table.name!r}); every configured feature needs "
                                  "its ids in every step")
             parts.append(np.asarray(batch[name][0], dtype=np.int64))
-        values = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        values = parts[0] if len(parts) == 1 else np.concatenate(parts or [np.zeros(0, np.int64)])
         if values.size == 0:
             return values, values
         low, high = int(values.min()), int(values.max())
