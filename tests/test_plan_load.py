@@ -5,6 +5,7 @@ and against ``tpuemb simulate``'s drops."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -322,29 +323,41 @@ def _simulated_drops(spec: Path, config: Any, batches: list[dict[str, Any]],
     return tables
 
 
-def test_predicted_drops_equal_simulate(tmp_path: Path) -> None:
-    """The drops ``limits`` predicts at the spec's limits (40 / 40 for the stack item_user) and
-    at its suggested limits equal what ``tpuemb simulate --allow-id-dropping`` drops per table
-    on the same batches (the suggested limits written into a copy of the spec)."""
+def _spec_with(pair: tuple[int, int], tmp_path: Path) -> Path:
+    """A copy of the example spec whose stack limits are ``pair``."""
+    before, ids, unique = _SIMULATE_SPEC.read_text(encoding="utf-8").split("return 40")
+    spec = tmp_path / f"limits_{pair[0]}_{pair[1]}.py"
+    spec.write_text(f"{before}return {pair[0]}{ids}return {pair[1]}{unique}", encoding="utf-8")
+    return spec
+
+
+@pytest.mark.parametrize("pair", [None, (24, 12)])
+def test_predicted_drops_equal_simulate(pair: tuple[int, int] | None, tmp_path: Path) -> None:
+    """The drops ``limits`` predicts per table at the spec's limits (40 / 40 for the stack
+    item_user; and at 24 / 12, where the distinct-id limit drops too) and at its suggested limits
+    equal what ``tpuemb simulate --allow-id-dropping`` drops per table on the same batches (the
+    limits written into a copy of the spec)."""
     config = load_sparsecore_spec(str(_SIMULATE_SPEC)).config
     stacking = stack(config)
+    spec = _SIMULATE_SPEC
+    if pair is not None:
+        stacking = replace(stacking, stacks=tuple(
+            replace(s, max_ids_per_partition=pair[0], max_unique_ids_per_partition=pair[1])
+            for s in stacking.stacks))
+        spec = _spec_with(pair, tmp_path)
     batches = _simulate_batches(config, 4)
     report = limits(stacking, batches, options=LimitOptions(headroom=1.0))
     (predicted,) = report.stacks
-    simulated = _simulated_drops(_SIMULATE_SPEC, config, batches, tmp_path)
     assert predicted.current.dropped > 0
+    simulated = _simulated_drops(spec, config, batches, tmp_path)
     for table in predicted.current.drops:
         assert (table.ids, table.dropped) == (simulated[table.table]["ids"],
                                                simulated[table.table]["dropped"])
-    # the suggestion (headroom 1: the sample's maxima rounded up to 8) drops nothing here
-    assert predicted.suggested is not None
-    pair = (predicted.suggested.max_ids_per_partition,
-            predicted.suggested.max_unique_ids_per_partition)
-    before, ids, unique = _SIMULATE_SPEC.read_text(encoding="utf-8").split("return 40")
-    text = f"{before}return {pair[0]}{ids}return {pair[1]}{unique}"
-    spec = tmp_path / "suggested.py"
-    spec.write_text(text, encoding="utf-8")
-    simulated = _simulated_drops(spec, config, batches, tmp_path)
-    for table in predicted.suggested.drops:
-        assert (table.ids, table.dropped) == (simulated[table.table]["ids"],
-                                               simulated[table.table]["dropped"])
+    if pair is None:  # the suggestion (the sample's maxima rounded up to 8) drops nothing here
+        assert predicted.suggested is not None
+        suggested = (predicted.suggested.max_ids_per_partition,
+                     predicted.suggested.max_unique_ids_per_partition)
+        simulated = _simulated_drops(_spec_with(suggested, tmp_path), config, batches, tmp_path)
+        for table in predicted.suggested.drops:
+            assert (table.ids, table.dropped) == (simulated[table.table]["ids"], 0)
+            assert table.dropped == 0
