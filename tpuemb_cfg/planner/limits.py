@@ -50,8 +50,8 @@ if TYPE_CHECKING:
     from tpuemb_cfg.sparsecore.stacking import Stack, Stacking
 
 __all__ = [
-    "LimitOptions", "LimitSet", "LimitsReport", "StackLimits", "TableDrops", "findings",
-    "limits", "suggest_limit",
+    "RULE_DROPS", "RULE_IMBALANCE", "RULE_SUGGESTED_DROPS", "LimitOptions", "LimitSet",
+    "LimitsReport", "StackLimits", "TableDrops", "findings", "limits", "suggest_limit",
 ]
 
 #: Rule ids of the gate's findings.

@@ -49,9 +49,10 @@ if TYPE_CHECKING:
     from tpuemb_cfg.sparsecore.stacking import Stacking
 
 __all__ = [
-    "Batch", "Distribution", "FeatureIds", "HeavyId", "Imbalance", "LoadCounter", "LoadOptions",
-    "LoadReport", "LoadTable", "StepCounts", "TableLoad", "UnitLoad", "host_counter", "host_load",
-    "legacy_tables", "nearest_rank", "sparsecore_counter", "sparsecore_load", "sparsecore_tables",
+    "STRATEGIES", "Batch", "Distribution", "FeatureIds", "HeavyId", "Imbalance", "LoadCounter",
+    "LoadOptions", "LoadReport", "LoadTable", "StepCounts", "TableLoad", "UnitLoad",
+    "host_counter", "host_load", "legacy_tables", "nearest_rank", "sparsecore_counter",
+    "sparsecore_load", "sparsecore_tables",
 ]
 
 IntArray = npt.NDArray[np.int64]
