@@ -5,11 +5,16 @@ and against ``tpuemb simulate``'s drops."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from fractions import Fraction
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+from conftest import run_cli
 
+from tpuemb_cfg.embedding.sparsecore import load_sparsecore_spec
 from tpuemb_cfg.errors import InputError
 from tpuemb_cfg.planner.limits import LimitOptions, findings, limits, suggest_limit
 from tpuemb_cfg.planner.load import (
@@ -17,10 +22,16 @@ from tpuemb_cfg.planner.load import (
     LoadTable,
     StepCounts,
     host_load,
+    legacy_tables,
     nearest_rank,
     sparsecore_load,
 )
+from tpuemb_cfg.sparsecore.config import SparseCoreConfig
+from tpuemb_cfg.sparsecore.feed import stack
 from tpuemb_cfg.sparsecore.stacking import FeatureSlot, Stack, StackedTable, Stacking
+from tpuemb_cfg.sparsecore.topology import Topology
+
+_ROOT = Path(__file__).resolve().parents[1]
 
 
 def _bags(*ids: int) -> tuple[np.ndarray, np.ndarray, None]:
@@ -112,6 +123,19 @@ def test_bad_batches_are_refused() -> None:
         host_load(_TABLES, [{"f0": _bags(1), "f1": _bags(0), "f9": _bags(0)}], hosts=2)
 
 
+def test_legacy_tables_follow_the_replay_contract() -> None:
+    """quickstart: user <- f0, item <- f1 and f2, category <- f3; a row two features of one table
+    look up is one distinct row (item: ids 7, 9 and 9, 11 -> 4 ids, 3 distinct)."""
+    from tpuemb_cfg.session import prepare
+
+    tables = legacy_tables(prepare(str(_ROOT / "examples" / "quickstart.pbtxt")).plan)
+    assert [(t.name, t.vocabulary, t.features) for t in tables] == [
+        ("user", 20000, ("f0",)), ("item", 50000, ("f1", "f2")), ("category", 1000, ("f3",))]
+    batch = {"f0": _bags(0), "f1": _bags(7, 9), "f2": _bags(9, 11), "f3": _bags(5)}
+    (host,) = host_load(tables, [batch], hosts=1, strategies=("MOD",))["MOD"].units
+    assert (host.ids.max, host.unique.max) == (6, 5)  # user 1 + item 4 + category 1; 1 + 3 + 1
+
+
 # ---------------------------------------------------------------- (c) exactness
 
 
@@ -189,7 +213,7 @@ def _zipf_batches(steps: int, seed: int) -> list[dict[str, tuple[np.ndarray, np.
     return out
 
 
-def _independent_maxima(stacking: Stacking, batch: dict) -> tuple[int, int]:
+def _independent_maxima(stacking: Stacking, batch: dict[str, Any]) -> tuple[int, int]:
     """Steps 1, 2 and 4-5 of the preprocessing written again as loops: SparseCore c takes rows
     2c, 2c + 1 of each feature (8 rows over 4 SparseCores); an entry is a distinct (partition,
     embedding id, sample); the most entries and distinct embedding ids per (SparseCore,
@@ -234,9 +258,7 @@ def test_limits_observed_suggested_and_drops() -> None:
     assert str(stack.suggested.max_ids_per_partition) in (diagnostics[0].hint or "")
 
 
-def _config_stub():  # type: ignore[no-untyped-def]
-    from tpuemb_cfg.sparsecore.config import SparseCoreConfig
-    from tpuemb_cfg.sparsecore.topology import Topology
+def _config_stub() -> SparseCoreConfig:
 
     return SparseCoreConfig("jax", "jax", (), (), Topology(1, 4))
 
@@ -257,3 +279,85 @@ def test_sparsecore_load_partitions() -> None:
     # 0 (six times) -> p1.  p0: 6 + 2 = 8 ids, p1: 2 + 6 = 8
     assert [u.total_ids for u in report.units] == [8, 8, 0, 0]
     assert [u.unique.max for u in report.units] == [2, 3, 0, 0]  # p0: u0, v3; p1: u1, u5, v0
+
+
+# ---------------------------------------------------------------- (b) against tpuemb simulate
+
+_SIMULATE_SPEC = _ROOT / "examples" / "sparsecore" / "simulate_jax_limits.py"
+
+
+def _simulate_batches(config: Any, steps: int) -> list[dict[str, Any]]:
+    """Zipf(1.2) ids, 1 to 3 per sample, over each feature's 128 samples."""
+    rng = np.random.default_rng(2024)
+    vocabulary = {t.name: t.vocabulary_size for t in config.tables}
+    out = []
+    for _ in range(steps):
+        batch = {}
+        for feature in config.features:
+            lengths = rng.integers(1, 4, 128)
+            splits = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+            v = vocabulary[feature.table]
+            ids = np.minimum(rng.zipf(1.2, int(splits[-1])) - 1, v - 1).astype(np.int64)
+            batch[feature.name] = (ids, splits, None)
+        out.append(batch)
+    return out
+
+
+def _simulated_drops(spec: Path, config: Any, batches: list[dict[str, Any]],
+                     tmp_path: Path) -> dict[str, Any]:
+    """``tpuemb simulate SPEC --batches B.npz --allow-id-dropping --json``: its drops per table."""
+    arrays: dict[str, np.ndarray] = {}
+    for s, batch in enumerate(batches):
+        for f, feature in enumerate(config.features):
+            ids, splits, _ = batch[feature.name]
+            arrays[f"s{s}/f{f}/ids"] = ids
+            arrays[f"s{s}/f{f}/row_splits"] = splits
+            arrays[f"s{s}/f{f}/grad"] = np.full((128, 16), 0.01, np.float32)
+    path = tmp_path / f"{spec.stem}.npz"
+    np.savez(path, **arrays)  # type: ignore[arg-type]
+    result = run_cli("simulate", str(spec), "--batches", str(path), "--out",
+                     str(tmp_path / "o.npz"), "--allow-id-dropping", "--json",
+                     "--engine", "numpy")
+    assert result.exit_code == 0, result.output
+    tables: dict[str, Any] = json.loads(result.output)["drops"]["tables"]
+    return tables
+
+
+def _spec_with(pair: tuple[int, int], tmp_path: Path) -> Path:
+    """A copy of the example spec whose stack limits are ``pair``."""
+    before, ids, unique = _SIMULATE_SPEC.read_text(encoding="utf-8").split("return 40")
+    spec = tmp_path / f"limits_{pair[0]}_{pair[1]}.py"
+    spec.write_text(f"{before}return {pair[0]}{ids}return {pair[1]}{unique}", encoding="utf-8")
+    return spec
+
+
+@pytest.mark.parametrize("pair", [None, (24, 12)])
+def test_predicted_drops_equal_simulate(pair: tuple[int, int] | None, tmp_path: Path) -> None:
+    """The drops ``limits`` predicts per table at the spec's limits (40 / 40 for the stack
+    item_user; and at 24 / 12, where the distinct-id limit drops too) and at its suggested limits
+    equal what ``tpuemb simulate --allow-id-dropping`` drops per table on the same batches (the
+    limits written into a copy of the spec)."""
+    config = load_sparsecore_spec(str(_SIMULATE_SPEC)).config
+    stacking = stack(config)
+    spec = _SIMULATE_SPEC
+    if pair is not None:
+        stacking = replace(stacking, stacks=tuple(
+            replace(s, max_ids_per_partition=pair[0], max_unique_ids_per_partition=pair[1])
+            for s in stacking.stacks))
+        spec = _spec_with(pair, tmp_path)
+    batches = _simulate_batches(config, 4)
+    report = limits(stacking, batches, options=LimitOptions(headroom=1.0))
+    (predicted,) = report.stacks
+    assert predicted.current.dropped > 0
+    simulated = _simulated_drops(spec, config, batches, tmp_path)
+    for table in predicted.current.drops:
+        assert (table.ids, table.dropped) == (simulated[table.table]["ids"],
+                                               simulated[table.table]["dropped"])
+    if pair is None:  # the suggestion (the sample's maxima rounded up to 8) drops nothing here
+        assert predicted.suggested is not None
+        suggested = (predicted.suggested.max_ids_per_partition,
+                     predicted.suggested.max_unique_ids_per_partition)
+        simulated = _simulated_drops(_spec_with(suggested, tmp_path), config, batches, tmp_path)
+        for table in predicted.suggested.drops:
+            assert (table.ids, table.dropped) == (simulated[table.table]["ids"], 0)
+            assert table.dropped == 0

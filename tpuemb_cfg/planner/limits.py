@@ -10,10 +10,11 @@ q = 1: the sample's maximum) times a headroom h (default 1.2), rounded up to a m
     suggested = 8 ceil(h x quantile_q(per-step maxima) / 8)    (at least 8)
 
 Why 1.2 and 8: a sample is a few steps out of millions; its largest step underestimates the
-largest training step, and id traffic drifts between days. 20 % covers the step-to-step spread
-of a Zipf-like sample's maximum (its p99 sits within a few percent of its maximum on the example
-models) without making the buffers (linear in the limit) much larger; multiples of 8 are what
-the COO buffer rounds every partition's run up to anyway (``roundup8``), so a limit between two
+largest training step (the per-step maxima keep a slowly growing tail: on the v5p example with
+Zipf(1) ids the 99th percentile of 100 steps is 3-12 % below their maximum), and id traffic
+drifts between days. 20 % above the sample's maximum covers that tail and a moderate drift
+without making the buffers (linear in the limit) much larger; multiples of 8 are what the COO
+buffer rounds every partition's run up to anyway (``roundup8``), so a limit between two
 multiples of 8 buys nothing.
 
 The drops at the current and at the suggested limits are what the preprocessing drops when it
@@ -36,7 +37,12 @@ import numpy as np
 from tpuemb_cfg.errors import InputError
 from tpuemb_cfg.model import Diagnostic
 from tpuemb_cfg.planner.load import Batch, LoadReport, StepCounts
-from tpuemb_cfg.sparsecore.preprocess import SparseCoreLimitError, buffer_sizes, preprocess
+from tpuemb_cfg.sparsecore.preprocessing import (
+    SparseCoreBufferError,
+    SparseCoreLimitError,
+    buffer_sizes,
+    preprocess,
+)
 
 if TYPE_CHECKING:
     from tpuemb_cfg.sparsecore.config import SparseCoreConfig
@@ -44,8 +50,8 @@ if TYPE_CHECKING:
     from tpuemb_cfg.sparsecore.stacking import Stack, Stacking
 
 __all__ = [
-    "LimitOptions", "LimitSet", "LimitsReport", "StackLimits", "TableDrops", "findings",
-    "limits", "suggest_limit",
+    "RULE_DROPS", "RULE_IMBALANCE", "RULE_SUGGESTED_DROPS", "LimitOptions", "LimitSet",
+    "LimitsReport", "StackLimits", "TableDrops", "findings", "limits", "suggest_limit",
 ]
 
 #: Rule ids of the gate's findings.
@@ -204,6 +210,8 @@ class _DropCounter:
         self.ids: dict[str, int] = {}
         self.dropped: dict[str, int] = {}
         self.failed: dict[str, int] = {}
+        #: per stack (theoretical maximum, allocated) COO buffer, as the preprocessing sized it
+        self.buffers: dict[str, tuple[int, int]] = {}
 
     def add(self, batch: Batch, result: PreprocessedBatch | None, failed_stack: str | None) -> None:
         for name, (values, _, _) in batch.items():
@@ -220,6 +228,10 @@ class _DropCounter:
             self.dropped[table] = self.dropped.get(table, 0) + lost
         if failed_stack is not None:
             self.failed[failed_stack] = self.failed.get(failed_stack, 0) + 1
+        if result is not None and not self.buffers:
+            self.buffers = {name: (s.theoretical_max_coo_buffer_size,
+                                   s.coo_buffer_size_per_device)
+                            for name, s in result.stacks.items()}
 
     def drops(self, stack: Stack) -> tuple[TableDrops, ...]:
         return tuple(TableDrops(t.name, self.ids.get(t.name, 0), self.dropped.get(t.name, 0))
@@ -278,9 +290,11 @@ def limits(stacking: Stacking, batches: Callable[[], Iterable[Batch]] | Sequence
         suggested[name] = (ids, min(unique, ids))
     drops_then: _DropCounter | None = None
     if options.suggest:
-        drops_then = _DropCounter(stacking)
+        adjusted = _without_stale_buffers(stacking, suggested)
+        run_then = _runner(adjusted, options)
+        drops_then = _DropCounter(adjusted)
         for step, batch in enumerate(start()):
-            result, failed = _run(run, batch, suggested, step)
+            result, failed = _run(run_then, batch, suggested, step)
             drops_then.add(batch, result, failed)
     out = []
     for stack in stacking.stacks:
@@ -289,31 +303,38 @@ def limits(stacking: Stacking, batches: Callable[[], Iterable[Batch]] | Sequence
             stack.name, tuple(t.name for t in stack.tables), int(counts.max[0]),
             int(counts.max[1]), counts.quantile(0, options.quantile),
             counts.quantile(1, options.quantile), int(counts.max[2]),
-            _limit_set(stacking, stack, current[stack.name], drops_now),
-            _limit_set(stacking, stack, suggested[stack.name], drops_then)
+            _limit_set(stack, current[stack.name], drops_now),
+            _limit_set(stack, suggested[stack.name], drops_then)
             if drops_then else None))
     return LimitsReport(stacking.mode, steps, options.quantile, options.headroom, tuple(out))
 
 
-def _limit_set(stacking: Stacking, stack: Stack, pair: tuple[int, int],
-               counter: _DropCounter) -> LimitSet:
-    """The limit set ``pair`` with its buffers (``buffer_sizes``; a suggested buffer larger than
-    the new theoretical maximum is left out, as the maximum is then the size) and drops."""
-    probe = stack
-    theoretical = _round8(pair[0]) * stacking.sparse_cores_per_partition * \
-        stacking.num_sparse_cores
-    if stack.suggested_coo_buffer_size_per_device is not None and \
-            stack.suggested_coo_buffer_size_per_device > theoretical:
-        probe = replace(stack, suggested_coo_buffer_size_per_device=None)
-    theoretical, size = buffer_sizes(probe, global_devices=stacking.num_partitions,
-                                     sparse_cores_per_device=stacking.sparse_cores_per_partition,
-                                     max_ids_per_partition=pair[0])
+def _without_stale_buffers(stacking: Stacking,
+                           suggested: Mapping[str, tuple[int, int]]) -> Stacking:
+    """The stacking with every ``suggested_coo_buffer_size_per_device`` above the theoretical
+    maximum of the suggested ``max_ids_per_partition`` removed (jax-tpu-embedding refuses such a
+    buffer: the maximum, which is then the size, is what the suggestion implies)."""
+    stacks = []
+    for stack in stacking.stacks:
+        if stack.suggested_coo_buffer_size_per_device is not None:
+            try:
+                buffer_sizes(stack, global_devices=stacking.num_partitions,
+                             sparse_cores_per_device=stacking.sparse_cores_per_partition,
+                             max_ids_per_partition=suggested[stack.name][0])
+            except SparseCoreBufferError as exc:
+                if exc.size > exc.theoretical_max:
+                    stack = replace(stack, suggested_coo_buffer_size_per_device=None)
+        stacks.append(stack)
+    return replace(stacking, stacks=tuple(stacks))
+
+
+def _limit_set(stack: Stack, pair: tuple[int, int], counter: _DropCounter) -> LimitSet:
+    """The limit set ``pair`` with the buffers the preprocessing sized for it (jax-tpu-embedding:
+    ``preprocessing.buffer_sizes``; TensorFlow: ``max_ids_per_chip_per_sample`` x samples) and the
+    drops counted at it."""
+    theoretical, size = counter.buffers.get(stack.name, (0, 0))
     return LimitSet(pair[0], pair[1], theoretical, size, counter.drops(stack),
                     counter.failed.get(stack.name, 0))
-
-
-def _round8(x: int) -> int:
-    return -(-x // 8) * 8
 
 
 # ---------------------------------------------------------------- findings for the gate

@@ -24,10 +24,12 @@ at most 0.8 % above the true value, never below it.
 ``step_max_over_mean`` = the mean over steps of that step's max/mean, what a synchronous step
 waits for.
 
-**Heavy hitters** per table: exact counts (``np.bincount``-style) when the vocabulary has at most
-``exact_vocabulary`` rows; otherwise a Misra-Gries summary of ``heavy_counters`` counters merged
-batch by batch, whose count c of an id satisfies c <= true <= c + (n - sum of counters) /
-(k + 1) (:class:`HeavyId` gives both ends).
+**Heavy hitters** per table: exact counts (one int64 per row) for the tables of at most
+``exact_vocabulary`` rows, smallest first while their rows total at most ``exact_rows`` (the
+counts are allocated and touched up front: their memory is the configuration's, never the
+sample's); otherwise a Misra-Gries summary of ``heavy_counters`` counters merged batch by batch,
+whose count c of an id satisfies c <= true <= c + (n - sum of counters) / (k + 1)
+(:class:`HeavyId` gives both ends).
 """
 
 from __future__ import annotations
@@ -47,9 +49,10 @@ if TYPE_CHECKING:
     from tpuemb_cfg.sparsecore.stacking import Stacking
 
 __all__ = [
-    "Batch", "Distribution", "FeatureIds", "HeavyId", "Imbalance", "LoadCounter", "LoadOptions",
-    "LoadReport", "LoadTable", "StepCounts", "TableLoad", "UnitLoad", "host_counter", "host_load",
-    "legacy_tables", "nearest_rank", "sparsecore_counter", "sparsecore_load", "sparsecore_tables",
+    "STRATEGIES", "Batch", "Distribution", "FeatureIds", "HeavyId", "Imbalance", "LoadCounter",
+    "LoadOptions", "LoadReport", "LoadTable", "StepCounts", "TableLoad", "UnitLoad",
+    "host_counter", "host_load", "legacy_tables", "nearest_rank", "sparsecore_counter",
+    "sparsecore_load", "sparsecore_tables",
 ]
 
 IntArray = npt.NDArray[np.int64]
@@ -72,17 +75,19 @@ class LoadOptions:
     """How exact the streamed summaries are, and how much they report.
 
     ``exact_steps``: per-step counts kept exactly for the quantiles (then a histogram);
-    ``exact_vocabulary``: tables up to this many rows count every id exactly (else Misra-Gries);
-    ``heavy_counters``: Misra-Gries counters per larger table; ``top``: tables and ids reported.
+    ``exact_vocabulary``: tables up to this many rows count every id exactly (else Misra-Gries),
+    ``exact_rows``: as long as those tables' rows total at most this many; ``heavy_counters``:
+    Misra-Gries counters per other table; ``top``: tables and ids reported.
     """
 
     exact_steps: int = 8192
     exact_vocabulary: int = 1 << 20
+    exact_rows: int = 1 << 23
     heavy_counters: int = 1024
     top: int = 10
 
     def __post_init__(self) -> None:
-        for name in ("exact_steps", "exact_vocabulary", "heavy_counters", "top"):
+        for name in ("exact_steps", "exact_vocabulary", "exact_rows", "heavy_counters", "top"):
             if getattr(self, name) < 1:
                 raise ValueError(f"LoadOptions.{name} must be at least 1, got "
                                  f"{getattr(self, name)}")
@@ -262,8 +267,10 @@ def _bucket_upper(index: int) -> int:
 
 
 class StepCounts:
-    """Per-step counts of U units: exact rows for the first ``capacity`` steps (grown by
-    doubling), then one histogram row per unit; sum and max always exact."""
+    """Per-step counts of U units: exact rows (int32: a step holds fewer than 2^31 ids) for the
+    first ``capacity`` steps, allocated and touched up front, then one histogram row per unit;
+    sum and max always exact. Memory: 4 x capacity x U bytes plus the histogram (at most
+    ~4,500 int64 buckets per unit for counts below 2^40), whatever the number of steps."""
 
     def __init__(self, units: int, capacity: int) -> None:
         self.units = units
@@ -271,23 +278,23 @@ class StepCounts:
         self.steps = 0
         self.total = np.zeros(units, np.int64)
         self.max = np.zeros(units, np.int64)
-        self._rows = np.zeros((min(capacity, 64), units), np.int64)
+        self._rows = np.empty((capacity, units), np.int32)
+        self._rows.fill(0)
         self._hist: npt.NDArray[np.int64] | None = None
 
     def add(self, counts: IntArray) -> None:
+        if int(counts.max(initial=0)) >= 1 << 31:
+            raise ValueError(f"a step sends {int(counts.max())} ids to one unit, more than the "
+                             "2^31 - 1 a step can hold; split the sample's batches")
         self.total += counts
         np.maximum(self.max, counts, out=self.max)
         if self._hist is None and self.steps < self.capacity:
-            if self.steps == self._rows.shape[0]:
-                grown = np.zeros((min(2 * self.steps, self.capacity), self.units), np.int64)
-                grown[:self.steps] = self._rows
-                self._rows = grown
             self._rows[self.steps] = counts
         else:
             if self._hist is None:
                 self._hist = np.zeros((self.units, 0), np.int64)
-                self._fold(self._rows[:self.steps])
-                self._rows = np.zeros((0, self.units), np.int64)
+                self._fold(self._rows[:self.steps].astype(np.int64))
+                self._rows = np.zeros((0, self.units), np.int32)
             self._fold(counts[None, :])
         self.steps += 1
 
@@ -308,7 +315,7 @@ class StepCounts:
 
     def quantile(self, unit: int, q: float) -> int:
         if self._hist is None:
-            return nearest_rank(np.sort(self._rows[:self.steps, unit]), q)
+            return nearest_rank(np.sort(self._rows[:self.steps, unit].astype(np.int64)), q)
         cumulative = np.cumsum(self._hist[unit])
         k = max(1, int(np.ceil(q * self.steps - 1e-9)))
         index = int(np.searchsorted(cumulative, min(k, self.steps)))
@@ -330,11 +337,12 @@ class _Heavy:
     non-positive ones leave; each lowering removes k + 1 counted ids, so an id loses at most
     (n - sum of counters) / (k + 1))."""
 
-    def __init__(self, vocabulary: int, options: LoadOptions) -> None:
-        self.exact = vocabulary <= options.exact_vocabulary
-        self.k = options.heavy_counters
+    def __init__(self, vocabulary: int, exact: bool, counters: int) -> None:
+        self.exact = exact
+        self.k = counters
         self.n = 0
-        self.dense = np.zeros(vocabulary if self.exact else 0, np.int64)
+        self.dense = np.empty(vocabulary if exact else 0, np.int64)
+        self.dense.fill(0)  # touched now: the memory is the table's, not the sample's
         self.keys = np.zeros(0, np.int64)
         self.counts = np.zeros(0, np.int64)
 
@@ -354,13 +362,28 @@ class _Heavy:
             uniq, summed = uniq[keep], summed[keep]
         self.keys, self.counts = uniq, summed
 
+    def _top_exact(self, top: int) -> IntArray:
+        """The ``top`` most counted ids (ties: smaller id first; ids never seen left out), by
+        a partition of the whole table (working memory: the table's rows, whatever the
+        sample's length)."""
+        rows = self.dense.shape[0]
+        if rows > top:
+            threshold = int(self.dense[np.argpartition(self.dense, rows - top)[rows - top]])
+        else:
+            threshold = int(self.dense.min(initial=0))
+        threshold = max(threshold, 1)
+        above = np.flatnonzero(self.dense > threshold)
+        tied = np.flatnonzero(self.dense == threshold)[:top - above.shape[0]]
+        chosen = np.concatenate([above, tied])
+        order = np.lexsort((chosen, -self.dense[chosen]))
+        out: IntArray = chosen[order][:top]
+        return out
+
     def top(self, top: int) -> list[tuple[int, int, int]]:
         """Up to ``top`` (id, count, count_upper), most frequent first, ties by id."""
         if self.exact:
-            nonzero = np.flatnonzero(self.dense)
-            counts = self.dense[nonzero]
-            order = np.lexsort((nonzero, -counts))[:top]
-            return [(int(nonzero[i]), int(counts[i]), int(counts[i])) for i in order]
+            ids = self._top_exact(top)
+            return [(int(i), int(self.dense[i]), int(self.dense[i])) for i in ids]
         slack = (self.n - int(self.counts.sum())) // (self.k + 1)
         order = np.lexsort((self.keys, -self.counts))[:top]
         return [(int(self.keys[i]), int(self.counts[i]), int(self.counts[i]) + slack)
@@ -403,9 +426,23 @@ class LoadCounter:
                           StepCounts(self.units, self.options.exact_steps),
                           np.zeros((len(self.tables), self.units), np.int64))
             for name, maps in self.layouts.items()}
-        self._heavy = [_Heavy(t.vocabulary, self.options) for t in self.tables]
+        self._heavy = [_Heavy(t.vocabulary, exact, self.options.heavy_counters)
+                       for t, exact in zip(self.tables, self._exact_tables(), strict=True)]
         self._known = {f for t in self.tables for f in t.features}
         self.steps = 0
+
+    def _exact_tables(self) -> list[bool]:
+        """Which tables count their ids exactly: at most ``exact_vocabulary`` rows, smallest
+        first (ties in order) while the rows total at most ``exact_rows``."""
+        exact = [False] * len(self.tables)
+        budget = self.options.exact_rows
+        for t in sorted(range(len(self.tables)), key=lambda i: self.tables[i].vocabulary):
+            rows = self.tables[t].vocabulary
+            if rows > self.options.exact_vocabulary or rows > budget:
+                break
+            exact[t] = True
+            budget -= rows
+        return exact
 
     def update(self, batch: Batch) -> None:
         """Count one step's batch (every feature of the tables must be present)."""
@@ -445,7 +482,7 @@ class LoadCounter:
                                  f"(table {table.name!r}); every configured feature needs "
                                  "its ids in every step")
             parts.append(np.asarray(batch[name][0], dtype=np.int64))
-        values = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        values = parts[0] if len(parts) == 1 else np.concatenate(parts or [np.zeros(0, np.int64)])
         if values.size == 0:
             return values, values
         low, high = int(values.min()), int(values.max())

@@ -13,6 +13,11 @@ dimension D with S slots (the optimizer's, from :mod:`tpuemb_cfg.algorithms`):
   of a configuration that updates: each host keeps a pre-step copy of its rows, taken by every
   update (the update norm reads it) and held until the next one.
 
+The TPU devices' share (a ``"chip"`` breakdown, one unit per tensor core) is TensorFlow's own
+estimate (``derived.host_sizes``, section 1.6, what rule SIZE004 checks): a host's state
+variables (tables, slots, gradient accumulators), rows padded to 8 floats (or packed), spread
+over its ``num_tensor_cores / num_hosts`` devices.
+
 **SparseCore** (:func:`sparsecore_memory`): every stacked table is spread row by row over the
 N = chips x S SparseCores (S per chip): id x of a table with rotation k lives on SparseCore
 ``(x + k) mod N``. Per SparseCore p and stack (padded width W, P padded rows, S_o slots):
@@ -49,6 +54,8 @@ from tpuemb_cfg.errors import parameter as arg
 from tpuemb_cfg.model import Diagnostic
 
 if TYPE_CHECKING:
+    from tpuemb_cfg.derived import Derived
+    from tpuemb_cfg.layout import TableLayout
     from tpuemb_cfg.proto.tpu_embedding_configuration_pb2 import TPUEmbeddingConfiguration
     from tpuemb_cfg.sparsecore.config import SparseCoreConfig
     from tpuemb_cfg.sparsecore.stacking import Stack, Stacking
@@ -82,7 +89,8 @@ class UnitMemory:
     table's rows); SparseCore ``tables``, ``slots``, ``padding`` (padded minus real elements of
     tables and slots), ``buffers`` (COO buffers and row pointers), ``activations``,
     ``gradients``; a SparseCore host ``host_tables`` (the full tables it builds under
-    ``initialize_tables_on_host``).
+    ``initialize_tables_on_host``); a legacy TPU device ``state`` and ``padding`` (its share of
+    TensorFlow's padded estimate, section 1.6).
     """
 
     index: int
@@ -130,6 +138,7 @@ class MemoryReport:
             "units": [u.to_json() for u in self.units],
             "dominant": [[name, size] for name, size in self.dominant],
             "breakdown": [r.to_json() for r in self.breakdown],
+            "hint": self.hint,
         }
 
 
@@ -159,12 +168,10 @@ class _Table:
         return 1 + self.slots + (1 if self.snapshot else 0)
 
 
-def _legacy_tables(config: TPUEmbeddingConfiguration) -> list[_Table]:
+def _legacy_tables(config: TPUEmbeddingConfiguration, derived: Derived) -> list[_Table]:
     from tpuemb_cfg.algorithms import ALGORITHMS
-    from tpuemb_cfg.derived import derive
     from tpuemb_cfg.schema import Mode
 
-    derived = derive(config)
     updates = int(config.mode) != Mode.INFERENCE
     tables = []
     for t, td in enumerate(config.table_descriptor):
@@ -197,15 +204,13 @@ def _mod(config: TPUEmbeddingConfiguration, strategy: str | None) -> bool:
     return key == "MOD"
 
 
-def _host_parts(tables: Sequence[_Table], host: int, hosts: int, mod: bool
+def _host_parts(tables: Sequence[_Table], layouts: Sequence[TableLayout], host: int
                 ) -> tuple[dict[str, int], dict[str, int]]:
-    """(parts, bytes per table) of ``host`` of ``hosts``."""
-    from tpuemb_cfg.layout import TableLayout
-
+    """(parts, bytes per table) of ``host``."""
     parts = dict.fromkeys(LEGACY_PARTS, 0)
     per_table: dict[str, int] = {}
-    for table in tables:
-        row_bytes = TableLayout(table.vocabulary, hosts, mod).rows_of(host) * table.dimension * F32
+    for table, layout in zip(tables, layouts, strict=True):
+        row_bytes = layout.rows_of(host) * table.dimension * F32
         parts["tables"] += row_bytes
         parts["slots"] += row_bytes * table.slots
         parts["snapshots"] += row_bytes if table.snapshot else 0
@@ -215,7 +220,10 @@ def _host_parts(tables: Sequence[_Table], host: int, hosts: int, mod: bool
 
 def _first_host_bytes(tables: Sequence[_Table], hosts: int) -> int:
     """Host 0's bytes among ``hosts``: it holds ceil(V / N) rows of every table, the most."""
-    return sum(-(-t.vocabulary // hosts) * t.dimension * F32 * t.arrays() for t in tables)
+    from tpuemb_cfg.layout import TableLayout
+
+    return sum(TableLayout(t.vocabulary, hosts, True).rows_of(0) * t.dimension * F32
+               * t.arrays() for t in tables)
 
 
 def _fewest_hosts(tables: Sequence[_Table], capacity: int, at_least: int) -> int | None:
@@ -249,30 +257,74 @@ def _legacy_hint(tables: Sequence[_Table], hosts: int, capacity: int | None,
 
 
 def legacy_memory(config: TPUEmbeddingConfiguration, *, hosts: int | None = None,
-                  strategy: str | None = None,
-                  host_memory_bytes: int | None = None) -> MemoryReport:
+                  strategy: str | None = None, host_memory_bytes: int | None = None,
+                  device_memory_bytes: int | None = None) -> MemoryReport:
     """Bytes per host of a legacy configuration: what each Ray host of the executor holds (the
     module docstring gives the parts). ``hosts`` overrides ``num_hosts`` (as the Ray backend's
     ``shards`` does), ``strategy`` (``"MOD"`` / ``"DIV_DEFAULT"``) ``sharding_strategy``;
-    ``host_memory_bytes`` is each host's memory (None: unknown, no finding)."""
+    ``host_memory_bytes`` is each host's memory (None: unknown, no finding). ``breakdown``:
+    the TPU devices' share of the tables (level ``"chip"``, one unit per tensor core) against
+    ``device_memory_bytes`` (``derived.TPU_DEVICE_MEMORY`` has each generation's)."""
+    from tpuemb_cfg.derived import derive
+
     count = max(int(config.num_hosts), 1) if hosts is None else int(hosts)
     if count < 1:
         raise UsageError(f"{arg('hosts')} {count}: a table needs at least one host")
     mod = _mod(config, strategy)
-    tables = _legacy_tables(config)
+    if count != config.num_hosts:
+        config = _with_hosts(config, count)
+    derived = derive(config)
+    tables = _legacy_tables(config, derived)
+    from tpuemb_cfg.layout import TableLayout
+
+    layouts = [TableLayout(t.vocabulary, count, mod) for t in tables]
     units, per_table = [], []
     for host in range(count):
-        parts, sizes = _host_parts(tables, host, count, mod)
+        parts, sizes = _host_parts(tables, layouts, host)
         units.append(UnitMemory(host, parts))
         per_table.append(sizes)
     fullest = max(range(count), key=lambda h: units[h].total)
     dominant = _top(per_table[fullest])
+    devices = _devices(config, derived, device_memory_bytes)
     return MemoryReport(
         level="host", units=tuple(units), capacity_bytes=host_memory_bytes, dominant=dominant,
-        fits=_fits(units, host_memory_bytes),
+        fits=_fits(units, host_memory_bytes) and all(r.fits for r in devices),
+        breakdown=devices,
         paths={td.name: f"table_descriptor[{t}]" for t, td in enumerate(config.table_descriptor)},
         hint=_legacy_hint(tables, count, host_memory_bytes, dominant),
     )
+
+
+def _with_hosts(config: TPUEmbeddingConfiguration, hosts: int) -> TPUEmbeddingConfiguration:
+    copy = type(config)()
+    copy.CopyFrom(config)
+    copy.num_hosts = hosts
+    return copy
+
+
+def _devices(config: TPUEmbeddingConfiguration, derived: Derived,
+             capacity: int | None) -> tuple[MemoryReport, ...]:
+    """The TPU devices' share (``derived.host_sizes``, section 1.6, what SIZE004 checks): a
+    host's rows spread over its ``num_tensor_cores / num_hosts`` devices, each holding
+    ``ceil(bytes / devices)`` of the host's ``state`` (tables, slots and gradient accumulators,
+    TensorFlow's state variables) and ``padding`` (rows padded to 8 floats, or packed). None
+    when there are fewer tensor cores than hosts."""
+    from tpuemb_cfg.derived import host_sizes
+
+    hosts = derived.num_hosts or 1
+    per_host = int(config.num_tensor_cores) // hosts
+    if per_host < 1:
+        return ()
+    units: list[UnitMemory] = []
+    for span in host_sizes(config, derived):
+        state = -(-span.logical_bytes // per_host)
+        parts = {"state": state, "padding": -(-span.estimate_bytes // per_host) - state}
+        units.extend(UnitMemory(host * per_host + d, parts)
+                     for host in range(span.first, span.last + 1) for d in range(per_host))
+    return (MemoryReport(level="chip", units=tuple(units), capacity_bytes=capacity, dominant=(),
+                         fits=_fits(units, capacity),
+                         hint="use more hosts or tensor cores (num_hosts, num_tensor_cores), an "
+                              "optimizer with fewer slots, or smaller tables"),)
 
 
 # ---------------------------------------------------------------------------------- SparseCore
@@ -358,8 +410,9 @@ def _sparsecore_hint(config: SparseCoreConfig, stacking: Stacking,
 
     most = max(((stack_optimizer(config, st), st.name) for st in stacking.stacks),
                key=lambda item: item[0][1], default=None)
+    count = most[0][1] if most is not None else 0
     slots = (f", an optimizer with fewer slots (stack {most[1]!r}: {most[0][0]}, "
-             f"{most[0][1]} slots)" if most is not None and most[0][1] else "")
+             f"{count} slot{'' if count == 1 else 's'})" if most is not None and count else "")
     largest = f", a smaller table ({dominant[0][0]!r} is the largest)" if dominant else ""
     return (f"use more chips (every stacked table is spread over all {stacking.num_sparse_cores} "
             f"SparseCores: its bytes per chip fall as the chips grow){slots}{largest}, or lower "
@@ -429,37 +482,44 @@ _RULES = {
     ("host", "tables"): ("PLAN001", "host memory"),
     ("chip", "tables"): ("PLAN002", "HBM"),
     ("host", "host_tables"): ("PLAN003", "host memory"),
+    ("chip", "state"): ("PLAN004", "HBM"),
 }
 _INIT_ON_HOST = "sparse_core_config.initialize_tables_on_host"
 
 
-def _finding(report: MemoryReport) -> Diagnostic | None:
+def _finding(report: MemoryReport, parent: MemoryReport) -> Diagnostic | None:
     from tpuemb_cfg.units import format_size
 
     worst = report.fullest
     capacity = report.capacity_bytes
     if worst is None or capacity is None or worst.total <= capacity:
         return None
-    key = next(k for k in _RULES if k[0] == report.level and k[1] in worst.parts)
-    rule, memory = _RULES[key]
+    fallback = ("PLAN001", "host memory") if report.level == "host" else ("PLAN002", "HBM")
+    rule, memory = next((found for (level, part), found in _RULES.items()
+                         if level == report.level and part in worst.parts), fallback)
     over = sum(1 for u in report.units if u.total > capacity)
     parts = ", ".join(f"{name} {format_size(size)}" for name, size in worst.parts.items() if size)
-    top = ", ".join(f"{name!r} {format_size(size)}" for name, size in report.dominant[:3])
+    # A level without tables of its own (a legacy device) names its host report's.
+    dominant = report.dominant or parent.dominant
+    top = ", ".join(f"{name!r} {format_size(size)}" if report.dominant else repr(name)
+                    for name, size in dominant[:3])
     if rule == "PLAN003":
         path = _INIT_ON_HOST
     else:
-        path = report.paths.get(report.dominant[0][0], "") if report.dominant else ""
+        path = parent.paths.get(dominant[0][0], "") if dominant else ""
+    largest = f"; largest: {top}" if top else ""
     message = (f"{report.level} {worst.index} needs {format_size(worst.total)} ({worst.total} "
                f"bytes: {parts}), more than its {format_size(capacity)} of {memory} "
-               f"({over} of {len(report.units)} {report.level}s over); largest: {top}")
+               f"({over} of {len(report.units)} {report.level}s over){largest}")
     return Diagnostic(rule, "error", message, path, hint=report.hint or None)
 
 
 def memory_findings(report: MemoryReport) -> list[Diagnostic]:
     """Out-of-memory findings of ``report`` and its breakdown, one per level whose fullest unit
-    exceeds its capacity: PLAN001 a legacy host over its memory, PLAN002 a chip over its HBM,
-    PLAN003 a SparseCore host over its memory under ``initialize_tables_on_host``. Each names
+    exceeds its capacity: PLAN001 a legacy host over its memory, PLAN002 a SparseCore chip over
+    its HBM, PLAN003 a SparseCore host over its memory under ``initialize_tables_on_host``,
+    PLAN004 a legacy TPU device over its HBM. Each names
     the unit, its bytes by part, the capacity, how many units are over, the largest tables and
     the fix, at the field of the largest table (PLAN003: the setting)."""
-    found = [_finding(r) for r in (report, *report.breakdown)]
+    found = [_finding(r, report) for r in (report, *report.breakdown)]
     return [d for d in found if d is not None]
