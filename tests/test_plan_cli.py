@@ -187,7 +187,7 @@ def test_sparsecore_drops_equal_the_exact_preprocessing(tmp_path: Path) -> None:
     the same batches, the gate fails on them, and the SARIF finding sits at the table's line."""
     from tpuemb_cfg.embedding.sparsecore import load_sparsecore_spec
     from tpuemb_cfg.sparsecore.feed import stack
-    from tpuemb_cfg.sparsecore.preprocess import preprocess
+    from tpuemb_cfg.sparsecore.preprocessing import preprocess
 
     spec = tmp_path / "tight.py"
     spec.write_text(TIGHT_SPEC)

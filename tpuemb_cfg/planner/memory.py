@@ -353,7 +353,7 @@ def _buffer_entries(config: SparseCoreConfig, stacking: Stacking, stack: Stack,
     ``max_ids_per_chip = max_ids_per_chip_per_sample x samples per chip``
     (``tf_preprocess``)."""
     if config.mode == "jax":
-        from tpuemb_cfg.sparsecore.preprocess import buffer_sizes
+        from tpuemb_cfg.sparsecore.preprocessing import buffer_sizes
 
         return buffer_sizes(stack, global_devices=stacking.num_partitions,
                             sparse_cores_per_device=stacking.sparse_cores_per_partition,
