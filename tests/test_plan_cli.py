@@ -237,3 +237,20 @@ def test_sparsecore_example_end_to_end_with_stacking_what_if(tmp_path: Path) -> 
     _, report = _json(JAX_EXAMPLE, "--ids", str(sample))
     units = report["load"]["stacked"]["units"]
     assert [u["total_ids"] for u in units] == totals.tolist()
+
+
+def test_topology_sets_the_hosts_and_progress_lines_without_a_terminal(
+        quick_sample: tuple[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    path, _ = quick_sample
+    _, report = _json(QUICKSTART, "--ids", path, "--topology", "v5p-16")  # 16 chips / 4 per host
+    assert len(report["load"]["MOD"]["units"]) == 4
+    from tpuemb_cfg.commands import plan as command
+
+    monkeypatch.setattr(command, "LINE_EVERY", 0.0)
+    result = run_cli("plan", QUICKSTART, "--ids", path)
+    lines = [line for line in result.stderr.splitlines() if line.startswith("plan: ")]
+    assert lines[-1] == "plan: 100% of the sample read (6 of 6 steps)" and len(lines) == 6
+    quiet = run_cli("plan", QUICKSTART, "--ids", path, "-q")
+    assert quiet.stderr == ""
+    result = run_cli("plan", QUICKSTART, "--ids", path, "--topology", "v9-8")
+    assert result.exit_code == 2 and "--topology 'v9-8': unknown TPU chip kind" in result.output
