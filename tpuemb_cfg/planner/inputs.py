@@ -568,39 +568,54 @@ def _probe_tfrecord(paths: Sequence[str], schema: SampleSchema) -> tuple[str, in
     return "bytes", sum(os.path.getsize(p) for p in paths)
 
 
+#: Bytes read from a TFRecord file at a time (a record larger than this is read whole).
+_CHUNK = 1 << 22
+
+
 def _frames(path: str, window: int) -> Iterator[tuple[int, list[bytes], list[int]]]:
     """(index of the first record, records' data, their byte offsets) per window of at most
-    ``window`` records, every CRC verified. A length that runs past the end of the file is
-    reported before anything is read (its own CRC first: a wrong one means no TFRecord)."""
+    ``window`` records, every CRC verified. The file is read :data:`_CHUNK` bytes at a time and
+    the frames cut from memory. A length that runs past the end of the file is reported before
+    its data is read (its own CRC first: a wrong one means no TFRecord)."""
     index = 0
     size = os.path.getsize(path)
     with open(path, "rb") as handle:
+        buffer, base, pos = b"", 0, 0  # buffer[pos] is byte base + pos of the file
+
+        def fill(need: int) -> None:
+            nonlocal buffer, base, pos
+            if len(buffer) - pos < need:
+                buffer = buffer[pos:] + handle.read(max(_CHUNK, need))
+                base, pos = base + pos, 0
+
         while True:
             heads: list[bytes] = []
             datas: list[bytes] = []
             offsets: list[int] = []
             crcs: list[int] = []
             while len(datas) < window:
-                offset = handle.tell()
-                head = handle.read(12)
-                if not head:
+                fill(12)
+                if pos == len(buffer):
                     break
+                offset = base + pos
                 where = f"record {index + len(datas)} (byte {offset})"
-                if len(head) < 12:
-                    raise SampleError(f"the file ends {len(head)} byte(s) into a record's 12-byte "
-                                      "header: a truncated file", path=path, where=where)
-                length = struct.unpack("<Q", head[:8])[0]
+                if len(buffer) - pos < 12:
+                    raise SampleError(f"the file ends {len(buffer) - pos} byte(s) into a record's "
+                                      "12-byte header: a truncated file", path=path, where=where)
+                head = buffer[pos:pos + 12]
+                (length,) = struct.unpack_from("<Q", buffer, pos)
                 if offset + 16 + length > size:
                     _bad_header(path, head, where)
                     raise SampleError(
                         f"the record declares {length} bytes of data but the file ends "
                         f"{size - offset - 12} bytes after its header: a truncated file",
                         path=path, where=where)
-                tail = handle.read(length + 4)
+                fill(16 + length)
                 heads.append(head)
-                datas.append(tail[:length])
+                datas.append(buffer[pos + 12:pos + 12 + length])
                 offsets.append(offset)
-                crcs.append(struct.unpack("<I", tail[length:])[0])
+                crcs.append(struct.unpack_from("<I", buffer, pos + 12 + length)[0])
+                pos += 16 + length
             if not datas:
                 return
             _verify(path, index, heads, datas, offsets, crcs)
@@ -647,24 +662,20 @@ def _read_tfrecord(path: str, schema: SampleSchema, stats: SampleStats,
 
     for first, datas, offsets in _frames(path, ROWS_PER_READ):
         columns: dict[str, list[Any]] = {f.name: [] for f in schema.features}
+        named = list(columns.items())
         for i, data in enumerate(datas):
-            where = f"record {first + i} (byte {offsets[i]})"
             try:
                 features = Example.FromString(data).features.feature
             except DecodeError as exc:
                 raise SampleError(f"not a tf.train.Example ({exc})", path=path,
-                                  where=where) from None
-            for f in schema.features:
-                if f.name not in features:
-                    have = ", ".join(sorted(features)) or "no feature"
-                    raise SampleError(f"feature {f.name!r} is missing (the record has {have}); "
-                                      "expected one int64_list feature per configured feature",
-                                      path=path, where=where)
-                kind = features[f.name].WhichOneof("kind")
-                if kind not in ("int64_list", None):
-                    raise SampleError(f"feature {f.name!r} is a {kind}, expected an int64_list "
-                                      "of ids", path=path, where=where)
-                columns[f.name].append(features[f.name].int64_list.value)
+                                  where=f"record {first + i} (byte {offsets[i]})") from None
+            for name, column in named:
+                if name not in features:  # (indexing a message map would add the key)
+                    _bad_feature(path, f"record {first + i} (byte {offsets[i]})", features, name)
+                ids = features[name].int64_list.value
+                if not ids and features[name].WhichOneof("kind") not in ("int64_list", None):
+                    _bad_feature(path, f"record {first + i} (byte {offsets[i]})", features, name)
+                column.append(ids)
         chunk = {}
         for f in schema.features:
             lists = columns[f.name]
@@ -676,6 +687,16 @@ def _read_tfrecord(path: str, schema: SampleSchema, stats: SampleStats,
                                    at=_record_of(first, offsets, splits))
         yield chunk
         tick(sum(len(d) + 16 for d in datas))
+
+
+def _bad_feature(path: str, where: str, features: Any, name: str) -> None:
+    """Raise for feature ``name`` of a record: missing, or not an ``int64_list``."""
+    if name not in features:
+        have = ", ".join(sorted(features)) or "no feature"
+        raise SampleError(f"feature {name!r} is missing (the record has {have}); expected one "
+                          "int64_list feature per configured feature", path=path, where=where)
+    raise SampleError(f"feature {name!r} is a {features[name].WhichOneof('kind')}, expected an "
+                      "int64_list of ids", path=path, where=where)
 
 
 def _record_of(first: int, offsets: Sequence[int],
