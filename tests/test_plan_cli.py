@@ -254,3 +254,19 @@ def test_topology_sets_the_hosts_and_progress_lines_without_a_terminal(
     assert quiet.stderr == ""
     result = run_cli("plan", QUICKSTART, "--ids", path, "--topology", "v9-8")
     assert result.exit_code == 2 and "--topology 'v9-8': unknown TPU chip kind" in result.output
+
+
+def test_library_call_takes_a_prepared_configuration(quick_sample: tuple[str, Any]) -> None:
+    from tpuemb_cfg.planner.planning import PlanOptions
+    from tpuemb_cfg.session import plan, prepare
+
+    path, _ = quick_sample
+    prepared = prepare(QUICKSTART)
+    seen: list[int] = []
+    result = plan(prepared, path, options=PlanOptions(hosts=2, host_memory_bytes=1 << 20,
+                                                      gate=parse_gate(["oom"])),
+                  progress=seen.append)
+    assert sum(seen) == 6 and result.failed and result.failed[0].startswith("oom: host 0 needs")
+    rules = {d.rule: d for d in result.findings}
+    assert set(rules) == {"PLAN001", "PLAN021"}  # DIV_DEFAULT on 2 hosts: above 1.5x the mean
+    assert (rules["PLAN001"].path, rules["PLAN001"].line) == (QUICKSTART, 36)

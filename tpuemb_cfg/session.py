@@ -343,6 +343,7 @@ def plan(source: Any, ids: str | Sequence[str], *, options: Any = None, fmt: str
         planner.sample.on_progress = progress
     result = planner.run()
     path = (os.fspath(source) if isinstance(source, str | os.PathLike)
+            else source.origin.path if planner.kind == "sparsecore"
             else getattr(source, "path", None))
     result.findings = place_plan_findings(planner, result.findings, path)
     return result
