@@ -258,6 +258,17 @@ def test_limits_observed_suggested_and_drops() -> None:
     assert str(stack.suggested.max_ids_per_partition) in (diagnostics[0].hint or "")
 
 
+def test_limits_take_the_sample_twice() -> None:
+    """A one-shot iterator cannot give the second pass; one pass needs none."""
+    batches = _zipf_batches(2, seed=4)
+    with pytest.raises(ValueError, match="one-shot iterator"):
+        limits(_stacking(), iter(batches))
+    once = limits(_stacking(), iter(batches), options=LimitOptions(suggest=False))
+    again = limits(_stacking(), lambda: iter(batches))
+    assert once.stacks[0].suggested is None
+    assert once.stacks[0].current == again.stacks[0].current
+
+
 def _config_stub() -> SparseCoreConfig:
 
     return SparseCoreConfig("jax", "jax", (), (), Topology(1, 4))

@@ -28,7 +28,7 @@ count, not a model of it. TensorFlow-mode stackings fail a step on an exceeded l
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -249,16 +249,29 @@ def _run(run: Runner, batch: Batch, limits: Mapping[str, tuple[int, int]],
         raise InputError(f"step {step} of the sample: {exc}") from None
 
 
-def limits(stacking: Stacking, batches: Callable[[], Iterable[Batch]] | Sequence[Batch], *,
+def limits(stacking: Stacking, batches: Callable[[], Iterable[Batch]] | Iterable[Batch], *,
            options: LimitOptions | None = None) -> LimitsReport:
     """Observed maxima, suggested limits and drops at the current and suggested limits.
 
-    ``batches``: a sequence, or a callable giving a fresh iterable of the sample's batches
-    (called twice when ``options.suggest``: the suggested limits are known after one pass).
+    ``batches``: the sample's batches, iterated twice when ``options.suggest`` (the suggested
+    limits are known after one pass): a callable giving a fresh iterable, or an iterable that
+    starts over when iterated again (a list, ``planner.inputs.Sample``); a one-shot iterator is
+    refused then.
     """
     options = options or LimitOptions()
-    start: Callable[[], Iterable[Batch]] = (
-        batches if callable(batches) else (lambda: iter(batches)))
+    start: Callable[[], Iterable[Batch]]
+    if callable(batches):
+        start = batches
+    else:
+        if options.suggest and iter(batches) is batches:
+            raise ValueError("the limits need the sample twice (the suggested limits are known "
+                             "after one pass) but got a one-shot iterator: pass a list, an "
+                             "iterable that starts over, or a callable returning a fresh "
+                             "iterable (or LimitOptions(suggest=False) for one pass)")
+        iterable = batches
+
+        def start() -> Iterable[Batch]:
+            return iterable
     run = _runner(stacking, options)
     names = [s.name for s in stacking.stacks]
     current = {s.name: (s.max_ids_per_partition, s.max_unique_ids_per_partition)
