@@ -266,3 +266,16 @@ def test_progress_counts_the_files(tmp_path: Path) -> None:
     sample.on_progress = seen.append
     list(sample)
     assert (sample.progress_unit, sample.progress_total, sum(seen)) == ("bytes", size, size)
+
+
+def test_a_folder_stands_for_its_sample_files_in_name_order(tmp_path: Path) -> None:
+    day = tmp_path / "day"
+    day.mkdir()
+    _parquet(day / "part-1.parquet", ROWS[3:])
+    _parquet(day / "part-0.parquet", ROWS[:3])
+    (day / "_SUCCESS").write_text("")
+    batches, _ = _read(day)
+    assert [_bags(b["f0"]) for b in batches] == _expected(ROWS, "f0", 4)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert "a folder without sample files" in _error(empty)

@@ -154,10 +154,10 @@ def _check_outputs(config: str, ids: tuple[str, ...], output: str | None,
 
 @click.command(name="plan")
 @click.argument("config", type=click.Path(dir_okay=False))
-@click.option("--ids", "ids", multiple=True, required=True, metavar="FILE",
+@click.option("--ids", "ids", multiple=True, required=True, metavar="FILE|FOLDER",
               help="The sample of ids: a replay B.npz, Parquet files (one column per feature; "
                    "pip install 'tpuemb[plan]') or TFRecord files of tf.train.Example. "
-                   "Repeatable; read in the order given.")
+                   "Repeatable; read in the order given; a folder: its sample files by name.")
 @click.option("--ids-format", type=click.Choice(["npz", "parquet", "tfrecord"]),
               help="The sample's format (default: from the extension).")
 @click.option("--topology", metavar="KIND-CHIPS",

@@ -337,14 +337,15 @@ class Sample:
 
 def open_sample(paths: str | Sequence[str], schema: SampleSchema, *,
                 fmt: str | None = None) -> Sample:
-    """The sample in ``paths`` (one file or several of one format, read in the order given);
-    ``fmt``: ``"npz"``, ``"parquet"`` or ``"tfrecord"`` (default: from the extension).
-    The files are probed now (existence, the npz keys, the Parquet schema), so a bad file fails
-    before any work starts."""
+    """The sample in ``paths`` (one file or several of one format, read in the order given; a
+    folder stands for its files with a sample extension, :data:`FORMATS`, in name order: a day
+    of ids written as part files); ``fmt``: ``"npz"``, ``"parquet"`` or ``"tfrecord"``
+    (default: from the extension). The files are probed now (existence, the npz keys, the
+    Parquet schema), so a bad file fails before any work starts."""
     files = [paths] if isinstance(paths, str | os.PathLike) else list(paths)
     if not files:
         raise UsageError("no sample file given: pass --ids FILE (a B.npz, Parquet or TFRecord)")
-    names = [os.fspath(p) for p in files]
+    names = [name for p in files for name in _files_of(os.fspath(p), fmt)]
     kinds = {fmt or _format_of(name) for name in names}
     if len(kinds) > 1:
         raise UsageError(f"the sample files are of {len(kinds)} formats ({', '.join(sorted(kinds))}"
@@ -358,6 +359,20 @@ def open_sample(paths: str | Sequence[str], schema: SampleSchema, *,
         if not os.path.isfile(name):
             raise SampleError("file not found (or not a regular file)", path=name)
     return Sample(names, schema, kind)
+
+
+def _files_of(path: str, fmt: str | None) -> list[str]:
+    """``path``, or the sample files in the folder ``path`` (name order; with ``fmt``, the
+    files of that format), refused when there are none."""
+    if not os.path.isdir(path):
+        return [path]
+    found = sorted(entry.path for entry in os.scandir(path) if entry.is_file()
+                   and FORMATS.get(os.path.splitext(entry.name)[1].lower()) in
+                   ((fmt,) if fmt else tuple(FORMATS.values())))
+    if not found:
+        raise SampleError(f"a folder without sample files (expected names ending in "
+                          f"{', '.join(sorted(FORMATS))})", path=path)
+    return found
 
 
 def _format_of(name: str) -> str:
