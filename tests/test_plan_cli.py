@@ -208,6 +208,12 @@ def test_sparsecore_drops_equal_the_exact_preprocessing(tmp_path: Path) -> None:
     assert dropped > 0 and stack_report["current"]["dropped"] == dropped
     assert stack_report["suggested"]["dropped"] == 0
     assert stack_report["suggested"]["max_ids_per_partition"] % 8 == 0
+    from tpuemb_cfg.planner.planning import PlanOptions
+    from tpuemb_cfg.session import open_plan
+
+    for compare, passes in ((["hosts=2,4"], 2), (["stacking", "hosts=4"], 3)):
+        options = PlanOptions(compare=parse_compare(compare))
+        assert open_plan(str(spec), str(sample), options=options).passes == passes
     sarif = json.loads(run_cli("plan", str(spec), "--ids", str(sample), "--format",
                                "sarif").stdout)
     first = sarif["runs"][0]["results"][0]

@@ -10,8 +10,10 @@ over the sample (:mod:`planner.inputs`); the sample is read
 
 - once for a legacy configuration: every host count and strategy is counted in that pass;
 - for a SparseCore configuration, twice for the configuration as given (the second pass runs
-  the preprocessing at the suggested limits) and once more per what-if variant (its own
-  stacking and, for a TensorFlow spec on another chip count, its own global batch).
+  the preprocessing at the suggested limits) and once more per what-if variant with its own
+  stacking (``stacking``, ``topology=``; a TensorFlow spec on another chip count also has its
+  own global batch); a ``hosts=`` variant changes only the hosts' memory and reuses the load
+  and limits of the configuration as given.
 
 **What-if variants** (:func:`parse_compare`): ``hosts=N[,M...]`` (legacy: each host count under
 both strategies; SparseCore: the hosts' memory), ``topology=KIND-CHIPS[,...]`` (SparseCore:
@@ -264,27 +266,29 @@ class Planner:
         self.passes = 1
         if self.kind == "sparsecore":
             self._sc = self._sparsecore_variants()
-            self.passes = 1 + len(self._sc)
+            self.passes = 1 + sum(1 for *_, same in self._sc if not same)
 
     # -- SparseCore variants
 
-    def _sparsecore_variants(self) -> list[tuple[str, SparseCoreConfig]]:
+    def _sparsecore_variants(self) -> list[tuple[str, SparseCoreConfig, bool]]:
+        """(name, configuration, whether its stacking and batches are the first's: only the
+        hosts differ, so its load and limits are the first's too) per variant."""
         config: SparseCoreConfig = self.config  # type: ignore[assignment]
         opts = self.options
         if opts.topology is not None:
             config = replace(config, topology=_topology(opts.topology, opts.hosts))
         elif opts.hosts is not None:
             config = replace(config, topology=replace(config.topology, hosts=opts.hosts))
-        out = [("as configured", config)]
+        out = [("as configured", config, False)]
         if opts.compare.stacking:
             toggled = not config.disable_table_stacking
             out.append((f"stacking {'off' if toggled else 'on'}",
-                        replace(config, disable_table_stacking=toggled)))
+                        replace(config, disable_table_stacking=toggled), False))
         for text in opts.compare.topologies:
-            out.append((text, replace(config, topology=_topology(text, None))))
+            out.append((text, replace(config, topology=_topology(text, None)), False))
         for hosts in opts.compare.hosts:
             out.append((f"hosts={hosts}",
-                        replace(config, topology=replace(config.topology, hosts=hosts))))
+                        replace(config, topology=replace(config.topology, hosts=hosts)), True))
         return out
 
     def run(self) -> Plan:
@@ -351,12 +355,18 @@ class Planner:
         from tpuemb_cfg.planner.memory import memory_findings, sparsecore_memory
 
         opts = self.options
-        variants = []
+        variants: list[Variant] = []
         primary_limits: LimitsReport | None = None
         primary_stacking: Stacking | None = None
         stats = self.sample.stats
-        for k, (name, config) in enumerate(self._sc):
+        for k, (name, config, same) in enumerate(self._sc):
             stacking = _stack(config)
+            if same:  # only the hosts differ: the host memory changes, nothing else
+                first = variants[0]
+                memory = sparsecore_memory(config, stacking, hbm_bytes=opts.hbm_bytes,
+                                           host_memory_bytes=opts.host_memory_bytes)
+                variants.append(Variant(name, memory, first.load, first.limits))
+                continue
             counter = sparsecore_counter(stacking, options=opts.load)
             stream = _Stream(self.sample, sparsecore_schema(config), counter)
             report = limits(stacking, stream, options=LimitOptions(
