@@ -7,7 +7,7 @@ batches of 4,096, 16,384 and 65,536 rows. Each table is its own stack (rotation 
 limits are set to the batch's own observed maxima, so no id is dropped and the COO buffers are as
 small as the batch allows (both implementations get the same limits).
 
-- tpuemb: ``tpuemb_cfg.sparsecore.preprocess.preprocess`` in this process;
+- tpuemb: ``tpuemb_cfg.sparsecore.preprocessing.preprocess`` in this process;
 - jax-tpu-embedding (with ``--jte-python``, an interpreter with jax-tpu-embedding 0.2.0):
   ``embedding.preprocess_sparse_dense_matmul_input`` after ``prepare_feature_specs_for_training``,
   in a subprocess fed the same arrays through a temporary ``.npz``; it runs on the C++ library's
@@ -73,7 +73,7 @@ def stacking(limits: dict[str, tuple[int, int]]) -> Any:
 
 def observed_limits(features: dict[str, np.ndarray]) -> dict[str, tuple[int, int]]:
     """The batch's own maxima per stack (a first pass with dropping on and generous limits)."""
-    from tpuemb_cfg.sparsecore.preprocess import preprocess
+    from tpuemb_cfg.sparsecore.preprocessing import preprocess
 
     generous = {name: (1 << 16, 1 << 16) for name, _, _ in TABLES}
     out = preprocess(stacking(generous), features, local_devices=DEVICES,
@@ -100,7 +100,7 @@ def time_calls(call: Any, repeats: int) -> tuple[float, Any]:
 
 def time_tpuemb(features: dict[str, np.ndarray], limits: dict[str, tuple[int, int]],
                 repeats: int) -> tuple[float, dict[str, Any]]:
-    from tpuemb_cfg.sparsecore.preprocess import preprocess
+    from tpuemb_cfg.sparsecore.preprocessing import preprocess
 
     st = stacking(limits)
     seconds, out = time_calls(lambda: preprocess(st, features, local_devices=DEVICES), repeats)

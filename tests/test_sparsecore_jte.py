@@ -526,7 +526,7 @@ def test_leaves_follow_jax_order() -> None:
 
 # ---------------------------------------------------------------- preprocessing (engineer C)
 
-HAS_PREPROCESS = importlib.util.find_spec("tpuemb_cfg.sparsecore.preprocess") is not None
+HAS_PREPROCESS = importlib.util.find_spec("tpuemb_cfg.sparsecore.preprocessing") is not None
 
 
 @pytest.mark.skipif(not HAS_PREPROCESS, reason="needs preprocess (engineer C)")

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tpuemb_cfg.sparsecore.preprocess import (
+from tpuemb_cfg.sparsecore.preprocessing import (
     SparseCoreBufferError,
     SparseCoreInputError,
     SparseCoreLimitError,

@@ -36,8 +36,11 @@ if TYPE_CHECKING:
     from .executor.plan import Plan
     from .proto.tpu_embedding_configuration_pb2 import TPUEmbeddingConfiguration
     from .rules import Diagnostic, Severity
+    from .sim.sparsecore import SparseCoreSetup
+    from .sparsecore.stacking import Stacking
 
-__all__ = ["Prepared", "prepare", "refuse_errors", "validate", "with_combiner_arguments"]
+__all__ = ["Prepared", "is_sparsecore_spec", "prepare", "prepare_sparsecore", "refuse_errors",
+           "validate", "with_combiner_arguments"]
 
 Combiners = str | Sequence[str] | Mapping[int, str] | None
 
@@ -261,3 +264,76 @@ def validate(
             return validate_spec(config_or_path, rules, severity=severity, options=options)
     return validator.validate(config_or_path, select=select, ignore=ignore,
                               show_derived=show_derived, severity=severity, options=options)
+
+
+def is_sparsecore_spec(path: str | os.PathLike[str]) -> bool:
+    """Whether the file ``path`` is a SparseCore spec, as the spec loader decides
+    (``embedding.sparsecore.is_sparsecore_spec``: a Python spec assigning
+    ``sparse_core_config``, ``feature_specs`` or ``topology``)."""
+    if not os.fspath(path).endswith(".py"):  # only Python specs: nothing else is imported
+        return False
+    from .embedding.sparsecore import is_sparsecore_spec as detect
+
+    return bool(detect(path))
+
+
+def prepare_sparsecore(source: Any, *, stacking: Stacking | None = None,
+                       check: bool = True) -> SparseCoreSetup:
+    """A SparseCore configuration ready for ``sim.sparsecore.SparseCoreRun``.
+
+    ``source``: a spec file (``embedding.sparsecore.load_sparsecore_spec``), what that loader
+    returns (``config`` and ``compiled``), or a ``SparseCoreConfig`` (jax-tpu-embedding's,
+    which compiles to no legacy message). ``stacking``: the stacks (default: the
+    configuration's own, ``sparsecore.feed.stack``). The legacy configuration the executor
+    runs is the spec's compiled message (TensorFlow, keras-rs) or one built from the
+    configuration (jax), with SparseCore semantics (``sim.sparsecore.legacy``), validated
+    (``check``) and planned with the ``sum`` combiner; each feature's own combiner goes to the
+    gains. ``InputError`` for what cannot be simulated.
+    """
+    from .sim.sparsecore.legacy import jax_message, sparsecore_message, with_spec_values
+    from .sim.sparsecore.run import SparseCoreSetup
+
+    path: str | None = None
+    if isinstance(source, str | os.PathLike):
+        from .embedding.sparsecore import load_sparsecore_spec
+
+        path = os.fspath(source)
+        source = load_sparsecore_spec(path)
+    config, compiled = (source.config, source.compiled) if hasattr(source, "compiled") else (
+        source, None)
+    combiners = []
+    tables = {t.name: t for t in config.tables}
+    for feature in config.features:
+        combiner = tables[feature.table].combiner if feature.table in tables else "?"
+        if combiner not in ("sum", "mean", "sqrtn"):
+            raise InputError(f"feature {feature.name!r}: combiner {combiner!r} found, expected "
+                             "sum, mean or sqrtn (a custom combiner is not simulated on "
+                             "SparseCores)", path=path)
+        combiners.append(combiner)
+    try:
+        if compiled is None:
+            record = jax_message(config)
+            prepared = prepare(record.message, combiners="sum", check=check)
+        else:
+            message = compiled.config if _is_compiled(compiled) else compiled
+            record = sparsecore_message(message, config)
+            for table in getattr(compiled, "tables", ()):
+                # TensorFlow's optimizers start their slots at slot_initial_values() (an
+                # Adagrad's initial_accumulator_value), which the message cannot hold.
+                initial = getattr(table.optimizer, "slot_initial_values", None)
+                if initial is not None:
+                    record.slot_values[table.name] = dict(initial())
+            prepared = prepare(replace(compiled, config=record.message)
+                               if _is_compiled(compiled) else record.message,
+                               combiners="sum", check=check)
+        prepared = with_spec_values(prepared, record)
+    except InputError as exc:
+        if exc.path is None:
+            exc.path = path
+        raise
+    if stacking is None:
+        from .sparsecore.feed import stack
+
+        stacking = stack(config)
+    return SparseCoreSetup(config, stacking, replace(prepared, path=path), tuple(combiners),
+                           tuple(record.notes), path)

@@ -254,12 +254,6 @@ _SC_ALIASES = {"topology": ("topology", "num_replicas", "global_device_count",
 def is_sparsecore_spec(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` is a SparseCore spec (``tpuemb_cfg.embedding.sparsecore`` tells by the
     names the file assigns, without running it)."""
-    from importlib.util import find_spec
-
-    # MERGE NOTE (sc-e before sc-d): the SparseCore API lands with branch sc-d; until then no
-    # spec is a SparseCore spec. Drop this check once tpuemb_cfg.embedding.sparsecore exists.
-    if find_spec("tpuemb_cfg.embedding.sparsecore") is None:
-        return False
     from tpuemb_cfg.embedding.sparsecore import is_sparsecore_spec as detect
 
     return bool(detect(path))

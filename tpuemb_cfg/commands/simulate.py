@@ -200,6 +200,12 @@ def _spec_callback(ctx: click.Context, param: click.Parameter, value: str | None
               expose_value=False, callback=_spec_callback,
               help="Take every option from a simulation spec (docs/multiworker.md); options "
                    "given on the command line override it.")
+@click.option("--compare-dropping", is_flag=True,
+              help="SparseCore spec: run the same batches again without limits and report the "
+                   "drift (table and slot differences, activation differences per step).")
+@click.option("--allow-id-dropping/--no-allow-id-dropping", default=None,
+              help="SparseCore spec: drop the ids over a limit (or refuse the step), whatever "
+                   "the configuration's allow_id_dropping says.")
 @click.option("--workers", type=click.IntRange(min=1), metavar="N",
               help="Multi-worker run with N workers (docs/multiworker.md).")
 @click.option("--replicas-to-aggregate", type=click.IntRange(min=1), metavar="R",
@@ -238,6 +244,8 @@ def simulate(  # noqa: PLR0913 - a click command: one parameter per option
     backend: str,
     ray_address: str | None,
     shards: int | None,
+    compare_dropping: bool,
+    allow_id_dropping: bool | None,
     workers: int | None,
     replicas_to_aggregate: int | None,
     max_staleness: int | None,
@@ -256,6 +264,8 @@ def simulate(  # noqa: PLR0913 - a click command: one parameter per option
     Several workers (docs/multiworker.md), all options from a spec file:
       tpuemb simulate [CONFIG] --workers N [--replicas-to-aggregate R | --max-staleness S]
       tpuemb simulate CONFIG --spec sim.pbtxt [options overriding the spec]
+    SparseCore spec (docs/sparsecore/simulate.md): limits, id dropping, their cost:
+      tpuemb simulate SPEC.py [--batches B.npz --out O.npz] [--compare-dropping]
     """
     # None: the library's default, 80% of the memory available (--backend ray: what the
     # largest Ray node offers); its refusal says so and suggests a --max-memory that works.
@@ -279,6 +289,13 @@ def simulate(  # noqa: PLR0913 - a click command: one parameter per option
     request = _Request(config, combiners, steps, Path(out_dir), as_json, plot, quiet, dry_run,
                        bag_sizes=bag_sizes, tables=tables_output, save_batches=save_batches,
                        checkpoint_every=checkpoint_every, resume=resume, spec=spec)
+    if config is not None and _is_sparsecore(config):  # its own run: limits and dropping
+        _sparsecore_command(ctx, request, records, _SparseCoreRequest(
+            compare_dropping, allow_id_dropping, config, batches_path, init_path, out_path))
+        return
+    if compare_dropping or allow_id_dropping is not None:
+        raise UsageError("--compare-dropping and --allow-id-dropping apply to SparseCore specs "
+                         "only (docs/sparsecore/simulate.md)")
     several = {"workers": workers, "replicas_to_aggregate": replicas_to_aggregate,
                "max_staleness": max_staleness, "init_tokens": init_tokens, "delay": delay}
     if any(value is not None for value in several.values()):
@@ -983,3 +1000,178 @@ def _replay_dry_run(files: _ReplayFiles, combiner_args: tuple[str, ...], records
         "memory": _memory_plan(estimate, records.options.memory_limit),
     }
     _print_plan(info, as_json)
+
+
+# SparseCore specs (docs/sparsecore/simulate.md): the run with the preprocessing's limits and
+# id dropping, ``tpuemb_cfg.sim.sparsecore``.
+
+#: Options a SparseCore run has no use for (its combiners are the tables', its data one worker's).
+_SPARSECORE_REFUSED = ("combiners", "bag_sizes", "save_batches", "plot", "checkpoint_every",
+                       "resume", "learning_rate", "workers", "replicas_to_aggregate",
+                       "max_staleness", "init_tokens", "delay", "ray_address", "shards")
+
+
+@dataclass(frozen=True)
+class _SparseCoreRequest:
+    """``--compare-dropping``, ``--allow-id-dropping`` (None: the configuration's) and the
+    files: the spec, B.npz, I.npz, O.npz."""
+
+    compare: bool
+    allow_id_dropping: bool | None
+    config: str
+    batches: str | None
+    init: str | None
+    out: str | None
+
+
+def _is_sparsecore(config: str) -> bool:
+    from tpuemb_cfg.session import is_sparsecore_spec
+
+    return is_sparsecore_spec(config)
+
+
+def _sparsecore_command(ctx: click.Context, request: _Request, records: _Records,
+                        files: _SparseCoreRequest) -> None:
+    """A SparseCore spec: the options checked, the outputs checked before anything is read,
+    then the replay (``--batches``) or the synthetic run, or the plan (``--dry-run``)."""
+    wrong = [("--combiner" if n == "combiners" else _option_name(n))
+             for n in _SPARSECORE_REFUSED if _given(ctx, n)]
+    if _given(ctx, "backend") and records.placement.backend != "local":
+        wrong.append("--backend ray")
+    if request.spec is not None:
+        wrong.append("--spec")
+    if wrong:
+        raise UsageError(f"{', '.join(wrong)}: not available for a SparseCore spec (its "
+                         "combiners are its tables', its tables live in this process); "
+                         "see docs/sparsecore/simulate.md")
+    replay = files.batches is not None
+    if replay:
+        wrong = [_option_name(n) for n in ("steps", "ids", "sequence_lengths", "tables_output")
+                 if _given(ctx, n)]
+        if wrong:
+            raise UsageError(f"{', '.join(wrong)} appl{'ies' if len(wrong) == 1 else 'y'} to "
+                             "synthetic runs only, not to --batches replays")
+        if files.out is None and not request.dry_run:
+            raise UsageError("--batches needs --out O.npz (where the final tables, slots and "
+                             "activations go)")
+    else:
+        wrong = [_option_name(n) for n in _REPLAY_ONLY if _given(ctx, n)]
+        if wrong:
+            raise UsageError(f"{', '.join(wrong)} need{'s' if len(wrong) == 1 else ''} "
+                             "--batches (replay mode); a synthetic run writes to --out-dir")
+    summary_dir = request.out_dir if (not replay or _given(ctx, "out_dir")) else None
+    if not request.dry_run:
+        if replay:
+            assert files.batches is not None and files.out is not None
+            _check_replay_outputs(files.config, None, files.batches, files.init, files.out)
+        if summary_dir is not None:
+            _check_synthetic_outputs(files.config, None, summary_dir, None, resume=False,
+                                     checkpoints=False,
+                                     tables=request.tables if not replay else "none")
+    with _config_errors(files.config):
+        _sparsecore(request, records, files, summary_dir)
+
+
+def _sparsecore(request: _Request, records: _Records, files: _SparseCoreRequest,
+                summary_dir: Path | None) -> None:
+    from tpuemb_cfg.session import prepare_sparsecore
+    from tpuemb_cfg.sim.sparsecore.run import SparseCoreRun, describe
+
+    real = _Anchored(files.batches, files.init, files.out,
+                     str(summary_dir) if summary_dir is not None else None)
+    with real.named_as_typed():
+        setup = prepare_sparsecore(files.config)  # a spec's code may chdir: paths anchored
+    allow = (setup.allow_id_dropping if files.allow_id_dropping is None
+             else files.allow_id_dropping)
+    if request.dry_run:
+        info = {**describe(setup, engine=records.options.engine, compare=files.compare),
+                "config": files.config, "allow_id_dropping": allow,
+                "compare_dropping": files.compare,
+                "run": (f"a replay of {files.batches}" if files.batches is not None
+                        else f"{request.steps} synthetic steps")}
+        from tpuemb_cfg.sim.sparsecore.report import plan_text
+
+        click.echo(json.dumps(info, indent=2) if request.as_json else plan_text(info))
+        return
+    with real.named_as_typed():
+        init = None
+        if files.init is not None:
+            from tpuemb_cfg.npzio import read_npz
+
+            init = read_npz(real[files.init])
+        run = SparseCoreRun(setup, records.options, allow_id_dropping=allow,
+                            compare=files.compare, initial_state=init,
+                            state_source=files.init)
+        if files.batches is not None:
+            summary = _sparsecore_replay(run, files, records, real, request.quiet)
+            source = files.batches
+        else:
+            summary = _sparsecore_synthetic(run, request, records)
+            source = "synthetic data"
+    summary["config"] = files.config
+    config = setup.config
+    header = (f"tpuemb simulate: {summary['steps']} step(s) of {source} on {files.config} "
+              f"(SparseCore, {config.api}; {config.topology.chips} chip(s) x "
+              f"{config.topology.sparse_cores_per_chip} SparseCores, seed "
+              f"{records.options.seed})")
+    if summary_dir is not None:
+        from tpuemb_cfg.commands._outputs import write_run
+
+        tables = request.tables if files.batches is None else "none"
+        state = run.executor.state_arrays() if tables != "none" else None
+        summary["tables_written"] = "all" if state is not None else "none"
+        write_run(Path(real[str(summary_dir)]), summary, state, files.config,
+                  shown_dir=summary_dir)
+    from tpuemb_cfg.sim.sparsecore.report import run_text
+
+    click.echo(json.dumps(summary, indent=2) if request.as_json else run_text(summary, header))
+
+
+def _sparsecore_replay(run: Any, files: _SparseCoreRequest, records: _Records, real: _Anchored,
+                       quiet: bool) -> dict[str, Any]:
+    """``--batches``: every recorded step with the limits, O.npz written (the replay
+    contract's keys: final tables and slots, every step's activations of the kept ids)."""
+    from tpuemb_cfg.commands._outputs import progress
+    from tpuemb_cfg.executor.replay import parse_steps
+    from tpuemb_cfg.npzio import atomic_write_npz, read_npz
+
+    assert files.batches is not None and files.out is not None
+    count = len(run.plan.features)
+    source = files.batches
+
+    def check(headers: Any) -> None:
+        parse_steps(headers, count, source)  # the keys, before any array is decompressed
+
+    batches = read_npz(real[source], max_bytes=records.options.memory_limit, check_keys=check)
+    steps = parse_steps(batches, count, source)
+    out: dict[str, Any] = {}
+    with progress(len(steps), quiet) as advance:
+        for step, (inputs, rates) in enumerate(steps):
+            activations = run.replay_step(inputs, rates, source=files.batches)
+            for f, activation in enumerate(activations):
+                out[f"s{step}/f{f}/activations"] = activation
+            if advance is not None:
+                advance(step)
+    out.update(run.executor.state_arrays())
+    atomic_write_npz(real[files.out], out)
+    summary = run.summary()
+    summary.update({"batches": files.batches, "out": files.out})
+    return dict(summary)
+
+
+def _sparsecore_synthetic(run: Any, request: _Request, records: _Records) -> dict[str, Any]:
+    """No ``--batches``: ``--steps`` steps of the synthetic generator's batches."""
+    from tpuemb_cfg.commands._outputs import progress
+    from tpuemb_cfg.sim.synthetic import SyntheticData
+
+    data = SyntheticData(run.plan, seed=records.options.seed, ids=records.data.ids,
+                         sequence_lengths=records.data.sequence_lengths)
+    with progress(request.steps, request.quiet) as advance:
+        for step in range(request.steps):
+            run.synthetic_step(data)
+            if advance is not None:
+                advance(step)
+    summary = run.summary()
+    summary.update({"seed": records.options.seed, "ids": str(data.ids),
+                    "sequence_lengths": str(data.sequence_lengths)})
+    return dict(summary)

@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any
 from tpuemb_cfg.algorithms.table import SPARSECORE
 from tpuemb_cfg.model import Diagnostic
 from tpuemb_cfg.rules._registry import SparseCoreContext, rule
+from tpuemb_cfg.sparsecore.feed import DEFAULT_MAX_IDS_PER_TABLE
+from tpuemb_cfg.sparsecore.stacker import ACTIVATION_MEMORY_BYTES_LIMIT, VARIABLE_SHARD_BYTES_LIMIT
 from tpuemb_cfg.sparsecore.topology import DEFAULT_SPARSE_CORES
 from tpuemb_cfg.units import format_size
 
@@ -35,12 +37,12 @@ __all__ = ["LIMIT_SETTINGS", "KeyRename", "limit_key_path", "limit_key_renames"]
 _MIB = 1 << 20
 _GIB = 1 << 30
 #: TensorFlow's limit for a stack missing from ``max_ids_per_table`` / ``max_unique_ids_per_table``
-#: (``TPUEmbeddingV2.DEFAULT_MAX_IDS_PER_TABLE``), and jax-tpu-embedding's default limits.
-DEFAULT_LIMIT = 256
+#: (``TPUEmbeddingV2.DEFAULT_MAX_IDS_PER_TABLE``; jax-tpu-embedding's default limits are equal).
+DEFAULT_LIMIT = DEFAULT_MAX_IDS_PER_TABLE
 #: Activation bytes per SparseCore at which stacking stops (both references' default, 2 MiB).
-ACTIVATION_LIMIT = 2 * _MIB
+ACTIVATION_LIMIT = ACTIVATION_MEMORY_BYTES_LIMIT
 #: Bytes of one table's shard per chip at which TensorFlow's stacker stops (2 GiB).
-SHARD_LIMIT = 2 * _GIB
+SHARD_LIMIT = VARIABLE_SHARD_BYTES_LIMIT
 INT32_MAX = 2**31 - 1
 #: SC010's default: a table whose padding is a quarter or more of the memory it takes.
 PADDING_WASTE = 0.25

@@ -5,7 +5,8 @@ and jax-tpu-embedding 0.2.0 do them, on a CPU.
 - ``jte``: jax-tpu-embedding's ``TableSpec``, ``FeatureSpec``, ``auto_stack_tables``,
   ``prepare_feature_specs_for_training``, ``preprocess_sparse_dense_matmul_input``;
 - ``stacking``: the stacking result both produce (:class:`Stacking`);
-- ``preprocess``: the host preprocessing of a batch, exact (jax-tpu-embedding) or TensorFlow's;
+- ``preprocessing``: ``preprocess``, the host preprocessing of a batch, exact (jax-tpu-embedding)
+  or TensorFlow's (``tf_preprocess``);
 - ``config``: a SparseCore configuration from any API; ``topology``: chips and SparseCores.
 
 Names load on first use, so importing this package costs nothing.
@@ -30,9 +31,9 @@ _LAZY = {
     "AddTableCall": "feed", "layouts_to_stacks": "feed", "stack": "feed",
     "tensorflow_layouts": "feed", "tensorflow_stacker": "feed", "tensorflow_stacker_calls": "feed",
     "preprocess_tensorflow": "tf_preprocess",
-    "preprocess": "preprocess", "SparseCoreInputError": "preprocess",
-    "SparseCoreLimitError": "preprocess", "SparseCoreBufferError": "preprocess",
-    "SparseCoreUnsupportedError": "preprocess",
+    "preprocess": "preprocessing", "SparseCoreInputError": "preprocessing",
+    "SparseCoreLimitError": "preprocessing", "SparseCoreBufferError": "preprocessing",
+    "SparseCoreUnsupportedError": "preprocessing",
     "PreprocessedBatch": "results", "PreprocessedStack": "results",
 }
 

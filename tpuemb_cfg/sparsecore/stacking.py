@@ -74,7 +74,9 @@ class FeatureSlot:
     row_offset: int  # sample offset of the feature within the stack's batch
     col_offset: int  # row_offset_in_shard x N of its table
     col_shift: int  # its table's shard_rotation
-    samples: int  # product of output_shape[:-1]: rows this feature contributes per step
+    #: product of output_shape[:-1]: rows per step, per replica (tensorflow) or global (jax: its
+    #: FeatureSpec.output_shape is the global batch); preprocessing reads the batch itself
+    samples: int
 
 
 @dataclass(frozen=True)

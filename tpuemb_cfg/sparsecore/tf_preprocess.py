@@ -145,7 +145,7 @@ def preprocess_tensorflow(  # noqa: PLR0913 - preprocess()'s keywords, plus Tens
 ) -> PreprocessedBatch:
     """Preprocess one host's batch as TensorFlow 2.21's ``TPUEmbeddingV2`` does.
 
-    ``features``/``weights``: as :func:`tpuemb_cfg.sparsecore.preprocess.preprocess`. Each local
+    ``features``/``weights``: as :func:`tpuemb_cfg.sparsecore.preprocessing.preprocess`. Each local
     device's slice must hold exactly the feature's ``samples`` rows (TensorFlow checks the row
     count against the output shape); a dense ``[batch, k]`` array is ``batch`` rows of ``k`` ids,
     or, when ``batch x k`` is the sample count, one id per sample (TensorFlow's own dense input).

@@ -246,7 +246,7 @@ def preprocess_sparse_dense_matmul_input(  # noqa: PLR0913
     """
     import numpy as np
 
-    from tpuemb_cfg.sparsecore.preprocess import preprocess
+    from tpuemb_cfg.sparsecore.preprocessing import preprocess
 
     nsc, _ = sparse_cores_per_device(num_sc_per_device)
     if sharding_strategy.upper() != "MOD":
