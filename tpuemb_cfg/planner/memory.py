@@ -28,7 +28,7 @@ N = chips x S SparseCores (S per chip): id x of a table with rotation k lives on
   (x + k) mod N = p) x 4 for the table and x 4 x S_o for the slots, and the rest, padding;
 - ``buffers``: the COO buffer of the stack's ids, each entry an int32 embedding id, an int32
   sample id and a float32 gain (12 bytes), plus ``max(N, 8)`` int32 row pointers: the buffer
-  per chip is jax-tpu-embedding's ``coo_buffer_size_per_device`` (``preprocess.buffer_sizes``:
+  per chip is jax-tpu-embedding's ``coo_buffer_size_per_device`` (``preprocessing.buffer_sizes``:
   roundup8(max_ids_per_partition) x S x N, or the suggested size) or TensorFlow's
   ``max_ids_per_chip_per_sample x samples per chip``, a SparseCore its 1/S share;
 - ``activations`` and ``gradients``: samples per SparseCore x W x 4 each (forward and
@@ -349,7 +349,7 @@ def _samples_per_sparse_core(config: SparseCoreConfig, stacking: Stacking, stack
 def _buffer_entries(config: SparseCoreConfig, stacking: Stacking, stack: Stack,
                     max_ids: int) -> int:
     """COO entries of the stack's buffer per chip: jax-tpu-embedding's
-    ``coo_buffer_size_per_device`` (``preprocess.buffer_sizes``) or TensorFlow's
+    ``coo_buffer_size_per_device`` (``preprocessing.buffer_sizes``) or TensorFlow's
     ``max_ids_per_chip = max_ids_per_chip_per_sample x samples per chip``
     (``tf_preprocess``)."""
     if config.mode == "jax":
