@@ -305,6 +305,16 @@ class Planner:
             return hosts
         return max(int(prepared.config.num_hosts), 1)
 
+    def _device_memory(self) -> int | None:
+        """A legacy configuration's TPU device memory: ``hbm_bytes``, else the topology's chip
+        kind's HBM, else unknown."""
+        if self.options.hbm_bytes is not None:
+            return self.options.hbm_bytes
+        if self.options.topology is not None:
+            kind = _topology(self.options.topology, None).kind
+            return int(kind.hbm_bytes) if kind is not None else None
+        return None
+
     def _run_legacy(self) -> Plan:
         from tpuemb_cfg.planner.load import STRATEGIES, host_counter, legacy_tables
         from tpuemb_cfg.planner.memory import legacy_memory, memory_findings
@@ -333,7 +343,8 @@ class Planner:
                 name = (f"as configured ({strategy})" if (h, strategy) == (hosts, configured)
                         else f"hosts={h} {strategy}" if h != hosts else strategy)
                 memory = legacy_memory(prepared.config, hosts=h, strategy=strategy,
-                                       host_memory_bytes=opts.host_memory_bytes)
+                                       host_memory_bytes=opts.host_memory_bytes,
+                                       device_memory_bytes=self._device_memory())
                 variants.append(Variant(name, memory, reports[strategy]))
         memory = variants[0].memory
         findings = memory_findings(memory)
