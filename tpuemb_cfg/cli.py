@@ -45,6 +45,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
                 "Summarise a configuration: tables, features, tags, sizes."),
     "simulate": ("tpuemb_cfg.commands.simulate", "simulate",
                  "Run the configured training updates on the CPU."),
+    "plan": ("tpuemb_cfg.commands.plan", "plan",
+             "Memory, load and limits from a sample of real ids."),
     "bench": ("tpuemb_cfg.commands.bench", "bench", "Benchmark the executor."),
     "completion": ("tpuemb_cfg.commands.shell", "completion",
                    "Print the shell completion script (bash, zsh, fish)."),

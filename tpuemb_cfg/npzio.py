@@ -35,8 +35,8 @@ from .errors import InputError
 from .limits import default_memory_limit, read_errors
 from .units import format_size
 
-__all__ = ["NpyHeader", "NpzWriter", "atomic_write_npz", "map_npz", "npz_bytes", "read_npz",
-           "write_npz"]
+__all__ = ["NpyHeader", "NpzMembers", "NpzWriter", "atomic_write_npz", "map_npz", "npz_bytes",
+           "read_npz", "write_npz"]
 
 _EPOCH = (1980, 1, 1, 0, 0, 0)  # the earliest date a zip header can hold
 
@@ -228,6 +228,42 @@ def _check_total(name: str, headers: Mapping[str, NpyHeader], loaded: Mapping[st
         f"{format_size(limit)}; nothing was decompressed - if the file is right and the machine "
         "can hold it, raise the limit (--max-memory; max_bytes= in Python)",
         path=name, key=key)
+
+
+class NpzMembers:
+    """An ``.npz`` opened to read one member at a time (``tpuemb plan`` streams a batches file
+    step by step, in memory independent of its length): the file is checked as by
+    :func:`read_npz` (first bytes, duplicate keys, every member's ``.npy`` header) when opened,
+    ``headers`` holds those headers by key, and :meth:`read` loads one member. Use it with
+    ``with`` (or call :meth:`close`)."""
+
+    def __init__(self, path: str | os.PathLike[str], *, remedy: str = SAVEZ) -> None:
+        self.name = os.fspath(path)
+        self._remedy = remedy
+        _check_magic(self.name, remedy)
+        try:
+            self._archive = zipfile.ZipFile(self.name)
+        except (OSError, zipfile.BadZipFile, EOFError) as exc:
+            raise InputError(f"cannot read as .npz ({exc}); {remedy}", path=self.name) from None
+        try:
+            _refuse_aliases(self.name, self._archive.namelist())
+            self.headers: dict[str, NpyHeader] = _headers(self.name, self._archive, remedy)
+        except BaseException:
+            self._archive.close()
+            raise
+
+    def read(self, key: str) -> np.ndarray:
+        """The array of member ``key`` (one of :attr:`headers`), loaded."""
+        return _read_member(self.name, self._archive, self.headers[key].info, key, self._remedy)
+
+    def close(self) -> None:
+        self._archive.close()
+
+    def __enter__(self) -> NpzMembers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def map_npz(path: str | os.PathLike[str], *, max_bytes: int | None = None,

@@ -39,8 +39,9 @@ if TYPE_CHECKING:
     from .sim.sparsecore import SparseCoreSetup
     from .sparsecore.stacking import Stacking
 
-__all__ = ["Prepared", "is_sparsecore_spec", "prepare", "prepare_sparsecore", "refuse_errors",
-           "validate", "with_combiner_arguments"]
+__all__ = ["Prepared", "is_sparsecore_spec", "open_plan", "place_plan_findings", "plan",
+           "prepare", "prepare_sparsecore", "refuse_errors", "validate",
+           "with_combiner_arguments"]
 
 Combiners = str | Sequence[str] | Mapping[int, str] | None
 
@@ -264,6 +265,88 @@ def validate(
             return validate_spec(config_or_path, rules, severity=severity, options=options)
     return validator.validate(config_or_path, select=select, ignore=ignore,
                               show_derived=show_derived, severity=severity, options=options)
+
+
+# -- tpuemb plan -----------------------------------------------------------------------------------
+
+
+def open_plan(source: Any, ids: str | Sequence[str], *, options: Any = None,
+              fmt: str | None = None) -> Any:
+    """A ``planner.planning.Planner`` for ``source`` and the sample in ``ids``, with everything
+    checked before any work: ``source`` is a SparseCore spec (``.py``: its ``SparseCoreConfig``,
+    not validated here: ``tpuemb validate`` does that) or anything :func:`prepare` takes
+    (validated; errors refused); the sample's files are opened against the configuration's
+    features (``planner.inputs.open_sample``; ``fmt`` from the extension by default).
+    ``options``: a ``planner.planning.PlanOptions``."""
+    from .planner.inputs import legacy_schema, open_sample, sparsecore_schema
+    from .planner.planning import Planner
+
+    config: Any
+    if isinstance(source, str | os.PathLike) and is_sparsecore_spec(source):
+        from .embedding.sparsecore import load_sparsecore_spec
+
+        config = load_sparsecore_spec(os.fspath(source)).config
+        schema = sparsecore_schema(config)
+    elif type(source).__name__ == "SparseCoreConfig":
+        config = source
+        schema = sparsecore_schema(config)
+    else:
+        config = prepare(source)
+        schema = legacy_schema(config.plan)
+    return Planner(config, open_sample(ids, schema, fmt=fmt), options)
+
+
+def place_plan_findings(planner: Any, findings: Sequence[Diagnostic],
+                        path: str | None) -> list[Diagnostic]:
+    """The plan's findings at the lines of ``path`` that set their fields: a text
+    configuration's field (``validator.place``), a SparseCore spec's object or limit key
+    (``spec_check.sparsecore_position``); binary and JSON files keep the field path only."""
+    if path is None:
+        return list(findings)
+    if planner.kind == "sparsecore":
+        from .spec_check import sparsecore_position
+
+        try:
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                text = handle.read()
+        except OSError:
+            return [replace(d, path=path) for d in findings]
+        out = []
+        for d in findings:
+            found = sparsecore_position(planner.config, d.field_path, path, text)
+            out.append(replace(d, path=path) if found is None
+                       else replace(d, path=path, line=found[0], column=found[1]))
+        return out
+    from .io import TEXT_SUFFIXES
+
+    if not path.lower().endswith(TEXT_SUFFIXES):
+        return [replace(d, path=path) for d in findings]
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        text = handle.read()
+    from .locations import scan_locations, wanted_paths
+    from .proto.tpu_embedding_configuration_pb2 import TPUEmbeddingConfiguration
+    from .validator import place
+
+    locations = scan_locations(text, TPUEmbeddingConfiguration.DESCRIPTOR,
+                               wanted=wanted_paths(d.field_path for d in findings))
+    return place(findings, path=path, locations=locations)
+
+
+def plan(source: Any, ids: str | Sequence[str], *, options: Any = None, fmt: str | None = None,
+         progress: Any = None) -> Any:
+    """``tpuemb plan`` as a library call: the ``planner.planning.Plan`` of ``source`` (a
+    configuration file or message, a SparseCore spec or ``SparseCoreConfig``) from the sample
+    in ``ids``, its findings placed at the configuration's lines. ``progress(n)``: called as
+    the sample's files are read."""
+    planner = open_plan(source, ids, options=options, fmt=fmt)
+    if progress is not None:
+        planner.sample.on_progress = progress
+    result = planner.run()
+    path = (os.fspath(source) if isinstance(source, str | os.PathLike)
+            else source.origin.path if planner.kind == "sparsecore"
+            else getattr(source, "path", None))
+    result.findings = place_plan_findings(planner, result.findings, path)
+    return result
 
 
 def is_sparsecore_spec(path: str | os.PathLike[str]) -> bool:

@@ -28,7 +28,8 @@ if TYPE_CHECKING:
     from tpuemb_cfg.proto.sparse_core_layout_pb2 import SparseCoreTableLayouts
 
 __all__ = ["format_sparsecore_summary", "layouts_from_stacking", "layouts_of",
-           "summarize_layouts", "summarize_sparsecore"]
+           "stack_bytes_per_sparse_core", "stack_optimizer", "summarize_layouts",
+           "summarize_sparsecore"]
 
 #: float32 parameters and slots.
 BYTES_PER_ELEMENT = 4
@@ -136,16 +137,30 @@ def _limits(config: SparseCoreConfig, stack: Stack) -> dict[str, Any]:
     }
 
 
+def stack_optimizer(config: SparseCoreConfig, stack: Stack) -> tuple[str | None, int]:
+    """The stack's optimizer (its first table's; a stack shares one) and its slot count, from
+    :mod:`tpuemb_cfg.algorithms` (``(None, 0)`` when the table is not in ``config``)."""
+    first = next((t for t in config.tables if t.name == stack.tables[0].name), None)
+    algorithm = first.optimizer.algorithm if first is not None else None
+    return algorithm, len(slot_names(algorithm)) if algorithm is not None else 0
+
+
+def stack_bytes_per_sparse_core(stacking: Stacking, stack: Stack, slots: int) -> int:
+    """Bytes of the stack on each SparseCore: ``padded rows / N x padded width x 4 x
+    (1 + slots)`` (the table and each slot, float32, padding included). ``tpuemb plan``'s
+    memory (``planner.memory``) splits the same bytes into tables, slots and padding."""
+    rows = stack.padded_vocabulary_size // stacking.num_sparse_cores
+    return rows * stack.padded_dim * BYTES_PER_ELEMENT * (1 + slots)
+
+
 def _stack_summary(config: SparseCoreConfig, stacking: Stacking, stack: Stack
                    ) -> dict[str, Any]:
     cores = stacking.num_sparse_cores
-    first = next((t for t in config.tables if t.name == stack.tables[0].name), None)
-    algorithm = first.optimizer.algorithm if first is not None else None
-    slots = len(slot_names(algorithm)) if algorithm is not None else 0
+    algorithm, slots = stack_optimizer(config, stack)
     padded = stack.padded_vocabulary_size * stack.padded_dim
     real = stack.unpadded_elements
     rows = stack.padded_vocabulary_size // cores
-    per_core = rows * stack.padded_dim * BYTES_PER_ELEMENT * (1 + slots)
+    per_core = stack_bytes_per_sparse_core(stacking, stack, slots)
     return {
         "name": stack.name,
         "tables": [{

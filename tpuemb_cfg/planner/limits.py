@@ -1,0 +1,412 @@
+"""Which ``max_ids_per_partition`` / ``max_unique_ids_per_partition`` a stacked table needs, from a
+sample of ids run through the exact preprocessing (docs/plan/load-and-limits.md).
+
+Per stacked table and step, the preprocessing's statistics (after merging repeats within a
+sample, before dropping; ``sparsecore.results.PreprocessedStack``) give the most ids and distinct
+ids any SparseCore sends to one partition; their maxima over the sample are the *observed*
+limits, exact. The *suggested* limit is the chosen quantile q of the per-step maxima (default
+q = 1: the sample's maximum) times a headroom h (default 1.2), rounded up to a multiple of 8:
+
+    suggested = 8 ceil(h x quantile_q(per-step maxima) / 8)    (at least 8)
+
+Why 1.2 and 8: a sample is a few steps out of millions; its largest step underestimates the
+largest training step (the per-step maxima keep a slowly growing tail: on the v5p example with
+Zipf(1) ids the 99th percentile of 100 steps is 3-12 % below their maximum), and id traffic
+drifts between days. 20 % above the sample's maximum covers that tail and a moderate drift
+without making the buffers (linear in the limit) much larger; multiples of 8 are what the COO
+buffer rounds every partition's run up to anyway (``roundup8``), so a limit between two
+multiples of 8 buys nothing.
+
+The drops at the current and at the suggested limits are what the preprocessing drops when it
+runs every batch with ``allow_id_dropping=True`` at those limits (and the buffer they imply): the
+ids per table whose ``dropped`` flag is set, so the prediction is the exact preprocessing's
+count, not a model of it. TensorFlow-mode stackings fail a step on an exceeded limit whatever
+``allow_id_dropping`` says (``sparsecore.tf_preprocess``); such steps are counted as
+``failed_steps`` and their ids as dropped.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from tpuemb_cfg.errors import InputError
+from tpuemb_cfg.model import Diagnostic
+from tpuemb_cfg.planner.load import Batch, LoadReport, StepCounts
+from tpuemb_cfg.sparsecore.preprocessing import (
+    SparseCoreBufferError,
+    SparseCoreLimitError,
+    buffer_sizes,
+    preprocess,
+)
+
+if TYPE_CHECKING:
+    from tpuemb_cfg.sparsecore.config import SparseCoreConfig
+    from tpuemb_cfg.sparsecore.results import PreprocessedBatch
+    from tpuemb_cfg.sparsecore.stacking import Stack, Stacking
+
+__all__ = [
+    "RULE_DROPS", "RULE_IMBALANCE", "RULE_SUGGESTED_DROPS", "LimitOptions", "LimitSet",
+    "LimitsReport", "StackLimits", "TableDrops", "findings", "limits", "suggest_limit",
+]
+
+#: Rule ids of the gate's findings.
+RULE_DROPS = "PLAN010"
+RULE_SUGGESTED_DROPS = "PLAN011"
+RULE_IMBALANCE = "PLAN020"
+
+
+@dataclass(frozen=True)
+class LimitOptions:
+    """``quantile`` of the per-step maxima and ``headroom`` factor of the suggestion, the
+    ``multiple`` it is rounded up to; ``max_ids_per_chip_per_sample`` for TensorFlow-mode
+    stackings (TensorFlow's device buffer); ``suggest``: run the second pass at the suggested
+    limits."""
+
+    quantile: float = 1.0
+    headroom: float = 1.2
+    multiple: int = 8
+    max_ids_per_chip_per_sample: int = 64
+    suggest: bool = True
+    exact_steps: int = 8192
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.quantile <= 1.0:
+            raise ValueError(f"the quantile must be in (0, 1], got {self.quantile}")
+        if not self.headroom >= 1.0:
+            raise ValueError(f"the headroom must be at least 1, got {self.headroom}")
+        if self.multiple < 1:
+            raise ValueError(f"the multiple must be at least 1, got {self.multiple}")
+
+
+def suggest_limit(observed: int, *, headroom: float = 1.2, multiple: int = 8) -> int:
+    """``multiple x ceil(headroom x observed / multiple)``, at least ``multiple``."""
+    raw = math.ceil(round(headroom * observed, 9))
+    return max(multiple, -(-raw // multiple) * multiple)
+
+
+@dataclass(frozen=True)
+class TableDrops:
+    """One table's ids over the sample and the ones the preprocessing dropped."""
+
+    table: str
+    ids: int
+    dropped: int
+
+    @property
+    def share(self) -> float:
+        return self.dropped / self.ids if self.ids else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"table": self.table, "ids": self.ids, "dropped": self.dropped,
+                "share": self.share}
+
+
+@dataclass(frozen=True)
+class LimitSet:
+    """A stack's limits, the COO buffer they imply (``theoretical_max`` = roundup8(max_ids) x
+    S x N, ``coo_buffer_size_per_device`` what the preprocessing allocates) and the drops."""
+
+    max_ids_per_partition: int
+    max_unique_ids_per_partition: int
+    theoretical_max_coo_buffer_size: int
+    coo_buffer_size_per_device: int
+    drops: tuple[TableDrops, ...]
+    failed_steps: int = 0
+
+    @property
+    def dropped(self) -> int:
+        return sum(d.dropped for d in self.drops)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"max_ids_per_partition": self.max_ids_per_partition,
+                "max_unique_ids_per_partition": self.max_unique_ids_per_partition,
+                "theoretical_max_coo_buffer_size": self.theoretical_max_coo_buffer_size,
+                "coo_buffer_size_per_device": self.coo_buffer_size_per_device,
+                "dropped": self.dropped, "failed_steps": self.failed_steps,
+                "drops": [d.to_json() for d in self.drops]}
+
+
+@dataclass(frozen=True)
+class StackLimits:
+    """One stacked table: observed maxima over the sample (exact), the chosen quantile of the
+    per-step maxima, the most buffer room a device needed, and the two limit sets."""
+
+    stack: str
+    tables: tuple[str, ...]
+    observed_max_ids: int
+    observed_max_unique_ids: int
+    quantile_max_ids: int
+    quantile_max_unique_ids: int
+    required_buffer_size_per_device: int
+    current: LimitSet
+    suggested: LimitSet | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"stack": self.stack, "tables": list(self.tables),
+                "observed_max_ids": self.observed_max_ids,
+                "observed_max_unique_ids": self.observed_max_unique_ids,
+                "quantile_max_ids": self.quantile_max_ids,
+                "quantile_max_unique_ids": self.quantile_max_unique_ids,
+                "required_buffer_size_per_device": self.required_buffer_size_per_device,
+                "current": self.current.to_json(),
+                "suggested": self.suggested.to_json() if self.suggested else None}
+
+
+@dataclass(frozen=True)
+class LimitsReport:
+    """Every stacked table's limits over ``steps`` steps."""
+
+    mode: str
+    steps: int
+    quantile: float
+    headroom: float
+    stacks: tuple[StackLimits, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"mode": self.mode, "steps": self.steps, "quantile": self.quantile,
+                "headroom": self.headroom, "stacks": [s.to_json() for s in self.stacks]}
+
+
+# ---------------------------------------------------------------- running the preprocessing
+
+Runner = Callable[[Batch, Mapping[str, tuple[int, int]]], "PreprocessedBatch"]
+
+
+def _runner(stacking: Stacking, options: LimitOptions) -> Runner:
+    """The exact preprocessing of a whole-slice batch (local = global devices, as
+    ``tpuemb simulate`` runs it) with dropping on, at given limits."""
+    chips = stacking.num_partitions
+    cores = stacking.sparse_cores_per_partition
+
+    def run(batch: Batch, limits: Mapping[str, tuple[int, int]]) -> PreprocessedBatch:
+        features = {name: (ids[0], ids[1]) for name, ids in batch.items()}
+        weights = {name: (ids[2], ids[1]) for name, ids in batch.items() if ids[2] is not None}
+        if stacking.mode == "tensorflow":
+            from tpuemb_cfg.sparsecore.tf_preprocess import preprocess_tensorflow
+
+            return preprocess_tensorflow(
+                stacking, features, weights or None, local_devices=chips, global_devices=chips,
+                sparse_cores_per_device=cores, allow_id_dropping=True,
+                has_leading_dimension=False, limits=limits,
+                max_ids_per_chip_per_sample=options.max_ids_per_chip_per_sample)
+        return preprocess(stacking, features, weights or None, local_devices=chips,
+                          global_devices=chips, sparse_cores_per_device=cores,
+                          allow_id_dropping=True, has_leading_dimension=False, limits=limits)
+
+    return run
+
+
+class _DropCounter:
+    """Ids and dropped ids per table at one limit set."""
+
+    def __init__(self, stacking: Stacking) -> None:
+        self.table_of = {f.name: f.table for f in stacking.features}
+        self.stack_of = {f.name: f.stack for f in stacking.features}
+        self.ids: dict[str, int] = {}
+        self.dropped: dict[str, int] = {}
+        self.failed: dict[str, int] = {}
+        #: per stack (theoretical maximum, allocated) COO buffer, as the preprocessing sized it
+        self.buffers: dict[str, tuple[int, int]] = {}
+
+    def add(self, batch: Batch, result: PreprocessedBatch | None, failed_stack: str | None) -> None:
+        for name, (values, _, _) in batch.items():
+            table = self.table_of.get(name)
+            if table is None:
+                continue
+            n = int(np.asarray(values).shape[0])
+            self.ids[table] = self.ids.get(table, 0) + n
+            if result is None:  # the step failed: all of the failing stack's ids are lost
+                lost = n if self.stack_of[name] == failed_stack else 0
+            else:
+                mask = result.stacks[self.stack_of[name]].dropped.get(name)
+                lost = int(mask.sum()) if mask is not None else 0
+            self.dropped[table] = self.dropped.get(table, 0) + lost
+        if failed_stack is not None:
+            self.failed[failed_stack] = self.failed.get(failed_stack, 0) + 1
+        if result is not None and not self.buffers:
+            self.buffers = {name: (s.theoretical_max_coo_buffer_size,
+                                   s.coo_buffer_size_per_device)
+                            for name, s in result.stacks.items()}
+
+    def drops(self, stack: Stack) -> tuple[TableDrops, ...]:
+        return tuple(TableDrops(t.name, self.ids.get(t.name, 0), self.dropped.get(t.name, 0))
+                     for t in stack.tables)
+
+
+def _run(run: Runner, batch: Batch, limits: Mapping[str, tuple[int, int]],
+         step: int) -> tuple[PreprocessedBatch | None, str | None]:
+    """One step at ``limits``; a TensorFlow limit failure gives (None, the stack)."""
+    try:
+        return run(batch, limits), None
+    except SparseCoreLimitError as exc:
+        return None, exc.stack
+    except (ValueError, NotImplementedError) as exc:
+        raise InputError(f"step {step} of the sample: {exc}") from None
+
+
+def limits(stacking: Stacking, batches: Callable[[], Iterable[Batch]] | Iterable[Batch], *,
+           options: LimitOptions | None = None) -> LimitsReport:
+    """Observed maxima, suggested limits and drops at the current and suggested limits.
+
+    ``batches``: the sample's batches, iterated twice when ``options.suggest`` (the suggested
+    limits are known after one pass): a callable giving a fresh iterable, or an iterable that
+    starts over when iterated again (a list, ``planner.inputs.Sample``); a one-shot iterator is
+    refused then.
+    """
+    options = options or LimitOptions()
+    start: Callable[[], Iterable[Batch]]
+    if callable(batches):
+        start = batches
+    else:
+        if options.suggest and iter(batches) is batches:
+            raise ValueError("the limits need the sample twice (the suggested limits are known "
+                             "after one pass) but got a one-shot iterator: pass a list, an "
+                             "iterable that starts over, or a callable returning a fresh "
+                             "iterable (or LimitOptions(suggest=False) for one pass)")
+        iterable = batches
+
+        def start() -> Iterable[Batch]:
+            return iterable
+    run = _runner(stacking, options)
+    names = [s.name for s in stacking.stacks]
+    current = {s.name: (s.max_ids_per_partition, s.max_unique_ids_per_partition)
+               for s in stacking.stacks}
+    per_step = {name: StepCounts(3, options.exact_steps) for name in names}
+    drops_now = _DropCounter(stacking)
+    steps = 0
+    for batch in start():
+        result, failed = _run(run, batch, current, steps)
+        drops_now.add(batch, result, failed)
+        if result is None:  # TensorFlow failed the step: its statistics need no limit
+            result = run(batch, {n: (1 << 30, 1 << 30) for n in names})
+        for name, s in result.stacks.items():
+            per_step[name].add(np.array([
+                int(s.max_ids_per_partition.max(initial=0)),
+                int(s.max_unique_ids_per_partition.max(initial=0)),
+                int(s.required_buffer_size_per_sc.reshape(
+                    -1, stacking.sparse_cores_per_partition).sum(axis=1).max(initial=0))],
+                np.int64))
+        steps += 1
+    if steps == 0:
+        raise InputError("the sample has no batches: the limits need at least one step")
+    suggested: dict[str, tuple[int, int]] = {}
+    for name in names:
+        q_ids = per_step[name].quantile(0, options.quantile)
+        q_unique = per_step[name].quantile(1, options.quantile)
+        ids = suggest_limit(q_ids, headroom=options.headroom, multiple=options.multiple)
+        unique = suggest_limit(q_unique, headroom=options.headroom, multiple=options.multiple)
+        suggested[name] = (ids, min(unique, ids))
+    drops_then: _DropCounter | None = None
+    if options.suggest:
+        adjusted = _without_stale_buffers(stacking, suggested)
+        run_then = _runner(adjusted, options)
+        drops_then = _DropCounter(adjusted)
+        for step, batch in enumerate(start()):
+            result, failed = _run(run_then, batch, suggested, step)
+            drops_then.add(batch, result, failed)
+    out = []
+    for stack in stacking.stacks:
+        counts = per_step[stack.name]
+        out.append(StackLimits(
+            stack.name, tuple(t.name for t in stack.tables), int(counts.max[0]),
+            int(counts.max[1]), counts.quantile(0, options.quantile),
+            counts.quantile(1, options.quantile), int(counts.max[2]),
+            _limit_set(stack, current[stack.name], drops_now),
+            _limit_set(stack, suggested[stack.name], drops_then)
+            if drops_then else None))
+    return LimitsReport(stacking.mode, steps, options.quantile, options.headroom, tuple(out))
+
+
+def _without_stale_buffers(stacking: Stacking,
+                           suggested: Mapping[str, tuple[int, int]]) -> Stacking:
+    """The stacking with every ``suggested_coo_buffer_size_per_device`` above the theoretical
+    maximum of the suggested ``max_ids_per_partition`` removed (jax-tpu-embedding refuses such a
+    buffer: the maximum, which is then the size, is what the suggestion implies)."""
+    stacks = []
+    for stack in stacking.stacks:
+        if stack.suggested_coo_buffer_size_per_device is not None:
+            try:
+                buffer_sizes(stack, global_devices=stacking.num_partitions,
+                             sparse_cores_per_device=stacking.sparse_cores_per_partition,
+                             max_ids_per_partition=suggested[stack.name][0])
+            except SparseCoreBufferError as exc:
+                if exc.size > exc.theoretical_max:
+                    stack = replace(stack, suggested_coo_buffer_size_per_device=None)
+        stacks.append(stack)
+    return replace(stacking, stacks=tuple(stacks))
+
+
+def _limit_set(stack: Stack, pair: tuple[int, int], counter: _DropCounter) -> LimitSet:
+    """The limit set ``pair`` with the buffers the preprocessing sized for it (jax-tpu-embedding:
+    ``preprocessing.buffer_sizes``; TensorFlow: ``max_ids_per_chip_per_sample`` x samples) and the
+    drops counted at it."""
+    theoretical, size = counter.buffers.get(stack.name, (0, 0))
+    return LimitSet(pair[0], pair[1], theoretical, size, counter.drops(stack),
+                    counter.failed.get(stack.name, 0))
+
+
+# ---------------------------------------------------------------- findings for the gate
+
+
+def _limit_paths(config: SparseCoreConfig, stack: StackLimits) -> tuple[str, str]:
+    """Field paths of a stack's two limits: TensorFlow / keras-rs
+    ``sparse_core_config.max_ids_per_table["stack"]``; jax the first table's ``TableSpec``."""
+    if config.api == "jax":
+        table = stack.tables[0]
+        return (f'tables["{table}"].max_ids_per_partition',
+                f'tables["{table}"].max_unique_ids_per_partition')
+    return (f'sparse_core_config.max_ids_per_table["{stack.stack}"]',
+            f'sparse_core_config.max_unique_ids_per_table["{stack.stack}"]')
+
+
+def findings(report: LimitsReport, config: SparseCoreConfig, *,
+             load: LoadReport | None = None,
+             imbalance_threshold: float = 1.5) -> list[Diagnostic]:
+    """The gate's findings: PLAN010 (a stack drops ids at its current limits; the fix is the
+    suggested pair), PLAN011 (it still drops at the suggested limits: the buffer, not the limit,
+    is short), PLAN020 (the SparseCores' max/mean load above ``imbalance_threshold``)."""
+    out: list[Diagnostic] = []
+    for stack in report.stacks:
+        ids_path, unique_path = _limit_paths(config, stack)
+        now = stack.current
+        if now.dropped or now.failed_steps:
+            total = sum(d.ids for d in now.drops)
+            worst = max(now.drops, key=lambda d: (d.share, d.table))
+            fix = stack.suggested
+            hint = (f"set {ids_path} = {fix.max_ids_per_partition} and {unique_path} = "
+                    f"{fix.max_unique_ids_per_partition}" if fix else
+                    "raise the limits above the observed maxima")
+            out.append(Diagnostic(
+                RULE_DROPS, "error",
+                f"stacked table {stack.stack!r} drops {now.dropped} of {total} ids of the "
+                f"sample ({now.dropped / total:.2%}; most in table {worst.table!r}, "
+                f"{worst.share:.2%}) at max_ids_per_partition {now.max_ids_per_partition} / "
+                f"max_unique_ids_per_partition {now.max_unique_ids_per_partition}; the sample "
+                f"needs {stack.observed_max_ids} / {stack.observed_max_unique_ids}",
+                ids_path, hint=hint))
+        later = stack.suggested
+        if later is not None and later.dropped:
+            out.append(Diagnostic(
+                RULE_SUGGESTED_DROPS, "warning",
+                f"stacked table {stack.stack!r} still drops {later.dropped} ids at the suggested "
+                f"limits {later.max_ids_per_partition} / {later.max_unique_ids_per_partition}: "
+                f"the COO buffer of {later.coo_buffer_size_per_device} ids per device is "
+                f"short (a device needed {stack.required_buffer_size_per_device})",
+                ids_path, hint="raise suggested_coo_buffer_size_per_device to at least "
+                               f"{stack.required_buffer_size_per_device}"))
+    if load is not None and load.imbalance.max_over_mean > imbalance_threshold:
+        top = load.top_tables[0].table if load.top_tables else None
+        out.append(Diagnostic(
+            RULE_IMBALANCE, "warning",
+            f"{load.level} {load.imbalance.hottest} serves {load.imbalance.max_over_mean:.2f}x "
+            f"the mean load, above the threshold {imbalance_threshold} (total variation "
+            f"{load.imbalance.total_variation:.3f}); its largest table there is {top!r}",
+            f'tables["{top}"]' if config.api == "jax" and top else "",
+            hint="spread the hot table's ids (hash them, or split the table) or change the "
+                 "stacking"))
+    return out
