@@ -863,7 +863,7 @@ def _swap_halves(x: Any) -> Any:
     return (x >> 32) | (x << 32)
 
 
-def _zipper(v1: U64Array, v0: U64Array) -> tuple[U64Array, U64Array]:
+def _zipper(v1: U64Array, v0: U64Array) -> tuple[Any, Any]:
     """HighwayHash's byte shuffle of (v1, v0): the terms added to (add1, add0)."""
     add0 = ((((v0 & 0xFF000000) | (v1 & 0xFF00000000)) >> 24) |
             (((v0 & 0xFF0000000000) | (v1 & 0xFF000000000000)) >> 16) |
@@ -937,7 +937,7 @@ def _split_nodes(counts: IntArray, limit: int) -> BoolArray:
         left, right = v[:, 0::size], v[:, size // 2::size]
         over = left + right > limit
         v[:, 0::size] = np.where(over, np.maximum(left, right), left + right)
-        nodes.append(over.any(axis=0))
+        nodes.append(np.asarray(over.any(axis=0), bool))
         size *= 2
     return np.concatenate(nodes)
 
@@ -1057,7 +1057,7 @@ def _finish_split(stack: Stack, slots: Sequence[FeatureSlot], inputs: Mapping[st
         keep = (rank <= size.max_ids) & (unique_rank <= size.max_unique)
         limit_drops = int(m.count[sel[~keep]].sum())
         sel = sel[keep]
-    csr, written = _csr_split(m, sel, minibatch, stats, size.coo_size, opts)
+    csr, written = _csr_split(m, sel, minibatch, size.coo_size, opts)
     kept = np.zeros(m.run.shape[0], bool)
     kept[written] = True
     dropped_raw = np.empty(m.order.shape[0], bool)
@@ -1081,15 +1081,16 @@ def _finish_split(stack: Stack, slots: Sequence[FeatureSlot], inputs: Mapping[st
         dropped=per_feature, theoretical_max_coo_buffer_size=size.theoretical)
 
 
-def _csr_split(m: _Merged, sel: IntArray, minibatch: IntArray, stats: _Stats, coo_size: int,
+def _csr_split(m: _Merged, sel: IntArray, minibatch: IntArray, coo_size: int,
                opts: _Options) -> tuple[_Csr, IntArray]:
-    """The minibatch layout. Per device the segments (SparseCore s, minibatch k) follow one
-    another in that order, each partition of a segment starting at a multiple of 8 (with one
-    minibatch, SparseCore s starts at the sum of the earlier SparseCores'
-    ``required_buffer_size_per_sc`` instead). Within a partition the entries go by bucket,
-    then embedding id. Row-pointer block ``s x K + k`` (``max(N, 8)`` slots) holds each
-    partition's absolute end and, in the spare slots, the segment's 8-aligned end. Entries
-    from the end of the device's buffer on are dropped and the pointers stop there.
+    """The layout of K >= 2 minibatches (a needed split always cuts: a row above a limit
+    splits some node). Per device the segments (SparseCore s, minibatch k) follow one
+    another in that order, each partition of a segment starting at a multiple of 8. Within a
+    partition the entries go by bucket, then embedding id (jax-tpu-embedding merges the
+    buckets of a minibatch by a stable merge on the partition). Row-pointer block
+    ``s x K + k`` (``max(N, 8)`` slots) holds each partition's absolute end and, in the spare
+    slots, the segment's 8-aligned end. An entry whose position reaches the end of the
+    device's buffer is dropped (counted once), and every later pointer is that end.
 
     Returns the arrays and the merged entries written, in buffer order."""
     n, s_count, devices = opts.num_sparse_cores, opts.sparse_cores, opts.local_devices
@@ -1102,15 +1103,8 @@ def _csr_split(m: _Merged, sel: IntArray, minibatch: IntArray, stats: _Stats, co
     segment = ((core * k_count + batch) * n + partition)[layout]
     count = np.bincount(segment, minlength=devices * s_count * k_count * n).reshape(
         devices, s_count, k_count, n)
-    padded = _round8(count)
-    if k_count > 1:
-        per_segment = padded.sum(axis=3).reshape(devices, -1)
-        seg_start = (np.cumsum(per_segment, axis=1) - per_segment).reshape(
-            devices, s_count, k_count)
-    else:
-        required = stats.required.astype(np.int64)
-        seg_start = np.minimum(np.cumsum(required, axis=1) - required, coo_size)[:, :, None]
-    starts = seg_start[..., None] + np.cumsum(padded, axis=3) - padded
+    padded = _round8(count).reshape(devices, -1)
+    starts = (np.cumsum(padded, axis=1) - padded).reshape(count.shape)
     ends = starts + count
     width = max(n, 8)
     pointers = np.zeros((devices, s_count, k_count, width), np.int64)
