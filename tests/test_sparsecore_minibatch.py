@@ -4,8 +4,10 @@ jax-tpu-embedding 0.2.0: batches above their limits split into minibatches.
 Expected values were computed by jax-tpu-embedding itself on a CPU: 48 single-host batches drawn
 to exceed small limits (tests/data/sparsecore/PROVENANCE-MB.md: 43 split into 2-36 minibatches,
 2 kept in one, many dropping ids by limits or by buffer, 3 aborting because one bucket alone is
-above a limit), and the two minibatching batches of the 200 of PROVENANCE-C.md that need a split
-(case 137, 8 minibatches; case 54, an abort). The hash and the split tree are also checked by hand.
+above a limit), 8 batches within their limits but with a small buffer (one minibatch, 2 of them
+dropping ids by buffer), and the two minibatching batches of the 200 of PROVENANCE-C.md that need
+a split (case 137, 8 minibatches; case 54, an abort). The hash and the split tree are also
+checked by hand.
 """
 
 from __future__ import annotations
@@ -69,9 +71,12 @@ _ABORTED = [("mb", i) for i, c in sorted(_mb_cases().items())
 
 def test_the_stored_cases_are_all_here() -> None:
     cases = _mb_cases()
-    assert len(cases) == 48 and len(_OK) == 46 and len(_ABORTED) == 4
+    assert len(cases) == 56 and len(_OK) == 54 and len(_ABORTED) == 4
     counts = [_minibatches(c) for c in cases.values() if c["expected"]["outcome"] == "ok"]
     assert sum(n > 1 for n in counts) == 43 and max(counts) == 36
+    overflow = [c for i, c in cases.items() if i >= 48]
+    assert all(_minibatches(c) == 1 for c in overflow)
+    assert sum(any(c["expected"]["stats"]["id_drop_counters"].values()) for c in overflow) == 2
     assert _minibatches(_cases()[137]) == 8
 
 
@@ -108,9 +113,10 @@ def test_split_tree_by_hand() -> None:
 
 @pytest.mark.parametrize(("source", "case_id"), _OK)
 def test_split_batch_matches_jax_tpu_embedding(source: str, case_id: int) -> None:
-    """Statistics (the whole batch's), drop counts (per-bucket limits and buffer), the number
-    of minibatches, shapes, the written row pointers (S x minibatches x max(N, 8) per device)
-    and every written CSR entry exactly (gains bit for bit)."""
+    """Statistics (the whole batch's), drop counts (per-bucket limits and buffer; with one
+    minibatch, the buffer of the one-minibatch layout), the number of minibatches, shapes,
+    the written row pointers (S x minibatches x max(N, 8) per device) and every written CSR
+    entry exactly (gains bit for bit)."""
     case, csr = _case(source, case_id)
     expected = case["expected"]
     batch = _run(case)

@@ -119,8 +119,8 @@ class SparseCoreBufferError(SparseCoreInputError):
 
 
 class SparseCoreUnsupportedError(TpuembError, NotImplementedError):
-    """A case tpuemb does not reproduce: minibatching across hosts, a buffer overflow of a
-    batch kept in one minibatch."""
+    """A case tpuemb does not reproduce: minibatching across hosts (the hosts agree on the
+    split through an all-reduce)."""
 
 
 @dataclass(frozen=True)
@@ -758,20 +758,15 @@ def _drop(m: _Merged, stats: _Stats, max_ids: int, max_unique: int, capacity: in
         keep = (rank <= max_ids) & (unique_rank <= max_unique)
         drop_count += int(m.count[~keep].sum())
     kept = np.bincount(m.run[keep], minlength=runs).reshape(stats.entries.shape)
-    if opts.minibatching:
-        # One minibatch: the device's SparseCores write one after the other into the buffer.
-        need = _round8(kept).reshape(opts.local_devices, -1).sum(axis=1)
-        if int(need.max(initial=0)) > capacity * opts.sparse_cores:
-            raise SparseCoreUnsupportedError(
-                f"a device needs {int(need.max())} COO entries, more than the buffer of "
-                f"{capacity * opts.sparse_cores} (the suggested size); with minibatching "
-                "tpuemb does not reproduce what jax-tpu-embedding does then - raise "
-                "suggested_coo_buffer_size_per_device or preprocess without minibatching")
-        return _Kept(keep, kept, drop_count)
-    # Partition p starts at sum_{q<p} roundup8(kept_q): while that is within the capacity the
-    # run keeps min(kept, room); past it nothing fits (capacity is a multiple of 8).
-    start = np.cumsum(_round8(kept), axis=1) - _round8(kept)
-    written = np.clip(capacity - start, 0, kept)
+    # Partition p starts at sum_{q<p} roundup8(kept_q): while that is within the room the run
+    # keeps min(kept, room); past it nothing fits (the room is a multiple of 8). With
+    # minibatching (one minibatch) a device's SparseCores write one after the other into the
+    # device's whole buffer, so the sums run over the device's (SparseCore, partition) runs.
+    per_row = opts.sparse_cores if opts.minibatching else 1  # SparseCores sharing a sequence
+    rows: IntArray = kept.reshape(opts.local_sparse_cores // per_row, -1)
+    room = capacity * per_row
+    start = np.cumsum(_round8(rows), axis=1) - _round8(rows)
+    written = np.clip(room - start, 0, rows).reshape(kept.shape)
     if int(written.sum()) < int(kept.sum()):
         fits = _rank_in_run(keep, m.run, runs) <= written.reshape(-1)[m.run]
         drop_count += int((keep & ~fits).sum())
