@@ -30,6 +30,8 @@ SparseCores in the slice, ``L`` local devices and ``S`` SparseCores per device:
    are written in order, each starting at a multiple of 8, and what does not fit is dropped,
    silently and whatever ``allow_id_dropping`` says (jax-tpu-embedding does the same). With
    minibatching (one minibatch), a device's SparseCores write one after the other instead.
+8. **Minibatches.** With minibatching, a batch above a limit is split instead of checked
+   (the section "minibatches" below; the statistics stay those of steps 1-5).
 
 Everything is vectorised NumPy: one sort of packed int64 keys per stacked table, the rest
 ``bincount`` and cumulative sums; the only Python loops run over positions within a row or a
