@@ -1054,7 +1054,8 @@ def _finish_split(stack: Stack, slots: Sequence[FeatureSlot], inputs: Mapping[st
         keep = (rank <= size.max_ids) & (unique_rank <= size.max_unique)
         limit_drops = int(m.count[sel[~keep]].sum())
         sel = sel[keep]
-    csr, written = _csr_split(m, sel, minibatch, size.coo_size, opts)
+    csr, written = _csr_split(m, _Minibatched(sel, minibatch[b.bucket[sel]],
+                                              int(minibatch[-1]) + 1), size.coo_size, opts)
     kept = np.zeros(m.run.shape[0], bool)
     kept[written] = True
     dropped_raw = np.empty(m.order.shape[0], bool)
@@ -1078,7 +1079,17 @@ def _finish_split(stack: Stack, slots: Sequence[FeatureSlot], inputs: Mapping[st
         dropped=per_feature, theoretical_max_coo_buffer_size=size.theoretical)
 
 
-def _csr_split(m: _Merged, sel: IntArray, minibatch: IntArray, coo_size: int,
+@dataclass(frozen=True)
+class _Minibatched:
+    """The merged entries kept by the limits (indices into :class:`_Merged`), in (SparseCore,
+    partition, bucket, embedding id, position) order, and the minibatch of each, of ``count``."""
+
+    entries: IntArray
+    minibatch: IntArray
+    count: int
+
+
+def _csr_split(m: _Merged, kept: _Minibatched, coo_size: int,
                opts: _Options) -> tuple[_Csr, IntArray]:
     """The layout of K >= 2 minibatches (a needed split always cuts: a row above a limit
     splits some node). Per device the segments (SparseCore s, minibatch k) follow one
@@ -1091,10 +1102,8 @@ def _csr_split(m: _Merged, sel: IntArray, minibatch: IntArray, coo_size: int,
 
     Returns the arrays and the merged entries written, in buffer order."""
     n, s_count, devices = opts.num_sparse_cores, opts.sparse_cores, opts.local_devices
-    k_count = int(minibatch[-1]) + 1
+    sel, batch, k_count = kept.entries, kept.minibatch, kept.count
     core, partition = m.run[sel] // n, m.run[sel] % n
-    batch = minibatch[(highway_hash_int32(m.column[sel] * n + partition)
-                       & np.uint64(MINIBATCHES - 1)).astype(np.int64)]
     layout = np.lexsort((partition, batch, core))  # stable: bucket, embedding id stay ordered
     sel = sel[layout]
     segment = ((core * k_count + batch) * n + partition)[layout]
