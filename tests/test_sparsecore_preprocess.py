@@ -23,7 +23,6 @@ from tpuemb_cfg.sparsecore.preprocessing import (
     SparseCoreBufferError,
     SparseCoreInputError,
     SparseCoreLimitError,
-    SparseCoreUnsupportedError,
     _fma32,
     _sort,
     buffer_sizes,
@@ -200,10 +199,6 @@ def test_aborted_case_raises_one_clear_error(case_id: int) -> None:
     case = _cases()[case_id]
     aborts = case["expected"]["aborts"]
     kinds = {a["kind"] for a in aborts}
-    if case["enable_minibatching"] and kinds != {"topology"}:
-        with pytest.raises(SparseCoreUnsupportedError, match="enable_minibatching"):
-            _run(case)
-        return
     with pytest.raises(SparseCoreInputError) as info:
         _run(case)
     err = info.value
@@ -248,15 +243,6 @@ def test_each_abort_message_is_reproduced(case_id: int) -> None:
             (abort["stack"], abort["limit_name"], abort["limit"])
         assert abort["observed"] in err.per_sparse_core.reshape(-1).tolist()
         assert err.observed == int(err.per_sparse_core.max())
-
-
-@pytest.mark.parametrize("case_id", [i for i in _ids("ok", True)
-                                     if not _one_minibatch(_cases()[i])])
-def test_a_batch_split_into_minibatches_is_refused_clearly(case_id: int) -> None:
-    """The reference split this batch into 8 minibatches (a limit was exceeded); tpuemb does
-    not reproduce the split and says so."""
-    with pytest.raises(SparseCoreUnsupportedError, match="split the batch into minibatches"):
-        _run(_cases()[case_id])
 
 
 # ---------------------------------------------------------------- the 17 invalid or edge inputs
@@ -581,5 +567,3 @@ def test_hand_worked_batch_with_minibatching() -> None:
     assert np.array_equal(got.embedding_ids[0, 8:10], plain.embedding_ids[0, 32:34])  # SC1 p0
     assert np.array_equal(got.gains[1, 32:35], plain.gains[1, 32:35])  # SC3 p0 at 32 in both
     assert got.valid_mask.sum() == plain.valid_mask.sum() == 22
-    with pytest.raises(SparseCoreUnsupportedError, match="split the batch"):
-        _hand(enable_minibatching=True, limits={"a_b": (2, 1)})
