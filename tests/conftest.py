@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import gc
 import os
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -30,15 +33,33 @@ EXAMPLES = ROOT / "examples"
 
 
 _BACKGROUND = "test_reproducible.py::test_golden_replays_give_the_same_bytes_under_every_setting"
+#: Tests that share nothing with the others and run many processes of their own (the CLI
+#: property test, the README's examples): when the session runs them beside other tests, they run
+#: in one pytest process of their own started at collection (``TPUEMB_FOREGROUND=1`` there), on
+#: the second core, and each of their items here waits for that process and reports the outcome
+#: it recorded (``--junitxml``): the same tests, with the same checks, off the critical path.
+_OWN_PROCESS = (
+    "test_cli_properties.py::test_every_command_under_every_input_is_safe",
+    "test_readme.py::",
+)
+_FOREGROUND = "TPUEMB_FOREGROUND"
+_own_run: dict[str, Any] = {}
+
+
+def _runs_apart(item: pytest.Item) -> bool:
+    return any(name in item.nodeid for name in _OWN_PROCESS)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The digest comparison (``test_reproducible``) waits for its background subprocesses: it
-    runs last, so they have the whole suite's time and no test waits behind it."""
+    """The tests that wait for background processes run last (those run in their own process,
+    then the digest comparison of ``test_reproducible``), so the processes have the whole
+    suite's time and no test waits behind them."""
+    apart = [item for item in items if _runs_apart(item)]
+    items[:] = [item for item in items if not _runs_apart(item)] + apart
     for index, item in enumerate(items):
         if item.nodeid.endswith(_BACKGROUND):
             items.append(items.pop(index))
-            return
+            break
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -48,10 +69,65 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if session.config.option.collectonly:
         return
     _freeze_the_collected()
+    apart = [item for item in session.items if _runs_apart(item)]
+    if apart and len(apart) < len(session.items) and os.environ.get(_FOREGROUND) != "1":
+        _start_apart(session, apart)
     for item in session.items:
         if item.nodeid.endswith(_BACKGROUND) and GOLDEN.joinpath("optimizers").is_dir():
             item.module.start_settings()  # type: ignore[attr-defined]
             return
+
+
+def _start_apart(session: pytest.Session, items: list[pytest.Item]) -> None:
+    folder = tempfile.mkdtemp(prefix="tpuemb-apart-")
+    report = os.path.join(folder, "report.xml")
+    log = open(os.path.join(folder, "log.txt"), "w+", encoding="utf-8")  # noqa: SIM115
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+               f"--junitxml={report}", *(item.nodeid for item in items)]
+    _own_run.update(folder=folder, report=report, log=log, process=subprocess.Popen(
+        command, cwd=session.config.rootpath, env={**os.environ, _FOREGROUND: "1"}, stdout=log,
+        stderr=subprocess.STDOUT))
+
+
+def _own_outcomes() -> dict[tuple[str, str], tuple[str, str]]:
+    """(module, test name) -> (outcome, message and text) from the process's report."""
+    if "outcomes" not in _own_run:
+        returncode = _own_run["process"].wait()
+        _own_run["log"].seek(0)
+        _own_run["output"] = f"exit {returncode}\n" + _own_run["log"].read()
+        outcomes: dict[tuple[str, str], tuple[str, str]] = {}
+        if os.path.exists(_own_run["report"]):
+            import xml.etree.ElementTree as ET
+
+            for case in ET.parse(_own_run["report"]).getroot().iter("testcase"):
+                outcome, text = "passed", ""
+                for kind in ("failure", "error", "skipped"):
+                    found = case.find(kind)
+                    if found is not None:
+                        outcome = kind
+                        text = (found.get("message") or "") + "\n" + (found.text or "")
+                        break
+                module = case.get("classname", "").rsplit(".", 1)[-1]
+                outcomes[(module, case.get("name", ""))] = (outcome, text)
+        _own_run["outcomes"] = outcomes
+    return _own_run["outcomes"]  # type: ignore[no-any-return]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    """An item run in its own process: its outcome is the one that process recorded."""
+    if "process" not in _own_run or not _runs_apart(pyfuncitem):
+        return None
+    outcome = _own_outcomes().get((pyfuncitem.module.__name__, pyfuncitem.name))
+    if outcome is None:
+        pytest.fail("the test's own pytest process recorded no outcome for it:\n"
+                    + _own_run["output"], pytrace=False)
+    kind, text = outcome
+    if kind == "skipped":
+        pytest.skip(text.strip().splitlines()[0] if text.strip() else "skipped")
+    if kind != "passed":
+        pytest.fail(f"in the test's own pytest process ({kind}):\n{text}", pytrace=False)
+    return True
 
 
 def _freeze_the_collected() -> None:
@@ -64,6 +140,15 @@ def _freeze_the_collected() -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
+    process = _own_run.get("process")
+    if process is not None:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        _own_run["log"].close()
+        import shutil
+
+        shutil.rmtree(_own_run["folder"], ignore_errors=True)
     for item in getattr(session, "items", []):
         if item.nodeid.endswith(_BACKGROUND):
             item.module.stop_settings()  # type: ignore[attr-defined]

@@ -92,9 +92,14 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1024, help="rows per step of an .npz")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    columns = zipf_columns(schema_of(args.config), args.rows, exponent=args.exponent,
-                           max_bag=args.max_bag, seed=args.seed)
-    write(args.output, columns, args.batch)
+    from tpuemb_cfg.errors import TpuembError
+
+    try:
+        columns = zipf_columns(schema_of(args.config), args.rows, exponent=args.exponent,
+                               max_bag=args.max_bag, seed=args.seed)
+        write(args.output, columns, args.batch)
+    except (TpuembError, OSError, ValueError) as e:
+        raise SystemExit(f"zipf_sample.py: {e}") from None
 
 
 if __name__ == "__main__":
