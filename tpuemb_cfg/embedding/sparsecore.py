@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
 from tpuemb_cfg.embedding import _checks as chk
@@ -61,6 +61,7 @@ from tpuemb_cfg.sparsecore.config import (
     SparseCoreOptimizer,
     SparseCoreTable,
 )
+from tpuemb_cfg.sparsecore.feed import DEFAULT_MAX_IDS_PER_TABLE
 from tpuemb_cfg.sparsecore.topology import DEFAULT_SPARSE_CORES, Topology, parse_topology
 
 if TYPE_CHECKING:
@@ -85,7 +86,9 @@ __all__ = [
 GROUP_PREFIX = "_xxtpuv3internal_"
 #: ``TPUEmbeddingV2.DEFAULT_MAX_IDS_PER_TABLE`` and the unique-id default: what a stacked table
 #: missing from ``max_ids_per_table`` / ``max_unique_ids_per_table`` gets (with a warning).
-DEFAULT_MAX_IDS = 256
+DEFAULT_MAX_IDS = DEFAULT_MAX_IDS_PER_TABLE
+#: TensorFlow's defaults, kept once: the fields of the configuration record.
+_DEFAULT: dict[str, Any] = {f.name: f.default for f in fields(SparseCoreConfig)}
 
 
 @dataclass(frozen=True)
@@ -101,13 +104,13 @@ class SparseCoreEmbeddingConfig:
     mistake is reported at the spec line that made it rather than deep inside the TPU setup.
     """
 
-    disable_table_stacking: bool = False
-    max_ids_per_chip_per_sample: int = 64
-    max_ids_per_table: Mapping[str, int] | None = None
-    max_unique_ids_per_table: Mapping[str, int] | None = None
-    allow_id_dropping: bool = False
-    initialize_tables_on_host: bool = True
-    enable_fast_table_initialization: bool = False
+    disable_table_stacking: bool = _DEFAULT["disable_table_stacking"]
+    max_ids_per_chip_per_sample: int = _DEFAULT["max_ids_per_chip_per_sample"]
+    max_ids_per_table: Mapping[str, int] | None = _DEFAULT["max_ids_per_table"]
+    max_unique_ids_per_table: Mapping[str, int] | None = _DEFAULT["max_unique_ids_per_table"]
+    allow_id_dropping: bool = _DEFAULT["allow_id_dropping"]
+    initialize_tables_on_host: bool = _DEFAULT["initialize_tables_on_host"]
+    enable_fast_table_initialization: bool = _DEFAULT["enable_fast_table_initialization"]
 
     def __post_init__(self) -> None:
         origins.record(self)
