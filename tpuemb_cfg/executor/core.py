@@ -926,6 +926,7 @@ def require_memory(
     counted: str = "tables, slots and a step's working arrays",
     reduce: str | Callable[[int], str] = "reduce vocabulary_size/dimension",
     process: int = 0,
+    scale_out: bool = True,
 ) -> None:
     """Raise ``UsageError`` when ``needed`` bytes exceed ``max_memory`` (None: the default limit,
     ``limits.default_memory_limit``; no check where the available memory is unknown).
@@ -935,7 +936,8 @@ def require_memory(
     the default, a share of the memory still available. The message says which limit it was
     and what to do: ``reduce``, the fix that shrinks the run (or a function of the limit giving
     it), and a ``--max-memory`` that admits the run (``limits.suggest_memory``) only when this
-    machine has that much memory; else a larger machine or the Ray backend on several.
+    machine has that much memory; else a larger machine or (``scale_out``: the run can use it)
+    the Ray backend on several.
     """
     from ..limits import MEMORY_SHARE, default_memory_limit, suggest_memory, total_memory
 
@@ -952,10 +954,11 @@ def require_memory(
         where = (f"the memory limit of {units.format_size(limit)}" if max_memory is not None
                  else f"the {units.format_size(limit)} it may use here ({MEMORY_SHARE:.0%} of "
                  "the memory available)")
+        spread = (" or spread the tables over several machines (--backend ray --ray-address "
+                  "ADDR --shards N, docs/scale.md)" if scale_out else "")
         raise UsageError(
             f"{head}{where}, and more than this machine has ({units.format_size(machine)}); "
-            f"{reduce}, or run it on a machine with more memory or spread the tables over "
-            "several machines (--backend ray --ray-address ADDR --shards N, docs/scale.md)")
+            f"{reduce}, or run it on a machine with more memory{spread}")
     if max_memory is not None:
         raise UsageError(
             f"{head}the memory limit of {units.format_size(limit)}; {reduce}, or raise the limit "

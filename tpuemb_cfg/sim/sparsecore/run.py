@@ -182,7 +182,7 @@ class SparseCoreRun:
             require_memory(parts.total + twin, options.memory_limit, process=parts.process,
                            counted="tables, slots and a step's working arrays"
                            + (" of the run and of its twin without dropping" if compare else ""),
-                           reduce=reduce_hint(parts))
+                           reduce=reduce_hint(parts), scale_out=False)
             options = replace(options, check_memory=False)
         self.setup = setup
         self.allow_id_dropping = (setup.allow_id_dropping if allow_id_dropping is None
