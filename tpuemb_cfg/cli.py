@@ -195,10 +195,12 @@ def _unavailable(name: str) -> click.Command:
 @click.version_option(__version__, "-V", "--version", prog_name="tpuemb",
                       message="%(prog)s %(version)s (TensorFlow 2.21 TPU embedding schema)")
 def main() -> None:
-    """tpuemb: read, validate, compile and simulate TensorFlow TPU embedding configurations.
+    """tpuemb: read, validate, compile, simulate and plan TensorFlow TPU embedding configurations.
 
-    Every command reads text (.pbtxt), binary (.pb/.binpb) and JSON (.json) configurations and
-    exits 0 on success, 1 when validate finds problems or a --check sees a difference, 2 when
+    Every command reads text (.pbtxt), binary (.pb/.binpb) and JSON (.json) configurations
+    (validate, inspect, simulate and plan also Python/TOML specs, SparseCore ones included) and
+    exits 0 on success, 1 when validate finds problems, plan's gate fails or a --check sees a
+    difference, 2 when
     an input cannot be read, an output cannot be written or the options are wrong, and 130 when
     interrupted (143 on SIGTERM, 129 on SIGHUP). Outputs are written atomically and never
     replace an input. Inputs larger than 256 MiB are refused; the environment variable
