@@ -46,7 +46,7 @@ from ...executor.state import slot_key, table_key
 from ...executor.storage import RowUpdate
 from ...layout import TableLayout
 
-__all__ = ["Arena", "PipelineRef", "Shard", "call", "fitting_hosts", "shard_bytes"]
+__all__ = ["Arena", "PipelineRef", "Shard", "call", "call_many", "fitting_hosts", "shard_bytes"]
 
 F32 = np.float32
 
@@ -310,6 +310,25 @@ class Shard:
                 args[index] = array
         return self.call_args(committed, method, *args)
 
+    def call_batch(self, message: bytes, *arrays: np.ndarray) -> list[Any]:
+        """Several calls in one message (``call_many``): the pickled ``(committed, calls)``,
+        each call ``(method, args, holes)`` with the positions ``holes`` of its ``args``
+        filled by the next of ``arrays``; run in order (after ``commit(committed)``), their
+        results in a list. One Ray call per host and step phase instead of one per table: the
+        driver's cost of a call (submitting it, handling its reply) is paid once per host."""
+        committed, calls = pickle.loads(message)
+        if committed is not None:
+            self.commit(committed)
+        remaining = iter(arrays)
+        results: list[Any] = []
+        for method, args, holes in calls:
+            if holes:
+                args = list(args)
+                for index in holes:
+                    args[index] = next(remaining)
+            results.append(self.call_args(None, method, *args))
+        return results
+
     def call_args(self, committed: int | None, method: str, *args: Any) -> Any:
         """``method(*args)``, after ``commit(committed)`` when the driver has a step to
         confirm: the end of a step rides on the next call instead of a message of its own."""
@@ -513,14 +532,34 @@ def call(actor: Any, committed: int | None, method: str, args: Sequence[Any]) ->
         return actor.call_args.remote(committed, method, *args)
     holes = [i for i, a in enumerate(args) if isinstance(a, np.ndarray)]
     values = [None if i in holes else a for i, a in enumerate(args)] if holes else list(args)
+    message = _dumps((committed, method, values, holes))
+    return actor.call.remote(message, *(args[i] for i in holes))
+
+
+def call_many(actor: Any, committed: int | None,
+              calls: Sequence[tuple[str, Sequence[Any]]]) -> Any:
+    """``actor.call_batch``: every ``(method, args)`` of ``calls`` in one Ray call, in order,
+    after confirming step ``committed``; the arrays among the arguments travel as arguments of
+    their own (Ray's zero-copy path), the rest pickled into one message, as for :func:`call`."""
+    arrays: list[np.ndarray] = []
+    packed: list[tuple[str, list[Any], list[int]]] = []
+    for method, args in calls:
+        holes = [i for i, a in enumerate(args) if isinstance(a, np.ndarray)]
+        packed.append((method, [None if i in holes else a for i, a in enumerate(args)], holes))
+        arrays.extend(args[i] for i in holes)
+    return actor.call_batch.remote(_dumps((committed, packed)), *arrays)
+
+
+def _dumps(value: Any) -> bytes:
+    """``value`` pickled (protocol 5), with Ray's cloudpickle for what pickle cannot (a
+    user's callable of a custom optimizer)."""
     try:
-        message = pickle.dumps((committed, method, values, holes), protocol=5)
+        return pickle.dumps(value, protocol=5)
     except (pickle.PicklingError, AttributeError, TypeError):
         from ray import cloudpickle
 
         dumps: Callable[..., bytes] = cloudpickle.dumps  # ray's cloudpickle is unannotated
-        message = dumps((committed, method, values, holes), protocol=5)
-    return actor.call.remote(message, *(args[i] for i in holes))
+        return dumps(value, protocol=5)
 
 
 def fitting_hosts(plan: Plan, limit: int, at_least: int = 1, most: int = 1 << 20) -> int | None:
