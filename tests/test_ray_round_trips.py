@@ -15,7 +15,7 @@ from raycluster import ray_cluster  # noqa: F401  (the fixture)
 
 import tpuemb_cfg
 from tpuemb_cfg.backends.ray.storage import PLACEMENT_ENV, SHARED_MEMORY_ENV, RayStorage
-from tpuemb_cfg.errors import UsageError
+from tpuemb_cfg.errors import NumericalError, UsageError
 from tpuemb_cfg.simulate import Executor
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
@@ -96,3 +96,37 @@ def test_actors_prefer_the_drivers_node_unless_told_to_spread(
         with pytest.raises(UsageError, match=r"actor placement 'nearby' .* expected 'driver' "
                                              r"or 'spread'"):
             storage._scheduling("nearby")
+
+
+OVERFLOWING = """
+table_descriptor { name: "a" vocabulary_size: 40 dimension: 2 optimization_parameters {
+  adagrad { } learning_rate { constant: 0.1 } } }
+table_descriptor { name: "b" vocabulary_size: 30 dimension: 2 optimization_parameters {
+  stochastic_gradient_descent { } learning_rate { constant: 1e30 } } }
+table_descriptor { name: "c" vocabulary_size: 20 dimension: 2 optimization_parameters {
+  momentum { momentum: 0.5 } learning_rate { constant: 0.1 } } }
+mode: TRAINING num_hosts: 2 num_tensor_cores: 1 sharding_strategy: MOD
+feature_descriptor { name: "x" input_shape: 4 }
+feature_descriptor { name: "y" table_id: 1 input_shape: 4 }
+feature_descriptor { name: "z" table_id: 2 input_shape: 4 }
+"""
+
+
+def test_an_overflow_leaves_the_later_tables_as_one_machine_does() -> None:
+    """The updates of every table go to the hosts before the first norm is read; when table b's
+    overflows, table c (which one table at a time would not have reached) is put back."""
+    config = tpuemb_cfg.load(OVERFLOWING.encode(), "text")
+    ids = np.array([0, 1, 2, 3], dtype=np.int64)
+    batch = [{"ids": ids, "grad": np.full((4, 2), scale, dtype=np.float32)}
+             for scale in (1.0, 1e10, 1.0)]
+    local = Executor(config, seed=1)
+    with Executor(config, seed=1, backend="ray") as sharded:
+        for executor in (local, sharded):
+            with pytest.raises(NumericalError, match="the update of table 'b'"):
+                executor.step(batch)
+        wanted = local.state_arrays()
+        held = sharded.state_arrays()
+        assert not np.isfinite(wanted["table/b"]).all()
+        assert (wanted["table/c"] == Executor(config, seed=1).state_arrays()["table/c"]).all()
+        for key, array in wanted.items():
+            np.testing.assert_array_equal(np.asarray(held[key]), array, err_msg=key)

@@ -739,7 +739,8 @@ class Executor:
             fused_grads = {table.name: grad for table, grad in zip(fused, computed, strict=True)}
             # A storage that queues updates (``flush``: the Ray backend's, one call per host for
             # every table) gets every table's first, then the norms are read.
-            deferred = callable(getattr(self.storage, "flush", None))
+            deferred = callable(getattr(self.storage, "flush", None)) and callable(
+                getattr(self.storage, "discard", None))
             finishing: list[tuple[TablePlan, np.ndarray | None, np.ndarray]] = []
             for table in self.plan.tables:
                 record = dedup.tables[table.name]
@@ -765,9 +766,15 @@ class Executor:
                         finishing.append((table, changed, before))
                     else:
                         self._finish_table(table, changed, before, rates)
-            for table, changed, before in finishing:
-                with np.errstate(over="ignore", invalid="ignore"):
-                    self._finish_table(table, changed, before, rates)
+            for index, (table, changed, before) in enumerate(finishing):
+                try:
+                    with np.errstate(over="ignore", invalid="ignore"):
+                        self._finish_table(table, changed, before, rates)
+                except NumericalError:
+                    # One table at a time would not have updated the later tables: undo them.
+                    self.storage.discard(  # type: ignore[attr-defined]
+                        [t.name for t, _, _ in finishing[index + 1:]])
+                    raise
             self.storage.commit()
         self.last_learning_rates = rates
         self.step_index += 1

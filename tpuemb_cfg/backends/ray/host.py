@@ -463,21 +463,38 @@ class Shard:
         """Steps up to ``step`` (None: all) are applied on every shard: forget their undo log."""
         self._undo = [e for e in self._undo if step is not None and e[0] > step]
 
+    def undo_tables(self, step: int, tables: Sequence[str]) -> None:
+        """Put back every row of ``tables`` that step ``step`` changed here (the latest change
+        first), and forget those entries of the undo log; the other tables' stay."""
+        names = set(tables)
+        for table in names:
+            self._kept.pop(table, None)
+        entries = [e for e in self._undo if e[0] == step and e[1] in names]
+        for entry in reversed(entries):
+            self._restore(entry)
+        self._undo = [e for e in self._undo if not (e[0] == step and e[1] in names)]
+
+    def _restore(self, entry: tuple[int, str, Local | None, np.ndarray,
+                                    tuple[np.ndarray, ...]]) -> None:
+        _, table, local, values, slots = entry
+        if local is None:
+            self._params[table][...] = values
+            for array, saved in zip(self._slots[table], slots, strict=True):
+                array[...] = saved
+        else:
+            assert isinstance(local, np.ndarray)  # ``update`` logs row numbers, never a slice
+            self.engine.scatter(self._params[table], local, values)
+            for array, saved in zip(self._slots[table], slots, strict=True):
+                self.engine.scatter(array, local, saved)
+
     def abort(self, step: int | None = None) -> None:
         """Another shard failed during step ``step`` (None: whatever is open): put back every
         row it changed here. Earlier steps were complete (their commit had not arrived yet)."""
         if step is not None:
             self.commit(step - 1)
         self._kept.clear()
-        for _, table, local, values, slots in reversed(self._undo):
-            if local is None:
-                self._params[table][...] = values
-                for array, saved in zip(self._slots[table], slots, strict=True):
-                    array[...] = saved
-            else:
-                self.engine.scatter(self._params[table], local, values)
-                for array, saved in zip(self._slots[table], slots, strict=True):
-                    self.engine.scatter(array, local, saved)
+        for entry in reversed(self._undo):
+            self._restore(entry)
         self._undo.clear()
 
     # ----------------------------------------------------------------------------------------

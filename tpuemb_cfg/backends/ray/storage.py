@@ -824,6 +824,20 @@ class RayStorage:
         for kind, table, key, start in measures:
             self._measured[kind, table] = (key, values[start:start + self.hosts])
 
+    def discard(self, tables: Sequence[str]) -> None:
+        """Put back, on every host, what the open step changed of ``tables`` (the executor's
+        check of an earlier table's update failed: one table at a time, these would not have
+        been updated); the step's other tables stay as they are, uncommitted."""
+        self._settle()
+        if not tables or not self._open:
+            return
+        for table in tables:
+            self._cache.pop(table, None)
+            self._kept.pop(table, None)
+            self._sumsq.pop(table, None)
+        self._run([(h, "undo_tables", (self._step, list(tables))) for h in range(self.hosts)],
+                  "undoing the update of later tables")
+
     def commit(self) -> None:
         """Every host applied the step: they may drop its undo log. No message of its own: the
         confirmation rides on each host's next call (``Shard.call``), which runs first."""
