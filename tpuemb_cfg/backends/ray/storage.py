@@ -7,7 +7,14 @@ only the rows ``sharding_strategy`` gives its host (spec section 8). The step lo
 change (it reaches the tables only through the ``Storage`` interface); per step only touched
 rows travel:
 
-- **forward**: ``gather`` splits the step's sorted unique ids by host, each host returns its
+- **one call per host per phase**: the executor asks for every table's rows at once
+  (``prefetch``) and the storage queues every table's updates (``update``) until the first
+  norm is read (``flush``, also made by ``commit`` and by any read); each phase sends every
+  host one Ray call holding all its tables' work (``host.call_many``), hosts in parallel, then
+  collects the replies. A step costs two calls per host however many tables it has (the
+  executor's ``discard`` puts back the later tables when an earlier one's update overflows,
+  as one table at a time would have left them);
+- **forward**: ``prefetch`` splits each table's sorted unique ids by host, each host returns its
   rows, the driver puts them back in id order (and keeps them for the pre-update read of the
   same rows, so they are not fetched twice); each host keeps the row numbers and values it
   read, under a key;
