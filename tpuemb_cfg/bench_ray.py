@@ -17,7 +17,7 @@ from .bench import OPTIMIZERS, Workload, _config_text, zipf_ids
 from .errors import UsageError
 from .errors import parameter as arg
 
-__all__ = ["run"]
+__all__ = ["run", "run_model"]
 
 F32 = np.float32
 
@@ -55,3 +55,31 @@ def run(workload: Workload | None = None, *, shards: int = 2, engine: str = "num
     prepared = prepare(_config(w, shards, mod), combiners="sum")
     return benchmark.run(prepared, [{"ids": ids, "grad": grads}], steps=w.steps, engine=engine,
                          address=address, shared_memory=shared_memory, workload=asdict(w))
+
+
+def run_model(source: Any, *, shards: int, steps: int = 6, engine: str = "numba",
+              address: str | None = None, seed: int = 0) -> dict[str, Any]:
+    """A whole model's step (``source``: a configuration, e.g. ``examples/quickstart.pbtxt``;
+    every table) on ``shards`` host actors against one process: one synthetic batch
+    (``sim.synthetic.SyntheticData`` of ``seed``: its ids, its step-0 learning rates, float32
+    gradients of scale 0.01) stepped ``steps`` times by both, alternating; the JSON-ready dict
+    of ``backends.ray.benchmark.run_model`` with ``config``. What
+    ``benchmarks/results/ray_round_trips.json`` records."""
+    from .backends.ray import benchmark
+    from .session import prepare
+    from .sim.synthetic import SyntheticData
+
+    prepared = prepare(source)
+    plan = prepared.plan
+    data = SyntheticData(plan, seed=seed)
+    rng = np.random.default_rng([seed, 0x6AD])
+    batch = []
+    for feature, given in zip(plan.features, data.next_batch(), strict=True):
+        bags = given.row_splits.shape[0] - 1
+        grad = rng.standard_normal((bags, plan.tables[feature.table].dimension), dtype=F32)
+        batch.append({"ids": given.ids, "row_splits": given.row_splits,
+                      "grad": grad * F32(0.01)})
+    result = benchmark.run_model(prepared, batch, data.learning_rates(0), shards=shards,
+                                 steps=steps, engine=engine, address=address)
+    result["config"] = str(source)
+    return result

@@ -569,18 +569,25 @@ class Executor:
         plan = self.plan
         activations: list[np.ndarray] = [np.zeros((0, 0), dtype=F32)] * len(checked)
         tables: dict[str, TableDeduplication] = {}
-        inputs: list[TableInput] = []
-        for table in plan.tables:
-            given = self._table_input(table, checked, source)
-            inputs.append(given)
+        inputs = [self._table_input(table, checked, source) for table in plan.tables]
+        routes = [self._fused if self._routes[table.name].forward else None
+                  for table in plan.tables]
+        found = [
+            fused.deduplicate(given.ids) if fused is not None
+            else self.engine.deduplicate(given.ids)
+            for given, fused in zip(inputs, routes, strict=True)
+        ]
+        prefetch = getattr(self.storage, "prefetch", None)
+        if callable(prefetch):  # a remote storage: every table's rows in one call per host
+            prefetch([(table.name, unique) for table, (unique, _), fused
+                      in zip(plan.tables, found, routes, strict=True) if fused is None])
+        for table, given, fused, (unique, inverse) in zip(plan.tables, inputs, routes, found,
+                                                          strict=True):
             ids = given.ids
-            fused = self._fused if self._routes[table.name].forward else None
             if fused is not None:
                 # Rows read straight from the live table: no gathered copy (spec section 3).
-                unique, inverse = fused.deduplicate(ids)
                 rows, _ = self.storage.local(table.name, unique)  # type: ignore[attr-defined]
             else:
-                unique, inverse = self.engine.deduplicate(ids)
                 rows = self._snapshot_rows(table, unique)
             start = 0
             for f, c, g in zip(table.features, given.feats, given.gains_list, strict=True):
@@ -730,6 +737,11 @@ class Executor:
                         check_finite(grads[feature.index], self.step_index, feature.index,
                                      source)
             fused_grads = {table.name: grad for table, grad in zip(fused, computed, strict=True)}
+            # A storage that queues updates (``flush``: the Ray backend's, one call per host for
+            # every table) gets every table's first, then the norms are read.
+            deferred = callable(getattr(self.storage, "flush", None)) and callable(
+                getattr(self.storage, "discard", None))
+            finishing: list[tuple[TablePlan, np.ndarray | None, np.ndarray]] = []
             for table in self.plan.tables:
                 record = dedup.tables[table.name]
                 if table.name in fused_grads:
@@ -748,7 +760,21 @@ class Executor:
                     continue
                 # An overflow is reported by _require_finite, naming its cause, not by NumPy.
                 with np.errstate(over="ignore", invalid="ignore"):
-                    self._update_table(table, record, stacked(table, grads), rates, dynamic)
+                    changed, before = self._update_table(table, record, stacked(table, grads),
+                                                         rates, dynamic)
+                    if deferred:
+                        finishing.append((table, changed, before))
+                    else:
+                        self._finish_table(table, changed, before, rates)
+            for index, (table, changed, before) in enumerate(finishing):
+                try:
+                    with np.errstate(over="ignore", invalid="ignore"):
+                        self._finish_table(table, changed, before, rates)
+                except NumericalError:
+                    # One table at a time would not have updated the later tables: undo them.
+                    self.storage.discard(  # type: ignore[attr-defined]
+                        [t.name for t, _, _ in finishing[index + 1:]])
+                    raise
             self.storage.commit()
         self.last_learning_rates = rates
         self.step_index += 1
@@ -797,7 +823,9 @@ class Executor:
         d_activations: np.ndarray,
         rates: np.ndarray,
         dynamic: tuple[float, ...],
-    ) -> None:
+    ) -> tuple[np.ndarray | None, np.ndarray]:
+        """Update ``table``'s rows from the step's gradients; return the rows changed (None:
+        every row) and their values before (``_finish_table`` reads the update norm)."""
         lr = self._learning_rate(table, rates)
         changed: np.ndarray | None = None
         if table.lazy:
@@ -817,6 +845,12 @@ class Executor:
                 partial.rows.shape[0],
             )
             self._update_rows(table, partial.rows, grad, lr, dynamic)
+        return changed, before
+
+    def _finish_table(self, table: TablePlan, changed: np.ndarray | None, before: np.ndarray,
+                      rates: np.ndarray) -> None:
+        """After ``_update_table``: the report's rows and update norm, the finiteness check and
+        the pipelining buffer of ``table``."""
         report = self.last_report.get(table.name)
         if report is not None:
             report.rows_updated = table.vocabulary if changed is None else int(changed.shape[0])

@@ -41,8 +41,15 @@ in without touching the step. The interface (:class:`Storage`):
 :class:`LocalStorage` keeps NumPy arrays in this process and runs the engine's kernels on them.
 A storage may offer more: ``load_given(given, source=)`` (replace the tables and slots by given
 state-file arrays, checked, where the rows live; else the executor checks them and calls
-``load``) and the live arrays of :class:`LiveArrays` (the compiled step's in-place reads and
-updates).
+``load``), the live arrays of :class:`LiveArrays` (the compiled step's in-place reads and
+updates), and, for a remote storage whose every call costs a round trip, batching:
+``prefetch([(table, rows), ...])`` (the step reads every table's rows at once; the next
+``gather`` calls of those arrays return them) and ``flush()`` with ``discard(tables)`` (its
+``update`` only queues; the executor updates every table before reading the first
+``change_norm``, which sends the queue, and when that table's check raises ``NumericalError``
+it has the storage put back the step's later tables, which one table at a time would not have
+touched). The Ray storage offers all three: a step is one call per host for the reads and one
+for the updates. The local storage offers none and steps one table at a time.
 
 **Backends.** The executor opens its storage through a :class:`Backend` chosen by name in
 :data:`BACKENDS` (``name -> "module:attribute"``, imported when chosen, so the executor imports

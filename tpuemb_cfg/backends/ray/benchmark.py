@@ -38,7 +38,7 @@ from .storage import SHARED_MEMORY_ENV, RayStorage
 if TYPE_CHECKING:
     from ...executor.prepared import Prepared
 
-__all__ = ["model_bytes", "run"]
+__all__ = ["model_bytes", "run", "run_model"]
 
 F32 = np.float32
 
@@ -129,19 +129,51 @@ def _shared_memory(wanted: bool | None) -> Iterator[None]:
             os.environ[SHARED_MEMORY_ENV] = saved
 
 
+def run_model(prepared: Prepared, batch: list[dict[str, np.ndarray]], rates: np.ndarray | None,
+              *, shards: int, steps: int, engine: str = "numba",
+              address: str | None = None) -> dict[str, Any]:
+    """The step of a whole model (every table of ``prepared``, its ``batch`` of every feature
+    with ``grad``, learning ``rates``) on ``shards`` host actors against one process, steps
+    alternating as in :func:`run`: the medians, the ratio, the Ray calls made to each host per
+    step (``calls_per_step_per_host``: two, a read and an update, whatever the number of
+    tables) and whether the activations were equal bit for bit."""
+    import_ray()
+    options = RunOptions(engine=engine)
+    local = Executor(prepared, options)
+    started = connect(address)
+    try:
+        begin = time.perf_counter()
+        sharded = Executor(prepared, options, Placement("ray", shards=shards))
+        setup_sec = time.perf_counter() - begin
+        storage = sharded.storage
+        assert isinstance(storage, RayStorage)
+        result = _measure(local, sharded, storage, batch, steps, rates)
+        result.update({"backend": "ray", "shards": shards, "tables": len(prepared.plan.tables),
+                       "engine": sharded.engine.name, "actor_setup_sec": setup_sec})
+        sharded.close()
+    finally:
+        if started:
+            disconnect()
+    return result
+
+
 def _measure(local: Executor, sharded: Executor, storage: RayStorage,
-             batch: list[dict[str, np.ndarray]], steps: int) -> dict[str, Any]:
-    """Alternate ``steps`` (+1 warm-up) steps of both executors; medians, bytes, equality."""
+             batch: list[dict[str, np.ndarray]], steps: int,
+             rates: np.ndarray | None = None) -> dict[str, Any]:
+    """Alternate ``steps`` (+1 warm-up) steps of both executors; medians, bytes, calls,
+    equality."""
     same = True
     times: dict[str, list[float]] = {"local": [], "ray": []}
     traffic = None
+    calls = storage.calls.copy()
     for step in range(steps + 1):
         outputs = []
         for name, executor in (("local", local), ("ray", sharded)):
             if step == 1 and name == "ray":
                 traffic = storage.traffic.copy()
+                calls = storage.calls.copy()
             begin = time.perf_counter()
-            outputs.append(executor.step(batch))
+            outputs.append(executor.step(batch, rates))
             if step:
                 times[name].append(time.perf_counter() - begin)
         same = same and all(np.array_equal(a, b) for a, b in zip(*outputs, strict=True))
@@ -155,6 +187,7 @@ def _measure(local: Executor, sharded: Executor, storage: RayStorage,
         "ray_over_local": ray_sec / local_sec,
         "bytes_sent_per_step": [int(v) for v in moved[:, 0]],
         "bytes_received_per_step": [int(v) for v in moved[:, 1]],
+        "calls_per_step_per_host": [float(v) for v in (storage.calls - calls) / max(steps, 1)],
         "bit_identical": bool(same),
     }
 

@@ -46,7 +46,7 @@ from ...executor.state import slot_key, table_key
 from ...executor.storage import RowUpdate
 from ...layout import TableLayout
 
-__all__ = ["Arena", "PipelineRef", "Shard", "call", "fitting_hosts", "shard_bytes"]
+__all__ = ["Arena", "PipelineRef", "Shard", "call", "call_many", "fitting_hosts", "shard_bytes"]
 
 F32 = np.float32
 
@@ -310,6 +310,25 @@ class Shard:
                 args[index] = array
         return self.call_args(committed, method, *args)
 
+    def call_batch(self, message: bytes, *arrays: np.ndarray) -> list[Any]:
+        """Several calls in one message (``call_many``): the pickled ``(committed, calls)``,
+        each call ``(method, args, holes)`` with the positions ``holes`` of its ``args``
+        filled by the next of ``arrays``; run in order (after ``commit(committed)``), their
+        results in a list. One Ray call per host and step phase instead of one per table: the
+        driver's cost of a call (submitting it, handling its reply) is paid once per host."""
+        committed, calls = pickle.loads(message)
+        if committed is not None:
+            self.commit(committed)
+        remaining = iter(arrays)
+        results: list[Any] = []
+        for method, args, holes in calls:
+            if holes:
+                args = list(args)
+                for index in holes:
+                    args[index] = next(remaining)
+            results.append(self.call_args(None, method, *args))
+        return results
+
     def call_args(self, committed: int | None, method: str, *args: Any) -> Any:
         """``method(*args)``, after ``commit(committed)`` when the driver has a step to
         confirm: the end of a step rides on the next call instead of a message of its own."""
@@ -444,21 +463,38 @@ class Shard:
         """Steps up to ``step`` (None: all) are applied on every shard: forget their undo log."""
         self._undo = [e for e in self._undo if step is not None and e[0] > step]
 
+    def undo_tables(self, step: int, tables: Sequence[str]) -> None:
+        """Put back every row of ``tables`` that step ``step`` changed here (the latest change
+        first), and forget those entries of the undo log; the other tables' stay."""
+        names = set(tables)
+        for table in names:
+            self._kept.pop(table, None)
+        entries = [e for e in self._undo if e[0] == step and e[1] in names]
+        for entry in reversed(entries):
+            self._restore(entry)
+        self._undo = [e for e in self._undo if not (e[0] == step and e[1] in names)]
+
+    def _restore(self, entry: tuple[int, str, Local | None, np.ndarray,
+                                    tuple[np.ndarray, ...]]) -> None:
+        _, table, local, values, slots = entry
+        if local is None:
+            self._params[table][...] = values
+            for array, saved in zip(self._slots[table], slots, strict=True):
+                array[...] = saved
+        else:
+            assert isinstance(local, np.ndarray)  # ``update`` logs row numbers, never a slice
+            self.engine.scatter(self._params[table], local, values)
+            for array, saved in zip(self._slots[table], slots, strict=True):
+                self.engine.scatter(array, local, saved)
+
     def abort(self, step: int | None = None) -> None:
         """Another shard failed during step ``step`` (None: whatever is open): put back every
         row it changed here. Earlier steps were complete (their commit had not arrived yet)."""
         if step is not None:
             self.commit(step - 1)
         self._kept.clear()
-        for _, table, local, values, slots in reversed(self._undo):
-            if local is None:
-                self._params[table][...] = values
-                for array, saved in zip(self._slots[table], slots, strict=True):
-                    array[...] = saved
-            else:
-                self.engine.scatter(self._params[table], local, values)
-                for array, saved in zip(self._slots[table], slots, strict=True):
-                    self.engine.scatter(array, local, saved)
+        for entry in reversed(self._undo):
+            self._restore(entry)
         self._undo.clear()
 
     # ----------------------------------------------------------------------------------------
@@ -513,14 +549,34 @@ def call(actor: Any, committed: int | None, method: str, args: Sequence[Any]) ->
         return actor.call_args.remote(committed, method, *args)
     holes = [i for i, a in enumerate(args) if isinstance(a, np.ndarray)]
     values = [None if i in holes else a for i, a in enumerate(args)] if holes else list(args)
+    message = _dumps((committed, method, values, holes))
+    return actor.call.remote(message, *(args[i] for i in holes))
+
+
+def call_many(actor: Any, committed: int | None,
+              calls: Sequence[tuple[str, Sequence[Any]]]) -> Any:
+    """``actor.call_batch``: every ``(method, args)`` of ``calls`` in one Ray call, in order,
+    after confirming step ``committed``; the arrays among the arguments travel as arguments of
+    their own (Ray's zero-copy path), the rest pickled into one message, as for :func:`call`."""
+    arrays: list[np.ndarray] = []
+    packed: list[tuple[str, list[Any], list[int]]] = []
+    for method, args in calls:
+        holes = [i for i, a in enumerate(args) if isinstance(a, np.ndarray)]
+        packed.append((method, [None if i in holes else a for i, a in enumerate(args)], holes))
+        arrays.extend(args[i] for i in holes)
+    return actor.call_batch.remote(_dumps((committed, packed)), *arrays)
+
+
+def _dumps(value: Any) -> bytes:
+    """``value`` pickled (protocol 5), with Ray's cloudpickle for what pickle cannot (a
+    user's callable of a custom optimizer)."""
     try:
-        message = pickle.dumps((committed, method, values, holes), protocol=5)
+        return pickle.dumps(value, protocol=5)
     except (pickle.PicklingError, AttributeError, TypeError):
         from ray import cloudpickle
 
         dumps: Callable[..., bytes] = cloudpickle.dumps  # ray's cloudpickle is unannotated
-        message = dumps((committed, method, values, holes), protocol=5)
-    return actor.call.remote(message, *(args[i] for i in holes))
+        return dumps(value, protocol=5)
 
 
 def fitting_hosts(plan: Plan, limit: int, at_least: int = 1, most: int = 1 << 20) -> int | None:

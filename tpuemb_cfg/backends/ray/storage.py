@@ -7,7 +7,14 @@ only the rows ``sharding_strategy`` gives its host (spec section 8). The step lo
 change (it reaches the tables only through the ``Storage`` interface); per step only touched
 rows travel:
 
-- **forward**: ``gather`` splits the step's sorted unique ids by host, each host returns its
+- **one call per host per phase**: the executor asks for every table's rows at once
+  (``prefetch``) and the storage queues every table's updates (``update``) until the first
+  norm is read (``flush``, also made by ``commit`` and by any read); each phase sends every
+  host one Ray call holding all its tables' work (``host.call_many``), hosts in parallel, then
+  collects the replies. A step costs two calls per host however many tables it has (the
+  executor's ``discard`` puts back the later tables when an earlier one's update overflows,
+  as one table at a time would have left them);
+- **forward**: ``prefetch`` splits each table's sorted unique ids by host, each host returns its
   rows, the driver puts them back in id order (and keeps them for the pre-update read of the
   same rows, so they are not fetched twice); each host keeps the row numbers and values it
   read, under a key;
@@ -44,7 +51,7 @@ from __future__ import annotations
 import contextlib
 import os
 import weakref
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -78,6 +85,7 @@ from .host import (
     Positions,
     Shard,
     call,
+    call_many,
     fitting_hosts,
     shard_bytes,
 )
@@ -88,10 +96,15 @@ F32 = np.float32
 #: The directory of shared-memory files, and the variable that turns their use off ("0").
 SHM_DIR = "/dev/shm"
 SHARED_MEMORY_ENV = "TPUEMB_RAY_SHARED_MEMORY"
+#: The variable that chooses where new host actors go (``ActorOptions.placement``).
+PLACEMENT_ENV = "TPUEMB_RAY_PLACEMENT"
 #: Bytes of one block of rows streamed from the shards (a file write, a fetch, a load).
 BLOCK_BYTES = 32 << 20
 #: Array bytes of one batch of calls above which each host's calls are sent by a thread.
 PARALLEL_BYTES = 1 << 20
+#: A submitted call: (host, the Ray reference of its reply, its position in a batch's replies
+#: or None for a call of its own).
+Submitted = tuple[int, Any, int | None]
 #: Seconds to wait for the cluster to place an actor before saying it cannot.
 PLACEMENT_TIMEOUT = 120.0
 
@@ -179,12 +192,18 @@ class ActorOptions:
     latter). ``address``: as for :func:`connect` (used only when this process is not connected
     yet; the storage then owns the connection and ``close`` ends it). ``threads``: numba
     threads per actor (default: the cores of its machine divided among the actors on it).
+    ``placement``: where new actors go - ``driver`` (the default): on the driver's Ray node
+    while it has the memory they reserve (Ray's soft node affinity), so that the step's rows
+    travel through shared memory instead of the object store, and on the other nodes after;
+    ``spread``: over the nodes (Ray's ``SPREAD``), for tables that need every node's memory
+    anyway. None: the environment's ``TPUEMB_RAY_PLACEMENT``, else ``driver``.
     """
 
     shards: int | None = None
     max_memory: int | None = None
     address: str | None = None
     threads: int | None = None
+    placement: str | None = None
 
 
 class RayStorage:
@@ -238,7 +257,15 @@ class RayStorage:
         self._step = 0  # the number of the open (or last) step, as the hosts log it
         self._unconfirmed: set[int] = set()  # hosts not yet told the last step is complete
         self._version = 0
-        self._cache: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        # Per table: (the rows read, what the next gathers of the same array return).
+        self._cache: dict[str, tuple[np.ndarray, list[np.ndarray]]] = {}
+        # Queued pre-step copies and updates (``update``, ``flush``), and what the last flush
+        # measured of the changes: (kind, table) -> (version or step, the hosts' results).
+        self._ops: list[tuple[Any, ...]] = []
+        self._flushing = False
+        self._measured: dict[tuple[str, str], tuple[int, list[Any]]] = {}
+        #: Ray calls made to each host so far (a batch of calls to one host is one).
+        self.calls = np.zeros(self.hosts, dtype=np.int64)
         self._splits: dict[str, tuple[np.ndarray, list[HostRows]]] = {}
         self._pipelined = plan.pipelined and plan.mode == "TRAINING"  # as the executor's
         # Per table, the sums of squares of its updates of the open step (one per update).
@@ -258,7 +285,7 @@ class RayStorage:
         try:
             if max_memory is None:
                 self._check_cluster()
-            self._start(actors.threads)
+            self._start(actors.threads, actors.placement)
             allocated = self._submit([(h, "allocate", (seed, frozenset(given)))
                                       for h in range(self.hosts)])
             self._ship(given, allocated)  # a host runs its calls in order: allocate first
@@ -294,16 +321,32 @@ class RayStorage:
             self._check_limit(largest, "the largest Ray node offers",
                               "add machines with more memory")
 
-    def _start(self, threads: int | None) -> None:
+    def _scheduling(self, placement: str | None) -> Any:
+        """Ray's scheduling strategy for a new actor (``ActorOptions.placement``)."""
+        choice = (placement or os.environ.get(PLACEMENT_ENV, "") or "driver").strip().lower()
+        if choice == "spread":
+            return "SPREAD"
+        if choice != "driver":
+            raise UsageError(f"actor placement {choice!r} ({PLACEMENT_ENV} or "
+                             "ActorOptions.placement): expected 'driver' or 'spread'")
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        here = str(self._ray.get_runtime_context().get_node_id() or "")
+        if not here:  # a driver outside the cluster (a Ray client): nowhere to prefer
+            return "SPREAD"
+        return NodeAffinitySchedulingStrategy(node_id=here, soft=True)
+
+    def _start(self, threads: int | None, placement: str | None = None) -> None:
         """Take idle actors of this session or start new ones, and give each its host."""
         ray = self._ray
         token = session_token(ray)
+        strategy = self._scheduling(placement)
         remote = ray.remote(max_restarts=0, max_task_retries=0)(Shard)
         for host in range(self.hosts):
             idle = take_actor(token, self.estimates[host])
             if idle is None:
                 reserved = max(self.estimates[host], 64 << 20)
-                idle = (remote.options(memory=reserved, scheduling_strategy="SPREAD").remote(),
+                idle = (remote.options(memory=reserved, scheduling_strategy=strategy).remote(),
                         reserved)
             self._actors.append(idle[0])
             self._reserved.append(idle[1])
@@ -315,7 +358,7 @@ class RayStorage:
                 f"{PLACEMENT_TIMEOUT:.0f} s; it lacks the CPUs or memory for the others "
                 f"(ray status shows its resources), or use fewer {arg('shards')}"
             )
-        places = self._collect(list(enumerate(where)), "starting")
+        places = self._collect([(h, ref, None) for h, ref in enumerate(where)], "starting")
         per_machine: dict[str, int] = {}
         for name, _, _ in places:
             per_machine[name] = per_machine.get(name, 0) + 1
@@ -345,15 +388,20 @@ class RayStorage:
     # ------------------------------------------------------------------------------------------
     # Calls to the hosts
 
-    def _submit(self, calls: Sequence[tuple[int, str, tuple[Any, ...]]]) -> list[tuple[int, Any]]:
-        """Send ``calls`` ((host, method, args)); a host receives its calls in their order.
+    def _submit(self, calls: Sequence[tuple[int, str, tuple[Any, ...]]]) -> list[Submitted]:
+        """Send ``calls`` ((host, method, args)); a host receives its calls in their order, its
+        consecutive calls in one Ray call (``host.call_many``; a ``put`` goes alone), so a
+        batch of calls costs one Ray call per host however many tables it covers. Queued
+        updates (``update``) are sent first.
 
         Ray copies large array arguments into its object store as it sends them; with several
         hosts and more than ``PARALLEL_BYTES`` of arrays, each host's calls are sent from a thread
         of their own, so the copies run in parallel."""
         if self._broken is not None:
             raise self._broken
-        refs: list[Any] = [None] * len(calls)
+        if self._ops and not self._flushing:
+            self.flush()
+        refs: list[Submitted] = [(0, None, None)] * len(calls)
         by_host: dict[int, list[int]] = {}
         payload = 0
         for index, (host, _, args) in enumerate(calls):
@@ -363,11 +411,27 @@ class RayStorage:
             by_host.setdefault(host, []).append(index)
 
         def send(host: int) -> None:
-            for index in by_host[host]:
-                _, method, args = calls[index]
-                committed = self._step if host in self._unconfirmed else None
-                self._unconfirmed.discard(host)
-                refs[index] = call(self._actors[host], committed, method, args)
+            committed = self._step if host in self._unconfirmed else None
+            self._unconfirmed.discard(host)
+            indices = by_host[host]
+            start = 0
+            while start < len(indices):
+                stop = start + 1
+                if calls[indices[start]][1] != "put":
+                    while stop < len(indices) and calls[indices[stop]][1] != "put":
+                        stop += 1
+                run = indices[start:stop]
+                actor = self._actors[host]
+                if len(run) == 1:
+                    _, method, args = calls[run[0]]
+                    refs[run[0]] = (host, call(actor, committed, method, args), None)
+                else:
+                    ref = call_many(actor, committed, [calls[i][1:] for i in run])
+                    for position, index in enumerate(run):
+                        refs[index] = (host, ref, position)
+                self.calls[host] += 1
+                committed = None
+                start = stop
 
         if len(by_host) > 1 and payload > PARALLEL_BYTES:
             if self._senders is None:
@@ -378,28 +442,38 @@ class RayStorage:
         else:
             for host in by_host:
                 send(host)
-        return [(host, ref) for (host, _, _), ref in zip(calls, refs, strict=True)]
+        return refs
 
-    def _collect(self, submitted: Sequence[tuple[int, Any]], what: str) -> list[Any]:
+    def _collect(self, submitted: Sequence[Submitted], what: str | Callable[[int], str]
+                 ) -> list[Any]:
         """Every result, in order; on a failure, roll the open step back on every other host
-        and raise (``ShardLost`` for a dead actor, the host's own error otherwise)."""
+        and raise (``ShardLost`` for a dead actor, the host's own error otherwise). ``what``:
+        what the hosts were doing, for the error (a function of the host: what its calls were)."""
         ray = self._ray
         results: list[Any] = []
         failure: tuple[int, BaseException] | None = None
-        for host, ref in submitted:
-            try:
-                value = ray.get(ref)
-            except ray.exceptions.RayError as exc:
-                failure = failure or (host, exc)
+        replies: dict[Any, Any] = {}
+        failed: set[Any] = set()
+        for host, ref, position in submitted:
+            if ref in failed:
                 continue
+            if ref not in replies:
+                try:
+                    replies[ref] = ray.get(ref)
+                except ray.exceptions.RayError as exc:
+                    failure = failure or (host, exc)
+                    failed.add(ref)
+                    continue
+            value = replies[ref] if position is None else replies[ref][position]
             if isinstance(value, np.ndarray):
                 self.traffic[host, 1] += value.nbytes
             results.append(value)
         if failure is not None:
-            self._fail(*failure, what)
+            self._fail(*failure, what if isinstance(what, str) else what(failure[0]))
         return results
 
-    def _run(self, calls: Sequence[tuple[int, str, tuple[Any, ...]]], what: str) -> list[Any]:
+    def _run(self, calls: Sequence[tuple[int, str, tuple[Any, ...]]],
+             what: str | Callable[[int], str]) -> list[Any]:
         return self._collect(self._submit(calls), what)
 
     def _fail(self, host: int, exc: BaseException, what: str) -> None:
@@ -437,17 +511,95 @@ class RayStorage:
 
     def gather(self, table: str, rows: np.ndarray | None) -> np.ndarray:
         """Rows ``rows`` of ``table`` from their hosts, in id order; ``rows=None``: a pre-step
-        copy of the whole table, kept by the hosts (a :class:`ShardedArray`)."""
+        copy of the whole table, kept by the hosts (a :class:`ShardedArray`; the copy is made
+        with the next call to the hosts, before any later update)."""
         if rows is None:
             return self._snapshot(table)  # type: ignore[return-value]
-        cached = self._cache.pop(table, None)
+        cached = self._cache.get(table)
         if cached is not None and cached[0] is rows:
-            return cached[1]  # the forward pass fetched exactly these rows, unchanged since
-        out = self._gather(table, rows)
+            value = cached[1].pop(0)  # read already (``prefetch``, or the forward pass's)
+            if not cached[1]:
+                del self._cache[table]
+            return value
+        self._cache.pop(table, None)
+        out = self._read([(table, rows)])[0]
         # A pipelined forward pass overwrites rows of what it read with older values: keep a
         # copy for the pre-update read; otherwise nobody writes into the rows read.
-        self._cache[table] = (rows, out.copy() if self._pipelined else out)
+        self._cache[table] = (rows, [out.copy() if self._pipelined else out])
         return out
+
+    def prefetch(self, requests: Sequence[tuple[str, np.ndarray]]) -> None:
+        """Read the rows of several tables at once - ``(table, rows)``, rows sorted distinct
+        ids - in one call per host (not one per table): the next two ``gather`` calls of each
+        table with the same ``rows`` array (the forward pass's and the update's pre-step read)
+        return them without a call."""
+        wanted = [(table, rows) for table, rows in requests if rows is not None]
+        for (table, rows), out in zip(wanted, self._read(wanted), strict=True):
+            self._cache[table] = (rows, [out, out.copy() if self._pipelined else out])
+
+    def _settle(self) -> None:
+        """Send the queued updates before anything reads the tables or the arena."""
+        if self._ops:
+            self.flush()
+
+    def _read(self, requests: Sequence[tuple[str, np.ndarray]]) -> list[np.ndarray]:
+        """The rows of every ``(table, rows)``, one call per host for all of them: the hosts on
+        the driver's machine write theirs into one shared block of the arena per table (at the
+        rows' positions), the others send theirs through Ray. Each host keeps what it read under
+        the table's key, for the update of the same rows (``_kept_key``)."""
+        self._settle()
+        planned = [(table, rows, [p for p in self._split(table, rows) if p.count])
+                   for table, rows in requests]
+        arena: Arena | None = None
+        if self._local_hosts and any(p.host in self._local_hosts
+                                     for _, _, parts in planned for p in parts):
+            arena = self._arena_for(sum(
+                self._placement_bytes(parts, rows.shape[0] * self._tables[table].dimension * 4)
+                for table, rows, parts in planned))
+        calls: list[tuple[int, str, tuple[Any, ...]]] = []
+        segments: list[tuple[str, np.ndarray, list[HostRows], Place | None, int]] = []
+        for table, rows, parts in planned:
+            dimension = self._tables[table].dimension
+            self._reads += 1
+            self._kept[table] = (rows, self._reads)
+            out: Place | None = None
+            if arena is not None and any(p.host in self.shared for p in parts):
+                out = arena.alloc((rows.shape[0], dimension), F32)
+                assert out is not None
+            segments.append((table, rows, parts, out, len(calls)))
+            for p in parts:
+                if out is not None and arena is not None and p.host in self.shared:
+                    local, positions = self._place_rows(arena, p)
+                    calls.append((p.host, "gather_shared", (table, self._reads, local,
+                                                            positions, out)))
+                    self.traffic[p.host, 1] += p.count * dimension * 4
+                else:
+                    calls.append((p.host, "gather", (table, p.local, self._reads)))
+        values = self._run(calls, lambda host: self._doing(host, calls))
+        blocks: list[np.ndarray] = []
+        for table, rows, parts, out, start in segments:
+            found = values[start:start + len(parts)]
+            if out is None or arena is None:
+                blocks.append(self._assemble(table, rows.shape[0], parts, found))
+            else:  # the arena is reused by the next call: a copy of the block
+                blocks.append(np.array(self._assemble(table, rows.shape[0], parts, found,
+                                                      arena.view(out))))
+        return blocks
+
+    def _doing(self, host: int, calls: Sequence[tuple[int, str, tuple[Any, ...]]]) -> str:
+        """What ``host`` was doing in one batch of ``calls`` (for the error when it fails): the
+        last of its calls, and the ones before it in the same Ray call."""
+        verbs = {"gather": "reading rows of", "gather_shared": "reading rows of",
+                 "update": "updating", "update_kept": "updating", "update_shared": "updating",
+                 "snapshot": "copying", "change_sumsq": "summing the change of",
+                 "change_sumsq_rows": "summing the change of"}
+        done = [f"{verbs.get(method, method)} table {args[0]!r}"
+                for h, method, args in calls if h == host]
+        if not done:
+            return "answering"
+        earlier = list(dict.fromkeys(done[:-1]))
+        return done[-1] + (f" (or, before it in the same call, {', '.join(earlier)})"
+                           if earlier else "")
 
     def _split(self, table: str, rows: np.ndarray) -> list[HostRows]:
         """``layout.split(rows)``, remembered for the same array of the same table (the rows
@@ -457,16 +609,6 @@ class RayStorage:
             cached = (rows, self.layouts[table].split(rows))
             self._splits[table] = cached
         return cached[1]
-
-    def _gather(self, table: str, rows: np.ndarray) -> np.ndarray:
-        parts = [p for p in self._split(table, rows) if p.count]
-        if self._local_hosts and any(p.host in self._local_hosts for p in parts):
-            return self._gather_shared(table, rows, parts)
-        self._reads += 1
-        self._kept[table] = (rows, self._reads)
-        values = self._run([(p.host, "gather", (table, p.local, self._reads)) for p in parts],
-                           f"reading rows of table {table!r}")
-        return self._assemble(table, rows.shape[0], parts, values)
 
     def _kept_key(self, table: str, rows: np.ndarray) -> int:
         """The key under which the hosts keep ``rows`` of ``table`` (the rows the step read, not
@@ -540,47 +682,22 @@ class RayStorage:
         self.traffic[part.host, 0] += sent
         return local, positions
 
-    def _gather_shared(self, table: str, rows: np.ndarray, parts: list[HostRows]) -> np.ndarray:
-        """``_gather`` with the local hosts writing their rows straight into the arena, each at
-        its rows' positions; the other hosts' rows come through Ray and are put there too."""
-        dimension = self._tables[table].dimension
-        count = rows.shape[0]
-        arena = self._arena_for(self._placement_bytes(parts, count * dimension * 4))
-        if arena is None:
-            return self._gather(table, rows)
-        out = arena.alloc((count, dimension), F32)
-        assert out is not None
-        self._reads += 1
-        calls: list[tuple[int, str, tuple[Any, ...]]] = []
-        for p in parts:
-            if p.host in self.shared:
-                local, positions = self._place_rows(arena, p)
-                calls.append((p.host, "gather_shared", (table, self._reads, local, positions,
-                                                        out)))
-                self.traffic[p.host, 1] += p.count * dimension * 4
-            else:
-                calls.append((p.host, "gather", (table, p.local, self._reads)))
-        self._kept[table] = (rows, self._reads)
-        values = self._run(calls, f"reading rows of table {table!r}")
-        block = self._assemble(table, count, parts, values, arena.view(out))
-        return np.array(block)  # the arena is reused by the next call
-
-    def _update_shared(self, table: str, rows: np.ndarray, grad: np.ndarray, fn: Any,
-                       step: int) -> list[Any]:
-        """The update calls with the local hosts reading their gradient rows from the arena (and
-        the rows the step read, kept by them, unless these are others). Every host of a
-        non-lazy table is called (those without touched rows step theirs with zero)."""
+    def _update_parts(self, table: str, rows: np.ndarray) -> list[HostRows]:
+        """The hosts an update of ``rows`` calls: those with rows, every host of a non-lazy
+        table (those without touched rows step theirs with zero)."""
         lazy = self._tables[table].lazy
-        parts = [p for p in self._split(table, rows) if p.count or not lazy]
-        arena = self._arena_for(self._placement_bytes(parts, grad.nbytes))
-        if arena is None:
-            return self._update_calls(table, rows, grad, fn, step)
+        return [p for p in self._split(table, rows) if p.count or not lazy]
+
+    def _update_shared(self, arena: Arena, table: str, rows: np.ndarray, grad: np.ndarray,
+                       fn: Any, step: int) -> list[tuple[int, str, tuple[Any, ...]]]:
+        """The update calls with the local hosts reading their gradient rows from ``arena``
+        (and the rows the step read, kept by them, unless these are others)."""
         place = arena.alloc(grad.shape, F32)
         assert place is not None
         arena.view(place)[...] = grad
         key = self._kept_key(table, rows)
         calls: list[tuple[int, str, tuple[Any, ...]]] = []
-        for p in parts:
+        for p in self._update_parts(table, rows):
             kept = key if p.count else 0  # a host without rows read kept none
             if p.host not in self.shared:
                 calls.append(self._update_call(table, p, kept, grad, fn, step))
@@ -627,64 +744,138 @@ class RayStorage:
 
     def _update_calls(self, table: str, rows: np.ndarray, grad: np.ndarray, fn: Any,
                       step: int) -> list[tuple[int, str, tuple[Any, ...]]]:
-        lazy = self._tables[table].lazy
         key = self._kept_key(table, rows)
-        key = key if lazy else 0  # a non-lazy table's hosts step every row
+        key = key if self._tables[table].lazy else 0  # a non-lazy table's hosts step every row
         return [self._update_call(table, p, key if p.count else 0, grad, fn, step)
-                for p in self._split(table, rows) if p.count or not lazy]
+                for p in self._update_parts(table, rows)]
 
     def update(self, table: str, rows: np.ndarray | None, grad: np.ndarray, fn: RowUpdate) -> None:
-        """Send each host its rows' gradients and ``fn``; every host of a non-lazy table steps
-        (its untouched rows with a zero gradient). All hosts or none (see ``commit``)."""
+        """Queue the update of ``rows`` of ``table`` with ``grad`` and ``fn``; every host of a
+        non-lazy table steps (its untouched rows with a zero gradient). The queued updates of
+        all tables go with the next call to the hosts (``flush``: one Ray call per host), which
+        ``change_norm``, ``commit`` and every read make first. All hosts or none (``commit``)."""
+        if self._broken is not None:
+            raise self._broken
         self._cache.pop(table, None)
         if rows is None:
             self._kept.pop(table, None)
-        layout = self.layouts[table]
         if isinstance(fn, RowPipeline) and fn.table is self._tables[table]:
             fn = PipelineRef(fn.lr, fn.ctx)  # type: ignore[assignment]  # the shard rebuilds it
         if not self._open:
             self._open = True
             self._step += 1
+        self._ops.append(("update", table, rows, grad, fn, self._step))
+
+    def flush(self) -> None:
+        """Send the queued pre-step copies and updates - every host's in one Ray call, hosts in
+        parallel - with, after them, the change measurements their update norms need (a
+        non-lazy table's per-row change against its copy; a lazy table updated several times:
+        each row against its pre-step value), and wait for all. A host that fails rolls the
+        open step back on every host (``_collect``)."""
+        ops, self._ops = self._ops, []
+        if not ops:
+            return
+        self._flushing = True
+        try:
+            self._send(ops)
+        finally:
+            self._flushing = False
+
+    def _send(self, ops: list[tuple[Any, ...]]) -> None:
+        arena: Arena | None = None
+        if self._local_hosts:
+            need = sum(self._placement_bytes(self._update_parts(op[1], op[2]), op[3].nbytes)
+                       for op in ops if op[0] == "update" and op[2] is not None)
+            if need:
+                arena = self._arena_for(need)
+        calls: list[tuple[int, str, tuple[Any, ...]]] = []
+        changed: list[tuple[str, np.ndarray, int]] = []  # lazy updates: (table, rows, start)
+        copies: dict[str, int] = {}  # the tables copied in this batch: their version
+        updated: dict[str, int] = {}  # the tables updated in this batch: how many times
         step = self._step
-        calls: list[tuple[int, str, tuple[Any, ...]]]
-        if rows is None:
-            calls = [(h, "update", (table, None, grad[layout.global_ids(h)], fn, step))
-                     for h in range(self.hosts)]
-        elif self._local_hosts:
-            calls = self._update_shared(table, rows, grad, fn, step)
-        else:
-            calls = self._update_calls(table, rows, grad, fn, step)
-        changes = self._run(calls, f"updating table {table!r}")
-        if rows is not None and self._tables[table].lazy:
+        for op in ops:
+            if op[0] == "snapshot":
+                _, table, version = op
+                copies[table] = version
+                calls += [(h, "snapshot", (table, version)) for h in range(self.hosts)]
+                continue
+            _, table, rows, grad, fn, step = op
+            updated[table] = updated.get(table, 0) + 1
+            if rows is None:
+                layout = self.layouts[table]
+                calls += [(h, "update", (table, None, grad[layout.global_ids(h)], fn, step))
+                          for h in range(self.hosts)]
+                continue
+            if self._tables[table].lazy:
+                changed.append((table, rows, len(calls)))
+            calls += (self._update_shared(arena, table, rows, grad, fn, step) if arena is not None
+                      else self._update_calls(table, rows, grad, fn, step))
+        measures: list[tuple[str, str, int, int]] = []  # (kind, table, version/step, start)
+        for table, version in copies.items():
+            if table in updated:
+                measures.append(("copy", table, version, len(calls)))
+                calls += [(h, "change_sumsq", (table, version)) for h in range(self.hosts)]
+        for table, count in updated.items():
+            if count > 1 and self._tables[table].lazy:
+                measures.append(("rows", table, step, len(calls)))
+                calls += [(h, "change_sumsq_rows", (table, step)) for h in range(self.hosts)]
+        values = self._run(calls, lambda host: self._doing(host, calls))
+        for table, rows, start in changed:
             # The hosts' per-row changes back in the order of ``rows`` (the calls follow the
             # hosts with rows, as ``_update_calls`` and ``_update_shared`` make them).
-            ordered = np.zeros(rows.shape[0], dtype=np.float64)
             parts = [p for p in self._split(table, rows) if p.count]
-            for part, change in zip(parts, changes, strict=True):
+            ordered = np.zeros(rows.shape[0], dtype=np.float64)
+            for part, change in zip(parts, values[start:start + len(parts)], strict=True):
                 ordered[part.positions] = change
             self._sumsq.setdefault(table, []).append(numerics.total(ordered))
+        for kind, table, key, start in measures:
+            self._measured[kind, table] = (key, values[start:start + self.hosts])
+
+    def discard(self, tables: Sequence[str]) -> None:
+        """Put back, on every host, what the open step changed of ``tables`` (the executor's
+        check of an earlier table's update failed: one table at a time, these would not have
+        been updated); the step's other tables stay as they are, uncommitted."""
+        self._settle()
+        if not tables or not self._open:
+            return
+        for table in tables:
+            self._cache.pop(table, None)
+            self._kept.pop(table, None)
+            self._sumsq.pop(table, None)
+        self._run([(h, "undo_tables", (self._step, list(tables))) for h in range(self.hosts)],
+                  "undoing the update of later tables")
 
     def commit(self) -> None:
         """Every host applied the step: they may drop its undo log. No message of its own: the
         confirmation rides on each host's next call (``Shard.call``), which runs first."""
+        self._settle()
         if self._open:
             self._unconfirmed = set(range(self.hosts))
         self._open = False
         self._sumsq.clear()
+        self._measured.clear()
+
+    def _measure(self, kind: str, table: str, key: int, method: str) -> list[Any]:
+        """The hosts' change measurement ``method`` of ``table`` (``key``: the copy's version or
+        the step): what the last ``flush`` measured, else a call to every host now."""
+        found = self._measured.pop((kind, table), None)
+        if found is not None and found[0] == key:
+            return list(found[1])
+        return self._run([(h, method, (table, key)) for h in range(self.hosts)],
+                         f"summing the change of table {table!r}")
 
     def change_norm(self, table: str, rows: np.ndarray | None, before: np.ndarray) -> float:
         """The update norm: the hosts' per-row squared changes (``before`` a pre-step
         ShardedArray for a whole table) added in global row order, as the local engines add
         them (``numerics.total``): the same bits as one process."""
+        self._settle()
         layout = self.layouts[table]
         if rows is None:
             copy = before if isinstance(before, ShardedArray) else None
             if copy is None:
                 raise TypeError("change_norm of a whole sharded table needs its pre-step copy")
             version = int(copy.key.rsplit("/", 1)[1])
-            changes = self._run([(h, "change_sumsq", (table, version))
-                                 for h in range(self.hosts)],
-                                f"summing the change of table {table!r}")
+            changes = self._measure("copy", table, version, "change_sumsq")
             ordered = np.zeros(layout.vocabulary, dtype=np.float64)
             for h, change in enumerate(changes):
                 ordered[layout.global_ids(h)] = change
@@ -693,8 +884,7 @@ class RayStorage:
         if len(sums) == 1:
             return float(np.sqrt(sums[0]))
         # several partial updates: each row against its pre-step value
-        found = self._run([(h, "change_sumsq_rows", (table, self._step))
-                           for h in range(self.hosts)], f"summing the change of {table!r}")
+        found = self._measure("rows", table, self._step, "change_sumsq_rows")
         ordered = np.zeros(rows.shape[0], dtype=np.float64)
         for h, (local, change) in enumerate(found):
             ordered[np.searchsorted(rows, layout.global_of(h, local))] = change
@@ -721,6 +911,7 @@ class RayStorage:
         """Replace every table and slot: the arrays ``given`` (checked as for the constructor),
         the defaults of ``seed`` for the others; a host's rows are sent a block at a time."""
         check_given(self.plan, given, source, strict)
+        self._settle()
         self._cache.clear()
         self._kept.clear()
         missing = [key for key in self.arrays() if key not in given]
@@ -730,7 +921,7 @@ class RayStorage:
     # ------------------------------------------------------------------------------------------
     # Whole-table transfers
 
-    def _ship(self, arrays: Mapping[str, Any], pending: list[tuple[int, Any]]) -> None:
+    def _ship(self, arrays: Mapping[str, Any], pending: list[Submitted]) -> None:
         """Send each host its rows of every array (float32 after casting), after the calls
         ``pending``, and wait for all: the rows of a block (``BLOCK_BYTES``) of the arrays go in
         one call per host, with about two blocks in flight."""
@@ -778,7 +969,7 @@ class RayStorage:
         dimension = self._tables[table].dimension
         ranges = list(self._block_ranges(table))
 
-        def submit(start: int, stop: int) -> tuple[list[Any], list[tuple[int, Any]]]:
+        def submit(start: int, stop: int) -> tuple[list[Any], list[Submitted]]:
             parts = layout.split_range(start, stop)
             return parts, self._submit([(h, "read", (key, local)) for h, local, _ in parts])
 
@@ -801,9 +992,12 @@ class RayStorage:
         return self._assemble(table, rows.shape[0], parts, values)
 
     def _snapshot(self, table: str) -> ShardedArray:
+        """A pre-step copy of ``table``, made by the hosts with the next call to them (queued
+        with the updates: before them on every host)."""
+        if self._broken is not None:
+            raise self._broken
         self._version += 1
-        self._run([(h, "snapshot", (table, self._version)) for h in range(self.hosts)],
-                  f"copying table {table!r}")
+        self._ops.append(("snapshot", table, self._version))
         plan = self._tables[table]
         return ShardedArray(self, f"before/{table}/{self._version}", table,
                             (plan.vocabulary, plan.dimension))
