@@ -370,11 +370,13 @@ def _create_temporary(path: PathLike, made: list[Path] | None = None) -> tuple[P
                 probe = probe.parent
             folder.mkdir(parents=True, exist_ok=True)
             made.extend(reversed(missing))
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name[:40]}.", suffix=".tmp", dir=folder)
+        with _sigint_blocked():  # the file exists only once it is registered for removal
+            fd, tmp = tempfile.mkstemp(prefix=f".{target.name[:40]}.", suffix=".tmp",
+                                       dir=folder)
+            with _LIVE_LOCK:
+                _LIVE.add(tmp)
     except OSError as exc:
         raise _error(path, exc) from None
-    with _LIVE_LOCK:
-        _LIVE.add(tmp)
     return target, tmp, fd
 
 

@@ -59,6 +59,12 @@ def _interrupted(exc: KeyboardInterrupt) -> NoReturn:
     if signal.getsignal(signal.SIGINT) is _interrupt.raise_once:
         _interrupt.install(_interrupt.exit_now)  # a second signal while reporting: exit at once
     signum = exc.signum if isinstance(exc, _interrupt.Terminated) else signal.SIGINT
+    # A signal between a temporary file's creation and the ``with`` block that owns it (or
+    # between that block and the set that stages it) leaves the file to no one: remove every
+    # temporary output still registered.
+    remove = getattr(sys.modules.get("tpuemb_cfg.atomic"), "remove_temporaries", None)
+    if remove is not None:
+        remove()
     try:
         sys.stdout.flush()
     except (OSError, ValueError):
