@@ -338,67 +338,69 @@ def _read_features(stacking: Stacking, features: Mapping[str, Ids],
     return out
 
 
-def _flatten(name: str, ids: Ids, weights: Any) -> _Feature:
-    """A feature's ids and weights as flat arrays with row splits (dense or ragged input)."""
+def _flatten(name: str, ids: Ids, weights: Any, *,
+             error: type[SparseCoreInputError] = SparseCoreInputError) -> _Feature:
+    """A feature's ids and weights as flat arrays with row splits (dense or ragged input); bad
+    input raises ``error`` (TensorFlow's mode reads batches with this too)."""
     if isinstance(ids, tuple):
         if len(ids) != 2:
-            raise SparseCoreInputError(
+            raise error(
                 f"feature {name!r}: a ragged feature is a pair (values, row_splits), got a "
                 f"tuple of {len(ids)}", reason="ids")
-        values = _int_array(name, ids[0], "values")
-        splits = _int_array(name, ids[1], "row_splits")
+        values = _int_array(name, ids[0], "values", error)
+        splits = _int_array(name, ids[1], "row_splits", error)
         if values.ndim != 1 or splits.ndim != 1 or splits.shape[0] < 1 or splits[0] != 0 or \
                 splits[-1] != values.shape[0] or np.any(np.diff(splits) < 0):
-            raise SparseCoreInputError(
+            raise error(
                 f"feature {name!r}: row_splits must be 1-D, start at 0, never decrease and end "
                 f"at len(values) ({values.shape[0]}); got {splits.shape[0]} splits ending at "
                 f"{int(splits[-1]) if splits.size else None}", reason="ids")
         shape: tuple[int, ...] = values.shape
     else:
-        dense = _int_array(name, ids, "ids")
+        dense = _int_array(name, ids, "ids", error)
         if dense.ndim != 2:
-            raise SparseCoreInputError(
+            raise error(
                 f"feature {name!r}: dense ids must be 2-D [batch, ids per row], got shape "
                 f"{dense.shape} (reshape a 1-D batch with ids.reshape(-1, 1))", reason="ids")
         rows, k = dense.shape
         values = dense.reshape(-1)
         splits = np.arange(rows + 1, dtype=np.int64) * k
         shape = dense.shape
-    return _Feature(values, _weights(name, weights, shape, splits), splits)
+    return _Feature(values, _weights(name, weights, shape, splits, error), splits)
 
 
-def _int_array(name: str, value: Any, what: str) -> IntArray:
+def _int_array(name: str, value: Any, what: str,
+               error: type[SparseCoreInputError]) -> IntArray:
     array = np.asarray(value)
     if array.dtype.kind not in "iu":
-        raise SparseCoreInputError(
+        raise error(
             f"feature {name!r}: {what} must be integers, got dtype {array.dtype} "
-            "(jax-tpu-embedding truncates float ids silently: 1.5 becomes 1); convert with "
+            "(both references truncate float ids silently: 1.5 becomes 1); convert with "
             ".astype(np.int64) after checking the values are whole", reason="ids")
     if array.dtype == np.uint64 and array.size and int(array.max()) > np.iinfo(np.int64).max:
-        raise SparseCoreInputError(f"feature {name!r}: {what} holds values beyond int64",
-                                   reason="ids")
+        raise error(f"feature {name!r}: {what} holds values beyond int64", reason="ids")
     return array.astype(np.int64, copy=False)
 
 
-def _weights(name: str, weights: Any, shape: tuple[int, ...],
-             splits: IntArray) -> F32Array | None:
+def _weights(name: str, weights: Any, shape: tuple[int, ...], splits: IntArray,
+             error: type[SparseCoreInputError]) -> F32Array | None:
     """Float32 weights laid out as the ids; None (all 1) when none were given."""
     if weights is None:
         return None
     if isinstance(weights, tuple):
         if len(weights) != 2 or not np.array_equal(np.asarray(weights[1]), splits):
-            raise SparseCoreInputError(
+            raise error(
                 f"feature {name!r}: ragged weights must be (values, row_splits) with the ids' "
                 "row_splits", reason="weights")
         weights = weights[0]
     array = np.asarray(weights)
     if array.shape != shape:
-        raise SparseCoreInputError(
+        raise error(
             f"feature {name!r}: weights have shape {array.shape}, the ids {shape}; give one "
             "weight per id (jax-tpu-embedding reads mismatched weights without a check)",
             reason="weights")
     if array.dtype.kind not in "fiu":
-        raise SparseCoreInputError(
+        raise error(
             f"feature {name!r}: weights must be numbers, got dtype {array.dtype}",
             reason="weights")
     return array.astype(np.float32, copy=False).reshape(-1)

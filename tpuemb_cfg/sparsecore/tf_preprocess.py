@@ -53,7 +53,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from tpuemb_cfg.errors import TpuembError
+from tpuemb_cfg.sparsecore.preprocessing import SparseCoreInputError, _Feature
+from tpuemb_cfg.sparsecore.preprocessing import _flatten as _flatten_input
 from tpuemb_cfg.sparsecore.results import PreprocessedBatch, PreprocessedStack
 from tpuemb_cfg.sparsecore.stacking import FeatureSlot, Stack, Stacking
 
@@ -77,9 +78,14 @@ F32Array = npt.NDArray[np.float32]
 BoolArray = npt.NDArray[np.bool_]
 
 
-class TensorFlowInputError(TpuembError, ValueError):
+class TensorFlowInputError(SparseCoreInputError):
     """A batch or option TensorFlow's preprocessing refuses (its ``InvalidArgumentError``), or
-    one it would read wrongly without a check, with the value found and the fix."""
+    one it would read wrongly without a check, with the value found and the fix (a
+    :class:`SparseCoreInputError`, so one ``except`` serves both modes)."""
+
+    def __init__(self, message: str, *, reason: str = "tensorflow",
+                 stack: str | None = None) -> None:
+        super().__init__(message, reason=reason, stack=stack)
 
 
 class TensorFlowLimitError(TensorFlowInputError):
@@ -117,16 +123,6 @@ class _Options:
     @property
     def n(self) -> int:
         return self.global_devices * self.sparse_cores
-
-
-@dataclass(frozen=True)
-class _Feature:
-    """One feature's ids for all local devices: flat values, float32 weights (None: all 1),
-    and ``row_splits`` (row ``r`` holds ``values[row_splits[r]:row_splits[r+1]]``)."""
-
-    values: IntArray
-    weights: F32Array | None
-    row_splits: IntArray
 
 
 def preprocess_tensorflow(  # noqa: PLR0913 - preprocess()'s keywords, plus TensorFlow's one
@@ -244,58 +240,18 @@ def _read_features(stacking: Stacking, features: Mapping[str, Any],
 
 
 def _flatten(slot: FeatureSlot, ids: Any, weights: Any, rows: int) -> _Feature:
-    """Values, weights and row splits of one feature; ``rows`` samples expected in all."""
-    if isinstance(ids, tuple):
-        if len(ids) != 2:
-            raise TensorFlowInputError(f"feature {slot.name!r}: a ragged feature is a pair "
-                                       f"(values, row_splits), got {len(ids)} items")
-        values, splits = _ints(slot, ids[0], "values"), _ints(slot, ids[1], "row_splits")
-        if (values.ndim != 1 or splits.ndim != 1 or splits.size < 1 or splits[0] != 0
-                or splits[-1] != values.size or np.any(np.diff(splits) < 0)):
-            raise TensorFlowInputError(
-                f"feature {slot.name!r}: row_splits must be 1-D, start at 0, never decrease and "
-                f"end at len(values) ({values.size})")
-        shape: tuple[int, ...] = values.shape
-    else:
-        dense = _ints(slot, ids, "ids")
-        if dense.ndim != 2:
-            raise TensorFlowInputError(f"feature {slot.name!r}: dense ids must be 2-D [batch, "
-                                       f"ids per row], got shape {dense.shape}")
-        shape = dense.shape
-        values = dense.reshape(-1)
-        if dense.shape[0] == rows:  # rows of k ids
-            splits = np.arange(rows + 1, dtype=np.int64) * dense.shape[1]
-        else:  # TensorFlow's dense input: one id per sample
-            splits = np.arange(values.size + 1, dtype=np.int64)
-    if splits.size - 1 != rows:
+    """Values, weights and row splits of one feature (read as jax mode reads them);
+    ``rows`` samples expected in all. A dense ``[n, k]`` array whose ``n`` is not ``rows`` is
+    TensorFlow's dense input: one id per sample."""
+    feature = _flatten_input(slot.name, ids, weights, error=TensorFlowInputError)
+    if not isinstance(ids, tuple) and feature.rows != rows:
+        feature = replace(feature, row_splits=np.arange(feature.values.size + 1, dtype=np.int64))
+    if feature.rows != rows:
         raise TensorFlowInputError(
-            f"feature {slot.name!r}: {splits.size - 1} rows, but its output shape gives "
+            f"feature {slot.name!r}: {feature.rows} rows, but its output shape gives "
             f"{slot.samples} samples per device x the local devices = {rows}; TensorFlow "
             f"refuses a batch whose rows differ from the sample count - feed {rows} rows")
-    return _Feature(values, _weights(slot, weights, shape), splits)
-
-
-def _ints(slot: FeatureSlot, value: Any, what: str) -> IntArray:
-    array = np.asarray(value)
-    if array.dtype.kind not in "iu":
-        raise TensorFlowInputError(
-            f"feature {slot.name!r}: {what} must be integers, got dtype {array.dtype}; "
-            "convert with .astype(np.int64) after checking the values are whole")
-    return array.astype(np.int64)
-
-
-def _weights(slot: FeatureSlot, weights: Any, shape: tuple[int, ...]) -> F32Array | None:
-    if weights is None:
-        return None
-    if isinstance(weights, tuple):
-        weights = weights[0]
-    array = np.asarray(weights)
-    if array.shape != shape or array.dtype.kind not in "fiu":
-        raise TensorFlowInputError(
-            f"feature {slot.name!r}: weights of shape {array.shape} and dtype {array.dtype}; "
-            f"expected numbers of the ids' shape {shape} (TensorFlow: 'Values and weights "
-            "should have same elements')")
-    return array.astype(np.float32).reshape(-1)
+    return feature
 
 
 def _check_ids(slot: FeatureSlot, values: IntArray, vocabulary: int) -> None:
