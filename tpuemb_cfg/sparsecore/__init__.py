@@ -14,8 +14,7 @@ Names load on first use, so importing this package costs nothing.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from tpuemb_cfg.lazy import lazy_exports
 
 # Public name -> defining module (PEP 562 lazy attributes).
 _LAZY = {
@@ -40,14 +39,4 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())
