@@ -13,14 +13,12 @@ checked by hand.
 from __future__ import annotations
 
 import functools
-import gzip
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from test_sparsecore_preprocess import _batch, _cases, _csr, _stacking
+from test_sparsecore_preprocess import _batch, _cases, _csr, _load_cases, _load_csr, _run, _stacking
 
 from tpuemb_cfg.sparsecore.preprocessing import (
     MINIBATCHES,
@@ -37,26 +35,16 @@ DATA = Path(__file__).parent / "data" / "sparsecore"
 
 @functools.cache
 def _mb_cases() -> dict[int, dict[str, Any]]:
-    with gzip.open(DATA / "jte_minibatch_split.json.gz", "rt") as fh:
-        return {c["id"]: c for c in json.load(fh)["cases"]}
+    return _load_cases(DATA / "jte_minibatch_split.json.gz")
 
 
 @functools.cache
 def _mb_csr() -> dict[str, np.ndarray]:
-    with np.load(DATA / "jte_minibatch_split.npz") as z:
-        return {k: z[k] for k in z.files}
+    return _load_csr(DATA / "jte_minibatch_split.npz")
 
 
 def _case(source: str, case_id: int) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     return (_mb_cases()[case_id], _mb_csr()) if source == "mb" else (_cases()[case_id], _csr())
-
-
-def _run(case: dict[str, Any]) -> Any:
-    features, weights = _batch(case)
-    return preprocess(_stacking(case), features, weights, local_devices=case["local_device_count"],
-                      allow_id_dropping=case["allow_id_dropping"],
-                      has_leading_dimension=case["has_leading_dimension"],
-                      enable_minibatching=case["enable_minibatching"])
 
 
 def _minibatches(case: dict[str, Any]) -> int:

@@ -33,16 +33,26 @@ from tpuemb_cfg.sparsecore.stacking import FeatureSlot, Stack, StackedTable, Sta
 DATA = Path(__file__).parent / "data" / "sparsecore"
 
 
+def _load_cases(path: Path) -> dict[int, dict[str, Any]]:
+    """Recorded cases by id (a gzipped JSON file with a ``cases`` list)."""
+    with gzip.open(path, "rt") as fh:
+        return {c["id"]: c for c in json.load(fh)["cases"]}
+
+
+def _load_csr(path: Path) -> dict[str, np.ndarray]:
+    """Every array of a recorded CSR ``.npz``."""
+    with np.load(path) as z:
+        return {k: z[k] for k in z.files}
+
+
 @functools.cache
 def _cases() -> dict[int, dict[str, Any]]:
-    with gzip.open(DATA / "jte_preprocess_c.json.gz", "rt") as fh:
-        return {c["id"]: c for c in json.load(fh)["cases"]}
+    return _load_cases(DATA / "jte_preprocess_c.json.gz")
 
 
 @functools.cache
 def _csr() -> dict[str, np.ndarray]:
-    with np.load(DATA / "jte_preprocess_csr_c.npz") as z:
-        return {k: z[k] for k in z.files}
+    return _load_csr(DATA / "jte_preprocess_csr_c.npz")
 
 
 def _stacking(case: dict[str, Any]) -> Stacking:
