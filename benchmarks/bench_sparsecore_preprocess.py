@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -176,19 +175,6 @@ def time_jte(python: str, features: dict[str, np.ndarray],
 # ------------------------------------------------------------------------------------------------
 
 
-def machine() -> dict[str, Any]:
-    model = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"nproc": os.cpu_count(), "cpu": model, "python": platform.python_version(),
-            "numpy": np.__version__, "platform": platform.platform()}
-
-
 def one_size(rows_per_device: int, repeats: int, jte_python: str | None) -> dict[str, Any]:
     rows = rows_per_device * DEVICES
     features = {f"f_{name}": batch_ids(vocab, rows, k)
@@ -228,6 +214,8 @@ def main() -> None:
         jte_worker(args.jte_worker, args.repeats)
         return
     sys.path.insert(0, str(ROOT))
+    from bench_step import machine  # one description of this machine for every benchmark
+
     out: dict[str, Any] = {
         "machine": machine(),
         "workload": {"tables": [list(t) for t in TABLES], "devices": DEVICES,
