@@ -24,6 +24,8 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, NoReturn
 
 MESSAGE = "tpuemb: interrupted; no output file was left half-written"
@@ -78,11 +80,38 @@ def in_import_machinery(frame: Any) -> bool:
     return code is not None and code.co_filename.startswith("<frozen importlib")
 
 
+#: How many :func:`deferred` sections are running, and the signal that arrived in one.
+_deferring = 0
+_pending: int | None = None
+
+
+@contextmanager
+def deferred() -> Iterator[None]:
+    """A section a signal must not cut in half (a temporary file created but not yet registered
+    for removal; a set of renames): :func:`raise_once` records a signal that arrives inside it
+    and acts on it when the outermost section ends. It works whichever thread the system gave
+    the signal to, which a signal mask of the main thread alone does not."""
+    global _deferring, _pending
+    _deferring += 1
+    try:
+        yield
+    finally:
+        _deferring -= 1
+        if _deferring == 0 and _pending is not None:
+            signum, _pending = _pending, None
+            raise_once(signum, None)
+
+
 def raise_once(signum: int, frame: Any) -> None:
     """The first signal of a running command unwinds (``KeyboardInterrupt``, or
     :class:`Terminated` for SIGTERM and SIGHUP); later ones exit at once, and so does a first
     one that arrives inside the import system (:func:`in_import_machinery`: an import writes
-    nothing, and :func:`exit_now` removes the temporary files)."""
+    nothing, and :func:`exit_now` removes the temporary files). Inside a :func:`deferred`
+    section the first one waits for the section's end."""
+    global _pending
+    if _deferring and _pending is None:
+        _pending = signum
+        return
     install(exit_now)
     if in_import_machinery(frame):
         exit_now(signum, frame)

@@ -61,6 +61,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from tpuemb_cfg import _interrupt
 from tpuemb_cfg.errors import OutputError, UsageError
 
 PathLike = str | os.PathLike[str]
@@ -425,20 +426,23 @@ def write_bytes(path: PathLike, data: bytes) -> None:
 
 @contextmanager
 def _sigint_blocked() -> Iterator[None]:
-    """Hold SIGINT, SIGTERM and SIGHUP back (on POSIX, in the main thread) while a set of
-    renames runs."""
-    usable = (hasattr(signal, "pthread_sigmask")
-              and threading.current_thread() is threading.main_thread())
-    if not usable:
-        yield
-        return
-    held = {getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP")
-            if hasattr(signal, name)}
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+    """Hold SIGINT, SIGTERM and SIGHUP back while a section that must not be cut in half runs:
+    the command's handler waits for its end (``_interrupt.deferred``, whichever thread the
+    signal reached), and on POSIX the main thread's signal mask holds them too (so Python's
+    own handler, in a library caller, waits as well when the signal is sent to that thread)."""
+    with _interrupt.deferred():
+        usable = (hasattr(signal, "pthread_sigmask")
+                  and threading.current_thread() is threading.main_thread())
+        if not usable:
+            yield
+            return
+        held = {getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP")
+                if hasattr(signal, name)}
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+        try:
+            yield
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 class OutputSet:
