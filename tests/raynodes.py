@@ -1,0 +1,165 @@
+"""A Ray cluster of several nodes on this machine, for the multi-node tests.
+
+``RayNodes(tmp_path)`` starts a head node with ``ray start --head`` and, per ``NodeSpec``, a
+worker node with ``ray start --address``: each with its own ports (free ones, asked of the
+system), its own temp dir under ``tmp_path``, token authentication off, in its own process
+session, and stops them by process id (``SIGTERM`` to the ``ray start --block`` process, which
+stops its raylet and workers; ``SIGKILL`` to the whole session after a grace period). It never runs
+``ray stop``, which would stop every Ray instance of the machine.
+
+``kill_node(i)`` kills worker node ``i`` at once (its raylet and every process of the node: what a
+lost machine looks like to the driver). ``env`` is the environment a driver process needs
+(``RAY_ADDRESS``, authentication off). A ``NodeSpec`` names a node's CPUs, memory, custom
+resources and the Python it runs (``python``: another interpreter, e.g. a venv without tpuemb).
+
+Starting a node takes a few seconds (two nodes: about 10 s on the 2-core development machine);
+the tests that need one share a module-scoped cluster where they can.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+#: The environment of every process of a test cluster: no token authentication (the machine's
+#: ~/.ray/auth_token belongs to whoever else runs Ray here), no usage statistics.
+QUIET_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct TCP ports nobody listens on now (asked of the system)."""
+    sockets = []
+    try:
+        for _ in range(count):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            sockets.append(s)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """One worker node: ``cpus``, ``memory`` bytes (None: Ray's default), custom ``resources``,
+    and the ``python`` it runs (None: this interpreter)."""
+
+    cpus: int = 2
+    memory: int | None = None
+    resources: dict[str, float] = field(default_factory=dict)
+    python: str | None = None
+
+
+@dataclass
+class _Node:
+    process: subprocess.Popen[bytes]
+    log: Path
+
+
+class RayNodes:
+    """A head node (``head_cpus`` CPUs: 0 keeps actors off it) and the worker nodes ``workers``."""
+
+    def __init__(self, tmp: Path, workers: list[NodeSpec], *, head_cpus: int = 0,
+                 head_resources: dict[str, float] | None = None,
+                 object_store: int = 100 << 20, timeout: float = 60.0) -> None:
+        self.tmp = tmp
+        self.nodes: list[_Node] = []
+        self.port = free_ports(1)[0]
+        self.address = f"127.0.0.1:{self.port}"
+        base = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+        self._node_env = {**base, **QUIET_ENV}
+        self.env = {**self._node_env, "RAY_ADDRESS": self.address}
+        self._object_store = object_store
+        try:
+            self._start("head", sys.executable, [
+                "--head", f"--port={self.port}", f"--num-cpus={head_cpus}",
+                "--include-dashboard=false",
+                f"--resources={json.dumps(head_resources or {})}",
+            ])
+            self._wait_nodes(1, timeout)
+            for index, spec in enumerate(workers):
+                extra = [f"--address={self.address}", f"--num-cpus={spec.cpus}",
+                         f"--resources={json.dumps(spec.resources)}"]
+                if spec.memory is not None:
+                    extra.append(f"--memory={spec.memory}")
+                self._start(f"worker{index}", spec.python or sys.executable, extra)
+                self._wait_nodes(index + 2, timeout)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self, name: str, python: str, extra: list[str]) -> None:
+        ports = free_ports(5)
+        log = self.tmp / f"{name}.log"
+        command = [
+            python, "-m", "ray.scripts.scripts", "start", "--block", "--disable-usage-stats",
+            f"--temp-dir={self.tmp / 'ray'}" if name == "head" else "",
+            f"--node-manager-port={ports[0]}", f"--object-manager-port={ports[1]}",
+            f"--dashboard-agent-listen-port={ports[2]}", f"--metrics-export-port={ports[3]}",
+            f"--runtime-env-agent-port={ports[4]}",
+            "--min-worker-port=0", "--max-worker-port=0",
+            f"--object-store-memory={self._object_store}", *extra,
+        ]
+        with open(log, "wb") as out:
+            process = subprocess.Popen([c for c in command if c], stdout=out,
+                                       stderr=subprocess.STDOUT, env=self._node_env,
+                                       cwd=self.tmp, start_new_session=True)
+        self.nodes.append(_Node(process, log))
+
+    def alive_nodes(self) -> int:
+        """How many nodes the cluster counts as alive (asked in a subprocess: this process may
+        be connected to another Ray instance)."""
+        probe = ("import ray, logging; ray.init(logging_level=logging.ERROR, "
+                 "log_to_driver=False); print(sum(n['Alive'] for n in ray.nodes()))")
+        done = subprocess.run([sys.executable, "-c", probe], env=self.env, capture_output=True,
+                              text=True, timeout=60, cwd=self.tmp)
+        try:
+            return int(done.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            return 0
+
+    def _wait_nodes(self, count: int, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for node in self.nodes:
+                if node.process.poll() is not None:
+                    text = node.log.read_text()[-2000:]
+                    raise RuntimeError(f"a Ray node exited at start: {text}")
+            if self.alive_nodes() >= count:
+                return
+            time.sleep(0.5)
+        raise RuntimeError(f"{count} Ray nodes not alive within {timeout:.0f} s: "
+                           f"{self.nodes[-1].log.read_text()[-2000:]}")
+
+    def kill_node(self, index: int) -> None:
+        """Kill worker node ``index`` (every process of its session) at once."""
+        process = self.nodes[index + 1].process
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        process.wait(timeout=30)
+
+    def stop(self) -> None:
+        """Stop every node: SIGTERM to each ``ray start --block``, then SIGKILL to what is left."""
+        for node in reversed(self.nodes):
+            if node.process.poll() is None:
+                node.process.terminate()
+        for node in reversed(self.nodes):
+            try:
+                node.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                pass
+            try:  # whatever the node started and left behind
+                os.killpg(node.process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.nodes.clear()
