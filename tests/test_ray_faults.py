@@ -53,16 +53,27 @@ def _kill_host_during_update(monkeypatch: pytest.MonkeyPatch, host: int, call: i
         count[0] += 1
         if count[0] == call:
             actor = self._actors[host]
+            pid = ray.get(actor.__ray_call__.remote(lambda _: os.getpid()))
             ray.kill(actor, no_restart=True)
-            _wait_until_dead(actor)
+            _wait_until_dead(actor, pid)
 
     monkeypatch.setattr(RayStorage, "update", update)
 
 
-def _wait_until_dead(actor: Any, seconds: float = 30.0) -> None:
-    """``ray.kill`` returns before the actor is gone; wait until a call to it fails, so that the
-    next storage call (not a later one) is the one that meets the dead host."""
+def _wait_until_dead(actor: Any, pid: int, seconds: float = 30.0) -> None:
+    """``ray.kill`` returns before the actor is gone; wait until a call to it fails and its
+    process ``pid`` is gone (a host on the driver's node answers over its direct link until
+    then), so that the next storage call (not a later one) is the one that meets the dead
+    host."""
     deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as stat:  # a zombie is as dead as gone
+                if stat.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    break
+        except FileNotFoundError:
+            break
+        time.sleep(0.01)
     while time.monotonic() < deadline:
         try:
             ray.get(actor.where.remote(), timeout=seconds)

@@ -20,7 +20,7 @@ from raycluster import ray_cluster, same_reports, same_state  # noqa: F401  (the
 import tpuemb_cfg
 from tpuemb_cfg import numerics
 from tpuemb_cfg.backends.ray.host import Arena, PipelineRef, Shard
-from tpuemb_cfg.backends.ray.storage import SHARED_MEMORY_ENV, RayStorage
+from tpuemb_cfg.backends.ray.storage import LINK_ENV, SHARED_MEMORY_ENV, RayStorage
 from tpuemb_cfg.executor.optimizers import UpdateContext
 from tpuemb_cfg.session import prepare
 from tpuemb_cfg.simulate import Executor, SyntheticRun
@@ -35,7 +35,9 @@ feature_descriptor { name: "z" table_id: 2 input_shape: 64 }
 feature_descriptor { name: "w" table_id: 2 input_shape: 16 }
 """
 
-TRANSPORTS = ["shared memory", "object store"]
+#: How the step's rows and calls travel: shared memory and the hosts' direct links (the default
+#: on the driver's node), shared memory with Ray calls, Ray's object store and calls.
+TRANSPORTS = ["shared memory + link", "shared memory", "object store"]
 
 
 def _config(strategy: str = "MOD", pipelined: bool = False) -> Any:
@@ -48,14 +50,16 @@ def _config(strategy: str = "MOD", pipelined: bool = False) -> Any:
 @pytest.fixture(params=TRANSPORTS)
 def transport(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch,
               ray_cluster: None) -> str:  # noqa: F811
-    monkeypatch.setenv(SHARED_MEMORY_ENV, "1" if request.param == "shared memory" else "0")
+    monkeypatch.setenv(SHARED_MEMORY_ENV, "0" if request.param == "object store" else "1")
+    monkeypatch.setenv(LINK_ENV, "1" if request.param.endswith("link") else "0")
     return str(request.param)
 
 
 def _check_transport(storage: Any, transport: str) -> None:
     assert isinstance(storage, RayStorage)
     hosts = set(range(storage.hosts))
-    assert storage.shared == (hosts if transport == "shared memory" else set())
+    assert storage.shared == (hosts if transport.startswith("shared memory") else set())
+    assert set(storage.links) == (hosts if transport.endswith("link") else set())
 
 
 @pytest.mark.parametrize(("strategy", "pipelined"), [("MOD", False), ("DIV_DEFAULT", True)])

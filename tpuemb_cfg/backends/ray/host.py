@@ -28,9 +28,11 @@ table, slot or snapshot at a time, for streaming into a file.
 
 from __future__ import annotations
 
+import math
 import mmap
 import os
 import pickle
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -45,6 +47,7 @@ from ...executor.plan import Plan, TablePlan
 from ...executor.state import slot_key, table_key
 from ...executor.storage import RowUpdate
 from ...layout import TableLayout
+from .link import Listener
 
 __all__ = ["Arena", "PipelineRef", "Shard", "call", "call_many", "fitting_hosts", "shard_bytes"]
 
@@ -100,7 +103,7 @@ class Arena:
     def view(self, place: Place) -> np.ndarray:
         """The array at ``place`` (a live view of the shared file)."""
         offset, shape, dtype = place
-        count = int(np.prod(shape, dtype=np.int64))
+        count = math.prod(shape)
         assert self._map is not None, "the arena is closed"
         return np.frombuffer(self._map, dtype=dtype, count=count, offset=offset).reshape(shape)
 
@@ -111,7 +114,7 @@ class Arena:
     def alloc(self, shape: tuple[int, ...], dtype: type | np.dtype = F32) -> Place | None:
         """A new place for an array, or None when the arena is too small."""
         dtype = np.dtype(dtype)
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        nbytes = math.prod(int(n) for n in shape) * dtype.itemsize
         offset = self._top
         if offset + nbytes > self.size:
             return None
@@ -177,6 +180,10 @@ class Shard:
         # by the key instead of receiving them again, and logs the parameters read for ``abort``
         # instead of reading them again. Any other change of the table drops them.
         self._kept: dict[str, tuple[int, np.ndarray, Local | None, np.ndarray]] = {}
+        # The direct link of a driver on this node (``listen``), and what keeps its thread's
+        # calls apart from the Ray calls (``reset``) that may arrive when the driver is done.
+        self._listener: Listener | None = None
+        self._lock = threading.RLock()
 
     # ----------------------------------------------------------------------------------------
     # Set-up
@@ -208,6 +215,29 @@ class Shard:
         self._arena = arena
         return True
 
+    #: The methods a driver may call over the link (the others are set-up, made through Ray).
+    LINKED = frozenset({"call_args", "run_batch"})
+
+    def listen(self, token: bytes) -> str:
+        """Serve this host's calls over a direct link (``link.Listener``: a Unix socket and a
+        thread of this process) for a driver on this node that presents ``token``; its address.
+        Replaces an earlier link. The driver sends every later call that way until it is done
+        (``reset`` then closes the link)."""
+        self._close_listener()
+        self._listener = Listener(token, self._linked_call)
+        return self._listener.address
+
+    def _linked_call(self, method: str, args: Sequence[Any]) -> Any:
+        if method not in self.LINKED:
+            raise ValueError(f"{method!r} cannot be called over the link")
+        with self._lock:
+            return getattr(self, method)(*args)
+
+    def _close_listener(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+
     def detach(self) -> None:
         """Unmap the arena, if any."""
         if self._arena is not None:
@@ -230,7 +260,12 @@ class Shard:
         self.reset()
 
     def reset(self) -> None:
-        """Drop every array (the actor stays, for the next executor)."""
+        """Drop every array and the link (the actor stays, for the next executor)."""
+        with self._lock:
+            self._close_listener()
+            self._drop()
+
+    def _drop(self) -> None:
         self._params.clear()
         self._slots.clear()
         self._undo.clear()
@@ -316,18 +351,24 @@ class Shard:
         filled by the next of ``arrays``; run in order (after ``commit(committed)``), their
         results in a list. One Ray call per host and step phase instead of one per table: the
         driver's cost of a call (submitting it, handling its reply) is paid once per host."""
-        committed, calls = pickle.loads(message)
-        if committed is not None:
-            self.commit(committed)
+        committed, packed = pickle.loads(message)
         remaining = iter(arrays)
-        results: list[Any] = []
-        for method, args, holes in calls:
+        calls: list[tuple[str, Sequence[Any]]] = []
+        for method, args, holes in packed:
             if holes:
                 args = list(args)
                 for index in holes:
                     args[index] = next(remaining)
-            results.append(self.call_args(None, method, *args))
-        return results
+            calls.append((method, args))
+        return self.run_batch(committed, calls)
+
+    def run_batch(self, committed: int | None, calls: Sequence[tuple[str, Sequence[Any]]]
+                  ) -> list[Any]:
+        """Each ``(method, args)`` of ``calls`` in order, after ``commit(committed)``; their
+        results in a list (a batch's calls as the link sends them, arrays in place)."""
+        if committed is not None:
+            self.commit(committed)
+        return [self.call_args(None, method, *args) for method, args in calls]
 
     def call_args(self, committed: int | None, method: str, *args: Any) -> Any:
         """``method(*args)``, after ``commit(committed)`` when the driver has a step to

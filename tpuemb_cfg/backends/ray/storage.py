@@ -89,6 +89,7 @@ from .host import (
     fitting_hosts,
     shard_bytes,
 )
+from .link import HostRaised, Link, LinkError, LinkReply
 
 __all__ = ["RAY", "ActorOptions", "RayBackend", "RayStorage", "ShardLost", "ShardedArray"]
 
@@ -96,6 +97,8 @@ F32 = np.float32
 #: The directory of shared-memory files, and the variable that turns their use off ("0").
 SHM_DIR = "/dev/shm"
 SHARED_MEMORY_ENV = "TPUEMB_RAY_SHARED_MEMORY"
+#: The variable that turns the direct links of the hosts on the driver's node off ("0").
+LINK_ENV = "TPUEMB_RAY_LINK"
 #: The variable that chooses where new host actors go (``ActorOptions.placement``).
 PLACEMENT_ENV = "TPUEMB_RAY_PLACEMENT"
 #: Bytes of one block of rows streamed from the shards (a file write, a fetch, a load).
@@ -123,6 +126,11 @@ class ShardLost(TpuembError):
     def with_resume_hint(self, hint: str) -> ShardLost:
         """The same error with ``hint`` (the last checkpoint and how to resume) appended."""
         return ShardLost(f"{self.message}; {hint}", self.host)
+
+
+def _enabled(variable: str) -> bool:
+    """Whether the environment leaves the feature ``variable`` turns off on (not "0")."""
+    return os.environ.get(variable, "1").strip().lower() not in ("0", "no", "off", "false")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -270,9 +278,11 @@ class RayStorage:
         self._pipelined = plan.pipelined and plan.mode == "TRAINING"  # as the executor's
         # Per table, the sums of squares of its updates of the open step (one per update).
         self._sumsq: dict[str, list[float]] = {}  # per table, each update's squared norm
-        self._want_shared = os.environ.get(SHARED_MEMORY_ENV, "1").strip().lower() not in (
-            "0", "no", "off", "false") and os.path.isdir(SHM_DIR)
+        self._want_shared = _enabled(SHARED_MEMORY_ENV) and os.path.isdir(SHM_DIR)
         self._local_hosts: list[int] = []  # hosts on the driver's machine (by Ray node id)
+        self._want_links = _enabled(LINK_ENV)
+        #: The hosts on the driver's node called over a direct link (``link.Link``), not Ray.
+        self.links: dict[int, Link] = {}
         #: The hosts that map the arena (a subset of the local hosts, once it exists).
         self.shared: set[int] = set()
         self._arena: Arena | None = None
@@ -368,14 +378,31 @@ class RayStorage:
                           threads or max(1, cpus // per_machine[name])))
             for h, (name, cpus, _) in enumerate(places)
         ], "starting")
+        here = str(ray.get_runtime_context().get_node_id() or "")
+        near = [h for h, (_, _, node) in enumerate(places) if here and node == here]
         if self._want_shared:
-            here = str(ray.get_runtime_context().get_node_id())
-            self._local_hosts = [h for h, (_, _, node) in enumerate(places) if node == here]
+            self._local_hosts = near
+        if self._want_links and near:
+            self._link(near)
+
+    def _link(self, hosts: list[int]) -> None:
+        """Call ``hosts`` (on the driver's node) over direct links from now on (``link``): a
+        host that cannot be reached that way keeps taking its calls through Ray."""
+        token = os.urandom(16)
+        addresses = self._run([(h, "listen", (token,)) for h in hosts], "starting")
+        for host, address in zip(hosts, addresses, strict=True):
+            try:
+                self.links[host] = Link(address, token)
+            except (OSError, LinkError):
+                continue
 
     def close(self) -> None:
         """Release the actors (kept, emptied, for the next storage of this Ray session; also
         done when the storage is garbage-collected) and, when this storage connected to Ray,
         disconnect."""
+        for link in self.links.values():
+            link.close()
+        self.links = {}
         self._release()
         self._drop_arena()
         if self._senders is not None:
@@ -389,10 +416,11 @@ class RayStorage:
     # Calls to the hosts
 
     def _submit(self, calls: Sequence[tuple[int, str, tuple[Any, ...]]]) -> list[Submitted]:
-        """Send ``calls`` ((host, method, args)); a host receives its calls in their order, its
-        consecutive calls in one Ray call (``host.call_many``; a ``put`` goes alone), so a
-        batch of calls costs one Ray call per host however many tables it covers. Queued
-        updates (``update``) are sent first.
+        """Send ``calls`` ((host, method, args)); a host receives its calls in their order: a
+        host on the driver's node all of them in one frame of its direct link (``link``), any
+        other host its consecutive calls in one Ray call (``_send_ray``), so a batch of calls
+        costs one call per host however many tables it covers. Queued updates (``update``) are
+        sent first.
 
         Ray copies large array arguments into its object store as it sends them; with several
         hosts and more than ``PARALLEL_BYTES`` of arrays, each host's calls are sent from a thread
@@ -414,24 +442,15 @@ class RayStorage:
             committed = self._step if host in self._unconfirmed else None
             self._unconfirmed.discard(host)
             indices = by_host[host]
-            start = 0
-            while start < len(indices):
-                stop = start + 1
-                if calls[indices[start]][1] != "put":
-                    while stop < len(indices) and calls[indices[stop]][1] != "put":
-                        stop += 1
-                run = indices[start:stop]
-                actor = self._actors[host]
-                if len(run) == 1:
-                    _, method, args = calls[run[0]]
-                    refs[run[0]] = (host, call(actor, committed, method, args), None)
-                else:
-                    ref = call_many(actor, committed, [calls[i][1:] for i in run])
-                    for position, index in enumerate(run):
-                        refs[index] = (host, ref, position)
-                self.calls[host] += 1
-                committed = None
-                start = stop
+            link = self.links.get(host)
+            if link is None:
+                self._send_ray(host, committed, [(i, *calls[i][1:]) for i in indices], refs)
+                return
+            # every call of the batch in one frame, a ``put`` included
+            reply = link.submit("run_batch", (committed, [calls[i][1:] for i in indices]))
+            for position, index in enumerate(indices):
+                refs[index] = (host, reply, position)
+            self.calls[host] += 1
 
         if len(by_host) > 1 and payload > PARALLEL_BYTES:
             if self._senders is None:
@@ -443,6 +462,31 @@ class RayStorage:
             for host in by_host:
                 send(host)
         return refs
+
+    def _send_ray(self, host: int, committed: int | None,
+                  calls: Sequence[tuple[int, str, tuple[Any, ...]]],
+                  refs: list[Submitted]) -> None:
+        """Send ``host`` its ``calls`` ((index in ``refs``, method, args)) through Ray: its
+        consecutive calls in one Ray call (``host.call_many``), a ``put`` alone (its lists of
+        blocks go as they are); each call's reply reference at its index of ``refs``."""
+        actor = self._actors[host]
+        start = 0
+        while start < len(calls):
+            stop = start + 1
+            if calls[start][1] != "put":
+                while stop < len(calls) and calls[stop][1] != "put":
+                    stop += 1
+            run = calls[start:stop]
+            if len(run) == 1:
+                index, method, args = run[0]
+                refs[index] = (host, call(actor, committed, method, args), None)
+            else:
+                ref = call_many(actor, committed, [c[1:] for c in run])
+                for position, (index, _, _) in enumerate(run):
+                    refs[index] = (host, ref, position)
+            self.calls[host] += 1
+            committed = None
+            start = stop
 
     def _collect(self, submitted: Sequence[Submitted], what: str | Callable[[int], str]
                  ) -> list[Any]:
@@ -459,8 +503,9 @@ class RayStorage:
                 continue
             if ref not in replies:
                 try:
-                    replies[ref] = ray.get(ref)
-                except ray.exceptions.RayError as exc:
+                    replies[ref] = (ref.result() if isinstance(ref, LinkReply)
+                                    else ray.get(ref))
+                except (ray.exceptions.RayError, LinkError) as exc:
                     failure = failure or (host, exc)
                     failed.add(ref)
                     continue
@@ -481,15 +526,20 @@ class RayStorage:
         raised one (the host lives on), else ``ShardLost`` (the actor died: Ray ended it, the
         machine went away or ran out of memory), after which the storage refuses every call."""
         ray = self._ray
-        cause = exc.cause if isinstance(exc, ray.exceptions.RayTaskError) else None
+        cause = (exc.cause if isinstance(exc, ray.exceptions.RayTaskError | HostRaised)
+                 else None)
         died = cause is None or isinstance(cause, ray.exceptions.RayError)
         rolled = ""
         self._kept.clear()
         if self._open:
-            aborts = [call(a, None, "abort", (self._step,))
+            aborts = [self.links[h].submit("call_args", (None, "abort", self._step))
+                      if h in self.links else call(a, None, "abort", (self._step,))
                       for h, a in enumerate(self._actors) if not (died and h == host)]
-            with contextlib.suppress(ray.exceptions.RayError):
-                ray.get(aborts, timeout=60)
+            with contextlib.suppress(ray.exceptions.RayError, LinkError):
+                for reply in aborts:
+                    if isinstance(reply, LinkReply):
+                        reply.result(60)
+                ray.get([a for a in aborts if not isinstance(a, LinkReply)], timeout=60)
             self._open = False
             rolled = (f"; the open step was rolled back on every {'other ' if died else ''}host "
                       "(applied on none)")

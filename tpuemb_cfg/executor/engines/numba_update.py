@@ -364,8 +364,10 @@ def run_ranges(kernel: Callable[..., float], total: int, work: int, *args: Any,
 
     ``cost``: optional non-decreasing [total + 1] cumulative cost of the items; the ranges then
     split it evenly instead of the item count."""
+    if work < _SERIAL_ELEMENTS:  # before asking numba for its threads: that costs more
+        return float(kernel(*args, 0, total))
     count = min(_free(), max(1, total))
-    if count == 1 or work < _SERIAL_ELEMENTS or getattr(_local, "inside", False):
+    if count == 1 or getattr(_local, "inside", False):
         return float(kernel(*args, 0, total))
     if cost is None:
         bounds = [total * k // count for k in range(count + 1)]
