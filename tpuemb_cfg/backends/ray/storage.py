@@ -25,6 +25,10 @@ rows travel:
   (``pipeline.RowPipeline``, as a ``host.PipelineRef``); the host runs it on its own arrays.
   Non-lazy optimizers step every row: each host receives its touched rows and steps the others
   with a zero gradient, which is what the local executor computes for them;
+- **calls**: the hosts on the driver's node take their calls over a direct link (``link``: a
+  Unix socket served by a thread of the actor, one frame each way per phase) instead of Ray's
+  task calls, which cost the driver about a millisecond each; ``TPUEMB_RAY_LINK=0`` turns it
+  off. The other hosts take theirs as Ray calls;
 - **transport**: the hosts on the driver's machine exchange the step's rows through a
   shared-memory ``host.Arena`` (a file of ``/dev/shm`` both map, unlinked once mapped): the
   driver writes row numbers, positions and gradient rows there, each host writes the rows it
