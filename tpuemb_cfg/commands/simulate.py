@@ -1163,12 +1163,18 @@ def _sparsecore(request: _Request, records: _Records, files: _SparseCoreRequest,
               f"{records.options.seed})")
     if summary_dir is not None:
         from tpuemb_cfg.commands._outputs import write_run
+        from tpuemb_cfg.commands._progress import RunLog
 
         tables = request.tables if files.batches is None else "none"
         state = run.executor.state_arrays() if tables != "none" else None
         summary["tables_written"] = "all" if state is not None else "none"
-        write_run(Path(real[str(summary_dir)]), summary, state, files.config,
-                  shown_dir=summary_dir)
+        log = RunLog.for_stderr(request.quiet)
+        with log.timed() as took:
+            write_run(Path(real[str(summary_dir)]), summary, state, files.config,
+                      shown_dir=summary_dir)
+        names = ["tables.npz"] if state is not None else []
+        log.outputs([(str(summary_dir / name), str(Path(real[str(summary_dir)]) / name))
+                     for name in [*names, "summary.json"]], took())
     from tpuemb_cfg.sim.sparsecore.report import run_text
 
     click.echo(json.dumps(summary, indent=2) if request.as_json else run_text(summary, header))
