@@ -38,10 +38,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml  # ships with Ray (a dependency of ray itself)
 from conftest import EXAMPLES, ROOT, run_cli
 from raynodes import RayNodes
-
-yaml = pytest.importorskip("yaml", reason="pyyaml ships with Ray: pip install 'tpuemb[ray]'")
 
 JOB = "raysubmit_tpuemb0000000001"
 #: The job's runtime_env: what ``ray job submit --runtime-env-json`` would give.
@@ -123,10 +122,10 @@ def test_a_job_resolves_relative_paths_in_its_working_dir(cluster: RayNodes,
     assert (summary["config"], summary["out_dir"]) == ("model.pbtxt", "out")
     # The bytes of the same run on the local backend.
     local = tmp_path / "local"
-    code, output = run_cli("simulate", str(folder / "model.pbtxt"), "--steps", "4",
-                           "--checkpoint-every", "2", "--save-batches", str(tmp_path / "b.npz"),
-                           "--out-dir", str(local), "--engine", "numpy", "-q").exit_code, ""
-    assert code == 0, output
+    result = run_cli("simulate", str(folder / "model.pbtxt"), "--steps", "4",
+                     "--checkpoint-every", "2", "--save-batches", str(tmp_path / "b.npz"),
+                     "--out-dir", str(local), "--engine", "numpy", "-q")
+    assert result.exit_code == 0, result.output
     assert (folder / "out" / "tables.npz").read_bytes() == (local / "tables.npz").read_bytes()
     assert (folder / "b.npz").read_bytes() == (tmp_path / "b.npz").read_bytes()
     loss = json.loads((local / "summary.json").read_text())["loss"]

@@ -885,9 +885,9 @@ def _run_one(prepared: Prepared, request: _Request, records: _Records,
         state = run.saved_state(tables)
         summary["memory"] = _memory_report(run.memory_estimate(
             steps, tables=tables, checkpoints=request.checkpoint_every is not None, plot=plot))
-        took = log.clock()
+        began = log.clock()
         _write(prepared, request, real, summary, state, outputs)
-    log.outputs(_written(request, real), log.clock() - took)  # committed with the set
+    log.outputs(_written(request, real), log.clock() - began)  # committed with the set
     return summary
 
 
