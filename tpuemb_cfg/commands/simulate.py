@@ -25,6 +25,7 @@ from tpuemb_cfg.errors import InputError, NumericalError, OutputError, UsageErro
 from tpuemb_cfg.limits import available_memory
 
 if TYPE_CHECKING:
+    from tpuemb_cfg.commands._progress import RunLog
     from tpuemb_cfg.executor.options import Placement, RunOptions
     from tpuemb_cfg.session import Prepared
     from tpuemb_cfg.sim.options import SyntheticOptions
@@ -818,7 +819,7 @@ class _Checkpoints:
     """``--checkpoint-every``: where a run's checkpoints go, and the last one written (for the
     hint after a lost Ray host)."""
 
-    def __init__(self, run: Any, request: _Request, real: _Anchored, log: Any) -> None:
+    def __init__(self, run: Any, request: _Request, real: _Anchored, log: RunLog) -> None:
         self.run = run
         self.log = log  # the RunLog told of each checkpoint written
         self.shown = request.out_dir / "checkpoint.npz"  # as typed, for messages
