@@ -122,6 +122,27 @@ def test_checkpoint_and_output_lines_name_path_size_and_seconds(tmp_path: Path) 
     ]
 
 
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_terminal_gets_the_bar_and_no_lines(monkeypatch: pytest.MonkeyPatch) -> None:
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    log = RunLog.for_stderr(quiet=False)
+    assert log.view == "bar"
+    with log.steps(8, start=3) as advance:  # a run resumed at step 3: a bar of 5
+        assert advance is not None
+        for done in range(4, 9):
+            advance(done)
+    log.checkpoint("c.npz", 8, 10, 0.1)  # a line would tear the bar: nothing
+    log.outputs([("o.npz", "o.npz")], 0.1)
+    shown = terminal.getvalue()
+    assert "simulating" in shown and "5/5" in shown and "6/5" not in shown
+    assert _lines(shown) == []
+
+
 def test_quiet_and_silent_views_write_nothing() -> None:
     silent = RunLog("silent", io.StringIO())
     with silent.steps(10) as advance:
