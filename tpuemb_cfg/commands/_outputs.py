@@ -1,7 +1,7 @@
 """What `tpuemb simulate` shows and writes for a synthetic run, one worker or several.
 
-The runs (``tpuemb_cfg.sim``) compute and return; this module is the one place that draws their
-progress bar and writes their files: ``OUT_DIR/tables.npz`` (final tables and slots, whole or
+The runs (``tpuemb_cfg.sim``) compute and return; this module is the one place that writes their
+files (``_progress`` shows how they go): ``OUT_DIR/tables.npz`` (final tables and slots, whole or
 the touched rows: ``--tables``), ``OUT_DIR/summary.json`` (the summary, with ``config`` and
 ``out_dir`` added), the ``--plot`` image (PNG, SVG or PDF, from its extension) and the
 ``--save-batches`` file (each step's batch streamed in as the run goes, :func:`batches_file`).
@@ -21,8 +21,6 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-import click
-
 from tpuemb_cfg.errors import UsageError
 
 if TYPE_CHECKING:
@@ -30,7 +28,7 @@ if TYPE_CHECKING:
 
     from tpuemb_cfg.atomic import OutputSet
 
-__all__ = ["PLOT_FORMATS", "batches_file", "check_run_outputs", "progress", "require_disk_space",
+__all__ = ["PLOT_FORMATS", "batches_file", "check_run_outputs", "require_disk_space",
            "require_matplotlib", "status_line", "write_run"]
 
 #: A command that has run this long (seconds) shows what it is doing (stderr a terminal).
@@ -42,18 +40,6 @@ PLOT_FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
 _PLOT_METADATA: dict[str, dict[str, None]] = {
     "png": {"Software": None}, "svg": {"Date": None}, "pdf": {"CreationDate": None},
 }
-
-
-@contextlib.contextmanager
-def progress(length: int, quiet: bool) -> Iterator[Callable[[int], None] | None]:
-    """A progress callback advancing a bar of ``length`` on stderr, or None when ``quiet`` or
-    stderr is not a terminal (the runs take None as "no progress")."""
-    if quiet or not sys.stderr.isatty():
-        yield None
-        return
-    with click.progressbar(length=length, label="simulating", file=sys.stderr,
-                           show_pos=True) as bar:
-        yield lambda _done: bar.update(1)
 
 
 @contextlib.contextmanager

@@ -2,8 +2,9 @@
 
 Thin by design: options are parsed and checked here, the work is ``tpuemb_cfg.executor.replay``,
 ``tpuemb_cfg.sim.synthetic.SyntheticRun`` (one worker) and
-``tpuemb_cfg.sim.multiworker.MultiWorkerRun`` (``--workers N``); ``_outputs`` draws the progress
-bar and writes the files of both synthetic runs.
+``tpuemb_cfg.sim.multiworker.MultiWorkerRun`` (``--workers N``); ``_progress`` shows how every
+mode's run goes (a bar on a terminal, timestamped lines otherwise) and ``_outputs`` writes the
+files of both synthetic runs.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from tpuemb_cfg.errors import InputError, NumericalError, OutputError, UsageErro
 from tpuemb_cfg.limits import available_memory
 
 if TYPE_CHECKING:
+    from tpuemb_cfg.commands._progress import RunLog
     from tpuemb_cfg.executor.options import Placement, RunOptions
     from tpuemb_cfg.session import Prepared
     from tpuemb_cfg.sim.options import SyntheticOptions
@@ -186,7 +188,9 @@ def _spec_callback(ctx: click.Context, param: click.Parameter, value: str | None
                    "the run adds held against 80% of available RAM; --backend ray: the limit of "
                    "each host's actor, default what the largest Ray node offers). "
                    f"{units.SIZE_HELP}.")
-@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@click.option("--quiet", "-q", is_flag=True,
+              help="No progress: neither the bar (stderr a terminal) nor the timestamped lines "
+                   "(otherwise; one at most every TPUEMB_LOG_EVERY seconds, default 10).")
 @engine_option("numba: compiled kernels (falls back to numpy, with a warning, when numba cannot be "
                "imported); numpy: the readable reference, same results.")
 @backend_option("local: the tables in this process; ray: each host's rows in its own Ray actor, "
@@ -271,6 +275,9 @@ def simulate(  # noqa: PLR0913 - a click command: one parameter per option
     # largest Ray node offers); its refusal says so and suggests a --max-memory that works.
     limit = parse_size(max_memory) if max_memory is not None else None
     _check_placement(ctx, backend, limit)
+    from tpuemb_cfg.commands._progress import log_every
+
+    log_every()  # a bad TPUEMB_LOG_EVERY is refused before anything starts
     spec = ctx.meta.get(_SPEC_KEY)
     from tpuemb_cfg.executor.options import Placement, RunOptions
     from tpuemb_cfg.executor.workload import parse_ids, parse_sequence_lengths
@@ -601,6 +608,10 @@ def _replay(files: _ReplayFiles, combiner_args: tuple[str, ...], records: _Recor
     config_path, batches_path, init_path, out_path = (files.config, files.batches, files.init,
                                                       files.out)
     assert config_path is not None and out_path is not None
+    from tpuemb_cfg.commands._progress import RunLog
+
+    log = RunLog.for_stderr(quiet)
+    count = [0]  # the steps of B.npz, counted from its headers
     limit = records.options.memory_limit
     backend = records.placement.backend
     real = _Anchored(batches_path, init_path, out_path)  # before a spec's code runs
@@ -614,7 +625,7 @@ def _replay(files: _ReplayFiles, combiner_args: tuple[str, ...], records: _Recor
         def check(headers: Any) -> None:
             """From the .npy headers, before any array is decompressed: the keys, and whether
             the replay fits (--max-memory)."""
-            parse_steps(headers, len(prepared.plan.features), batches_path)
+            count[0] = len(parse_steps(headers, len(prepared.plan.features), batches_path))
             if local:
                 require_replay_memory(prepared.plan, headers, limit,
                                       engine=get_engine(records.options.engine).name,
@@ -628,13 +639,16 @@ def _replay(files: _ReplayFiles, combiner_args: tuple[str, ...], records: _Recor
     for table in prepared.plan.tables:
         tables[table.name] = {"optimizer": table.optimizer.name}
 
-    def record(step: int, reports: Any) -> None:
-        for name, report in reports.items():
-            for field, value in report.as_dict().items():
-                tables[name].setdefault(field, []).append(value)
-
     with _host_lost("a replay writes nothing before its end: run it again"), \
-            real.named_as_typed():
+            real.named_as_typed(), log.steps(count[0]) as advance:
+
+        def record(step: int, reports: Any) -> None:
+            for name, report in reports.items():
+                for field, value in report.as_dict().items():
+                    tables[name].setdefault(field, []).append(value)
+            if advance is not None:
+                advance(step + 1)
+
         # The memory was checked from the .npy headers above, before any array was read.
         options = replace(records.options, check_memory=False) if local else records.options
         out = replay(
@@ -642,7 +656,10 @@ def _replay(files: _ReplayFiles, combiner_args: tuple[str, ...], records: _Recor
             placement=records.placement, sources=(batches_path, init_path),
             on_step=record,
         )
+    with _host_lost("a replay writes nothing before its end: run it again"), \
+            real.named_as_typed(), log.timed() as took:
         atomic_write_npz(real[out_path], out)
+    log.outputs([(out_path, real[out_path])], took())
     steps = sum(1 for k in out if k.endswith("/activations") and "/f0/" in k)
     if as_json:
         summary = {"steps": steps, "config": config_path, "out": out_path, "tables": tables}
@@ -744,20 +761,40 @@ def _write(prepared: Prepared, request: _Request, real: _Anchored, summary: dict
 def _run_workers(prepared: Prepared, request: _Request, records: _Records,
                  workers: dict[str, Any], real: _Anchored) -> dict[str, Any]:
     """``--workers N``: the multi-worker run, its files written; its summary."""
-    from tpuemb_cfg.commands._outputs import progress
+    from tpuemb_cfg.commands._progress import RunLog
     from tpuemb_cfg.sim.multiworker import MultiWorkerRun
     from tpuemb_cfg.sim.options import WorkerOptions
 
     steps, tables, plot = request.steps, request.tables, request.plot is not None
+    log = RunLog.for_stderr(request.quiet)
     several = MultiWorkerRun(prepared, records.options, records.placement, data=records.data,
                              workers=WorkerOptions(**workers))
-    with progress(2 * several.num_workers * steps, request.quiet) as advance, \
+
+    def detail() -> str:  # a gradient computed or delivered; the chief's updates so far
+        loss = f", loss {several.loss[-1]:.6g}" if several.loss else ""
+        return f"updates {several.global_step:,}{loss}"
+
+    with log.steps(2 * several.num_workers * steps, unit="gradient event",
+                   detail=detail) as advance, \
             _host_lost("a multi-worker run keeps no checkpoint: run it again"):
         several.run(steps, progress=advance, tables=tables, plot=plot)
     summary = several.summary()
     summary["memory"] = _memory_report(several.memory_estimate(steps, tables=tables, plot=plot))
-    _write(prepared, request, real, summary, several.saved_state(tables), None)
+    with log.timed() as took:
+        _write(prepared, request, real, summary, several.saved_state(tables), None)
+    log.outputs(_written(request, real), took())
     return summary
+
+
+def _written(request: _Request, real: _Anchored) -> list[tuple[str, str]]:
+    """The files a synthetic run has written, as ``(as typed, real path)`` pairs: what the
+    outputs' log line names and measures."""
+    shown = [str(request.out_dir / name) for name in ("tables.npz", "summary.json")
+             if name != "tables.npz" or request.tables != "none"]
+    pairs = [(path, str(Path(real[str(request.out_dir)]) / Path(path).name)) for path in shown]
+    pairs += [(path, real[path]) for path in (request.plot, request.save_batches)
+              if path is not None]
+    return pairs
 
 
 def _resume(run: Any, request: _Request, records: _Records, real: _Anchored) -> None:
@@ -782,8 +819,9 @@ class _Checkpoints:
     """``--checkpoint-every``: where a run's checkpoints go, and the last one written (for the
     hint after a lost Ray host)."""
 
-    def __init__(self, run: Any, request: _Request, real: _Anchored) -> None:
+    def __init__(self, run: Any, request: _Request, real: _Anchored, log: RunLog) -> None:
         self.run = run
+        self.log = log  # the RunLog told of each checkpoint written
         self.shown = request.out_dir / "checkpoint.npz"  # as typed, for messages
         self.out_dir = request.out_dir
         self.real_dir = Path(real[str(request.out_dir)])
@@ -798,8 +836,10 @@ class _Checkpoints:
         except OSError as exc:
             raise OutputError(f"cannot create the folder: {exc.strerror or exc}",
                               path=str(self.out_dir)) from None
-        atomic_write_npz(self.real, self.run.checkpoint_arrays())  # atomic
+        with self.log.timed() as took:
+            atomic_write_npz(self.real, self.run.checkpoint_arrays())  # atomic
         self.saved[:] = [self.run.step]
+        self.log.checkpoint(str(self.shown), self.run.step, os.path.getsize(self.real), took())
 
     def resume_hint(self) -> str:
         if not self.saved:
@@ -814,7 +854,8 @@ def _run_one(prepared: Prepared, request: _Request, records: _Records,
     """One worker: the synthetic run (resumed, checkpointed, its batches streamed), its files
     written; its summary."""
     from tpuemb_cfg.atomic import OutputSet
-    from tpuemb_cfg.commands._outputs import batches_file, progress, require_disk_space
+    from tpuemb_cfg.commands._outputs import batches_file, require_disk_space
+    from tpuemb_cfg.commands._progress import RunLog
     from tpuemb_cfg.sim.synthetic import SyntheticRun
 
     steps, tables, plot = request.steps, request.tables, request.plot is not None
@@ -825,13 +866,18 @@ def _run_one(prepared: Prepared, request: _Request, records: _Records,
     if save_batches is not None:
         require_disk_space("--save-batches", real[save_batches],
                            (steps - run.step) * run.data.batch_bytes())
-    checkpoints = _Checkpoints(run, request, real)
+    log = RunLog.for_stderr(request.quiet)
+    checkpoints = _Checkpoints(run, request, real, log)
+
+    def detail() -> str:
+        return f"loss {run.history[-1]['loss']:.6g}" if run.history else ""
+
     # Staged together: the batches (streamed during the run), then the tables, the
     # summary and the plot, renamed into place at the end - or none of them.
     with OutputSet(make_dirs=True) as outputs:
         with batches_file(outputs, real[save_batches] if save_batches is not None
                           else None) as on_batch, \
-                progress(max(steps - run.step, 0), request.quiet) as advance, \
+                log.steps(steps, start=run.step, detail=detail) as advance, \
                 _host_lost(checkpoints.resume_hint):
             run.run(steps, checkpoint_every=request.checkpoint_every,
                     checkpoint=checkpoints.save, progress=advance, on_batch=on_batch,
@@ -840,7 +886,9 @@ def _run_one(prepared: Prepared, request: _Request, records: _Records,
         state = run.saved_state(tables)
         summary["memory"] = _memory_report(run.memory_estimate(
             steps, tables=tables, checkpoints=request.checkpoint_every is not None, plot=plot))
+        began = log.clock()
         _write(prepared, request, real, summary, state, outputs)
+    log.outputs(_written(request, real), log.clock() - began)  # committed with the set
     return summary
 
 
@@ -1116,12 +1164,18 @@ def _sparsecore(request: _Request, records: _Records, files: _SparseCoreRequest,
               f"{records.options.seed})")
     if summary_dir is not None:
         from tpuemb_cfg.commands._outputs import write_run
+        from tpuemb_cfg.commands._progress import RunLog
 
         tables = request.tables if files.batches is None else "none"
         state = run.executor.state_arrays() if tables != "none" else None
         summary["tables_written"] = "all" if state is not None else "none"
-        write_run(Path(real[str(summary_dir)]), summary, state, files.config,
-                  shown_dir=summary_dir)
+        log = RunLog.for_stderr(request.quiet)
+        with log.timed() as took:
+            write_run(Path(real[str(summary_dir)]), summary, state, files.config,
+                      shown_dir=summary_dir)
+        names = ["tables.npz"] if state is not None else []
+        log.outputs([(str(summary_dir / name), str(Path(real[str(summary_dir)]) / name))
+                     for name in [*names, "summary.json"]], took())
     from tpuemb_cfg.sim.sparsecore.report import run_text
 
     click.echo(json.dumps(summary, indent=2) if request.as_json else run_text(summary, header))
@@ -1131,7 +1185,7 @@ def _sparsecore_replay(run: Any, files: _SparseCoreRequest, records: _Records, r
                        quiet: bool) -> dict[str, Any]:
     """``--batches``: every recorded step with the limits, O.npz written (the replay
     contract's keys: final tables and slots, every step's activations of the kept ids)."""
-    from tpuemb_cfg.commands._outputs import progress
+    from tpuemb_cfg.commands._progress import RunLog
     from tpuemb_cfg.executor.replay import parse_steps
     from tpuemb_cfg.npzio import atomic_write_npz, read_npz
 
@@ -1145,15 +1199,18 @@ def _sparsecore_replay(run: Any, files: _SparseCoreRequest, records: _Records, r
     batches = read_npz(real[source], max_bytes=records.options.memory_limit, check_keys=check)
     steps = parse_steps(batches, count, source)
     out: dict[str, Any] = {}
-    with progress(len(steps), quiet) as advance:
+    log = RunLog.for_stderr(quiet)
+    with log.steps(len(steps)) as advance:
         for step, (inputs, rates) in enumerate(steps):
             activations = run.replay_step(inputs, rates, source=files.batches)
             for f, activation in enumerate(activations):
                 out[f"s{step}/f{f}/activations"] = activation
             if advance is not None:
-                advance(step)
+                advance(step + 1)
     out.update(run.executor.state_arrays())
-    atomic_write_npz(real[files.out], out)
+    with log.timed() as took:
+        atomic_write_npz(real[files.out], out)
+    log.outputs([(files.out, real[files.out])], took())
     summary = run.summary()
     summary.update({"batches": files.batches, "out": files.out})
     return dict(summary)
@@ -1161,16 +1218,16 @@ def _sparsecore_replay(run: Any, files: _SparseCoreRequest, records: _Records, r
 
 def _sparsecore_synthetic(run: Any, request: _Request, records: _Records) -> dict[str, Any]:
     """No ``--batches``: ``--steps`` steps of the synthetic generator's batches."""
-    from tpuemb_cfg.commands._outputs import progress
+    from tpuemb_cfg.commands._progress import RunLog
     from tpuemb_cfg.sim.synthetic import SyntheticData
 
     data = SyntheticData(run.plan, seed=records.options.seed, ids=records.data.ids,
                          sequence_lengths=records.data.sequence_lengths)
-    with progress(request.steps, request.quiet) as advance:
+    with RunLog.for_stderr(request.quiet).steps(request.steps) as advance:
         for step in range(request.steps):
             run.synthetic_step(data)
             if advance is not None:
-                advance(step)
+                advance(step + 1)
     summary = run.summary()
     summary.update({"seed": records.options.seed, "ids": str(data.ids),
                     "sequence_lengths": str(data.sequence_lengths)})

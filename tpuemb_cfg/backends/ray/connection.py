@@ -108,6 +108,20 @@ def _check_reachable(address: str, origin: str) -> None:
         ) from None
 
 
+def _require_client(address: str, origin: str) -> None:
+    """A ``ray://`` address goes through Ray Client, whose gRPC dependency only the
+    ``ray[client]`` extra installs (Ray checks the same import); without it, one line saying
+    so, before any connection is tried (Ray's own refusal reads like a failed join)."""
+    try:
+        import grpc  # noqa: F401
+    except ImportError:
+        raise UsageError(
+            f"{origin} {address}: a ray:// address connects through Ray Client, which needs "
+            "`pip install 'ray[client]'` (grpcio) in this environment; install it, or run "
+            "tpuemb on a machine of the cluster with the address HOST:6379, or as a Ray Job "
+            "(docs/scale.md)") from None
+
+
 @contextlib.contextmanager
 def _stderr_silenced() -> Iterator[None]:
     """File descriptor 2 points to /dev/null for the block (output of native code included);
@@ -140,6 +154,8 @@ def connect(address: str | None = None, num_cpus: int | None = None) -> bool:
     if address is None and os.environ.get("RAY_ADDRESS"):
         address, origin = os.environ["RAY_ADDRESS"], "RAY_ADDRESS"
     quiet = {"logging_level": logging.ERROR, "log_to_driver": False}
+    if address is not None and address.startswith("ray://"):
+        _require_client(address, origin)
     if address is None:
         ray.init(address="local", num_cpus=num_cpus or os.cpu_count() or 1,
                  include_dashboard=False, **quiet)
