@@ -46,7 +46,8 @@ from ...executor.state import slot_key, table_key
 from ...executor.storage import RowUpdate
 from ...layout import TableLayout
 
-__all__ = ["Arena", "PipelineRef", "Shard", "call", "call_many", "fitting_hosts", "shard_bytes"]
+__all__ = ["Arena", "PipelineRef", "Shard", "call", "call_many", "fitting_hosts",
+           "process_memory", "shard_bytes"]
 
 F32 = np.float32
 
@@ -154,6 +155,26 @@ def shard_bytes(plan: Plan, host: int, hosts: int) -> int:
     return total
 
 
+def process_memory() -> dict[str, int]:
+    """This process's resident memory in bytes, from ``/proc/self``: ``rss`` (every resident
+    page it maps, shared libraries included), ``uss`` (the pages no other process shares: what
+    ending it frees) and ``pss`` (shared pages divided among their users); empty where
+    ``/proc`` lacks them (not Linux). What a host actor's process costs beyond its rows
+    (``placement.PROCESS_BYTES``) was measured with it."""
+    found: dict[str, int] = {}
+    fields = {"Rss": "rss", "Pss": "pss", "Private_Clean": "uss", "Private_Dirty": "uss"}
+    try:
+        with open("/proc/self/smaps_rollup") as rollup:
+            for line in rollup:
+                name, _, rest = line.partition(":")
+                if name in fields:  # "Rss:     123456 kB"
+                    key = fields[name]
+                    found[key] = found.get(key, 0) + int(rest.split()[0]) * 1024
+    except (OSError, ValueError, IndexError):
+        return {}
+    return found
+
+
 class Shard:
     """Host ``host`` of ``hosts``: its rows of every table and slot of ``plan``.
 
@@ -193,6 +214,11 @@ class Shard:
         except Exception:  # noqa: BLE001 - not in a Ray worker: no node id
             pass
         return os.uname().nodename, os.cpu_count() or 1, node
+
+    def memory(self) -> dict[str, int]:
+        """This actor's process memory (``process_memory``) and the bytes of its arrays
+        (``rows``: tables, slots, pre-step copies)."""
+        return {**process_memory(), "rows": self.nbytes()}
 
     def attach(self, path: str, size: int, token: bytes) -> bool:
         """Map the driver's ``Arena`` at ``path`` (replacing an earlier one); False when this
