@@ -194,8 +194,10 @@ def _fewest_hosts(estimates_of: Callable[[int], Sequence[int]], room: int,
     return low
 
 
-#: How many numbers of hosts :func:`suggest_shards` tries around the current one, at most.
+#: How many numbers of hosts :func:`suggest_shards` tries around the current one, at most,
+#: and the most hosts it suggests.
 SEARCH = 256
+MOST_HOSTS = 1 << 16
 
 
 def suggest_shards(hosts: int, nodes: Sequence[Node],
@@ -210,7 +212,7 @@ def suggest_shards(hosts: int, nodes: Sequence[Node],
     if not usable:
         return None
     rows = sum(estimates_of(hosts))
-    most = (sum(n.memory for n in usable) - rows) // PROCESS_BYTES
+    most = min((sum(n.memory for n in usable) - rows) // PROCESS_BYTES, MOST_HOSTS)
     fewest = _fewest_hosts(estimates_of, max(n.memory for n in usable), int(most))
     if fewest is None:
         return None
@@ -248,14 +250,15 @@ def refusal(estimates: Sequence[int], nodes: Sequence[Node], placed: Sequence[in
     largest = max(usable, key=lambda n: n.memory)
     big = max(new, key=lambda h: (needs[h], -h))
     if needs[big] > largest.memory:
-        split = _shards_hint(suggested, hosts, "fits this cluster")
+        fix = (f"split the tables over more hosts ({parameter('shards')} {suggested} fits this "
+               "cluster) or use machines with more memory" if suggested is not None else
+               "no number of hosts fits this cluster: use machines with more memory, or add "
+               "nodes")
         return (f"host {big} of {hosts} needs {format_size(needs[big])} "
                 f"({format_size(estimates[big])} for its rows of every table and slot, with a "
                 f"step's working arrays, and {format_size(PROCESS_BYTES)} for its process), "
                 f"more than any Ray node has available (the most: "
-                f"{format_size(largest.memory)}, on {largest.name}); split the tables over "
-                f"more hosts ({split or 'no number of hosts fits this cluster; '}"
-                "or use machines with more memory)")
+                f"{format_size(largest.memory)}, on {largest.name}); {fix}")
     total = sum(needs[h] for h in new)
     available = sum(n.memory for n in usable)
     if total > available:
@@ -314,10 +317,10 @@ def plan_hosts(plan: Plan, hosts: int, nodes: Sequence[Node], *,
     of hosts when they do not fit: what ``RayStorage`` checks before it starts an actor, and
     what ``tpuemb simulate --backend ray --dry-run`` shows."""
     from ...layout import TableLayout
-    from .host import shard_bytes
+    from .host import shard_bytes_all
 
     def estimates_of(count: int) -> list[int]:
-        return [shard_bytes(plan, h, count) for h in range(count)]
+        return shard_bytes_all(plan, count)
 
     layouts = [TableLayout(t.vocabulary, hosts, plan.mod_sharding) for t in plan.tables]
     rows = [sum(layout.rows_of(h) for layout in layouts) for h in range(hosts)]
