@@ -120,11 +120,23 @@ def test_a_host_larger_than_any_node_is_told_how_many_hosts_fit() -> None:
         "working arrays, and 300 MiB for its process), more than any Ray node has available "
         "(the most: 2 GiB, on 10.0.0.1); split the tables over more hosts (shards 2 fits this "
         "cluster) or use machines with more memory")
-    alone = plan_placement([3072 * MiB], nodes[:1], estimates_of=even(3072))
-    assert alone.refusal is not None  # (2048 - 3072) // 300 < 1: no number of hosts fits
-    assert alone.refusal.endswith("more than any Ray node has available (the most: 2 GiB, on "
-                                  "10.0.0.1); no number of hosts fits this cluster: use "
-                                  "machines with more memory, or add nodes")
+    # two nodes of 1700 MiB: 3372 MiB fit in total, not on one node; 2 hosts of 1836 MiB fit
+    # neither, and more than (3400 - 3072) // 300 = 1 host exceed the total. None fits
+    small = [Node("10.0.0.1", 1700 * MiB, 2), Node("10.0.0.2", 1700 * MiB, 2)]
+    alone = plan_placement([3072 * MiB], small, estimates_of=even(3072))
+    assert alone.refusal == (
+        "host 0 of 1 needs 3.3 GiB (3 GiB for its rows of every table and slot, with a step's "
+        "working arrays, and 300 MiB for its process), more than any Ray node has available "
+        "(the most: 1.7 GiB, on 10.0.0.1); no number of hosts fits this cluster: use machines "
+        "with more memory")
+    # the total short as well: that is what to fix first (more hosts would need more)
+    short = plan_placement([3072 * MiB], nodes[:1], estimates_of=even(3072))
+    assert str(UsageError(short.refusal or "")) == (
+        "the 1 new host actor(s) need 3.3 GiB (3 GiB of rows and 1 x 300 MiB for their "
+        "processes), more than the Ray cluster has available (2 GiB on 1 node(s) with a free "
+        "CPU): 1.3 GiB is missing; add nodes with 1.3 GiB more memory, with room for 3.3 GiB on "
+        "one node (host 0: the largest node has 2 GiB), or lower the memory per host (fewer "
+        "rows, a smaller dimension, an optimizer with fewer slots)")
 
 
 def test_hosts_that_each_fit_but_not_together_are_told_what_is_missing() -> None:

@@ -22,10 +22,11 @@ unless a cleverer packing exists (hosts differ by at most one row per table, so 
 decreasing is close to the best packing), and Ray may still place what it places elsewhere.
 
 **The refusals** (:func:`refusal`), in this order, each one line naming the limit and the fix:
-no node has a free CPU; a single host needs more than the largest node has available (more
-hosts, found by :func:`suggest_shards`, or bigger machines); the hosts together need more than
-the cluster has (how much is missing: add nodes, or fewer processes); they would fit in total
-but not one piece per host (the host that finds no room, and a number of hosts that packs).
+no node has a free CPU; the hosts together need more than the cluster has available (how much
+is missing: add nodes, or fewer processes - more hosts cannot help, each adds a process); a
+single host needs more than the largest node has available (more hosts, found by
+:func:`suggest_shards`, or bigger machines); they would fit in total but not one piece per host
+(the host that finds no room, and a number of hosts that packs).
 
 Everything here is plain arithmetic on :class:`Node` records except :func:`cluster_nodes`
 (what a connected Ray reports) and :func:`machine_node` (this machine, for a dry run without
@@ -249,38 +250,50 @@ def refusal(estimates: Sequence[int], nodes: Sequence[Node], placed: Sequence[in
     new = [h for h in range(hosts) if not reused[h]]
     largest = max(usable, key=lambda n: n.memory)
     big = max(new, key=lambda h: (needs[h], -h))
-    if needs[big] > largest.memory:
-        fix = (f"split the tables over more hosts ({parameter('shards')} {suggested} fits this "
-               "cluster) or use machines with more memory" if suggested is not None else
-               "no number of hosts fits this cluster: use machines with more memory, or add "
-               "nodes")
-        return (f"host {big} of {hosts} needs {format_size(needs[big])} "
-                f"({format_size(estimates[big])} for its rows of every table and slot, with a "
-                f"step's working arrays, and {format_size(PROCESS_BYTES)} for its process), "
-                f"more than any Ray node has available (the most: "
-                f"{format_size(largest.memory)}, on {largest.name}); {fix}")
+    host = (f"({format_size(estimates[big])} for its rows of every table and slot, with a "
+            f"step's working arrays, and {format_size(PROCESS_BYTES)} for its process)")
     total = sum(needs[h] for h in new)
     available = sum(n.memory for n in usable)
-    if total > available:
+    if total > available:  # more hosts cannot help: each adds a process
+        missing = format_size(total - available)
         fewer = _shards_hint(suggested, hosts, "fits: fewer processes")
         rows = sum(estimates[h] for h in new)
+        bigger = ("" if needs[big] <= largest.memory else
+                  f", with room for {format_size(needs[big])} on one node (host {big}: the "
+                  f"largest node has {format_size(largest.memory)})")
         return (f"the {len(new)} new host actor(s) need {format_size(total)} "
                 f"({format_size(rows)} of rows and {len(new)} x {format_size(PROCESS_BYTES)} "
                 f"for their processes), more than the Ray cluster has available "
                 f"({format_size(available)} on {len(usable)} node(s) with a free CPU): "
-                f"{format_size(total - available)} is missing; {fewer}add nodes with "
-                f"{format_size(total - available)} more memory, or lower the memory per host "
-                "(fewer rows, a smaller dimension, an optimizer with fewer slots)")
+                f"{missing} is missing; {fewer}add nodes with {missing} more memory{bigger}, "
+                "or lower the memory per host (fewer rows, a smaller dimension, an optimizer "
+                "with fewer slots)")
+    if needs[big] > largest.memory:
+        fix = (f"split the tables over more hosts ({parameter('shards')} {suggested} fits this "
+               "cluster) or use machines with more memory" if suggested is not None else
+               "no number of hosts fits this cluster: use machines with more memory")
+        return (f"host {big} of {hosts} needs {format_size(needs[big])} {host}, more than any "
+                f"Ray node has available (the most: {format_size(largest.memory)}, on "
+                f"{largest.name}); {fix}")
+    return _no_room(estimates, nodes, placed, new, _shards_hint(suggested, hosts, "packs"))
+
+
+def _no_room(estimates: Sequence[int], nodes: Sequence[Node], placed: Sequence[int | None],
+             new: Sequence[int], repack: str) -> str:
+    """The refusal of hosts that fit the cluster in total, but not one piece per host."""
+    needs = [reservation(e) for e in estimates]
+    total = sum(needs[h] for h in new)
+    available = sum(n.memory for n in nodes if n.usable)
     stuck = min((h for h in new if placed[h] is None), key=lambda h: (-needs[h], h))
     left = [n.memory for n in nodes]
     for h in new:
-        if placed[h] is not None:
-            left[placed[h]] -= needs[h]  # type: ignore[index]  # checked: not None
+        node = placed[h]
+        if node is not None:
+            left[node] -= needs[h]
     most_left = max(left[i] for i, n in enumerate(nodes) if n.usable)
-    repack = _shards_hint(suggested, hosts, "packs")
     return (f"the {len(new)} new host actor(s) need {format_size(total)} and the Ray cluster "
             f"has {format_size(available)} available, but not in one piece per host: placed "
-            f"largest first, host {stuck} of {hosts} ({format_size(needs[stuck])}: "
+            f"largest first, host {stuck} of {len(estimates)} ({format_size(needs[stuck])}: "
             f"{format_size(estimates[stuck])} of rows and {format_size(PROCESS_BYTES)} for its "
             f"process) finds no node with the room left (the most left: "
             f"{format_size(most_left)}); {repack}add a node with "
