@@ -164,7 +164,8 @@ def _spec_callback(ctx: click.Context, param: click.Parameter, value: str | None
 @click.option("--dry-run", is_flag=True,
               help="Print the plan (tables, rows, bytes, engine, workers) and the whole "
                    "process's memory estimate with its parts, of a synthetic run, a multi-worker "
-                   "run or a --batches replay (--json: as JSON); run and write nothing.")
+                   "run or a --batches replay (--json: as JSON); with --backend ray, also each "
+                   "host actor's rows, memory and node; run and write nothing.")
 @seed_option("Seed of the default initial values and of the synthetic data")
 @click.option("--steps", type=click.IntRange(min=1), default=100, show_default=True,
               help="Synthetic run: number of steps.")
@@ -184,7 +185,7 @@ def _spec_callback(ctx: click.Context, param: click.Parameter, value: str | None
 @click.option("--max-memory", metavar="SIZE",
               help="Refuse to start when the estimated peak memory exceeds SIZE (default: what "
                    "the run adds held against 80% of available RAM; --backend ray: the limit of "
-                   "each host's actor, default what the largest Ray node offers). "
+                   "each host's actor, its process included; the nodes' memory is checked too). "
                    f"{units.SIZE_HELP}.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @engine_option("numba: compiled kernels (falls back to numpy, with a warning, when numba cannot be "
@@ -268,7 +269,7 @@ def simulate(  # noqa: PLR0913 - a click command: one parameter per option
       tpuemb simulate SPEC.py [--batches B.npz --out O.npz] [--compare-dropping]
     """
     # None: the library's default, 80% of the memory available (--backend ray: what the
-    # largest Ray node offers); its refusal says so and suggests a --max-memory that works.
+    # cluster's nodes have available); its refusal says so and suggests what works.
     limit = parse_size(max_memory) if max_memory is not None else None
     _check_placement(ctx, backend, limit)
     spec = ctx.meta.get(_SPEC_KEY)

@@ -189,9 +189,10 @@ class ActorOptions:
     """The host actors of a :class:`RayStorage`.
 
     ``shards``: the number of actors (default ``num_hosts``). ``max_memory``: each actor's limit
-    in bytes; a host whose estimate (``host.shard_bytes``) exceeds it is refused before
-    anything is allocated, and so is one no Ray node has the memory for (None: only the
-    latter). ``address``: as for :func:`connect` (used only when this process is not connected
+    in bytes; a host whose reservation (its estimate, ``host.shard_bytes``, and its process,
+    ``placement.PROCESS_BYTES``) exceeds it is refused before anything is allocated, and so
+    are hosts the cluster's nodes cannot place (``placement.plan_hosts``; checked either
+    way). ``address``: as for :func:`connect` (used only when this process is not connected
     yet; the storage then owns the connection and ``close`` ends it). ``threads``: numba
     threads per actor (default: the cores of its machine divided among the actors on it).
     ``placement``: where new actors go - ``driver`` (the default): on the driver's Ray node
@@ -1034,8 +1035,9 @@ class RayStorage:
 @dataclass(frozen=True)
 class RayBackend:
     """Opens a :class:`RayStorage` (``storage.BACKENDS["ray"]``): the placement's ``shards``
-    and ``ray_address``; ``max_memory`` is each host actor's limit (None: what the largest Ray
-    node offers), always checked (``check_memory=False`` is refused)."""
+    and ``ray_address``; ``max_memory`` is each host actor's limit, its process included (the
+    nodes' available memory is checked either way), always checked (``check_memory=False`` is
+    refused)."""
 
     @property
     def in_process(self) -> bool:
