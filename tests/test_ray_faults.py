@@ -167,7 +167,7 @@ def test_a_table_too_large_for_one_actor_runs_split_over_enough(
                                              r"\(300 MiB\); split the tables over more hosts "
                                              r"\(shards 2 fits\)"):
             Executor(config, backend="ray", max_memory=limit)
-        with pytest.raises(UsageError, match="more than any Ray node has available"):
+        with pytest.raises(UsageError, match="more than the Ray cluster has available"):
             Executor(_one_table(10**12), backend="ray")
     local = Executor(config, seed=1)
     split = Executor(config, seed=1, backend="ray", shards=2, max_memory=limit)

@@ -94,14 +94,17 @@ def test_every_hosts_estimate_at_once_is_each_hosts_estimate() -> None:
 
 
 def test_a_process_reads_its_own_resident_memory() -> None:
-    import resource
+    import numpy as np
 
     from tpuemb_cfg.backends.ray.host import Shard
 
-    found = Shard().memory()
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
-    assert 0 < found["uss"] <= found["pss"] <= found["rss"] <= peak
-    assert found["rows"] == 0  # no table set up
+    before = Shard().memory()
+    assert 0 < before["uss"] <= before["pss"] <= before["rss"] and before["rows"] == 0
+    block = np.ones(64 * MiB, dtype=np.uint8)  # 64 MiB of this process's own, touched pages
+    after = Shard().memory()
+    for key in ("rss", "uss"):
+        assert 64 * MiB <= after[key] - before[key] < 80 * MiB, (key, before, after)
+    del block
 
 
 # ------------------------------------------------------------------------------------------------
