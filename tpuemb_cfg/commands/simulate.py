@@ -1018,9 +1018,12 @@ def _ray_plan_lines(ray: dict[str, Any]) -> list[str]:
     lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
               for row in rows]
     for node in ray["nodes"]:
+        cpus = node["cpus"]
+        note = ("no free CPU: takes no host" if cpus < 1 else
+                "the driver's: tried first" if node["driver"] else "")
         lines.append(f"  node {printable(node['name'])}: {format_size(node['memory_bytes'])} of "
-                     f"memory and {node['cpus']:g} CPUs available"
-                     + (" (the driver's: tried first)" if node["driver"] else ""))
+                     f"memory and {cpus:g} CPU{'' if cpus == 1 else 's'} available"
+                     + (f" ({note})" if note else ""))
     if not ray["nodes"]:
         lines.append("  no node: this machine's available memory is unknown")
     if ray["over_max_memory"]:

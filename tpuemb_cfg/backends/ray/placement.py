@@ -357,14 +357,16 @@ def cluster_nodes(ray: Any) -> list[Node]:
     except Exception:  # noqa: BLE001 - an older or newer Ray without it: the totals
         available = {}
     here = str(ray.get_runtime_context().get_node_id() or "")
+    alive = [n for n in ray.nodes() if n.get("Alive")]
+    addresses = [str(n.get("NodeManagerAddress") or "") for n in alive]
     nodes = []
-    for found in ray.nodes():
-        if not found.get("Alive"):
-            continue
+    for found, address in zip(alive, addresses, strict=True):
         node_id = str(found.get("NodeID", ""))
         resources = available.get(node_id, found.get("Resources", {}))
-        nodes.append(Node(name=str(found.get("NodeManagerAddress") or node_id[:12]),
-                          memory=int(resources.get("memory", 0)),
+        # several nodes of one machine share its address: their ids tell them apart
+        name = (address if address and addresses.count(address) == 1
+                else f"{address or 'node'} {node_id[:8]}".strip())
+        nodes.append(Node(name=name, memory=int(resources.get("memory", 0)),
                           cpus=float(resources.get("CPU", 0)),
                           driver=node_id == here, node_id=node_id))
     return nodes
