@@ -150,7 +150,8 @@ def describe_cluster(ray: Any) -> str:
     cpus = sum(float(n.get("Resources", {}).get("CPU", 0)) for n in nodes)
     memory = sum(int(n.get("Resources", {}).get("memory", 0)) for n in nodes)
     return (f"the Ray cluster at {ray.get_runtime_context().gcs_address} ({len(nodes)} "
-            f"node{'' if len(nodes) == 1 else 's'}, {cpus:g} CPUs, {format_size(memory)} of "
+            f"node{'' if len(nodes) == 1 else 's'}, {cpus:g} CPU{'' if cpus == 1 else 's'}, "
+            f"{format_size(memory)} of "
             "memory for actors)")
 
 

@@ -326,7 +326,7 @@ class RayStorage:
 
     def _check_cluster(self) -> None:
         """Refuse, before any actor starts, hosts the cluster cannot place (instead of waiting
-        for Ray to place them): ``placement.plan_placement`` packs the reservations of the
+        for Ray to place them): ``placement.plan_hosts`` packs the reservations of the
         hosts that need a new actor into the alive nodes' available memory and CPUs, and says
         which limit stops them - a node's, the cluster's total, or the packing."""
         found = plan_hosts(self.plan, self.hosts, cluster_nodes(self._ray),
