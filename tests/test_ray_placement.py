@@ -53,7 +53,7 @@ def even(total_mib: int) -> Any:
 def test_a_reservation_is_the_rows_and_the_measured_process() -> None:
     assert PROCESS_BYTES == 300 * MiB
     assert reservation(100 * MiB) == 400 * MiB
-    assert reservation(0) == 300 * MiB
+    assert reservation(0) == reservation(64 * MiB) == 364 * MiB  # at least 64 MiB of rows
 
 
 def test_first_fit_decreasing_tries_the_driver_then_the_most_memory_and_needs_a_cpu() -> None:
@@ -255,8 +255,9 @@ def _dry_run(*args: str) -> dict[str, Any]:
 def _quickstart_hosts(node: str) -> list[dict[str, Any]]:
     # per host: user 10,000 x 16 (adagrad: 2 arrays), item 25,000 x 16 (lazy adam: 3),
     # category 500 x 8 (sgd: 1) -> 1,280,000 + 4,800,000 + 16,000 bytes
+    # (5.8 MiB: each reserves the 64 MiB floor of rows)
     return [{"host": h, "rows": 35_500, "estimate_bytes": 6_096_000,
-             "reservation_bytes": 6_096_000 + 300 * MiB, "node": node, "reused": False}
+             "reservation_bytes": 364 * MiB, "node": node, "reused": False}
             for h in range(2)]
 
 
@@ -272,16 +273,17 @@ def test_dry_run_plans_on_this_machine_without_starting_ray(
     assert plan["hosts"] == _quickstart_hosts("this machine")
     assert plan["fits"] and plan["refusal"] is None
     # too little memory: the run's own refusal, shown, nothing run (exit 0)
-    monkeypatch.setattr("tpuemb_cfg.commands.simulate.available_memory", lambda: 500 * MiB)
+    monkeypatch.setattr("tpuemb_cfg.commands.simulate.available_memory", lambda: 1000 * MiB)
     code, output = run_simulate(QUICKSTART, "--backend", "ray", "--shards", "2", "--dry-run")
     assert code == 0, output
-    # 500 MiB - 150 MiB for the object store = 350 MiB: one host of 305.8 MiB fits, not two
-    assert ("placement: would be refused: the 2 new host actor(s) need 611.6 MiB (11.6 MiB of "
-            "rows and 2 x 300 MiB for their processes), more than the Ray cluster has available "
-            "(350 MiB on 1 node(s) with a free CPU): 261.6 MiB is missing; --shards 1 fits: "
-            "fewer processes, or") in output
-    assert "  0     35,500  5.8 MiB   305.8 MiB    this machine" in output
-    assert "  1     35,500  5.8 MiB   305.8 MiB    does not fit" in output
+    # 1000 MiB - 300 MiB for the object store = 700 MiB: one host of 364 MiB fits, not two
+    # (728 MiB: 28 MiB missing)
+    assert ("placement: would be refused: the 2 new host actor(s) need 728 MiB (128 MiB of "
+            "rows (64 MiB at least per host) and 2 x 300 MiB for their processes), more than "
+            "the Ray cluster has available (700 MiB on 1 node(s) with a free CPU): 28 MiB is "
+            "missing; --shards 1 fits: fewer processes, or") in output
+    assert "  0     35,500  5.8 MiB   364 MiB      this machine" in output
+    assert "  1     35,500  5.8 MiB   364 MiB      does not fit" in output
 
 
 @pytest_ray

@@ -2,10 +2,13 @@
 
 **What a host actor needs.** Each actor reserves Ray's ``memory`` resource for its life:
 
-    reservation(h) = shard_bytes(h) + PROCESS_BYTES
+    reservation(h) = max(shard_bytes(h), ROWS_FLOOR) + PROCESS_BYTES
 
 ``host.shard_bytes`` is the estimate of its arrays (its rows of every table and slot, with a
 non-lazy table's working arrays); :data:`PROCESS_BYTES` is the Python process around them.
+:data:`ROWS_FLOOR` keeps the actors of small tables interchangeable: an idle actor is reused
+only by a host that needs no more than it reserved, and without a floor an actor made for a
+table of 2 MB could not serve the next configuration's table of 3 MB (a new process each time).
 Ray counts CPUs too: an actor that reserves memory holds no CPU, but Ray places it only on a
 node with a free CPU (``ray.actor``'s defaults: one CPU to place it, none while it runs), so a
 node without one (a head started with ``--num-cpus 0``) takes no host.
@@ -49,6 +52,7 @@ if TYPE_CHECKING:
 __all__ = [
     "LOCAL_OBJECT_STORE_SHARE",
     "PROCESS_BYTES",
+    "ROWS_FLOOR",
     "HostPlace",
     "Node",
     "PlacementPlan",
@@ -74,6 +78,9 @@ __all__ = [
 #: alone on a node pays them all. 300 MiB covers the largest RSS with a 10% margin.
 PROCESS_BYTES = 300 << 20
 
+#: The least a host actor reserves for its arrays (see the module docstring: reuse).
+ROWS_FLOOR = 64 << 20
+
 #: Of the memory available when it starts, the share a Ray node gives its object store by
 #: default (``RAY_DEFAULT_OBJECT_STORE_MEMORY_PROPORTION``); the rest is its ``memory``
 #: resource, what actors reserve.
@@ -81,8 +88,17 @@ LOCAL_OBJECT_STORE_SHARE = 0.3
 
 
 def reservation(estimate: int) -> int:
-    """What a host actor reserves: its arrays' estimate plus :data:`PROCESS_BYTES`."""
-    return int(estimate) + PROCESS_BYTES
+    """What a host actor reserves: its arrays' estimate (at least :data:`ROWS_FLOOR`) plus
+    :data:`PROCESS_BYTES`."""
+    return max(int(estimate), ROWS_FLOOR) + PROCESS_BYTES
+
+
+def _rows(estimates: Sequence[int]) -> str:
+    """``estimates``' reserved bytes of rows, in words (saying so where the floor applies)."""
+    reserved = format_size(sum(max(e, ROWS_FLOOR) for e in estimates))
+    if all(e >= ROWS_FLOOR for e in estimates):
+        return f"{reserved} of rows"
+    return f"{reserved} of rows ({format_size(ROWS_FLOOR)} at least per host)"
 
 
 @dataclass(frozen=True)
@@ -250,20 +266,22 @@ def refusal(estimates: Sequence[int], nodes: Sequence[Node], placed: Sequence[in
     new = [h for h in range(hosts) if not reused[h]]
     largest = max(usable, key=lambda n: n.memory)
     big = max(new, key=lambda h: (needs[h], -h))
-    host = (f"({format_size(estimates[big])} for its rows of every table and slot, with a "
-            f"step's working arrays, and {format_size(PROCESS_BYTES)} for its process)")
+    floor = f" ({format_size(ROWS_FLOOR)} at least)" if estimates[big] < ROWS_FLOOR else ""
+    host = (f"({format_size(max(estimates[big], ROWS_FLOOR))} for its rows of every table and "
+            f"slot, with a step's working arrays{floor}, and {format_size(PROCESS_BYTES)} for "
+            "its process)")
     total = sum(needs[h] for h in new)
     available = sum(n.memory for n in usable)
     if total > available:  # more hosts cannot help: each adds a process
         missing = format_size(total - available)
         fewer = _shards_hint(suggested, hosts, "fits: fewer processes")
-        rows = sum(estimates[h] for h in new)
         bigger = ("" if needs[big] <= largest.memory else
                   f", with room for {format_size(needs[big])} on one node (host {big}: the "
                   f"largest node has {format_size(largest.memory)})")
         return (f"the {len(new)} new host actor(s) need {format_size(total)} "
-                f"({format_size(rows)} of rows and {len(new)} x {format_size(PROCESS_BYTES)} "
-                f"for their processes), more than the Ray cluster has available "
+                f"({_rows([estimates[h] for h in new])} and {len(new)} x "
+                f"{format_size(PROCESS_BYTES)} for their processes), more than the Ray cluster "
+                "has available "
                 f"({format_size(available)} on {len(usable)} node(s) with a free CPU): "
                 f"{missing} is missing; {fewer}add nodes with {missing} more memory{bigger}, "
                 "or lower the memory per host (fewer rows, a smaller dimension, an optimizer "
@@ -294,8 +312,8 @@ def _no_room(estimates: Sequence[int], nodes: Sequence[Node], placed: Sequence[i
     return (f"the {len(new)} new host actor(s) need {format_size(total)} and the Ray cluster "
             f"has {format_size(available)} available, but not in one piece per host: placed "
             f"largest first, host {stuck} of {len(estimates)} ({format_size(needs[stuck])}: "
-            f"{format_size(estimates[stuck])} of rows and {format_size(PROCESS_BYTES)} for its "
-            f"process) finds no node with the room left (the most left: "
+            f"{_rows([estimates[stuck]])} and {format_size(PROCESS_BYTES)} for its process) "
+            "finds no node with the room left (the most left: "
             f"{format_size(most_left)}); {repack}add a node with "
             f"{format_size(needs[stuck])} of memory")
 

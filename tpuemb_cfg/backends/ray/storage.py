@@ -302,12 +302,15 @@ class RayStorage:
     # Set-up
 
     def _check_limit(self, limit: int, what: str, fix: str) -> None:
-        """Refuse a host whose actor (its rows and its process: ``self.reservations``) needs
-        more than ``limit`` bytes (``max_memory``), naming the number of hosts that fits."""
+        """Refuse a host whose actor (its rows and its process) needs more than ``limit``
+        bytes (``max_memory``), naming the number of hosts that fits."""
         from ...units import format_size
 
-        host = int(np.argmax(self.reservations))
-        if self.reservations[host] <= limit:
+        # What the actor holds, not what it reserves: the floor of a reservation
+        # (``placement.ROWS_FLOOR``) is for reusing actors, not memory in use.
+        needs = [e + PROCESS_BYTES for e in self.estimates]
+        host = int(np.argmax(needs))
+        if needs[host] <= limit:
             return
         fits = (fitting_hosts(self.plan, limit - PROCESS_BYTES, self.hosts)
                 if limit > PROCESS_BYTES else None)
@@ -318,7 +321,7 @@ class RayStorage:
         else:
             split = "no number of hosts fits: a single row of a table is too large"
         raise UsageError(
-            f"host {host} of {self.hosts} would need {format_size(self.reservations[host])} "
+            f"host {host} of {self.hosts} would need {format_size(needs[host])} "
             f"({format_size(self.estimates[host])} for its rows of every table and slot, with "
             f"a step's working arrays, and {format_size(PROCESS_BYTES)} for its process), more "
             f"than {what} ({format_size(limit)}); {split}, or {fix}"
