@@ -1013,6 +1013,7 @@ def _ray_plan_lines(ray: dict[str, Any]) -> list[str]:
         node = host["node"]
         rows.append((str(host["host"]), f"{host['rows']:,}", format_size(host["estimate_bytes"]),
                      format_size(host["reservation_bytes"]),
+                     "an idle actor, reused" if host["reused"] else
                      "does not fit" if node is None else printable(node)))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
