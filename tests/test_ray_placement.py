@@ -287,14 +287,23 @@ def test_dry_run_plans_on_this_machine_without_starting_ray(
 
 
 @pytest_ray
-def test_dry_run_plans_on_the_cluster_it_joins() -> None:
+def test_dry_run_plans_on_the_cluster_it_joins(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the idle actors earlier tests of the session left: none, then one of 400 MiB
+    monkeypatch.setattr(connection, "idle_reservations", lambda token: [])
     before = int(ray.available_resources()["memory"])
     plan = _dry_run("--ray-address", "auto")
-    assert plan["nodes"] == [{"name": ray.util.get_node_ip_address(), "memory_bytes": before,
-                              "cpus": 2.0, "driver": True}]
-    assert plan["hosts"] == _quickstart_hosts(ray.util.get_node_ip_address())
+    here = ray.util.get_node_ip_address()
+    assert plan["nodes"] == [{"name": here, "memory_bytes": before, "cpus": 2.0,
+                              "driver": True}]
+    assert plan["hosts"] == _quickstart_hosts(here)
     assert ray.get_runtime_context().gcs_address in plan["where"]
-    assert int(ray.available_resources()["memory"]) == before
+    assert int(ray.available_resources()["memory"]) == before  # no actor started
+    monkeypatch.setattr(connection, "idle_reservations", lambda token: [400 * MiB])
+    code, output = run_simulate(QUICKSTART, "--backend", "ray", "--shards", "2", "--dry-run",
+                                "--ray-address", "auto")
+    assert code == 0, output
+    assert "  0     35,500  5.8 MiB   364 MiB      an idle actor, reused" in output
+    assert f"  1     35,500  5.8 MiB   364 MiB      {here}" in output
 
 
 # ------------------------------------------------------------------------------------------------

@@ -978,18 +978,21 @@ def _ray_plan(plan: Any, records: _Records) -> dict[str, Any] | None:
 
     hosts = int(placement.shards if placement.shards is not None else plan.num_hosts)
     address = placement.ray_address or os.environ.get("RAY_ADDRESS") or None
+    idle: list[int] = []
     if address is None:
         available = available_memory()
         nodes = [places.machine_node(available)] if available is not None else []
         where = "this machine (the local Ray instance a run starts; Ray was not started)"
     else:
-        from tpuemb_cfg.backends.ray.connection import describe_cluster, import_ray, ray_session
+        from tpuemb_cfg.backends.ray import connection
 
-        with ray_session(placement.ray_address):
-            ray = import_ray()
+        with connection.ray_session(placement.ray_address):
+            ray = connection.import_ray()
             nodes = places.cluster_nodes(ray)
-            where = describe_cluster(ray)
-    found = places.plan_hosts(plan, hosts, nodes)
+            where = connection.describe_cluster(ray)
+            # a process already connected may hold idle actors a run would reuse
+            idle = connection.idle_reservations(connection.session_token(ray))
+    found = places.plan_hosts(plan, hosts, nodes, idle=idle)
     limit = records.options.memory_limit
     over = [h.host for h in found.hosts if limit is not None and h.reservation > limit]
     shown = found.as_dict()
