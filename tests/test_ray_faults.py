@@ -22,6 +22,7 @@ from conftest import ROOT, run_simulate
 from raycluster import ray, ray_cluster, same_reports, same_state  # noqa: F401  (the fixture)
 
 import tpuemb_cfg
+from tpuemb_cfg.backends.ray.placement import PROCESS_BYTES
 from tpuemb_cfg.backends.ray.storage import SHARED_MEMORY_ENV, RayStorage, ShardLost
 from tpuemb_cfg.errors import UsageError
 from tpuemb_cfg.npzio import npz_bytes
@@ -165,19 +166,19 @@ def _one_table(vocabulary: int, hosts: int = 1) -> Any:
 def test_a_table_too_large_for_one_actor_runs_split_over_enough(
         monkeypatch: pytest.MonkeyPatch) -> None:
     config = _one_table(1000)  # 1000 x 8 float32, table and accumulator: 64,000 bytes
-    limit = 40_000
+    limit = PROCESS_BYTES + 40_000  # an actor's process and 40,000 bytes of rows
 
     def no_actor(self: RayStorage, threads: Any) -> None:
         raise AssertionError("an actor was started before the memory check")
 
     with monkeypatch.context() as patched:
         patched.setattr(RayStorage, "_start", no_actor)
-        with pytest.raises(UsageError, match=r"host 0 of 1 would hold 62\.5 KiB .* more than "
-                                             r"the memory limit of one actor \(39\.1 KiB\); "
-                                             r"split the tables over more hosts \(shards 2 "
-                                             r"fits\)"):
+        with pytest.raises(UsageError, match=r"host 0 of 1 would need 300\.1 MiB \(62\.5 KiB "
+                                             r".* more than the memory limit of one actor "
+                                             r"\(300 MiB\); split the tables over more hosts "
+                                             r"\(shards 2 fits\)"):
             Executor(config, backend="ray", max_memory=limit)
-        with pytest.raises(UsageError, match="more than the largest Ray node offers"):
+        with pytest.raises(UsageError, match="more than the Ray cluster has available"):
             Executor(_one_table(10**12), backend="ray")
     local = Executor(config, seed=1)
     split = Executor(config, seed=1, backend="ray", shards=2, max_memory=limit)
@@ -197,7 +198,7 @@ def test_the_command_refuses_before_writing(tmp_path: Path) -> None:
       mode: TRAINING num_hosts: 1 num_tensor_cores: 1""")
     out = tmp_path / "out"
     common = (str(config), "--steps", "2", "--out-dir", str(out), "--backend", "ray",
-              "--max-memory", "40000")
+              "--max-memory", str(PROCESS_BYTES + 40_000))
     code, output = run_simulate(*common)
     assert code == 2 and "--shards 2 fits" in output, output
     assert not out.exists()

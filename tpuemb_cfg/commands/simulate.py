@@ -166,7 +166,8 @@ def _spec_callback(ctx: click.Context, param: click.Parameter, value: str | None
 @click.option("--dry-run", is_flag=True,
               help="Print the plan (tables, rows, bytes, engine, workers) and the whole "
                    "process's memory estimate with its parts, of a synthetic run, a multi-worker "
-                   "run or a --batches replay (--json: as JSON); run and write nothing.")
+                   "run or a --batches replay (--json: as JSON); with --backend ray, also each "
+                   "host actor's rows, memory and node; run and write nothing.")
 @seed_option("Seed of the default initial values and of the synthetic data")
 @click.option("--steps", type=click.IntRange(min=1), default=100, show_default=True,
               help="Synthetic run: number of steps.")
@@ -186,7 +187,7 @@ def _spec_callback(ctx: click.Context, param: click.Parameter, value: str | None
 @click.option("--max-memory", metavar="SIZE",
               help="Refuse to start when the estimated peak memory exceeds SIZE (default: what "
                    "the run adds held against 80% of available RAM; --backend ray: the limit of "
-                   "each host's actor, default what the largest Ray node offers). "
+                   "each host's actor, its process included; the nodes' memory is checked too). "
                    f"{units.SIZE_HELP}.")
 @click.option("--quiet", "-q", is_flag=True,
               help="No progress: neither the bar (stderr a terminal) nor the timestamped lines "
@@ -272,7 +273,7 @@ def simulate(  # noqa: PLR0913 - a click command: one parameter per option
       tpuemb simulate SPEC.py [--batches B.npz --out O.npz] [--compare-dropping]
     """
     # None: the library's default, 80% of the memory available (--backend ray: what the
-    # largest Ray node offers); its refusal says so and suggests a --max-memory that works.
+    # cluster's nodes have available); its refusal says so and suggests what works.
     limit = parse_size(max_memory) if max_memory is not None else None
     _check_placement(ctx, backend, limit)
     from tpuemb_cfg.commands._progress import log_every
@@ -452,9 +453,12 @@ def _synthetic_command(ctx: click.Context, request: _Request, records: _Records)
 
 
 def _session_of(request: _Request, records: _Records) -> contextlib.AbstractContextManager[None]:
-    """The backend's session of a synthetic run (none for a ``--dry-run``: nothing runs)."""
+    """The backend's session of a synthetic run. None for a ``--dry-run``: nothing runs, and
+    with ``--backend ray`` its plan joins the cluster only to read its nodes (``_ray_plan``)."""
     placement = records.placement
-    backend = placement.backend if not request.dry_run else "local"
+    if request.dry_run:
+        return contextlib.nullcontext()
+    backend = placement.backend
     assert isinstance(backend, str)
     return _backend_session(backend, placement.ray_address)
 
@@ -942,7 +946,7 @@ def _dry_run(prepared: Prepared, request: _Request, records: _Records,
         "save_batches_bytes": steps * data.batch_bytes() if save_batches is not None else None,
         "memory": _memory_plan(estimate, records.options.memory_limit),
     }
-    _print_plan(info, request.as_json)
+    _print_plan(info, request.as_json, _ray_plan(plan, records))
 
 
 def _workers_plan(prepared: Prepared, request: _Request, records: _Records,
@@ -993,13 +997,93 @@ def _memory_plan(estimate: Any, limit: int | None) -> dict[str, Any]:
             "fits": limit is None or estimate.total <= limit}
 
 
-def _print_plan(info: dict[str, Any], as_json: bool) -> None:
+def _print_plan(info: dict[str, Any], as_json: bool, ray: dict[str, Any] | None = None) -> None:
+    """A ``--dry-run``'s plan on stdout (``ray``: the host actors' plan, ``_ray_plan``, shown
+    before the closing line)."""
     from tpuemb_cfg.sim.report import plan_text
 
+    if ray is not None:
+        info = {**info, "ray": ray}
     if as_json:
         click.echo(json.dumps(info, indent=2))
+        return
+    lines = plan_text(info).split("\n")
+    if ray is not None:
+        lines[-1:-1] = _ray_plan_lines(ray)
+    click.echo("\n".join(lines))
+
+
+def _ray_plan(plan: Any, records: _Records) -> dict[str, Any] | None:
+    """``--backend ray --dry-run``: each host actor's rows, estimate and reservation and the
+    node it would go to (``placement.plan_hosts``), on the cluster of ``--ray-address`` or
+    ``RAY_ADDRESS`` (joined to read its nodes, then left: no actor starts), else on this
+    machine as the local Ray instance a run would start (Ray is not started); None for the
+    local backend."""
+    placement = records.placement
+    if placement.backend != "ray":
+        return None
+    from tpuemb_cfg.backends.ray import placement as places
+
+    hosts = int(placement.shards if placement.shards is not None else plan.num_hosts)
+    address = placement.ray_address or os.environ.get("RAY_ADDRESS") or None
+    idle: list[int] = []
+    if address is None:
+        available = available_memory()
+        nodes = [places.machine_node(available)] if available is not None else []
+        where = "this machine (the local Ray instance a run starts; Ray was not started)"
     else:
-        click.echo(plan_text(info))
+        from tpuemb_cfg.backends.ray import connection
+
+        with connection.ray_session(placement.ray_address):
+            ray = connection.import_ray()
+            nodes = places.cluster_nodes(ray)
+            where = connection.describe_cluster(ray)
+            # a process already connected may hold idle actors a run would reuse
+            idle = connection.idle_reservations(connection.session_token(ray))
+    found = places.plan_hosts(plan, hosts, nodes, idle=idle)
+    limit = records.options.memory_limit
+    over = [h.host for h in found.hosts if limit is not None and h.reservation > limit]
+    shown = found.as_dict()
+    if found.refusal is not None:  # as the run's refusal would say it (--shards)
+        from tpuemb_cfg.commands.flags import cli_message
+
+        shown["refusal"] = cli_message(UsageError(found.refusal))
+    return {"where": where, "max_memory_bytes": limit, "over_max_memory": over, **shown}
+
+
+def _ray_plan_lines(ray: dict[str, Any]) -> list[str]:
+    """The text of a ``_ray_plan``: a line per host and per node, and whether they fit."""
+    from tpuemb_cfg.errors import printable
+    from tpuemb_cfg.units import format_size
+
+    hosts = ray["hosts"]
+    lines = [f"ray: {len(hosts)} host actor(s) on {ray['where']}; each reserves its rows' "
+             f"estimate and {format_size(ray['process_bytes'])} for its process"]
+    rows = [("host", "rows", "estimate", "reservation", "node")]
+    for host in hosts:
+        node = host["node"]
+        rows.append((str(host["host"]), f"{host['rows']:,}", format_size(host["estimate_bytes"]),
+                     format_size(host["reservation_bytes"]),
+                     "an idle actor, reused" if host["reused"] else
+                     "does not fit" if node is None else printable(node)))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+              for row in rows]
+    for node in ray["nodes"]:
+        cpus = node["cpus"]
+        note = ("no free CPU: takes no host" if cpus < 1 else
+                "the driver's: tried first" if node["driver"] else "")
+        lines.append(f"  node {printable(node['name'])}: {format_size(node['memory_bytes'])} of "
+                     f"memory and {cpus:g} CPU{'' if cpus == 1 else 's'} available"
+                     + (f" ({note})" if note else ""))
+    if not ray["nodes"]:
+        lines.append("  no node: this machine's available memory is unknown")
+    if ray["over_max_memory"]:
+        lines.append(f"  over --max-memory ({format_size(ray['max_memory_bytes'])}): host(s) "
+                     + ", ".join(str(h) for h in ray["over_max_memory"]))
+    lines.append("  placement: " + ("every host fits" if ray["fits"]
+                                    else f"would be refused: {ray['refusal']}"))
+    return lines
 
 
 def _replay_dry_run(files: _ReplayFiles, combiner_args: tuple[str, ...], records: _Records,
@@ -1047,7 +1131,7 @@ def _replay_dry_run(files: _ReplayFiles, combiner_args: tuple[str, ...], records
         "tables": rows,
         "memory": _memory_plan(estimate, records.options.memory_limit),
     }
-    _print_plan(info, as_json)
+    _print_plan(info, as_json, _ray_plan(plan, records))
 
 
 # SparseCore specs (docs/sparsecore/simulate.md): the run with the preprocessing's limits and

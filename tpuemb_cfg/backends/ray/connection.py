@@ -16,6 +16,7 @@ import contextlib
 import logging
 import os
 import socket
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,9 +24,12 @@ from ...errors import UsageError, parameter
 
 __all__ = [
     "INSTALL_HINT",
+    "JoinedRunningCluster",
     "connect",
+    "describe_cluster",
     "disconnect",
     "first_line",
+    "idle_reservations",
     "import_ray",
     "keep_actors",
     "ray_session",
@@ -87,6 +91,12 @@ def take_actor(token: tuple[str, str], need: int) -> tuple[Any, int] | None:
     return None
 
 
+def idle_reservations(token: tuple[str, str]) -> list[int]:
+    """The reserved bytes of this session's idle actors, in the order ``take_actor`` takes
+    them (a new storage's hosts reuse these before Ray places new ones)."""
+    return [reserved for _, reserved, session in _POOL if session == token]
+
+
 def _check_reachable(address: str, origin: str) -> None:
     """A TCP connection to ``host:port`` within 5 s, or ``UsageError`` naming the address."""
     target = address.removeprefix("ray://")
@@ -140,12 +150,34 @@ def _stderr_silenced() -> Iterator[None]:
         os.close(saved)
 
 
+class JoinedRunningCluster(UserWarning):
+    """``auto`` (``--ray-address auto``, ``RAY_ADDRESS=auto``) joined the Ray cluster running on
+    this machine, whichever it is; the warning names it (:func:`describe_cluster`)."""
+
+
+def describe_cluster(ray: Any) -> str:
+    """The connected cluster in a few words: its address, alive nodes, CPUs and the memory
+    its nodes offer actors (Ray's ``memory`` resource)."""
+    from ...units import format_size
+
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    cpus = sum(float(n.get("Resources", {}).get("CPU", 0)) for n in nodes)
+    memory = sum(int(n.get("Resources", {}).get("memory", 0)) for n in nodes)
+    return (f"the Ray cluster at {ray.get_runtime_context().gcs_address} ({len(nodes)} "
+            f"node{'' if len(nodes) == 1 else 's'}, {cpus:g} CPU{'' if cpus == 1 else 's'}, "
+            f"{format_size(memory)} of "
+            "memory for actors)")
+
+
 def connect(address: str | None = None, num_cpus: int | None = None) -> bool:
     """Connect this process to Ray unless it is connected; return True when this call did.
 
     ``address``: a cluster to join (``HOST:PORT`` or ``ray://HOST:PORT``); None: ``RAY_ADDRESS``
     when set, else a new local instance with ``num_cpus`` (default: this machine's cores), no
     dashboard. An address nobody answers at is one ``UsageError`` line, before anything starts.
+    ``auto`` joins whatever cluster Ray finds on this machine (the last ``ray start`` there):
+    it works, with a :class:`JoinedRunningCluster` warning naming the cluster joined (its
+    address, nodes, CPUs and memory); the address itself joins the same cluster silently.
     """
     ray = import_ray()
     if ray.is_initialized():
@@ -171,6 +203,12 @@ def connect(address: str | None = None, num_cpus: int | None = None) -> bool:
                 "`ray get-auth-token` on the head machine when this is another machine")
         raise UsageError(f"{origin} {address}: cannot join the Ray cluster there "
                          f"({first_line(exc) or type(exc).__name__}){hint}") from None
+    if address.strip().lower() == "auto":
+        given = "RAY_ADDRESS=auto" if origin == "RAY_ADDRESS" else "the Ray address 'auto'"
+        warnings.warn(JoinedRunningCluster(
+            f"{given} joined {describe_cluster(ray)}, the one running on this machine; "
+            "give its address to join it on purpose, or no address (and no RAY_ADDRESS) for a "
+            "Ray instance of the run's own"), stacklevel=2)
     return True
 
 

@@ -49,7 +49,8 @@ from ...executor.storage import RowUpdate
 from ...layout import TableLayout
 from .link import Listener
 
-__all__ = ["Arena", "PipelineRef", "Shard", "call", "call_many", "fitting_hosts", "shard_bytes"]
+__all__ = ["Arena", "PipelineRef", "Shard", "call", "call_many", "fitting_hosts",
+           "process_memory", "shard_bytes", "shard_bytes_all"]
 
 F32 = np.float32
 
@@ -151,10 +152,48 @@ def shard_bytes(plan: Plan, host: int, hosts: int) -> int:
     total = 0
     for table in plan.tables:
         rows = TableLayout(table.vocabulary, hosts, plan.mod_sharding).rows_of(host)
-        slots = len(table.optimizer.slots)
-        arrays = 1 + slots + (0 if table.lazy else 3 + 2 * slots)
-        total += rows * table.dimension * 4 * arrays
+        total += rows * _row_bytes(table)
     return total
+
+
+def _row_bytes(table: TablePlan) -> int:
+    """Estimated bytes per row of ``table`` on its host (``shard_bytes``)."""
+    slots = len(table.optimizer.slots)
+    return table.dimension * 4 * (1 + slots + (0 if table.lazy else 3 + 2 * slots))
+
+
+def shard_bytes_all(plan: Plan, hosts: int) -> list[int]:
+    """``shard_bytes`` of every host of ``hosts``, in one pass over the tables: of a table of
+    V rows, the first ``V mod hosts`` hosts hold ``V div hosts + 1`` rows and the others one
+    fewer (spec section 8, either strategy) - what the placement tries for many numbers of
+    hosts."""
+    total = np.zeros(hosts, dtype=np.int64)
+    for table in plan.tables:
+        per_row = _row_bytes(table)
+        whole, extra = divmod(table.vocabulary, hosts)
+        total += whole * per_row
+        total[:extra] += per_row
+    return [int(t) for t in total]
+
+
+def process_memory() -> dict[str, int]:
+    """This process's resident memory in bytes, from ``/proc/self``: ``rss`` (every resident
+    page it maps, shared libraries included), ``uss`` (the pages no other process shares: what
+    ending it frees) and ``pss`` (shared pages divided among their users); empty where
+    ``/proc`` lacks them (not Linux). What a host actor's process costs beyond its rows
+    (``placement.PROCESS_BYTES``) was measured with it."""
+    found: dict[str, int] = {}
+    fields = {"Rss": "rss", "Pss": "pss", "Private_Clean": "uss", "Private_Dirty": "uss"}
+    try:
+        with open("/proc/self/smaps_rollup") as rollup:
+            for line in rollup:
+                name, _, rest = line.partition(":")
+                if name in fields:  # "Rss:     123456 kB"
+                    key = fields[name]
+                    found[key] = found.get(key, 0) + int(rest.split()[0]) * 1024
+    except (OSError, ValueError, IndexError):
+        return {}
+    return found
 
 
 class Shard:
@@ -200,6 +239,11 @@ class Shard:
         except Exception:  # noqa: BLE001 - not in a Ray worker: no node id
             pass
         return os.uname().nodename, os.cpu_count() or 1, node
+
+    def memory(self) -> dict[str, int]:
+        """This actor's process memory (``process_memory``) and the bytes of its arrays
+        (``rows``: tables, slots, pre-step copies)."""
+        return {**process_memory(), "rows": self.nbytes()}
 
     def attach(self, path: str, size: int, token: bytes) -> bool:
         """Map the driver's ``Arena`` at ``path`` (replacing an earlier one); False when this

@@ -77,6 +77,7 @@ from .connection import (
     connect,
     disconnect,
     first_line,
+    idle_reservations,
     import_ray,
     keep_actors,
     session_token,
@@ -94,6 +95,7 @@ from .host import (
     shard_bytes,
 )
 from .link import HostRaised, Link, LinkError, LinkReply
+from .placement import PROCESS_BYTES, cluster_nodes, plan_hosts, reservation
 
 __all__ = ["RAY", "ActorOptions", "RayBackend", "RayStorage", "ShardLost", "ShardedArray"]
 
@@ -199,9 +201,10 @@ class ActorOptions:
     """The host actors of a :class:`RayStorage`.
 
     ``shards``: the number of actors (default ``num_hosts``). ``max_memory``: each actor's limit
-    in bytes; a host whose estimate (``host.shard_bytes``) exceeds it is refused before
-    anything is allocated, and so is one no Ray node has the memory for (None: only the
-    latter). ``address``: as for :func:`connect` (used only when this process is not connected
+    in bytes; a host whose reservation (its estimate, ``host.shard_bytes``, and its process,
+    ``placement.PROCESS_BYTES``) exceeds it is refused before anything is allocated, and so
+    are hosts the cluster's nodes cannot place (``placement.plan_hosts``; checked either
+    way). ``address``: as for :func:`connect` (used only when this process is not connected
     yet; the storage then owns the connection and ``close`` ends it). ``threads``: numba
     threads per actor (default: the cores of its machine divided among the actors on it).
     ``placement``: where new actors go - ``driver`` (the default): on the driver's Ray node
@@ -255,6 +258,8 @@ class RayStorage:
         given = dict(given or {})
         check_given(plan, given, source, strict)
         self.estimates = [shard_bytes(plan, h, self.hosts) for h in range(self.hosts)]
+        #: What each host's actor reserves: its estimate and its process (``placement``).
+        self.reservations = [reservation(e) for e in self.estimates]
         if max_memory is not None:
             self._check_limit(max_memory, "the memory limit of one actor",
                               f"raise {arg('max_memory')}")
@@ -297,8 +302,7 @@ class RayStorage:
         self._release = weakref.finalize(self, keep_actors, self._ray, self._actors, self._reserved,
                                          self._dead)
         try:
-            if max_memory is None:
-                self._check_cluster()
+            self._check_cluster()
             self._start(actors.threads, actors.placement)
             allocated = self._submit([(h, "allocate", (seed, frozenset(given)))
                                       for h in range(self.hosts)])
@@ -312,28 +316,40 @@ class RayStorage:
     # Set-up
 
     def _check_limit(self, limit: int, what: str, fix: str) -> None:
+        """Refuse a host whose actor (its rows and its process) needs more than ``limit``
+        bytes (``max_memory``), naming the number of hosts that fits."""
         from ...units import format_size
 
-        host = int(np.argmax(self.estimates))
-        if self.estimates[host] <= limit:
+        # What the actor holds, not what it reserves: the floor of a reservation
+        # (``placement.ROWS_FLOOR``) is for reusing actors, not memory in use.
+        needs = [e + PROCESS_BYTES for e in self.estimates]
+        host = int(np.argmax(needs))
+        if needs[host] <= limit:
             return
-        fits = fitting_hosts(self.plan, limit, self.hosts)
-        split = (f"split the tables over more hosts ({arg('shards')} {fits} fits)"
-                 if fits is not None
-                 else "no number of hosts fits: a single row of a table is too large")
+        fits = (fitting_hosts(self.plan, limit - PROCESS_BYTES, self.hosts)
+                if limit > PROCESS_BYTES else None)
+        if fits is not None:
+            split = f"split the tables over more hosts ({arg('shards')} {fits} fits)"
+        elif limit <= PROCESS_BYTES:
+            split = "no number of hosts fits: a host's process alone needs more"
+        else:
+            split = "no number of hosts fits: a single row of a table is too large"
         raise UsageError(
-            f"host {host} of {self.hosts} would hold {format_size(self.estimates[host])} (its "
-            f"rows of every table and slot, with a step's working arrays), more than {what} "
-            f"({format_size(limit)}); {split}, or {fix}"
+            f"host {host} of {self.hosts} would need {format_size(needs[host])} "
+            f"({format_size(self.estimates[host])} for its rows of every table and slot, with "
+            f"a step's working arrays, and {format_size(PROCESS_BYTES)} for its process), more "
+            f"than {what} ({format_size(limit)}); {split}, or {fix}"
         )
 
     def _check_cluster(self) -> None:
-        """Refuse what no node of the cluster has the memory for (instead of waiting forever)."""
-        nodes = [n for n in self._ray.nodes() if n.get("Alive")]
-        largest = max((int(n["Resources"].get("memory", 0)) for n in nodes), default=0)
-        if largest:
-            self._check_limit(largest, "the largest Ray node offers",
-                              "add machines with more memory")
+        """Refuse, before any actor starts, hosts the cluster cannot place (instead of waiting
+        for Ray to place them): ``placement.plan_hosts`` packs the reservations of the
+        hosts that need a new actor into the alive nodes' available memory and CPUs, and says
+        which limit stops them - a node's, the cluster's total, or the packing."""
+        found = plan_hosts(self.plan, self.hosts, cluster_nodes(self._ray),
+                           idle=idle_reservations(session_token(self._ray)))
+        if found.refusal is not None:
+            raise UsageError(found.refusal)
 
     def _scheduling(self, placement: str | None) -> Any:
         """Ray's scheduling strategy for a new actor (``ActorOptions.placement``)."""
@@ -357,9 +373,9 @@ class RayStorage:
         strategy = self._scheduling(placement)
         remote = ray.remote(max_restarts=0, max_task_retries=0)(Shard)
         for host in range(self.hosts):
-            idle = take_actor(token, self.estimates[host])
+            idle = take_actor(token, self.reservations[host])
             if idle is None:
-                reserved = max(self.estimates[host], 64 << 20)
+                reserved = self.reservations[host]
                 idle = (remote.options(memory=reserved, scheduling_strategy=strategy).remote(),
                         reserved)
             self._actors.append(idle[0])
@@ -1061,6 +1077,13 @@ class RayStorage:
         return [int(n) for n in self._run([(h, "nbytes", ()) for h in range(self.hosts)],
                                           "counting its bytes")]
 
+    def memory(self) -> list[dict[str, int]]:
+        """Each host actor's process memory now (``host.Shard.memory``: ``rss``, ``uss``,
+        ``pss`` and its arrays' ``rows`` bytes): what ``placement.PROCESS_BYTES`` is measured
+        from."""
+        return [dict(m) for m in self._run([(h, "memory", ()) for h in range(self.hosts)],
+                                           "measuring its memory")]
+
 
 # ------------------------------------------------------------------------------------------------
 # The backend
@@ -1069,8 +1092,9 @@ class RayStorage:
 @dataclass(frozen=True)
 class RayBackend:
     """Opens a :class:`RayStorage` (``storage.BACKENDS["ray"]``): the placement's ``shards``
-    and ``ray_address``; ``max_memory`` is each host actor's limit (None: what the largest Ray
-    node offers), always checked (``check_memory=False`` is refused)."""
+    and ``ray_address``; ``max_memory`` is each host actor's limit, its process included (the
+    nodes' available memory is checked either way), always checked (``check_memory=False`` is
+    refused)."""
 
     @property
     def in_process(self) -> bool:
