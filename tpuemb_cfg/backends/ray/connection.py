@@ -13,13 +13,20 @@ the same Ray session (:func:`keep_actors`, :func:`take_actor`); :func:`disconnec
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
+import re
 import socket
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ...errors import UsageError, parameter
+from .runtime_env import actor_runtime_env
+
+#: Set in the driver of a Ray Job (``ray job submit``): the job's configuration, runtime_env
+#: included, chosen by the submitter.
+JOB_CONFIG_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"
 
 __all__ = [
     "INSTALL_HINT",
@@ -27,9 +34,11 @@ __all__ = [
     "disconnect",
     "first_line",
     "import_ray",
+    "actor_env",
     "keep_actors",
     "ray_session",
     "session_token",
+    "start_failure",
     "take_actor",
 ]
 
@@ -49,7 +58,10 @@ def import_ray() -> Any:
     return ray
 
 
-_POOL: list[tuple[Any, int, tuple[str, str]]] = []  # idle actors: (handle, reserved bytes, session)
+_POOL: list[tuple[Any, int, tuple[str, ...]]] = []  # idle actors: (handle, reserved bytes, kind)
+#: The sessions :func:`connect` opened: (what it was asked: runtime_env and ship, whether the
+#: job's runtime_env carries this tpuemb).
+_JOBS: dict[tuple[str, str], tuple[str, bool]] = {}
 
 
 def session_token(ray: Any) -> tuple[str, str]:
@@ -65,11 +77,76 @@ def first_line(exc: BaseException, limit: int = 160) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
-def keep_actors(ray: Any, actors: list[Any], reserved: list[int], dead: set[int]) -> None:
+def _asked(runtime_env: Mapping[str, Any] | None, ship: bool) -> str:
+    return json.dumps([runtime_env or {}, ship], sort_keys=True)
+
+
+def actor_env(ray: Any, runtime_env: Mapping[str, Any] | None, ship: bool
+              ) -> tuple[bool, dict[str, Any] | None]:
+    """(whether the host actors carry this tpuemb, the ``runtime_env`` to give each actor) for
+    actors asked with ``runtime_env`` and ``ship``: nothing more when :func:`connect` opened
+    this session with the same (the job's ``runtime_env`` has it all); else, in a process
+    connected otherwise (a Ray Job, a notebook), the user's ``runtime_env`` per actor - Ray
+    uploads local directories only for a job's ``runtime_env``, so nothing is shipped then."""
+    job = _JOBS.get(session_token(ray))
+    if job is not None and job[0] == _asked(runtime_env, ship):
+        return job[1], None
+    mine = dict(runtime_env) if runtime_env else None
+    return (job is not None and job[1] and "py_modules" not in (mine or {})), mine
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+#: The last ``Name: message`` line of a Python traceback in Ray's text is the cause.
+_CAUSE = re.compile(r"^((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit)): (.+)$", re.M)
+_NODE = re.compile(r"\bip=([0-9A-Fa-f.:]+)")
+_MISSING = re.compile(r"No module named '([\w.]+)'")
+
+
+def start_failure(ray: Any, ref: Any, host: int, hosts: int, shipped: bool) -> UsageError | None:
+    """The one line for host ``host``'s actor that could not start (``ref``: the failed reply of
+    its first call), with the cause Ray keeps only in its text (an ``ActorDiedError`` of a failed
+    creation task or a ``RuntimeEnvSetupError``: the remote traceback's last line, the node's
+    address) and the fix; None when the actor died otherwise (the caller's ``ShardLost`` says
+    so). ``shipped``: whether the actors' ``runtime_env`` carried this tpuemb
+    (``runtime_env.actor_runtime_env``)."""
+    try:
+        ray.get(ref, timeout=10)  # failed already: raises at once
+        return None
+    except ray.exceptions.RayError as error:
+        exc = error
+    setup = type(exc).__name__ == "RuntimeEnvSetupError"
+    if not (setup or getattr(exc, "actor_init_failed", False)):
+        return None
+    text = _ANSI.sub("", str(exc))
+    causes = _CAUSE.findall(text)
+    cause = (f"{causes[-1][0].rpartition('.')[2]}: {causes[-1][1].strip()}" if causes
+             else first_line(exc))
+    node = _NODE.search(text)
+    where = f" on node {node[1]}" if node else ""
+    missing = _MISSING.search(cause)
+    env = parameter("runtime_env")
+    if missing and missing[1].partition(".")[0] == "tpuemb_cfg":
+        fix = ("install tpuemb (the driver's version) on every node"
+               + ("" if shipped else ", or let the driver ship it (shipping is turned off)"))
+    elif missing:
+        package = missing[1].partition(".")[0]
+        fix = (f"install it on every node or pass {env} "
+               f"'{{\"pip\": [\"{package}\"]}}' (the pip package may be named otherwise)")
+    elif setup:
+        fix = f"its runtime_env could not be set up: check {env} (Ray's logs on that node say more)"
+    else:
+        fix = "its Python could not create the actor (Ray's worker logs on that node say more)"
+    cause = cause if len(cause) <= 200 else cause[:199] + "…"
+    return UsageError(f"host {host} of {hosts} could not start{where} ({cause}): {fix}")
+
+
+def keep_actors(ray: Any, actors: list[Any], reserved: list[int], dead: set[int],
+                kind: str = "") -> None:
     """Empty the actors of a closed (or collected) storage and keep them for the next one,
-    except the lost ones (``dead``; Ray ends them with their last handle)."""
+    except the lost ones (``dead``; Ray ends them with their last handle). ``kind``: what else
+    a reuse must match (the actors' ``runtime_env``), as :func:`take_actor`'s."""
     if ray.is_initialized():
-        token = session_token(ray)
+        token = (*session_token(ray), kind)
         for host, (actor, size) in enumerate(zip(actors, reserved, strict=True)):
             if host not in dead:
                 actor.reset.remote()
@@ -78,10 +155,11 @@ def keep_actors(ray: Any, actors: list[Any], reserved: list[int], dead: set[int]
     reserved.clear()
 
 
-def take_actor(token: tuple[str, str], need: int) -> tuple[Any, int] | None:
-    """An idle actor of this session with at least ``need`` bytes reserved, out of the pool."""
+def take_actor(token: tuple[str, str], need: int, kind: str = "") -> tuple[Any, int] | None:
+    """An idle actor of this session (``token``) and ``kind`` with at least ``need`` bytes
+    reserved, out of the pool."""
     for index, (actor, reserved, session) in enumerate(_POOL):
-        if session == token and reserved >= need:
+        if session == (*token, kind) and reserved >= need:
             del _POOL[index]
             return actor, reserved
     return None
@@ -126,12 +204,17 @@ def _stderr_silenced() -> Iterator[None]:
         os.close(saved)
 
 
-def connect(address: str | None = None, num_cpus: int | None = None) -> bool:
+def connect(address: str | None = None, num_cpus: int | None = None, *,
+            runtime_env: Mapping[str, Any] | None = None, ship: bool = True) -> bool:
     """Connect this process to Ray unless it is connected; return True when this call did.
 
     ``address``: a cluster to join (``HOST:PORT`` or ``ray://HOST:PORT``); None: ``RAY_ADDRESS``
     when set, else a new local instance with ``num_cpus`` (default: this machine's cores), no
     dashboard. An address nobody answers at is one ``UsageError`` line, before anything starts.
+    ``runtime_env`` (checked: ``runtime_env.check_runtime_env``) becomes the job's, with this
+    tpuemb in its ``py_modules`` when ``ship`` and the cluster is not a local instance started
+    here (whose workers run this interpreter) nor a Ray Job's (whose ``runtime_env`` is the
+    submitter's): ``runtime_env.actor_runtime_env``.
     """
     ray = import_ray()
     if ray.is_initialized():
@@ -139,10 +222,13 @@ def connect(address: str | None = None, num_cpus: int | None = None) -> bool:
     origin = parameter("ray_address")
     if address is None and os.environ.get("RAY_ADDRESS"):
         address, origin = os.environ["RAY_ADDRESS"], "RAY_ADDRESS"
-    quiet = {"logging_level": logging.ERROR, "log_to_driver": False}
+    quiet: dict[str, Any] = {"logging_level": logging.ERROR, "log_to_driver": False}
+    shipped = ship and address is not None and JOB_CONFIG_ENV not in os.environ
+    quiet["runtime_env"] = actor_runtime_env(runtime_env, shipped)
     if address is None:
         ray.init(address="local", num_cpus=num_cpus or os.cpu_count() or 1,
                  include_dashboard=False, **quiet)
+        _JOBS[session_token(ray)] = (_asked(runtime_env, ship), shipped)
         return True
     _check_reachable(address, origin)
     try:
@@ -155,6 +241,7 @@ def connect(address: str | None = None, num_cpus: int | None = None) -> bool:
                 "`ray get-auth-token` on the head machine when this is another machine")
         raise UsageError(f"{origin} {address}: cannot join the Ray cluster there "
                          f"({first_line(exc) or type(exc).__name__}){hint}") from None
+    _JOBS[session_token(ray)] = (_asked(runtime_env, ship), shipped)
     return True
 
 
@@ -167,10 +254,11 @@ def disconnect() -> None:
 
 
 @contextlib.contextmanager
-def ray_session(address: str | None = None) -> Iterator[None]:
+def ray_session(address: str | None = None, *, runtime_env: Mapping[str, Any] | None = None,
+                ship: bool = True) -> Iterator[None]:
     """Connected to Ray for the block (see :func:`connect`); disconnected at its end when the
     block connected."""
-    started = connect(address)
+    started = connect(address, runtime_env=runtime_env, ship=ship)
     try:
         yield
     finally:
