@@ -133,7 +133,7 @@ def test_without_shipping_the_missing_module_is_one_line(cluster: Cluster, tmp_p
     assert len(lines) == 1, done.stderr
     assert lines[0].startswith("host 0 of 2 could not start on node ")
     assert "(ModuleNotFoundError: No module named 'tpuemb_cfg'): install tpuemb" in lines[0]
-    assert "shipping is turned off" in lines[0]
+    assert "or let the driver ship it (it did not: shipping is turned off" in lines[0]
     assert not (tmp_path / "ray").exists()  # nothing written
 
 
@@ -183,3 +183,40 @@ def test_the_users_env_is_merged_with_the_package() -> None:
     assert actor_runtime_env(None, ship=False) is None
     assert Path(package_dir(), "proto").is_dir()
     assert json.loads(json.dumps(actor_runtime_env(None, ship=True)))  # JSON-ready, as Ray needs
+
+
+# What Ray 2.60 said of an actor whose module is missing on its node (the creation task's
+# traceback, coloured), and of a runtime_env that could not be set up.
+DIED = ("The actor died because of an error raised in its creation task, \x1b[36mray::Shard."
+        "__init__()\x1b[39m (pid=12616, ip=192.0.2.2, actor_id=0a55)\n           ^^^^^^\n"
+        "RuntimeError: The actor with name Shard failed to import on the worker. This may be "
+        "because needed library dependencies are not installed in the worker environment:\n\n"
+        "\x1b[36mray::Shard.__init__()\x1b[39m (pid=12616, ip=192.0.2.2, actor_id=0a55)\n"
+        "                  ^^^^^^\nModuleNotFoundError: No module named 'numba'")
+
+
+class _Died(Exception):
+    actor_init_failed = True
+
+
+def test_the_cause_of_a_failed_start_is_named() -> None:
+    from ray.exceptions import RuntimeEnvSetupError
+
+    from tpuemb_cfg.backends.ray.connection import start_failure_line
+    from tpuemb_cfg.commands.flags import cli_message
+
+    line = start_failure_line(_Died(DIED), 1, 4, shipped=True)
+    assert line is not None
+    assert cli_message(line) == (
+        "host 1 of 4 could not start on node 192.0.2.2 (ModuleNotFoundError: No module named "
+        "'numba'): install it on every node or pass --runtime-env '{\"pip\": [\"numba\"]}' (the "
+        "pip package may be named otherwise)")
+    setup = RuntimeEnvSetupError("pip install failed:\nERROR: No matching distribution found "
+                                 "for nosuchpackage\n")
+    line = start_failure_line(setup, 0, 2, shipped=True)
+    assert line is not None
+    assert cli_message(line) == (
+        "host 0 of 2 could not start (ERROR: No matching distribution found for nosuchpackage): "
+        "its runtime_env could not be set up: check --runtime-env (Ray's logs on that node say "
+        "more)")
+    assert start_failure_line(Exception("killed"), 0, 2, shipped=True) is None

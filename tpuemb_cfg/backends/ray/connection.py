@@ -112,22 +112,31 @@ def start_failure(ray: Any, ref: Any, host: int, hosts: int, shipped: bool) -> U
     try:
         ray.get(ref, timeout=10)  # failed already: raises at once
         return None
-    except ray.exceptions.RayError as error:
-        exc = error
+    except ray.exceptions.RayError as exc:
+        return start_failure_line(exc, host, hosts, shipped)
+
+
+def start_failure_line(exc: BaseException, host: int, hosts: int, shipped: bool
+                       ) -> UsageError | None:
+    """:func:`start_failure`'s line for Ray's error ``exc``, or None when it is not about an
+    actor that could not start."""
     setup = type(exc).__name__ == "RuntimeEnvSetupError"
     if not (setup or getattr(exc, "actor_init_failed", False)):
         return None
     text = _ANSI.sub("", str(exc))
     causes = _CAUSE.findall(text)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
     cause = (f"{causes[-1][0].rpartition('.')[2]}: {causes[-1][1].strip()}" if causes
-             else first_line(exc))
+             else lines[-1] if lines else type(exc).__name__)
     node = _NODE.search(text)
     where = f" on node {node[1]}" if node else ""
     missing = _MISSING.search(cause)
     env = parameter("runtime_env")
     if missing and missing[1].partition(".")[0] == "tpuemb_cfg":
         fix = ("install tpuemb (the driver's version) on every node"
-               + ("" if shipped else ", or let the driver ship it (shipping is turned off)"))
+               + ("" if shipped else ", or let the driver ship it (it did not: shipping is "
+                  "turned off, or Ray was joined before tpuemb ran, as in a Ray Job; "
+                  "docs/scale.md)"))
     elif missing:
         package = missing[1].partition(".")[0]
         fix = (f"install it on every node or pass {env} "

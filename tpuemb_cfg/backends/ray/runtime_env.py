@@ -42,10 +42,9 @@ EXCLUDES = ("__pycache__", "*.pyc", ".numba-cache")
 
 
 def package_dir() -> str:
-    """The directory of the ``tpuemb_cfg`` package this process imported."""
-    import tpuemb_cfg
-
-    return str(Path(tpuemb_cfg.__file__).resolve().parent)
+    """The directory of the ``tpuemb_cfg`` package this process imported (this module's
+    grandparent)."""
+    return str(Path(__file__).resolve().parents[2])
 
 
 def parse_runtime_env(text: str) -> dict[str, Any]:
@@ -76,12 +75,12 @@ def check_runtime_env(value: Any) -> dict[str, Any]:
     if not isinstance(value, Mapping):
         raise UsageError(f"{origin}: expected a JSON object of runtime_env fields (pip, "
                          f"env_vars, working_dir, ...), got {type(value).__name__}")
-    from .connection import first_line, import_ray
+    try:
+        from ray.runtime_env import RuntimeEnv
+    except ImportError:  # nothing runs without Ray: connecting says how to install it
+        return dict(value)
 
-    import_ray()
-    from ray.runtime_env import RuntimeEnv
-
-    known = sorted(RuntimeEnv.known_fields)
+    known = sorted(name for name in RuntimeEnv.known_fields if not name.startswith("_"))
     unknown = [str(key) for key in value if key not in RuntimeEnv.known_fields]
     if unknown:
         raise UsageError(f"{origin}: unknown field {', '.join(map(repr, unknown))}; Ray's "
@@ -89,7 +88,8 @@ def check_runtime_env(value: Any) -> dict[str, Any]:
     try:
         RuntimeEnv(**value)
     except (TypeError, ValueError) as exc:
-        raise UsageError(f"{origin}: {first_line(exc, 240)}") from None
+        text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise UsageError(f"{origin}: {text[:240]}") from None
     return dict(value)
 
 
