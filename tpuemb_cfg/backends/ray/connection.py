@@ -4,6 +4,9 @@
 a local instance with this machine's cores and no dashboard; :func:`ray_session` does that for one
 command and disconnects at its end; an address nobody answers at, or a cluster that refuses the
 join, is one ``UsageError`` line. Ray is optional: :func:`import_ray` says how to install it.
+Joining a cluster, :func:`connect` gives the job this tpuemb in its ``runtime_env``
+(``runtime_env.actor_runtime_env``); :func:`start_failure` turns an actor that could not start
+on its node (a module missing there) into one line with the cause and the fix.
 
 Starting a Python process per host is the slow part of setting up a ``RayStorage``, so the
 actors of a closed (or garbage-collected) storage are emptied and kept for the next storage of
@@ -32,13 +35,14 @@ __all__ = [
     "INSTALL_HINT",
     "connect",
     "disconnect",
+    "actor_env",
     "first_line",
     "import_ray",
-    "actor_env",
     "keep_actors",
     "ray_session",
     "session_token",
     "start_failure",
+    "start_failure_line",
     "take_actor",
 ]
 
