@@ -8,6 +8,7 @@ on Ray host actors against one process and says what it measures.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
@@ -35,11 +36,13 @@ def _config(w: Workload, hosts: int, mod: bool) -> Any:
 
 def run(workload: Workload | None = None, *, shards: int = 2, engine: str = "numba",
         mod: bool = True, address: str | None = None,
-        shared_memory: bool | None = None) -> dict[str, Any]:
+        shared_memory: bool | None = None, runtime_env: Mapping[str, Any] | None = None,
+        ship: bool = True) -> dict[str, Any]:
     """Measure ``workload`` (default: the anchor) over ``shards`` host actors; return the
     JSON-ready dict of ``backends.ray.benchmark.run``. ``shared_memory``: as for
-    ``RayStorage`` (None: its default)."""
+    ``RayStorage`` (None: its default); ``runtime_env``, ``ship``: as for ``Placement``."""
     from .backends.ray import benchmark
+    from .executor.options import Placement
     from .session import prepare
 
     w = workload or Workload()
@@ -54,7 +57,8 @@ def run(workload: Workload | None = None, *, shards: int = 2, engine: str = "num
     grads *= F32(0.01)
     prepared = prepare(_config(w, shards, mod), combiners="sum")
     return benchmark.run(prepared, [{"ids": ids, "grad": grads}], steps=w.steps, engine=engine,
-                         address=address, shared_memory=shared_memory, workload=asdict(w))
+                         address=address, shared_memory=shared_memory, workload=asdict(w),
+                         placement=Placement("ray", runtime_env=runtime_env, ship=ship))
 
 
 def run_model(source: Any, *, shards: int, steps: int = 6, engine: str = "numba",

@@ -9,7 +9,14 @@ import click
 
 from tpuemb_cfg import units
 from tpuemb_cfg.algorithms.table import BENCHMARK, BENCHMARK_DEFAULT
-from tpuemb_cfg.commands.simulate import backend_option, engine_option, parse_size, seed_option
+from tpuemb_cfg.commands.simulate import (
+    backend_option,
+    engine_option,
+    parse_size,
+    ray_runtime_env,
+    seed_option,
+)
+from tpuemb_cfg.errors import UsageError
 
 __all__ = ["bench"]
 
@@ -45,10 +52,16 @@ __all__ = ["bench"]
 @click.option("--ray-address", metavar="ADDR",
               help="--backend ray: join this Ray cluster (default: RAY_ADDRESS, else start a "
                    "local instance).")
+@click.option("--runtime-env", metavar="JSON | @FILE.json",
+              help="--backend ray: Ray's runtime_env of the host actors (pip, env_vars, ...), "
+                   "a JSON object; tpuemb adds itself to its py_modules.")
+@click.option("--no-ship", is_flag=True,
+              help="--backend ray: do not send this tpuemb to the host actors.")
 def bench(  # noqa: PLR0913  (a click command: one parameter per option)
     vocab: int, dim: int, ids: int, zipf: float, optimizer: str, steps: int, engine: str,
     threads: int | None, multi_feature: bool, seed: int, as_json: bool,
     max_memory: str | None, backend: str, shards: int, ray_address: str | None,
+    runtime_env: str | None, no_ship: bool,
 ) -> None:
     """Time one training step of a VOCAB x DIM float32 table for IDS Zipf-distributed ids.
 
@@ -63,11 +76,15 @@ def bench(  # noqa: PLR0913  (a click command: one parameter per option)
     workload = Workload(vocab=vocab, dim=dim, ids=ids, zipf=zipf, optimizer=optimizer,
                         steps=steps, seed=seed)
     limit = parse_size(max_memory) if max_memory is not None else None
+    if backend != "ray" and (runtime_env is not None or no_ship):
+        raise UsageError("--runtime-env and --no-ship apply to --backend ray only")
+    actor_env = ray_runtime_env(runtime_env) if backend == "ray" else None
     check_memory(workload, limit)  # before anything is allocated, on either backend
     if backend == "ray":
         from tpuemb_cfg import bench_ray
 
-        scaled = bench_ray.run(workload, shards=shards, engine=engine, address=ray_address)
+        scaled = bench_ray.run(workload, shards=shards, engine=engine, address=ray_address,
+                               runtime_env=actor_env, ship=not no_ship)
         click.echo(json.dumps(scaled, indent=2) if as_json else _ray_text(scaled))
         return
     result = run(workload, engine=engine, threads=threads, multi_feature=multi_feature,

@@ -23,6 +23,7 @@ FLAGS: dict[str, str] = {
     "multi_feature": "--multi-feature",
     "ray_address": "--ray-address",
     "replicas_to_aggregate": "--replicas-to-aggregate",
+    "runtime_env": "--runtime-env",
     "select": "--select",
     "sequence_lengths": "--sequence-lengths",
     "shards": "--shards",

@@ -30,8 +30,8 @@ if TYPE_CHECKING:
     from tpuemb_cfg.session import Prepared
     from tpuemb_cfg.sim.options import SyntheticOptions
 
-__all__ = ["available_memory", "backend_option", "engine_option", "parse_size", "seed_option",
-           "simulate"]
+__all__ = ["available_memory", "backend_option", "engine_option", "parse_size", "ray_runtime_env",
+           "seed_option", "simulate"]
 
 _SYNTHETIC_ONLY = ("steps", "out_dir", "plot", "checkpoint_every", "resume", "learning_rate",
                    "bag_sizes", "ids", "sequence_lengths", "save_batches", "tables_output")
@@ -201,6 +201,12 @@ def _spec_callback(ctx: click.Context, param: click.Parameter, value: str | None
                    "start a local Ray instance for the run).")
 @click.option("--shards", type=click.IntRange(min=1), metavar="N",
               help="--backend ray: N host actors instead of the configuration's num_hosts.")
+@click.option("--runtime-env", metavar="JSON | @FILE.json",
+              help="--backend ray: Ray's runtime_env of the host actors (pip, env_vars, "
+                   "working_dir, ...), a JSON object; tpuemb adds itself to its py_modules.")
+@click.option("--no-ship", is_flag=True,
+              help="--backend ray: do not send this tpuemb to the host actors (every node has "
+                   "it installed).")
 @click.option("--spec", type=click.Path(dir_okay=False), metavar="SIM.pbtxt", is_eager=True,
               expose_value=False, callback=_spec_callback,
               help="Take every option from a simulation spec (docs/multiworker.md); options "
@@ -249,6 +255,8 @@ def simulate(  # noqa: PLR0913 - a click command: one parameter per option
     backend: str,
     ray_address: str | None,
     shards: int | None,
+    runtime_env: str | None,
+    no_ship: bool,
     compare_dropping: bool,
     allow_id_dropping: bool | None,
     workers: int | None,
@@ -279,6 +287,7 @@ def simulate(  # noqa: PLR0913 - a click command: one parameter per option
     from tpuemb_cfg.commands._progress import log_every
 
     log_every()  # a bad TPUEMB_LOG_EVERY is refused before anything starts
+    actor_env = ray_runtime_env(runtime_env) if backend == "ray" else None
     spec = ctx.meta.get(_SPEC_KEY)
     from tpuemb_cfg.executor.options import Placement, RunOptions
     from tpuemb_cfg.executor.workload import parse_ids, parse_sequence_lengths
@@ -286,7 +295,7 @@ def simulate(  # noqa: PLR0913 - a click command: one parameter per option
 
     records = _Records(
         RunOptions(seed=seed, engine=engine, max_memory=limit),
-        Placement(backend, shards, ray_address),
+        Placement(backend, shards, ray_address, runtime_env=actor_env, ship=not no_ship),
         SyntheticOptions(
             # Not given (here or by --spec): a compiled spec's tags get the spec's learning rates.
             learning_rate=learning_rate if _source(ctx, "learning_rate") != "DEFAULT" else None,
@@ -363,12 +372,22 @@ class _ReplayFiles:
     out: str | None
 
 
+def ray_runtime_env(text: str | None) -> dict[str, Any] | None:
+    """``--runtime-env`` (a JSON object or ``@FILE.json``), checked before anything starts."""
+    if text is None:
+        return None
+    from tpuemb_cfg.backends.ray.runtime_env import parse_runtime_env
+
+    return parse_runtime_env(text)
+
+
 def _check_placement(ctx: click.Context, backend: str, limit: int | None) -> None:
     """``--max-memory`` within this machine and the Ray options only with ``--backend ray``."""
     if backend != "ray" and limit is not None:
         _refuse_beyond_machine(limit)
     if backend != "ray":
-        wrong = [_option_name(n) for n in ("ray_address", "shards") if _given(ctx, n)]
+        wrong = [_option_name(n) for n in ("ray_address", "shards", "runtime_env", "no_ship")
+                 if _given(ctx, n)]
         if wrong:
             raise UsageError(f"{', '.join(wrong)} appl{'ies' if len(wrong) == 1 else 'y'} to "
                              "--backend ray only")
@@ -460,7 +479,7 @@ def _session_of(request: _Request, records: _Records) -> contextlib.AbstractCont
         return contextlib.nullcontext()
     backend = placement.backend
     assert isinstance(backend, str)
-    return _backend_session(backend, placement.ray_address)
+    return _backend_session(backend, placement)
 
 
 def _read(config: str | None, spec: Any, *more: tuple[str, str | None]) -> list[tuple[str, str]]:
@@ -507,7 +526,7 @@ def _host_lost(hint: str | Callable[[], str]) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _backend_session(backend: str, address: str | None) -> Iterator[None]:
+def _backend_session(backend: str, placement: Placement) -> Iterator[None]:
     """``--backend ray``: connected to Ray for the command (a local instance started and
     stopped, or the cluster at ``--ray-address``/``RAY_ADDRESS`` joined and left); an
     unreachable address fails here, before anything is written."""
@@ -516,7 +535,8 @@ def _backend_session(backend: str, address: str | None) -> Iterator[None]:
         return
     from tpuemb_cfg.backends.ray.connection import ray_session
 
-    with ray_session(address):
+    with ray_session(placement.ray_address, runtime_env=placement.runtime_env,
+                     ship=placement.ship):
         yield
 
 
@@ -1140,7 +1160,8 @@ def _replay_dry_run(files: _ReplayFiles, combiner_args: tuple[str, ...], records
 #: Options a SparseCore run has no use for (its combiners are the tables', its data one worker's).
 _SPARSECORE_REFUSED = ("combiners", "bag_sizes", "save_batches", "plot", "checkpoint_every",
                        "resume", "learning_rate", "workers", "replicas_to_aggregate",
-                       "max_staleness", "init_tokens", "delay", "ray_address", "shards")
+                       "max_staleness", "init_tokens", "delay", "ray_address", "shards",
+                       "runtime_env", "no_ship")
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ class LocalBackend:
         return True
 
     def open(self, request: StorageRequest) -> Storage:
-        request.refuse(self.name, ["shards", "ray_address"])
+        request.refuse(self.name, ["shards", "ray_address", "runtime_env", "ship"])
         plan, options = request.plan, request.options
         if options.check_memory:
             from .memory import library_estimate, reduce_hint

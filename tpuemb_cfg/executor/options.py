@@ -10,8 +10,9 @@ refuses a setting it would ignore (``shards`` for the local backend) when it ope
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .. import units
 
@@ -60,13 +61,19 @@ class Placement:
     ``ray``: each host's rows in its own Ray actor, ``tpuemb_cfg.backends.ray``) or a
     ``storage.Backend``. ``shards``: the number of host actors (default ``num_hosts``);
     ``ray_address``: the Ray cluster to join (default ``RAY_ADDRESS``, else a local instance).
-    A backend that does not use a setting refuses it when given.
+    ``runtime_env``: Ray's ``runtime_env`` of the host actors (``pip``, ``env_vars``,
+    ``working_dir`` ...), merged with the driver's own ``tpuemb_cfg`` package, which the
+    actors receive in ``py_modules`` unless ``ship`` is False (docs/scale.md). A backend that
+    does not use a setting refuses it when given.
     """
 
     backend: str | Backend = "local"
     shards: int | None = None
     ray_address: str | None = None
+    runtime_env: Mapping[str, Any] | None = None
+    ship: bool = True
 
     def given(self) -> list[str]:
         """The names of the settings given (not left at their defaults), for refusals."""
-        return [name for name in ("shards", "ray_address") if getattr(self, name) is not None]
+        return [name for name in ("shards", "ray_address", "runtime_env")
+                if getattr(self, name) is not None] + ([] if self.ship else ["ship"])

@@ -57,11 +57,12 @@ def model_bytes(unique: int, dim: int, positions: bool = False) -> tuple[int, in
 def run(prepared: Prepared, batch: list[dict[str, np.ndarray]], *, steps: int,
         engine: str = "numba", address: str | None = None,
         shared_memory: bool | None = None, workload: dict[str, Any] | None = None,
-        ) -> dict[str, Any]:
+        placement: Placement | None = None) -> dict[str, Any]:
     """Measure what the module docstring lists for the one table of ``prepared`` and its
     ``batch`` (one feature: ``ids`` and ``grad``) over ``steps`` steps; return it as a
     JSON-ready dict, ``workload`` (its description) included. ``shared_memory``: as for
-    ``RayStorage`` (None: its default)."""
+    ``RayStorage`` (None: its default); ``placement``: the Ray executor's (its
+    ``runtime_env`` and ``ship``; default ``Placement("ray")``)."""
     plan = prepared.plan
     (table,) = plan.tables
     shards, mod = plan.num_hosts, plan.mod_sharding
@@ -71,13 +72,14 @@ def run(prepared: Prepared, batch: list[dict[str, np.ndarray]], *, steps: int,
     import_ray()
     options = RunOptions(engine=engine)
     local = Executor(prepared, options)
+    placement = placement or Placement("ray")
     start = time.perf_counter()
-    started = connect(address)
+    started = connect(address, runtime_env=placement.runtime_env, ship=placement.ship)
     init_sec = time.perf_counter() - start
     try:
         start = time.perf_counter()
         with _shared_memory(shared_memory):
-            sharded = Executor(prepared, options, Placement("ray"))
+            sharded = Executor(prepared, options, placement)
         setup_sec = time.perf_counter() - start
         storage = sharded.storage
         assert isinstance(storage, RayStorage)

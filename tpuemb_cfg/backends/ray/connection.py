@@ -4,6 +4,9 @@
 a local instance with this machine's cores and no dashboard; :func:`ray_session` does that for one
 command and disconnects at its end; an address nobody answers at, or a cluster that refuses the
 join, is one ``UsageError`` line. Ray is optional: :func:`import_ray` says how to install it.
+Joining a cluster, :func:`connect` gives the job this tpuemb in its ``runtime_env``
+(``runtime_env.actor_runtime_env``); :func:`start_failure` turns an actor that could not start
+on its node (a module missing there) into one line with the cause and the fix.
 
 Starting a Python process per host is the slow part of setting up a ``RayStorage``, so the
 actors of a closed (or garbage-collected) storage are emptied and kept for the next storage of
@@ -13,14 +16,21 @@ the same Ray session (:func:`keep_actors`, :func:`take_actor`); :func:`disconnec
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
+import re
 import socket
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ...errors import UsageError, parameter
+from .runtime_env import actor_runtime_env
+
+#: Set in the driver of a Ray Job (``ray job submit``): the job's configuration, runtime_env
+#: included, chosen by the submitter.
+JOB_CONFIG_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"
 
 __all__ = [
     "INSTALL_HINT",
@@ -28,12 +38,15 @@ __all__ = [
     "connect",
     "describe_cluster",
     "disconnect",
+    "actor_env",
     "first_line",
     "idle_reservations",
     "import_ray",
     "keep_actors",
     "ray_session",
     "session_token",
+    "start_failure",
+    "start_failure_line",
     "take_actor",
 ]
 
@@ -53,7 +66,10 @@ def import_ray() -> Any:
     return ray
 
 
-_POOL: list[tuple[Any, int, tuple[str, str]]] = []  # idle actors: (handle, reserved bytes, session)
+_POOL: list[tuple[Any, int, tuple[str, ...]]] = []  # idle actors: (handle, reserved bytes, kind)
+#: The sessions :func:`connect` opened: (what it was asked: runtime_env and ship, whether the
+#: job's runtime_env carries this tpuemb).
+_JOBS: dict[tuple[str, str], tuple[str, bool]] = {}
 
 
 def session_token(ray: Any) -> tuple[str, str]:
@@ -69,11 +85,85 @@ def first_line(exc: BaseException, limit: int = 160) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
-def keep_actors(ray: Any, actors: list[Any], reserved: list[int], dead: set[int]) -> None:
+def _asked(runtime_env: Mapping[str, Any] | None, ship: bool) -> str:
+    return json.dumps([runtime_env or {}, ship], sort_keys=True)
+
+
+def actor_env(ray: Any, runtime_env: Mapping[str, Any] | None, ship: bool
+              ) -> tuple[bool, dict[str, Any] | None]:
+    """(whether the host actors carry this tpuemb, the ``runtime_env`` to give each actor) for
+    actors asked with ``runtime_env`` and ``ship``: nothing more when :func:`connect` opened
+    this session with the same (the job's ``runtime_env`` has it all); else, in a process
+    connected otherwise (a Ray Job, a notebook), the user's ``runtime_env`` per actor - Ray
+    uploads local directories only for a job's ``runtime_env``, so nothing is shipped then."""
+    job = _JOBS.get(session_token(ray))
+    if job is not None and job[0] == _asked(runtime_env, ship):
+        return job[1], None
+    mine = dict(runtime_env) if runtime_env else None
+    return (job is not None and job[1] and "py_modules" not in (mine or {})), mine
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+#: The last ``Name: message`` line of a Python traceback in Ray's text is the cause.
+_CAUSE = re.compile(r"^((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit)): (.+)$", re.M)
+_NODE = re.compile(r"\bip=([0-9A-Fa-f.:]+)")
+_MISSING = re.compile(r"No module named '([\w.]+)'")
+
+
+def start_failure(ray: Any, ref: Any, host: int, hosts: int, shipped: bool) -> UsageError | None:
+    """The one line for host ``host``'s actor that could not start (``ref``: the failed reply of
+    its first call), with the cause Ray keeps only in its text (an ``ActorDiedError`` of a failed
+    creation task or a ``RuntimeEnvSetupError``: the remote traceback's last line, the node's
+    address) and the fix; None when the actor died otherwise (the caller's ``ShardLost`` says
+    so). ``shipped``: whether the actors' ``runtime_env`` carried this tpuemb
+    (``runtime_env.actor_runtime_env``)."""
+    try:
+        ray.get(ref, timeout=10)  # failed already: raises at once
+        return None
+    except ray.exceptions.RayError as exc:
+        return start_failure_line(exc, host, hosts, shipped)
+
+
+def start_failure_line(exc: BaseException, host: int, hosts: int, shipped: bool
+                       ) -> UsageError | None:
+    """:func:`start_failure`'s line for Ray's error ``exc``, or None when it is not about an
+    actor that could not start."""
+    setup = type(exc).__name__ == "RuntimeEnvSetupError"
+    if not (setup or getattr(exc, "actor_init_failed", False)):
+        return None
+    text = _ANSI.sub("", str(exc))
+    causes = _CAUSE.findall(text)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    cause = (f"{causes[-1][0].rpartition('.')[2]}: {causes[-1][1].strip()}" if causes
+             else lines[-1] if lines else type(exc).__name__)
+    node = _NODE.search(text)
+    where = f" on node {node[1]}" if node else ""
+    missing = _MISSING.search(cause)
+    env = parameter("runtime_env")
+    if missing and missing[1].partition(".")[0] == "tpuemb_cfg":
+        fix = ("install tpuemb (the driver's version) on every node"
+               + ("" if shipped else ", or let the driver ship it (it did not: shipping is "
+                  "turned off, or Ray was joined before tpuemb ran, as in a Ray Job; "
+                  "docs/scale.md)"))
+    elif missing:
+        package = missing[1].partition(".")[0]
+        fix = (f"install it on every node or pass {env} "
+               f"'{{\"pip\": [\"{package}\"]}}' (the pip package may be named otherwise)")
+    elif setup:
+        fix = f"its runtime_env could not be set up: check {env} (Ray's logs on that node say more)"
+    else:
+        fix = "its Python could not create the actor (Ray's worker logs on that node say more)"
+    cause = cause if len(cause) <= 200 else cause[:199] + "…"
+    return UsageError(f"host {host} of {hosts} could not start{where} ({cause}): {fix}")
+
+
+def keep_actors(ray: Any, actors: list[Any], reserved: list[int], dead: set[int],
+                kind: str = "") -> None:
     """Empty the actors of a closed (or collected) storage and keep them for the next one,
-    except the lost ones (``dead``; Ray ends them with their last handle)."""
+    except the lost ones (``dead``; Ray ends them with their last handle). ``kind``: what else
+    a reuse must match (the actors' ``runtime_env``), as :func:`take_actor`'s."""
     if ray.is_initialized():
-        token = session_token(ray)
+        token = (*session_token(ray), kind)
         for host, (actor, size) in enumerate(zip(actors, reserved, strict=True)):
             if host not in dead:
                 actor.reset.remote()
@@ -82,19 +172,20 @@ def keep_actors(ray: Any, actors: list[Any], reserved: list[int], dead: set[int]
     reserved.clear()
 
 
-def take_actor(token: tuple[str, str], need: int) -> tuple[Any, int] | None:
-    """An idle actor of this session with at least ``need`` bytes reserved, out of the pool."""
+def take_actor(token: tuple[str, str], need: int, kind: str = "") -> tuple[Any, int] | None:
+    """An idle actor of this session (``token``) and ``kind`` with at least ``need`` bytes
+    reserved, out of the pool."""
     for index, (actor, reserved, session) in enumerate(_POOL):
-        if session == token and reserved >= need:
+        if session == (*token, kind) and reserved >= need:
             del _POOL[index]
             return actor, reserved
     return None
 
 
-def idle_reservations(token: tuple[str, str]) -> list[int]:
-    """The reserved bytes of this session's idle actors, in the order ``take_actor`` takes
-    them (a new storage's hosts reuse these before Ray places new ones)."""
-    return [reserved for _, reserved, session in _POOL if session == token]
+def idle_reservations(token: tuple[str, str], kind: str = "") -> list[int]:
+    """The reserved bytes of this session's idle actors of ``kind``, in the order
+    ``take_actor`` takes them (a new storage's hosts reuse these before Ray places new ones)."""
+    return [reserved for _, reserved, session in _POOL if session == (*token, kind)]
 
 
 def _check_reachable(address: str, origin: str) -> None:
@@ -169,7 +260,8 @@ def describe_cluster(ray: Any) -> str:
             "memory for actors)")
 
 
-def connect(address: str | None = None, num_cpus: int | None = None) -> bool:
+def connect(address: str | None = None, num_cpus: int | None = None, *,
+            runtime_env: Mapping[str, Any] | None = None, ship: bool = True) -> bool:
     """Connect this process to Ray unless it is connected; return True when this call did.
 
     ``address``: a cluster to join (``HOST:PORT`` or ``ray://HOST:PORT``); None: ``RAY_ADDRESS``
@@ -178,6 +270,11 @@ def connect(address: str | None = None, num_cpus: int | None = None) -> bool:
     ``auto`` joins whatever cluster Ray finds on this machine (the last ``ray start`` there):
     it works, with a :class:`JoinedRunningCluster` warning naming the cluster joined (its
     address, nodes, CPUs and memory); the address itself joins the same cluster silently.
+
+    ``runtime_env`` (checked: ``runtime_env.check_runtime_env``) becomes the job's, with this
+    tpuemb in its ``py_modules`` when ``ship`` and the cluster is not a local instance started
+    here (whose workers run this interpreter) nor a Ray Job's (whose ``runtime_env`` is the
+    submitter's): ``runtime_env.actor_runtime_env``.
     """
     ray = import_ray()
     if ray.is_initialized():
@@ -185,12 +282,15 @@ def connect(address: str | None = None, num_cpus: int | None = None) -> bool:
     origin = parameter("ray_address")
     if address is None and os.environ.get("RAY_ADDRESS"):
         address, origin = os.environ["RAY_ADDRESS"], "RAY_ADDRESS"
-    quiet = {"logging_level": logging.ERROR, "log_to_driver": False}
+    quiet: dict[str, Any] = {"logging_level": logging.ERROR, "log_to_driver": False}
     if address is not None and address.startswith("ray://"):
         _require_client(address, origin)
+    shipped = ship and address is not None and JOB_CONFIG_ENV not in os.environ
+    quiet["runtime_env"] = actor_runtime_env(runtime_env, shipped)
     if address is None:
         ray.init(address="local", num_cpus=num_cpus or os.cpu_count() or 1,
                  include_dashboard=False, **quiet)
+        _JOBS[session_token(ray)] = (_asked(runtime_env, ship), shipped)
         return True
     _check_reachable(address, origin)
     try:
@@ -209,6 +309,7 @@ def connect(address: str | None = None, num_cpus: int | None = None) -> bool:
             f"{given} joined {describe_cluster(ray)}, the one running on this machine; "
             "give its address to join it on purpose, or no address (and no RAY_ADDRESS) for a "
             "Ray instance of the run's own"), stacklevel=2)
+    _JOBS[session_token(ray)] = (_asked(runtime_env, ship), shipped)
     return True
 
 
@@ -221,10 +322,11 @@ def disconnect() -> None:
 
 
 @contextlib.contextmanager
-def ray_session(address: str | None = None) -> Iterator[None]:
+def ray_session(address: str | None = None, *, runtime_env: Mapping[str, Any] | None = None,
+                ship: bool = True) -> Iterator[None]:
     """Connected to Ray for the block (see :func:`connect`); disconnected at its end when the
     block connected."""
-    started = connect(address)
+    started = connect(address, runtime_env=runtime_env, ship=ship)
     try:
         yield
     finally:

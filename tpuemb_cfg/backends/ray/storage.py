@@ -53,6 +53,7 @@ The connection to Ray, and the actors kept between storages, are ``connection``'
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -74,6 +75,7 @@ from ...executor.state import check_given, slot_key, table_key
 from ...executor.storage import RowUpdate, StorageRequest
 from ...layout import HostRows, TableLayout
 from .connection import (
+    actor_env,
     connect,
     disconnect,
     first_line,
@@ -81,6 +83,7 @@ from .connection import (
     import_ray,
     keep_actors,
     session_token,
+    start_failure,
     take_actor,
 )
 from .host import (
@@ -96,6 +99,7 @@ from .host import (
 )
 from .link import HostRaised, Link, LinkError, LinkReply
 from .placement import PROCESS_BYTES, cluster_nodes, plan_hosts, reservation
+from .runtime_env import check_runtime_env
 
 __all__ = ["RAY", "ActorOptions", "RayBackend", "RayStorage", "ShardLost", "ShardedArray"]
 
@@ -212,6 +216,11 @@ class ActorOptions:
     travel through shared memory instead of the object store, and on the other nodes after;
     ``spread``: over the nodes (Ray's ``SPREAD``), for tables that need every node's memory
     anyway. None: the environment's ``TPUEMB_RAY_PLACEMENT``, else ``driver``.
+    ``runtime_env``: Ray's ``runtime_env`` of the actors (``pip``, ``env_vars``,
+    ``working_dir`` ...; checked before anything starts); ``ship``: whether the driver adds its
+    own ``tpuemb_cfg`` to it (``py_modules``), so that nodes without tpuemb run the actors -
+    not done on a local instance this process started, whose workers import what it imports
+    (``runtime_env.actor_runtime_env`` says how the two merge).
     """
 
     shards: int | None = None
@@ -219,6 +228,8 @@ class ActorOptions:
     address: str | None = None
     threads: int | None = None
     placement: str | None = None
+    runtime_env: Mapping[str, Any] | None = None
+    ship: bool = True
 
 
 class RayStorage:
@@ -298,9 +309,13 @@ class RayStorage:
         self._reads = 0  # the key of the last rows read through the arena
         self._kept: dict[str, tuple[np.ndarray, int]] = {}  # table: (rows, key) the hosts keep
         self._ray = import_ray()
-        self._owns_session = connect(actors.address)
+        given_env = None if actors.runtime_env is None else check_runtime_env(actors.runtime_env)
+        self._owns_session = connect(actors.address, runtime_env=given_env, ship=actors.ship)
+        #: Whether the actors carry this tpuemb (``py_modules``); the env each actor is given.
+        self.shipped, self._runtime_env = actor_env(self._ray, given_env, actors.ship)
+        self._kind = json.dumps(self._runtime_env, sort_keys=True)  # actors reused only alike
         self._release = weakref.finalize(self, keep_actors, self._ray, self._actors, self._reserved,
-                                         self._dead)
+                                         self._dead, self._kind)
         try:
             self._check_cluster()
             self._start(actors.threads, actors.placement)
@@ -347,7 +362,7 @@ class RayStorage:
         hosts that need a new actor into the alive nodes' available memory and CPUs, and says
         which limit stops them - a node's, the cluster's total, or the packing."""
         found = plan_hosts(self.plan, self.hosts, cluster_nodes(self._ray),
-                           idle=idle_reservations(session_token(self._ray)))
+                           idle=idle_reservations(session_token(self._ray), self._kind))
         if found.refusal is not None:
             raise UsageError(found.refusal)
 
@@ -371,9 +386,14 @@ class RayStorage:
         ray = self._ray
         token = session_token(ray)
         strategy = self._scheduling(placement)
-        remote = ray.remote(max_restarts=0, max_task_retries=0)(Shard)
+        env = {"runtime_env": self._runtime_env} if self._runtime_env else {}
+        try:  # Ray refuses local paths in an actor's runtime_env (only a job's are uploaded)
+            remote = ray.remote(max_restarts=0, max_task_retries=0, **env)(Shard)
+        except (TypeError, ValueError) as exc:
+            raise UsageError(f"{arg('runtime_env')} of the host actors: {first_line(exc)}"
+                             ) from None
         for host in range(self.hosts):
-            idle = take_actor(token, self.reservations[host])
+            idle = take_actor(token, self.reservations[host], self._kind)
             if idle is None:
                 reserved = self.reservations[host]
                 idle = (remote.options(memory=reserved, scheduling_strategy=strategy).remote(),
@@ -388,7 +408,11 @@ class RayStorage:
                 f"{PLACEMENT_TIMEOUT:.0f} s; it lacks the CPUs or memory for the others "
                 f"(ray status shows its resources), or use fewer {arg('shards')}"
             )
-        places = self._collect([(h, ref, None) for h, ref in enumerate(where)], "starting")
+        try:
+            places = self._collect([(h, ref, None) for h, ref in enumerate(where)], "starting")
+        except ShardLost as lost:  # a module missing on its node ...: the cause and the fix
+            raise start_failure(ray, where[lost.host], lost.host, self.hosts,
+                                self.shipped) or lost from None
         per_machine: dict[str, int] = {}
         for name, _, _ in places:
             per_machine[name] = per_machine.get(name, 0) + 1
@@ -1091,10 +1115,10 @@ class RayStorage:
 
 @dataclass(frozen=True)
 class RayBackend:
-    """Opens a :class:`RayStorage` (``storage.BACKENDS["ray"]``): the placement's ``shards``
-    and ``ray_address``; ``max_memory`` is each host actor's limit, its process included (the
-    nodes' available memory is checked either way), always checked (``check_memory=False`` is
-    refused)."""
+    """Opens a :class:`RayStorage` (``storage.BACKENDS["ray"]``): the placement's ``shards``,
+    ``ray_address``, ``runtime_env`` and ``ship``; ``max_memory`` is each host actor's limit,
+    its process included (the nodes' available memory is checked either way), always checked
+    (``check_memory=False`` is refused)."""
 
     @property
     def in_process(self) -> bool:
@@ -1113,7 +1137,9 @@ class RayBackend:
             plan, request.engine, given=given, seed=options.seed, source=request.source,
             strict=request.strict,
             actors=ActorOptions(shards=request.placement.shards, max_memory=options.memory_limit,
-                                address=request.placement.ray_address),
+                                address=request.placement.ray_address,
+                                runtime_env=request.placement.runtime_env,
+                                ship=request.placement.ship),
         )
 
 
