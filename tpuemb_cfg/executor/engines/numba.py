@@ -167,7 +167,8 @@ _SMALL_COPY = 2048
 def gather(table: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """The rows ``rows`` of ``table`` as a new [n, D] array (as ``table[rows]``)."""
     if rows.shape[0] * table.shape[1] < _SMALL_COPY:
-        return table[rows]
+        small: np.ndarray = table[rows]
+        return small
     out = np.empty((rows.shape[0], table.shape[1]), dtype=table.dtype)
     run_ranges(_gather, rows.shape[0], out.size, table, rows, out)
     return out
