@@ -47,10 +47,11 @@ def _tpuemb_entries() -> set[str]:
     of a regular install; the ``__editable__`` path file, finder and dist-info of an editable
     one (``pip install -e``); read from the distribution's RECORD."""
     names = {"tpuemb_cfg"}
-    try:
-        files = importlib.metadata.distribution("tpuemb").files or []
-    except importlib.metadata.PackageNotFoundError:  # run from a checkout on PYTHONPATH
-        files = []
+    # the distribution installed in site-packages, not the ``tpuemb.egg-info`` that an editable
+    # install leaves in the checkout (found first when the tests run from there)
+    site = sysconfig.get_paths()["purelib"]
+    files = [f for d in importlib.metadata.distributions(path=[site])
+             if d.metadata["Name"] == "tpuemb" for f in d.files or []]
     names.update(Path(str(f)).parts[0] for f in files if not str(f).startswith(".."))
     return names - {"__pycache__"}  # shared with other modules' caches
 
