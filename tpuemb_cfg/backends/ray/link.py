@@ -21,8 +21,10 @@ Driver side, :class:`Link`: ``submit(method, args)`` sends a frame and returns a
 :class:`LinkReply`; ``reply.result(timeout)`` waits for it (the replies of one host arrive in
 the order of its calls, so waiting for a later one reads and keeps the earlier ones). A host
 whose process died closes the socket: :class:`LinkLost`; an exception the host raised:
-:class:`HostRaised`, with the exception as ``cause``; no reply within the timeout:
-:class:`LinkTimeout` (the link is then unusable: the frame may be half read).
+:class:`HostRaised`, with the exception as ``cause``; no reply within the timeout: the builtin
+``TimeoutError``, and the link stays usable (a frame is read only once its first bytes have
+come, and a host writes a frame whole), so the storage can poll its hosts with short timeouts
+between checks of their nodes and keep its own deadline.
 """
 
 from __future__ import annotations
@@ -30,17 +32,18 @@ from __future__ import annotations
 import hmac
 import os
 import pickle
+import select
 import shutil
 import socket
 import struct
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["HostRaised", "Link", "LinkError", "LinkLost", "LinkReply", "LinkTimeout",
-           "Listener"]
+__all__ = ["HostRaised", "Link", "LinkError", "LinkLost", "LinkReply", "Listener"]
 
 #: A frame starts with the number of its parts (a pickle, then its out-of-band buffers) and
 #: then each part's length.
@@ -55,10 +58,6 @@ class LinkError(Exception):
 
 class LinkLost(LinkError):
     """The host's end closed: its process died (or closed the link)."""
-
-
-class LinkTimeout(LinkError):
-    """No reply within the time allowed; the link cannot be used any more."""
 
 
 class HostRaised(LinkError):
@@ -221,7 +220,8 @@ class LinkReply:
         self._number = number
 
     def result(self, timeout: float | None = None) -> Any:
-        """The host's return value; raises ``HostRaised``, ``LinkLost`` or ``LinkTimeout``."""
+        """The host's return value; raises ``HostRaised``, ``LinkLost``, or ``TimeoutError``
+        when it has not come within ``timeout`` seconds (None: wait for it)."""
         return self._link.result(self._number, timeout)
 
 
@@ -262,18 +262,21 @@ class Link:
             return LinkReply(self, self._sent)
 
     def result(self, number: int, timeout: float | None) -> Any:
-        """The reply to call ``number`` (reading, and keeping, the replies before it)."""
+        """The reply to call ``number`` (reading, and keeping, the replies before it); no
+        frame within ``timeout`` seconds: ``TimeoutError`` (the link stays usable)."""
+        end = None if timeout is None else time.monotonic() + timeout
         while number not in self._replies:
             if self._broken is not None:
                 raise self._broken
             if self._read >= number:
                 raise LinkError(f"the reply to call {number} was already taken")
-            self._sock.settimeout(timeout)
+            if end is not None:
+                left = max(0.0, end - time.monotonic())
+                if not select.select([self._sock], [], [], left)[0]:
+                    raise TimeoutError(f"no reply within {timeout:g} s")
+            self._sock.settimeout(None)  # a frame has begun: the host sends it whole
             try:
                 reply = _receive(self._sock)
-            except TimeoutError:
-                self._broken = LinkTimeout(f"no reply within {timeout:.0f} s")
-                raise self._broken from None
             except LinkLost as exc:
                 self._broken = exc
                 raise
