@@ -83,11 +83,12 @@ def test_a_dead_host_rolls_the_step_back_and_the_checkpoint_resumes(
     run.run(3)
     saved = {key: np.asarray(value) for key, value in run.checkpoint_arrays().items()}
     _kill_host_during_update(monkeypatch, host=1, call=1)  # table a updated, then b fails
-    with pytest.raises(ShardLost, match=r"host 1 of 2 \(its Ray actor\) died while updating "
-                                        r"table 'b' \(.*\); the open step was rolled back on "
-                                        r"every other host \(applied on none\)") as error:
+    with pytest.raises(ShardLost, match=r"host 1 of 2 \(its Ray actor, node [^)]+\) died "
+                                        r"during a step's update, while updating table 'b' "
+                                        r"\(.*\); the open step was rolled back on every other "
+                                        r"host \(applied on none\)") as error:
         run.run_step()
-    assert error.value.host == 1
+    assert (error.value.host, error.value.phase) == (1, "update")
     assert run.step == 3
     storage = run.executor.storage
     assert isinstance(storage, RayStorage)
@@ -122,7 +123,8 @@ def test_the_command_names_the_host_and_the_checkpoint_then_resumes(
     assert code == 2
     lines = output.strip().splitlines()
     assert len(lines) == 1, output
-    assert "host 0 of 2 (its Ray actor) died while updating table 'b'" in lines[0]
+    assert "host 0 of 2 (its Ray actor, node " in lines[0]
+    assert "died during a step's update, while updating table 'b'" in lines[0]
     assert f"the last checkpoint is {out / 'checkpoint.npz'} (step 2)" in lines[0]
     assert "--resume" in lines[0]
     assert not (out / "tables.npz").exists()

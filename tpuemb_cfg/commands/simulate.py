@@ -496,6 +496,18 @@ def _host_lost(hint: str | Callable[[], str]) -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def _phase(name: str) -> Iterator[None]:
+    """A Ray host lost during the block is said to be lost in phase ``name`` (``checkpoint``,
+    ``output``: what the command was writing when the storage read the hosts' rows)."""
+    from tpuemb_cfg.backends.ray.storage import ShardLost
+
+    try:
+        yield
+    except ShardLost as exc:
+        raise exc.in_phase(name) from None
+
+
+@contextlib.contextmanager
 def _backend_session(backend: str, address: str | None) -> Iterator[None]:
     """``--backend ray``: connected to Ray for the command (a local instance started and
     stopped, or the cluster at ``--ray-address``/``RAY_ADDRESS`` joined and left); an
@@ -642,7 +654,8 @@ def _replay(files: _ReplayFiles, combiner_args: tuple[str, ...], records: _Recor
             placement=records.placement, sources=(batches_path, init_path),
             on_step=record,
         )
-        atomic_write_npz(real[out_path], out)
+        with _phase("output"):
+            atomic_write_npz(real[out_path], out)
     steps = sum(1 for k in out if k.endswith("/activations") and "/f0/" in k)
     if as_json:
         summary = {"steps": steps, "config": config_path, "out": out_path, "tables": tables}
@@ -749,14 +762,16 @@ def _run_workers(prepared: Prepared, request: _Request, records: _Records,
     from tpuemb_cfg.sim.options import WorkerOptions
 
     steps, tables, plot = request.steps, request.tables, request.plot is not None
-    several = MultiWorkerRun(prepared, records.options, records.placement, data=records.data,
-                             workers=WorkerOptions(**workers))
-    with progress(2 * several.num_workers * steps, request.quiet) as advance, \
-            _host_lost("a multi-worker run keeps no checkpoint: run it again"):
-        several.run(steps, progress=advance, tables=tables, plot=plot)
-    summary = several.summary()
-    summary["memory"] = _memory_report(several.memory_estimate(steps, tables=tables, plot=plot))
-    _write(prepared, request, real, summary, several.saved_state(tables), None)
+    with _host_lost("a multi-worker run keeps no checkpoint: run it again"):
+        several = MultiWorkerRun(prepared, records.options, records.placement,
+                                 data=records.data, workers=WorkerOptions(**workers))
+        with progress(2 * several.num_workers * steps, request.quiet) as advance:
+            several.run(steps, progress=advance, tables=tables, plot=plot)
+        with _phase("output"):
+            summary = several.summary()
+            summary["memory"] = _memory_report(several.memory_estimate(steps, tables=tables,
+                                                                       plot=plot))
+            _write(prepared, request, real, summary, several.saved_state(tables), None)
     return summary
 
 
@@ -798,15 +813,24 @@ class _Checkpoints:
         except OSError as exc:
             raise OutputError(f"cannot create the folder: {exc.strerror or exc}",
                               path=str(self.out_dir)) from None
-        atomic_write_npz(self.real, self.run.checkpoint_arrays())  # atomic
+        with _phase("checkpoint"):
+            atomic_write_npz(self.real, self.run.checkpoint_arrays())  # atomic
         self.saved[:] = [self.run.step]
 
     def resume_hint(self) -> str:
         if not self.saved:
-            return ("this run wrote no checkpoint (--checkpoint-every N keeps one): run "
-                    "it again")
+            return _unsaved_hint(self.shown, resume=False)
         return (f"the last checkpoint is {self.shown} (step {self.saved[0]}): run the "
                 "same command with --resume to continue from it on a fresh cluster")
+
+
+def _unsaved_hint(checkpoint: Path, *, resume: bool) -> str:
+    """Where to resume from when a Ray host is lost before the run saved a checkpoint
+    (``resume``: it was resuming one, which is as it was)."""
+    if resume:
+        return (f"the checkpoint {checkpoint} is as it was: run the same command (with "
+                "--resume) again on a fresh cluster")
+    return "this run wrote no checkpoint (--checkpoint-every N keeps one): run it again"
 
 
 def _run_one(prepared: Prepared, request: _Request, records: _Records,
@@ -819,28 +843,38 @@ def _run_one(prepared: Prepared, request: _Request, records: _Records,
 
     steps, tables, plot = request.steps, request.tables, request.plot is not None
     save_batches = request.save_batches
-    run = SyntheticRun(prepared, records.options, records.placement, data=records.data)
-    if request.resume:
-        _resume(run, request, records, real)
-    if save_batches is not None:
-        require_disk_space("--save-batches", real[save_batches],
-                           (steps - run.step) * run.data.batch_bytes())
-    checkpoints = _Checkpoints(run, request, real)
-    # Staged together: the batches (streamed during the run), then the tables, the
-    # summary and the plot, renamed into place at the end - or none of them.
-    with OutputSet(make_dirs=True) as outputs:
-        with batches_file(outputs, real[save_batches] if save_batches is not None
-                          else None) as on_batch, \
-                progress(max(steps - run.step, 0), request.quiet) as advance, \
-                _host_lost(checkpoints.resume_hint):
-            run.run(steps, checkpoint_every=request.checkpoint_every,
-                    checkpoint=checkpoints.save, progress=advance, on_batch=on_batch,
-                    tables=tables, plot=plot)
-        summary = run.summary()
-        state = run.saved_state(tables)
-        summary["memory"] = _memory_report(run.memory_estimate(
-            steps, tables=tables, checkpoints=request.checkpoint_every is not None, plot=plot))
-        _write(prepared, request, real, summary, state, outputs)
+    kept: list[_Checkpoints] = []  # once the run has started (resumed)
+
+    def hint() -> str:
+        return (kept[0].resume_hint() if kept else
+                _unsaved_hint(request.out_dir / "checkpoint.npz", resume=request.resume))
+
+    # A Ray host lost in any phase: one line naming it, the phase and the checkpoint.
+    with _host_lost(hint):
+        run = SyntheticRun(prepared, records.options, records.placement, data=records.data)
+        if request.resume:
+            _resume(run, request, records, real)
+        if save_batches is not None:
+            require_disk_space("--save-batches", real[save_batches],
+                               (steps - run.step) * run.data.batch_bytes())
+        checkpoints = _Checkpoints(run, request, real)
+        kept.append(checkpoints)
+        # Staged together: the batches (streamed during the run), then the tables, the
+        # summary and the plot, renamed into place at the end - or none of them.
+        with OutputSet(make_dirs=True) as outputs:
+            with batches_file(outputs, real[save_batches] if save_batches is not None
+                              else None) as on_batch, \
+                    progress(max(steps - run.step, 0), request.quiet) as advance:
+                run.run(steps, checkpoint_every=request.checkpoint_every,
+                        checkpoint=checkpoints.save, progress=advance, on_batch=on_batch,
+                        tables=tables, plot=plot)
+            with _phase("output"):
+                summary = run.summary()
+                state = run.saved_state(tables)
+                summary["memory"] = _memory_report(run.memory_estimate(
+                    steps, tables=tables, checkpoints=request.checkpoint_every is not None,
+                    plot=plot))
+                _write(prepared, request, real, summary, state, outputs)
     return summary
 
 

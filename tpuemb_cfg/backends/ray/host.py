@@ -31,6 +31,7 @@ from __future__ import annotations
 import mmap
 import os
 import pickle
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -46,7 +47,8 @@ from ...executor.state import slot_key, table_key
 from ...executor.storage import RowUpdate
 from ...layout import TableLayout
 
-__all__ = ["Arena", "PipelineRef", "Shard", "call", "call_many", "fitting_hosts", "shard_bytes"]
+__all__ = ["STALL_ENV", "Arena", "PipelineRef", "Shard", "call", "call_many", "fitting_hosts",
+           "shard_bytes"]
 
 F32 = np.float32
 
@@ -56,6 +58,12 @@ Local = slice | np.ndarray
 Place = tuple[int, tuple[int, ...], str]
 #: Positions in a block of ids: a ``Place`` of int64 indices, or (start, stop) of a contiguous run.
 Positions = tuple[int, tuple[int, ...], str] | tuple[int, int]
+
+#: The fault-injection hook of the tests: ``HOST:METHOD:NTH[:MARK]`` makes host ``HOST``'s
+#: ``NTH`` call (1-based) of ``METHOD`` stall for an hour, after writing its process id to the
+#: file ``MARK``; a test then kills the host's node while it is inside that phase, or lets the
+#: driver's deadline end the wait. The driver passes the variable on to the actors it starts.
+STALL_ENV = "TPUEMB_RAY_TEST_STALL"
 
 
 class Arena:
@@ -177,6 +185,7 @@ class Shard:
         # by the key instead of receiving them again, and logs the parameters read for ``abort``
         # instead of reading them again. Any other change of the table drops them.
         self._kept: dict[str, tuple[int, np.ndarray, Local | None, np.ndarray]] = {}
+        self._calls: dict[str, int] = {}  # calls per method, for the test hook (``STALL_ENV``)
 
     # ----------------------------------------------------------------------------------------
     # Set-up
@@ -339,7 +348,20 @@ class Shard:
         # of compiling read-only variants in every new actor process.
         args = tuple(np.array(a) if isinstance(a, np.ndarray) and not a.flags.writeable else a
                      for a in args)
+        if STALL_ENV in os.environ:
+            self._stall(method)
         return getattr(self, method)(*args)
+
+    def _stall(self, method: str) -> None:
+        """The test hook (``STALL_ENV``): stall this call when it is the one named."""
+        host, name, nth, *mark = os.environ[STALL_ENV].split(":", 3)
+        count = self._calls[method] = self._calls.get(method, 0) + 1
+        if getattr(self, "host", None) != int(host) or name != method or count != int(nth):
+            return
+        if mark:
+            with open(mark[0], "w") as out:
+                out.write(str(os.getpid()))
+        time.sleep(3600)
 
     def gather(self, table: str, local: np.ndarray, key: int = 0) -> np.ndarray:
         """The parameter rows ``local`` of ``table`` (a new float32 [len(local), D] array);
