@@ -22,8 +22,17 @@ from conftest import ROOT, run_simulate
 from raycluster import ray, ray_cluster, same_reports, same_state  # noqa: F401  (the fixture)
 
 import tpuemb_cfg
-from tpuemb_cfg.backends.ray.storage import SHARED_MEMORY_ENV, RayStorage, ShardLost
+from tpuemb_cfg.backends.ray.deadlines import DEADLINE_SCALE_ENV, Work, deadline_scale, seconds
+from tpuemb_cfg.backends.ray.host import STALL_ENV
+from tpuemb_cfg.backends.ray.storage import (
+    SHARED_MEMORY_ENV,
+    ActorOptions,
+    RayStorage,
+    ShardLost,
+)
 from tpuemb_cfg.errors import UsageError
+from tpuemb_cfg.executor.engines import get_engine
+from tpuemb_cfg.executor.plan import build_plan
 from tpuemb_cfg.npzio import npz_bytes
 from tpuemb_cfg.simulate import Executor, SyntheticRun
 
@@ -139,6 +148,53 @@ def test_the_command_names_the_host_and_the_checkpoint_then_resumes(
     # the memory plan is the backend's own (the actors hold the tables), not a result
     assert summary.pop("memory")["estimate"] and want.pop("memory")["estimate"]
     same_reports(summary, want)
+
+
+# ------------------------------------------------------------------------------------------------
+# Deadlines
+
+
+def test_a_deadline_grows_with_the_work_and_its_scale(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(DEADLINE_SCALE_ENV, raising=False)
+    # 60 s + 50 MB at 10 MB/s + 100 MB at 20 MB/s + 4 actors at 5 s
+    work = Work(moved=50_000_000, touched=100_000_000, actors=4)
+    assert seconds(work) == 60 + 5 + 5 + 20
+    assert seconds(work, deadline_scale(0.5)) == 45
+    assert deadline_scale() == 1
+    monkeypatch.setenv(DEADLINE_SCALE_ENV, "4")
+    assert deadline_scale() == 4 and deadline_scale(2) == 2  # the option wins
+    for bad in ("0", "-1", "nan", "soon"):
+        monkeypatch.setenv(DEADLINE_SCALE_ENV, bad)
+        with pytest.raises(UsageError, match=rf"^{DEADLINE_SCALE_ENV} '{bad}': expected a "
+                                             "positive number"):
+            deadline_scale()
+
+
+def test_a_stalled_host_ends_at_its_deadline(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The test hook stalls host 1's first ``nbytes``; ``ActorOptions.deadline_scale`` brings
+    the deadline of that call (60 s) down to 1.2 s."""
+    mark = tmp_path / "stalled"
+    monkeypatch.setenv(STALL_ENV, f"1:nbytes:1:{mark}")
+    config = tpuemb_cfg.load(TWO_TABLES.encode(), "text")
+    storage = RayStorage(build_plan(config), get_engine("numpy"),
+                         actors=ActorOptions(deadline_scale=0.02))
+    start = time.monotonic()
+    with pytest.raises(ShardLost, match=r"^host 1 of 2 \(its Ray actor, node [^)]+\) did not "
+                                        r"answer within 1 s during a read of the state, while "
+                                        r"counting its bytes \(the deadline of this work; "
+                                        rf"{DEADLINE_SCALE_ENV}=2 doubles every deadline\); the "
+                                        "run cannot go on without its rows$") as error:
+        storage.nbytes()
+    assert time.monotonic() - start < 30  # generous: the deadline ended the wait
+    assert (error.value.host, error.value.phase) == (1, "read")
+    assert mark.exists()  # the host was inside the call
+    with pytest.raises(ShardLost, match="host 1 of 2"):
+        storage.nbytes()  # the storage stays broken
+    storage.close()
+    with pytest.raises(UsageError, match=r"ActorOptions.deadline_scale -1: expected a positive"):
+        RayStorage(build_plan(config), get_engine("numpy"),
+                   actors=ActorOptions(deadline_scale=-1))
 
 
 # ------------------------------------------------------------------------------------------------

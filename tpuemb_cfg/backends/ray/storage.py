@@ -168,7 +168,7 @@ _PHASE_OF_METHOD = {
     "snapshot": "update", "change_sumsq": "update", "change_sumsq_rows": "update",
     "undo_tables": "update", "gather": "step", "gather_shared": "step",
     "setup": "start", "allocate": "start", "put": "start", "put_defaults": "start",
-    "read": "read",
+    "read": "read", "nbytes": "read",
 }
 
 
@@ -422,8 +422,8 @@ class RayStorage:
             self._reserved.append(idle[1])
         where = [(h, actor.where.remote(), None) for h, actor in enumerate(self._actors)]
         # Placement may wait for resources (another run's actors going away): at least
-        # PLACEMENT_TIMEOUT, more for many actors (``deadlines``).
-        limit = max(PLACEMENT_TIMEOUT * self._scale, seconds(Work(actors=self.hosts), self._scale))
+        # PLACEMENT_TIMEOUT whatever the scale, more for many actors (``deadlines``).
+        limit = max(PLACEMENT_TIMEOUT, seconds(Work(actors=self.hosts), self._scale))
         replies, failure = self._wait(where, limit)
         if failure is not None and isinstance(failure[1], NoAnswer):
             raise UsageError(
