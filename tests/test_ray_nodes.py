@@ -183,10 +183,8 @@ def _lose_node_in(cluster: RayNodes, tmp: Path, command: list[str], stall: str,
     status 2); a new node takes the lost one's place."""
     mark = tmp / f"stalled-{stall.replace(':', '-')}"
     mark.unlink(missing_ok=True)
-    t0 = time.monotonic()
     driver = _driver(cluster, command, **{STALL_ENV: f"{stall}:{mark}"}, **env)
     node = _node_of(cluster, _stalled(mark, driver))
-    print("TIMING stalled", stall, time.monotonic() - t0)
     cluster.kill_node(node)
     killed = time.monotonic()
     try:
@@ -195,11 +193,11 @@ def _lose_node_in(cluster: RayNodes, tmp: Path, command: list[str], stall: str,
         driver.kill()
         raise AssertionError("the driver hung after its node was killed") from None
     ended = time.monotonic() - killed
-    print("TIMING ended", ended)
     cluster.add_node(NodeSpec(cpus=1), wait=False)  # joins while the next run starts
     assert driver.returncode == 2, (stdout, stderr)
     lines = stderr.strip().splitlines()
     assert len(lines) == 1, stderr
+    assert not stdout.strip(), stdout
     return lines[0], ended
 
 
