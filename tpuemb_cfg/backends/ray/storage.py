@@ -651,7 +651,7 @@ class RayStorage:
         died = cause is None or isinstance(cause, ray.exceptions.RayError)
         rolled = ""
         self._kept.clear()
-        if isinstance(exc, NoAnswer):  # alive but stuck: it must not take a call again
+        if isinstance(exc, NoAnswer | NodeLost):  # it must never take a call again
             with contextlib.suppress(ray.exceptions.RayError, ValueError):
                 ray.kill(self._actors[host], no_restart=True)
         if self._open:
