@@ -62,7 +62,8 @@ Positions = tuple[int, tuple[int, ...], str] | tuple[int, int]
 #: The fault-injection hook of the tests: ``HOST:METHOD:NTH[:MARK]`` makes host ``HOST``'s
 #: ``NTH`` call (1-based) of ``METHOD`` stall for an hour, after writing its process id to the
 #: file ``MARK``; a test then kills the host's node while it is inside that phase, or lets the
-#: driver's deadline end the wait. The driver passes the variable on to the actors it starts.
+#: driver's deadline end the wait. The driver passes the variable on to the actors it starts
+#: (while it is set, it starts new ones instead of reusing idle actors, which lack it).
 STALL_ENV = "TPUEMB_RAY_TEST_STALL"
 
 

@@ -410,10 +410,11 @@ class RayStorage:
         token = session_token(ray)
         strategy = self._scheduling(placement)
         remote = ray.remote(max_restarts=0, max_task_retries=0)(Shard)
-        stall = os.environ.get(STALL_ENV)  # the tests' fault injection, passed on to the hosts
+        # The tests' fault injection, passed on to new hosts (idle ones do not have it).
+        stall = os.environ.get(STALL_ENV)
         extra = {"runtime_env": {"env_vars": {STALL_ENV: stall}}} if stall else {}
         for host in range(self.hosts):
-            idle = take_actor(token, self.estimates[host])
+            idle = None if stall else take_actor(token, self.estimates[host])
             if idle is None:
                 reserved = max(self.estimates[host], 64 << 20)
                 idle = (remote.options(memory=reserved, scheduling_strategy=strategy,
