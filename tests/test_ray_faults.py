@@ -209,6 +209,19 @@ def test_a_stalled_host_ends_at_its_deadline_or_when_its_node_is_dead(
                    actors=ActorOptions(deadline_scale=-1))
 
 
+def test_a_host_error_is_one_line_and_the_storage_goes_on() -> None:
+    """A host that raises (here: asked for a pre-step copy it does not hold) lives on: one line
+    naming it and the phase, and the storage answers the next call."""
+    config = tpuemb_cfg.load(TWO_TABLES.encode(), "text")
+    storage = RayStorage(build_plan(config), get_engine("numpy"))
+    with pytest.raises(ShardLost, match=r"^host 0 of 2 failed during a read of the state, while "
+                                        r"sending rows of before/a/7: ValueError: snapshot 7 of "
+                                        r"table 'a' was replaced by a newer one"):
+        storage.read_rows("before/a/7", "a", np.arange(4))
+    assert storage.nbytes() == [(60 * 4 * 2 + 30 * 2 * 2) * 4] * 2
+    storage.close()
+
+
 # ------------------------------------------------------------------------------------------------
 # Memory
 

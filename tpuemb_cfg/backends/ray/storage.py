@@ -533,8 +533,11 @@ class RayStorage:
         limit = seconds(work, self._scale)
         replies, failure = self._wait(submitted, limit)
         if failure is not None:
-            host = failure[0]
-            self._fail(*failure, what if isinstance(what, str) else what(host), phase, limit)
+            host, exc = failure
+            if self._raised(exc):  # the storage lives on: the others' calls end first (arena)
+                self._drain([s for s in submitted if s[1] not in replies and s[0] != host],
+                            limit)
+            self._fail(host, exc, what if isinstance(what, str) else what(host), phase, limit)
         results: list[Any] = []
         for host, reply, position in submitted:
             value = replies[reply] if position is None else replies[reply][position]
@@ -624,6 +627,22 @@ class RayStorage:
                 done[reply] = (False, exc)
         return done
 
+    def _drain(self, submitted: Sequence[Submitted], limit: float) -> None:
+        """Wait, within ``limit`` seconds, for every call of ``submitted`` whose host answers
+        (a host that fails or is lost is left out)."""
+        end = time.monotonic() + limit
+        while submitted:
+            _, failed = self._wait(submitted, max(0.0, end - time.monotonic()))
+            if failed is None:
+                return
+            submitted = [s for s in submitted if s[0] != failed[0]]
+
+    def _raised(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is a host's own error (the host lives on), not a lost host."""
+        ray = self._ray
+        return (isinstance(exc, ray.exceptions.RayTaskError) and exc.cause is not None
+                and not isinstance(exc.cause, ray.exceptions.RayError))
+
     def _lost(self, hosts: Sequence[int]) -> tuple[int, BaseException] | None:
         """The first of ``hosts`` whose Ray node the cluster counts as dead, with a
         ``NodeLost``; None when all are alive (or their nodes are not known yet)."""
@@ -648,27 +667,21 @@ class RayStorage:
         and is ended), after which the storage refuses every call. The roll-back on the other
         hosts is waited for within ``limit`` too."""
         ray = self._ray
-        cause = exc.cause if isinstance(exc, ray.exceptions.RayTaskError) else None
-        died = cause is None or isinstance(cause, ray.exceptions.RayError)
+        died = not self._raised(exc)
         rolled = ""
         self._kept.clear()
         if isinstance(exc, NoAnswer | NodeLost):  # it must never take a call again
             with contextlib.suppress(ray.exceptions.RayError, ValueError):
                 ray.kill(self._actors[host], no_restart=True)
         if self._open:
-            aborts: list[Submitted] = [(h, call(a, None, "abort", (self._step,)), None)
-                                       for h, a in enumerate(self._actors)
-                                       if not (died and h == host)]
-            end = time.monotonic() + limit
-            while aborts:  # every host that answers is rolled back; the others are lost
-                _, failed = self._wait(aborts, max(0.0, end - time.monotonic()))
-                if failed is None:
-                    break
-                aborts = [a for a in aborts if a[0] != failed[0]]
+            # Every host that answers is rolled back; the others are lost.
+            self._drain([(h, call(a, None, "abort", (self._step,)), None)
+                         for h, a in enumerate(self._actors) if not (died and h == host)], limit)
             self._open = False
             rolled = (f"; the open step was rolled back on every {'other ' if died else ''}host "
                       "(applied on none)")
-        if cause is not None and not died:
+        if not died:
+            cause = exc.cause  # type: ignore[attr-defined]  # a RayTaskError (``_raised``)
             if isinstance(cause, TpuembError):
                 raise cause
             raise ShardLost(f"host {host} of {self.hosts} failed", f"while {what}: "
