@@ -35,7 +35,10 @@ rows travel:
 - **all or nothing**: every host logs the rows it changes; when one host fails the driver
   rolls every other host back (``Shard.abort``) before raising, and ``commit`` (the end of the
   step, carried by each host's next call) drops the logs. An actor that dies raises
-  :class:`ShardLost`, naming the host; the storage then refuses every call.
+  :class:`ShardLost`, naming the host and the phase; the storage then refuses every call;
+- **no hang**: every wait on the hosts (``_wait``) ends at Ray's report of a failure, at the
+  first poll that finds a host's node dead in the cluster's node table, or at a deadline
+  derived from the work waited for (``deadlines``), whichever comes first.
 
 Whole tables never gather on the driver: ``arrays()`` and a non-lazy table's pre-step copy are
 :class:`ShardedArray` objects - array-likes held by the shards that ``np.asarray`` fetches and
