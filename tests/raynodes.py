@@ -62,6 +62,7 @@ class NodeSpec:
 class _Node:
     process: subprocess.Popen[bytes]
     log: Path
+    killed: bool = False
 
 
 class RayNodes:
@@ -85,16 +86,25 @@ class RayNodes:
                 f"--resources={json.dumps(head_resources or {})}",
             ])
             self._wait_nodes(1, timeout)
-            for index, spec in enumerate(workers):
-                extra = [f"--address={self.address}", f"--num-cpus={spec.cpus}",
-                         f"--resources={json.dumps(spec.resources)}"]
-                if spec.memory is not None:
-                    extra.append(f"--memory={spec.memory}")
-                self._start(f"worker{index}", spec.python or sys.executable, extra)
-                self._wait_nodes(index + 2, timeout)
+            for spec in workers:
+                self.add_node(spec, timeout)
         except BaseException:
             self.stop()
             raise
+
+    def add_node(self, spec: NodeSpec, timeout: float = 60.0, wait: bool = True) -> int:
+        """Start one more worker node (e.g. in place of a killed one) and, unless ``wait`` is
+        False, wait until the cluster counts it; its index (for ``kill_node``)."""
+        index = len(self.nodes) - 1
+        extra = [f"--address={self.address}", f"--num-cpus={spec.cpus}",
+                 f"--resources={json.dumps(spec.resources)}"]
+        if spec.memory is not None:
+            extra.append(f"--memory={spec.memory}")
+        self._start(f"worker{index}", spec.python or sys.executable, extra)
+        if wait:
+            self._wait_nodes(sum(node.process.poll() is None for node in self.nodes),
+                             timeout)
+        return index
 
     def _start(self, name: str, python: str, extra: list[str]) -> None:
         ports = free_ports(5)
@@ -130,7 +140,7 @@ class RayNodes:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for node in self.nodes:
-                if node.process.poll() is not None:
+                if node.process.poll() is not None and not node.killed:
                     text = node.log.read_text()[-2000:]
                     raise RuntimeError(f"a Ray node exited at start: {text}")
             if self.alive_nodes() >= count:
@@ -141,6 +151,7 @@ class RayNodes:
 
     def kill_node(self, index: int) -> None:
         """Kill worker node ``index`` (every process of its session) at once."""
+        self.nodes[index + 1].killed = True
         process = self.nodes[index + 1].process
         try:
             os.killpg(process.pid, signal.SIGKILL)

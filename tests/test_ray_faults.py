@@ -22,9 +22,18 @@ from conftest import ROOT, run_simulate
 from raycluster import ray, ray_cluster, same_reports, same_state  # noqa: F401  (the fixture)
 
 import tpuemb_cfg
+from tpuemb_cfg.backends.ray.deadlines import DEADLINE_SCALE_ENV, Work, deadline_scale, seconds
+from tpuemb_cfg.backends.ray.host import STALL_ENV
 from tpuemb_cfg.backends.ray.placement import PROCESS_BYTES
-from tpuemb_cfg.backends.ray.storage import SHARED_MEMORY_ENV, RayStorage, ShardLost
+from tpuemb_cfg.backends.ray.storage import (
+    SHARED_MEMORY_ENV,
+    ActorOptions,
+    RayStorage,
+    ShardLost,
+)
 from tpuemb_cfg.errors import UsageError
+from tpuemb_cfg.executor.engines import get_engine
+from tpuemb_cfg.executor.plan import build_plan
 from tpuemb_cfg.npzio import npz_bytes
 from tpuemb_cfg.simulate import Executor, SyntheticRun
 
@@ -95,11 +104,12 @@ def test_a_dead_host_rolls_the_step_back_and_the_checkpoint_resumes(
     run.run(3)
     saved = {key: np.asarray(value) for key, value in run.checkpoint_arrays().items()}
     _kill_host_during_update(monkeypatch, host=1, call=1)  # table a updated, then b fails
-    with pytest.raises(ShardLost, match=r"host 1 of 2 \(its Ray actor\) died while updating "
-                                        r"table 'b' \(.*\); the open step was rolled back on "
-                                        r"every other host \(applied on none\)") as error:
+    with pytest.raises(ShardLost, match=r"host 1 of 2 \(its Ray actor, node [^)]+\) died "
+                                        r"during a step's update, while updating table 'b' "
+                                        r"\(.*\); the open step was rolled back on every other "
+                                        r"host \(applied on none\)") as error:
         run.run_step()
-    assert error.value.host == 1
+    assert (error.value.host, error.value.phase) == (1, "update")
     assert run.step == 3
     storage = run.executor.storage
     assert isinstance(storage, RayStorage)
@@ -134,7 +144,8 @@ def test_the_command_names_the_host_and_the_checkpoint_then_resumes(
     assert code == 2
     lines = output.strip().splitlines()
     assert len(lines) == 1, output
-    assert "host 0 of 2 (its Ray actor) died while updating table 'b'" in lines[0]
+    assert "host 0 of 2 (its Ray actor, node " in lines[0]
+    assert "died during a step's update, while updating table 'b'" in lines[0]
     assert f"the last checkpoint is {out / 'checkpoint.npz'} (step 2)" in lines[0]
     assert "--resume" in lines[0]
     assert not (out / "tables.npz").exists()
@@ -149,6 +160,78 @@ def test_the_command_names_the_host_and_the_checkpoint_then_resumes(
     # the memory plan is the backend's own (the actors hold the tables), not a result
     assert summary.pop("memory")["estimate"] and want.pop("memory")["estimate"]
     same_reports(summary, want)
+
+
+# ------------------------------------------------------------------------------------------------
+# Deadlines
+
+
+def test_a_deadline_grows_with_the_work_and_its_scale(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(DEADLINE_SCALE_ENV, raising=False)
+    # 60 s + 50 MB at 10 MB/s + 100 MB at 20 MB/s + 4 actors at 5 s
+    work = Work(moved=50_000_000, touched=100_000_000, actors=4)
+    assert seconds(work) == 60 + 5 + 5 + 20
+    assert seconds(work, deadline_scale(0.5)) == 45
+    assert deadline_scale() == 1
+    monkeypatch.setenv(DEADLINE_SCALE_ENV, "4")
+    assert deadline_scale() == 4 and deadline_scale(2) == 2  # the option wins
+    for bad in ("0", "-1", "nan", "soon"):
+        monkeypatch.setenv(DEADLINE_SCALE_ENV, bad)
+        with pytest.raises(UsageError, match=rf"^{DEADLINE_SCALE_ENV} '{bad}': expected a "
+                                             "positive number"):
+            deadline_scale()
+
+
+def test_a_stalled_host_ends_at_its_deadline_or_when_its_node_is_dead(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The test hook stalls host 1's first ``nbytes``. With its node taken for dead in the
+    cluster's node table (a node id nobody has), the wait ends at the next poll of the table,
+    long before the deadline (60 s); with ``ActorOptions.deadline_scale`` bringing the deadline
+    down to 1.2 s, at the deadline."""
+    mark = tmp_path / "stalled"
+    monkeypatch.setenv(STALL_ENV, f"1:nbytes:1:{mark}")
+    config = tpuemb_cfg.load(TWO_TABLES.encode(), "text")
+    storage = RayStorage(build_plan(config), get_engine("numpy"))
+    storage._nodes[1] = "f" * 56
+    start = time.monotonic()
+    with pytest.raises(ShardLost, match=r"^host 1 of 2 \(its Ray actor, node f{12}\) died during "
+                                        r"a read of the state, while counting its bytes \(its "
+                                        r"node is dead: the cluster stopped hearing from it\)"):
+        storage.nbytes()
+    assert time.monotonic() - start < 30  # the poll, not the deadline, ended the wait
+    storage.close()
+    mark.unlink()
+    storage = RayStorage(build_plan(config), get_engine("numpy"),
+                         actors=ActorOptions(deadline_scale=0.02))
+    start = time.monotonic()
+    with pytest.raises(ShardLost, match=r"^host 1 of 2 \(its Ray actor, node [^)]+\) did not "
+                                        r"answer within 1 s during a read of the state, while "
+                                        r"counting its bytes \(the deadline of this work; "
+                                        rf"{DEADLINE_SCALE_ENV}=2 doubles every deadline\); the "
+                                        "run cannot go on without its rows$") as error:
+        storage.nbytes()
+    assert time.monotonic() - start < 30  # generous: the deadline ended the wait
+    assert (error.value.host, error.value.phase) == (1, "read")
+    assert mark.exists()  # the host was inside the call
+    with pytest.raises(ShardLost, match="host 1 of 2"):
+        storage.nbytes()  # the storage stays broken
+    storage.close()
+    with pytest.raises(UsageError, match=r"ActorOptions.deadline_scale -1: expected a positive"):
+        RayStorage(build_plan(config), get_engine("numpy"),
+                   actors=ActorOptions(deadline_scale=-1))
+
+
+def test_a_host_error_is_one_line_and_the_storage_goes_on() -> None:
+    """A host that raises (here: asked for a pre-step copy it does not hold) lives on: one line
+    naming it and the phase, and the storage answers the next call."""
+    config = tpuemb_cfg.load(TWO_TABLES.encode(), "text")
+    storage = RayStorage(build_plan(config), get_engine("numpy"))
+    with pytest.raises(ShardLost, match=r"^host 0 of 2 failed during a read of the state, while "
+                                        r"sending rows of before/a/7: ValueError: snapshot 7 of "
+                                        r"table 'a' was replaced by a newer one"):
+        storage.read_rows("before/a/7", "a", np.arange(4))
+    assert storage.nbytes() == [(60 * 4 * 2 + 30 * 2 * 2) * 4] * 2
+    storage.close()
 
 
 # ------------------------------------------------------------------------------------------------

@@ -526,6 +526,18 @@ def _host_lost(hint: str | Callable[[], str]) -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def _phase(name: str) -> Iterator[None]:
+    """A Ray host lost during the block is said to be lost in phase ``name`` (``checkpoint``,
+    ``output``: what the command was writing when the storage read the hosts' rows)."""
+    from tpuemb_cfg.backends.ray.storage import ShardLost
+
+    try:
+        yield
+    except ShardLost as exc:
+        raise exc.in_phase(name) from None
+
+
+@contextlib.contextmanager
 def _backend_session(backend: str, placement: Placement) -> Iterator[None]:
     """``--backend ray``: connected to Ray for the command (a local instance started and
     stopped, or the cluster at ``--ray-address``/``RAY_ADDRESS`` joined and left); an
@@ -681,7 +693,7 @@ def _replay(files: _ReplayFiles, combiner_args: tuple[str, ...], records: _Recor
             on_step=record,
         )
     with _host_lost("a replay writes nothing before its end: run it again"), \
-            real.named_as_typed(), log.timed() as took:
+            real.named_as_typed(), _phase("output"), log.timed() as took:
         atomic_write_npz(real[out_path], out)
     log.outputs([(out_path, real[out_path])], took())
     steps = sum(1 for k in out if k.endswith("/activations") and "/f0/" in k)
@@ -791,21 +803,23 @@ def _run_workers(prepared: Prepared, request: _Request, records: _Records,
 
     steps, tables, plot = request.steps, request.tables, request.plot is not None
     log = RunLog.for_stderr(request.quiet)
-    several = MultiWorkerRun(prepared, records.options, records.placement, data=records.data,
-                             workers=WorkerOptions(**workers))
+    with _host_lost("a multi-worker run keeps no checkpoint: run it again"):
+        several = MultiWorkerRun(prepared, records.options, records.placement,
+                                 data=records.data, workers=WorkerOptions(**workers))
 
-    def detail() -> str:  # a gradient computed or delivered; the chief's updates so far
-        loss = f", loss {several.loss[-1]:.6g}" if several.loss else ""
-        return f"updates {several.global_step:,}{loss}"
+        def detail() -> str:  # a gradient computed or delivered; the chief's updates so far
+            loss = f", loss {several.loss[-1]:.6g}" if several.loss else ""
+            return f"updates {several.global_step:,}{loss}"
 
-    with log.steps(2 * several.num_workers * steps, unit="gradient event",
-                   detail=detail) as advance, \
-            _host_lost("a multi-worker run keeps no checkpoint: run it again"):
-        several.run(steps, progress=advance, tables=tables, plot=plot)
-    summary = several.summary()
-    summary["memory"] = _memory_report(several.memory_estimate(steps, tables=tables, plot=plot))
-    with log.timed() as took:
-        _write(prepared, request, real, summary, several.saved_state(tables), None)
+        with log.steps(2 * several.num_workers * steps, unit="gradient event",
+                       detail=detail) as advance:
+            several.run(steps, progress=advance, tables=tables, plot=plot)
+        with _phase("output"):
+            summary = several.summary()
+            summary["memory"] = _memory_report(several.memory_estimate(steps, tables=tables,
+                                                                       plot=plot))
+            with log.timed() as took:
+                _write(prepared, request, real, summary, several.saved_state(tables), None)
     log.outputs(_written(request, real), took())
     return summary
 
@@ -860,17 +874,25 @@ class _Checkpoints:
         except OSError as exc:
             raise OutputError(f"cannot create the folder: {exc.strerror or exc}",
                               path=str(self.out_dir)) from None
-        with self.log.timed() as took:
+        with _phase("checkpoint"), self.log.timed() as took:
             atomic_write_npz(self.real, self.run.checkpoint_arrays())  # atomic
         self.saved[:] = [self.run.step]
         self.log.checkpoint(str(self.shown), self.run.step, os.path.getsize(self.real), took())
 
     def resume_hint(self) -> str:
         if not self.saved:
-            return ("this run wrote no checkpoint (--checkpoint-every N keeps one): run "
-                    "it again")
+            return _unsaved_hint(self.shown, resume=False)
         return (f"the last checkpoint is {self.shown} (step {self.saved[0]}): run the "
                 "same command with --resume to continue from it on a fresh cluster")
+
+
+def _unsaved_hint(checkpoint: Path, *, resume: bool) -> str:
+    """Where to resume from when a Ray host is lost before the run saved a checkpoint
+    (``resume``: it was resuming one, which is as it was)."""
+    if resume:
+        return (f"the checkpoint {checkpoint} is as it was: run the same command (with "
+                "--resume) again on a fresh cluster")
+    return "this run wrote no checkpoint (--checkpoint-every N keeps one): run it again"
 
 
 def _run_one(prepared: Prepared, request: _Request, records: _Records,
@@ -884,34 +906,44 @@ def _run_one(prepared: Prepared, request: _Request, records: _Records,
 
     steps, tables, plot = request.steps, request.tables, request.plot is not None
     save_batches = request.save_batches
-    run = SyntheticRun(prepared, records.options, records.placement, data=records.data)
-    if request.resume:
-        _resume(run, request, records, real)
-    if save_batches is not None:
-        require_disk_space("--save-batches", real[save_batches],
-                           (steps - run.step) * run.data.batch_bytes())
     log = RunLog.for_stderr(request.quiet)
-    checkpoints = _Checkpoints(run, request, real, log)
+    kept: list[_Checkpoints] = []  # once the run has started (resumed)
 
-    def detail() -> str:
-        return f"loss {run.history[-1]['loss']:.6g}" if run.history else ""
+    def hint() -> str:
+        return (kept[0].resume_hint() if kept else
+                _unsaved_hint(request.out_dir / "checkpoint.npz", resume=request.resume))
 
-    # Staged together: the batches (streamed during the run), then the tables, the
-    # summary and the plot, renamed into place at the end - or none of them.
-    with OutputSet(make_dirs=True) as outputs:
-        with batches_file(outputs, real[save_batches] if save_batches is not None
-                          else None) as on_batch, \
-                log.steps(steps, start=run.step, detail=detail) as advance, \
-                _host_lost(checkpoints.resume_hint):
-            run.run(steps, checkpoint_every=request.checkpoint_every,
-                    checkpoint=checkpoints.save, progress=advance, on_batch=on_batch,
-                    tables=tables, plot=plot)
-        summary = run.summary()
-        state = run.saved_state(tables)
-        summary["memory"] = _memory_report(run.memory_estimate(
-            steps, tables=tables, checkpoints=request.checkpoint_every is not None, plot=plot))
-        began = log.clock()
-        _write(prepared, request, real, summary, state, outputs)
+    # A Ray host lost in any phase: one line naming it, the phase and the checkpoint.
+    with _host_lost(hint):
+        run = SyntheticRun(prepared, records.options, records.placement, data=records.data)
+        if request.resume:
+            _resume(run, request, records, real)
+        if save_batches is not None:
+            require_disk_space("--save-batches", real[save_batches],
+                               (steps - run.step) * run.data.batch_bytes())
+        checkpoints = _Checkpoints(run, request, real, log)
+        kept.append(checkpoints)
+
+        def detail() -> str:
+            return f"loss {run.history[-1]['loss']:.6g}" if run.history else ""
+
+        # Staged together: the batches (streamed during the run), then the tables, the
+        # summary and the plot, renamed into place at the end - or none of them.
+        with OutputSet(make_dirs=True) as outputs:
+            with batches_file(outputs, real[save_batches] if save_batches is not None
+                              else None) as on_batch, \
+                    log.steps(steps, start=run.step, detail=detail) as advance:
+                run.run(steps, checkpoint_every=request.checkpoint_every,
+                        checkpoint=checkpoints.save, progress=advance, on_batch=on_batch,
+                        tables=tables, plot=plot)
+            with _phase("output"):
+                summary = run.summary()
+                state = run.saved_state(tables)
+                summary["memory"] = _memory_report(run.memory_estimate(
+                    steps, tables=tables, checkpoints=request.checkpoint_every is not None,
+                    plot=plot))
+                began = log.clock()
+                _write(prepared, request, real, summary, state, outputs)
     log.outputs(_written(request, real), log.clock() - began)  # committed with the set
     return summary
 

@@ -291,6 +291,7 @@ def connect(address: str | None = None, num_cpus: int | None = None, *,
         ray.init(address="local", num_cpus=num_cpus or os.cpu_count() or 1,
                  include_dashboard=False, **quiet)
         _JOBS[session_token(ray)] = (_asked(runtime_env, ship), shipped)
+        _without_notices()
         return True
     _check_reachable(address, origin)
     try:
@@ -310,7 +311,19 @@ def connect(address: str | None = None, num_cpus: int | None = None, *,
             "give its address to join it on purpose, or no address (and no RAY_ADDRESS) for a "
             "Ray instance of the run's own"), stacklevel=2)
     _JOBS[session_token(ray)] = (_asked(runtime_env, ship), shipped)
+    _without_notices()
     return True
+
+
+def _without_notices() -> None:
+    """Keep Ray's cluster notices (e.g. "The node with node id ... has been marked dead") off
+    this process's stdout: the storage reports a lost host in one line of its own, and stdout
+    is the command's (``--json``). Ray prints them from a thread of the driver unless its worker
+    logs are off - the switch its debugger uses; a Ray without it prints them."""
+    import ray._private.worker as worker
+
+    if hasattr(worker, "_worker_logs_enabled"):
+        worker._worker_logs_enabled = False
 
 
 def disconnect() -> None:

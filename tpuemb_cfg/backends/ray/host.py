@@ -33,6 +33,7 @@ import mmap
 import os
 import pickle
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -49,7 +50,7 @@ from ...executor.storage import RowUpdate
 from ...layout import TableLayout
 from .link import Listener
 
-__all__ = ["Arena", "PipelineRef", "Shard", "call", "call_many", "fitting_hosts",
+__all__ = ["STALL_ENV", "Arena", "PipelineRef", "Shard", "call", "call_many", "fitting_hosts",
            "process_memory", "shard_bytes", "shard_bytes_all"]
 
 F32 = np.float32
@@ -60,6 +61,13 @@ Local = slice | np.ndarray
 Place = tuple[int, tuple[int, ...], str]
 #: Positions in a block of ids: a ``Place`` of int64 indices, or (start, stop) of a contiguous run.
 Positions = tuple[int, tuple[int, ...], str] | tuple[int, int]
+
+#: The fault-injection hook of the tests: ``HOST:METHOD:NTH[:MARK]`` makes host ``HOST``'s
+#: ``NTH`` call (1-based) of ``METHOD`` stall for an hour, after writing its process id to the
+#: file ``MARK``; a test then kills the host's node while it is inside that phase, or lets the
+#: driver's deadline end the wait. The driver passes the variable on to the actors it starts
+#: (while it is set, it starts new ones instead of reusing idle actors, which lack it).
+STALL_ENV = "TPUEMB_RAY_TEST_STALL"
 
 
 class Arena:
@@ -223,6 +231,7 @@ class Shard:
         # calls apart from the Ray calls (``reset``) that may arrive when the driver is done.
         self._listener: Listener | None = None
         self._lock = threading.RLock()
+        self._calls: dict[str, int] = {}  # calls per method, for the test hook (``STALL_ENV``)
 
     # ----------------------------------------------------------------------------------------
     # Set-up
@@ -424,7 +433,20 @@ class Shard:
         # of compiling read-only variants in every new actor process.
         args = tuple(np.array(a) if isinstance(a, np.ndarray) and not a.flags.writeable else a
                      for a in args)
+        if STALL_ENV in os.environ:
+            self._stall(method)
         return getattr(self, method)(*args)
+
+    def _stall(self, method: str) -> None:
+        """The test hook (``STALL_ENV``): stall this call when it is the one named."""
+        host, name, nth, *mark = os.environ[STALL_ENV].split(":", 3)
+        count = self._calls[method] = self._calls.get(method, 0) + 1
+        if getattr(self, "host", None) != int(host) or name != method or count != int(nth):
+            return
+        if mark:
+            with open(mark[0], "w") as out:
+                out.write(str(os.getpid()))
+        time.sleep(3600)
 
     def gather(self, table: str, local: np.ndarray, key: int = 0) -> np.ndarray:
         """The parameter rows ``local`` of ``table`` (a new float32 [len(local), D] array);

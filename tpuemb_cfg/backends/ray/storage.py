@@ -39,7 +39,10 @@ rows travel:
 - **all or nothing**: every host logs the rows it changes; when one host fails the driver
   rolls every other host back (``Shard.abort``) before raising, and ``commit`` (the end of the
   step, carried by each host's next call) drops the logs. An actor that dies raises
-  :class:`ShardLost`, naming the host; the storage then refuses every call.
+  :class:`ShardLost`, naming the host and the phase; the storage then refuses every call;
+- **no hang**: every wait on the hosts (``_wait``) ends at Ray's report of a failure, at the
+  first poll that finds a host's node dead in the cluster's node table, or at a deadline
+  derived from the work waited for (``deadlines``), whichever comes first.
 
 Whole tables never gather on the driver: ``arrays()`` and a non-lazy table's pre-step copy are
 :class:`ShardedArray` objects - array-likes held by the shards that ``np.asarray`` fetches and
@@ -55,6 +58,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -86,7 +90,9 @@ from .connection import (
     start_failure,
     take_actor,
 )
+from .deadlines import DEADLINE_SCALE_ENV, POLL_SECONDS, Work, deadline_scale, seconds
 from .host import (
+    STALL_ENV,
     Arena,
     PipelineRef,
     Place,
@@ -97,7 +103,7 @@ from .host import (
     fitting_hosts,
     shard_bytes,
 )
-from .link import HostRaised, Link, LinkError, LinkReply
+from .link import HostRaised, Link, LinkError
 from .placement import PROCESS_BYTES, cluster_nodes, plan_hosts, reservation
 from .runtime_env import check_runtime_env
 
@@ -121,21 +127,80 @@ Submitted = tuple[int, Any, int | None]
 #: Seconds to wait for the cluster to place an actor before saying it cannot.
 PLACEMENT_TIMEOUT = 120.0
 
-class ShardLost(TpuembError):
-    """A host's actor died or failed; the open step was rolled back on every other host.
+#: What each phase of a run is called in a ``ShardLost`` line. The storage knows ``start``
+#: (actors, set-up, the rows of given arrays or a checkpoint resumed), ``step`` (the reads of
+#: a step), ``update`` and ``read`` (whole arrays read out); the command that writes a file
+#: names a ``read`` by what it writes (``checkpoint``, ``output``: ``ShardLost.in_phase``).
+PHASES = {"start": "the start", "step": "a step's reads", "update": "a step's update",
+          "read": "a read of the state", "checkpoint": "a checkpoint write",
+          "output": "the output write"}
 
-    ``host`` is the host that failed; ``str()`` is one line the command completes with where to
-    resume from (``with_resume_hint``).
+
+class ShardLost(TpuembError):
+    """A host's actor died, failed or did not answer within its deadline; the open step was
+    rolled back on every other host.
+
+    ``host`` is the host that failed, ``phase`` the phase of the run it failed in (a key of
+    :data:`PHASES`); ``str()`` is one line: ``head`` (who), the phase, ``tail`` (what it was
+    doing, the cause, what was rolled back), then what the command adds (``with_resume_hint``:
+    the last checkpoint and how to resume).
     """
 
-    def __init__(self, message: str, host: int) -> None:
-        super().__init__(message)
-        self.message = message
-        self.host = host
+    def __init__(self, head: str, tail: str, host: int, phase: str = "step") -> None:
+        self.head, self.tail, self.host, self.phase = head, tail, host, phase
+        self.message = f"{head} during {PHASES.get(phase, phase)}, {tail}"
+        super().__init__(self.message)
+
+    def in_phase(self, phase: str) -> ShardLost:
+        """The same error, said to have happened in ``phase``."""
+        return ShardLost(self.head, self.tail, self.host, phase)
 
     def with_resume_hint(self, hint: str) -> ShardLost:
         """The same error with ``hint`` (the last checkpoint and how to resume) appended."""
-        return ShardLost(f"{self.message}; {hint}", self.host)
+        return ShardLost(self.head, f"{self.tail}; {hint}", self.host, self.phase)
+
+
+class NodeLost(Exception):
+    """The cluster counts the Ray node of a host waited for as dead."""
+
+    def __init__(self) -> None:
+        super().__init__("its node is dead: the cluster stopped hearing from it")
+
+
+class NoAnswer(Exception):
+    """A host did not answer within the deadline of the work waited for."""
+
+    def __init__(self, limit: float) -> None:
+        super().__init__(f"no answer within {limit:.0f} s")
+        self.limit = limit
+
+
+#: Calls that go over every row of the host (its whole share counts as touched: ``_work``).
+WHOLE_METHODS = frozenset({"allocate", "put_defaults", "snapshot", "change_sumsq", "abort",
+                           "undo_tables"})
+#: The phase of a run a batch of calls belongs to, by the first of its methods found here.
+_PHASE_OF_METHOD = {
+    "update": "update", "update_kept": "update", "update_shared": "update",
+    "snapshot": "update", "change_sumsq": "update", "change_sumsq_rows": "update",
+    "undo_tables": "update", "gather": "step", "gather_shared": "step",
+    "setup": "start", "allocate": "start", "put": "start", "put_defaults": "start",
+    "read": "read", "nbytes": "read",
+}
+
+
+def _phase_of(calls: Sequence[tuple[int, str, tuple[Any, ...]]]) -> str:
+    """The phase of a run ``calls`` belong to (a key of ``PHASES``); ``step`` by default (the
+    arena's set-up, made by a step's reads or update)."""
+    found = {_PHASE_OF_METHOD.get(method) for _, method, _ in calls}
+    return next((phase for phase in ("update", "step", "start", "read") if phase in found),
+                "step")
+
+
+def _count(local: Any) -> int:
+    """The number of rows of a call's local rows (a slice of a range, or row numbers)."""
+    if isinstance(local, slice):
+        return max(0, int(local.stop or 0) - int(local.start or 0))
+    return int(getattr(local, "shape", (0,))[0])
 
 
 def _enabled(variable: str) -> bool:
@@ -221,6 +286,8 @@ class ActorOptions:
     own ``tpuemb_cfg`` to it (``py_modules``), so that nodes without tpuemb run the actors -
     not done on a local instance this process started, whose workers import what it imports
     (``runtime_env.actor_runtime_env`` says how the two merge).
+    ``deadline_scale``: the factor of every deadline the storage waits for its hosts with
+    (``deadlines``; None: the environment's ``TPUEMB_RAY_DEADLINE_SCALE``, else 1).
     """
 
     shards: int | None = None
@@ -230,6 +297,7 @@ class ActorOptions:
     placement: str | None = None
     runtime_env: Mapping[str, Any] | None = None
     ship: bool = True
+    deadline_scale: float | None = None
 
 
 class RayStorage:
@@ -308,6 +376,9 @@ class RayStorage:
         self._arena: Arena | None = None
         self._reads = 0  # the key of the last rows read through the arena
         self._kept: dict[str, tuple[np.ndarray, int]] = {}  # table: (rows, key) the hosts keep
+        self._scale = deadline_scale(actors.deadline_scale)  # of every wait (``_wait``)
+        self._nodes: list[str] = []  # per host, the Ray node id of its actor
+        self._addresses: dict[str, str] = {}  # Ray node id: its address, for messages
         self._ray = import_ray()
         given_env = None if actors.runtime_env is None else check_runtime_env(actors.runtime_env)
         self._owns_session = connect(actors.address, runtime_env=given_env, ship=actors.ship)
@@ -386,33 +457,46 @@ class RayStorage:
         ray = self._ray
         token = session_token(ray)
         strategy = self._scheduling(placement)
-        env = {"runtime_env": self._runtime_env} if self._runtime_env else {}
+        env = dict(self._runtime_env or {})
+        # The tests' fault injection, passed on to new hosts (idle ones do not have it).
+        stall = os.environ.get(STALL_ENV)
+        if stall:
+            env["env_vars"] = {**env.get("env_vars", {}), STALL_ENV: stall}
+        options = {"runtime_env": env} if env else {}
         try:  # Ray refuses local paths in an actor's runtime_env (only a job's are uploaded)
-            remote = ray.remote(max_restarts=0, max_task_retries=0, **env)(Shard)
+            remote = ray.remote(max_restarts=0, max_task_retries=0, **options)(Shard)
         except (TypeError, ValueError) as exc:
             raise UsageError(f"{arg('runtime_env')} of the host actors: {first_line(exc)}"
                              ) from None
         for host in range(self.hosts):
-            idle = take_actor(token, self.reservations[host], self._kind)
+            idle = None if stall else take_actor(token, self.reservations[host], self._kind)
             if idle is None:
                 reserved = self.reservations[host]
                 idle = (remote.options(memory=reserved, scheduling_strategy=strategy).remote(),
                         reserved)
             self._actors.append(idle[0])
             self._reserved.append(idle[1])
-        where = [actor.where.remote() for actor in self._actors]
-        ready, _ = ray.wait(where, num_returns=len(where), timeout=PLACEMENT_TIMEOUT)
-        if len(ready) < len(where):
+        where = [(h, actor.where.remote(), None) for h, actor in enumerate(self._actors)]
+        # Placement may wait for resources (another run's actors going away): at least
+        # PLACEMENT_TIMEOUT whatever the scale, more for many actors (``deadlines``).
+        limit = max(PLACEMENT_TIMEOUT, seconds(Work(actors=self.hosts), self._scale))
+        replies, failure = self._wait(where, limit)
+        if failure is not None and isinstance(failure[1], NoAnswer):
             raise UsageError(
-                f"the Ray cluster placed {len(ready)} of {self.hosts} host actors within "
-                f"{PLACEMENT_TIMEOUT:.0f} s; it lacks the CPUs or memory for the others "
+                f"the Ray cluster placed {len(replies)} of {self.hosts} host actors within "
+                f"{limit:.0f} s; it lacks the CPUs or memory for the others "
                 f"(ray status shows its resources), or use fewer {arg('shards')}"
             )
-        try:
-            places = self._collect([(h, ref, None) for h, ref in enumerate(where)], "starting")
-        except ShardLost as lost:  # a module missing on its node ...: the cause and the fix
-            raise start_failure(ray, where[lost.host], lost.host, self.hosts,
-                                self.shipped) or lost from None
+        if failure is not None:
+            try:
+                self._fail(*failure, "starting", "start", limit)
+            except ShardLost as lost:  # a module missing on its node ...: the cause and the fix
+                raise start_failure(ray, where[lost.host][1], lost.host, self.hosts,
+                                    self.shipped) or lost from None
+        places = [replies[ref] for _, ref, _ in where]
+        self._nodes = [node for _, _, node in places]
+        self._addresses = {str(n["NodeID"]): str(n.get("NodeManagerAddress", ""))
+                           for n in ray.nodes()}
         per_machine: dict[str, int] = {}
         for name, _, _ in places:
             per_machine[name] = per_machine.get(name, 0) + 1
@@ -532,72 +616,185 @@ class RayStorage:
             committed = None
             start = stop
 
-    def _collect(self, submitted: Sequence[Submitted], what: str | Callable[[int], str]
-                 ) -> list[Any]:
-        """Every result, in order; on a failure, roll the open step back on every other host
-        and raise (``ShardLost`` for a dead actor, the host's own error otherwise). ``what``:
-        what the hosts were doing, for the error (a function of the host: what its calls were)."""
-        ray = self._ray
+    def _collect(self, submitted: Sequence[Submitted], what: str | Callable[[int], str],
+                 work: Work, phase: str = "step") -> list[Any]:
+        """Every result, in order, waited for within the deadline of ``work`` (``_wait``); on a
+        failure, roll the open step back on every other host and raise (``ShardLost`` for a
+        lost or silent actor, the host's own error otherwise). ``what``: what the hosts were
+        doing, for the error (a function of the host: what its calls were); ``phase``: the
+        phase of the run (a key of ``PHASES``)."""
+        limit = seconds(work, self._scale)
+        replies, failure = self._wait(submitted, limit)
+        if failure is not None:
+            host, exc = failure
+            if self._raised(exc):  # the storage lives on: the others' calls end first (arena)
+                self._drain([s for s in submitted if s[1] not in replies and s[0] != host],
+                            limit)
+            self._fail(host, exc, what if isinstance(what, str) else what(host), phase, limit)
         results: list[Any] = []
-        failure: tuple[int, BaseException] | None = None
-        replies: dict[Any, Any] = {}
-        failed: set[Any] = set()
-        for host, ref, position in submitted:
-            if ref in failed:
-                continue
-            if ref not in replies:
-                try:
-                    replies[ref] = (ref.result() if isinstance(ref, LinkReply)
-                                    else ray.get(ref))
-                except (ray.exceptions.RayError, LinkError) as exc:
-                    failure = failure or (host, exc)
-                    failed.add(ref)
-                    continue
-            value = replies[ref] if position is None else replies[ref][position]
+        for host, reply, position in submitted:
+            value = replies[reply] if position is None else replies[reply][position]
             if isinstance(value, np.ndarray):
                 self.traffic[host, 1] += value.nbytes
             results.append(value)
-        if failure is not None:
-            self._fail(*failure, what if isinstance(what, str) else what(failure[0]))
         return results
 
     def _run(self, calls: Sequence[tuple[int, str, tuple[Any, ...]]],
              what: str | Callable[[int], str]) -> list[Any]:
-        return self._collect(self._submit(calls), what)
+        return self._collect(self._submit(calls), what, self._work(calls), _phase_of(calls))
 
-    def _fail(self, host: int, exc: BaseException, what: str) -> None:
+    def _work(self, calls: Sequence[tuple[int, str, tuple[Any, ...]]]) -> Work:
+        """What ``calls`` move and touch (``deadlines.Work``): the arrays sent, the rows read
+        back, and on the busiest host those, or its whole share for a call over every row."""
+        moved = 0
+        touched: dict[int, int] = {}
+        for host, method, args in calls:
+            size = sum(a.nbytes for a in args if isinstance(a, np.ndarray))
+            if method in ("gather", "read"):
+                table = args[0] if method == "gather" else str(args[0]).split("/")[1]
+                size += _count(args[1]) * self._tables[table].dimension * 4
+            moved += size
+            whole = method in WHOLE_METHODS or (method == "update" and args[1] is None)
+            touched[host] = touched.get(host, 0) + (self.estimates[host] if whole else size)
+        return Work(moved=moved, touched=max(touched.values(), default=0))
+
+    def _wait(self, submitted: Sequence[Submitted], limit: float
+              ) -> tuple[dict[Any, Any], tuple[int, BaseException] | None]:
+        """The replies of ``submitted`` (by reply object), or as soon as one fails, those so far
+        and ``(host, error)``: Ray's error of a call; ``NodeLost`` when the cluster counts the
+        node of a host waited for as dead (checked every ``POLL_SECONDS`` while the wait goes
+        on: Ray's own report of a lost node can take many minutes when a reply was in
+        transfer); ``NoAnswer`` when ``limit`` seconds pass first. Never waits longer.
+
+        A reply is a Ray object reference, or any object with ``result(timeout)`` that raises
+        ``TimeoutError`` while the reply has not come (``_poll``)."""
+        end = time.monotonic() + limit
+        host_of: dict[Any, int] = {}
+        for host, reply, _ in submitted:
+            host_of.setdefault(reply, host)
+        pending = list(host_of)
+        replies: dict[Any, Any] = {}
+        while pending:
+            done = self._poll(pending, max(0.0, min(POLL_SECONDS, end - time.monotonic())))
+            for reply in pending:  # the first failure in the order of the calls
+                if reply in done:
+                    ok, value = done[reply]
+                    if not ok:
+                        return replies, (host_of[reply], value)
+                    replies[reply] = value
+            pending = [reply for reply in pending if reply not in done]
+            if not pending:
+                break
+            lost = self._lost([host_of[reply] for reply in pending])
+            if lost is not None:
+                return replies, lost
+            if time.monotonic() >= end:
+                return replies, (host_of[pending[0]], NoAnswer(limit))
+        return replies, None
+
+    def _poll(self, pending: Sequence[Any], timeout: float) -> dict[Any, tuple[bool, Any]]:
+        """The replies of ``pending`` that came within ``timeout`` seconds: ``(True, value)``
+        or ``(False, error)``. Ray references are waited for together (``ray.wait``, which
+        returns a failed call's reference too); any other reply by ``result(timeout)``."""
+        ray = self._ray
+        refs = [r for r in pending if isinstance(r, ray.ObjectRef)]
+        others = [r for r in pending if not isinstance(r, ray.ObjectRef)]
+        done: dict[Any, tuple[bool, Any]] = {}
+        if refs:
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0 if others else timeout)
+            try:
+                done.update((ref, (True, value))
+                            for ref, value in zip(ready, ray.get(ready), strict=True))
+            except ray.exceptions.RayError:  # which one: each alone (ready: no wait)
+                for ref in ready:
+                    try:
+                        done[ref] = (True, ray.get(ref))
+                    except ray.exceptions.RayError as exc:
+                        done[ref] = (False, exc)
+        for reply in others:
+            try:
+                done[reply] = (True, reply.result(timeout / len(others)))
+            except TimeoutError:
+                continue
+            except Exception as exc:  # noqa: BLE001 - the host's failure, reported by _fail
+                done[reply] = (False, exc)
+        return done
+
+    def _drain(self, submitted: Sequence[Submitted], limit: float) -> None:
+        """Wait, within ``limit`` seconds, for every call of ``submitted`` whose host answers
+        (a host that fails or is lost is left out)."""
+        end = time.monotonic() + limit
+        while submitted:
+            _, failed = self._wait(submitted, max(0.0, end - time.monotonic()))
+            if failed is None:
+                return
+            submitted = [s for s in submitted if s[0] != failed[0]]
+
+    def _raised(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is a host's own error (the host lives on), not a lost host."""
+        ray = self._ray
+        if isinstance(exc, HostRaised):  # over a direct link
+            return True
+        return (isinstance(exc, ray.exceptions.RayTaskError) and exc.cause is not None
+                and not isinstance(exc.cause, ray.exceptions.RayError))
+
+    def _lost(self, hosts: Sequence[int]) -> tuple[int, BaseException] | None:
+        """The first of ``hosts`` whose Ray node the cluster counts as dead, with a
+        ``NodeLost``; None when all are alive (or their nodes are not known yet)."""
+        if not self._nodes:
+            return None
+        alive = {str(n["NodeID"]) for n in self._ray.nodes() if n.get("Alive")}
+        for host in hosts:
+            if self._nodes[host] not in alive:
+                return host, NodeLost()
+        return None
+
+    def _node(self, host: int) -> str:
+        """``, node ADDRESS`` of the host's Ray node, when known (for messages)."""
+        node = self._nodes[host] if host < len(self._nodes) else ""
+        address = self._addresses.get(node) or node[:12]
+        return f", node {address}" if address else ""
+
+    def _fail(self, host: int, exc: BaseException, what: str, phase: str, limit: float) -> None:
         """Roll the open step back wherever it ran and raise: the host's own error when it
         raised one (the host lives on), else ``ShardLost`` (the actor died: Ray ended it, the
-        machine went away or ran out of memory), after which the storage refuses every call."""
+        machine went away or ran out of memory; or it did not answer within ``limit`` seconds,
+        and is ended), after which the storage refuses every call. The roll-back on the other
+        hosts is waited for within ``limit`` too."""
         ray = self._ray
-        cause = (exc.cause if isinstance(exc, ray.exceptions.RayTaskError | HostRaised)
-                 else None)
-        died = cause is None or isinstance(cause, ray.exceptions.RayError)
+        died = not self._raised(exc)
         rolled = ""
         self._kept.clear()
+        if isinstance(exc, NoAnswer | NodeLost):  # it must never take a call again
+            with contextlib.suppress(ray.exceptions.RayError, ValueError):
+                ray.kill(self._actors[host], no_restart=True)
         if self._open:
-            aborts = [self.links[h].submit("call_args", (None, "abort", self._step))
-                      if h in self.links else call(a, None, "abort", (self._step,))
-                      for h, a in enumerate(self._actors) if not (died and h == host)]
-            with contextlib.suppress(ray.exceptions.RayError, LinkError):
-                for reply in aborts:
-                    if isinstance(reply, LinkReply):
-                        reply.result(60)
-                ray.get([a for a in aborts if not isinstance(a, LinkReply)], timeout=60)
+            # Every host that answers is rolled back; the others are lost.
+            self._drain([(h, self.links[h].submit("call_args", (None, "abort", self._step))
+                          if h in self.links else call(a, None, "abort", (self._step,)), None)
+                         for h, a in enumerate(self._actors) if not (died and h == host)], limit)
             self._open = False
             rolled = (f"; the open step was rolled back on every {'other ' if died else ''}host "
                       "(applied on none)")
-        if cause is not None and not died:
+        if not died:
+            cause = exc.cause  # type: ignore[attr-defined]  # a RayTaskError (``_raised``)
             if isinstance(cause, TpuembError):
                 raise cause
-            raise ShardLost(f"host {host} of {self.hosts} failed while {what}: "
-                            f"{type(cause).__name__}: {first_line(cause)}{rolled}", host
-                            ) from None
+            raise ShardLost(f"host {host} of {self.hosts} failed", f"while {what}: "
+                            f"{type(cause).__name__}: {first_line(cause)}{rolled}", host,
+                            phase) from None
         self._dead.add(host)
-        self._broken = ShardLost(
-            f"host {host} of {self.hosts} (its Ray actor) died while {what} "
-            f"({type(exc).__name__}: {first_line(exc)}){rolled}; the run cannot go on without "
-            "its rows", host)
+        head = f"host {host} of {self.hosts} (its Ray actor{self._node(host)}) "
+        if isinstance(exc, NoAnswer):
+            head += f"did not answer within {limit:.0f} s"
+            why = (f"the deadline of this work; {DEADLINE_SCALE_ENV}=2 doubles every "
+                   "deadline")
+        else:
+            head += "died"
+            why = (str(exc) if isinstance(exc, NodeLost)
+                   else f"{type(exc).__name__}: {first_line(exc)}")
+        self._broken = ShardLost(head, f"while {what} ({why}){rolled}; the run cannot go on "
+                                 "without its rows", host, phase)
         raise self._broken from None
 
     # ------------------------------------------------------------------------------------------
@@ -1018,11 +1215,20 @@ class RayStorage:
     def _ship(self, arrays: Mapping[str, Any], pending: list[Submitted]) -> None:
         """Send each host its rows of every array (float32 after casting), after the calls
         ``pending``, and wait for all: the rows of a block (``BLOCK_BYTES``) of the arrays go in
-        one call per host, with about two blocks in flight."""
+        one call per host, with about two blocks in flight. Each wait's deadline counts the
+        bytes in flight, and the first one also the calls ``pending`` (an allocation, or
+        defaults written, over each host's whole share)."""
         what = "receiving its rows"
         parts: dict[int, list[tuple[str, slice, np.ndarray]]] = {}
         size = 0
         in_flight = 0
+        whole = max(self.estimates)  # ``pending``'s work, until it is waited for
+
+        def wait() -> None:
+            nonlocal pending, in_flight, whole
+            self._collect(pending, what, Work(moved=in_flight, touched=in_flight + whole),
+                          "start")
+            pending, in_flight, whole = [], 0, 0
 
         def flush() -> None:
             nonlocal pending, size, in_flight
@@ -1031,8 +1237,7 @@ class RayStorage:
             in_flight += size
             size = 0
             if in_flight >= 2 * BLOCK_BYTES:
-                self._collect(pending, what)
-                pending, in_flight = [], 0
+                wait()
 
         for key, array in arrays.items():
             table = key.split("/")[1]
@@ -1048,7 +1253,7 @@ class RayStorage:
                     flush()
         if parts:
             flush()
-        self._collect(pending, what)
+        wait()
 
     def _block_ranges(self, table: str) -> Iterator[tuple[int, int]]:
         plan = self._tables[table]
@@ -1073,7 +1278,9 @@ class RayStorage:
             parts, refs = pending
             pending = submit(*ranges[index + 1]) if index + 1 < len(ranges) else None
             block = np.empty((stop - start, dimension), dtype=F32)
-            values = self._collect(refs, f"sending its rows of {key}")
+            size = (stop - start) * dimension * 4
+            values = self._collect(refs, f"sending its rows of {key}",
+                                   Work(moved=size, touched=size), "read")
             for (_, _, positions), rows in zip(parts, values, strict=True):
                 block[positions] = rows
             yield start, block
