@@ -34,20 +34,30 @@ EXAMPLES = ROOT / "examples"
 
 _BACKGROUND = "test_reproducible.py::test_golden_replays_give_the_same_bytes_under_every_setting"
 #: Tests that share nothing with the others and run many processes of their own (the CLI
-#: property test, the README's examples): when the session runs them beside other tests, they run
-#: in one pytest process of their own started at collection (``TPUEMB_FOREGROUND=1`` there), on
-#: the second core, and each of their items here waits for that process and reports the outcome
-#: it recorded (``--junitxml``): the same tests, with the same checks, off the critical path.
+#: property test, the README's examples; the multi-node Ray tests, which mostly wait for nodes
+#: to start, die and be noticed): when the session runs them beside other tests, each group runs
+#: in one pytest process of its own started at collection (``TPUEMB_FOREGROUND=1`` there), beside
+#: the suite, and each of their items here waits for that process and reports the outcome it
+#: recorded (``--junitxml``): the same tests, with the same checks, off the critical path.
 _OWN_PROCESS = (
-    "test_cli_properties.py::test_every_command_under_every_input_is_safe",
-    "test_readme.py::",
+    ("test_cli_properties.py::test_every_command_under_every_input_is_safe",
+     "test_readme.py::"),
+    ("test_ray_nodes.py::", "test_ray_ship.py::", "test_ray_operate.py::"),
 )
 _FOREGROUND = "TPUEMB_FOREGROUND"
-_own_run: dict[str, Any] = {}
+_own_runs: dict[int, dict[str, Any]] = {}  # per group: its process, log and outcomes
+
+
+def _group(item: pytest.Item) -> int | None:
+    """The group of ``_OWN_PROCESS`` that ``item`` runs in, if any."""
+    for index, names in enumerate(_OWN_PROCESS):
+        if any(name in item.nodeid for name in names):
+            return index
+    return None
 
 
 def _runs_apart(item: pytest.Item) -> bool:
-    return any(name in item.nodeid for name in _OWN_PROCESS)
+    return _group(item) is not None
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -71,35 +81,40 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     _freeze_the_collected()
     apart = [item for item in session.items if _runs_apart(item)]
     if apart and len(apart) < len(session.items) and os.environ.get(_FOREGROUND) != "1":
-        _start_apart(session, apart)
+        for index in range(len(_OWN_PROCESS)):
+            group = [item for item in apart if _group(item) == index]
+            if group:
+                _start_apart(session, index, group)
     for item in session.items:
         if item.nodeid.endswith(_BACKGROUND) and GOLDEN.joinpath("optimizers").is_dir():
             item.module.start_settings()  # type: ignore[attr-defined]
             return
 
 
-def _start_apart(session: pytest.Session, items: list[pytest.Item]) -> None:
+def _start_apart(session: pytest.Session, group: int, items: list[pytest.Item]) -> None:
     folder = tempfile.mkdtemp(prefix="tpuemb-apart-")
     report = os.path.join(folder, "report.xml")
     log = open(os.path.join(folder, "log.txt"), "w+", encoding="utf-8")  # noqa: SIM115
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                f"--junitxml={report}", *(item.nodeid for item in items)]
-    _own_run.update(folder=folder, report=report, log=log, process=subprocess.Popen(
-        command, cwd=session.config.rootpath, env={**os.environ, _FOREGROUND: "1"}, stdout=log,
-        stderr=subprocess.STDOUT))
+    _own_runs[group] = {"folder": folder, "report": report, "log": log,
+                        "process": subprocess.Popen(
+                            command, cwd=session.config.rootpath,
+                            env={**os.environ, _FOREGROUND: "1"}, stdout=log,
+                            stderr=subprocess.STDOUT)}
 
 
-def _own_outcomes() -> dict[tuple[str, str], tuple[str, str]]:
-    """(module, test name) -> (outcome, message and text) from the process's report."""
-    if "outcomes" not in _own_run:
-        returncode = _own_run["process"].wait()
-        _own_run["log"].seek(0)
-        _own_run["output"] = f"exit {returncode}\n" + _own_run["log"].read()
+def _own_outcomes(run: dict[str, Any]) -> dict[tuple[str, str], tuple[str, str]]:
+    """(module, test name) -> (outcome, message and text) from a group's process's report."""
+    if "outcomes" not in run:
+        returncode = run["process"].wait()
+        run["log"].seek(0)
+        run["output"] = f"exit {returncode}\n" + run["log"].read()
         outcomes: dict[tuple[str, str], tuple[str, str]] = {}
-        if os.path.exists(_own_run["report"]):
+        if os.path.exists(run["report"]):
             import xml.etree.ElementTree as ET
 
-            for case in ET.parse(_own_run["report"]).getroot().iter("testcase"):
+            for case in ET.parse(run["report"]).getroot().iter("testcase"):
                 outcome, text = "passed", ""
                 for kind in ("failure", "error", "skipped"):
                     found = case.find(kind)
@@ -109,19 +124,21 @@ def _own_outcomes() -> dict[tuple[str, str], tuple[str, str]]:
                         break
                 module = case.get("classname", "").rsplit(".", 1)[-1]
                 outcomes[(module, case.get("name", ""))] = (outcome, text)
-        _own_run["outcomes"] = outcomes
-    return _own_run["outcomes"]  # type: ignore[no-any-return]
+        run["outcomes"] = outcomes
+    return run["outcomes"]  # type: ignore[no-any-return]
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     """An item run in its own process: its outcome is the one that process recorded."""
-    if "process" not in _own_run or not _runs_apart(pyfuncitem):
+    group = _group(pyfuncitem)
+    run = _own_runs.get(group) if group is not None else None
+    if run is None:
         return None
-    outcome = _own_outcomes().get((pyfuncitem.module.__name__, pyfuncitem.name))
+    outcome = _own_outcomes(run).get((pyfuncitem.module.__name__, pyfuncitem.name))
     if outcome is None:
         pytest.fail("the test's own pytest process recorded no outcome for it:\n"
-                    + _own_run["output"], pytrace=False)
+                    + run["output"], pytrace=False)
     kind, text = outcome
     if kind == "skipped":
         pytest.skip(text.strip().splitlines()[0] if text.strip() else "skipped")
@@ -140,15 +157,15 @@ def _freeze_the_collected() -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    process = _own_run.get("process")
-    if process is not None:
+    import shutil
+
+    for run in _own_runs.values():
+        process = run["process"]
         if process.poll() is None:
             process.kill()
             process.wait()
-        _own_run["log"].close()
-        import shutil
-
-        shutil.rmtree(_own_run["folder"], ignore_errors=True)
+        run["log"].close()
+        shutil.rmtree(run["folder"], ignore_errors=True)
     for item in getattr(session, "items", []):
         if item.nodeid.endswith(_BACKGROUND):
             item.module.stop_settings()  # type: ignore[attr-defined]

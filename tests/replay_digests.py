@@ -87,6 +87,7 @@ def synthetic_digests(engine: str, backend: str, shards: int | None) -> dict[str
             digest.update(json.dumps(summary, sort_keys=True, default=repr).encode())
             _report(digest, step, run.executor.last_report)
         _arrays(digest, run.checkpoint_arrays())
+        run.executor.close()  # its Ray actors go back to the pool for the next run at once
         out[f"synthetic/{name}"] = digest.hexdigest()
     return out
 

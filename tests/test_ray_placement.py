@@ -358,3 +358,27 @@ def test_the_dry_run_plan_leaves_nothing_behind(tmp_path: Path,
     code, output = run_simulate(QUICKSTART, "--backend", "ray", "--dry-run")
     assert code == 0, output
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest_ray
+def test_idle_actors_that_cannot_serve_are_ended_before_new_ones_start() -> None:
+    """Actors kept by a closed executor hold their reservations; a storage that cannot use them
+    (here: another runtime_env) ends them before starting its own, so that its actors never
+    wait for memory the idle ones hold."""
+    from tpuemb_cfg.executor.core import Executor as CoreExecutor
+    from tpuemb_cfg.executor.options import Placement, RunOptions
+    from tpuemb_cfg.session import prepare
+
+    config = _table(1000, 2)
+    first = Executor(config, backend="ray")
+    kept = list(first.storage._actors)  # type: ignore[attr-defined]
+    first.close()
+    token = connection.session_token(ray)
+    assert len(connection.idle_reservations(token, "null")) >= 2
+    second = CoreExecutor(prepare(config), RunOptions(), Placement(
+        "ray", runtime_env={"env_vars": {"TPUEMB_TEST_KIND": "other"}}))
+    assert connection.idle_reservations(token, "null") == []
+    for actor in kept:
+        with pytest.raises(ray.exceptions.RayActorError):
+            ray.get(actor.where.remote(), timeout=60)
+    second.close()

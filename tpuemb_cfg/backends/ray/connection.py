@@ -38,6 +38,7 @@ __all__ = [
     "connect",
     "describe_cluster",
     "disconnect",
+    "drop_idle",
     "actor_env",
     "first_line",
     "idle_reservations",
@@ -180,6 +181,19 @@ def take_actor(token: tuple[str, str], need: int, kind: str = "") -> tuple[Any, 
             del _POOL[index]
             return actor, reserved
     return None
+
+
+def drop_idle(ray: Any, token: tuple[str, str]) -> int:
+    """End this session's idle actors (their reservations go back to the cluster); how many.
+    Made when a storage must start new actors: idle ones too small for its hosts (or of
+    another ``runtime_env``) would otherwise hold memory the new ones wait for."""
+    kept = [entry for entry in _POOL if entry[2][:2] != token]
+    dropped = [entry[0] for entry in _POOL if entry[2][:2] == token]
+    _POOL[:] = kept
+    for actor in dropped:
+        with contextlib.suppress(Exception):  # already gone: nothing to free
+            ray.kill(actor, no_restart=True)
+    return len(dropped)
 
 
 def idle_reservations(token: tuple[str, str], kind: str = "") -> list[int]:

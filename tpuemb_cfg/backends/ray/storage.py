@@ -82,6 +82,7 @@ from .connection import (
     actor_env,
     connect,
     disconnect,
+    drop_idle,
     first_line,
     idle_reservations,
     import_ray,
@@ -468,8 +469,11 @@ class RayStorage:
         except (TypeError, ValueError) as exc:
             raise UsageError(f"{arg('runtime_env')} of the host actors: {first_line(exc)}"
                              ) from None
-        for host in range(self.hosts):
-            idle = None if stall else take_actor(token, self.reservations[host], self._kind)
+        taken = [None if stall else take_actor(token, self.reservations[host], self._kind)
+                 for host in range(self.hosts)]
+        if any(idle is None for idle in taken):
+            drop_idle(ray, token)  # the idle actors left would hold memory the new ones need
+        for host, idle in enumerate(taken):
             if idle is None:
                 reserved = self.reservations[host]
                 idle = (remote.options(memory=reserved, scheduling_strategy=strategy).remote(),
