@@ -21,6 +21,18 @@ ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'tpue
 
 ray_init_seconds: list[float] = []
 
+#: Two small tables on 2 hosts (MOD): a lazy Adagrad table and a momentum table with a dynamic
+#: rate, the configuration of the fault and multi-node tests.
+TWO_TABLES = """
+table_descriptor { name: "a" vocabulary_size: 120 dimension: 4 optimization_parameters {
+  adagrad { } learning_rate { constant: 0.2 } } }
+table_descriptor { name: "b" vocabulary_size: 60 dimension: 2 optimization_parameters {
+  momentum { momentum: 0.9 } learning_rate { dynamic { } } } }
+mode: TRAINING num_hosts: 2 num_tensor_cores: 1 sharding_strategy: MOD
+feature_descriptor { name: "x" input_shape: 8 }
+feature_descriptor { name: "y" table_id: 1 input_shape: 5 }
+"""
+
 
 @pytest.fixture(scope="session")
 def ray_cluster() -> Iterator[None]:

@@ -19,7 +19,13 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import ROOT, run_simulate
-from raycluster import ray, ray_cluster, same_reports, same_state  # noqa: F401  (the fixture)
+from raycluster import (  # noqa: F401  (the fixture)
+    TWO_TABLES,
+    ray,
+    ray_cluster,
+    same_reports,
+    same_state,
+)
 
 import tpuemb_cfg
 from tpuemb_cfg.backends.ray.deadlines import DEADLINE_SCALE_ENV, Work, deadline_scale, seconds
@@ -41,15 +47,6 @@ pytestmark = pytest.mark.usefixtures("ray_cluster")
 
 original_update = RayStorage.update
 
-TWO_TABLES = """
-table_descriptor { name: "a" vocabulary_size: 120 dimension: 4 optimization_parameters {
-  adagrad { } learning_rate { constant: 0.2 } } }
-table_descriptor { name: "b" vocabulary_size: 60 dimension: 2 optimization_parameters {
-  momentum { momentum: 0.9 } learning_rate { dynamic { } } } }
-mode: TRAINING num_hosts: 2 num_tensor_cores: 1 sharding_strategy: MOD
-feature_descriptor { name: "x" input_shape: 8 }
-feature_descriptor { name: "y" table_id: 1 input_shape: 5 }
-"""
 
 
 def _kill_host_during_update(monkeypatch: pytest.MonkeyPatch, host: int, call: int) -> None:

@@ -30,6 +30,7 @@ from conftest import GOLDEN, ROOT, require_data, run_simulate
 
 pytest.importorskip("ray", reason="Ray is not installed: pip install 'tpuemb[ray]'")
 
+from raycluster import TWO_TABLES  # noqa: E402
 from raynodes import NodeSpec, RayNodes  # noqa: E402  (after the skip)
 
 from tpuemb_cfg.backends.ray.deadlines import DEADLINE_SCALE_ENV  # noqa: E402
@@ -48,15 +49,8 @@ ENDS_WITHIN = 60.0
 CASES = [("tf/06_adam_lazy_bias_corrected_lr", "MOD"),
          ("tf/13_three_tables_shared_tags", "DIV_DEFAULT")]
 
-FOUR_HOSTS = """
-table_descriptor { name: "a" vocabulary_size: 120 dimension: 4 optimization_parameters {
-  adagrad { } learning_rate { constant: 0.2 } } }
-table_descriptor { name: "b" vocabulary_size: 60 dimension: 2 optimization_parameters {
-  momentum { momentum: 0.9 } learning_rate { dynamic { } } } }
-mode: TRAINING num_hosts: 4 num_tensor_cores: 1 sharding_strategy: MOD
-feature_descriptor { name: "x" input_shape: 8 }
-feature_descriptor { name: "y" table_id: 1 input_shape: 5 }
-"""
+#: The fault tests' two tables on 4 hosts.
+FOUR_HOSTS = TWO_TABLES.replace("num_hosts: 2", "num_hosts: 4")
 
 
 @pytest.fixture(scope="module")
