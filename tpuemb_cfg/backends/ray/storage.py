@@ -627,7 +627,9 @@ class RayStorage:
         lost or silent actor, the host's own error otherwise). ``what``: what the hosts were
         doing, for the error (a function of the host: what its calls were); ``phase``: the
         phase of the run (a key of ``PHASES``)."""
-        limit = seconds(work, self._scale)
+        # A smaller scale never shortens the start: a new actor's imports and first kernels
+        # take what they take (a test's tiny scale is meant for the calls it stalls).
+        limit = seconds(work, max(self._scale, 1.0) if phase == "start" else self._scale)
         replies, failure = self._wait(submitted, limit)
         if failure is not None:
             host, exc = failure
