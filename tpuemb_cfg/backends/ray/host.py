@@ -34,7 +34,7 @@ import os
 import pickle
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,7 +48,7 @@ from ...executor.plan import Plan, TablePlan
 from ...executor.state import slot_key, table_key
 from ...executor.storage import RowUpdate
 from ...layout import TableLayout
-from .link import Listener
+from .link import Listener, dumps
 
 __all__ = ["STALL_ENV", "Arena", "PipelineRef", "Shard", "call", "call_many", "fitting_hosts",
            "process_memory", "shard_bytes", "shard_bytes_all"]
@@ -656,7 +656,7 @@ def call(actor: Any, committed: int | None, method: str, args: Sequence[Any]) ->
         return actor.call_args.remote(committed, method, *args)
     holes = [i for i, a in enumerate(args) if isinstance(a, np.ndarray)]
     values = [None if i in holes else a for i, a in enumerate(args)] if holes else list(args)
-    message = _dumps((committed, method, values, holes))
+    message = dumps((committed, method, values, holes))
     return actor.call.remote(message, *(args[i] for i in holes))
 
 
@@ -671,19 +671,7 @@ def call_many(actor: Any, committed: int | None,
         holes = [i for i, a in enumerate(args) if isinstance(a, np.ndarray)]
         packed.append((method, [None if i in holes else a for i, a in enumerate(args)], holes))
         arrays.extend(args[i] for i in holes)
-    return actor.call_batch.remote(_dumps((committed, packed)), *arrays)
-
-
-def _dumps(value: Any) -> bytes:
-    """``value`` pickled (protocol 5), with Ray's cloudpickle for what pickle cannot (a
-    user's callable of a custom optimizer)."""
-    try:
-        return pickle.dumps(value, protocol=5)
-    except (pickle.PicklingError, AttributeError, TypeError):
-        from ray import cloudpickle
-
-        dumps: Callable[..., bytes] = cloudpickle.dumps  # ray's cloudpickle is unannotated
-        return dumps(value, protocol=5)
+    return actor.call_batch.remote(dumps((committed, packed)), *arrays)
 
 
 def fitting_hosts(plan: Plan, limit: int, at_least: int = 1, most: int = 1 << 20) -> int | None:

@@ -43,7 +43,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["HostRaised", "Link", "LinkError", "LinkLost", "LinkReply", "Listener"]
+__all__ = ["HostRaised", "Link", "LinkError", "LinkLost", "LinkReply", "Listener", "dumps"]
 
 #: A frame starts with the number of its parts (a pickle, then its out-of-band buffers) and
 #: then each part's length.
@@ -68,24 +68,32 @@ class HostRaised(LinkError):
         self.cause = cause
 
 
-def _dumps(value: Any) -> list[Any]:
-    """The parts of a frame: ``value`` pickled (protocol 5, Ray's cloudpickle for what pickle
-    cannot: a user's callable of a custom optimizer) and its out-of-band buffers."""
+def dumps(value: Any, buffer_callback: Callable[[pickle.PickleBuffer], Any] | None = None
+          ) -> bytes:
+    """``value`` pickled (protocol 5; ``buffer_callback``: its out-of-band buffers), with Ray's
+    cloudpickle for what pickle cannot (a user's callable of a custom optimizer): how every
+    call to a host is pickled, over a link or through Ray."""
     buffers: list[pickle.PickleBuffer] = []
+    keep = buffers.append if buffer_callback is not None else None
     try:
-        head = pickle.dumps(value, protocol=5, buffer_callback=buffers.append)
+        head = pickle.dumps(value, protocol=5, buffer_callback=keep)
     except (pickle.PicklingError, AttributeError, TypeError):
         from ray import cloudpickle
 
         buffers.clear()
-        dumps: Callable[..., bytes] = cloudpickle.dumps  # ray's cloudpickle is unannotated
-        head = dumps(value, protocol=5, buffer_callback=buffers.append)
-    return [head, *(b.raw() for b in buffers)]
+        cloud: Callable[..., bytes] = cloudpickle.dumps  # ray's cloudpickle is unannotated
+        head = cloud(value, protocol=5, buffer_callback=keep)
+    if buffer_callback is not None:
+        for buffer in buffers:
+            buffer_callback(buffer)
+    return head
 
 
 def _send(sock: socket.socket, value: Any) -> None:
     """One frame holding ``value``."""
-    parts = _dumps(value)
+    buffers: list[pickle.PickleBuffer] = []
+    parts: list[Any] = [dumps(value, buffers.append)]
+    parts += [b.raw() for b in buffers]
     sizes = [len(memoryview(p).cast("B")) for p in parts]
     header = _COUNT.pack(len(parts)) + struct.pack(f"<{len(parts)}Q", *sizes)
     views = [memoryview(header)] + [memoryview(p).cast("B") for p, n in zip(parts, sizes,
