@@ -546,35 +546,14 @@ def test_the_broken_example_fails_with_its_documented_rules() -> None:
                                       "SC011"}
 
 
-KERAS_RS_SPEC = '''\
-from dataclasses import dataclass
-from typing import Any
-
-
-@dataclass
-class TableConfig:  # keras-rs 0.4.0's fields and defaults
-    name: str
-    vocabulary_size: int
-    embedding_dim: int
-    initializer: Any = None
-    optimizer: Any = "adagrad"
-    combiner: str = "mean"
-    placement: str = "sparsecore"
-    max_ids_per_partition: int = 256
-    max_unique_ids_per_partition: int = 256
-
-
-@dataclass
-class FeatureConfig:
-    name: str
-    table: TableConfig
-    input_shape: tuple[Any, ...]
-    output_shape: tuple[Any, ...]
-
-
-topology = "v6e-8"
-user = TableConfig("user", 100_000, 32, max_ids_per_partition=1024)
-video = TableConfig("video", 100_000, 32)
+#: keras-rs 0.4.0's config classes, as stand-ins: the 25 lines that open the keras-rs spec of the
+#: API tests (tests/data/sparsecore/api_keras_rs_spec.py), then this test's tables.
+KERAS_RS_SPEC = "".join(
+    (Path(__file__).parent / "data" / "sparsecore" / "api_keras_rs_spec.py").read_text()
+    .splitlines(keepends=True)[:25]) + '''topology = "v6e-8"
+user = TableConfig("user", 100_000, 32, optimizer="adagrad", placement="sparsecore",
+                   max_ids_per_partition=1024)
+video = TableConfig("video", 100_000, 32, optimizer="adagrad", placement="sparsecore")
 feature_config = {
     "user": FeatureConfig("user", user, (1024, 1), (1024, 32)),
     "video": FeatureConfig("video", video, (1024, 1), (1024, 32)),
