@@ -36,7 +36,7 @@ import numpy as np
 
 from tpuemb_cfg.errors import InputError
 from tpuemb_cfg.model import Diagnostic
-from tpuemb_cfg.planner.load import Batch, LoadReport, StepCounts
+from tpuemb_cfg.planner.load import Batch, JsonRecord, LoadReport, StepCounts
 from tpuemb_cfg.sparsecore.preprocessing import (
     SparseCoreBufferError,
     SparseCoreLimitError,
@@ -132,7 +132,7 @@ class LimitSet:
 
 
 @dataclass(frozen=True)
-class StackLimits:
+class StackLimits(JsonRecord):
     """One stacked table: observed maxima over the sample (exact), the chosen quantile of the
     per-step maxima, the most buffer room a device needed, and the two limit sets."""
 
@@ -146,19 +146,9 @@ class StackLimits:
     current: LimitSet
     suggested: LimitSet | None
 
-    def to_json(self) -> dict[str, Any]:
-        return {"stack": self.stack, "tables": list(self.tables),
-                "observed_max_ids": self.observed_max_ids,
-                "observed_max_unique_ids": self.observed_max_unique_ids,
-                "quantile_max_ids": self.quantile_max_ids,
-                "quantile_max_unique_ids": self.quantile_max_unique_ids,
-                "required_buffer_size_per_device": self.required_buffer_size_per_device,
-                "current": self.current.to_json(),
-                "suggested": self.suggested.to_json() if self.suggested else None}
-
 
 @dataclass(frozen=True)
-class LimitsReport:
+class LimitsReport(JsonRecord):
     """Every stacked table's limits over ``steps`` steps."""
 
     mode: str
@@ -166,10 +156,6 @@ class LimitsReport:
     quantile: float
     headroom: float
     stacks: tuple[StackLimits, ...]
-
-    def to_json(self) -> dict[str, Any]:
-        return {"mode": self.mode, "steps": self.steps, "quantile": self.quantile,
-                "headroom": self.headroom, "stacks": [s.to_json() for s in self.stacks]}
 
 
 # ---------------------------------------------------------------- running the preprocessing

@@ -35,7 +35,7 @@ whose count c of an id satisfies c <= true <= c + (n - sum of counters) / (k + 1
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -93,6 +93,23 @@ class LoadOptions:
                                  f"{getattr(self, name)}")
 
 
+class JsonRecord:
+    """A report record whose JSON form is its fields in order (``to_json``): a nested record
+    by its own ``to_json``, a tuple or list as a list."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: _json_value(getattr(self, f.name))
+                for f in fields(self)}  # type: ignore[arg-type]  # a dataclass's mixin
+
+
+def _json_value(value: Any) -> Any:
+    if hasattr(value, "to_json"):
+        return value.to_json()
+    if isinstance(value, tuple | list):
+        return [_json_value(v) for v in value]
+    return value
+
+
 @dataclass(frozen=True)
 class LoadTable:
     """A table as the load counters see it: its rows, the batch keys that look it up, and its
@@ -105,7 +122,7 @@ class LoadTable:
 
 
 @dataclass(frozen=True)
-class Distribution:
+class Distribution(JsonRecord):
     """Per-step counts of one unit over the sample (``exact``: p50/p99 are exact)."""
 
     mean: float
@@ -115,13 +132,9 @@ class Distribution:
     steps: int
     exact: bool
 
-    def to_json(self) -> dict[str, Any]:
-        return {"mean": self.mean, "p50": self.p50, "p99": self.p99, "max": self.max,
-                "steps": self.steps, "exact": self.exact}
-
 
 @dataclass(frozen=True)
-class UnitLoad:
+class UnitLoad(JsonRecord):
     """One host or SparseCore: per-step ids and distinct rows, its total and its share."""
 
     index: int
@@ -130,13 +143,9 @@ class UnitLoad:
     total_ids: int
     share: float
 
-    def to_json(self) -> dict[str, Any]:
-        return {"index": self.index, "ids": self.ids.to_json(), "unique": self.unique.to_json(),
-                "total_ids": self.total_ids, "share": self.share}
-
 
 @dataclass(frozen=True)
-class Imbalance:
+class Imbalance(JsonRecord):
     """Imbalance of the units' total ids (module docstring)."""
 
     max_over_mean: float
@@ -144,13 +153,9 @@ class Imbalance:
     step_max_over_mean: float
     hottest: int
 
-    def to_json(self) -> dict[str, Any]:
-        return {"max_over_mean": self.max_over_mean, "total_variation": self.total_variation,
-                "step_max_over_mean": self.step_max_over_mean, "hottest": self.hottest}
-
 
 @dataclass(frozen=True)
-class TableLoad:
+class TableLoad(JsonRecord):
     """A table's part in the hottest unit: its ids there, their share of that unit's ids, and
     the table's own max/mean over the units."""
 
@@ -160,14 +165,9 @@ class TableLoad:
     total_ids: int
     max_over_mean: float
 
-    def to_json(self) -> dict[str, Any]:
-        return {"table": self.table, "ids_on_hottest": self.ids_on_hottest,
-                "share_of_hottest": self.share_of_hottest, "total_ids": self.total_ids,
-                "max_over_mean": self.max_over_mean}
-
 
 @dataclass(frozen=True)
-class HeavyId:
+class HeavyId(JsonRecord):
     """A frequent id: ``count <= true count <= count_upper`` (equal when counted exactly), and
     the unit holding it under the report's layout."""
 
@@ -181,13 +181,9 @@ class HeavyId:
     def exact(self) -> bool:
         return self.count == self.count_upper
 
-    def to_json(self) -> dict[str, Any]:
-        return {"table": self.table, "id": self.id, "count": self.count,
-                "count_upper": self.count_upper, "unit": self.unit}
-
 
 @dataclass(frozen=True)
-class LoadReport:
+class LoadReport(JsonRecord):
     """The load of one layout: ``level`` ``"host"`` (``strategy`` MOD / DIV_DEFAULT) or
     ``"sparsecore"`` (``strategy`` ``"stacked"``)."""
 
@@ -199,13 +195,6 @@ class LoadReport:
     imbalance: Imbalance
     top_tables: tuple[TableLoad, ...]
     top_ids: tuple[HeavyId, ...]
-
-    def to_json(self) -> dict[str, Any]:
-        return {"level": self.level, "strategy": self.strategy, "steps": self.steps,
-                "total_ids": self.total_ids, "units": [u.to_json() for u in self.units],
-                "imbalance": self.imbalance.to_json(),
-                "top_tables": [t.to_json() for t in self.top_tables],
-                "top_ids": [i.to_json() for i in self.top_ids]}
 
 
 # ---------------------------------------------------------------- tables of a configuration
