@@ -323,6 +323,7 @@ def _build(case: Case) -> tuple[list[str], set[str]]:
         (folder / "locked").mkdir()
         (folder / "locked").chmod(0o555)
         argv += ["-o", "locked/report.out"]
+        outputs.add("locked/report.out")  # refused, or written where root may write anyway
     elif case.output == "directory":
         (folder / "adir").mkdir()
         argv += ["-o", "adir"]
