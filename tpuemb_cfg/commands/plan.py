@@ -134,21 +134,25 @@ def _draw(result: Any, handle: IO[bytes], fmt: str) -> None:
         plt.close(figure)
 
 
-def _check_outputs(config: str, ids: tuple[str, ...], output: str | None,
-                   plot: str | None) -> None:
+def _check_outputs(config: str, ids: tuple[str, ...], ids_format: str | None,
+                   output: str | None, plot: str | None) -> None:
+    """Before any work: no output is an input (the configuration, every --ids path and every
+    sample file inside an --ids folder) or another output; the plot's name and format."""
     from tpuemb_cfg.atomic import check_outputs
-    from tpuemb_cfg.commands._outputs import PLOT_FORMATS, require_matplotlib
+    from tpuemb_cfg.commands._outputs import check_plot, require_matplotlib
+    from tpuemb_cfg.planner.inputs import sample_files
 
     inputs = [("CONFIG", config), *(("--ids", p) for p in ids)]
+    inputs += [("--ids", name) for p in ids if Path(p).is_dir()
+               for name in sample_files(p, ids_format)]
     outputs = [("-o", output)] if output else []
     if plot is not None:
         if plot == "-":
-            raise UsageError("--plot -: the plot is an image file; give its name (FILE.png, "
-                             "FILE.svg or FILE.pdf)")
+            check_plot(plot)
         outputs.append(("--plot", plot))
     check_outputs(outputs, inputs)
     if plot is not None:
-        check_outputs([("--plot", plot)], suffixes=tuple(PLOT_FORMATS))
+        check_plot(plot)
         require_matplotlib()
 
 
@@ -204,7 +208,7 @@ def plan(config: str, ids: tuple[str, ...], ids_format: str | None,  # noqa: PLR
         topology=topology, hosts=hosts, host_memory_bytes=_size(host_memory, "--host-memory"),
         hbm_bytes=_size(hbm, "--hbm"), quantile=quantile, headroom=headroom,
         compare=parse_compare(compare), gate=parse_gate(fail_on))
-    _check_outputs(config, ids, output, plot)
+    _check_outputs(config, ids, ids_format, output, plot)
     planner = open_plan(config, list(ids), options=options, fmt=ids_format)
     sample = planner.sample
     with _progress(planner.passes * sample.progress_total, sample.progress_unit, quiet) as tick:

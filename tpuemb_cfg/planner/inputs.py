@@ -63,7 +63,7 @@ if TYPE_CHECKING:
 __all__ = [
     "FORMATS", "FeatureBatch", "Sample", "SampleError", "SampleFeature", "SampleSchema",
     "SampleStats", "crc32c", "legacy_schema", "masked_crc32c", "open_sample",
-    "sparsecore_schema", "write_tfrecord",
+    "sample_files", "sparsecore_schema", "write_tfrecord",
 ]
 
 #: Extension -> format name.
@@ -345,7 +345,7 @@ def open_sample(paths: str | Sequence[str], schema: SampleSchema, *,
     files = [paths] if isinstance(paths, str | os.PathLike) else list(paths)
     if not files:
         raise UsageError("no sample file given: pass --ids FILE (a B.npz, Parquet or TFRecord)")
-    names = [name for p in files for name in _files_of(os.fspath(p), fmt)]
+    names = [name for p in files for name in sample_files(os.fspath(p), fmt)]
     kinds = {fmt or _format_of(name) for name in names}
     if len(kinds) > 1:
         raise UsageError(f"the sample files are of {len(kinds)} formats ({', '.join(sorted(kinds))}"
@@ -361,9 +361,10 @@ def open_sample(paths: str | Sequence[str], schema: SampleSchema, *,
     return Sample(names, schema, kind)
 
 
-def _files_of(path: str, fmt: str | None) -> list[str]:
+def sample_files(path: str, fmt: str | None = None) -> list[str]:
     """``path``, or the sample files in the folder ``path`` (name order; with ``fmt``, the
-    files of that format), refused when there are none."""
+    files of that format), refused when there are none: the files ``open_sample`` reads
+    (``tpuemb plan`` checks its outputs against each of them)."""
     if not os.path.isdir(path):
         return [path]
     found = sorted(entry.path for entry in os.scandir(path) if entry.is_file()
