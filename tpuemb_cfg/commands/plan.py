@@ -39,6 +39,16 @@ def _size(value: str | None, option: str) -> int | None:
         raise UsageError(f"{option} {value!r}: {getattr(exc, 'message', exc)}") from None
 
 
+def _in_range(ctx: click.Context, param: click.Parameter, value: float) -> float:
+    """``--quantile`` and ``--headroom``: finite and in their range (``planner.checks``)."""
+    from tpuemb_cfg.planner.checks import number_problem
+
+    problem = number_problem(str(param.name), value)
+    if problem is not None:
+        raise click.BadParameter(problem)
+    return value
+
+
 @contextlib.contextmanager
 def _progress(total: int, unit: str, quiet: bool) -> Iterator[Callable[[int], None] | None]:
     """A bar over ``total`` (stderr a terminal), else a line at most every LINE_EVERY seconds."""
@@ -172,11 +182,11 @@ def _check_outputs(config: str, ids: tuple[str, ...], ids_format: str | None,
 @click.option("--host-memory", metavar="SIZE", help="Memory of each host, e.g. 64G (legacy "
               "tables; SparseCore initialize_tables_on_host). Unknown: no OOM finding.")
 @click.option("--hbm", metavar="SIZE", help="HBM of each chip (default: the chip kind's).")
-@click.option("--quantile", type=click.FloatRange(min=0, max=1, min_open=True), default=1.0,
+@click.option("--quantile", type=float, default=1.0, callback=_in_range,
               show_default=True, help="Quantile of the per-step maxima the suggested limits "
-              "cover (1: the sample's maximum), before the headroom.")
-@click.option("--headroom", type=click.FloatRange(min=1), default=1.2, show_default=True,
-              help="Factor on the quantile for the suggested limits.")
+              "cover, in (0, 1] (1: the sample's maximum), before the headroom.")
+@click.option("--headroom", type=float, default=1.2, show_default=True, callback=_in_range,
+              help="Factor on the quantile for the suggested limits, in [1, 10].")
 @click.option("--compare", multiple=True, metavar="AXIS",
               help="What-if columns: hosts=N[,M..], topology=KIND-CHIPS[,..], stacking. "
                    "Repeatable. Legacy: MOD and DIV_DEFAULT are always compared.")
