@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from tpuemb_cfg.errors import UsageError
@@ -78,11 +78,11 @@ def check_units(label: str, units: int, *, what: str, layouts: int, load: LoadOp
         f"available); at most {limit // per_unit:,} {what} can be planned on this machine")
 
 
-def check_plan_options(options: PlanOptions) -> None:
+def check_plan_options(options: PlanOptions, parsers: Mapping[str, tuple[type, Any]]) -> None:
     """Check and normalise the fields of ``options`` (a frozen dataclass: fields are set with
-    ``object.__setattr__``): ``TypeError``/``ValueError`` naming the field."""
+    ``object.__setattr__``): ``TypeError``/``ValueError`` naming the field. ``parsers``:
+    ``compare`` and ``gate`` -> (their class, the parser of their strings)."""
     from tpuemb_cfg.planner.load import LoadOptions
-    from tpuemb_cfg.planner.planning import Compare, Gate, parse_compare, parse_gate
 
     def put(name: str, value: Any) -> None:
         object.__setattr__(options, name, value)
@@ -105,9 +105,9 @@ def check_plan_options(options: PlanOptions) -> None:
             error = TypeError if problem.startswith("expected") else ValueError
             raise error(f"PlanOptions.{name}: {problem}")
         put(name, float(getattr(options, name)))
-    for name, kind, parse, grammar in (
-            ("compare", Compare, parse_compare, "'hosts=4,8', 'topology=v5p-64' or 'stacking'"),
-            ("gate", Gate, parse_gate, "'oom', 'drops' or 'imbalance>1.3'")):
+    for name, grammar in (("compare", "'hosts=4,8', 'topology=v5p-64' or 'stacking'"),
+                          ("gate", "'oom', 'drops' or 'imbalance>1.3'")):
+        kind, parse = parsers[name]
         value = getattr(options, name)
         if isinstance(value, kind):
             continue
@@ -122,12 +122,10 @@ def check_plan_options(options: PlanOptions) -> None:
                         f"{type(options.load).__name__} {options.load!r}")
 
 
-def plan_options(value: object) -> PlanOptions:
+def plan_options(value: object, PlanOptions: type[PlanOptions]) -> PlanOptions:  # noqa: N803
     """``options`` of ``session.plan``/``open_plan`` and ``Planner``: a ``PlanOptions``, None
     (the defaults) or a mapping of its fields (``{"hosts": 4, "gate": "oom"}``)."""
     from dataclasses import fields
-
-    from tpuemb_cfg.planner.planning import PlanOptions
 
     if value is None:
         return PlanOptions()
@@ -162,14 +160,14 @@ def variant_label(name: str, options: PlanOptions, config: Any) -> str:
     return f"--compare topology={name}"
 
 
-def check_sparsecore_variants(variants: list[tuple[str, Any, bool]],
-                              options: PlanOptions) -> list[Any]:
+def check_sparsecore_variants(variants: list[tuple[str, Any, bool]], options: PlanOptions,
+                              stack: Callable[[Any, str], Any]) -> list[Any]:
     """Before the sample is read, every variant (name, ``SparseCoreConfig``, only its hosts
     differ) of a SparseCore plan: its hosts and SparseCores within memory, a power-of-two
     SparseCore count, every feature's global batch divisible by the SparseCores, and its
-    tables stacked. ``UsageError`` naming the option of the variant; returns the stackings."""
+    tables stacked (``stack(config, label)``). ``UsageError`` naming the option of the variant;
+    returns the stackings."""
     from tpuemb_cfg.planner.inputs import sparsecore_schema
-    from tpuemb_cfg.planner.planning import _stack
 
     out = []
     for name, config, same in variants:
@@ -190,7 +188,7 @@ def check_sparsecore_variants(variants: list[tuple[str, Any, bool]],
                     f"bags, which does not divide by the {n} SparseCores ({topology.chips} chips "
                     f"x {topology.sparse_cores_per_chip}): each SparseCore takes an equal slice "
                     f"of the batch - use a batch that is a multiple of {n}, or another slice")
-        out.append(_stack(config, label))
+        out.append(stack(config, label))
     return out
 
 

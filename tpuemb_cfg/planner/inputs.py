@@ -54,7 +54,7 @@ from typing import IO, TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from ..errors import InputError, UsageError
-from ..npzio import NpzMembers
+from ..npzio import NpzMembers, check_total
 
 if TYPE_CHECKING:
     from ..executor.plan import Plan
@@ -397,9 +397,30 @@ def _npz_steps(members: NpzMembers, schema: SampleSchema) -> list[Any]:
                                                 members.name)]
 
 
+#: A step's (or a row group's) ids are held up to this many times while read, checked, queued
+#: and merged into a configured batch: a step may take this share of the memory limit.
+SAMPLE_COPIES = 4
+
+
 def _probe_npz(paths: Sequence[str], schema: SampleSchema) -> tuple[str, int]:
+    """The steps of the ``B.npz``, each step's arrays held against the memory from the
+    ``.npy`` headers (``npzio.check_total``, as ``simulate --batches``) before any is read."""
+    from ..limits import default_memory_limit
+
+    limit = default_memory_limit()
     with NpzMembers(paths[0]) as members:
-        return "steps", len(_npz_steps(members, schema))
+        steps = _npz_steps(members, schema)
+        for step, inputs in enumerate(steps):
+            keys = [f"s{step}/f{f}/{name}" for f, given in enumerate(inputs)
+                    for name, present in (("ids", given.ids), ("row_splits", given.row_splits),
+                                          ("weights", given.weights)) if present is not None]
+            check_total(members.name, members.headers, {k: members.headers[k] for k in keys},
+                        None if limit is None else limit // SAMPLE_COPIES,
+                        which=f"the memory a step may take here (1/{SAMPLE_COPIES} of 80% of "
+                              "the memory available)",
+                        advice="split its steps into smaller batches, or plan on a machine "
+                               "with more memory")
+        return "steps", len(steps)
 
 
 def _read_npz(path: str, schema: SampleSchema, stats: SampleStats,
@@ -440,6 +461,11 @@ def _parquet_file(path: str, schema: SampleSchema) -> Any:
         raise SampleError(f"cannot read as Parquet ({exc})", path=path) from None
     columns = handle.schema_arrow
     for f in schema.features:
+        if columns.names.count(f.name) > 1:
+            raise SampleError(
+                f"{columns.names.count(f.name)} columns are named {f.name!r}: expected one column "
+                "per configured feature; rename or drop the others", path=path,
+                where=f"column {f.name}")
         if f.name not in columns.names:
             raise SampleError(
                 f"no column {f.name!r}: expected one column per configured feature "
@@ -486,15 +512,54 @@ def _parquet_column(column: Any, feature: SampleFeature, path: str,
     return _check(feature, values, splits, None, path=path, where=where, at=at)
 
 
+def _row_group_bytes(metadata: Any, group: int, names: Sequence[str]) -> int:
+    """The bytes the configured columns of row group ``group`` take once decoded, from the
+    file's metadata (nothing read): 8 per value (int64 ids) and 8 per row (a bag's offset),
+    or the declared uncompressed size of the column chunk where that is larger."""
+    top = [metadata.schema.column(i).path.split(".")[0] for i in range(metadata.num_columns)]
+    info = metadata.row_group(group)
+    total = 0
+    for i, name in enumerate(top):
+        if name in names:
+            chunk = info.column(i)
+            total += max(8 * (int(chunk.num_values) + int(info.num_rows)),
+                         int(chunk.total_uncompressed_size))
+    return total
+
+
 def _read_parquet(path: str, schema: SampleSchema, stats: SampleStats,
                   tick: Tick) -> Iterator[dict[str, FeatureBatch]]:
+    import pyarrow as pa
+
+    from ..limits import MAX_INPUT_ENV, max_input_bytes, suggest_size
+
     handle = _parquet_file(path, schema)
+    metadata = handle.metadata
+    limit = max_input_bytes()
     row = 0
-    for record_batch in handle.iter_batches(batch_size=ROWS_PER_READ, columns=list(schema.names)):
-        yield {f.name: _parquet_column(record_batch.column(f.name), f, path, row)
-               for f in schema.features}
-        row += record_batch.num_rows
-        tick(record_batch.num_rows)
+    for group in range(metadata.num_row_groups):
+        where = f"row group {group} (rows {row} to {row + metadata.row_group(group).num_rows - 1})"
+        size = _row_group_bytes(metadata, group, schema.names)
+        if size > limit:
+            raise SampleError(
+                f"the configured columns of this row group take {size:,} bytes once "
+                f"decompressed (from the file's metadata), more than the input limit of "
+                f"{limit:,}; write the sample with smaller row groups or, if it is right, raise "
+                f"the limit: {MAX_INPUT_ENV}={suggest_size(size)}", path=path, where=where)
+        batches = handle.iter_batches(batch_size=ROWS_PER_READ, row_groups=[group],
+                                      columns=list(schema.names))
+        while True:
+            try:
+                record_batch = next(batches)
+            except StopIteration:
+                break
+            except (OSError, pa.ArrowException) as exc:
+                raise SampleError(f"cannot read the data ({exc}): a corrupt or truncated "
+                                  "Parquet file; write it again", path=path, where=where) from None
+            yield {f.name: _parquet_column(record_batch.column(f.name), f, path, row)
+                   for f in schema.features}
+            row += record_batch.num_rows
+            tick(record_batch.num_rows)
 
 
 # --- TFRecord -----------------------------------------------------------------------------------
@@ -575,12 +640,31 @@ def write_tfrecord(handle: IO[bytes], rows: Iterable[Mapping[str, Sequence[int]]
                      + struct.pack("<I", masked_crc32c(data)))
 
 
+def _compression(head: bytes) -> str | None:
+    """The compression a file starting with ``head`` (its first 12 bytes) is written with, or
+    None: a first record whose length carries its own right CRC is a TFRecord, whatever its
+    bytes; else gzip's magic 1f 8b and method 08 (deflate), or a zlib header (method 8 in the
+    low nibble, a window of at most 32 KiB, and a check: ``(CMF x 256 + FLG) % 31 == 0``)."""
+    if len(head) >= 12 and struct.unpack("<I", head[8:12])[0] == masked_crc32c(head[:8]):
+        return None
+    if head[:3] == b"\x1f\x8b\x08":
+        return "gzip"
+    if len(head) >= 2 and head[0] & 0x0F == 8 and head[0] >> 4 <= 7 \
+            and (head[0] * 256 + head[1]) % 31 == 0:
+        return "zlib"
+    return None
+
+
 def _probe_tfrecord(paths: Sequence[str], schema: SampleSchema) -> tuple[str, int]:
     for path in paths:
         with open(path, "rb") as handle:
-            if handle.read(2) == b"\x1f\x8b":
-                raise SampleError("a gzip-compressed file: TFRecord files are read uncompressed; "
-                                  "decompress it first (gunzip)", path=path)
+            kind = _compression(handle.read(12))
+        if kind is not None:
+            raise SampleError(
+                f"a {kind}-compressed file (TFRecordOptions compression_type {kind.upper()!r}): "
+                "TFRecord files are read uncompressed; decompress it first "
+                f"({'gunzip' if kind == 'gzip' else 'zlib.decompress'}) or write it "
+                "uncompressed", path=path)
     return "bytes", sum(os.path.getsize(p) for p in paths)
 
 

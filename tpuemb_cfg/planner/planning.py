@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from tpuemb_cfg.errors import UsageError
 from tpuemb_cfg.model import Diagnostic
+from tpuemb_cfg.planner.checks import check_legacy_hosts, check_sparsecore_variants
 from tpuemb_cfg.planner.inputs import (
     FeatureBatch,
     Sample,
@@ -44,7 +45,6 @@ from tpuemb_cfg.planner.inputs import (
     legacy_schema,
     sparsecore_schema,
 )
-from tpuemb_cfg.planner.checks import check_legacy_hosts, check_sparsecore_variants
 from tpuemb_cfg.planner.limits import LimitOptions, LimitsReport
 from tpuemb_cfg.planner.load import LoadCounter, LoadOptions, LoadReport
 from tpuemb_cfg.planner.memory import MemoryReport
@@ -184,7 +184,8 @@ class PlanOptions:
     def __post_init__(self) -> None:
         from tpuemb_cfg.planner.checks import check_plan_options
 
-        check_plan_options(self)  # types and ranges, naming the field (planner.checks)
+        check_plan_options(self, {"compare": (Compare, parse_compare),  # types and ranges
+                                  "gate": (Gate, parse_gate)})
 
 
 @dataclass
@@ -268,7 +269,7 @@ class Planner:
                  options: PlanOptions | None = None) -> None:
         from tpuemb_cfg.planner.checks import plan_options
 
-        self.options = plan_options(options)
+        self.options = plan_options(options, PlanOptions)
         self.sample = sample
         self.config = config
         self.kind: Literal["legacy", "sparsecore"] = (
@@ -276,7 +277,7 @@ class Planner:
         self.passes = 1
         if self.kind == "sparsecore":
             self._sc = self._sparsecore_variants()
-            self._stackings = check_sparsecore_variants(self._sc, self.options)
+            self._stackings = check_sparsecore_variants(self._sc, self.options, _stack)
             self.passes = 1 + sum(1 for *_, same in self._sc if not same)
         else:
             self._legacy_counts()
