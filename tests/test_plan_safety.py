@@ -331,3 +331,49 @@ def test_plan_options_are_checked_by_field(tmp_path: Path) -> None:
     assert result.gate == Gate(oom=True) and len(result.load["MOD"].units) == 2
     with pytest.raises(TypeError, match="options: unknown field"):
         plan(QUICKSTART, str(tmp_path / "day.parquet"), options={"host": 2})
+
+
+# --------------------------------------------------------------------------------------------
+# 5. A feature with a batch of 0 rows
+
+
+def test_a_feature_with_an_empty_batch_is_refused(tmp_path: Path) -> None:
+    spec = tmp_path / "zero.py"
+    spec.write_text(TIGHT_SPEC.replace("output_shape=[64, 8]", "output_shape=[0, 8]"))
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"clicks": pa.array([[1, 2]] * 64, pa.list_(pa.int64()))}),
+                   str(tmp_path / "day.parquet"))
+    error = _one_line_exit_2(run_cli("plan", str(spec), "--ids", str(tmp_path / "day.parquet")))
+    assert error.startswith("feature 'clicks' (table 'clicks') has a configured batch of 0 bags")
+
+
+# --------------------------------------------------------------------------------------------
+# 12. Extra columns, features and feature indexes: ignored in every format, listed once
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "tfrecord", "npz"])
+def test_extra_sample_columns_are_ignored_and_listed(tmp_path: Path, fmt: str) -> None:
+    import json
+
+    columns = ZIPF.zipf_columns(ZIPF.schema_of(QUICKSTART), 256, exponent=1.3, max_bag=2)
+    plain, extra = tmp_path / f"plain.{fmt}", tmp_path / f"extra.{fmt}"
+    ZIPF.write(str(plain), columns, 64)
+    # a label per row (Parquet, TFRecord); a fifth feature index f4 (B.npz: the replay keys)
+    ZIPF.write(str(extra), {**columns, ("f4" if fmt == "npz" else "label"): columns["f3"]}, 64)
+    reports = []
+    for path in (plain, extra):
+        result = run_cli("plan", QUICKSTART, "--ids", str(path), "--format", "json")
+        assert result.exit_code == 0, result.output
+        reports.append(json.loads(result.stdout))
+    assert reports[1]["sample"]["ignored"] == ["f4" if fmt == "npz" else "label"]
+    assert reports[0]["sample"]["ignored"] == []
+    for report in reports:
+        report["sample"].pop("ignored")
+        report["sample"].pop("files")
+    assert reports[0] == reports[1]  # the same plan, the extra column unread
+    text = run_cli("plan", QUICKSTART, "--ids", str(extra)).stdout
+    what = {"parquet": "column(s) label", "tfrecord": "feature(s) label",
+            "npz": "feature index(es) f4"}[fmt]
+    assert f"  ignored: {what} (no configured feature)\n" in text

@@ -24,6 +24,13 @@ Formats (chosen by extension, :data:`FORMATS`):
   masked CRC32C of the data) is read here and both CRCs are verified (:func:`crc32c`);
   messages are decoded with tpuemb's own copy of ``example.proto`` (no TensorFlow).
 
+**Extra columns** (a Parquet column or TFRecord feature named as no configured feature, a
+``B.npz`` feature index past the configured ones) are not read and are listed in
+``SampleStats.ignored``. **Bounds**: a ``B.npz`` step's arrays are held against a share of the
+memory (:data:`SAMPLE_COPIES`) from their ``.npy`` headers when the file is opened; a Parquet
+row group's configured columns against ``TPUEMB_MAX_INPUT`` from the file's metadata before it
+is read.
+
 Parquet and TFRecord hold **rows** (examples): each row gives one bag to every feature.
 Weights are read from ``B.npz`` only (memory, load and limits do not depend on them).
 
@@ -47,14 +54,15 @@ import itertools
 import os
 import struct
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import IO, TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
 from ..errors import InputError, UsageError
 from ..npzio import NpzMembers, check_total
+from .tfrecord import compression, crc32c, crc32c_many, mask, masked_crc32c, write_tfrecord
 
 if TYPE_CHECKING:
     from ..executor.plan import Plan
@@ -154,6 +162,10 @@ class SampleStats:
     batches: int = 0
     leftover_bags: dict[str, int] = field(default_factory=dict)
     rescaled: bool = False
+    #: the sample's columns (Parquet), features (TFRecord) or feature indexes (``B.npz``: the
+    #: keys ``s{s}/f{i}/...`` past the configured features) that are no configured feature:
+    #: not read, listed once in the report
+    ignored: set[str] = field(default_factory=set)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -161,7 +173,7 @@ class SampleStats:
             "sample_batch_bags": {k: sorted(v) for k, v in self.sample_batch_bags.items()},
             "bags_read": dict(self.bags_read), "ids_read": dict(self.ids_read),
             "batches": self.batches, "leftover_bags": dict(self.leftover_bags),
-            "rescaled": self.rescaled,
+            "rescaled": self.rescaled, "ignored": sorted(self.ignored),
         }
 
 
@@ -342,6 +354,12 @@ def open_sample(paths: str | Sequence[str], schema: SampleSchema, *,
     of ids written as part files); ``fmt``: ``"npz"``, ``"parquet"`` or ``"tfrecord"``
     (default: from the extension). The files are probed now (existence, the npz keys, the
     Parquet schema), so a bad file fails before any work starts."""
+    for feature in schema.features:
+        if feature.bags < 1:  # no configured batch can be cut from the sample
+            raise UsageError(
+                f"feature {feature.name!r} (table {feature.table!r}) has a configured batch of "
+                f"{feature.bags} bags (a batch dimension of 0: output_shape or input_shape), so "
+                "there is no batch to plan; give it a batch of at least one row")
     files = [paths] if isinstance(paths, str | os.PathLike) else list(paths)
     if not files:
         raise UsageError("no sample file given: pass --ids FILE (a B.npz, Parquet or TFRecord)")
@@ -390,11 +408,22 @@ Tick = Callable[[int], None]
 
 # --- replay B.npz -------------------------------------------------------------------------------
 
-def _npz_steps(members: NpzMembers, schema: SampleSchema) -> list[Any]:
-    from ..executor.replay import parse_steps
+def _npz_steps(members: NpzMembers, schema: SampleSchema,
+               ignored: set[str] | None = None) -> list[Any]:
+    """The steps' inputs of the configured features; the keys of feature indexes past them
+    are left out (``ignored``: gets those ``f{i}``)."""
+    from ..executor.replay import feature_of, parse_steps
 
-    return [inputs for inputs, _ in parse_steps(members.headers, len(schema.features),
-                                                members.name)]
+    count = len(schema.features)
+    headers = {}
+    for key, header in members.headers.items():
+        index = feature_of(key)
+        if index is not None and index >= count:
+            if ignored is not None:
+                ignored.add(f"f{index}")
+            continue
+        headers[key] = header
+    return [inputs for inputs, _ in parse_steps(headers, count, members.name)]
 
 
 #: A step's (or a row group's) ids are held up to this many times while read, checked, queued
@@ -426,7 +455,7 @@ def _probe_npz(paths: Sequence[str], schema: SampleSchema) -> tuple[str, int]:
 def _read_npz(path: str, schema: SampleSchema, stats: SampleStats,
               tick: Tick) -> Iterator[dict[str, FeatureBatch]]:
     with NpzMembers(path) as members:
-        for step, inputs in enumerate(_npz_steps(members, schema)):
+        for step, inputs in enumerate(_npz_steps(members, schema, stats.ignored)):
             chunk = {}
             for f, (feature, given) in enumerate(zip(schema.features, inputs, strict=True)):
                 arrays = [None if present is None else members.read(f"s{step}/f{f}/{name}")
@@ -534,6 +563,7 @@ def _read_parquet(path: str, schema: SampleSchema, stats: SampleStats,
     from ..limits import MAX_INPUT_ENV, max_input_bytes, suggest_size
 
     handle = _parquet_file(path, schema)
+    stats.ignored.update(set(handle.schema_arrow.names) - set(schema.names))
     metadata = handle.metadata
     limit = max_input_bytes()
     row = 0
@@ -564,101 +594,10 @@ def _read_parquet(path: str, schema: SampleSchema, stats: SampleStats,
 
 # --- TFRecord -----------------------------------------------------------------------------------
 
-def _crc_table() -> np.ndarray:
-    """CRC-32C (Castagnoli, reflected polynomial 0x82F63B78) of every byte value."""
-    table = np.arange(256, dtype=np.uint32)
-    for _ in range(8):
-        table = np.where(table & 1, (table >> 1) ^ np.uint32(0x82F63B78), table >> 1)
-    return table.astype(np.uint32)
-
-
-_CRC_TABLE = _crc_table()
-_MASK_DELTA = 0xA282EAD8
-
-
-def _crc32c_many(buffer: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """CRC-32C of ``buffer[starts[i]:starts[i] + lengths[i]]`` for every ``i`` at once.
-
-    Byte-at-a-time table lookups, vectorised across the records: iteration ``j`` advances
-    every record longer than ``j`` by one byte (records sorted longest first, so those are a
-    prefix). The cost is one NumPy pass per byte of the longest record in the window, which
-    suits TFRecord files of many small examples (a window of 8192 records of ~200 bytes checks
-    at ~100 MB/s); a single record of megabytes checks at ~1 MB/s.
-    """
-    order = np.argsort(-lengths, kind="stable")
-    starts_sorted, lengths_sorted = starts[order], lengths[order]
-    crc = np.full(len(starts), 0xFFFFFFFF, dtype=np.uint32)
-    longest = int(lengths_sorted[0]) if len(lengths_sorted) else 0
-    # active[j]: how many records are longer than j
-    active = np.searchsorted(-lengths_sorted, -np.arange(longest), side="left")
-    for j in range(longest):
-        k = int(active[j])
-        c = crc[:k]
-        byte = buffer[starts_sorted[:k] + j].astype(np.uint32)
-        crc[:k] = _CRC_TABLE[(c ^ byte) & 0xFF] ^ (c >> 8)
-    out = np.empty_like(crc)
-    out[order] = crc ^ np.uint32(0xFFFFFFFF)
-    return out
-
-
-def crc32c(data: bytes) -> int:
-    """CRC-32C of ``data`` (the checksum TFRecord frames carry, before masking), a byte at a time
-    (for short inputs: a frame's length; windows of records use the vectorised form)."""
-    table = _CRC_LIST
-    crc = 0xFFFFFFFF
-    for byte in data:
-        crc = table[(crc ^ byte) & 0xFF] ^ (crc >> 8)
-    return crc ^ 0xFFFFFFFF
-
-
-_CRC_LIST = [int(v) for v in _CRC_TABLE]
-
-
-def _mask(crc: np.ndarray) -> np.ndarray:
-    crc = crc.astype(np.uint32)
-    return ((crc >> np.uint32(15)) | (crc << np.uint32(17))) + np.uint32(_MASK_DELTA)
-
-
-def masked_crc32c(data: bytes) -> int:
-    """TFRecord's masked CRC: ``rotate_right(crc32c(data), 15) + 0xa282ead8`` modulo 2^32."""
-    crc = crc32c(data)
-    return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
-
-
-def write_tfrecord(handle: IO[bytes], rows: Iterable[Mapping[str, Sequence[int]]]) -> None:
-    """Write one ``tf.train.Example`` per row (feature name -> ids, an ``int64_list``) into
-    ``handle`` with TFRecord framing: what TensorFlow's ``TFRecordWriter`` writes."""
-    from ..proto.example_pb2 import Example
-
-    for row in rows:
-        example = Example()
-        for name, ids in row.items():
-            example.features.feature[name].int64_list.value.extend(int(i) for i in ids)
-        data = example.SerializeToString()
-        length = struct.pack("<Q", len(data))
-        handle.write(length + struct.pack("<I", masked_crc32c(length)) + data
-                     + struct.pack("<I", masked_crc32c(data)))
-
-
-def _compression(head: bytes) -> str | None:
-    """The compression a file starting with ``head`` (its first 12 bytes) is written with, or
-    None: a first record whose length carries its own right CRC is a TFRecord, whatever its
-    bytes; else gzip's magic 1f 8b and method 08 (deflate), or a zlib header (method 8 in the
-    low nibble, a window of at most 32 KiB, and a check: ``(CMF x 256 + FLG) % 31 == 0``)."""
-    if len(head) >= 12 and struct.unpack("<I", head[8:12])[0] == masked_crc32c(head[:8]):
-        return None
-    if head[:3] == b"\x1f\x8b\x08":
-        return "gzip"
-    if len(head) >= 2 and head[0] & 0x0F == 8 and head[0] >> 4 <= 7 \
-            and (head[0] * 256 + head[1]) % 31 == 0:
-        return "zlib"
-    return None
-
-
 def _probe_tfrecord(paths: Sequence[str], schema: SampleSchema) -> tuple[str, int]:
     for path in paths:
         with open(path, "rb") as handle:
-            kind = _compression(handle.read(12))
+            kind = compression(handle.read(12))
         if kind is not None:
             raise SampleError(
                 f"a {kind}-compressed file (TFRecordOptions compression_type {kind.upper()!r}): "
@@ -741,7 +680,7 @@ def _verify(path: str, first: int, heads: list[bytes], datas: list[bytes], offse
     n = len(datas)
     starts = np.concatenate([np.arange(n, dtype=np.int64) * 8,
                              8 * n + np.concatenate([[0], np.cumsum(lengths)[:-1]])])
-    sums = _mask(_crc32c_many(blob, starts.astype(np.int64),
+    sums = mask(crc32c_many(blob, starts.astype(np.int64),
                               np.concatenate([np.full(n, 8, np.int64), lengths])))
     found_len = np.array([struct.unpack("<I", h[8:12])[0] for h in heads], dtype=np.uint32)
     found_data = np.array(crcs, dtype=np.uint32)
@@ -769,6 +708,8 @@ def _read_tfrecord(path: str, schema: SampleSchema, stats: SampleStats,
             except DecodeError as exc:
                 raise SampleError(f"not a tf.train.Example ({exc})", path=path,
                                   where=f"record {first + i} (byte {offsets[i]})") from None
+            if len(features) > len(named):
+                stats.ignored.update(k for k in features if k not in columns)
             for name, column in named:
                 if name not in features:  # (indexing a message map would add the key)
                     _bad_feature(path, f"record {first + i} (byte {offsets[i]})", features, name)

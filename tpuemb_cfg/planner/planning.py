@@ -554,6 +554,9 @@ def _sample_text(plan: Plan) -> list[str]:
         out.append(f"  rescaled: the sample's batches of {', '.join(map(str, sorted(sizes)))} "
                    f"bag(s) of {name} were merged or split into the configured "
                    f"{plan.configured_bags.get(name, '?')}")
+    if s.ignored:
+        what = {"parquet": "column(s)", "tfrecord": "feature(s)"}.get(s.format, "feature index(es)")
+        out.append(f"  ignored: {what} {', '.join(sorted(s.ignored))} (no configured feature)")
     left = {k: v for k, v in s.leftover_bags.items() if v}
     if left:
         out.append(f"  not used: {', '.join(f'{v} bag(s) of {k}' for k, v in left.items())} at "
