@@ -204,17 +204,21 @@ def test_parquet_bomb_is_refused_from_its_metadata(tmp_path: Path,
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from tpuemb_cfg import limits
+
+    monkeypatch.setattr(limits, "available_memory", lambda meminfo="": 80 << 20)
     path = tmp_path / "bomb.parquet"
     bag = pa.array([[0] * (1 << 20)], pa.list_(pa.int64()))  # one bag of 2^20 ids per feature
     pq.write_table(pa.table({n: bag for n in ("f0", "f1", "f2", "f3")}), str(path))
     assert path.stat().st_size < 4096
-    monkeypatch.setenv("TPUEMB_MAX_INPUT", "4M")
+    _never_read(monkeypatch)
     error = _one_line_exit_2(run_cli("plan", QUICKSTART, "--ids", str(path)))
-    # 4 columns x (2^20 ids + 1 row) x 8 bytes, from the metadata
+    # 4 columns x (2^20 ids + 1 row) x 8 bytes (32 MiB), from the metadata, against a quarter
+    # of 80% of 80 MiB (16 MiB)
     assert error.startswith(f"{path}: row group 0 (rows 0 to 0): error: the configured columns "
-                            f"of this row group take {4 * ((1 << 20) + 1) * 8:,} bytes once "
-                            "decompressed")
-    assert "TPUEMB_MAX_INPUT=64M" in error
+                            "of this row group take 32 MiB once decompressed")
+    assert "more than the memory one read may take here (1/4 of 80% of the memory available) " \
+           "of 16 MiB; nothing was decompressed" in error
 
 
 def test_npz_bomb_is_refused_from_its_headers(tmp_path: Path,
@@ -233,7 +237,7 @@ def test_npz_bomb_is_refused_from_its_headers(tmp_path: Path,
     _never_read(monkeypatch)
     error = _one_line_exit_2(run_cli("plan", QUICKSTART, "--ids", str(path)))
     assert error.startswith(f"{path}: key s0/f2/ids: error: the arrays of the file take ")
-    assert "more than the memory a step may take here (1/4 of 80% of the memory available) " \
+    assert "more than the memory one read may take here (1/4 of 80% of the memory available) " \
            "of 16 MiB" in error
 
 
@@ -292,9 +296,15 @@ def test_compare_topology_is_checked_before_reading(tmp_path: Path,
                             "x 4)") and "power of two" in error
     spec.write_text(_tight(12))
     error = _one_line_exit_2(run_cli("plan", str(spec), "--ids", str(tmp_path / "day.parquet")))
-    # a global batch of 12 over 2 chips x 4 SparseCores
-    assert error.startswith("the spec's topology (v5p-2 chips): feature 'clicks' has a global "
-                            "batch of 12 bags, which does not divide by the 8 SparseCores")
+    # a global batch of 12 over 2 chips x 4 SparseCores, at the line building the feature
+    line = next(i for i, text in enumerate(_tight(12).splitlines(), 1)
+                if '"clicks": FeatureSpec(' in text)
+    assert error.startswith(f"{spec}:{line}:1: error: feature 'clicks' has a global batch of 12 "
+                            "bags, which does not divide by the 8 SparseCores (2 chips x 4)")
+    error = _one_line_exit_2(run_cli("plan", str(spec), "--ids", str(tmp_path / "day.parquet"),
+                                     "--topology", "v5p-8"))
+    assert error.startswith("--topology v5p-8: feature 'clicks' has a global batch of 12 bags, "
+                            "which does not divide by the 32 SparseCores (8 chips x 4)")
 
 
 # --------------------------------------------------------------------------------------------

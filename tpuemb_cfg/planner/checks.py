@@ -176,20 +176,33 @@ def check_sparsecore_variants(variants: list[tuple[str, Any, bool]], options: Pl
         n = topology.num_sparse_cores
         check_units(label, topology.hosts, what="hosts", layouts=1, load=options.load)
         check_units(label, n, what="SparseCores", layouts=1, load=options.load)
+        spec = label.startswith("the spec's")  # no option: the spec's line is to blame
         if not same and n & (n - 1):
-            raise UsageError(
-                f"{label}: the slice has {n} SparseCores ({topology.chips} chips x "
-                f"{topology.sparse_cores_per_chip}); the preprocessing spreads ids by id mod N "
-                "and needs a power of two - use a power-of-two chip count")
+            _refuse(label, f"the slice has {n} SparseCores ({topology.chips} chips x "
+                    f"{topology.sparse_cores_per_chip}); the preprocessing spreads ids by id mod "
+                    "N and needs a power of two - use a power-of-two chip count",
+                    config.setting_origins.get("topology") if spec else None)
         for feature in () if same else sparsecore_schema(config).features:
             if feature.bags % n:
-                raise UsageError(
-                    f"{label}: feature {feature.name!r} has a global batch of {feature.bags} "
-                    f"bags, which does not divide by the {n} SparseCores ({topology.chips} chips "
-                    f"x {topology.sparse_cores_per_chip}): each SparseCore takes an equal slice "
-                    f"of the batch - use a batch that is a multiple of {n}, or another slice")
+                origin = next((f.origin for f in config.features if f.name == feature.name),
+                              None)
+                _refuse(label, f"feature {feature.name!r} has a global batch of {feature.bags} "
+                        f"bags, which does not divide by the {n} SparseCores ({topology.chips} "
+                        f"chips x {topology.sparse_cores_per_chip}): each SparseCore takes an "
+                        f"equal slice of the batch - use a batch that is a multiple of {n}, or "
+                        "another slice", origin if spec else None)
         out.append(stack(config, label))
     return out
+
+
+def _refuse(label: str, message: str, origin: Any) -> None:
+    """An error about a variant: at the spec's line (``origin``, when it has one), else naming
+    the option (``label``)."""
+    from tpuemb_cfg.errors import InputError
+
+    if origin is not None and getattr(origin, "line", None) is not None:
+        raise InputError(message, path=origin.path, line=origin.line)
+    raise UsageError(f"{label}: {message}")
 
 
 def check_legacy_hosts(counts: list[tuple[str, int]], options: PlanOptions, tables: int) -> None:

@@ -27,9 +27,8 @@ Formats (chosen by extension, :data:`FORMATS`):
 **Extra columns** (a Parquet column or TFRecord feature named as no configured feature, a
 ``B.npz`` feature index past the configured ones) are not read and are listed in
 ``SampleStats.ignored``. **Bounds**: a ``B.npz`` step's arrays are held against a share of the
-memory (:data:`SAMPLE_COPIES`) from their ``.npy`` headers when the file is opened; a Parquet
-row group's configured columns against ``TPUEMB_MAX_INPUT`` from the file's metadata before it
-is read.
+memory (:func:`_read_limit`) from their ``.npy`` headers, and so is each Parquet row group's
+configured columns from the file's metadata, when the files are opened.
 
 Parquet and TFRecord hold **rows** (examples): each row gives one bag to every feature.
 Weights are read from ``B.npz`` only (memory, load and limits do not depend on them).
@@ -431,24 +430,36 @@ def _npz_steps(members: NpzMembers, schema: SampleSchema,
 SAMPLE_COPIES = 4
 
 
-def _probe_npz(paths: Sequence[str], schema: SampleSchema) -> tuple[str, int]:
-    """The steps of the ``B.npz``, each step's arrays held against the memory from the
-    ``.npy`` headers (``npzio.check_total``, as ``simulate --batches``) before any is read."""
+#: What :func:`_read_limit` is, for messages.
+READ_LIMIT = (f"the memory one read may take here (1/{SAMPLE_COPIES} of 80% of the memory "
+              "available)")
+
+
+def _read_limit() -> int | None:
+    """The bytes one read (a ``B.npz`` step, a Parquet row group) may take once decompressed:
+    a :data:`SAMPLE_COPIES`-th of the memory a run may use (None: unknown, no limit)."""
     from ..limits import default_memory_limit
 
     limit = default_memory_limit()
+    return None if limit is None else limit // SAMPLE_COPIES
+
+
+def _probe_npz(paths: Sequence[str], schema: SampleSchema) -> tuple[str, int]:
+    """The steps of the ``B.npz``, each step's arrays held against :func:`_read_limit` from the
+    ``.npy`` headers (``npzio.check_total``, as ``simulate --batches``) before any is read."""
+    limit = _read_limit()
     with NpzMembers(paths[0]) as members:
         steps = _npz_steps(members, schema)
         for step, inputs in enumerate(steps):
             keys = [f"s{step}/f{f}/{name}" for f, given in enumerate(inputs)
                     for name, present in (("ids", given.ids), ("row_splits", given.row_splits),
                                           ("weights", given.weights)) if present is not None]
+            if limit is None:
+                break
             check_total(members.name, members.headers, {k: members.headers[k] for k in keys},
-                        None if limit is None else limit // SAMPLE_COPIES,
-                        which=f"the memory a step may take here (1/{SAMPLE_COPIES} of 80% of "
-                              "the memory available)",
-                        advice="split its steps into smaller batches, or plan on a machine "
-                               "with more memory")
+                        limit, which=READ_LIMIT,
+                        advice="split its steps into smaller batches, or plan on a machine with "
+                               "more memory")
         return "steps", len(steps)
 
 
@@ -510,7 +521,32 @@ def _parquet_file(path: str, schema: SampleSchema) -> Any:
 
 
 def _probe_parquet(paths: Sequence[str], schema: SampleSchema) -> tuple[str, int]:
-    return "rows", sum(_parquet_file(p, schema).metadata.num_rows for p in paths)
+    """The rows of the files, each row group's configured columns held against
+    :func:`_read_limit` from the file's metadata (:func:`_row_group_bytes`), nothing read."""
+    from ..units import format_size
+
+    limit = _read_limit()
+    rows = 0
+    for path in paths:
+        metadata = _parquet_file(path, schema).metadata
+        first = 0
+        for group in range(metadata.num_row_groups):
+            size = _row_group_bytes(metadata, group, schema.names)
+            if limit is not None and size > limit:
+                raise SampleError(
+                    f"the configured columns of this row group take {format_size(size)} once "
+                    f"decompressed (from the file's metadata), more than {READ_LIMIT} of "
+                    f"{format_size(limit)}; nothing was decompressed - write the sample with "
+                    "smaller row groups (pyarrow: row_group_size=), or plan on a machine with "
+                    "more memory", path=path, where=_row_group(metadata, group, first))
+            first += metadata.row_group(group).num_rows
+        rows += first
+    return "rows", rows
+
+
+def _row_group(metadata: Any, group: int, first: int) -> str:
+    """Where row group ``group`` of a file (its first row: ``first``) is."""
+    return f"row group {group} (rows {first} to {first + metadata.row_group(group).num_rows - 1})"
 
 
 def _parquet_column(column: Any, feature: SampleFeature, path: str,
@@ -560,22 +596,12 @@ def _read_parquet(path: str, schema: SampleSchema, stats: SampleStats,
                   tick: Tick) -> Iterator[dict[str, FeatureBatch]]:
     import pyarrow as pa
 
-    from ..limits import MAX_INPUT_ENV, max_input_bytes, suggest_size
-
-    handle = _parquet_file(path, schema)
+    handle = _parquet_file(path, schema)  # its row groups' sizes were checked by the probe
     stats.ignored.update(set(handle.schema_arrow.names) - set(schema.names))
     metadata = handle.metadata
-    limit = max_input_bytes()
     row = 0
     for group in range(metadata.num_row_groups):
-        where = f"row group {group} (rows {row} to {row + metadata.row_group(group).num_rows - 1})"
-        size = _row_group_bytes(metadata, group, schema.names)
-        if size > limit:
-            raise SampleError(
-                f"the configured columns of this row group take {size:,} bytes once "
-                f"decompressed (from the file's metadata), more than the input limit of "
-                f"{limit:,}; write the sample with smaller row groups or, if it is right, raise "
-                f"the limit: {MAX_INPUT_ENV}={suggest_size(size)}", path=path, where=where)
+        where = _row_group(metadata, group, row)
         batches = handle.iter_batches(batch_size=ROWS_PER_READ, row_groups=[group],
                                       columns=list(schema.names))
         while True:
