@@ -387,3 +387,23 @@ def test_extra_sample_columns_are_ignored_and_listed(tmp_path: Path, fmt: str) -
     what = {"parquet": "column(s) label", "tfrecord": "feature(s) label",
             "npz": "feature index(es) f4"}[fmt]
     assert f"  ignored: {what} (no configured feature)\n" in text
+
+
+def test_sparsecore_hosts_beyond_memory_are_refused(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from tpuemb_cfg import limits
+
+    monkeypatch.setattr(limits, "available_memory", lambda meminfo="": 8 * GIB)
+    spec = tmp_path / "tight.py"
+    spec.write_text(_tight(64))
+    columns = ZIPF.zipf_columns(ZIPF.schema_of(str(spec)), 128, exponent=1.3, max_bag=3)
+    ZIPF.write(str(tmp_path / "day.parquet"), columns, 64)
+    _never_read(monkeypatch)
+    for args, label in ((("--hosts", "1000000"), "--hosts 1000000: 1,000,000 hosts"),
+                        (("--compare", "hosts=2,100000000"),
+                         "--compare hosts=100000000: 100,000,000 hosts"),
+                        (("--compare", "topology=v5p-4194304"),
+                         "--compare topology=v5p-4194304: 16,777,216 SparseCores")):
+        error = _one_line_exit_2(run_cli("plan", str(spec), "--ids",
+                                         str(tmp_path / "day.parquet"), *args))
+        assert error.startswith(label + " would need about "), error

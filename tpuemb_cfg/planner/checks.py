@@ -174,8 +174,8 @@ def check_sparsecore_variants(variants: list[tuple[str, Any, bool]], options: Pl
         label = variant_label(name, options, config)
         topology = config.topology
         n = topology.num_sparse_cores
-        check_units(label, topology.hosts, what="hosts", layouts=1, load=options.load)
         check_units(label, n, what="SparseCores", layouts=1, load=options.load)
+        check_units(label, topology.hosts, what="hosts", layouts=1, load=options.load)
         spec = label.startswith("the spec's")  # no option: the spec's line is to blame
         if not same and n & (n - 1):
             _refuse(label, f"the slice has {n} SparseCores ({topology.chips} chips x "
