@@ -104,8 +104,8 @@ def test_corrupt_parquet_page_is_named_at_its_row_group(tmp_path: Path) -> None:
     data[middle:middle + 16] = b"\xff" * 16  # inside the snappy data of row group 1, column f2
     path.write_bytes(bytes(data))
     error = _one_line_exit_2(run_cli("plan", QUICKSTART, "--ids", str(path)))
-    assert error.startswith(f"{path}: row group 1 (rows 2048 to 4095): error: cannot read the "
-                            "data (Corrupt snappy compressed data")
+    assert error.startswith(f"{path}: row group 1 (rows 2048 to 4095), column f2: error: cannot "
+                            "read the data (Corrupt snappy compressed data")
 
 
 def test_two_columns_of_one_name_are_refused(tmp_path: Path) -> None:

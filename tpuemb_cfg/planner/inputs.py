@@ -61,6 +61,7 @@ import numpy as np
 
 from ..errors import InputError, UsageError
 from ..npzio import NpzMembers, check_total
+from .parquet import bad_column, row_group_bytes, row_group_place
 from .tfrecord import compression, crc32c, crc32c_many, mask, masked_crc32c, write_tfrecord
 
 if TYPE_CHECKING:
@@ -522,7 +523,7 @@ def _parquet_file(path: str, schema: SampleSchema) -> Any:
 
 def _probe_parquet(paths: Sequence[str], schema: SampleSchema) -> tuple[str, int]:
     """The rows of the files, each row group's configured columns held against
-    :func:`_read_limit` from the file's metadata (:func:`_row_group_bytes`), nothing read."""
+    :func:`_read_limit` from the file's metadata (``parquet.row_group_bytes``), nothing read."""
     from ..units import format_size
 
     limit = _read_limit()
@@ -531,22 +532,17 @@ def _probe_parquet(paths: Sequence[str], schema: SampleSchema) -> tuple[str, int
         metadata = _parquet_file(path, schema).metadata
         first = 0
         for group in range(metadata.num_row_groups):
-            size = _row_group_bytes(metadata, group, schema.names)
+            size = row_group_bytes(metadata, group, schema.names)
             if limit is not None and size > limit:
                 raise SampleError(
                     f"the configured columns of this row group take {format_size(size)} once "
                     f"decompressed (from the file's metadata), more than {READ_LIMIT} of "
                     f"{format_size(limit)}; nothing was decompressed - write the sample with "
                     "smaller row groups (pyarrow: row_group_size=), or plan on a machine with "
-                    "more memory", path=path, where=_row_group(metadata, group, first))
+                    "more memory", path=path, where=row_group_place(metadata, group, first))
             first += metadata.row_group(group).num_rows
         rows += first
     return "rows", rows
-
-
-def _row_group(metadata: Any, group: int, first: int) -> str:
-    """Where row group ``group`` of a file (its first row: ``first``) is."""
-    return f"row group {group} (rows {first} to {first + metadata.row_group(group).num_rows - 1})"
 
 
 def _parquet_column(column: Any, feature: SampleFeature, path: str,
@@ -577,21 +573,6 @@ def _parquet_column(column: Any, feature: SampleFeature, path: str,
     return _check(feature, values, splits, None, path=path, where=where, at=at)
 
 
-def _row_group_bytes(metadata: Any, group: int, names: Sequence[str]) -> int:
-    """The bytes the configured columns of row group ``group`` take once decoded, from the
-    file's metadata (nothing read): 8 per value (int64 ids) and 8 per row (a bag's offset),
-    or the declared uncompressed size of the column chunk where that is larger."""
-    top = [metadata.schema.column(i).path.split(".")[0] for i in range(metadata.num_columns)]
-    info = metadata.row_group(group)
-    total = 0
-    for i, name in enumerate(top):
-        if name in names:
-            chunk = info.column(i)
-            total += max(8 * (int(chunk.num_values) + int(info.num_rows)),
-                         int(chunk.total_uncompressed_size))
-    return total
-
-
 def _read_parquet(path: str, schema: SampleSchema, stats: SampleStats,
                   tick: Tick) -> Iterator[dict[str, FeatureBatch]]:
     import pyarrow as pa
@@ -601,7 +582,7 @@ def _read_parquet(path: str, schema: SampleSchema, stats: SampleStats,
     metadata = handle.metadata
     row = 0
     for group in range(metadata.num_row_groups):
-        where = _row_group(metadata, group, row)
+        where = row_group_place(metadata, group, row)
         batches = handle.iter_batches(batch_size=ROWS_PER_READ, row_groups=[group],
                                       columns=list(schema.names))
         while True:
@@ -610,8 +591,11 @@ def _read_parquet(path: str, schema: SampleSchema, stats: SampleStats,
             except StopIteration:
                 break
             except (OSError, pa.ArrowException) as exc:
+                column = bad_column(handle, group, schema.names, ROWS_PER_READ)
                 raise SampleError(f"cannot read the data ({exc}): a corrupt or truncated "
-                                  "Parquet file; write it again", path=path, where=where) from None
+                                  "Parquet file; write it again", path=path,
+                                  where=where if column is None else f"{where}, column {column}"
+                                  ) from None
             yield {f.name: _parquet_column(record_batch.column(f.name), f, path, row)
                    for f in schema.features}
             row += record_batch.num_rows
