@@ -277,7 +277,7 @@ def open_plan(source: Any, ids: str | Sequence[str], *, options: Any = None,
     not validated here: ``tpuemb validate`` does that) or anything :func:`prepare` takes
     (validated; errors refused); the sample's files are opened against the configuration's
     features (``planner.inputs.open_sample``; ``fmt`` from the extension by default).
-    ``options``: a ``planner.planning.PlanOptions``."""
+    ``options``: a ``planner.planning.PlanOptions``, a dict of its fields, or None."""
     from .planner.inputs import legacy_schema, open_sample, sparsecore_schema
     from .planner.planning import Planner
 

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from tpuemb_cfg.errors import UsageError
 from tpuemb_cfg.model import Diagnostic
+from tpuemb_cfg.planner.checks import check_legacy_hosts, check_sparsecore_variants
 from tpuemb_cfg.planner.inputs import (
     FeatureBatch,
     Sample,
@@ -96,25 +97,27 @@ class Gate:
 _IMBALANCE = re.compile(r"^imbalance\s*>\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)$")
 
 
-def parse_gate(values: Iterable[str]) -> Gate:
+def parse_gate(values: Iterable[str] | str) -> Gate:
     """``--fail-on`` values (each one condition or several separated by commas): ``oom``,
     ``drops``, ``imbalance>X`` with X >= 1 (the max/mean of equal units is 1)."""
     oom = drops = False
     imbalance: float | None = None
-    for value in values:
-        for part in (p.strip().lower() for p in value.split(",")):
+    for value in [values] if isinstance(values, str) else values:
+        for part in (p.strip().lower() for p in str(value).split(",")):
             if part == "oom":
                 oom = True
             elif part == "drops":
                 drops = True
             elif (match := _IMBALANCE.match(part)) is not None:
                 imbalance = float(match.group(1))
-                if imbalance < 1.0:
-                    raise UsageError(f"--fail-on {part!r}: the threshold is a max/mean ratio, at "
-                                     "least 1 (equal units give 1); e.g. imbalance>1.3")
+                if not 1.0 <= imbalance < float("inf"):
+                    raise UsageError(f"--fail-on {value!r}: the threshold of {part!r} is a "
+                                     "max/mean ratio, at least 1 (equal units give 1); e.g. "
+                                     "imbalance>1.3")
             else:
-                raise UsageError(f"--fail-on {part!r}: expected oom, drops or imbalance>X "
-                                 "(e.g. --fail-on oom,drops,imbalance>1.3)")
+                raise UsageError(f"--fail-on {value!r}: expected oom, drops or imbalance>X, "
+                                 "comma-separated (e.g. --fail-on oom,drops,imbalance>1.3); "
+                                 f"{part!r} is none of them")
     return Gate(oom, drops, imbalance)
 
 
@@ -129,14 +132,14 @@ class Compare:
     stacking: bool = False
 
 
-def parse_compare(values: Iterable[str]) -> Compare:
+def parse_compare(values: Iterable[str] | str) -> Compare:
     """``--compare`` values: ``hosts=4,8``, ``topology=v5p-64,v6e-64``, ``stacking``,
     ``strategy`` (legacy: always compared; accepted for clarity)."""
     hosts: list[int] = []
     topologies: list[str] = []
     stacking = False
-    for value in values:
-        key, _, rest = value.strip().partition("=")
+    for value in [values] if isinstance(values, str) else values:
+        key, _, rest = str(value).strip().partition("=")
         key = key.strip().lower()
         items = [v.strip() for v in rest.split(",") if v.strip()]
         if key == "hosts" and items:
@@ -177,6 +180,12 @@ class PlanOptions:
     compare: Compare = Compare()
     gate: Gate = Gate()
     load: LoadOptions = field(default_factory=LoadOptions)
+
+    def __post_init__(self) -> None:
+        from tpuemb_cfg.planner.checks import check_plan_options
+
+        check_plan_options(self, {"compare": (Compare, parse_compare),  # types and ranges
+                                  "gate": (Gate, parse_gate)})
 
 
 @dataclass
@@ -258,7 +267,9 @@ class Planner:
 
     def __init__(self, config: Prepared | SparseCoreConfig, sample: Sample,
                  options: PlanOptions | None = None) -> None:
-        self.options = options or PlanOptions()
+        from tpuemb_cfg.planner.checks import plan_options
+
+        self.options = plan_options(options, PlanOptions)
         self.sample = sample
         self.config = config
         self.kind: Literal["legacy", "sparsecore"] = (
@@ -266,7 +277,10 @@ class Planner:
         self.passes = 1
         if self.kind == "sparsecore":
             self._sc = self._sparsecore_variants()
+            self._stackings = check_sparsecore_variants(self._sc, self.options, _stack)
             self.passes = 1 + sum(1 for *_, same in self._sc if not same)
+        else:
+            self._legacy_counts()
 
     # -- SparseCore variants
 
@@ -285,7 +299,9 @@ class Planner:
             out.append((f"stacking {'off' if toggled else 'on'}",
                         replace(config, disable_table_stacking=toggled), False))
         for text in opts.compare.topologies:
-            out.append((text, replace(config, topology=_topology(text, None)), False))
+            out.append((text, replace(config, topology=_topology(text, None,
+                                                                 f"--compare topology={text}")),
+                        False))
         for hosts in opts.compare.hosts:
             out.append((f"hosts={hosts}",
                         replace(config, topology=replace(config.topology, hosts=hosts)), True))
@@ -315,6 +331,24 @@ class Planner:
             return int(kind.hbm_bytes) if kind is not None else None
         return None
 
+    def _legacy_counts(self) -> list[int]:
+        """The host counts a legacy plan counts (the configured first), each checked against
+        the memory before the sample is read (``planner.checks``)."""
+        from tpuemb_cfg.planner.load import legacy_tables
+
+        prepared: Prepared = self.config  # type: ignore[assignment]
+        opts = self.options
+        hosts = self._legacy_hosts()
+        label = (f"--hosts {opts.hosts}" if opts.hosts is not None
+                 else f"--topology {opts.topology}" if opts.topology is not None
+                 else f"num_hosts {hosts} of the configuration")
+        labelled = [(label, hosts), *((f"--compare hosts={h}", h) for h in opts.compare.hosts)]
+        labelled += [(f"--compare topology={text}",
+                      _topology(text, None, f"--compare topology={text}").hosts)
+                     for text in opts.compare.topologies]
+        check_legacy_hosts(labelled, opts, len(legacy_tables(prepared.plan)))
+        return list(dict.fromkeys(h for _, h in labelled))
+
     def _run_legacy(self) -> Plan:
         from tpuemb_cfg.planner.load import STRATEGIES, host_counter, legacy_tables
         from tpuemb_cfg.planner.memory import legacy_memory, memory_findings
@@ -324,10 +358,7 @@ class Planner:
         opts = self.options
         _same_schema(self.sample.schema, legacy_schema(prepared.plan))
         hosts = self._legacy_hosts()
-        counts = [hosts, *(h for h in opts.compare.hosts if h != hosts)]
-        for text in opts.compare.topologies:
-            counts.append(_topology(text, None).hosts)
-        counts = list(dict.fromkeys(counts))
+        counts = self._legacy_counts()
         tables = legacy_tables(prepared.plan)
         counters = {h: host_counter(tables, hosts=h, options=opts.load) for h in counts}
         for batch in self.sample:
@@ -371,7 +402,7 @@ class Planner:
         primary_stacking: Stacking | None = None
         stats = self.sample.stats
         for k, (name, config, same) in enumerate(self._sc):
-            stacking = _stack(config)
+            stacking = self._stackings[k]
             if same:  # only the hosts differ: the host memory changes, nothing else
                 first = variants[0]
                 memory = sparsecore_memory(config, stacking, hbm_bytes=opts.hbm_bytes,
@@ -429,23 +460,23 @@ class _Stream:
         self.stats = self.sample.stats
 
 
-def _stack(config: SparseCoreConfig) -> Stacking:
+def _stack(config: SparseCoreConfig, label: str | None = None) -> Stacking:
     from tpuemb_cfg.sparsecore.feed import stack
 
     try:
         return stack(config)
     except ValueError as exc:
-        raise UsageError(f"cannot stack the tables on {config.topology.chips} chips: "
-                         f"{' '.join(str(exc).split())}") from None
+        raise UsageError(f"{label + ': ' if label else ''}cannot stack the tables on "
+                         f"{config.topology.chips} chips: {' '.join(str(exc).split())}") from None
 
 
-def _topology(text: str, hosts: int | None) -> Any:
+def _topology(text: str, hosts: int | None, label: str | None = None) -> Any:
     from tpuemb_cfg.sparsecore.topology import parse_topology
 
     try:
         return parse_topology(text, hosts=hosts)
     except ValueError as exc:
-        raise UsageError(f"--topology {text!r}: {exc}") from None
+        raise UsageError(f"{label or f'--topology {text!r}'}: {exc}") from None
 
 
 def _same_schema(given: SampleSchema, expected: SampleSchema) -> None:
@@ -523,6 +554,9 @@ def _sample_text(plan: Plan) -> list[str]:
         out.append(f"  rescaled: the sample's batches of {', '.join(map(str, sorted(sizes)))} "
                    f"bag(s) of {name} were merged or split into the configured "
                    f"{plan.configured_bags.get(name, '?')}")
+    if s.ignored:
+        what = {"parquet": "column(s)", "tfrecord": "feature(s)"}.get(s.format, "feature index(es)")
+        out.append(f"  ignored: {what} {', '.join(sorted(s.ignored))} (no configured feature)")
     left = {k: v for k, v in s.leftover_bags.items() if v}
     if left:
         out.append(f"  not used: {', '.join(f'{v} bag(s) of {k}' for k, v in left.items())} at "
