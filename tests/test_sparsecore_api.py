@@ -202,7 +202,7 @@ def test_group_key_is_value_based_and_keeps_callables_apart() -> None:
     b = TableConfig(10, 8, optimizer=Adagrad(schedule), name="b")
     c = TableConfig(10, 8, optimizer=Adagrad(lambda: 0.1), name="c")
     config = tensorflow_config([FeatureConfig(t, output_shape=[4]) for t in (a, b, c)],
-                               topology="v5p-1")
+                               topology="v5p:1")
     groups = [t.optimizer.group for t in config.tables]
     assert groups[0] == groups[1] != groups[2]
     assert "learning_rate=<callable 0>" in optimizer_key(shared)  # no address in the text
@@ -352,7 +352,7 @@ def test_compile_sparsecore_formats_and_check(tmp_path: Path) -> None:
 
 
 def test_keras_rs_spec_keeps_dropped_limits() -> None:
-    """v5p-2: N = 2 x 4 = 8. keras-rs 'a' and 'b' (100 x 8, SGD from "sgd") stack as a_b,
+    """v5p:2 (2 chips): N = 2 x 4 = 8. keras-rs 'a' and 'b' (100 x 8, SGD from "sgd") stack as a_b,
     128 + 128 rows, b at 128 / 8 = 16 rotated 1 x 4; 'c' stays on the default device. Per
     SparseCore 256 / 8 = 32 rows x 8 x 4 bytes = 1 KiB (SGD: no slots), 4 KiB per chip."""
     spec = load_sparsecore_spec(KERAS_RS_SPEC)
@@ -472,7 +472,7 @@ def test_tensorflow_objects_by_their_attributes() -> None:
     a = _TFTable(64, 8, _TFAdagrad(0.5), name="a")
     b = _TFTable(64, 8)  # unnamed, takes the global optimizer
     config = tensorflow_config({"x": _TFFeature(a, [16, 3]), "y": _TFFeature(b, [16])},
-                               _TFAdagrad(0.5), topology="v5p-2")
+                               _TFAdagrad(0.5), topology="v5p:2")
     assert [(t.name, t.optimizer.algorithm) for t in config.tables] == [
         ("a", "adagrad"), ("table_1", "adagrad")]
     assert config.tables[0].optimizer.group == config.tables[1].optimizer.group
@@ -482,7 +482,8 @@ def test_tensorflow_objects_by_their_attributes() -> None:
 
 def test_inspect_layouts_file(tmp_path: Path) -> None:
     """A layouts file alone: stacks, padding and the table bytes without slots (the optimizer
-    is not in it): item_user 192 rows x 24 x 4 = 18,432 bytes per SparseCore, x 2 per chip."""
+    is not in it): item_user 192 rows x 24 x 4 = 18,432 bytes per SparseCore, x 2 per device
+    (a partition; the file does not name the chip kind, so it has no chips)."""
     _feed()  # the stacking (tpuemb_cfg.sparsecore.feed) and the layouts schema
     out = tmp_path / "layouts.pbtxt"
     assert run_cli("compile", TF_SPEC, "--sparsecore", "-o", str(out)).exit_code == 0
@@ -490,8 +491,9 @@ def test_inspect_layouts_file(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
     stacks = {s["name"]: s for s in summary["stacks"]}
-    assert (stacks["item_user"]["bytes_per_sparse_core"], stacks["item_user"]["bytes_per_chip"],
-            stacks["item_user"]["padding_percent"]) == (18432, 36864, 13.19)
+    assert (stacks["item_user"]["bytes_per_sparse_core"], stacks["item_user"]["bytes_per_device"],
+            stacks["item_user"]["bytes_per_chip"], stacks["item_user"]["padding_percent"]) == (
+        18432, 36864, None, 13.19)
     assert summary["topology"]["sparse_cores"] == 8 and summary["padding_percent"] == 14.23
     assert "SparseCore layouts" in run_cli("inspect", str(out)).stdout
     bad = tmp_path / "bad.pbtxt"
@@ -541,6 +543,6 @@ def test_keras_rs_table_stacking_and_missing_topology(tmp_path: Path) -> None:
         load_sparsecore_spec(odd)
     assert info.value.line == source.count("\n") + 1  # the table_stacking line
     bare = tmp_path / "bare.py"
-    bare.write_text(source.replace('topology = "v5p-2"', "sparse_core_config = None"))
+    bare.write_text(source.replace('topology = "v5p:2"', "sparse_core_config = None"))
     with pytest.raises(InputError, match="needs `topology`"):
         load_sparsecore_spec(bare)

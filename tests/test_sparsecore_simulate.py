@@ -401,6 +401,11 @@ def test_cli_dry_run(spec_file: Path) -> None:
     assert info["stacks"] == [{"name": "a_b", "tables": ["a", "b"], "max_ids_per_partition": 3,
                                "max_unique_ids_per_partition": 3}]
     assert info["compare_dropping"] is True and info["allow_id_dropping"] is True
+    # the slice it used: Topology(1, 2) is one chip of 2 SparseCores, one device, one host
+    assert {k: info["topology"][k] for k in ("chips", "devices", "hosts", "sparse_cores")} == {
+        "chips": 1, "devices": 1, "hosts": 1, "sparse_cores": 2}
+    text = run_simulate(str(spec_file), "--dry-run")[1]
+    assert "1 chip, 1 device, 1 host, 2 SparseCores" in text
     memory = info["memory"]
     one = memory["estimate"]
     assert memory["executors"] == 2

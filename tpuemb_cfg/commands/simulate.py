@@ -1296,8 +1296,7 @@ def _sparsecore(request: _Request, records: _Records, files: _SparseCoreRequest,
     summary["config"] = files.config
     config = setup.config
     header = (f"tpuemb simulate: {summary['steps']} step(s) of {source} on {files.config} "
-              f"(SparseCore, {config.api}; {config.topology.chips} chip(s) x "
-              f"{config.topology.sparse_cores_per_chip} SparseCores, seed "
+              f"(SparseCore, {config.api}; {config.topology.describe()}, seed "
               f"{records.options.seed})")
     if summary_dir is not None:
         from tpuemb_cfg.commands._outputs import write_run

@@ -441,7 +441,7 @@ def keras_rs_config(
             f"table_stacking {table_stacking!r}: keras-rs' TensorFlow backend takes only 'auto' "
             f"(TensorFlow's stacking) or None (no stacking)")
     features, tpu_optimizer, input_shapes = keras_rs.convert(feature_config, optimizer,
-                                                             where.chips)
+                                                             where.num_partitions)
     sources = keras_rs.source_tables(feature_config)
     limits: dict[int, tuple[int | None, int | None, Any]] = {}
     for path, converted in features.items():
@@ -561,7 +561,7 @@ def _spec_topology(namespace: Mapping[str, Any], jax: bool) -> Topology:
                               minimum=1)
         cores = chk.integer("spec", "num_sc_per_device", namespace["num_sc_per_device"],
                             minimum=1)
-        return Topology(chips=devices, sparse_cores_per_chip=cores)
+        return Topology.from_devices(devices, cores)
     if not jax and "num_replicas" in namespace:
         return to_topology(namespace["num_replicas"], "num_replicas")
     what = ("`topology` (e.g. 'v5p-16'), or `global_device_count` and `num_sc_per_device`"
@@ -576,7 +576,7 @@ def _legacy(namespace: Mapping[str, Any], topology: Topology) -> CompiledConfig 
 
     try:
         return build_config(namespace["feature_config"], namespace.get("optimizer"),
-                            num_hosts=topology.hosts, num_replicas=topology.chips,
+                            num_hosts=topology.hosts, num_replicas=topology.num_partitions,
                             validate=False)
     except (ValueError, TypeError):
         return None
@@ -591,8 +591,8 @@ def _jax_config(namespace: Mapping[str, Any], topology: Topology,
 
     arguments = {k: namespace[k] for k in JAX_ARGUMENTS if k in namespace}
     converted: SparseCoreConfig = jte.feature_specs_to_config(
-        namespace["feature_specs"], global_device_count=topology.chips,
-        num_sc_per_device=topology.sparse_cores_per_chip, **arguments)
+        namespace["feature_specs"], global_device_count=topology.devices,
+        num_sc_per_device=topology.sparse_cores_per_device, **arguments)
     config = replace(converted, topology=topology)
     specs = [leaf for _, leaf in flatten_with_paths(namespace["feature_specs"])]
     by_feature = {getattr(s, "name", None): s for s in specs}

@@ -190,7 +190,7 @@ def _sparsecore_semantics(message: TPUEmbeddingConfiguration, config: SparseCore
     """TRAINING, one update per row and step (accumulation ENABLED, every chip a TensorCore,
     one host), no pipelining, lazy updates; every algorithm one SparseCores run."""
     message.mode = Mode.TRAINING  # type: ignore[assignment]
-    message.num_tensor_cores = config.topology.chips
+    message.num_tensor_cores = config.topology.num_partitions
     message.num_hosts = 1
     message.pipeline_execution_with_tensor_core = False
     for fd, feature in zip(message.feature_descriptor, config.features, strict=True):

@@ -78,8 +78,8 @@ def run_text(summary: Mapping[str, Any], header: str) -> str:
 def plan_text(info: Mapping[str, Any]) -> str:
     """A ``--dry-run``: the stacks with their limits, the tables, the run."""
     lines = [f"tpuemb simulate --dry-run: {info['run']} on {info['config']} (SparseCore, "
-             f"{info['api']}; {info['chips']} chip(s) x {info['sparse_cores_per_chip']} "
-             f"SparseCores); id dropping {'on' if info['allow_id_dropping'] else 'off'}"
+             f"{info['api']}; {info['slice']}); id dropping "
+             f"{'on' if info['allow_id_dropping'] else 'off'}"
              f"{'; compared with no dropping' if info['compare_dropping'] else ''}"]
     lines += _table(["stack", "tables", "max ids", "max unique"],
                     [[s["name"], ",".join(s["tables"]), str(s["max_ids_per_partition"]),
