@@ -546,3 +546,30 @@ def test_keras_rs_table_stacking_and_missing_topology(tmp_path: Path) -> None:
     bare.write_text(source.replace('topology = "v5p:2"', "sparse_core_config = None"))
     with pytest.raises(InputError, match="needs `topology`"):
         load_sparsecore_spec(bare)
+
+
+def test_ids_per_bag_from_each_apis_input_shapes(tmp_path: Path) -> None:
+    """The ids one bag holds (SparseCoreFeature.ids_per_bag): TensorFlow's
+    per_replica_input_shapes (a spec-level name, as given to build()), keras-rs' input_shape,
+    jax's FeatureSpec.input_shape. [16, 3] inputs for [16] bags: 3; [16] or a [16, 4] sequence
+    for [16, 4] positions: 1; a ragged last axis or no input shape: unknown."""
+    table = TableConfig(100, 8, optimizer=SGD(), name="t")
+    features = {"dense": FeatureConfig(table, output_shape=[16]),
+                "one": FeatureConfig(table, output_shape=[16]),
+                "seq": FeatureConfig(table, output_shape=[16, 4]),
+                "ragged": FeatureConfig(table, output_shape=[16]),
+                "none": FeatureConfig(table, output_shape=[16])}
+    given = {"dense": [16, 3], "one": [16], "seq": [16, 4], "ragged": [16, None],
+             "none": [16, 5]}
+    config = tensorflow_config(features, topology="v6e:1", per_replica_input_shapes=given)
+    assert {f.name: f.ids_per_bag for f in config.features} == {
+        "dense": 3, "one": 1, "seq": 1, "ragged": None, "none": 5}
+    bare = tensorflow_config(features, topology="v6e:1")
+    assert {f.ids_per_bag for f in bare.features} == {None}
+    with pytest.raises(ValueError, match="per_replica_input_shapes"):
+        tensorflow_config(features, topology="v6e:1", per_replica_input_shapes=[[16, 3]])
+    spec = tmp_path / "keras_rs_spec.py"
+    spec.write_text(Path(KERAS_RS_SPEC).read_text().replace('("fa", a, (64, 1), (64, 8))',
+                                                            '("fa", a, (64, 7), (64, 8))'))
+    keras = load_sparsecore_spec(str(spec)).config
+    assert {f.name: f.ids_per_bag for f in keras.features} == {"fa": 7, "fb": 1}

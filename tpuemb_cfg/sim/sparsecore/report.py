@@ -47,6 +47,9 @@ def run_text(summary: Mapping[str, Any], header: str) -> str:
         [[name, str(d["ids"]), str(d["dropped"]), _percent(d["share"]),
           _per_step(d["dropped_per_step"])] for name, d in drops["tables"].items()])
     total = drops["total"]
+    per_step = summary.get("ids_per_step")
+    if per_step:
+        lines.append(f"ids per step (the slice's batch): {_per_step(per_step)}")
     lines.append(f"total: {total['dropped']} of {total['ids']} ids dropped "
                  f"({_percent(total['share'])}); id dropping "
                  f"{'on' if summary['allow_id_dropping'] else 'off'}")

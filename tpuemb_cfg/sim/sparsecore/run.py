@@ -326,6 +326,9 @@ class SparseCoreRun:
         ids = sum(t["ids"] for t in out["drops"]["tables"].values())
         dropped = sum(t["dropped"] for t in out["drops"]["tables"].values())
         out["drops"]["total"] = {"ids": ids, "dropped": dropped, "share": _share(dropped, ids)}
+        # the slice's ids of each step (every host's, before any drop)
+        out["ids_per_step"] = [sum(t["ids"] for t in r["tables"].values())
+                               for r in self.step_reports]
         if self.losses:
             out["loss"] = self.losses
         if self.twin is not None:

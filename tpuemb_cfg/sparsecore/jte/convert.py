@@ -22,6 +22,7 @@ from tpuemb_cfg.sparsecore.config import (
     SparseCoreFeature,
     SparseCoreOptimizer,
     SparseCoreTable,
+    ids_per_bag,
 )
 from tpuemb_cfg.sparsecore.jte.stacking import check_devices
 from tpuemb_cfg.sparsecore.stacking import FeatureSlot, Stack, StackedTable, Stacking
@@ -162,12 +163,13 @@ def _table(spec: Any, groups: _Groups) -> SparseCoreTable:
 def _feature(spec: Any) -> SparseCoreFeature:
     name = _attr(spec, "name", "feature spec")
     table = _attr(spec, "table_spec", "feature spec")
+    input_shape = _shape(_attr(spec, "input_shape", "feature spec"),
+                         f"input_shape of feature {name!r}")
+    output_shape = _shape(_attr(spec, "output_shape", "feature spec"),
+                          f"output_shape of feature {name!r}")
     return SparseCoreFeature(
-        name=name, table=_attr(table, "name", "table spec"),
-        input_shape=_shape(_attr(spec, "input_shape", "feature spec"),
-                           f"input_shape of feature {name!r}"),
-        output_shape=_shape(_attr(spec, "output_shape", "feature spec"),
-                            f"output_shape of feature {name!r}"))
+        name=name, table=_attr(table, "name", "table spec"), input_shape=input_shape,
+        output_shape=output_shape, ids_per_bag=ids_per_bag(input_shape, output_shape))
 
 
 # The reference's auto_stack_tables arguments, one keyword each.
