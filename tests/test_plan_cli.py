@@ -214,6 +214,16 @@ def test_sparsecore_drops_equal_the_exact_preprocessing(tmp_path: Path) -> None:
     for compare, passes in ((["hosts=2,4"], 2), (["stacking", "hosts=4"], 3)):
         options = PlanOptions(compare=parse_compare(compare))
         assert open_plan(str(spec), str(sample), options=options).passes == passes
+    # a what-if slice as gcloud names it: tpu7x-8 is 4 chips (8 TensorCores), 8 jax devices
+    # of 2 SparseCores, one host; v5p-16 is 8 chips on 2 hosts
+    _, compared = _json(str(spec), "--ids", str(sample), "--compare", "topology=tpu7x-8,v5p-16")
+    assert compared["topology"]["chips"] == 2  # the spec's v5p:2
+    slices = [{k: row["slice"][k] for k in ("chips", "devices", "hosts", "sparse_cores")}
+              for row in compared["what_if"]]
+    assert slices == [{"chips": 2, "devices": 2, "hosts": 1, "sparse_cores": 8},
+                      {"chips": 4, "devices": 8, "hosts": 1, "sparse_cores": 16},
+                      {"chips": 8, "devices": 8, "hosts": 2, "sparse_cores": 32}]
+    assert [row["memory_level"] for row in compared["what_if"]] == ["chip", "device", "chip"]
     sarif = json.loads(run_cli("plan", str(spec), "--ids", str(sample), "--format",
                                "sarif").stdout)
     first = sarif["runs"][0]["results"][0]
