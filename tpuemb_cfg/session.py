@@ -414,6 +414,11 @@ def prepare_sparsecore(source: Any, *, stacking: Stacking | None = None,
         if exc.path is None:
             exc.path = path
         raise
+    # the bags' ids as the spec's input shapes give them (a dense [batch, 26] input: 26 each)
+    plan = prepared.plan
+    counts = [f.ids_per_bag if f.ids_per_bag is not None else p.ids_per_bag
+              for f, p in zip(config.features, plan.features, strict=True)]
+    prepared = replace(prepared, plan=plan.with_bags(counts))
     if stacking is None:
         from .sparsecore.feed import stack
 

@@ -174,21 +174,23 @@ def _check_outputs(config: str, ids: tuple[str, ...], ids_format: str | None,
                    "Repeatable; read in the order given; a folder: its sample files by name.")
 @click.option("--ids-format", type=click.Choice(["npz", "parquet", "tfrecord"]),
               help="The sample's format (default: from the extension).")
-@click.option("--topology", metavar="KIND-CHIPS",
-              help="The slice, e.g. v5p-64 (chip kind and chips; hosts: chips / 4). Legacy "
-                   "configurations take its host count.")
+@click.option("--topology", metavar="KIND-N",
+              help="The slice as Cloud TPU names it, e.g. v5p-64 (v5p and TPU7x count "
+                   "TensorCores: 32 chips on 8 hosts; v6e counts chips), or KIND:CHIPS such as "
+                   "v5p:32. Legacy configurations take its host count.")
 @click.option("--hosts", type=click.IntRange(min=1), help="Hosts (overrides num_hosts or the "
               "topology's).")
 @click.option("--host-memory", metavar="SIZE", help="Memory of each host, e.g. 64G (legacy "
               "tables; SparseCore initialize_tables_on_host). Unknown: no OOM finding.")
-@click.option("--hbm", metavar="SIZE", help="HBM of each chip (default: the chip kind's).")
+@click.option("--hbm", metavar="SIZE", help="HBM of each chip (default: the chip "
+              "kind's; a TPU7x device has half).")
 @click.option("--quantile", type=float, default=1.0, callback=_in_range,
               show_default=True, help="Quantile of the per-step maxima the suggested limits "
               "cover, in (0, 1] (1: the sample's maximum), before the headroom.")
 @click.option("--headroom", type=float, default=1.2, show_default=True, callback=_in_range,
               help="Factor on the quantile for the suggested limits, in [1, 10].")
 @click.option("--compare", multiple=True, metavar="AXIS",
-              help="What-if columns: hosts=N[,M..], topology=KIND-CHIPS[,..], stacking. "
+              help="What-if columns: hosts=N[,M..], topology=KIND-N[,..], stacking. "
                    "Repeatable. Legacy: MOD and DIV_DEFAULT are always compared.")
 @click.option("--fail-on", multiple=True, metavar="COND",
               help="Exit 1 when: oom, drops, imbalance>X (max/mean load). Repeatable or "

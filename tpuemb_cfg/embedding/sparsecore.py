@@ -60,6 +60,7 @@ from tpuemb_cfg.sparsecore.config import (
     SparseCoreFeature,
     SparseCoreOptimizer,
     SparseCoreTable,
+    ids_per_bag,
 )
 from tpuemb_cfg.sparsecore.feed import DEFAULT_MAX_IDS_PER_TABLE
 from tpuemb_cfg.sparsecore.topology import DEFAULT_SPARSE_CORES, Topology, parse_topology
@@ -344,14 +345,39 @@ def tensorflow_config(
     *,
     topology: Any,
     provenance: Provenance | None = None,
+    per_replica_input_shapes: Any = None,
 ) -> SparseCoreConfig:
     """``TPUEmbeddingV2(feature_config, optimizer, sparse_core_config=...)`` on ``topology``
     (``"v6e-64"``, a :class:`Topology`, or a chip count) as a :class:`SparseCoreConfig` (mode and
     api ``"tensorflow"``); ``provenance`` places each record in a spec. Raises
     :class:`EmbeddingConfigError` / :class:`EmbeddingTypeError` where TensorFlow raises
-    ``ValueError`` / ``TypeError``. The objects are not changed."""
+    ``ValueError`` / ``TypeError``. The objects are not changed.
+    ``per_replica_input_shapes``: what the model passes to ``build()`` (nested like
+    ``feature_config``, or a flat list): each feature's input shape, whose last axis is the
+    ids of one bag (``SparseCoreFeature.ids_per_bag``)."""
+    extras = _Extras()
+    if per_replica_input_shapes is not None:
+        extras = _Extras(input_shapes=_given_input_shapes(feature_config,
+                                                          per_replica_input_shapes))
     return _convert_tensorflow(feature_config, optimizer, sparse_core_config,
-                               to_topology(topology), provenance or Provenance(), _Extras())
+                               to_topology(topology), provenance or Provenance(), extras)
+
+
+def _given_input_shapes(feature_config: Any, shapes: Any) -> dict[str, tuple[int, ...]]:
+    """``per_replica_input_shapes`` by feature path (a ragged axis, ``None``, as 0)."""
+    from tpuemb_cfg.embedding.build import _input_shapes
+
+    flat = flatten_with_paths(feature_config)
+    out = {}
+    for (path, _), (_, raw) in zip(flat, _input_shapes(feature_config, shapes, len(flat)),
+                                   strict=True):
+        shape = to_shape(raw, f"per_replica_input_shapes for feature '{path}'", "shape")
+        if shape is None or not shape:
+            raise EmbeddingConfigError(
+                f"per_replica_input_shapes for feature '{path}': received {chk.show(raw)}; "
+                f"expected a shape of known rank such as [batch, ids]")
+        out[path] = tuple(int(d) if d is not None else 0 for d in shape)
+    return out
 
 
 def _check_features(flat: list[tuple[str, Any]]) -> None:
@@ -395,9 +421,11 @@ def _convert_tensorflow(  # noqa: PLR0913  (the conversion's inputs, each a diff
     for path, feature in flat:
         table = records[id(feature.table)]
         out = _output_shape(path, feature)
+        given = extras.input_shapes.get(path)
         features.append(SparseCoreFeature(
-            name=path, table=table.name, input_shape=extras.input_shapes.get(path, out),
-            output_shape=(*out, table.dim), origin=provenance.origin(feature)))
+            name=path, table=table.name, input_shape=given if given is not None else out,
+            output_shape=(*out, table.dim), origin=provenance.origin(feature),
+            ids_per_bag=ids_per_bag(given, (*out, table.dim))))
     return SparseCoreConfig(
         api=extras.api,  # type: ignore[arg-type]  # "tensorflow" or "keras_rs"
         mode="tensorflow",
@@ -441,7 +469,7 @@ def keras_rs_config(
             f"table_stacking {table_stacking!r}: keras-rs' TensorFlow backend takes only 'auto' "
             f"(TensorFlow's stacking) or None (no stacking)")
     features, tpu_optimizer, input_shapes = keras_rs.convert(feature_config, optimizer,
-                                                             where.chips)
+                                                             where.num_partitions)
     sources = keras_rs.source_tables(feature_config)
     limits: dict[int, tuple[int | None, int | None, Any]] = {}
     for path, converted in features.items():
@@ -492,6 +520,7 @@ JAX_ARGUMENTS = ("activation_mem_bytes_limit", "use_short_stack_names",
 #: The top-level names a SparseCore spec may define (their lines are kept in
 #: ``SparseCoreConfig.setting_origins``).
 SETTINGS = ("feature_config", "optimizer", "sparse_core_config", "topology", "num_replicas",
+            "per_replica_input_shapes",
             "table_stacking", "feature_specs", "global_device_count", "num_sc_per_device",
             *JAX_ARGUMENTS)
 
@@ -561,7 +590,7 @@ def _spec_topology(namespace: Mapping[str, Any], jax: bool) -> Topology:
                               minimum=1)
         cores = chk.integer("spec", "num_sc_per_device", namespace["num_sc_per_device"],
                             minimum=1)
-        return Topology(chips=devices, sparse_cores_per_chip=cores)
+        return Topology.from_devices(devices, cores)
     if not jax and "num_replicas" in namespace:
         return to_topology(namespace["num_replicas"], "num_replicas")
     what = ("`topology` (e.g. 'v5p-16'), or `global_device_count` and `num_sc_per_device`"
@@ -576,7 +605,7 @@ def _legacy(namespace: Mapping[str, Any], topology: Topology) -> CompiledConfig 
 
     try:
         return build_config(namespace["feature_config"], namespace.get("optimizer"),
-                            num_hosts=topology.hosts, num_replicas=topology.chips,
+                            num_hosts=topology.hosts, num_replicas=topology.num_partitions,
                             validate=False)
     except (ValueError, TypeError):
         return None
@@ -591,8 +620,8 @@ def _jax_config(namespace: Mapping[str, Any], topology: Topology,
 
     arguments = {k: namespace[k] for k in JAX_ARGUMENTS if k in namespace}
     converted: SparseCoreConfig = jte.feature_specs_to_config(
-        namespace["feature_specs"], global_device_count=topology.chips,
-        num_sc_per_device=topology.sparse_cores_per_chip, **arguments)
+        namespace["feature_specs"], global_device_count=topology.devices,
+        num_sc_per_device=topology.sparse_cores_per_device, **arguments)
     config = replace(converted, topology=topology)
     specs = [leaf for _, leaf in flatten_with_paths(namespace["feature_specs"])]
     by_feature = {getattr(s, "name", None): s for s in specs}
@@ -632,7 +661,9 @@ def _convert(namespace: Mapping[str, Any], provenance: Provenance
     else:
         config = tensorflow_config(feature_config, optimizer,
                                    namespace.get("sparse_core_config"), topology=topology,
-                                   provenance=provenance)
+                                   provenance=provenance,
+                                   per_replica_input_shapes=namespace.get(
+                                       "per_replica_input_shapes"))
     return config, _legacy(namespace, topology)
 
 

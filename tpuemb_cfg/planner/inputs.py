@@ -132,7 +132,7 @@ def sparsecore_schema(config: SparseCoreConfig) -> SampleSchema:
     per_replica = config.api != "jax"
     return SampleSchema(tuple(
         SampleFeature(f.name, f.table, vocab[f.table],
-                      f.samples * (config.topology.chips if per_replica else 1))
+                      f.samples * (config.topology.num_partitions if per_replica else 1))
         for f in config.features))
 
 

@@ -16,7 +16,7 @@ over the sample (:mod:`planner.inputs`); the sample is read
   and limits of the configuration as given.
 
 **What-if variants** (:func:`parse_compare`): ``hosts=N[,M...]`` (legacy: each host count under
-both strategies; SparseCore: the hosts' memory), ``topology=KIND-CHIPS[,...]`` (SparseCore:
+both strategies; SparseCore: the hosts' memory), ``topology=KIND-N[,...]`` (SparseCore:
 restacked on that slice; legacy: its host count), ``stacking`` (SparseCore: stacking turned
 off, or on when the spec turns it off). Under a legacy configuration both sharding strategies
 are always compared.
@@ -156,7 +156,7 @@ def parse_compare(values: Iterable[str] | str) -> Compare:
             continue
         else:
             raise UsageError(f"--compare {value!r}: expected hosts=N[,M...], "
-                             "topology=KIND-CHIPS[,...], stacking or strategy")
+                             "topology=KIND-N[,...], stacking or strategy")
     return Compare(tuple(dict.fromkeys(hosts)), tuple(dict.fromkeys(topologies)), stacking)
 
 
@@ -164,12 +164,12 @@ def parse_compare(values: Iterable[str] | str) -> Compare:
 
 @dataclass(frozen=True)
 class PlanOptions:
-    """``topology`` (``"v5p-64"``: chip kind and count; a legacy configuration takes its host
-    count), ``hosts`` (overrides the configuration's or the topology's host count),
-    ``host_memory_bytes`` (each host's memory; None: unknown, no finding), ``hbm_bytes`` (each
-    chip's HBM; None: the chip kind's), ``quantile``/``headroom`` of the suggested limits,
-    ``compare`` (:func:`parse_compare`), ``gate`` (:func:`parse_gate`), ``load`` (how exact the
-    load summaries are)."""
+    """``topology`` (``"v5p-64"``: a Cloud TPU accelerator type, ``"v5p:32"``: chips; a legacy
+    configuration takes its host count), ``hosts`` (overrides the configuration's or the
+    topology's host count), ``host_memory_bytes`` (each host's memory; None: unknown, no
+    finding), ``hbm_bytes`` (each chip's HBM; None: the chip kind's), ``quantile``/``headroom``
+    of the suggested limits, ``compare`` (:func:`parse_compare`), ``gate`` (:func:`parse_gate`),
+    ``load`` (how exact the load summaries are)."""
 
     topology: str | None = None
     hosts: int | None = None
@@ -197,6 +197,8 @@ class Variant:
     memory: MemoryReport
     load: LoadReport
     limits: LimitsReport | None = None
+    #: the slice of a SparseCore variant (a ``sparsecore.topology.Topology``)
+    topology: Any = None
 
     def row(self) -> dict[str, Any]:
         """The numbers the what-if table shows."""
@@ -214,6 +216,8 @@ class Variant:
             "total_variation": self.load.imbalance.total_variation,
             "hottest_p99_ids": hottest.ids.p99 if hottest else 0,
         }
+        if self.topology is not None:
+            out["slice"] = self.topology.as_json()
         if self.limits is not None:
             out["dropped_at_current_limits"] = sum(s.current.dropped for s in self.limits.stacks)
             out["stacks"] = len(self.limits.stacks)
@@ -240,9 +244,15 @@ class Plan:
     #: the bags of one configured batch per feature
     configured_bags: dict[str, int] = field(default_factory=dict)
 
+    @property
+    def topology(self) -> Any:
+        """The slice the plan used (SparseCore), else None."""
+        return self.variants[0].topology if self.variants else None
+
     def to_json(self) -> dict[str, Any]:
         return {
             "kind": self.kind, "sample": self.sample.as_dict(),
+            "topology": self.topology.as_json() if self.topology is not None else None,
             "memory": self.memory.to_json(),
             "memory_at_suggested_limits": (self.memory_at_suggested.to_json()
                                            if self.memory_at_suggested else None),
@@ -407,7 +417,8 @@ class Planner:
                 first = variants[0]
                 memory = sparsecore_memory(config, stacking, hbm_bytes=opts.hbm_bytes,
                                            host_memory_bytes=opts.host_memory_bytes)
-                variants.append(Variant(name, memory, first.load, first.limits))
+                variants.append(Variant(name, memory, first.load, first.limits,
+                                        config.topology))
                 continue
             counter = sparsecore_counter(stacking, options=opts.load)
             stream = _Stream(self.sample, sparsecore_schema(config), counter)
@@ -416,7 +427,8 @@ class Planner:
                 max_ids_per_chip_per_sample=config.max_ids_per_chip_per_sample))
             memory = sparsecore_memory(config, stacking, hbm_bytes=opts.hbm_bytes,
                                        host_memory_bytes=opts.host_memory_bytes)
-            variants.append(Variant(name, memory, counter.reports()["stacked"], report))
+            variants.append(Variant(name, memory, counter.reports()["stacked"], report,
+                                    config.topology))
             if k == 0:
                 primary_limits, primary_stacking = report, stacking
                 stats = stream.stats
@@ -467,7 +479,7 @@ def _stack(config: SparseCoreConfig, label: str | None = None) -> Stacking:
         return stack(config)
     except ValueError as exc:
         raise UsageError(f"{label + ': ' if label else ''}cannot stack the tables on "
-                         f"{config.topology.chips} chips: {' '.join(str(exc).split())}") from None
+                         f"{config.topology.describe()}: {' '.join(str(exc).split())}") from None
 
 
 def _topology(text: str, hosts: int | None, label: str | None = None) -> Any:
@@ -631,6 +643,10 @@ def _what_if_text(variants: Sequence[Variant]) -> list[str]:
     def line(label: str, get: Callable[[dict[str, Any]], str]) -> None:
         rows.append([label, *(get(d) for d in data)])
 
+    if "slice" in data[0]:
+        for key, label in (("chips", "chips"), ("devices", "devices"), ("hosts", "hosts"),
+                           ("sparse_cores", "SparseCores")):
+            rows.append([label, *(str(d["slice"][key]) for d in data)])
     line("fullest unit", lambda d: format_size(d["memory_fullest_bytes"]))
     line("fits", lambda d: "yes" if d["fits"] else "NO")
     line("load units", lambda d: str(d["units"]))
@@ -645,7 +661,10 @@ def _what_if_text(variants: Sequence[Variant]) -> list[str]:
 
 def format_text(plan: Plan) -> str:
     """The plan for a terminal: sample, memory, load, limits, what-if, findings, gate."""
-    out = _sample_text(plan) + [""] + _memory_text("memory", plan.memory)
+    out = _sample_text(plan)
+    if plan.topology is not None:
+        out.append(f"slice: {plan.topology.describe()}")
+    out += [""] + _memory_text("memory", plan.memory)
     for sub in plan.memory.breakdown:
         out += _memory_text(f"memory per {sub.level}", sub)
     if plan.memory_at_suggested is not None:

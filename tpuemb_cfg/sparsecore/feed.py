@@ -110,9 +110,9 @@ def tensorflow_stacker(config: SparseCoreConfig) -> SparseCoreLayoutStacker:
     (``TPUEmbeddingV2`` never calls a ``Set*`` method), and every
     :func:`tensorflow_stacker_calls` call made."""
     stacker = SparseCoreLayoutStacker(
-        num_partitions=config.topology.chips,
+        num_partitions=config.topology.num_partitions,
         disable_table_stacking=config.disable_table_stacking,
-        sparse_cores_per_partition=config.topology.sparse_cores_per_chip)
+        sparse_cores_per_partition=config.topology.sparse_cores_per_device)
     for call in tensorflow_stacker_calls(config):
         stacker.AddTable(call.table_name, call.table_height, call.table_width, call.group,
                          call.output_samples, call.num_features)
@@ -198,8 +198,8 @@ def _tensorflow_stacking(config: SparseCoreConfig) -> Stacking:
             name=feature.name, table=feature.table, stack=stack_name, row_offset=offsets[i],
             col_offset=table.row_offset_in_shard * cores, col_shift=table.shard_rotation,
             samples=feature.samples))
-    return Stacking(mode="tensorflow", num_partitions=config.topology.chips,
-                    sparse_cores_per_partition=config.topology.sparse_cores_per_chip,
+    return Stacking(mode="tensorflow", num_partitions=config.topology.num_partitions,
+                    sparse_cores_per_partition=config.topology.sparse_cores_per_device,
                     stacks=stacks, features=tuple(features))
 
 

@@ -22,10 +22,16 @@ from tpuemb_cfg.sparsecore.config import (
     SparseCoreFeature,
     SparseCoreOptimizer,
     SparseCoreTable,
+    ids_per_bag,
 )
 from tpuemb_cfg.sparsecore.jte.stacking import check_devices
 from tpuemb_cfg.sparsecore.stacking import FeatureSlot, Stack, StackedTable, Stacking
-from tpuemb_cfg.sparsecore.topology import ChipKind, Topology, chip_kind
+from tpuemb_cfg.sparsecore.topology import (
+    ChipKind,
+    Topology,
+    chip_kind,
+    sparse_cores_per_device_text,
+)
 
 __all__ = ["describe_optimizer", "feature_specs_to_config", "leaves", "sparse_cores_per_device",
            "stacking_of"]
@@ -63,11 +69,11 @@ def sparse_cores_per_device(value: int | str | None) -> tuple[int, ChipKind | No
         raise ValueError(
             "num_sc_per_device=None means 'ask the TPU', and there is no TPU here "
             "(jax-tpu-embedding raises 'Unknown sparsecore count for device kind: cpu' on a "
-            "CPU): pass num_sc_per_device=4 (TPU v5p) or 2 (TPU v6e, TPU7x), or a chip kind "
-            "such as 'v6e'")
+            f"CPU): pass num_sc_per_device ({sparse_cores_per_device_text()}), or a chip "
+            "kind such as 'v6e'")
     if isinstance(value, str):
         kind = _chip(value)
-        return kind.sparse_cores_per_chip, kind
+        return kind.sparse_cores_per_device, kind
     check_devices(1, value)
     return value, None
 
@@ -157,12 +163,13 @@ def _table(spec: Any, groups: _Groups) -> SparseCoreTable:
 def _feature(spec: Any) -> SparseCoreFeature:
     name = _attr(spec, "name", "feature spec")
     table = _attr(spec, "table_spec", "feature spec")
+    input_shape = _shape(_attr(spec, "input_shape", "feature spec"),
+                         f"input_shape of feature {name!r}")
+    output_shape = _shape(_attr(spec, "output_shape", "feature spec"),
+                          f"output_shape of feature {name!r}")
     return SparseCoreFeature(
-        name=name, table=_attr(table, "name", "table spec"),
-        input_shape=_shape(_attr(spec, "input_shape", "feature spec"),
-                           f"input_shape of feature {name!r}"),
-        output_shape=_shape(_attr(spec, "output_shape", "feature spec"),
-                            f"output_shape of feature {name!r}"))
+        name=name, table=_attr(table, "name", "table spec"), input_shape=input_shape,
+        output_shape=output_shape, ids_per_bag=ids_per_bag(input_shape, output_shape))
 
 
 # The reference's auto_stack_tables arguments, one keyword each.
@@ -193,7 +200,7 @@ def feature_specs_to_config(  # noqa: PLR0913
     order = list(dict.fromkeys(f.table for f in features))
     return SparseCoreConfig(
         api="jax", mode="jax", tables=tuple(tables[t] for t in order), features=tuple(features),
-        topology=Topology(chips=global_device_count, sparse_cores_per_chip=nsc, kind=kind),
+        topology=Topology.from_devices(global_device_count, nsc, kind),
         disable_table_stacking=not auto_stack,
         activation_mem_bytes_limit=activation_mem_bytes_limit,
         use_short_stack_names=use_short_stack_names,

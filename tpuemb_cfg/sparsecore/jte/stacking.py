@@ -179,7 +179,7 @@ def _build_stack(config: SparseCoreConfig, tables: dict[str, SparseCoreTable],
         stacked.append(StackedTable(
             name=tname, vocabulary_size=t.vocabulary_size, dim=t.dim,
             padded_vocabulary_size=padded, padded_dim=round_up(t.dim, 8), row_offset_in_shard=row,
-            shard_rotation=(k * topo.sparse_cores_per_chip) % n,
+            shard_rotation=(k * topo.sparse_cores_per_device) % n,
             output_samples=sum(f.samples for f in mine), num_features=len(mine)))
         row += padded // n
     first = tables[members[0]]
@@ -200,7 +200,7 @@ def stack_config(config: SparseCoreConfig) -> Stacking:
     ``auto_stack_tables`` then ``prepare_feature_specs_for_training``, or the latter alone when
     ``config.disable_table_stacking``. ValueError for device counts the reference refuses."""
     topo = config.topology
-    check_devices(topo.chips, topo.sparse_cores_per_chip)
+    check_devices(topo.devices, topo.sparse_cores_per_device)
     n = topo.num_sparse_cores
     tables = _tables_in_use(config)
     prepare = config.disable_table_stacking
@@ -230,8 +230,8 @@ def stack_config(config: SparseCoreConfig) -> Stacking:
         slots.append(_slot(f, stack, offset, n))
         if stack_of[f.table] not in first_use:
             first_use.append(stack_of[f.table])
-    return Stacking(mode="jax", num_partitions=topo.chips,
-                    sparse_cores_per_partition=topo.sparse_cores_per_chip,
+    return Stacking(mode="jax", num_partitions=topo.devices,
+                    sparse_cores_per_partition=topo.sparse_cores_per_device,
                     stacks=tuple(stacks[k] for k in first_use), features=tuple(slots))
 
 
