@@ -304,11 +304,11 @@ def place_plan_findings(planner: Any, findings: Sequence[Diagnostic],
     if path is None:
         return list(findings)
     if planner.kind == "sparsecore":
+        from .embedding.spec import read_spec_text
         from .spec_check import sparsecore_position
 
         try:
-            with open(path, encoding="utf-8", errors="replace") as handle:
-                text = handle.read()
+            text = read_spec_text(path)
         except OSError:
             return [replace(d, path=path) for d in findings]
         out = []

@@ -70,7 +70,7 @@ def compile_spec(path: str | os.PathLike[str]) -> CompiledSpec:
     """Compile the spec ``path`` without validating the result; raises :class:`InputError` (with
     the spec's line where known) when the spec cannot be read, run or compiled."""
     from tpuemb_cfg.embedding import keras_rs, origins
-    from tpuemb_cfg.embedding.spec import load_spec
+    from tpuemb_cfg.embedding.spec import load_spec, read_spec_text
 
     name = os.fspath(path)
 
@@ -82,8 +82,7 @@ def compile_spec(path: str | os.PathLike[str]) -> CompiledSpec:
     arguments = {**spec.build_arguments, "validate": False}
     with origins.deriving(sites):  # keras-rs objects' conversions take their places
         compiled = replace(spec, build_arguments=arguments).compile()
-    with open(name, encoding="utf-8", errors="replace") as handle:
-        text = handle.read()
+    text = read_spec_text(name)
     if name.endswith(".toml"):
         locations = _toml_locations(name, text, compiled)
     else:
@@ -321,11 +320,12 @@ def validate_sparsecore(
 
 
 def _spec_text(name: str | None) -> str | None:
+    from tpuemb_cfg.embedding.spec import read_spec_text
+
     if name is None:
         return None
     try:
-        with open(name, encoding="utf-8", errors="replace") as handle:
-            return handle.read()
+        return read_spec_text(name)
     except OSError:
         return None
 

@@ -38,6 +38,7 @@ import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from tpuemb_cfg.sparsecore.checks import call_limit
 from tpuemb_cfg.sparsecore.config import SparseCoreConfig, SparseCoreFeature, SparseCoreTable
 from tpuemb_cfg.sparsecore.jte.specs import DEFAULT_ACTIVATION_MEM_BYTES_LIMIT, DEFAULT_LIMIT
 from tpuemb_cfg.sparsecore.stacking import FeatureSlot, Stack, StackedTable, Stacking
@@ -141,11 +142,14 @@ def _limits(config: SparseCoreConfig, table: SparseCoreTable | None, name: str,
             samples: int) -> tuple[int, int]:
     """(max ids, max unique ids) of a stack: the callables are called for every stack, as the
     reference does, but only a stack of several tables (``table`` None) takes their values."""
-    def call(fn: Callable[[str, int], int] | None) -> int:
-        return DEFAULT_LIMIT if fn is None else int(fn(name, samples))
+    def call(setting: str) -> int:
+        fn: Callable[[str, int], int] | None = getattr(config, setting)
+        if fn is None:
+            return DEFAULT_LIMIT
+        return call_limit(setting, fn, name, samples, config.setting_origins.get(setting))
 
-    ids = call(config.stack_to_max_ids_per_partition)
-    unique = call(config.stack_to_max_unique_ids_per_partition)
+    ids = call("stack_to_max_ids_per_partition")
+    unique = call("stack_to_max_unique_ids_per_partition")
     if table is None:
         return ids, unique
     return (_own(table.max_ids_per_partition), _own(table.max_unique_ids_per_partition))
