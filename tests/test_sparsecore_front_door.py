@@ -349,3 +349,39 @@ def test_check_config_returns_plain_values() -> None:
     assert checked == jte.feature_specs_to_config([feature], global_device_count=2,
                                                   num_sc_per_device=4)
     assert INT32_MAX == 2**31 - 1 and INT64_MAX == 2**63 - 1
+
+
+# -- 8. a layouts file that cannot be one ---------------------------------------------------------
+
+
+def _layouts(tmp_path: Path) -> str:
+    """``compile --sparsecore`` of the API tests' TensorFlow spec (4 v6e chips: 8 SparseCores)."""
+    out = tmp_path / "layouts.pbtxt"
+    spec = Path(__file__).parent / "data" / "sparsecore" / "api_tf_spec.py"
+    result = invoke("compile", "--sparsecore", str(spec), "-o", str(out))
+    assert result.exit_code == 0, result.output
+    return out.read_text()
+
+
+def test_inspect_of_layouts_without_a_shape_is_one_line(tmp_path: Path) -> None:
+    text = _layouts(tmp_path)
+    first = text.index("}")  # the first table's block
+    head = "\n".join(x for x in text[:first].splitlines() if "unsharded_shape" not in x)
+    path = write_file(tmp_path, head + "\n" + text[first:], "broken.pbtxt")
+    result = invoke("inspect", str(path))
+    assert result.exit_code == 2, result.output
+    assert result.output.strip() == (
+        f"{path}: error: SparseCore layouts: table 'ctx' (tables[0]): `unsharded_shape` must be "
+        "[rows, columns], both at least 1; found []")
+
+
+def test_inspect_of_layouts_with_a_negative_sparse_core_count_is_refused(tmp_path: Path) -> None:
+    text = _layouts(tmp_path)
+    assert "num_sparse_cores: 8" in text and "-16 SparseCores" not in text
+    path = write_file(tmp_path, text.replace("num_sparse_cores: 8", "num_sparse_cores: -16"),
+                      "negative.pbtxt")
+    result = invoke("inspect", str(path))
+    assert result.exit_code == 2, result.output
+    assert "SparseCores = -16" not in result.output
+    assert "-16 SparseCores on 4 chips" in result.output
+    assert len(result.output.strip().splitlines()) == 1

@@ -52,7 +52,7 @@ from tpuemb_cfg.sparsecore.topology import Topology
 
 __all__ = ["COMBINERS", "INT32_MAX", "INT64_MAX", "NAME_LIMIT", "LimitCallableError",
            "SpecTypeError", "SpecValueError", "call_limit", "check_combiner", "check_config",
-           "check_limit", "check_name", "count", "flag", "size"]
+           "check_layouts", "check_limit", "check_name", "count", "flag", "size"]
 
 #: ``int32_t``'s and ``int64_t``'s largest values.
 INT32_MAX = 2**31 - 1
@@ -337,3 +337,44 @@ def check_config(config: SparseCoreConfig) -> SparseCoreConfig:
             config.stack_to_max_unique_ids_per_partition,
             at("stack_to_max_unique_ids_per_partition")),
         **flags)
+
+
+# -- a layouts file -------------------------------------------------------------------------------
+
+
+def check_layouts(layouts: Any) -> None:
+    """A ``SparseCoreTableLayouts`` message as ``tpuemb inspect`` reads one (``compile
+    --sparsecore``'s output, or TensorFlow's): every table with both shapes of two positive
+    dimensions (the padded no smaller), its name, and one slice (SparseCores and chips, at least
+    one each, the SparseCores a multiple of the chips) for all. SpecValueError naming the table
+    and the field otherwise."""
+    slice_of: tuple[int, int] | None = None
+    for i, layout in enumerate(layouts.tables):
+        check_name(f"tables[{i}]", "table_name", layout.table_name)
+        owner = f"table {layout.table_name!r} (tables[{i}])"
+        check_name(owner, "stacked_table_name", layout.stacked_table_name)
+        for field in ("unsharded_shape", "unsharded_padded_shape"):
+            shape = list(getattr(layout, field))
+            if len(shape) != 2 or min(shape) < 1:
+                raise SpecValueError(f"{owner}: `{field}` must be [rows, columns], both at least "
+                                     f"1; found {shape}")
+        if any(p < s for p, s in zip(layout.unsharded_padded_shape, layout.unsharded_shape,
+                                     strict=True)):
+            raise SpecValueError(f"{owner}: `unsharded_padded_shape` "
+                                 f"{list(layout.unsharded_padded_shape)} is smaller than "
+                                 f"`unsharded_shape` {list(layout.unsharded_shape)}")
+        for field in ("total_rows_per_sparse_core_shard", "sparse_core_shard_row_offset",
+                      "sparse_core_shard_rotation", "per_sparse_core_batch_size",
+                      "num_features"):
+            if getattr(layout, field) < 0:
+                raise SpecValueError(f"{owner}: `{field}` must be at least 0; found "
+                                     f"{getattr(layout, field)}")
+        cores, chips = layout.num_sparse_cores, layout.num_partitions
+        if cores < 1 or chips < 1 or cores % chips:
+            raise SpecValueError(f"{owner}: {cores} SparseCores on {chips} chips (num_sparse_cores"
+                                 ", num_partitions): both must be at least 1, the SparseCores a "
+                                 "multiple of the chips")
+        if slice_of is not None and (cores, chips) != slice_of:
+            raise SpecValueError(f"{owner}: {cores} SparseCores on {chips} chips, where the "
+                                 f"tables before it have {slice_of[0]} on {slice_of[1]}")
+        slice_of = (cores, chips)
