@@ -217,6 +217,8 @@ def _topology(topology: Any, origin: Origin | None) -> Topology:
 def _optimizer(owner: str, optimizer: SparseCoreOptimizer, jax: bool) -> SparseCoreOptimizer:
     where = optimizer.origin if optimizer.origin.line is not None else None
     label = f"{owner} optimizer"
+    if optimizer.source is None and optimizer.learning_rate is None:
+        return optimizer  # a record built by hand without its API object: no rate to check
     rate = _rate(label, "learning_rate", optimizer.learning_rate, where)
     if jax:  # jax-tpu-embedding's specs: every hyper-parameter a number, a bool or a callable
         for key, value in optimizer.hyper.items():
@@ -271,7 +273,7 @@ def _feature(feature: SparseCoreFeature, tables: set[str]) -> SparseCoreFeature:
     count(owner, "samples (the product of output_shape[:-1])", checked.samples, origin=origin)
     if feature.table not in tables:
         raise SpecValueError(f"{owner} uses table {feature.table!r}, which the configuration "
-                             "does not define", origin)
+                             f"does not define; known tables: {_show(sorted(tables))}", origin)
     return checked
 
 
@@ -292,6 +294,8 @@ def check_config(config: SparseCoreConfig) -> SparseCoreConfig:
     """``config`` with every value checked (module docstring) and written as its plain type
     (ints as ``int``, flags as ``bool``, shapes as tuples). Raises :class:`SpecTypeError` /
     :class:`SpecValueError` naming the object and the argument."""
+    if not isinstance(config, SparseCoreConfig):
+        raise SpecTypeError(f"expected a SparseCoreConfig; received {type(config).__name__}")
     settings = config.setting_origins
 
     def at(*names: str) -> Origin | None:

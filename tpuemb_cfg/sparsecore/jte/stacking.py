@@ -38,7 +38,7 @@ import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from tpuemb_cfg.sparsecore.checks import call_limit
+from tpuemb_cfg.sparsecore.checks import call_limit, check_config
 from tpuemb_cfg.sparsecore.config import SparseCoreConfig, SparseCoreFeature, SparseCoreTable
 from tpuemb_cfg.sparsecore.jte.specs import DEFAULT_ACTIVATION_MEM_BYTES_LIMIT, DEFAULT_LIMIT
 from tpuemb_cfg.sparsecore.stacking import FeatureSlot, Stack, StackedTable, Stacking
@@ -202,7 +202,9 @@ def _build_stack(config: SparseCoreConfig, tables: dict[str, SparseCoreTable],
 def stack_config(config: SparseCoreConfig) -> Stacking:
     """The stacks jax-tpu-embedding 0.2.0 makes of ``config`` (see the module docstring):
     ``auto_stack_tables`` then ``prepare_feature_specs_for_training``, or the latter alone when
-    ``config.disable_table_stacking``. ValueError for device counts the reference refuses."""
+    ``config.disable_table_stacking``. ValueError for device counts the reference refuses;
+    ``config`` is checked first (``checks.check_config``)."""
+    config = check_config(config)
     topo = config.topology
     check_devices(topo.chips, topo.sparse_cores_per_chip)
     n = topo.num_sparse_cores
