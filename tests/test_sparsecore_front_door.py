@@ -328,6 +328,23 @@ def test_a_feature_spec_listed_twice_is_refused_naming_it(tmp_path: Path) -> Non
     _refused_everywhere(tmp_path, text, "lists the FeatureSpec 'fb' more than once")
 
 
+def test_two_feature_specs_of_one_name_are_refused(tmp_path: Path) -> None:
+    # simulate used to stop at step 0 with "the preprocessing returned a drop mask of shape ..."
+    text = JAX.replace('FeatureSpec(name="fb"', 'FeatureSpec(name="fa"', 1)
+    text = text.replace("feature_specs = [", "feature_specs = [  #@", 1)
+    _refused_everywhere(tmp_path, text, "two FeatureSpecs named 'fa'")
+    # The library keeps jax-tpu-embedding's behaviour: its stacking lets names repeat.
+    specs = _library_specs()
+    specs[1].name = "fa"
+    config = jte.feature_specs_to_config(specs, global_device_count=2, num_sc_per_device=4)
+    assert [f.name for f in jte.stack_config(config).features] == ["fa", "fa"]
+
+
+def test_auto_stack_must_be_a_flag(tmp_path: Path) -> None:
+    _refused_everywhere(tmp_path, JAX + 'auto_stack = "no"  #@\n',
+                        "`auto_stack` must be True or False; received 'no'")
+
+
 # -- the record itself ----------------------------------------------------------------------------
 
 

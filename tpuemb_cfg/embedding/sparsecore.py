@@ -630,15 +630,24 @@ def _jax_config(namespace: Mapping[str, Any], topology: Topology,
 
 
 def _refuse_repeated(specs: list[Any]) -> None:
-    """A FeatureSpec listed twice would be stacked, fed and preprocessed twice under one name:
-    refused, naming it (distinct features of the same name are the reference's to allow)."""
+    """A FeatureSpec listed twice, or two of one name, would be stacked twice and fed one
+    input under one name (the batches of a simulation or a plan are keyed by feature name):
+    refused, naming it. (jax-tpu-embedding's stacking itself lets names repeat; the library's
+    ``jte`` functions still do.)"""
     seen: set[int] = set()
+    names: set[Any] = set()
     for spec in specs:
+        name = getattr(spec, "name", None)
         if id(spec) in seen:
             raise EmbeddingConfigError(
-                f"feature_specs lists the FeatureSpec {getattr(spec, 'name', spec)!r} more than "
-                "once: list each feature once")
+                f"feature_specs lists the FeatureSpec {name!r} more than once: list each "
+                "feature once")
+        if isinstance(name, str) and name in names:
+            raise EmbeddingConfigError(
+                f"feature_specs holds two FeatureSpecs named {name!r}: a spec's features are "
+                "fed by name, so each needs its own")
         seen.add(id(spec))
+        names.add(name if isinstance(name, str) else None)
 
 
 def _convert(namespace: Mapping[str, Any], provenance: Provenance

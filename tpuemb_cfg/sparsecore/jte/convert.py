@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tpuemb_cfg.algorithms.table import JAX_SPECS, SPARSECORE
-from tpuemb_cfg.sparsecore.checks import check_config
+from tpuemb_cfg.sparsecore.checks import check_config, flag
 from tpuemb_cfg.sparsecore.config import (
     SparseCoreConfig,
     SparseCoreFeature,
@@ -203,7 +203,7 @@ def feature_specs_to_config(  # noqa: PLR0913
     config = SparseCoreConfig(
         api="jax", mode="jax", tables=tuple(tables[t] for t in order), features=tuple(features),
         topology=Topology(chips=global_device_count, sparse_cores_per_chip=nsc, kind=kind),
-        disable_table_stacking=not auto_stack,
+        disable_table_stacking=not flag("feature_specs_to_config", "auto_stack", auto_stack),
         activation_mem_bytes_limit=activation_mem_bytes_limit,
         use_short_stack_names=use_short_stack_names,
         stack_to_max_ids_per_partition=stack_to_max_ids_per_partition,
