@@ -319,6 +319,32 @@ def test_a_spec_with_a_byte_order_mark_is_read_as_without(tmp_path: Path) -> Non
         expected.output.replace(str(plain), "X")
 
 
+def test_plan_reads_a_spec_with_a_byte_order_mark_as_without(tmp_path: Path) -> None:
+    import importlib.util
+    import json
+
+    root = Path(__file__).resolve().parents[1]
+    loader = importlib.util.spec_from_file_location("zipf_sample",
+                                                    root / "examples" / "plan" / "zipf_sample.py")
+    assert loader is not None and loader.loader is not None
+    zipf = importlib.util.module_from_spec(loader)
+    loader.loader.exec_module(zipf)
+    plain = write_file(tmp_path, JAX, "plain.py")
+    bom = tmp_path / "bom.py"
+    bom.write_bytes(b"\xef\xbb\xbf" + JAX.encode())
+    # The sample has the jax spec's columns (fa, fb), not a legacy spec's (f0, f1).
+    columns = zipf.zipf_columns(zipf.schema_of(str(plain)), 64, exponent=1.3, max_bag=2, seed=1)
+    assert sorted(columns) == ["fa", "fb"]
+    sample = tmp_path / "day.npz"
+    zipf.write(str(sample), columns, 32)
+    reports = []
+    for path in (plain, bom):
+        result = invoke("plan", str(path), "--ids", str(sample), "--format", "json")
+        assert result.exit_code == 0, result.output
+        reports.append(json.loads(result.stdout.replace(str(path), "SPEC")))
+    assert reports[0]["kind"] == "sparsecore" and reports[0] == reports[1]
+
+
 # -- 12. one FeatureSpec listed twice --------------------------------------------------------------
 
 
