@@ -428,3 +428,33 @@ def test_inspect_of_layouts_with_a_negative_sparse_core_count_is_refused(tmp_pat
     assert "SparseCores = -16" not in result.output
     assert "-16 SparseCores on 4 chips" in result.output
     assert len(result.output.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(("edit", "error", "needle"), [
+    ({"vocabulary_size": "1000"}, TypeError, "table 'a': `vocabulary_size` must be an int"),
+    ({"dim": 2.5}, TypeError, "table 'a': `embedding_dim` must be an int"),
+    ({"name": ["a"]}, TypeError, "table: `name` must be a str"),
+])
+def test_a_configuration_built_by_hand_meets_the_same_checks(edit: dict[str, Any],
+                                                             error: type[Exception],
+                                                             needle: str) -> None:
+    """The library's entries that take a SparseCoreConfig: stacking raises the front door's
+    error; validate reports it as PARSE001; the simulation's setup refuses it (InputError)."""
+    from dataclasses import replace
+
+    from tpuemb_cfg.errors import InputError
+    from tpuemb_cfg.session import prepare_sparsecore, validate
+    from tpuemb_cfg.sparsecore.feed import stack
+
+    good = jte.feature_specs_to_config(_library_specs(), global_device_count=2,
+                                       num_sc_per_device=4)
+    tables = (replace(good.tables[0], optimizer=replace(good.tables[0].optimizer, source=None),
+                      **edit), *good.tables[1:])
+    config = replace(good, tables=tables)
+    for call in (stack, jte.stack_config):
+        with pytest.raises(error, match=re.escape(needle)):
+            call(config)
+    (finding,) = validate(config)
+    assert finding.rule == "PARSE001" and needle in finding.message
+    with pytest.raises(InputError, match=re.escape(needle)):
+        prepare_sparsecore(config)

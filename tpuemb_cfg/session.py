@@ -384,6 +384,15 @@ def prepare_sparsecore(source: Any, *, stacking: Stacking | None = None,
         source = load_sparsecore_spec(path)
     config, compiled = (source.config, source.compiled) if hasattr(source, "compiled") else (
         source, None)
+    if path is None:  # a configuration the library was given: the spec loader's checks
+        from .sparsecore.checks import check_config
+
+        try:
+            config = check_config(config)
+        except (ValueError, TypeError) as exc:
+            origin = getattr(exc, "origin", None)
+            raise InputError(" ".join(str(exc).split()), path=getattr(origin, "path", None),
+                             line=getattr(origin, "line", None)) from None
     combiners = []
     tables = {t.name: t for t in config.tables}
     for feature in config.features:

@@ -276,8 +276,8 @@ def validate_sparsecore_spec(
         spec = load_sparsecore_spec(name)
     except InputError as exc:
         return [parse_error(exc)]
-    return validate_sparsecore(spec.config, rules, path=name, severity=severity,
-                               options=options)
+    return _validate_checked(spec.config, rules, path=name, severity=severity,
+                             options=options)
 
 
 def validate_sparsecore(
@@ -292,7 +292,33 @@ def validate_sparsecore(
     """The findings of the SparseCore rules on ``config`` (a ``SparseCoreConfig``), placed at
     the lines of ``path`` (default: the file its origins name) that built each object, with
     ``# tpuemb: disable=ID`` on those lines honoured. A finding with no line keeps its field
-    path and says so."""
+    path and says so. A configuration with a value the front door refuses
+    (``sparsecore.checks.check_config``) is one ``PARSE001``, as a spec with one is."""
+    from tpuemb_cfg.sparsecore.checks import check_config
+    from tpuemb_cfg.validator import parse_error
+
+    try:
+        config = check_config(config)
+    except (ValueError, TypeError) as exc:
+        origin = getattr(exc, "origin", None)
+        where = path if path is not None else getattr(getattr(config, "origin", None), "path",
+                                                       None)
+        return [parse_error(InputError(" ".join(str(exc).split()), path=where,
+                                       line=getattr(origin, "line", None)))]
+    return _validate_checked(config, rules, path=path, severity=severity, options=options,
+                             stacking=stacking)
+
+
+def _validate_checked(  # noqa: PLR0913 - validate_sparsecore's arguments
+    config: Any,
+    rules: Sequence[Rule],
+    *,
+    path: str | None = None,
+    severity: Mapping[str, Severity] | None = None,
+    options: Mapping[str, Any] | None = None,
+    stacking: Any = None,
+) -> list[Diagnostic]:
+    """:func:`validate_sparsecore` of a configuration the front door has checked."""
     from tpuemb_cfg.validator import run_sparsecore_rules, sort_key
 
     found = run_sparsecore_rules(config, rules, options=options, stacking=stacking)
