@@ -198,6 +198,12 @@ def test_the_jax_mirror_refuses_wrong_values_when_built() -> None:
         jte.FeatureSpec(name="f", table_spec=table, input_shape=(8, 1), output_shape=(8.0, 8))
     with pytest.raises(TypeError, match="FeatureSpec 'f': `table_spec` must be a TableSpec"):
         jte.FeatureSpec(name="f", table_spec="t", input_shape=(8, 1), output_shape=(8, 8))
+    with pytest.raises(TypeError, match="AdagradOptimizerSpec: `initial_accumulator_value` "
+                       "must be a number or a callable"):
+        jte.AdagradOptimizerSpec(0.1, initial_accumulator_value=None)
+    with pytest.raises(TypeError, match="AdagradMomentumOptimizerSpec: `use_nesterov` must be "
+                       "True or False; received 'yes'"):
+        jte.AdagradMomentumOptimizerSpec(use_nesterov="yes")
 
 
 # -- 3. a structure that contains itself -----------------------------------------------------------
@@ -271,8 +277,28 @@ def test_a_learning_rate_that_is_no_number_is_refused(tmp_path: Path) -> None:
     # At the optimizer's own line (the line of the AdagradOptimizerSpec call).
     text = JAX.replace('optimizer=AdagradOptimizerSpec(learning_rate=0.1), combiner="sum")',
                        'optimizer=AdagradOptimizerSpec(learning_rate="x"), combiner="sum")  #@', 1)
-    _refused_everywhere(tmp_path, text, "table 'a' optimizer: `learning_rate` must be a number "
-                        "or a callable (a schedule); received 'x'")
+    _refused_everywhere(tmp_path, text, "AdagradOptimizerSpec: `learning_rate` must be a "
+                        "number or a callable (a schedule); received 'x'")
+
+
+class _Optimizer:
+    """A foreign optimizer spec (jax-tpu-embedding's checks nothing)."""
+
+    def __init__(self, learning_rate: Any) -> None:
+        self.learning_rate = learning_rate
+
+
+@pytest.mark.parametrize(("rate", "needle"), [
+    ("x", "table 't' optimizer: `learning_rate` must be a number or a callable (a schedule); "
+     "received 'x' (str)"),
+    (float("inf"), "table 't' optimizer: `learning_rate` must be a finite number; received inf"),
+])
+def test_a_foreign_optimizer_s_rate_is_checked(rate: Any, needle: str) -> None:
+    table = _Table(name="t", vocabulary_size=64, embedding_dim=8, combiner="sum",
+                   optimizer=_Optimizer(rate))
+    feature = _Feature(name="f", table_spec=table, input_shape=(8, 1), output_shape=(8, 8))
+    with pytest.raises((TypeError, ValueError), match=re.escape(needle)):
+        jte.feature_specs_to_config([feature], global_device_count=1, num_sc_per_device=4)
 
 
 # -- 7. names too long for the outputs -------------------------------------------------------------

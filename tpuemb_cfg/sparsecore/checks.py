@@ -52,7 +52,7 @@ from tpuemb_cfg.sparsecore.topology import Topology
 
 __all__ = ["COMBINERS", "INT32_MAX", "INT64_MAX", "NAME_LIMIT", "LimitCallableError",
            "SpecTypeError", "SpecValueError", "call_limit", "check_combiner", "check_config",
-           "check_layouts", "check_limit", "check_name", "count", "flag", "size"]
+           "check_layouts", "check_limit", "check_name", "check_rate", "count", "flag", "size"]
 
 #: ``int32_t``'s and ``int64_t``'s largest values.
 INT32_MAX = 2**31 - 1
@@ -156,11 +156,13 @@ def check_limit(owner: str, name: str, value: Any, origin: Origin | None = None)
                    origin=origin)
 
 
-def _rate(owner: str, name: str, value: Any, origin: Origin | None) -> Any:
+def check_rate(owner: str, name: str, value: Any, origin: Origin | None = None) -> Any:
     """A learning rate or hyper-parameter: a finite real number, or a callable (a schedule)."""
     if callable(value):
         return value
-    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+    number = (isinstance(value, numbers.Real) or (hasattr(value, "__float__")
+                                                  and getattr(value, "ndim", 0) == 0))
+    if number and not isinstance(value, bool | str | bytes):  # a NumPy or jax scalar too
         if not math.isfinite(float(value)):
             raise SpecValueError(f"{owner}: `{name}` must be a finite number; received "
                                  f"{value!r}", origin)
@@ -219,11 +221,11 @@ def _optimizer(owner: str, optimizer: SparseCoreOptimizer, jax: bool) -> SparseC
     label = f"{owner} optimizer"
     if optimizer.source is None and optimizer.learning_rate is None:
         return optimizer  # a record built by hand without its API object: no rate to check
-    rate = _rate(label, "learning_rate", optimizer.learning_rate, where)
+    rate = check_rate(label, "learning_rate", optimizer.learning_rate, where)
     if jax:  # jax-tpu-embedding's specs: every hyper-parameter a number, a bool or a callable
         for key, value in optimizer.hyper.items():
             if not isinstance(value, bool):
-                _rate(label, key, value, where)
+                check_rate(label, key, value, where)
     return replace(optimizer, learning_rate=rate)
 
 

@@ -66,10 +66,19 @@ class OptimizerSpec:
         self.learning_rate = learning_rate
 
     def _assign(self, given: dict[str, Any]) -> None:
-        """Keep the constructor's arguments (``locals()``) as attributes of the same names."""
-        self.learning_rate = given["learning_rate"]
+        """Keep the constructor's arguments (``locals()``) as attributes of the same names,
+        each checked: a bool flag ``True`` or ``False``, any other a finite number or a
+        callable (TypeError or ValueError naming it)."""
+        owner = type(self).__name__
+        self.learning_rate = checks.check_rate(owner, "learning_rate", given["learning_rate"])
+        defaults = inspect.signature(type(self).__init__).parameters
         for name in self._params:
-            setattr(self, name, given[name])
+            value = given[name]
+            if isinstance(defaults[name].default, bool):
+                checks.flag(owner, name, value)
+            else:
+                checks.check_rate(owner, name, value)
+            setattr(self, name, value)
 
     def hyperparameters(self) -> dict[str, Any]:
         """Every hyper-parameter by its argument name, ``learning_rate`` first."""
