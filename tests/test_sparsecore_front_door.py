@@ -184,6 +184,26 @@ def test_foreign_jax_specs_are_checked_by_the_library(field: str, value: Any,
         jte.feature_specs_to_config([feature], global_device_count=1, num_sc_per_device=4)
 
 
+class _Quantization:
+    def __init__(self, min_value: Any, max_value: Any, num_buckets: Any) -> None:
+        self.min_value, self.max_value, self.num_buckets = min_value, max_value, num_buckets
+
+
+@pytest.mark.parametrize(("quantization", "needle"), [
+    (_Quantization(0.0, 1.0, 1), "`quantization_config.num_buckets` must be at least 2"),
+    (_Quantization(1.0, 1.0, 4), "`quantization_config` needs min_value < max_value"),
+    ("int8", "`quantization_config` must be a QuantizationConfig"),
+])
+def test_a_foreign_quantization_is_held_to_jax_tpu_embedding_s_checks(quantization: Any,
+                                                                       needle: str) -> None:
+    # jax-tpu-embedding's QuantizationConfig.__post_init__: num_buckets >= 2, min < max.
+    table = _Table(name="t", vocabulary_size=64, embedding_dim=8, combiner="sum",
+                   optimizer=jte.SGDOptimizerSpec(0.1), quantization_config=quantization)
+    feature = _Feature(name="f", table_spec=table, input_shape=(8, 1), output_shape=(8, 8))
+    with pytest.raises((TypeError, ValueError), match=re.escape(needle)):
+        jte.feature_specs_to_config([feature], global_device_count=1, num_sc_per_device=4)
+
+
 def test_the_jax_mirror_refuses_wrong_values_when_built() -> None:
     opt = jte.SGDOptimizerSpec(0.1)
     with pytest.raises(TypeError, match="TableSpec: `name` must be a str; received 5"):

@@ -52,7 +52,8 @@ from tpuemb_cfg.sparsecore.topology import Topology
 
 __all__ = ["COMBINERS", "INT32_MAX", "INT64_MAX", "NAME_LIMIT", "LimitCallableError",
            "SpecTypeError", "SpecValueError", "call_limit", "check_combiner", "check_config",
-           "check_layouts", "check_limit", "check_name", "check_rate", "count", "flag", "size"]
+           "check_layouts", "check_limit", "check_name", "check_quantization",
+           "check_rate", "count", "flag", "size"]
 
 #: ``int32_t``'s and ``int64_t``'s largest values.
 INT32_MAX = 2**31 - 1
@@ -148,6 +149,26 @@ def check_combiner(owner: str, value: Any, allowed: tuple[str, ...] = COMBINERS,
         raise SpecValueError(f"{owner}: `combiner` must be one of {', '.join(allowed)}; "
                              f"received {_show(value)}", origin)
     return value
+
+
+def check_quantization(owner: str, value: Any) -> None:
+    """A jax table's ``quantization_config`` (``None``, or ``min_value``, ``max_value`` and
+    ``num_buckets``): jax-tpu-embedding's own ``QuantizationConfig`` refuses fewer than 2
+    buckets and ``min_value >= max_value``; a foreign object is held to the same."""
+    if value is None:
+        return
+    try:
+        low, high, buckets = value.min_value, value.max_value, value.num_buckets
+    except AttributeError:
+        raise SpecTypeError(f"{owner}: `quantization_config` must be a QuantizationConfig "
+                            f"(min_value, max_value, num_buckets) or None; received "
+                            f"{_show(value)}") from None
+    count(owner, "quantization_config.num_buckets", buckets, minimum=2)
+    check_rate(owner, "quantization_config.min_value", low)
+    check_rate(owner, "quantization_config.max_value", high)
+    if callable(low) or callable(high) or not float(low) < float(high):
+        raise SpecValueError(f"{owner}: `quantization_config` needs min_value < max_value "
+                             f"(numbers); received {low!r} and {high!r}")
 
 
 def check_limit(owner: str, name: str, value: Any, origin: Origin | None = None) -> int:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tpuemb_cfg.algorithms.table import JAX_SPECS, SPARSECORE
-from tpuemb_cfg.sparsecore.checks import check_config, flag
+from tpuemb_cfg.sparsecore.checks import check_config, check_quantization, flag
 from tpuemb_cfg.sparsecore.config import (
     SparseCoreConfig,
     SparseCoreFeature,
@@ -144,6 +144,7 @@ def _shape(value: Any, what: str) -> tuple[Any, ...]:
 def _table(spec: Any, groups: _Groups) -> SparseCoreTable:
     opt = _attr(spec, "optimizer", "table spec")
     quant = getattr(spec, "quantization_config", None)
+    check_quantization(f"table {getattr(spec, 'name', spec)!r}", quant)
     optimizer = SparseCoreOptimizer(
         algorithm=_algorithm(opt), hyper=_hyper(opt, with_rate=False), group=groups.key(opt),
         learning_rate=getattr(opt, "learning_rate", None), source=opt)
