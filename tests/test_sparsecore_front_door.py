@@ -328,7 +328,12 @@ def test_a_table_name_beyond_the_limit_is_refused_before_anything_runs(tmp_path:
     text = TF.replace('name="user"', f'name="{"u" * 70_000}"').replace(
         "user = TableConfig(", "user = TableConfig(  #@\n    ")
     _refused_everywhere(tmp_path, text, f"70,000 characters, more than the {NAME_LIMIT:,}")
-    assert not (tmp_path / "tpuemb-out").exists()
+    # simulate used to run every step, then fail writing tables.npz (struct.error): nothing runs.
+    path, _ = _spec(tmp_path, text)
+    out = tmp_path / "out"
+    result = invoke("simulate", path, "--steps", "2", "--out-dir", str(out))
+    assert result.exit_code == 2 and "characters, more than" in result.output
+    assert "step" not in result.output and not out.exists()
 
 
 def test_a_name_at_the_limit_is_accepted(tmp_path: Path) -> None:
