@@ -308,7 +308,9 @@ def _per_table(name: str, value: Any, origin: Origin | None) -> Mapping[str, int
                             f"received {_show(value)} ({type(value).__name__})", origin)
     out: dict[str, int] = {}
     for key, limit in value.items():
-        check_name(name, "key", key, origin)
+        if not isinstance(key, str):  # a stacked name: as long as its tables' names joined
+            raise SpecTypeError(f"`{name}` keys must be stacked table names (str); received "
+                                f"{_show(key)} ({type(key).__name__})", origin)
         out[key] = count(name, f"[{key!r}]", limit, minimum=0, origin=origin)
     return out
 
