@@ -237,6 +237,8 @@ def test_feature_specs_holding_themselves_are_refused(tmp_path: Path) -> None:
     specs.append([specs])
     with pytest.raises(ValueError, match="contains itself"):
         jte.leaves(specs)
+    with pytest.raises(TypeError, match="feature_specs: dict keys must be mutually comparable"):
+        jte.leaves({1: None, "a": None})
 
 
 def test_a_feature_config_holding_itself_is_refused(tmp_path: Path) -> None:

@@ -37,7 +37,12 @@ def _children(node: Any, path: str) -> list[tuple[str, Any]] | None:
     if node is None:
         return []
     if isinstance(node, dict):  # an OrderedDict in order, a dict by sorted key
-        keys = list(node) if isinstance(node, OrderedDict) else sorted(node)
+        try:
+            keys = list(node) if isinstance(node, OrderedDict) else sorted(node)
+        except TypeError:
+            raise TypeError(f"feature_specs{path}: dict keys must be mutually comparable (jax "
+                            "visits a dict's keys in sorted order); use keys of one type, e.g. "
+                            "all str") from None
         return [(f"{path}[{k!r}]", node[k]) for k in keys]
     if isinstance(node, list | tuple):
         return [(f"{path}[{i}]", v) for i, v in enumerate(node)]
