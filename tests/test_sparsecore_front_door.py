@@ -10,6 +10,7 @@ expected line is read from the text, not written down separately.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -45,8 +46,10 @@ feature_config = {"user_id": FeatureConfig(user, output_shape=[32])}
 topology = "v6e-4"
 """
 
-#: The commands that read a SparseCore spec (``plan`` needs a sample: its own test below).
-COMMANDS = (("inspect",), ("compile", "--sparsecore"), ("simulate", "--steps", "1"))
+#: The commands that read a SparseCore spec (the spec is refused before ``plan``'s sample is
+#: opened).
+COMMANDS = (("inspect",), ("compile", "--sparsecore"), ("simulate", "--steps", "1"),
+            ("plan", "--ids", os.devnull))
 
 
 def _spec(tmp_path: Path, text: str, name: str = "spec.py") -> tuple[str, int]:
