@@ -304,11 +304,11 @@ def place_plan_findings(planner: Any, findings: Sequence[Diagnostic],
     if path is None:
         return list(findings)
     if planner.kind == "sparsecore":
+        from .embedding.spec import read_spec_text
         from .spec_check import sparsecore_position
 
         try:
-            with open(path, encoding="utf-8", errors="replace") as handle:
-                text = handle.read()
+            text = read_spec_text(path)
         except OSError:
             return [replace(d, path=path) for d in findings]
         out = []
@@ -384,6 +384,15 @@ def prepare_sparsecore(source: Any, *, stacking: Stacking | None = None,
         source = load_sparsecore_spec(path)
     config, compiled = (source.config, source.compiled) if hasattr(source, "compiled") else (
         source, None)
+    if path is None:  # a configuration the library was given: the spec loader's checks
+        from .sparsecore.checks import check_config
+
+        try:
+            config = check_config(config)
+        except (ValueError, TypeError) as exc:
+            origin = getattr(exc, "origin", None)
+            raise InputError(" ".join(str(exc).split()), path=getattr(origin, "path", None),
+                             line=getattr(origin, "line", None)) from None
     combiners = []
     tables = {t.name: t for t in config.tables}
     for feature in config.features:

@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from tpuemb_cfg.sparsecore.checks import check_config
 from tpuemb_cfg.sparsecore.config import SparseCoreConfig, SparseCoreTable
 from tpuemb_cfg.sparsecore.stacker import SparseCoreLayoutStacker
 from tpuemb_cfg.sparsecore.stacking import FeatureSlot, Stack, StackedTable, Stacking
@@ -206,9 +207,10 @@ def _tensorflow_stacking(config: SparseCoreConfig) -> Stacking:
 def stack(config: SparseCoreConfig) -> Stacking:
     """``config``'s stacks: TensorFlow 2.21's (``mode="tensorflow"``: the stacker fed as
     ``TPUEmbeddingV2`` feeds it) or jax-tpu-embedding 0.2.0's (``mode="jax"``:
-    ``tpuemb_cfg.sparsecore.jte.stack_config``)."""
+    ``tpuemb_cfg.sparsecore.jte.stack_config``). ``config`` is checked first
+    (``checks.check_config``: a ValueError or TypeError naming the object and the argument)."""
     if config.mode == "tensorflow":
-        return _tensorflow_stacking(config)
+        return _tensorflow_stacking(check_config(config))
     if config.mode == "jax":
         jte = importlib.import_module("tpuemb_cfg.sparsecore.jte")
         result: Stacking = jte.stack_config(config)

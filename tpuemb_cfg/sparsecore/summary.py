@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tpuemb_cfg.algorithms import slot_names
+from tpuemb_cfg.sparsecore.checks import check_layouts
 from tpuemb_cfg.sparsecore.config import Origin, SparseCoreConfig
 from tpuemb_cfg.sparsecore.stacking import Stack, Stacking
 from tpuemb_cfg.units import format_size
@@ -222,7 +223,9 @@ def summarize_layouts(layouts: SparseCoreTableLayouts) -> dict[str, Any]:
     """What a layouts file alone tells (``tpuemb inspect LAYOUTS.pbtxt``): the stacks, their
     padding, and the rows and bytes of the tables per SparseCore and per chip. The optimizer,
     combiner, limits and topology kind are not in the file: those entries are ``None`` and the
-    bytes count the table without its optimizer's slots."""
+    bytes count the table without its optimizer's slots. ValueError for a layout that cannot be
+    one (``checks.check_layouts``)."""
+    check_layouts(layouts)
     stacks: dict[str, list[Any]] = {}
     for layout in layouts.tables:
         stacks.setdefault(layout.stacked_table_name, []).append(layout)
