@@ -180,7 +180,8 @@ GIB = 1 << 30
 @pytest.mark.parametrize(("args", "label"), [
     (("--hosts", "999999999999"), "--hosts 999999999999: 999,999,999,999 hosts"),
     (("--hosts", "1000000"), "--hosts 1000000: 1,000,000 hosts"),
-    (("--topology", "v5p-99999999999"), "--topology v5p-99999999999: 25,000,000,000 hosts"),
+    # KIND:N is N chips (v5p: 4 chips a host): 99,999,999,999 chips on 25,000,000,000 hosts
+    (("--topology", "v5p:99999999999"), "--topology v5p:99999999999: 25,000,000,000 hosts"),
     (("--compare", "hosts=100000000"), "--compare hosts=100000000: 100,000,000 hosts")])
 def test_counts_beyond_memory_are_refused_naming_the_option(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: tuple[str, ...],
@@ -290,9 +291,9 @@ def test_compare_topology_is_checked_before_reading(tmp_path: Path,
     ZIPF.write(str(tmp_path / "day.parquet"), columns, 64)
     _never_read(monkeypatch)
     error = _one_line_exit_2(run_cli("plan", str(spec), "--ids", str(tmp_path / "day.parquet"),
-                                     "--compare", "topology=v5p-3"))
+                                     "--compare", "topology=v5p:3"))
     # v5p: 4 SparseCores per chip (spec/sparsecore.md), 3 chips: 12, no power of two
-    assert error.startswith("--compare topology=v5p-3: the slice has 12 SparseCores (3 chips "
+    assert error.startswith("--compare topology=v5p:3: the slice has 12 SparseCores (3 chips "
                             "x 4)") and "power of two" in error
     spec.write_text(_tight(12))
     error = _one_line_exit_2(run_cli("plan", str(spec), "--ids", str(tmp_path / "day.parquet")))
@@ -304,7 +305,7 @@ def test_compare_topology_is_checked_before_reading(tmp_path: Path,
     error = _one_line_exit_2(run_cli("plan", str(spec), "--ids", str(tmp_path / "day.parquet"),
                                      "--topology", "v5p-8"))
     assert error.startswith("--topology v5p-8: feature 'clicks' has a global batch of 12 bags, "
-                            "which does not divide by the 32 SparseCores (8 chips x 4)")
+                            "which does not divide by the 16 SparseCores (4 chips x 4)")
 
 
 # --------------------------------------------------------------------------------------------
@@ -356,7 +357,10 @@ def test_a_feature_with_an_empty_batch_is_refused(tmp_path: Path) -> None:
     pq.write_table(pa.table({"clicks": pa.array([[1, 2]] * 64, pa.list_(pa.int64()))}),
                    str(tmp_path / "day.parquet"))
     error = _one_line_exit_2(run_cli("plan", str(spec), "--ids", str(tmp_path / "day.parquet")))
-    assert error.startswith("feature 'clicks' (table 'clicks') has a configured batch of 0 bags")
+    # the spec's front door refuses it at the line that built the feature, before any reading
+    line = next(i for i, text in enumerate(spec.read_text().splitlines(), 1)
+                if "FeatureSpec(name=\"clicks\"" in text)
+    assert error.startswith(f"{spec}:{line}:") and "`output_shape[0]` must be at least 1" in error
 
 
 # --------------------------------------------------------------------------------------------
@@ -402,8 +406,9 @@ def test_sparsecore_hosts_beyond_memory_are_refused(tmp_path: Path,
     for args, label in ((("--hosts", "1000000"), "--hosts 1000000: 1,000,000 hosts"),
                         (("--compare", "hosts=2,100000000"),
                          "--compare hosts=100000000: 100,000,000 hosts"),
+                        # v5p-N counts TensorCores: 2,097,152 chips x 4 SparseCores
                         (("--compare", "topology=v5p-4194304"),
-                         "--compare topology=v5p-4194304: 16,777,216 SparseCores")):
+                         "--compare topology=v5p-4194304: 8,388,608 SparseCores")):
         error = _one_line_exit_2(run_cli("plan", str(spec), "--ids",
                                          str(tmp_path / "day.parquet"), *args))
         assert error.startswith(label + " would need about "), error

@@ -488,7 +488,10 @@ def _topology(text: str, hosts: int | None, label: str | None = None) -> Any:
     try:
         return parse_topology(text, hosts=hosts)
     except ValueError as exc:
-        raise UsageError(f"{label or f'--topology {text!r}'}: {exc}") from None
+        said = str(exc)
+        if label is None and said.startswith(f"{text}: "):  # the message names the value
+            raise UsageError(f"--topology {said}") from None
+        raise UsageError(f"{label or f'--topology {text!r}'}: {said}") from None
 
 
 def _same_schema(given: SampleSchema, expected: SampleSchema) -> None:

@@ -275,11 +275,15 @@ def _table(table: SparseCoreTable, n: int, jax: bool) -> SparseCoreTable:
                    suggested_coo_buffer_size_per_device=buffer, **limits)
 
 
-def _shape(owner: str, name: str, value: Any, origin: Origin | None) -> tuple[int, ...]:
+def _shape(owner: str, name: str, value: Any, origin: Origin | None, *,
+           ragged: bool = False) -> tuple[int, ...]:
+    """A shape of positive dimensions; with ``ragged``, an axis after the batch may be 0 (an
+    input's ragged axis, as the spec readers record ``None``)."""
     if isinstance(value, str | bytes) or not hasattr(value, "__iter__"):
         raise SpecTypeError(f"{owner}: `{name}` must be a sequence of ints; received "
                             f"{_show(value)}", origin)
-    dims = tuple(count(owner, f"{name}[{i}]", d, origin=origin) for i, d in enumerate(value))
+    dims = tuple(count(owner, f"{name}[{i}]", d, minimum=0 if ragged and i else 1,
+                       origin=origin) for i, d in enumerate(value))
     if not dims:
         raise SpecValueError(f"{owner}: `{name}` is empty; it starts with the batch size",
                              origin)
@@ -291,7 +295,8 @@ def _feature(feature: SparseCoreFeature, tables: set[str]) -> SparseCoreFeature:
     name = check_name("feature", "name", feature.name, origin)
     owner = f"feature {name!r}"
     checked = replace(feature, name=name,
-                      input_shape=_shape(owner, "input_shape", feature.input_shape, origin),
+                      input_shape=_shape(owner, "input_shape", feature.input_shape, origin,
+                                         ragged=True),
                       output_shape=_shape(owner, "output_shape", feature.output_shape, origin))
     count(owner, "samples (the product of output_shape[:-1])", checked.samples, origin=origin)
     if feature.table not in tables:
