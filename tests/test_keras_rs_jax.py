@@ -264,3 +264,13 @@ def test_every_command_that_reads_a_spec_takes_keras_backend(
         assert "--keras-backend [jax|tensorflow]" in run_cli(command, "--help").output, command
     refused = run_cli("inspect", "--keras-backend", "torch", spec)
     assert refused.exit_code == 2 and "'torch' is not one of" in refused.output
+
+
+def test_a_spec_naming_an_unusable_backend_is_refused_at_its_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    spec = _spec(tmp_path, 'keras_backend = "torch"')
+    result = run_cli("inspect", spec)
+    assert result.exit_code == 2
+    assert f"{spec}:3:1: error: keras backend 'torch' (from the spec's keras_backend)" in \
+        result.output
