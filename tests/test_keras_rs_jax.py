@@ -274,3 +274,23 @@ def test_a_spec_naming_an_unusable_backend_is_refused_at_its_line(
     assert result.exit_code == 2
     assert f"{spec}:3:1: error: keras backend 'torch' (from the spec's keras_backend)" in \
         result.output
+
+
+def test_tables_are_converted_by_name_the_first_one_winning() -> None:
+    """keras-rs' keras_to_jte_feature_configs keeps one TableSpec per table name: a second
+    TableConfig of the same name is the first one's spec (keras-rs 0.4.0, run on JAX: vocabulary
+    10 and limit 5 for both features). A table without optimizer is refused (keras-rs fails there
+    with an AttributeError)."""
+    first = TableConfig("t", 10, 8, optimizer="sgd", placement="sparsecore",
+                        max_ids_per_partition=5)
+    second = TableConfig("t", 99, 16, optimizer="adam", placement="sparsecore",
+                         max_ids_per_partition=7)
+    features = {"x": FeatureConfig("x", first, (8, 1), (8, 8)),
+                "y": FeatureConfig("y", second, (8, 1), (8, 16))}
+    config = keras_rs_config(features, topology="v6e-4", keras_backend="jax")
+    assert [(t.name, t.vocabulary_size, t.max_ids_per_partition) for t in config.tables] == [
+        ("t", 10, 5)]
+    assert [f.table for f in config.features] == ["t", "t"]
+    none = {"x": FeatureConfig("x", TableConfig("u", 10, 8, optimizer=None), (8, 1), (8, 8))}
+    with pytest.raises(EmbeddingConfigError, match="table 'u': optimizer is None"):
+        keras_rs_config(none, topology="v6e-4", keras_backend="jax")

@@ -159,8 +159,9 @@ def _jte_optimizer(optimizer: Any, owner: str) -> Any:
 
     if optimizer is None:
         raise EmbeddingConfigError(
-            f"{owner}: has no optimizer; keras-rs on JAX converts each table's own optimizer "
-            f"(keras.optimizers.get(None) fails): give the TableConfig an optimizer")
+            f"{owner}: optimizer is None; keras-rs on JAX converts each table's own optimizer "
+            f"and fails on None (an AttributeError in keras_to_jte_optimizer): give the "
+            f"TableConfig an optimizer (keras-rs' default is 'adam')")
     converted = to_tpu_optimizer(optimizer, owner)
     entry = None if converted is None else _JTE_SPECS.get(type(converted))
     if converted is None or entry is None:
