@@ -294,3 +294,33 @@ def test_tables_are_converted_by_name_the_first_one_winning() -> None:
     none = {"x": FeatureConfig("x", TableConfig("u", 10, 8, optimizer=None), (8, 1), (8, 8))}
     with pytest.raises(EmbeddingConfigError, match="table 'u': optimizer is None"):
         keras_rs_config(none, topology="v6e-4", keras_backend="jax")
+
+
+def test_weight_decay_fails_on_tensorflow_and_is_dropped_on_jax(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """keras-rs 0.4.0 on TensorFlow passes a Keras optimizer's weight_decay on, and
+    TPUEmbeddingV2 refuses it (SC006, an error); on JAX keras_to_jte_optimizer does not read it
+    (Adam(weight_decay=0.004) converts to AdamOptimizerSpec(learning_rate, beta_1, beta_2,
+    epsilon) and nothing else): SC006 warns that the tables train without it."""
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    decayed = json.dumps({"class_name": "Adam", "config": {
+        "name": "adam", "learning_rate": 0.01, "weight_decay": 0.004, "clipnorm": None,
+        "global_clipnorm": None, "clipvalue": None, "use_ema": False, "ema_momentum": 0.99,
+        "ema_overwrite_frequency": None, "loss_scale_factor": None,
+        "gradient_accumulation_steps": None, "beta_1": 0.9, "beta_2": 0.999, "epsilon": 1e-07,
+        "amsgrad": False}})
+    spec = _spec(tmp_path)
+    Path(spec).write_text(Path(spec).read_text().replace(
+        'optimizer="adagrad"', f"optimizer={decayed}").replace("null", "None")
+        .replace("false", "False"))
+
+    def sc006(*options: str) -> list[dict[str, Any]]:
+        result = run_cli("validate", "--format", "json", *options, spec)
+        return [d for f in json.loads(result.stdout)["files"] for d in f["diagnostics"]
+                if d["rule"] == "SC006"]
+
+    (on_tf,) = sc006()
+    assert on_tf["severity"] == "error" and "NotImplementedError" in on_tf["message"]
+    (on_jax,) = sc006("--keras-backend", "jax")
+    assert on_jax["severity"] == "warning"
+    assert "keras-rs on JAX drops without a word" in on_jax["message"]

@@ -173,6 +173,14 @@ def _jte_optimizer(optimizer: Any, owner: str) -> Any:
     return getattr(jte, spec_class)(learning_rate=converted.learning_rate, **arguments)
 
 
+def _decays(table: Any) -> bool:
+    """Whether the table's Keras optimizer sets weight decay, which keras-rs on JAX drops
+    (``keras_to_jte_optimizer`` does not read ``weight_decay``): a rule reports it."""
+    converted = to_tpu_optimizer(getattr(table, "optimizer", KERAS_RS_DEFAULT),
+                                 f"table {table.name!r}")
+    return getattr(converted, "weight_decay_factor", None) is not None
+
+
 def _shape(value: Any, owner: str, name: str) -> tuple[int, ...]:
     if not isinstance(value, list | tuple) or not value or not all(
             isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in value):
@@ -240,9 +248,9 @@ def jax_config(feature_config: Any, *, topology: Topology, table_stacking: Any =
     for feature in sources.values():
         first_table.setdefault(feature.table.name, feature.table)
         by_name.setdefault(feature.name, feature)
-    tables = tuple(replace(t, origin=place(first_table.get(t.name)),
-                           optimizer=replace(t.optimizer, origin=place(first_table.get(t.name))))
-                   for t in converted.tables)
+    tables = tuple(replace(t, origin=place(first_table.get(t.name)), optimizer=replace(
+        t.optimizer, origin=place(first_table.get(t.name)),
+        weight_decay=_decays(first_table[t.name]))) for t in converted.tables)
     features = tuple(replace(f, origin=place(by_name.get(f.name))) for f in converted.features)
     return replace(converted, api="keras_rs", tables=tables, features=features,
                    topology=topology, allow_id_dropping=True, stack_limits_from_tables=True,

@@ -451,8 +451,10 @@ def weight_decay(ctx: SparseCoreContext) -> Iterator[Diagnostic]:
 
     ## Why is this bad?
     `TPUEmbeddingV2` raises `NotImplementedError` for weight decay when it builds its tables:
-    SparseCores apply no decay. keras-rs passes a Keras optimizer's `weight_decay` on as
-    `weight_decay_factor`, so the same failure comes from a Keras optimizer.
+    SparseCores apply no decay. keras-rs on TensorFlow passes a Keras optimizer's
+    `weight_decay` on as `weight_decay_factor`, so the same failure comes from a Keras
+    optimizer. keras-rs on JAX does not fail: its `keras_to_jte_optimizer` does not read
+    `weight_decay`, so the tables silently train without it (reported as a warning).
 
     ## Example
     ```
@@ -470,11 +472,22 @@ def weight_decay(ctx: SparseCoreContext) -> Iterator[Diagnostic]:
     for tables in _by_optimizer(ctx.config).values():
         if not tables[0].optimizer.weight_decay:
             continue
+        which = f"{'table' if len(tables) == 1 else 'tables'} {_names([t.name for t in tables])}"
+        if ctx.config.keras_backend == "jax":
+            yield ctx.diag(
+                f"{_table(tables[0].name)}.optimizer",
+                f"{which}: the Keras optimizer sets weight_decay, which keras-rs on JAX drops "
+                "without a word (keras_to_jte_optimizer does not read it): the tables train "
+                "without weight decay",
+                hint="remove the Keras optimizer's weight_decay (SparseCores apply none), and "
+                "regularise the embeddings in the loss if needed",
+                severity="warning",
+            )
+            continue
         yield ctx.diag(
             f"{_table(tables[0].name)}.optimizer",
-            f"{'table' if len(tables) == 1 else 'tables'} {_names([t.name for t in tables])}: "
-            "the optimizer sets weight decay, which SparseCores do not apply: TPUEmbeddingV2 "
-            "raises NotImplementedError",
+            f"{which}: the optimizer sets weight decay, which SparseCores do not apply: "
+            "TPUEmbeddingV2 raises NotImplementedError",
             hint="remove weight_decay_factor and multiply_weight_decay_factor_by_learning_rate "
             "(or the Keras optimizer's weight_decay)",
         )
