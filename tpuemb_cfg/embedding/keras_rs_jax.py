@@ -48,11 +48,10 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
-from tpuemb_cfg.algorithms.table import KERAS_RS_DEFAULT
+from tpuemb_cfg.algorithms.table import JAX_SPECS, KERAS_NAMES, KERAS_RS_DEFAULT
 from tpuemb_cfg.embedding import _checks as chk
 from tpuemb_cfg.embedding.errors import EmbeddingConfigError
 from tpuemb_cfg.embedding.keras_rs import sparsecore_features, to_tpu_optimizer
-from tpuemb_cfg.embedding.optimizers import FTRL, SGD, Adagrad, Adam, Optimizer
 from tpuemb_cfg.sparsecore.config import Origin, SparseCoreConfig
 from tpuemb_cfg.sparsecore.topology import Topology
 
@@ -140,37 +139,30 @@ def choose_backend(spec_value: Any = None, *, override: str | None = None,
 # -- JAX ------------------------------------------------------------------------------------------
 
 
-#: tpuemb's translation of a Keras optimizer -> jax-tpu-embedding's spec class and the
-#: hyper-parameters ``keras_to_jte_optimizer`` passes on (besides the learning rate).
-_JTE_SPECS: dict[type[Optimizer], tuple[str, tuple[str, ...]]] = {
-    SGD: ("SGDOptimizerSpec", ()),
-    Adagrad: ("AdagradOptimizerSpec", ("initial_accumulator_value",)),
-    Adam: ("AdamOptimizerSpec", ("beta_1", "beta_2", "epsilon")),
-    FTRL: ("FTRLOptimizerSpec", ("learning_rate_power", "l1_regularization_strength",
-                                 "l2_regularization_strength", "beta",
-                                 "initial_accumulator_value")),
-}
-
-
 def _jte_optimizer(optimizer: Any, owner: str) -> Any:
-    """``keras_to_jte_optimizer``: the Keras optimizer (or name) as jax-tpu-embedding's spec,
-    read through tpuemb's translation of Keras optimizers."""
+    """``keras_to_jte_optimizer``: the Keras optimizer (or name) as jax-tpu-embedding's spec of
+    the same algorithm (``algorithms.table.JAX_SPECS``), with the learning rate and the
+    hyper-parameters the spec takes, read through tpuemb's translation of Keras optimizers."""
+    import inspect
+
     from tpuemb_cfg.sparsecore import jte
 
     if optimizer is None:
         raise EmbeddingConfigError(
             f"{owner}: optimizer is None; keras-rs on JAX converts each table's own optimizer "
             f"and fails on None (an AttributeError in keras_to_jte_optimizer): give the "
-            f"TableConfig an optimizer (keras-rs' default is 'adam')")
+            f"TableConfig an optimizer (keras-rs' default is {KERAS_RS_DEFAULT!r})")
     converted = to_tpu_optimizer(optimizer, owner)
-    entry = None if converted is None else _JTE_SPECS.get(type(converted))
-    if converted is None or entry is None:
+    algorithm = getattr(type(converted), "algorithm", None)
+    spec_class = next((name for name, (_, alg) in JAX_SPECS.items() if alg == algorithm), None)
+    if converted is None or spec_class is None:
         raise EmbeddingConfigError(f"{owner}: optimizer {chk.show(optimizer)} is none of the "
-                                   f"Keras optimizers keras-rs converts on JAX (SGD, Adagrad, "
-                                   f"Adam, Ftrl)")
-    spec_class, names = entry
-    arguments = {name: getattr(converted, name) for name in names}
-    return getattr(jte, spec_class)(learning_rate=converted.learning_rate, **arguments)
+                                   f"Keras optimizers keras-rs converts on JAX "
+                                   f"({', '.join(KERAS_NAMES)})")
+    cls = getattr(jte, spec_class)
+    names = [p for p in inspect.signature(cls).parameters if p != "learning_rate"]
+    arguments = {p: getattr(converted, p) for p in names if hasattr(converted, p)}
+    return cls(learning_rate=converted.learning_rate, **arguments)
 
 
 def _decays(table: Any) -> bool:
