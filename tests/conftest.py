@@ -26,6 +26,12 @@ from click.testing import CliRunner, Result
 
 from tpuemb_cfg.cli import main
 
+# A keras-rs spec runs on the Keras backend this machine would choose (KERAS_BACKEND, else
+# keras.json): the suite sees Keras' default (TensorFlow) unless a test names one, whatever the
+# machine sets (an empty KERAS_HOME: no keras.json). Subprocesses inherit it.
+os.environ.pop("KERAS_BACKEND", None)
+os.environ["KERAS_HOME"] = tempfile.mkdtemp(prefix="tpuemb-keras-home-")
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
 GOLDEN = Path(os.environ.get("TPUEMB_GOLDEN") or DATA / "golden")

@@ -173,8 +173,61 @@ def test_ok_case_matches_jax_tpu_embedding(case_id: int) -> None:
         assert gains.dtype == np.float32
         assert np.array_equal(gains.view(np.int32), csr[key + "gains"].view(np.int32)) or \
             np.array_equal(gains, csr[key + "gains"], equal_nan=True)
-        # Unwritten entries are 0 (jax-tpu-embedding leaves memory uninitialised there).
-        assert not got.embedding_ids.reshape(local, -1)[~valid].any()
+        # Slots jax-tpu-embedding never writes (neither an entry nor padding) are 0 in tpuemb;
+        # jte_csr_written.npz checks the padding (test_every_slot_the_reference_writes).
+        assert got.padding_mask is not None
+        unwritten = ~valid & ~got.padding_mask.reshape(local, -1)
+        assert not got.embedding_ids.reshape(local, -1)[unwritten].any()
+
+
+@functools.cache
+def _written() -> tuple[dict[str, np.ndarray], list[tuple[str, int]]]:
+    """``jte_csr_written.npz``: full CSR arrays of 12 recorded batches and which slots
+    jax-tpu-embedding wrote (generate_csr_written.py), and the cases (file, id) they are."""
+    arrays = _load_csr(DATA / "jte_csr_written.npz")
+    cases = [(str(f), int(i)) for f, i in json.loads(bytes(arrays.pop("cases")))]
+    return arrays, cases
+
+
+def _written_case(source: str, case_id: int) -> dict[str, Any]:
+    if source == "jte_preprocess_c.json.gz":
+        return _cases()[case_id]
+    return _load_cases(DATA / source)[case_id]
+
+
+@pytest.mark.parametrize("source,case_id", _written()[1])
+def test_every_slot_the_reference_writes(source: str, case_id: int) -> None:
+    """The CSR arrays equal jax-tpu-embedding's in every slot it writes, bit for bit: its
+    entries, and the padding after each partition's run up to a multiple of 8 (embedding id and
+    sample id 2^31 - 1, gain NaN); the slots it writes are exactly ``valid_mask |
+    padding_mask``; the row pointers it writes are equal too. The slots it leaves uninitialised
+    are 0 in tpuemb. Cases: without minibatching (1-2 devices, 2 and 4 SparseCores, limit and
+    buffer drops, 1-3 stacks), with minibatching in one minibatch and split in several."""
+    arrays, _ = _written()
+    case = _written_case(source, case_id)
+    got = _run(case)
+    prefix = "c" if source == "jte_preprocess_c.json.gz" else "m"
+    for name, stack in got.stacks.items():
+        key = f"{prefix}{case_id}/{name}/"
+
+        def wrote(array: str, key: str = key) -> np.ndarray:
+            bits = np.unpackbits(arrays[key + array + "_written"])
+            return bits[:arrays[key + array].size].astype(bool)
+
+        slots = wrote("embedding_ids") & wrote("sample_ids") & wrote("gains")
+        assert stack.padding_mask is not None
+        assert np.array_equal(slots, (stack.valid_mask | stack.padding_mask).reshape(-1))
+        for array in ("embedding_ids", "sample_ids", "gains"):
+            mine = getattr(stack, array).reshape(-1)
+            assert np.array_equal(mine[slots].view(np.uint32),
+                                  arrays[key + array][slots].view(np.uint32)), array
+            assert not mine[~slots].view(np.uint32).any()
+        pointers = wrote("row_pointers")
+        assert np.array_equal(stack.row_pointers.reshape(-1)[pointers],
+                              arrays[key + "row_pointers"][pointers])
+        padding = stack.padding_mask.reshape(-1)
+        assert (stack.embedding_ids.reshape(-1)[padding] == 2**31 - 1).all()
+        assert np.isnan(stack.gains.reshape(-1)[padding]).all()
 
 
 @pytest.mark.parametrize("case_id", _ids("ok", False))
@@ -509,7 +562,8 @@ def test_layout_without_leading_dimension() -> None:
     nested = _hand()
     for array in ("row_pointers", "embedding_ids", "sample_ids", "gains", "valid_mask"):
         assert getattr(flat, array).ndim == 1
-        assert np.array_equal(getattr(flat, array), getattr(nested, array).reshape(-1))
+        assert np.array_equal(getattr(flat, array), getattr(nested, array).reshape(-1),
+                              equal_nan=array == "gains")
     assert flat.max_ids_per_partition.shape == (2, 4)  # statistics stay [devices, N]
 
 

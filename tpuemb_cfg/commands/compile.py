@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from tpuemb_cfg.commands.flags import keras_backend_option
 from tpuemb_cfg.errors import InputError, UsageError
 
 if TYPE_CHECKING:
@@ -101,6 +102,7 @@ def _check(target: str, data: bytes, fmt: str, *, shown: str, message_type: Any 
 
 
 @click.command("compile")
+@keras_backend_option
 @click.argument("spec", metavar="SPEC")
 @click.option("-o", "--output", "output", default="-", show_default=True, metavar="OUT",
               help="Output configuration; '-' writes text to stdout.")
@@ -244,6 +246,7 @@ def _json_safe(value: Any) -> Any:
 
 
 @click.command("inspect")
+@keras_backend_option
 @click.argument("config", metavar="CONFIG")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def inspect(config: str, as_json: bool) -> None:

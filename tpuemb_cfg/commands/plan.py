@@ -20,6 +20,7 @@ from typing import IO, Any
 
 import click
 
+from tpuemb_cfg.commands.flags import keras_backend_option
 from tpuemb_cfg.errors import UsageError
 
 #: Without a terminal, a progress line at most this often (seconds).
@@ -167,6 +168,7 @@ def _check_outputs(config: str, ids: tuple[str, ...], ids_format: str | None,
 
 
 @click.command(name="plan")
+@keras_backend_option
 @click.argument("config", type=click.Path(dir_okay=False))
 @click.option("--ids", "ids", multiple=True, required=True, metavar="FILE|FOLDER",
               help="The sample of ids: a replay B.npz, Parquet files (one column per feature; "

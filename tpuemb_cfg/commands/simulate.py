@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from tpuemb_cfg import units
+from tpuemb_cfg.commands.flags import keras_backend_option
 from tpuemb_cfg.errors import InputError, NumericalError, OutputError, UsageError
 from tpuemb_cfg.limits import available_memory
 
@@ -130,6 +131,7 @@ def _spec_callback(ctx: click.Context, param: click.Parameter, value: str | None
 
 
 @click.command("simulate")
+@keras_backend_option
 @click.argument("config", required=False, type=click.Path(dir_okay=False))
 @click.option("--batches", "batches_path", type=click.Path(dir_okay=False), metavar="B.npz",
               help="Replay the recorded steps of B.npz (the replay contract, docs/simulate.md).")

@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from tpuemb_cfg.commands._outputs import status_line
-from tpuemb_cfg.commands.flags import cli_message
+from tpuemb_cfg.commands.flags import cli_message, keras_backend_option
 from tpuemb_cfg.errors import InputError, UsageError
 from tpuemb_cfg.io import Source, read_source
 from tpuemb_cfg.report import FORMATS, FileReport, render_chunks
@@ -148,6 +148,7 @@ def _rule_filter(name: str, which: str) -> Callable[[Callable[..., Any]], Any]:
 
 
 @click.command("validate")
+@keras_backend_option
 @click.argument("files", nargs=-1, required=True, metavar="FILE...")
 @click.option(
     "--format",

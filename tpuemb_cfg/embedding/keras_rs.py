@@ -141,13 +141,11 @@ def source_tables(feature_config: Any) -> dict[str, Any]:
             != "default_device"}
 
 
-def convert(
-    feature_config: Any, optimizer: Any, num_replicas: int
-) -> tuple[dict[str, FeatureConfig], Optimizer | None, dict[str, list[Any]]]:
-    """keras-rs features as TensorFlow's: the features keyed by their joined paths (only those
-    on a TPU table), the layer optimizer translated, and each feature's per-replica input shape
-    (see the module docstring). Raises :class:`EmbeddingConfigError` where keras-rs (or the
-    ``TableConfig``/``FeatureConfig`` it builds) raises ``ValueError``."""
+def sparsecore_features(feature_config: Any) -> dict[str, Any]:
+    """keras-rs' features placed on the SparseCore, keyed by their joined paths in the order
+    keras-rs visits them (sorted as strings), as both backends' base class finds them; a
+    ``default_device`` table's features are left out. Raises :class:`EmbeddingConfigError` where
+    keras-rs raises ``ValueError``."""
     on_tpu: dict[str, Any] = {}
     for keys, feature in _flatten(feature_config):
         path = ".".join(str(k) for k in keys)
@@ -172,11 +170,20 @@ def convert(
             "makes ordinary Keras embeddings of them and no TPU embedding configuration; use "
             "placement='auto' or 'sparsecore' for the tables the TPU should hold"
         )
+    return {path: on_tpu[path] for path in sorted(on_tpu)}  # keras.tree's dict order
+
+
+def convert(
+    feature_config: Any, optimizer: Any, num_replicas: int
+) -> tuple[dict[str, FeatureConfig], Optimizer | None, dict[str, list[Any]]]:
+    """keras-rs features as TensorFlow's: the features keyed by their joined paths (only those
+    on a TPU table), the layer optimizer translated, and each feature's per-replica input shape
+    (see the module docstring). Raises :class:`EmbeddingConfigError` where keras-rs (or the
+    ``TableConfig``/``FeatureConfig`` it builds) raises ``ValueError``."""
     tables: dict[int, TableConfig] = {}
     features: dict[str, FeatureConfig] = {}
     input_shapes: dict[str, list[Any]] = {}
-    for path in sorted(on_tpu):  # keras.tree visits the dict in key order
-        feature = on_tpu[path]
+    for path, feature in sparsecore_features(feature_config).items():
         owner = f"feature '{path}' (name {feature.name!r})"
         if id(feature.table) not in tables:
             tables[id(feature.table)] = _table(feature.table, f"table {feature.table.name!r}")

@@ -461,21 +461,44 @@ def _convert_tensorflow(  # noqa: PLR0913  (the conversion's inputs, each a diff
     ))
 
 
-def keras_rs_config(
+def keras_rs_config(  # noqa: PLR0913  (the layer's arguments, the slice and the backend)
     feature_config: Any,
     optimizer: Any = None,
     *,
     topology: Any,
     table_stacking: Any = "auto",
     provenance: Provenance | None = None,
+    keras_backend: str | None = None,
 ) -> SparseCoreConfig:
     """keras-rs' ``DistributedEmbedding(feature_config, optimizer=..., table_stacking=...)`` with
-    SparseCore tables, as its TensorFlow backend hands it to ``TPUEmbeddingV2`` on ``topology``
-    (module docstring): api ``"keras_rs"``, mode ``"tensorflow"``, each table's own limits kept
-    beside TensorFlow's defaults, ``limits_dropped_by_conversion=True``."""
-    from tpuemb_cfg.embedding import keras_rs
+    SparseCore tables on ``topology``, as keras-rs 0.4.0 runs it on its Keras backend
+    (``keras_backend``: ``"jax"`` or ``"tensorflow"``; ``None`` chooses as Keras does,
+    :func:`~tpuemb_cfg.embedding.keras_rs_jax.choose_backend`).
 
-    where = to_topology(topology)
+    TensorFlow (module docstring): api ``"keras_rs"``, mode ``"tensorflow"``, each table's own
+    limits kept beside TensorFlow's defaults, ``limits_dropped_by_conversion=True``. JAX
+    (:mod:`~tpuemb_cfg.embedding.keras_rs_jax`): mode ``"jax"``, jax-tpu-embedding's stacking,
+    each stack limited by the largest of its tables' limits, ids always dropped."""
+    from tpuemb_cfg.embedding import keras_rs_jax
+
+    backend = keras_rs_jax.choose_backend(override=keras_backend)
+    return _keras_rs_config(feature_config, optimizer, to_topology(topology), table_stacking,
+                            provenance or Provenance(), backend)
+
+
+def _keras_rs_config(  # noqa: PLR0913  (keras_rs_config's arguments, resolved)
+    feature_config: Any, optimizer: Any, where: Topology, table_stacking: Any,
+    provenance: Provenance, backend: Any,
+) -> SparseCoreConfig:
+    from tpuemb_cfg.embedding import keras_rs, keras_rs_jax
+
+    if backend.name == "jax":
+        config = keras_rs_jax.jax_config(feature_config, topology=where,
+                                         table_stacking=table_stacking,
+                                         origin_of=provenance.origin)
+        return replace(config, keras_backend_chosen_by=backend.chosen_by,
+                       origin=Origin(provenance.path, None),
+                       setting_origins=dict(provenance.setting_origins))
     if table_stacking is None:
         disable = True
     elif table_stacking == "auto":
@@ -500,8 +523,9 @@ def keras_rs_config(
                      limits_dropped=True)
     sc = SparseCoreEmbeddingConfig(disable_table_stacking=disable,
                                    initialize_tables_on_host=False)
-    return _convert_tensorflow(features, tpu_optimizer, sc, where, provenance or Provenance(),
-                               extras)
+    config = _convert_tensorflow(features, tpu_optimizer, sc, where, provenance, extras)
+    return replace(config, keras_backend="tensorflow",
+                   keras_backend_chosen_by=backend.chosen_by)
 
 
 # -- specs ----------------------------------------------------------------------------------------
@@ -536,9 +560,8 @@ JAX_ARGUMENTS = ("activation_mem_bytes_limit", "use_short_stack_names",
 #: The top-level names a SparseCore spec may define (their lines are kept in
 #: ``SparseCoreConfig.setting_origins``).
 SETTINGS = ("feature_config", "optimizer", "sparse_core_config", "topology", "num_replicas",
-            "per_replica_input_shapes",
-            "table_stacking", "feature_specs", "global_device_count", "num_sc_per_device",
-            *JAX_ARGUMENTS)
+            "per_replica_input_shapes", "table_stacking", "keras_backend", "feature_specs",
+            "global_device_count", "num_sc_per_device", *JAX_ARGUMENTS)
 
 
 def _assignments(text: str) -> dict[str, int]:
@@ -699,9 +722,11 @@ def _convert(namespace: Mapping[str, Any], provenance: Provenance
     feature_config = namespace["feature_config"]
     optimizer = namespace.get("optimizer")
     if any(keras_rs.is_feature(leaf) for _, leaf in flatten_with_paths(feature_config)):
-        config = keras_rs_config(feature_config, optimizer, topology=topology,
-                                 table_stacking=namespace.get("table_stacking", "auto"),
-                                 provenance=provenance)
+        from tpuemb_cfg.embedding.keras_rs_jax import choose_backend
+
+        backend = choose_backend(namespace.get("keras_backend"))
+        config = _keras_rs_config(feature_config, optimizer, topology,
+                                  namespace.get("table_stacking", "auto"), provenance, backend)
     else:
         config = tensorflow_config(feature_config, optimizer,
                                    namespace.get("sparse_core_config"), topology=topology,
@@ -724,13 +749,15 @@ def _culprit(message: str, assigned: Mapping[str, int]) -> str:
     return features
 
 
-def load_sparsecore_spec(path: Any) -> SparseCoreSpec:
+def load_sparsecore_spec(path: Any, *, keras_backend: str | None = None) -> SparseCoreSpec:
     """Run the SparseCore spec ``path`` and convert what it defines (docs/sparsecore/apis.md):
 
     - TensorFlow: ``feature_config``, optional ``optimizer``, ``sparse_core_config`` (a
       :class:`SparseCoreEmbeddingConfig`; TensorFlow's defaults when absent) and ``topology``;
-    - keras-rs: ``feature_config`` of keras-rs features, optional ``optimizer`` and
-      ``table_stacking``, and ``topology``;
+    - keras-rs: ``feature_config`` of keras-rs features, optional ``optimizer``,
+      ``table_stacking`` and ``keras_backend`` (``"jax"`` or ``"tensorflow"``: the backend it
+      runs on; else Keras' choice, ``keras_rs_jax.choose_backend``; the ``keras_backend``
+      argument overrides both), and ``topology``;
     - jax-tpu-embedding: ``feature_specs`` and ``topology`` (or ``global_device_count`` and
       ``num_sc_per_device``), optional ``activation_mem_bytes_limit``,
       ``use_short_stack_names``, ``stack_to_max_ids_per_partition``,
@@ -756,8 +783,10 @@ def load_sparsecore_spec(path: Any) -> SparseCoreSpec:
               else setting_origins["sparse_core_config"])
         setting_origins.update(dict.fromkeys(_SC_FIELDS, at))
     provenance = Provenance(path=name, place=sites.place, setting_origins=setting_origins)
+    from tpuemb_cfg.embedding.keras_rs_jax import using_keras_backend
+
     try:
-        with origins.deriving(sites):
+        with origins.deriving(sites), using_keras_backend(keras_backend, "keras_backend"):
             config, compiled = _convert(namespace, provenance)
         _call_limits(config)
     except (ValueError, TypeError) as exc:

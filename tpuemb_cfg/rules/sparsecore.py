@@ -255,10 +255,15 @@ def stack_without_limit(ctx: SparseCoreContext) -> Iterator[Diagnostic]:
 @rule("SC003", "warning", "a table's own limits are ignored by its stack", target="sparsecore")
 def limits_lost_by_stacking(ctx: SparseCoreContext) -> Iterator[Diagnostic]:
     """## What it does
-    For jax-tpu-embedding (and keras-rs on JAX), reports a table whose own
-    `max_ids_per_partition` or `max_unique_ids_per_partition` differs from the limit of the
-    stack it ends up in, and a `suggested_coo_buffer_size_per_device` that the stack does not
-    keep.
+    For jax-tpu-embedding, reports a table whose own `max_ids_per_partition` or
+    `max_unique_ids_per_partition` differs from the limit of the stack it ends up in, and a
+    `suggested_coo_buffer_size_per_device` that the stack does not keep.
+
+    keras-rs is not affected on either backend. On JAX, keras-rs 0.4.0 stacks with
+    `auto_stack_tables` too but then sets each stack's limits to the largest of its tables' own
+    (`update_preprocessing_parameters` in `DistributedEmbedding.sparsecore_build`), so no
+    table's limit is lowered, and it passes no suggested buffer size. On TensorFlow the limits
+    never reach TensorFlow at all: that is SC004.
 
     ## Why is this bad?
     `auto_stack_tables` gives a stack of several tables the limits returned by
@@ -284,7 +289,7 @@ def limits_lost_by_stacking(ctx: SparseCoreContext) -> Iterator[Diagnostic]:
     Spec: sparsecore.md section 5
     """
     stacking = ctx.stacking
-    if stacking is None or ctx.config.mode != "jax":
+    if stacking is None or ctx.config.mode != "jax" or ctx.config.stack_limits_from_tables:
         return
     tables = {t.name: t for t in ctx.config.tables}
     for stack in stacking.stacks:
@@ -333,6 +338,9 @@ def limits_dropped_by_conversion(ctx: SparseCoreContext) -> Iterator[Diagnostic]
     For keras-rs' `DistributedEmbedding` on TensorFlow, reports every table whose
     `max_ids_per_partition` or `max_unique_ids_per_partition` is not TensorFlow's default 256.
 
+    Only on TensorFlow (the Keras backend the spec runs on: `tpuemb inspect` names it); on
+    JAX keras-rs keeps the limits (each stack takes the largest of its tables').
+
     ## Why is this bad?
     keras-rs 0.4.0 converts its configuration into `TPUEmbeddingV2`'s with
     `SparseCoreEmbeddingConfig(disable_table_stacking=..., initialize_tables_on_host=False)`
@@ -347,7 +355,8 @@ def limits_dropped_by_conversion(ctx: SparseCoreContext) -> Iterator[Diagnostic]
     ```
 
     ## Use instead
-    Use TensorFlow's `TPUEmbeddingV2` with
+    Run keras-rs on JAX (`KERAS_BACKEND=jax`; in a spec `keras_backend = "jax"`), where the
+    tables' limits are kept; or use TensorFlow's `TPUEmbeddingV2` with
     `SparseCoreEmbeddingConfig(max_ids_per_table={"<stacked name>": 1024})`, or keep the
     batch small enough for 256 ids per partition.
 
@@ -374,8 +383,10 @@ def limits_dropped_by_conversion(ctx: SparseCoreContext) -> Iterator[Diagnostic]
             f"{'never reaches' if len(changed) == 1 else 'never reach'} TensorFlow: keras-rs' "
             f"conversion passes no limits, so its stack uses {DEFAULT_LIMIT} (and tables are "
             "initialised on the TPU: initialize_tables_on_host=False)",
-            hint="use TPUEmbeddingV2 with SparseCoreEmbeddingConfig(max_ids_per_table=...) "
-            "keyed by stacked name",
+            hint="run keras-rs on its JAX backend (KERAS_BACKEND=jax, or keras_backend = "
+            "\"jax\" in the spec), where each stack takes the largest of its tables' limits, "
+            "or use TPUEmbeddingV2 with SparseCoreEmbeddingConfig(max_ids_per_table=...) keyed "
+            "by stacked name",
         )
 
 
@@ -440,8 +451,10 @@ def weight_decay(ctx: SparseCoreContext) -> Iterator[Diagnostic]:
 
     ## Why is this bad?
     `TPUEmbeddingV2` raises `NotImplementedError` for weight decay when it builds its tables:
-    SparseCores apply no decay. keras-rs passes a Keras optimizer's `weight_decay` on as
-    `weight_decay_factor`, so the same failure comes from a Keras optimizer.
+    SparseCores apply no decay. keras-rs on TensorFlow passes a Keras optimizer's
+    `weight_decay` on as `weight_decay_factor`, so the same failure comes from a Keras
+    optimizer. keras-rs on JAX does not fail: its `keras_to_jte_optimizer` does not read
+    `weight_decay`, so the tables silently train without it (reported as a warning).
 
     ## Example
     ```
@@ -459,11 +472,22 @@ def weight_decay(ctx: SparseCoreContext) -> Iterator[Diagnostic]:
     for tables in _by_optimizer(ctx.config).values():
         if not tables[0].optimizer.weight_decay:
             continue
+        which = f"{'table' if len(tables) == 1 else 'tables'} {_names([t.name for t in tables])}"
+        if ctx.config.keras_backend == "jax":
+            yield ctx.diag(
+                f"{_table(tables[0].name)}.optimizer",
+                f"{which}: the Keras optimizer sets weight_decay, which keras-rs on JAX drops "
+                "without a word (keras_to_jte_optimizer does not read it): the tables train "
+                "without weight decay",
+                hint="remove the Keras optimizer's weight_decay (SparseCores apply none), and "
+                "regularise the embeddings in the loss if needed",
+                severity="warning",
+            )
+            continue
         yield ctx.diag(
             f"{_table(tables[0].name)}.optimizer",
-            f"{'table' if len(tables) == 1 else 'tables'} {_names([t.name for t in tables])}: "
-            "the optimizer sets weight decay, which SparseCores do not apply: TPUEmbeddingV2 "
-            "raises NotImplementedError",
+            f"{which}: the optimizer sets weight decay, which SparseCores do not apply: "
+            "TPUEmbeddingV2 raises NotImplementedError",
             hint="remove weight_decay_factor and multiply_weight_decay_factor_by_learning_rate "
             "(or the Keras optimizer's weight_decay)",
         )
@@ -946,11 +970,18 @@ def unusable_limit(ctx: SparseCoreContext) -> Iterator[Diagnostic]:
 
 def _limit_path(config: SparseCoreConfig, stack: Stack, field: str) -> str:
     """Where a stack's limit is written: the limit dictionary's key (TensorFlow), the table's
-    own limit (a one-table jax stack) or the stack callable (jax)."""
+    own limit (a one-table jax stack; keras-rs on JAX: the table whose limit is the largest,
+    which the stack takes) or the stack callable (jax)."""
     if config.mode != "jax":
         setting = "max_ids_per_table" if field == "max_ids_per_partition" else \
             "max_unique_ids_per_table"
         return limit_key_path(setting, stack.name)
+    if config.stack_limits_from_tables:
+        own = {t.name: getattr(t, field) for t in config.tables}
+        applied = getattr(stack, field)
+        name = next((t.name for t in stack.tables if own.get(t.name) == applied),
+                    stack.tables[0].name)
+        return f"{_table(name)}.{field}"
     if len(stack.tables) == 1:
         return f"{_table(stack.tables[0].name)}.{field}"
     return f"stack_to_{field}"

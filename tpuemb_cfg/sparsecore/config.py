@@ -117,6 +117,13 @@ class SparseCoreConfig:
     stack_to_max_unique_ids_per_partition: Any = None
     # what the API's own conversion lost (keras-rs -> TensorFlow drops the limits)
     limits_dropped_by_conversion: bool = False
+    # keras-rs on JAX: each stack's limits are the largest of its tables' own (keras-rs'
+    # sparsecore_build), not the stack_to_max_* callables' (embedding/keras_rs_jax.py)
+    stack_limits_from_tables: bool = False
+    # keras-rs: the Keras backend the spec runs on ("jax" or "tensorflow") and what chose it
+    # (the spec, --keras-backend, KERAS_BACKEND, keras.json, Keras' default); None otherwise
+    keras_backend: str | None = None
+    keras_backend_chosen_by: str = ""
     origin: Origin = Origin()  # the spec
     #: where a top-level setting was assigned in the spec (setting name -> origin)
     setting_origins: Mapping[str, Origin] = field(default_factory=dict)

@@ -27,7 +27,9 @@ SparseCores in the slice, ``L`` local devices and ``S`` SparseCores per device:
    ``u > max_unique_ids``. Without ``allow_id_dropping`` jax-tpu-embedding aborts the process
    instead; tpuemb raises :class:`SparseCoreLimitError`.
 7. **Buffer.** Each SparseCore owns ``coo_buffer_size_per_device / S`` entries; its partitions
-   are written in order, each starting at a multiple of 8, and what does not fit is dropped,
+   are written in order, each starting at a multiple of 8 (the slots before it padded with
+   embedding and sample id 2^31 - 1 and gain NaN, as the reference pads them), and what does
+   not fit is dropped,
    silently and whatever ``allow_id_dropping`` says (jax-tpu-embedding does the same). With
    minibatching (one minibatch), a device's SparseCores write one after the other instead.
 8. **Minibatches.** With minibatching, a batch above a limit is split instead of checked
@@ -502,7 +504,8 @@ def _finish(stack: Stack, slots: Sequence[FeatureSlot], inputs: Mapping[str, _Fe
         coo_buffer_size_per_device=coo_size,
         row_pointers=csr.row_pointers, embedding_ids=csr.embedding_ids,
         sample_ids=csr.sample_ids, gains=csr.gains, valid_mask=csr.valid_mask,
-        dropped=per_feature, theoretical_max_coo_buffer_size=theoretical)
+        padding_mask=csr.padding_mask, dropped=per_feature,
+        theoretical_max_coo_buffer_size=theoretical)
 
 
 @dataclass(frozen=True)
@@ -785,12 +788,14 @@ class _Csr:
     sample_ids: npt.NDArray[np.int32]
     gains: F32Array
     valid_mask: BoolArray
+    padding_mask: BoolArray
 
 
 def _csr(m: _Merged, kept: _Kept, coo_size: int, opts: _Options) -> _Csr:
     """Per device ``S`` segments of ``coo_size / S`` entries; SparseCore s writes partition p
     from ``start[p] = sum_{q<p} roundup8(written_q)`` and its row-pointer slot p holds the end;
-    slots N..max(N, 8)-1 repeat roundup8 of the last end. Unwritten entries are 0."""
+    slots N..max(N, 8)-1 repeat roundup8 of the last end. The slots from each run's end to the
+    next multiple of 8 are padding (:func:`_fill`); the slots never written are 0."""
     n, cores, devices = opts.num_sparse_cores, opts.local_sparse_cores, opts.local_devices
     capacity = coo_size // opts.sparse_cores
     written = kept.written
@@ -819,18 +824,45 @@ def _csr(m: _Merged, kept: _Kept, coo_size: int, opts: _Options) -> _Csr:
     first = np.cumsum(flat) - flat
     where = base.reshape(-1)[runs] - first[runs]
     where += np.arange(runs.shape[0], dtype=np.int64)
-    total = devices * coo_size
+    ends = base.reshape(-1) + flat  # each run's end in the flat buffer of all devices
+    return _fill(pointers, (where, column, sample, gain), _padding(ends), devices * coo_size,
+                 opts)
+
+
+def _padding(ends: IntArray) -> IntArray:
+    """The slots jax-tpu-embedding pads after each partition's run: from the run's end up to
+    the next multiple of 8 (a run ends at most at its segment's end, itself a multiple of 8,
+    so the padding never leaves the segment; an empty run starts aligned and pads nothing)."""
+    count = _round8(ends) - ends
+    first = np.repeat(ends, count)
+    step = np.arange(first.shape[0], dtype=np.int64) - np.repeat(np.cumsum(count) - count, count)
+    out: IntArray = first + step
+    return out
+
+
+def _fill(pointers: IntArray, entries: tuple[npt.NDArray[Any], ...], padding: IntArray,
+          total: int, opts: _Options) -> _Csr:
+    """The CSR arrays of ``total`` slots: the written entries at ``entries[0]``, the padding
+    slots as jax-tpu-embedding writes them (embedding and sample id 2^31 - 1, gain NaN), the
+    slots it never writes 0 (it leaves them uninitialised)."""
+    where, column, sample, gain = entries
     embedding_ids = np.zeros(total, np.int32)
     sample_ids = np.zeros(total, np.int32)
     gains = np.zeros(total, np.float32)
     valid = np.zeros(total, bool)
+    padded = np.zeros(total, bool)
+    embedding_ids[padding] = _INT32_MAX
+    sample_ids[padding] = _INT32_MAX
+    gains[padding] = np.nan
+    padded[padding] = True
     embedding_ids[where] = column
     sample_ids[where] = sample
     gains[where] = gain
     valid[where] = True
-    shape = (devices, -1) if opts.has_leading_dimension else (-1,)
+    shape = (opts.local_devices, -1) if opts.has_leading_dimension else (-1,)
     return _Csr(pointers.astype(np.int32).reshape(shape), embedding_ids.reshape(shape),
-                sample_ids.reshape(shape), gains.reshape(shape), valid.reshape(shape))
+                sample_ids.reshape(shape), gains.reshape(shape), valid.reshape(shape),
+                padded.reshape(shape))
 
 
 def _round8(x: Any) -> Any:
@@ -1078,7 +1110,8 @@ def _finish_split(stack: Stack, slots: Sequence[FeatureSlot], inputs: Mapping[st
         coo_buffer_size_per_device=size.coo_size,
         row_pointers=csr.row_pointers, embedding_ids=csr.embedding_ids,
         sample_ids=csr.sample_ids, gains=csr.gains, valid_mask=csr.valid_mask,
-        dropped=per_feature, theoretical_max_coo_buffer_size=size.theoretical)
+        padding_mask=csr.padding_mask, dropped=per_feature,
+        theoretical_max_coo_buffer_size=size.theoretical)
 
 
 @dataclass(frozen=True)
@@ -1125,14 +1158,9 @@ def _csr_split(m: _Merged, kept: _Minibatched, coo_size: int,
     fits = where < coo_size
     written = sel[fits]
     flat = where[fits] + segment[fits] // (s_count * k_count * n) * coo_size
-    total = devices * coo_size
-    arrays = (np.zeros(total, np.int32), np.zeros(total, np.int32), np.zeros(total, np.float32),
-              np.zeros(total, bool))
-    arrays[0][flat] = m.column[written]
-    arrays[1][flat] = m.sample[written]
-    arrays[2][flat] = m.gain[written]
-    arrays[3][flat] = True
-    shape = (devices, -1) if opts.has_leading_dimension else (-1,)
-    csr = _Csr(row_pointers.astype(np.int32).reshape(shape), arrays[0].reshape(shape),
-               arrays[1].reshape(shape), arrays[2].reshape(shape), arrays[3].reshape(shape))
+    # Each (segment, partition) run ends at min(end, buffer end), then pads to a multiple of 8.
+    run_ends = np.minimum(ends, coo_size).reshape(devices, -1)
+    run_ends += np.arange(devices, dtype=np.int64)[:, None] * coo_size
+    csr = _fill(row_pointers, (flat, m.column[written], m.sample[written], m.gain[written]),
+                _padding(run_ends.reshape(-1)), devices * coo_size, opts)
     return csr, written

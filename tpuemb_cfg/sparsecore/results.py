@@ -35,8 +35,10 @@ class PreprocessedStack:
     id_drop_count: int
     coo_buffer_size_per_device: int
     #: CSR arrays ``[local_devices, size]`` as jax-tpu-embedding returns them with
-    #: ``has_leading_dimension=True``; entries where ``valid_mask`` is False are unwritten
-    #: (tpuemb fills them with 0; jax-tpu-embedding leaves memory uninitialised there)
+    #: ``has_leading_dimension=True``. ``valid_mask`` marks the entries (ids sent to a
+    #: SparseCore); ``padding_mask`` the slots jax-tpu-embedding pads after each partition's
+    #: run, up to a multiple of 8 (embedding id and sample id 2^31 - 1, gain NaN, as it writes
+    #: them). Slots in neither it never writes (uninitialised memory there; tpuemb writes 0)
     row_pointers: npt.NDArray[np.int32]
     embedding_ids: npt.NDArray[np.int32]
     sample_ids: npt.NDArray[np.int32]
@@ -48,6 +50,9 @@ class PreprocessedStack:
     #: roundup8(max_ids_per_partition) x sparse_cores_per_device x N: the buffer every
     #: SparseCore sending a full run to every partition needs (0 when not computed)
     theoretical_max_coo_buffer_size: int = 0
+    #: the padding slots (see the CSR arrays); None where the mode writes no padding
+    #: (TensorFlow's preprocessing)
+    padding_mask: npt.NDArray[np.bool_] | None = None
 
 
 @dataclass

@@ -122,7 +122,23 @@ def _jax_limit(config: SparseCoreConfig, stack: Stack, own: str, callback: str
             f"ignores their own {own}", "line": None}
 
 
+def _largest_of_tables(config: SparseCoreConfig, stack: Stack, own: str) -> dict[str, Any]:
+    """keras-rs on JAX: the largest of the stack's tables' own limit (the first such table)."""
+    value = getattr(stack, own)
+    tables = {t.name: t for t in config.tables}
+    members = [tables[t.name] for t in stack.tables if t.name in tables]
+    table = next((t for t in members if getattr(t, own) == value), None)
+    several = " (the largest of the stack's tables', as keras-rs on JAX sets it)" \
+        if len(stack.tables) > 1 else ""
+    name = table.name if table is not None else stack.tables[0].name
+    return {"value": value, "source": f"TableConfig {name!r} {own}{several}",
+            "line": _where(table.origin) if table is not None else None}
+
+
 def _limits(config: SparseCoreConfig, stack: Stack) -> dict[str, Any]:
+    if config.stack_limits_from_tables:
+        return {own: _largest_of_tables(config, stack, own)
+                for own in ("max_ids_per_partition", "max_unique_ids_per_partition")}
     if config.mode == "jax":
         return {
             "max_ids_per_partition": _jax_limit(config, stack, "max_ids_per_partition",
@@ -202,6 +218,9 @@ def summarize_sparsecore(config: SparseCoreConfig, stacking: Stacking) -> dict[s
     return {
         "api": config.api,
         "mode": config.mode,
+        "keras_backend": config.keras_backend,
+        "keras_backend_chosen_by": config.keras_backend_chosen_by or None,
+        "allow_id_dropping": config.allow_id_dropping,
         "topology": topology.as_json(),
         "slice": topology.describe(),
         "tables": len(config.tables),
@@ -301,8 +320,11 @@ def _per_unit(entry: dict[str, Any]) -> str:
 def format_sparsecore_summary(summary: dict[str, Any], title: str) -> str:
     """The summary as text, one block per stack."""
     from_file = summary["api"] is None  # a layouts file: no optimizer, combiner or limits
+    backend = (f" on Keras' {summary['keras_backend']} backend (chosen by "
+               f"{summary['keras_backend_chosen_by']})" if summary.get("keras_backend") else "")
     what = ("SparseCore layouts" if from_file else
-            f"SparseCore configuration ({summary['api']} API, {summary['mode']} stacking)")
+            f"SparseCore configuration ({summary['api']} API{backend}, {summary['mode']} "
+            "stacking)")
     features = "" if from_file else f"{summary['features']} features, "
     lines = [
         f"{title}: {what}",

@@ -22,7 +22,9 @@ With N = global devices x SparseCores per device (``topology.chips`` x
   its table's row offset x N and ``col_shift`` = its table's rotation;
 - a one-table stack keeps its table's limits; a stack of several takes
   ``config.stack_to_max_*(stack_name, total_sample_count)`` (default 256); the table's
-  ``suggested_coo_buffer_size_per_device`` is never carried over.
+  ``suggested_coo_buffer_size_per_device`` is never carried over. With
+  ``config.stack_limits_from_tables`` (keras-rs on JAX, which then calls
+  ``update_preprocessing_parameters``) every stack takes the largest of its tables' own limits.
 
 With ``config.disable_table_stacking`` the rules are ``prepare_feature_specs_for_training``'s
 instead: every table is its own stack, rotation 0, its features offset in *feature-name* order,
@@ -191,6 +193,9 @@ def _build_stack(config: SparseCoreConfig, tables: dict[str, SparseCoreTable],
         ids, unique = _own(first.max_ids_per_partition), _own(first.max_unique_ids_per_partition)
     else:
         ids, unique = _limits(config, first if len(members) == 1 else None, name, total)
+    if config.stack_limits_from_tables:  # keras-rs on JAX: the largest of its tables' own
+        ids = max(_own(tables[m].max_ids_per_partition) for m in members)
+        unique = max(_own(tables[m].max_unique_ids_per_partition) for m in members)
     stack = Stack(
         name=name, tables=tuple(stacked), group=group, combiner=first.combiner,
         total_sample_count=total, max_ids_per_partition=ids, max_unique_ids_per_partition=unique,
