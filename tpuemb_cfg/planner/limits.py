@@ -21,8 +21,12 @@ The drops at the current and at the suggested limits are what the preprocessing 
 runs every batch with ``allow_id_dropping=True`` at those limits (and the buffer they imply): the
 ids per table whose ``dropped`` flag is set, so the prediction is the exact preprocessing's
 count, not a model of it. TensorFlow-mode stackings fail a step on an exceeded limit whatever
-``allow_id_dropping`` says (``sparsecore.tf_preprocess``); such steps are counted as
-``failed_steps`` and their ids as dropped.
+``allow_id_dropping`` says (``sparsecore.tf_preprocess``): the limits only decide whether the step
+fails (the buffer alone drops), so each step runs once without limits and a stack whose
+statistics exceed a limit set fails the step there. Such a step counts in the stack's
+``failed_steps`` (and once in the report's), the stack's ids of that step count as dropped, and
+the SparseCores that received too many (TensorFlow's error names them: ``Sparse core P gets
+...``) are listed.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from tpuemb_cfg.sparsecore.preprocessing import (
     buffer_sizes,
     preprocess,
 )
+from tpuemb_cfg.sparsecore.tf_preprocess import TensorFlowLimitError
 
 if TYPE_CHECKING:
     from tpuemb_cfg.sparsecore.config import SparseCoreConfig
@@ -50,8 +55,9 @@ if TYPE_CHECKING:
     from tpuemb_cfg.sparsecore.stacking import Stack, Stacking
 
 __all__ = [
-    "RULE_DROPS", "RULE_IMBALANCE", "RULE_SUGGESTED_DROPS", "LimitOptions", "LimitSet",
-    "LimitsReport", "StackLimits", "TableDrops", "findings", "limits", "suggest_limit",
+    "RULE_DROPS", "RULE_IMBALANCE", "RULE_SUGGESTED_DROPS", "LimitAdvice", "LimitOptions",
+    "LimitSet", "LimitsReport", "StackLimits", "TableDrops", "findings", "limit_advice", "limits",
+    "spans", "suggest_limit",
 ]
 
 #: Rule ids of the gate's findings.
@@ -109,7 +115,10 @@ class TableDrops:
 @dataclass(frozen=True)
 class LimitSet:
     """A stack's limits, the COO buffer they imply (``theoretical_max`` = roundup8(max_ids) x
-    S x N, ``coo_buffer_size_per_device`` what the preprocessing allocates) and the drops."""
+    S x N, ``coo_buffer_size_per_device`` what the preprocessing allocates) and the drops.
+    TensorFlow mode: ``failed_steps`` the steps this stack's limits fail (its ids there count
+    as dropped) and ``over_limit_sparse_cores`` the SparseCores (partitions) that received
+    more than a limit from one SparseCore in them."""
 
     max_ids_per_partition: int
     max_unique_ids_per_partition: int
@@ -117,6 +126,7 @@ class LimitSet:
     coo_buffer_size_per_device: int
     drops: tuple[TableDrops, ...]
     failed_steps: int = 0
+    over_limit_sparse_cores: tuple[int, ...] = ()
 
     @property
     def dropped(self) -> int:
@@ -128,6 +138,7 @@ class LimitSet:
                 "theoretical_max_coo_buffer_size": self.theoretical_max_coo_buffer_size,
                 "coo_buffer_size_per_device": self.coo_buffer_size_per_device,
                 "dropped": self.dropped, "failed_steps": self.failed_steps,
+                "over_limit_sparse_cores": list(self.over_limit_sparse_cores),
                 "drops": [d.to_json() for d in self.drops]}
 
 
@@ -149,13 +160,17 @@ class StackLimits(JsonRecord):
 
 @dataclass(frozen=True)
 class LimitsReport(JsonRecord):
-    """Every stacked table's limits over ``steps`` steps."""
+    """Every stacked table's limits over ``steps`` steps; ``failed_steps`` (TensorFlow mode):
+    the steps some stack's current limits fail, each counted once, and ``ids_in_failed_steps``
+    all the ids of those steps (TensorFlow loses the whole step)."""
 
     mode: str
     steps: int
     quantile: float
     headroom: float
     stacks: tuple[StackLimits, ...]
+    failed_steps: int = 0
+    ids_in_failed_steps: int = 0
 
 
 # ---------------------------------------------------------------- running the preprocessing
@@ -188,7 +203,8 @@ def _runner(stacking: Stacking, options: LimitOptions) -> Runner:
 
 
 class _DropCounter:
-    """Ids and dropped ids per table at one limit set."""
+    """Ids and dropped ids per table at one limit set; the steps each stack fails and the
+    SparseCores it overfills there (TensorFlow mode)."""
 
     def __init__(self, stacking: Stacking) -> None:
         self.table_of = {f.name: f.table for f in stacking.features}
@@ -196,24 +212,36 @@ class _DropCounter:
         self.ids: dict[str, int] = {}
         self.dropped: dict[str, int] = {}
         self.failed: dict[str, int] = {}
+        self.over: dict[str, set[int]] = {}
+        self.failed_steps = 0
+        self.ids_in_failed_steps = 0
         #: per stack (theoretical maximum, allocated) COO buffer, as the preprocessing sized it
         self.buffers: dict[str, tuple[int, int]] = {}
 
-    def add(self, batch: Batch, result: PreprocessedBatch | None, failed_stack: str | None) -> None:
+    def add(self, batch: Batch, step: _Step) -> None:
+        result, failing = step.result, step.failing
+        total = 0
         for name, (values, _, _) in batch.items():
             table = self.table_of.get(name)
             if table is None:
                 continue
             n = int(np.asarray(values).shape[0])
+            total += n
             self.ids[table] = self.ids.get(table, 0) + n
-            if result is None:  # the step failed: all of the failing stack's ids are lost
-                lost = n if self.stack_of[name] == failed_stack else 0
+            if self.stack_of[name] in failing:  # the step fails: the stack's ids are lost
+                lost = n
+            elif result is None:
+                lost = 0
             else:
                 mask = result.stacks[self.stack_of[name]].dropped.get(name)
                 lost = int(mask.sum()) if mask is not None else 0
             self.dropped[table] = self.dropped.get(table, 0) + lost
-        if failed_stack is not None:
-            self.failed[failed_stack] = self.failed.get(failed_stack, 0) + 1
+        for stack, cores in failing.items():
+            self.failed[stack] = self.failed.get(stack, 0) + 1
+            self.over.setdefault(stack, set()).update(cores)
+        if failing:
+            self.failed_steps += 1
+            self.ids_in_failed_steps += total
         if result is not None and not self.buffers:
             self.buffers = {name: (s.theoretical_max_coo_buffer_size,
                                    s.coo_buffer_size_per_device)
@@ -224,15 +252,42 @@ class _DropCounter:
                      for t in stack.tables)
 
 
-def _run(run: Runner, batch: Batch, limits: Mapping[str, tuple[int, int]],
-         step: int) -> tuple[PreprocessedBatch | None, str | None]:
-    """One step at ``limits``; a TensorFlow limit failure gives (None, the stack)."""
+@dataclass(frozen=True)
+class _Step:
+    """One step at a limit set: the preprocessing's result (its statistics need no limit) and
+    the stacks whose limits fail the step (TensorFlow mode), each with the SparseCores that
+    received more than a limit from one SparseCore."""
+
+    result: PreprocessedBatch | None
+    failing: Mapping[str, tuple[int, ...]]
+
+
+#: Limits no step reaches: the run that gives TensorFlow's statistics without failing.
+_UNLIMITED = 1 << 30
+
+
+def _run(run: Runner, stacking: Stacking, batch: Batch, limits: Mapping[str, tuple[int, int]],
+         step: int) -> _Step:
+    """One step at ``limits``. TensorFlow mode: the limits decide only whether the step fails
+    (nothing is dropped by limit), so the step runs without them and every stack whose
+    statistics exceed its limits fails it: ``SortListOfSparseCoreCooTensors``' own check, per
+    partition, on the same counts."""
     try:
-        return run(batch, limits), None
-    except SparseCoreLimitError as exc:
-        return None, exc.stack
+        if stacking.mode != "tensorflow":
+            return _Step(run(batch, limits), {})
+        result = run(batch, {name: (_UNLIMITED, _UNLIMITED) for name in limits})
+    except (SparseCoreLimitError, TensorFlowLimitError) as exc:  # a limit no statistic shows
+        return _Step(None, {str(exc.stack): (int(getattr(exc, "partition", 0)),)})
     except (ValueError, NotImplementedError) as exc:
         raise InputError(f"step {step} of the sample: {exc}") from None
+    failing: dict[str, tuple[int, ...]] = {}
+    for name, (ids, unique) in limits.items():
+        s = result.stacks[name]
+        over = ((np.asarray(s.max_ids_per_partition) > ids)
+                | (np.asarray(s.max_unique_ids_per_partition) > unique))
+        if over.any():
+            failing[name] = tuple(int(p) for p in np.flatnonzero(over.any(axis=0)))
+    return _Step(result, failing)
 
 
 def limits(stacking: Stacking, batches: Callable[[], Iterable[Batch]] | Iterable[Batch], *,
@@ -266,10 +321,11 @@ def limits(stacking: Stacking, batches: Callable[[], Iterable[Batch]] | Iterable
     drops_now = _DropCounter(stacking)
     steps = 0
     for batch in start():
-        result, failed = _run(run, batch, current, steps)
-        drops_now.add(batch, result, failed)
-        if result is None:  # TensorFlow failed the step: its statistics need no limit
-            result = run(batch, {n: (1 << 30, 1 << 30) for n in names})
+        outcome = _run(run, stacking, batch, current, steps)
+        drops_now.add(batch, outcome)
+        result = outcome.result
+        if result is None:  # a limit failed the step before any statistics: run without them
+            result = run(batch, {n: (_UNLIMITED, _UNLIMITED) for n in names})
         for name, s in result.stacks.items():
             per_step[name].add(np.array([
                 int(s.max_ids_per_partition.max(initial=0)),
@@ -293,8 +349,7 @@ def limits(stacking: Stacking, batches: Callable[[], Iterable[Batch]] | Iterable
         run_then = _runner(adjusted, options)
         drops_then = _DropCounter(adjusted)
         for step, batch in enumerate(start()):
-            result, failed = _run(run_then, batch, suggested, step)
-            drops_then.add(batch, result, failed)
+            drops_then.add(batch, _run(run_then, adjusted, batch, suggested, step))
     out = []
     for stack in stacking.stacks:
         counts = per_step[stack.name]
@@ -305,7 +360,8 @@ def limits(stacking: Stacking, batches: Callable[[], Iterable[Batch]] | Iterable
             _limit_set(stack, current[stack.name], drops_now),
             _limit_set(stack, suggested[stack.name], drops_then)
             if drops_then else None))
-    return LimitsReport(stacking.mode, steps, options.quantile, options.headroom, tuple(out))
+    return LimitsReport(stacking.mode, steps, options.quantile, options.headroom, tuple(out),
+                        drops_now.failed_steps, drops_now.ids_in_failed_steps)
 
 
 def _without_stale_buffers(stacking: Stacking,
@@ -333,21 +389,96 @@ def _limit_set(stack: Stack, pair: tuple[int, int], counter: _DropCounter) -> Li
     drops counted at it."""
     theoretical, size = counter.buffers.get(stack.name, (0, 0))
     return LimitSet(pair[0], pair[1], theoretical, size, counter.drops(stack),
-                    counter.failed.get(stack.name, 0))
+                    counter.failed.get(stack.name, 0),
+                    tuple(sorted(counter.over.get(stack.name, ()))))
 
 
 # ---------------------------------------------------------------- findings for the gate
 
 
-def _limit_paths(config: SparseCoreConfig, stack: StackLimits) -> tuple[str, str]:
-    """Field paths of a stack's two limits: TensorFlow / keras-rs
-    ``sparse_core_config.max_ids_per_table["stack"]``; jax the first table's ``TableSpec``."""
-    if config.api == "jax":
-        table = stack.tables[0]
-        return (f'tables["{table}"].max_ids_per_partition',
-                f'tables["{table}"].max_unique_ids_per_partition')
-    return (f'sparse_core_config.max_ids_per_table["{stack.stack}"]',
-            f'sparse_core_config.max_unique_ids_per_table["{stack.stack}"]')
+@dataclass(frozen=True)
+class LimitAdvice:
+    """Where a stack's limit findings sit and how the spec's API sets a limit pair or a buffer:
+    ``path`` the field of the finding, ``limits(ids, unique)`` and ``buffer(needed)`` the hints.
+    One home for "which setting does this API read", so PLAN010/PLAN011 never point at a field
+    the rules (SC003, SC004) call ignored."""
+
+    path: str
+    limits: Callable[[int, int], str]
+    buffer: Callable[[int], str]
+
+
+def limit_advice(config: SparseCoreConfig, stack: StackLimits) -> LimitAdvice:
+    """The setting each API reads for ``stack``'s limits:
+
+    - TensorFlow: ``SparseCoreEmbeddingConfig.max_ids_per_table`` / ``max_unique_ids_per_table``
+      keyed by the stacked name; the buffer ``max_ids_per_chip_per_sample``;
+    - keras-rs on TensorFlow: nothing (its conversion passes no limits and TensorFlow's default
+      ``SparseCoreEmbeddingConfig``: SC004), so the hint says so and gives the workarounds;
+    - jax-tpu-embedding, a stack of several tables: ``auto_stack_tables``'
+      ``stack_to_max_ids_per_partition`` / ``stack_to_max_unique_ids_per_partition`` (its
+      tables' own limits are ignored: SC003); a one-table stack: its ``TableSpec``'s fields;
+      the buffer: ``suggested_coo_buffer_size_per_device`` (on the stacked spec when
+      ``auto_stack_tables`` made the stack: it drops the table's, SC003);
+    - keras-rs on JAX: its ``TableConfig``'s limits, which keras-rs hands to the stack.
+    """
+    name, first, now = stack.stack, stack.tables[0], stack.current
+    if config.api == "tensorflow" or (config.api == "keras_rs" and config.mode == "tensorflow"):
+        chip = config.max_ids_per_chip_per_sample
+        if config.api == "keras_rs":
+            def keras_limits(ids: int, unique: int) -> str:
+                return (f"not settable through keras-rs on TensorFlow: its conversion passes no "
+                        f"limits to TPUEmbeddingV2, so {name!r} keeps "
+                        f"{now.max_ids_per_partition} / {now.max_unique_ids_per_partition} "
+                        f"whatever its TableConfigs say (SC004); to give it {ids} / {unique}, "
+                        "build the layer with TensorFlow's TPUEmbeddingV2 and SparseCoreEmbedding"
+                        f"Config(max_ids_per_table={{{name!r}: {ids}}}, max_unique_ids_per_table"
+                        f"={{{name!r}: {unique}}}), or send fewer ids to a SparseCore per step "
+                        "(a smaller per-replica batch, more chips)")
+
+            def keras_buffer(needed: int) -> str:
+                return (f"not settable through keras-rs on TensorFlow: max_ids_per_chip_per_sample "
+                        f"stays {chip}; a device needs {needed} buffer entries: use TensorFlow's "
+                        "TPUEmbeddingV2 with SparseCoreEmbeddingConfig(max_ids_per_chip_per_sample"
+                        "=...) or a smaller per-replica batch")
+
+            return LimitAdvice(f'tables["{first}"]', keras_limits, keras_buffer)
+        ids_path = f'sparse_core_config.max_ids_per_table["{name}"]'
+        unique_path = f'sparse_core_config.max_unique_ids_per_table["{name}"]'
+        return LimitAdvice(
+            ids_path,
+            lambda ids, unique: f"set {ids_path} = {ids} and {unique_path} = {unique}",
+            lambda needed: (f"raise sparse_core_config.max_ids_per_chip_per_sample (now {chip}) "
+                            f"until it x the stack's samples per chip reaches {needed}"))
+    if config.api == "keras_rs":
+        tables = ", ".join(repr(t) for t in stack.tables)
+        return LimitAdvice(
+            f'tables["{first}"].max_ids_per_partition',
+            lambda ids, unique: (f"set max_ids_per_partition={ids} and max_unique_ids_per_"
+                                 f"partition={unique} on the keras_rs.layers.TableConfig of "
+                                 f"{tables} (keras-rs on JAX gives the stack its tables' limits)"),
+            lambda needed: (f"the stack needs a COO buffer of {needed} ids per device; keras-rs "
+                            "sizes it for the limits: lower the ids per SparseCore per step"))
+    if len(stack.tables) > 1:
+        return LimitAdvice(
+            "stack_to_max_ids_per_partition",
+            lambda ids, unique: (f"return {ids} for {name!r} from stack_to_max_ids_per_partition "
+                                 f"and {unique} from stack_to_max_unique_ids_per_partition "
+                                 "(auto_stack_tables' arguments: a stack of several tables takes "
+                                 "its limits from them, not from its TableSpecs: SC003)"),
+            lambda needed: (f"set suggested_coo_buffer_size_per_device >= {needed} on the stacked "
+                            f"spec of {name!r} after stacking (update_preprocessing_parameters: "
+                            "auto_stack_tables drops the TableSpecs', SC003)"))
+    stacked = not config.disable_table_stacking
+    return LimitAdvice(
+        f'tables["{first}"].max_ids_per_partition',
+        lambda ids, unique: (f"set max_ids_per_partition={ids} and max_unique_ids_per_partition="
+                             f"{unique} on TableSpec {first!r} (a one-table stack keeps its "
+                             "table's limits)"),
+        lambda needed: (f"set suggested_coo_buffer_size_per_device >= {needed} "
+                        + (f"on the stacked spec of {name!r} after stacking (update_"
+                           "preprocessing_parameters: auto_stack_tables drops the TableSpec's, "
+                           "SC003)" if stacked else f"on TableSpec {first!r}")))
 
 
 def findings(report: LimitsReport, config: SparseCoreConfig, *,
@@ -358,23 +489,28 @@ def findings(report: LimitsReport, config: SparseCoreConfig, *,
     is short), PLAN020 (the SparseCores' max/mean load above ``imbalance_threshold``)."""
     out: list[Diagnostic] = []
     for stack in report.stacks:
-        ids_path, unique_path = _limit_paths(config, stack)
+        advice = limit_advice(config, stack)
         now = stack.current
         if now.dropped or now.failed_steps:
             total = sum(d.ids for d in now.drops)
             worst = max(now.drops, key=lambda d: (d.share, d.table))
             fix = stack.suggested
-            hint = (f"set {ids_path} = {fix.max_ids_per_partition} and {unique_path} = "
-                    f"{fix.max_unique_ids_per_partition}" if fix else
-                    "raise the limits above the observed maxima")
+            pair = ((fix.max_ids_per_partition, fix.max_unique_ids_per_partition) if fix else
+                    (suggest_limit(stack.observed_max_ids, headroom=report.headroom),
+                     min(suggest_limit(stack.observed_max_unique_ids, headroom=report.headroom),
+                         suggest_limit(stack.observed_max_ids, headroom=report.headroom))))
+            failed = (f"fails {now.failed_steps} of {report.steps} step(s) (TensorFlow stops "
+                      "the step whatever allow_id_dropping says; SparseCore(s) "
+                      f"{spans(now.over_limit_sparse_cores)} received more than a limit from "
+                      "one SparseCore) and so " if now.failed_steps else "")
             out.append(Diagnostic(
                 RULE_DROPS, "error",
-                f"stacked table {stack.stack!r} drops {now.dropped} of {total} ids of the "
-                f"sample ({now.dropped / total:.2%}; most in table {worst.table!r}, "
+                f"stacked table {stack.stack!r} {failed}drops {now.dropped} of {total} ids of "
+                f"the sample ({now.dropped / total:.2%}; most in table {worst.table!r}, "
                 f"{worst.share:.2%}) at max_ids_per_partition {now.max_ids_per_partition} / "
                 f"max_unique_ids_per_partition {now.max_unique_ids_per_partition}; the sample "
                 f"needs {stack.observed_max_ids} / {stack.observed_max_unique_ids}",
-                ids_path, hint=hint))
+                advice.path, hint=advice.limits(*pair)))
         later = stack.suggested
         if later is not None and later.dropped:
             out.append(Diagnostic(
@@ -383,8 +519,7 @@ def findings(report: LimitsReport, config: SparseCoreConfig, *,
                 f"limits {later.max_ids_per_partition} / {later.max_unique_ids_per_partition}: "
                 f"the COO buffer of {later.coo_buffer_size_per_device} ids per device is "
                 f"short (a device needed {stack.required_buffer_size_per_device})",
-                ids_path, hint="raise suggested_coo_buffer_size_per_device to at least "
-                               f"{stack.required_buffer_size_per_device}"))
+                advice.path, hint=advice.buffer(stack.required_buffer_size_per_device)))
     if load is not None and load.imbalance.max_over_mean > imbalance_threshold:
         top = load.top_tables[0].table if load.top_tables else None
         out.append(Diagnostic(
@@ -396,3 +531,14 @@ def findings(report: LimitsReport, config: SparseCoreConfig, *,
             hint="spread the hot table's ids (hash them, or split the table) or change the "
                  "stacking"))
     return out
+
+
+def spans(values: tuple[int, ...]) -> str:
+    """``0-3, 7``: sorted integers as ranges."""
+    runs: list[list[int]] = []
+    for v in values:
+        if runs and v == runs[-1][1] + 1:
+            runs[-1][1] = v
+        else:
+            runs.append([v, v])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs) or "-"

@@ -44,7 +44,7 @@ from tpuemb_cfg.planner.inputs import (
     legacy_schema,
     sparsecore_schema,
 )
-from tpuemb_cfg.planner.limits import LimitOptions, LimitsReport
+from tpuemb_cfg.planner.limits import LimitOptions, LimitsReport, spans
 from tpuemb_cfg.planner.load import LoadCounter, LoadOptions, LoadReport
 from tpuemb_cfg.planner.memory import MemoryReport
 from tpuemb_cfg.units import format_size
@@ -207,6 +207,7 @@ class Variant:
         }
         if self.limits is not None:
             out["dropped_at_current_limits"] = sum(s.current.dropped for s in self.limits.stacks)
+            out["failed_steps_at_current_limits"] = self.limits.failed_steps
             out["stacks"] = len(self.limits.stacks)
         return out
 
@@ -466,7 +467,7 @@ def _verdict(gate: Gate, memory: MemoryReport, load: LoadReport,
                       else "oom: a unit is over its memory")
     if gate.drops and limits is not None:
         dropped = sum(s.current.dropped for s in limits.stacks)
-        failing = sum(s.current.failed_steps for s in limits.stacks)
+        failing = limits.failed_steps
         if dropped or failing:
             failed.append(f"drops: {dropped} ids dropped at the current limits"
                           + (f", {failing} step(s) failed" if failing else ""))
@@ -587,7 +588,15 @@ def _limits_text(report: LimitsReport) -> list[str]:
             if later else "-",
             f"{later.dropped} ({_pct(later.dropped / total)})" if later else "-",
             f"{later.coo_buffer_size_per_device if later else now.coo_buffer_size_per_device}"))
-    return out + _table(rows)
+    out += _table(rows)
+    if report.failed_steps:
+        out.append(f"  failed steps: {report.failed_steps} of {report.steps} at the current limits "
+                   f"(TensorFlow stops a step over a limit; {report.ids_in_failed_steps:,} ids in "
+                   "them): " + ", ".join(
+                       f"{s.stack} {s.current.failed_steps} (SparseCore(s) "
+                       f"{spans(s.current.over_limit_sparse_cores)})"
+                       for s in report.stacks if s.current.failed_steps))
+    return out
 
 
 def _what_if_text(variants: Sequence[Variant]) -> list[str]:
@@ -606,6 +615,7 @@ def _what_if_text(variants: Sequence[Variant]) -> list[str]:
     if "dropped_at_current_limits" in data[0]:
         line("stacks", lambda d: str(d["stacks"]))
         line("dropped (current)", lambda d: str(d["dropped_at_current_limits"]))
+        line("failed steps (current)", lambda d: str(d["failed_steps_at_current_limits"]))
     return ["what-if:", *_table(rows)]
 
 
