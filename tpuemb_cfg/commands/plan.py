@@ -69,12 +69,15 @@ def _sarif(text: str) -> str:
     (PLAN...: its findings are none of the validator's), each result pointing at its rule."""
     from tpuemb_cfg.planner.planning import PLAN_RULES
     from tpuemb_cfg.report import SARIF_LEVEL
+    from tpuemb_cfg.rules import RULES
 
     log = json.loads(text)
     run = log["runs"][0]
     rules: list[dict[str, Any]] = []
     run["tool"]["driver"]["rules"] = rules
-    for rule_id, (severity, summary) in sorted(PLAN_RULES.items()):
+    found = {r["ruleId"]: (RULES[r["ruleId"]].severity, RULES[r["ruleId"]].summary)
+             for r in run["results"] if r["ruleId"] in RULES}  # validate's, e.g. TBL010
+    for rule_id, (severity, summary) in sorted({**PLAN_RULES, **found}.items()):
         rules.append({"id": rule_id, "name": rule_id, "shortDescription": {"text": summary},
                       "fullDescription": {"text": summary},
                       "help": {"text": f"{summary} (docs/plan.md)"},

@@ -348,7 +348,7 @@ class Planner:
                                        device_memory_bytes=self._device_memory())
                 variants.append(Variant(name, memory, reports[strategy]))
         memory = variants[0].memory
-        findings = memory_findings(memory)
+        findings = memory_findings(memory) + _cores_left_out(prepared, hosts)
         load = loads[configured]
         threshold = opts.gate.imbalance if opts.gate.imbalance is not None else DEFAULT_IMBALANCE
         if load.imbalance.max_over_mean > threshold:
@@ -475,6 +475,30 @@ def _verdict(gate: Gate, memory: MemoryReport, load: LoadReport,
         failed.append(f"imbalance: {load.level} {load.imbalance.hottest} serves "
                       f"{load.imbalance.max_over_mean:.3f}x the mean, above {gate.imbalance:g}")
     return failed
+
+
+#: validate's rule for tensor cores that are not a multiple of the hosts, which plan also reports.
+RULE_CORES_PER_HOST = "TBL010"
+
+
+def _cores_left_out(prepared: Prepared, hosts: int) -> list[Diagnostic]:
+    """Validate's TBL010 on the configuration with the plan's host count (``--hosts`` or the
+    topology may differ from ``num_hosts``): the per-chip memory spreads a host's rows over
+    ``num_tensor_cores // hosts`` devices, so the cores beyond ``hosts`` times that are left
+    out; the hint says how many."""
+    from tpuemb_cfg.planner.memory import with_hosts
+    from tpuemb_cfg.rules import RULES
+    from tpuemb_cfg.validator import run_rules
+
+    config = prepared.config
+    if hosts != config.num_hosts:
+        config = with_hosts(config, hosts)
+    cores = int(config.num_tensor_cores)
+    counted = cores // hosts * hosts
+    hint = (f"the memory per chip counts {counted} of the {cores} TensorCores "
+            f"({cores // hosts} per host): {cores - counted} left out" if counted else
+            f"fewer TensorCores ({cores}) than hosts ({hosts}): no memory per chip")
+    return [replace(d, hint=hint) for d in run_rules(config, [RULES[RULE_CORES_PER_HOST]])]
 
 
 def _host_imbalance(load: LoadReport, threshold: float, hosts: int) -> Diagnostic:

@@ -1,0 +1,73 @@
+"""``tpuemb plan``'s remaining gaps (issue 34 item 6): tensor cores left out by the host count
+warned about as validate warns, a ``--compare`` variant equal to the configuration shown as its
+own column, one host of a multi-host slice, quantization in ``inspect``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from conftest import run_cli
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICKSTART = ROOT / "examples" / "quickstart.pbtxt"
+#: the quickstart's features and their tables' rows (user, item, item, category)
+VOCABULARY = {"f0": 20000, "f1": 50000, "f2": 50000, "f3": 1000}
+
+
+def _config(tmp_path: Path, cores: int, hosts: int = 1) -> Path:
+    text = QUICKSTART.read_text()
+    assert "num_hosts: 1\nnum_tensor_cores: 2\n" in text
+    path = tmp_path / f"c{cores}h{hosts}.pbtxt"
+    path.write_text(text.replace("num_hosts: 1\nnum_tensor_cores: 2\n",
+                                 f"num_hosts: {hosts}\nnum_tensor_cores: {cores}\n"))
+    return path
+
+
+def _sample(tmp_path: Path, bags: int, steps: int = 1) -> str:
+    """``steps`` steps of ``bags`` one-id bags per feature (ids spread over each table)."""
+    rng = np.random.default_rng(6)
+    arrays: dict[str, Any] = {}
+    for s in range(steps):
+        for f, (name, vocabulary) in enumerate(VOCABULARY.items()):
+            del name
+            arrays[f"s{s}/f{f}/ids"] = rng.integers(0, vocabulary, bags).astype(np.int64)
+            arrays[f"s{s}/f{f}/row_splits"] = np.arange(bags + 1, dtype=np.int64)
+    path = tmp_path / f"B{bags}.npz"
+    np.savez(path, **arrays)
+    return str(path)
+
+
+def _plan(*args: str) -> dict[str, Any]:
+    result = run_cli("plan", *args, "--format", "json", "-q")
+    assert result.exit_code == 0, result.output
+    report: dict[str, Any] = json.loads(result.stdout)
+    return report
+
+
+def test_hosts_leaving_cores_out_warns_as_validate_does(tmp_path: Path) -> None:
+    """8 tensor cores on 3 hosts: each host drives 8 // 3 = 2 devices, so the per-chip memory
+    has 6 units and 2 cores are left out; plan reports validate's TBL010 (the same message
+    validate gives for num_hosts: 3) with how many cores the memory leaves out."""
+    config = _config(tmp_path, 8)
+    sample = _sample(tmp_path, 8 * 64)  # a configured batch: 8 cores x 64 bags
+    report = _plan(str(config), "--ids", sample, "--hosts", "3")
+    (chips,) = report["memory"]["breakdown"]
+    assert chips["level"] == "chip" and len(chips["units"]) == 6
+    (finding,) = [d for d in report["findings"] if d["rule"] == "TBL010"]
+    validated = json.loads(run_cli("validate", str(_config(tmp_path, 8, 3)), "--format",
+                                   "json").stdout)
+    (rule,) = [d for f in validated["files"] for d in f["diagnostics"] if d["rule"] == "TBL010"]
+    assert (finding["message"], finding["severity"]) == (rule["message"], rule["severity"])
+    assert finding["hint"] == ("the memory per chip counts 6 of the 8 TensorCores (2 per host): "
+                               "2 left out")
+    sarif = json.loads(run_cli("plan", str(config), "--ids", sample, "--hosts", "3",
+                               "--format", "sarif", "-q").stdout)
+    run = sarif["runs"][0]
+    (result,) = [r for r in run["results"] if r["ruleId"] == "TBL010"]
+    assert run["tool"]["driver"]["rules"][result["ruleIndex"]]["id"] == "TBL010"
+    # 4 hosts divide 8 cores: nothing to say
+    quiet = _plan(str(config), "--ids", sample, "--hosts", "4")
+    assert not [d for d in quiet["findings"] if d["rule"] == "TBL010"]
