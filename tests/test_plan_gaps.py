@@ -71,3 +71,23 @@ def test_hosts_leaving_cores_out_warns_as_validate_does(tmp_path: Path) -> None:
     # 4 hosts divide 8 cores: nothing to say
     quiet = _plan(str(config), "--ids", sample, "--hosts", "4")
     assert not [d for d in quiet["findings"] if d["rule"] == "TBL010"]
+
+
+def test_compare_equal_to_the_configuration_is_its_own_column(tmp_path: Path) -> None:
+    """A 4-host configuration compared with hosts=4 (and with a v6e-16 slice, 16 chips / 4 per
+    host = 4 hosts): each asked-for variant is a column pair of its own, with the numbers of the
+    configuration as given."""
+    config = _config(tmp_path, 8, 4)
+    sample = _sample(tmp_path, 8 * 64)
+    report = _plan(str(config), "--ids", sample, "--compare", "hosts=4,2",
+                   "--compare", "topology=v6e-16")
+    rows = {row["name"]: row for row in report["what_if"]}
+    assert list(rows) == ["as configured (DIV_DEFAULT)", "MOD", "hosts=4 DIV_DEFAULT",
+                          "hosts=4 MOD", "hosts=2 DIV_DEFAULT", "hosts=2 MOD",
+                          "v6e-16 DIV_DEFAULT", "v6e-16 MOD"]
+    for same in ("hosts=4", "v6e-16"):
+        for strategy, first in (("DIV_DEFAULT", "as configured (DIV_DEFAULT)"), ("MOD", "MOD")):
+            assert {**rows[f"{same} {strategy}"], "name": first} == rows[first]
+    assert rows["hosts=2 MOD"]["units"] == 2
+    text = run_cli("plan", str(config), "--ids", sample, "--compare", "hosts=4", "-q").stdout
+    assert "hosts=4 DIV_DEFAULT" in text

@@ -325,10 +325,11 @@ class Planner:
         opts = self.options
         _same_schema(self.sample.schema, legacy_schema(prepared.plan))
         hosts = self._legacy_hosts()
-        counts = [hosts, *(h for h in opts.compare.hosts if h != hosts)]
-        for text in opts.compare.topologies:
-            counts.append(_topology(text, None).hosts)
-        counts = list(dict.fromkeys(counts))
+        # one column pair per variant asked for, even one equal to the configuration (shown,
+        # not folded into it); one counter per distinct host count
+        columns = [(hosts, ""), *((h, f"hosts={h}") for h in opts.compare.hosts),
+                   *((_topology(text, None).hosts, text) for text in opts.compare.topologies)]
+        counts = list(dict.fromkeys(h for h, _ in columns))
         tables = legacy_tables(prepared.plan)
         counters = {h: host_counter(tables, hosts=h, options=opts.load) for h in counts}
         for batch in self.sample:
@@ -337,16 +338,16 @@ class Planner:
         configured = ("MOD" if int(prepared.config.sharding_strategy) == ShardingStrategy.MOD
                       else "DIV_DEFAULT")
         variants = []
-        loads = counters[hosts].reports()
-        for h in counts:
-            reports = loads if h == hosts else counters[h].reports()
+        reports = {h: counter.reports() for h, counter in counters.items()}
+        loads = reports[hosts]
+        for h, label in columns:
             for strategy in (configured, *(s for s in STRATEGIES if s != configured)):
-                name = (f"as configured ({strategy})" if (h, strategy) == (hosts, configured)
-                        else f"hosts={h} {strategy}" if h != hosts else strategy)
+                name = (f"{label} {strategy}" if label else f"as configured ({strategy})"
+                        if strategy == configured else strategy)
                 memory = legacy_memory(prepared.config, hosts=h, strategy=strategy,
                                        host_memory_bytes=opts.host_memory_bytes,
                                        device_memory_bytes=self._device_memory())
-                variants.append(Variant(name, memory, reports[strategy]))
+                variants.append(Variant(name, memory, reports[h][strategy]))
         memory = variants[0].memory
         findings = memory_findings(memory) + _cores_left_out(prepared, hosts)
         load = loads[configured]
