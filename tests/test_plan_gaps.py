@@ -91,3 +91,49 @@ def test_compare_equal_to_the_configuration_is_its_own_column(tmp_path: Path) ->
     assert rows["hosts=2 MOD"]["units"] == 2
     text = run_cli("plan", str(config), "--ids", sample, "--compare", "hosts=4", "-q").stdout
     assert "hosts=4 DIV_DEFAULT" in text
+
+
+# One table of 64 rows on 4 chips x 2 SparseCores (N = 8), a global batch of 32 samples: 8 per
+# chip, 4 per SparseCore; limits 2 / 2. On 2 hosts, a host holds 2 chips and reads 16 samples.
+HOST_SPEC = '''
+from tpuemb_cfg.sparsecore.jte import FeatureSpec, SGDOptimizerSpec, TableSpec
+
+global_device_count = 4
+num_sc_per_device = 2
+t = TableSpec(name="t", vocabulary_size=64, embedding_dim=8, initializer=None,
+              optimizer=SGDOptimizerSpec(learning_rate=0.1), combiner="sum",
+              max_ids_per_partition=2, max_unique_ids_per_partition=2)
+feature_specs = {"t": FeatureSpec(name="t", table_spec=t, input_shape=[32, 1],
+                                  output_shape=[32, 8])}
+'''
+
+
+def test_one_host_of_a_multi_host_slice(tmp_path: Path) -> None:
+    """32 rows of id 0. Whole slice: 1 step of 32 samples on 4 local chips; each of the 8
+    SparseCores sends 4 entries of row 0 to partition 0 and keeps 2: 16 dropped. Host 1 of 2:
+    its 2 chips read 16 samples a step, so 2 steps, 4 SparseCores each dropping 2 a step: 16
+    dropped, every step's maximum still 4 ids (1 distinct)."""
+    spec = tmp_path / "host.py"
+    spec.write_text(HOST_SPEC)
+    path = tmp_path / "B.npz"
+    np.savez(path, **{"s0/f0/ids": np.zeros(32, np.int64),
+                      "s0/f0/row_splits": np.arange(33, dtype=np.int64)})
+    whole = _plan(str(spec), "--ids", str(path), "--hosts", "2")
+    one = _plan(str(spec), "--ids", str(path), "--hosts", "2", "--host-index", "1")
+    for report, steps, devices, host, bags in ((whole, 1, 4, None, 32), (one, 2, 2, 1, 16)):
+        limits = report["limits"]
+        assert (limits["steps"], limits["local_devices"], limits["host_index"]) == (
+            steps, devices, host)
+        assert report["configured_bags"] == {"t": bags}
+        (stack,) = limits["stacks"]
+        assert (stack["observed_max_ids"], stack["observed_max_unique_ids"]) == (4, 1)
+        assert stack["current"]["dropped"] == 16
+    text = run_cli("plan", str(spec), "--ids", str(path), "--hosts", "2", "--host-index", "1",
+                   "-q").stdout
+    assert "2 step(s), host 1: its 2 chip(s))" in text
+    bad = run_cli("plan", str(spec), "--ids", str(path), "--hosts", "2", "--host-index", "2")
+    assert bad.exit_code == 2
+    assert "--host-index 2: the slice has 2 host(s), so the index is 0 to 1" in bad.output
+    legacy = run_cli("plan", str(QUICKSTART), "--ids", _sample(tmp_path, 128), "--host-index",
+                     "0")
+    assert legacy.exit_code == 2 and "only a SparseCore slice" in legacy.output

@@ -168,6 +168,9 @@ def _check_outputs(config: str, ids: tuple[str, ...], output: str | None,
                    "configurations take its host count.")
 @click.option("--hosts", type=click.IntRange(min=1), help="Hosts (overrides num_hosts or the "
               "topology's).")
+@click.option("--host-index", type=click.IntRange(min=0), metavar="N",
+              help="Plan host N of a multi-host SparseCore slice: the sample is that host's "
+                   "input (the global batch / hosts), its chips the local devices.")
 @click.option("--host-memory", metavar="SIZE", help="Memory of each host, e.g. 64G (legacy "
               "tables; SparseCore initialize_tables_on_host). Unknown: no OOM finding.")
 @click.option("--hbm", metavar="SIZE", help="HBM of each chip (default: the chip kind's).")
@@ -190,7 +193,8 @@ def _check_outputs(config: str, ids: tuple[str, ...], output: str | None,
               ".pdf; needs matplotlib: pip install 'tpuemb[plot]').")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 def plan(config: str, ids: tuple[str, ...], ids_format: str | None,  # noqa: PLR0913
-         topology: str | None, hosts: int | None, host_memory: str | None, hbm: str | None,
+         topology: str | None, hosts: int | None, host_index: int | None,
+         host_memory: str | None, hbm: str | None,
          quantile: float, headroom: float, compare: tuple[str, ...], fail_on: tuple[str, ...],
          fmt: str, output: str | None, plot: str | None, quiet: bool) -> None:
     # one parameter per option: click's calling convention
@@ -206,7 +210,7 @@ def plan(config: str, ids: tuple[str, ...], ids_format: str | None,  # noqa: PLR
     options = PlanOptions(
         topology=topology, hosts=hosts, host_memory_bytes=_size(host_memory, "--host-memory"),
         hbm_bytes=_size(hbm, "--hbm"), quantile=quantile, headroom=headroom,
-        compare=parse_compare(compare), gate=parse_gate(fail_on))
+        compare=parse_compare(compare), gate=parse_gate(fail_on), host_index=host_index)
     _check_outputs(config, ids, output, plot)
     planner = open_plan(config, list(ids), options=options, fmt=ids_format)
     sample = planner.sample

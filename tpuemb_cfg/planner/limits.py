@@ -79,6 +79,11 @@ class LimitOptions:
     max_ids_per_chip_per_sample: int = 64
     suggest: bool = True
     exact_steps: int = 8192
+    #: the chips of one host (jax-tpu-embedding's ``local_device_count``), whose batch each step
+    #: is, when one host of a multi-host slice is planned; None: the whole slice
+    local_devices: int | None = None
+    #: which host that is (reported; the preprocessing of a host depends only on its devices)
+    host_index: int | None = None
 
     def __post_init__(self) -> None:
         if not 0.0 < self.quantile <= 1.0:
@@ -171,6 +176,9 @@ class LimitsReport(JsonRecord):
     stacks: tuple[StackLimits, ...]
     failed_steps: int = 0
     ids_in_failed_steps: int = 0
+    #: the chips whose batch a step is (all of the slice's, or one host's) and that host
+    local_devices: int = 0
+    host_index: int | None = None
 
 
 # ---------------------------------------------------------------- running the preprocessing
@@ -179,9 +187,12 @@ Runner = Callable[[Batch, Mapping[str, tuple[int, int]]], "PreprocessedBatch"]
 
 
 def _runner(stacking: Stacking, options: LimitOptions) -> Runner:
-    """The exact preprocessing of a whole-slice batch (local = global devices, as
-    ``tpuemb simulate`` runs it) with dropping on, at given limits."""
+    """The exact preprocessing of a batch with dropping on, at given limits: a whole-slice batch
+    (local = global devices, as ``tpuemb simulate`` runs it), or one host's
+    (``options.local_devices`` of the global devices, as jax-tpu-embedding and TensorFlow
+    preprocess on each host)."""
     chips = stacking.num_partitions
+    local = chips if options.local_devices is None else options.local_devices
     cores = stacking.sparse_cores_per_partition
 
     def run(batch: Batch, limits: Mapping[str, tuple[int, int]]) -> PreprocessedBatch:
@@ -191,11 +202,11 @@ def _runner(stacking: Stacking, options: LimitOptions) -> Runner:
             from tpuemb_cfg.sparsecore.tf_preprocess import preprocess_tensorflow
 
             return preprocess_tensorflow(
-                stacking, features, weights or None, local_devices=chips, global_devices=chips,
+                stacking, features, weights or None, local_devices=local, global_devices=chips,
                 sparse_cores_per_device=cores, allow_id_dropping=True,
                 has_leading_dimension=False, limits=limits,
                 max_ids_per_chip_per_sample=options.max_ids_per_chip_per_sample)
-        return preprocess(stacking, features, weights or None, local_devices=chips,
+        return preprocess(stacking, features, weights or None, local_devices=local,
                           global_devices=chips, sparse_cores_per_device=cores,
                           allow_id_dropping=True, has_leading_dimension=False, limits=limits)
 
@@ -361,7 +372,8 @@ def limits(stacking: Stacking, batches: Callable[[], Iterable[Batch]] | Iterable
             _limit_set(stack, suggested[stack.name], drops_then)
             if drops_then else None))
     return LimitsReport(stacking.mode, steps, options.quantile, options.headroom, tuple(out),
-                        drops_now.failed_steps, drops_now.ids_in_failed_steps)
+                        drops_now.failed_steps, drops_now.ids_in_failed_steps,
+                        options.local_devices or stacking.num_partitions, options.host_index)
 
 
 def _without_stale_buffers(stacking: Stacking,

@@ -177,6 +177,9 @@ class PlanOptions:
     compare: Compare = Compare()
     gate: Gate = Gate()
     load: LoadOptions = field(default_factory=LoadOptions)
+    #: plan one host of a multi-host SparseCore slice: the sample is that host's input (the
+    #: configured batch / hosts), preprocessed with its chips as the local devices
+    host_index: int | None = None
 
 
 @dataclass
@@ -265,6 +268,10 @@ class Planner:
         self.kind: Literal["legacy", "sparsecore"] = (
             "sparsecore" if hasattr(config, "topology") else "legacy")
         self.passes = 1
+        if self.kind == "legacy" and self.options.host_index is not None:
+            raise UsageError(f"--host-index {self.options.host_index}: only a SparseCore slice "
+                             "is planned per host (a legacy configuration's hosts are counted "
+                             "together); leave it out")
         if self.kind == "sparsecore":
             self._sc = self._sparsecore_variants()
             self.passes = 1 + sum(1 for *_, same in self._sc if not same)
@@ -287,9 +294,12 @@ class Planner:
                         replace(config, disable_table_stacking=toggled), False))
         for text in opts.compare.topologies:
             out.append((text, replace(config, topology=_topology(text, None)), False))
-        for hosts in opts.compare.hosts:
+        for hosts in opts.compare.hosts:  # one host's batch changes with the host count
             out.append((f"hosts={hosts}",
-                        replace(config, topology=replace(config.topology, hosts=hosts)), True))
+                        replace(config, topology=replace(config.topology, hosts=hosts)),
+                        opts.host_index is None))
+        for name, variant, _ in out:
+            _local_devices(variant, opts.host_index, name)
         return out
 
     def run(self) -> Plan:
@@ -381,10 +391,12 @@ class Planner:
                 variants.append(Variant(name, memory, first.load, first.limits))
                 continue
             counter = sparsecore_counter(stacking, options=opts.load)
-            stream = _Stream(self.sample, sparsecore_schema(config), counter)
+            stream = _Stream(self.sample, _schema(config, opts.host_index), counter)
             report = limits(stacking, stream, options=LimitOptions(
                 quantile=opts.quantile, headroom=opts.headroom, suggest=k == 0,
-                max_ids_per_chip_per_sample=config.max_ids_per_chip_per_sample))
+                max_ids_per_chip_per_sample=config.max_ids_per_chip_per_sample,
+                local_devices=_local_devices(config, opts.host_index, name),
+                host_index=opts.host_index))
             memory = sparsecore_memory(config, stacking, hbm_bytes=opts.hbm_bytes,
                                        host_memory_bytes=opts.host_memory_bytes)
             variants.append(Variant(name, memory, counter.reports()["stacked"], report))
@@ -406,7 +418,7 @@ class Planner:
         failed = _verdict(opts.gate, first.memory, first.load, primary_limits)
         return Plan("sparsecore", stats, first.memory, {"stacked": first.load}, "stacked",
                     primary_limits, variants, findings, opts.gate, failed, at_suggested,
-                    {f.name: f.bags for f in sparsecore_schema(config).features})
+                    {f.name: f.bags for f in _schema(config, opts.host_index).features})
 
 
 class _Stream:
@@ -429,6 +441,38 @@ class _Stream:
             self.counter.update(batch)
             yield batch
         self.stats = self.sample.stats
+
+
+def _local_devices(config: SparseCoreConfig, host_index: int | None, name: str) -> int | None:
+    """The chips of host ``host_index`` (``chips / hosts``: jax-tpu-embedding's
+    ``local_device_count``), None for the whole slice; a host the slice does not have, or hosts
+    that do not divide the chips, are a UsageError naming the variant."""
+    if host_index is None:
+        return None
+    topology = config.topology
+    where = "" if name == "as configured" else f" (--compare {name})"
+    if not 0 <= host_index < topology.hosts:
+        raise UsageError(f"--host-index {host_index}: the slice{where} has {topology.hosts} "
+                         f"host(s), so the index is 0 to {topology.hosts - 1}")
+    if topology.chips % topology.hosts:
+        raise UsageError(f"--host-index {host_index}: {topology.chips} chips do not divide into "
+                         f"{topology.hosts} hosts{where}; give --hosts a divisor of the chips")
+    return int(topology.chips // topology.hosts)
+
+
+def _schema(config: SparseCoreConfig, host_index: int | None) -> SampleSchema:
+    """The sample's features: one configured batch is the global batch, or with ``host_index``
+    one host's share of it (the global batch / hosts, as each host's input pipeline reads)."""
+    schema = sparsecore_schema(config)
+    hosts = config.topology.hosts
+    if host_index is None or hosts == 1:
+        return schema
+    odd = [f.name for f in schema.features if f.bags % hosts]
+    if odd:
+        bags = next(f.bags for f in schema.features if f.name == odd[0])
+        raise UsageError(f"--host-index {host_index}: the global batch of feature {odd[0]!r} "
+                         f"({bags} bags) does not divide into {hosts} hosts")
+    return SampleSchema(tuple(replace(f, bags=f.bags // hosts) for f in schema.features))
 
 
 def _stack(config: SparseCoreConfig) -> Stacking:
@@ -598,8 +642,10 @@ def _load_text(report: LoadReport, limit: int = 8) -> list[str]:
 
 
 def _limits_text(report: LimitsReport) -> list[str]:
+    one = (f", host {report.host_index}: its {report.local_devices} chip(s)"
+           if report.host_index is not None else "")
     out = [f"limits per stacked table (quantile {report.quantile:g}, headroom "
-           f"{report.headroom:g}, {report.steps} step(s)):"]
+           f"{report.headroom:g}, {report.steps} step(s){one}):"]
     rows = [("stack", "observed ids/unique", "current", "dropped", "suggested", "dropped",
              "coo buffer/device")]
     for s in report.stacks:
