@@ -137,3 +137,54 @@ def test_one_host_of_a_multi_host_slice(tmp_path: Path) -> None:
     legacy = run_cli("plan", str(QUICKSTART), "--ids", _sample(tmp_path, 128), "--host-index",
                      "0")
     assert legacy.exit_code == 2 and "only a SparseCore slice" in legacy.output
+
+
+QUANTIZED_JAX = '''
+from tpuemb_cfg.sparsecore.jte import FeatureSpec, QuantizationConfig, SGDOptimizerSpec, TableSpec
+
+global_device_count = 2
+num_sc_per_device = 4
+t = TableSpec(name="t", vocabulary_size=64, embedding_dim=8, initializer=None,
+              optimizer=SGDOptimizerSpec(learning_rate=0.1), combiner="sum",
+              quantization_config=QuantizationConfig(min_value=-2.0, max_value=2.0,
+                                                     num_buckets=256))
+u = TableSpec(name="u", vocabulary_size=64, embedding_dim=16, initializer=None,
+              optimizer=SGDOptimizerSpec(learning_rate=0.1), combiner="sum")
+feature_specs = {"t": FeatureSpec(name="t", table_spec=t, input_shape=[32, 1],
+                                  output_shape=[32, 8]),
+                 "u": FeatureSpec(name="u", table_spec=u, input_shape=[32, 1],
+                                  output_shape=[32, 16])}
+'''
+QUANTIZED_TF = '''
+from tpuemb_cfg.embedding import SGD, FeatureConfig, QuantizationConfig, TableConfig
+
+topology = "v6e-2"
+t = TableConfig(vocabulary_size=64, dim=8, name="t", combiner="sum", optimizer=SGD(0.1),
+                quantization_config=QuantizationConfig(num_buckets=256, lower=-2.0, upper=2.0))
+feature_config = {"f": FeatureConfig(t, output_shape=[8])}
+'''
+
+
+def test_inspect_shows_a_sparsecore_tables_quantization(tmp_path: Path) -> None:
+    """Each API's quantization config, as the spec wrote it, under its table (text and JSON);
+    a table without one shows none."""
+    for name, text, written in (
+            ("jax", QUANTIZED_JAX,
+             "QuantizationConfig(min_value=-2.0, max_value=2.0, num_buckets=256)"),
+            ("tf", QUANTIZED_TF, "QuantizationConfig(num_buckets=256, lower=-2.0, upper=2.0)")):
+        spec = tmp_path / f"quantized_{name}.py"
+        spec.write_text(text)
+        shown = run_cli("inspect", str(spec)).stdout
+        lines = shown.splitlines()
+        at = lines.index("  t: 64 x 8 -> 64 x 8, row offset 0, rotation 0")
+        assert lines[at + 1] == f"    quantization: {written}"
+        assert shown.count("quantization:") == 1
+        summary = json.loads(run_cli("inspect", "--json", str(spec)).stdout)
+        tables = {t["name"]: t for s in summary["stacks"] for t in s["tables"]}
+        assert tables["t"]["quantization"] == written
+        assert all(t["quantization"] is None for n, t in tables.items() if n != "t")
+    # legacy: the table's simulated quantization beside its optimizer (examples/specs/ranking:
+    # price_bucket, 256 buckets over [-2, 2])
+    legacy = run_cli("inspect", str(ROOT / "examples" / "specs" / "ranking.pbtxt")).stdout
+    (row,) = [line for line in legacy.splitlines() if " price_bucket " in line]
+    assert "quantized 256 in [-2.0, 2.0]" in row
