@@ -120,6 +120,9 @@ def test_tensorflow_step_over_a_limit_is_counted_not_refused(tmp_path: Path) -> 
             in gated.stdout)
     assert "failed steps: 2 of 3 at the current limits" in gated.stdout
     assert f"{spec}:8:24: error[PLAN010]" in gated.stdout  # the "t" key of max_ids_per_table
+    compared = run_cli("plan", str(spec), "--ids", sample, "--compare", "hosts=2", "-q").stdout
+    (row,) = [line for line in compared.splitlines() if "failed steps (current)" in line]
+    assert row.split()[-2:] == ["2", "2"]  # as configured, hosts=2: the same steps
 
 
 def test_keras_rs_on_tensorflow_says_the_limit_is_not_settable(tmp_path: Path) -> None:
@@ -276,3 +279,22 @@ def test_keras_rs_mlperf_v6e32_plans_through_its_limits(backend: str, tmp_path: 
     dropped = sum(s["current"]["dropped"] for s in limits["stacks"])
     gated = run_cli("plan", str(spec), "--ids", sample, "--fail-on", "drops", "-q")
     assert gated.exit_code == (1 if dropped else 0), gated.output
+
+
+def test_jax_stack_callables_not_in_the_spec_place_the_finding_at_the_features(
+        tmp_path: Path) -> None:
+    """Without the callables the stack takes jax-tpu-embedding's 256 / 256; the finding names
+    the callable to add and sits at ``feature_specs`` (line 12 of the spec)."""
+    text = JAX_SPEC.split("stack_to_max_ids_per_partition =")[0]
+    spec = tmp_path / "jax_default.py"
+    spec.write_text(text.replace("[64, 1]", "[64, 40]"))
+    # each of the 8 SparseCores holds 8 samples; a bag of the 40 distinct ids 0, 8, ..., 312
+    # (all partition 0 for u) in every sample: 320 ids to one partition, over 256
+    bag = np.arange(40, dtype=np.int64) * 8
+    arrays = {f"s0/f{f}/{k}": v for f in (0, 1) for k, v in (
+        ("ids", np.tile(bag, 64)), ("row_splits", np.arange(65, dtype=np.int64) * 40))}
+    np.savez(tmp_path / "B.npz", **arrays)  # type: ignore[arg-type]
+    _, report = _plan(str(spec), "--ids", str(tmp_path / "B.npz"))
+    (finding,) = [d for d in report["findings"] if d["rule"] == "PLAN010"]
+    assert (finding["field_path"], finding["line"]) == ("stack_to_max_ids_per_partition", 12)
+    assert report["limits"]["stacks"][0]["current"]["max_ids_per_partition"] == 256
