@@ -66,7 +66,8 @@ PLAN_RULES: dict[str, tuple[str, str]] = {
                          "activations)"),
     "PLAN003": ("error", "a host is over its memory building the tables "
                          "(initialize_tables_on_host)"),
-    "PLAN010": ("error", "a stacked table drops ids at its current limits"),
+    "PLAN010": ("error", "a stacked table drops ids (or, on TensorFlow, fails steps) at its "
+                         "current limits"),
     "PLAN011": ("warning", "a stacked table still drops ids at the suggested limits (the COO "
                            "buffer is short)"),
     "PLAN020": ("warning", "a SparseCore serves more than the threshold times the mean load"),
