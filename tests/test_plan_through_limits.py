@@ -167,13 +167,12 @@ def test_jax_multi_table_stack_points_at_the_stack_callables(tmp_path: Path) -> 
 
 
 def test_jax_one_table_stack_keeps_its_table_field() -> None:
-    from tpuemb_cfg.planner.limits import LimitSet, StackLimits, limit_advice
+    from tpuemb_cfg.sparsecore.advice import limit_advice
     from tpuemb_cfg.sparsecore.config import SparseCoreConfig
     from tpuemb_cfg.sparsecore.topology import Topology
 
-    now = LimitSet(4, 4, 0, 0, ())
-    one = StackLimits("t", ("t",), 9, 9, 9, 9, 0, now, None)
-    advice = limit_advice(SparseCoreConfig("jax", "jax", (), (), Topology(1, 4)), one)
+    config = SparseCoreConfig("jax", "jax", (), (), Topology(1, 4))
+    advice = limit_advice(config, "t", ("t",), (4, 4))
     assert advice.path == 'tables["t"].max_ids_per_partition'
     assert advice.limits(16, 16) == ("set max_ids_per_partition=16 and "
                                      "max_unique_ids_per_partition=16 on TableSpec 't' (a "
@@ -298,3 +297,30 @@ def test_jax_stack_callables_not_in_the_spec_place_the_finding_at_the_features(
     (finding,) = [d for d in report["findings"] if d["rule"] == "PLAN010"]
     assert (finding["field_path"], finding["line"]) == ("stack_to_max_ids_per_partition", 12)
     assert report["limits"]["stacks"][0]["current"]["max_ids_per_partition"] == 256
+
+
+def test_simulate_step_over_a_limit_names_a_setting_the_api_reads(tmp_path: Path) -> None:
+    """tpuemb simulate fails a TensorFlow-mode step over a limit as TensorFlow does; its fix is
+    the API's own setting: TensorFlow's max_ids_per_table key (4 ids of row 0 from one
+    SparseCore: raise it to 4), and for keras-rs on TensorFlow none (300 > 256)."""
+    from tpuemb_cfg.errors import InputError
+    from tpuemb_cfg.executor.batch import FeatureInput
+    from tpuemb_cfg.executor.options import RunOptions
+    from tpuemb_cfg.session import prepare_sparsecore
+    from tpuemb_cfg.sim.sparsecore.run import SparseCoreRun
+
+    for name, text, ids, splits, rows, expected in (
+            ("tf", TF_SPEC, TF_STEPS[0], np.arange(17), 16,
+             'set sparse_core_config.max_ids_per_table["t"] = 4 and '
+             'sparse_core_config.max_unique_ids_per_table["t"] = 2'),
+            ("keras_rs", KERAS_RS_SPEC, *KERAS_RS_IDS, 4,
+             "not settable through keras-rs on TensorFlow: its conversion passes no limits")):
+        spec = tmp_path / f"{name}.py"
+        spec.write_text(text)
+        run = SparseCoreRun(prepare_sparsecore(spec), RunOptions(engine="numpy"))
+        with pytest.raises(InputError) as caught:
+            run.replay_step([FeatureInput(ids, splits, None, np.ones((rows, 8), np.float32))])
+        message = str(caught.value)
+        assert message.startswith("<input>: error: step 0: stacked table ")
+        assert expected in message
+        assert "raise max_ids_per_table" not in message
