@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 from conftest import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -188,3 +189,17 @@ def test_inspect_shows_a_sparsecore_tables_quantization(tmp_path: Path) -> None:
     legacy = run_cli("inspect", str(ROOT / "examples" / "specs" / "ranking.pbtxt")).stdout
     (row,) = [line for line in legacy.splitlines() if " price_bucket " in line]
     assert "quantized 256 in [-2.0, 2.0]" in row
+
+
+def test_host_index_of_the_wrong_type_is_a_type_error(tmp_path: Path) -> None:
+    from tpuemb_cfg.planner.planning import PlanOptions
+    from tpuemb_cfg.session import open_plan
+
+    spec = tmp_path / "host.py"
+    spec.write_text(HOST_SPEC)
+    path = tmp_path / "B.npz"
+    np.savez(path, **{"s0/f0/ids": np.zeros(32, np.int64),
+                      "s0/f0/row_splits": np.arange(33, dtype=np.int64)})
+    for bad in ("1", 1.0, True):
+        with pytest.raises(TypeError, match="PlanOptions.host_index must be an int"):
+            open_plan(str(spec), str(path), options=PlanOptions(host_index=bad))  # type: ignore[arg-type]

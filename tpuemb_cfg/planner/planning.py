@@ -450,6 +450,9 @@ def _local_devices(config: SparseCoreConfig, host_index: int | None, name: str) 
     that do not divide the chips, are a UsageError naming the variant."""
     if host_index is None:
         return None
+    if isinstance(host_index, bool) or not isinstance(host_index, int):
+        raise TypeError(f"PlanOptions.host_index must be an int (a host of the slice) or None, "
+                        f"got {host_index!r} ({type(host_index).__name__})")
     topology = config.topology
     where = "" if name == "as configured" else f" (--compare {name})"
     if not 0 <= host_index < topology.hosts:
