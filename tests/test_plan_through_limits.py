@@ -324,3 +324,27 @@ def test_simulate_step_over_a_limit_names_a_setting_the_api_reads(tmp_path: Path
         assert message.startswith("<input>: error: step 0: stacked table ")
         assert expected in message
         assert "raise max_ids_per_table" not in message
+
+
+def test_suggested_limits_below_the_largest_step_say_so(tmp_path: Path) -> None:
+    """With --quantile 0.5 the suggestion covers the smaller of two steps' maxima. Step A: the
+    16 rows id 0 (4 ids a SparseCore to partition 0); step B: row 0 holds the 20 distinct ids
+    0, 4, ..., 76 (20 to partition 0), the other 15 rows id 1. Per-step maxima 4 and 20: the
+    nearest-rank median is 4, suggested 8 ceil(1.2 x 4 / 8) = 8 (distinct: 1 -> 8). At 8 / 8
+    step B still fails (20 > 8): 1 failed step, its 35 ids dropped; PLAN011 blames the quantile
+    (not the buffer) and gives the pair for the largest step, 8 ceil(1.2 x 20 / 8) = 24."""
+    spec = tmp_path / "tf_tight.py"
+    spec.write_text(TF_SPEC.replace("vocabulary_size=64", "vocabulary_size=128"))
+    step_b = (np.r_[np.arange(20) * 4, np.ones(15, np.int64)], np.r_[0, np.arange(20, 36)])
+    sample = _npz(tmp_path / "B.npz", [(np.zeros(16, np.int64), np.arange(17)), step_b])
+    _, report = _plan(str(spec), "--ids", sample, "--quantile", "0.5")
+    (stack,) = report["limits"]["stacks"]
+    later = stack["suggested"]
+    assert (later["max_ids_per_partition"], later["max_unique_ids_per_partition"]) == (8, 8)
+    assert (later["failed_steps"], later["dropped"]) == (1, 35)
+    assert stack["current"]["dropped"] == 16 + 35
+    (finding,) = [d for d in report["findings"] if d["rule"] == "PLAN011"]
+    assert "they cover quantile 0.5 of the per-step maxima" in finding["message"]
+    assert "fails 1 step(s)" in finding["message"]
+    assert finding["hint"] == ('set sparse_core_config.max_ids_per_table["t"] = 24 and '
+                               'sparse_core_config.max_unique_ids_per_table["t"] = 24')

@@ -41,7 +41,7 @@ import numpy as np
 from tpuemb_cfg.errors import InputError
 from tpuemb_cfg.model import Diagnostic
 from tpuemb_cfg.planner.load import Batch, JsonRecord, LoadReport, StepCounts
-from tpuemb_cfg.sparsecore.advice import limit_advice
+from tpuemb_cfg.sparsecore.advice import LimitAdvice, limit_advice
 from tpuemb_cfg.sparsecore.preprocessing import (
     SparseCoreBufferError,
     SparseCoreLimitError,
@@ -442,13 +442,7 @@ def findings(report: LimitsReport, config: SparseCoreConfig, *,
                 advice.path, hint=advice.limits(*pair)))
         later = stack.suggested
         if later is not None and later.dropped:
-            out.append(Diagnostic(
-                RULE_SUGGESTED_DROPS, "warning",
-                f"stacked table {stack.stack!r} still drops {later.dropped} ids at the suggested "
-                f"limits {later.max_ids_per_partition} / {later.max_unique_ids_per_partition}: "
-                f"the COO buffer of {later.coo_buffer_size_per_device} ids per device is "
-                f"short (a device needed {stack.required_buffer_size_per_device})",
-                advice.path, hint=advice.buffer(stack.required_buffer_size_per_device)))
+            out.append(_still_dropping(report, stack, later, advice))
     if load is not None and load.imbalance.max_over_mean > imbalance_threshold:
         top = load.top_tables[0].table if load.top_tables else None
         out.append(Diagnostic(
@@ -460,6 +454,30 @@ def findings(report: LimitsReport, config: SparseCoreConfig, *,
             hint="spread the hot table's ids (hash them, or split the table) or change the "
                  "stacking"))
     return out
+
+
+def _still_dropping(report: LimitsReport, stack: StackLimits, later: LimitSet,
+                    advice: LimitAdvice) -> Diagnostic:
+    """PLAN011: drops at the suggested limits, because a quantile below 1 left the sample's
+    largest steps over them, or else because the COO buffer is short."""
+    pair = f"{later.max_ids_per_partition} / {later.max_unique_ids_per_partition}"
+    failed = f" and fails {later.failed_steps} step(s)" if later.failed_steps else ""
+    if (later.max_ids_per_partition < stack.observed_max_ids
+            or later.max_unique_ids_per_partition < stack.observed_max_unique_ids):
+        ids = suggest_limit(stack.observed_max_ids, headroom=report.headroom)
+        unique = min(ids, suggest_limit(stack.observed_max_unique_ids, headroom=report.headroom))
+        return Diagnostic(
+            RULE_SUGGESTED_DROPS, "warning",
+            f"stacked table {stack.stack!r} still drops {later.dropped} ids{failed} at the "
+            f"suggested limits {pair}: they cover quantile {report.quantile:g} of the per-step "
+            f"maxima, below the sample's largest steps ({stack.observed_max_ids} / "
+            f"{stack.observed_max_unique_ids})", advice.path, hint=advice.limits(ids, unique))
+    return Diagnostic(
+        RULE_SUGGESTED_DROPS, "warning",
+        f"stacked table {stack.stack!r} still drops {later.dropped} ids{failed} at the suggested "
+        f"limits {pair}: the COO buffer of {later.coo_buffer_size_per_device} ids per device is "
+        f"short (a device needed {stack.required_buffer_size_per_device})",
+        advice.path, hint=advice.buffer(stack.required_buffer_size_per_device))
 
 
 def spans(values: tuple[int, ...]) -> str:

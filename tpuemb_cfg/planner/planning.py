@@ -68,8 +68,8 @@ PLAN_RULES: dict[str, tuple[str, str]] = {
                          "(initialize_tables_on_host)"),
     "PLAN010": ("error", "a stacked table drops ids (or, on TensorFlow, fails steps) at its "
                          "current limits"),
-    "PLAN011": ("warning", "a stacked table still drops ids at the suggested limits (the COO "
-                           "buffer is short)"),
+    "PLAN011": ("warning", "a stacked table still drops ids at the suggested limits (the "
+                           "quantile left larger steps over them, or the COO buffer is short)"),
     "PLAN020": ("warning", "a SparseCore serves more than the threshold times the mean load"),
     RULE_HOST_IMBALANCE: ("warning", "a host serves more than the threshold times the mean "
                                      "load"),
