@@ -7,7 +7,8 @@ commands get, it imports the command's modules (and the MODULEs named: what the 
 commands load when they run, such as the executor and numba for ``simulate``), then for each
 request (one JSON line on ``REQUEST_FD``:
 ``argv``, ``cwd``, ``stdin`` as latin-1 text, ``stdout`` and ``stderr`` file paths or
-``"/dev/full"`` or ``null`` for a closed standard output, ``memory_cap``, ``timeout``) forks a
+``"/dev/full"`` or ``null`` for a closed standard output, ``memory_cap``, ``timeout``, and
+optionally ``env``, variables set in the child) forks a
 child that starts as ``python -m tpuemb_cfg ARGV`` does:
 
 - a new session, the address-space cap, the working directory and ``sys.path[0]`` set to it;
@@ -51,6 +52,7 @@ def preload(extra: list[str]) -> None:
 def _child(request: dict) -> None:  # type: ignore[type-arg]
     """In the forked child: become the command (returns into the interpreter's top level)."""
     os.setsid()
+    os.environ.update(request.get("env") or {})  # the example's own variables, if any
     cap = request["memory_cap"]
     resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
     os.chdir(request["cwd"])

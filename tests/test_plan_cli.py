@@ -75,7 +75,7 @@ def test_legacy_load_per_host_matches_spec_section_8(quick_sample: tuple[str, An
         assert load["steps"] == 3
     assert set(report) == {"kind", "sample", "memory", "memory_at_suggested_limits", "load",
                            "primary_layout", "limits", "what_if", "findings", "gate",
-                           "configured_bags"}
+                           "configured_bags", "topology"}
     assert report["primary_layout"] == "DIV_DEFAULT"  # quickstart's sharding_strategy
     assert report["limits"] is None and report["gate"] == {"fail_on": "nothing", "failed": []}
 
@@ -169,7 +169,7 @@ def test_plot_and_report_are_written_atomically(quick_sample: tuple[str, Any],
 TIGHT_SPEC = '''
 from tpuemb_cfg.sparsecore.jte import AdagradOptimizerSpec, FeatureSpec, TableSpec
 
-topology = "v5p-2"
+topology = "v5p:2"
 adagrad = AdagradOptimizerSpec(learning_rate=0.05, initial_accumulator_value=0.1)
 clicks = TableSpec(name="clicks", vocabulary_size=4000, embedding_dim=8, initializer=None,
                    optimizer=adagrad, combiner="sum", max_ids_per_partition=4,
@@ -214,6 +214,16 @@ def test_sparsecore_drops_equal_the_exact_preprocessing(tmp_path: Path) -> None:
     for compare, passes in ((["hosts=2,4"], 2), (["stacking", "hosts=4"], 3)):
         options = PlanOptions(compare=parse_compare(compare))
         assert open_plan(str(spec), str(sample), options=options).passes == passes
+    # a what-if slice as gcloud names it: tpu7x-8 is 4 chips (8 TensorCores), 8 jax devices
+    # of 2 SparseCores, one host; v5p-16 is 8 chips on 2 hosts
+    _, compared = _json(str(spec), "--ids", str(sample), "--compare", "topology=tpu7x-8,v5p-16")
+    assert compared["topology"]["chips"] == 2  # the spec's v5p:2
+    slices = [{k: row["slice"][k] for k in ("chips", "devices", "hosts", "sparse_cores")}
+              for row in compared["what_if"]]
+    assert slices == [{"chips": 2, "devices": 2, "hosts": 1, "sparse_cores": 8},
+                      {"chips": 4, "devices": 8, "hosts": 1, "sparse_cores": 16},
+                      {"chips": 8, "devices": 8, "hosts": 2, "sparse_cores": 32}]
+    assert [row["memory_level"] for row in compared["what_if"]] == ["chip", "device", "chip"]
     sarif = json.loads(run_cli("plan", str(spec), "--ids", str(sample), "--format",
                                "sarif").stdout)
     first = sarif["runs"][0]["results"][0]
@@ -229,6 +239,8 @@ def test_sparsecore_example_end_to_end_with_stacking_what_if(tmp_path: Path) -> 
                      "--fail-on", "oom,drops")
     assert result.exit_code == 0, result.output
     text = result.stdout
+    # v5p-32 is Cloud TPU's 32 TensorCores: 16 chips of 4 SparseCores, 4 per host
+    assert "slice: v5p: 16 chips, 16 devices, 4 hosts, 64 SparseCores" in text
     assert "memory: 16 chip(s)" in text and "load per sparsecore (stacked)" in text
     assert "as configured  stacking off" in text and "rescaled" not in text
     assert "query_user" in text and "gate: passed (--fail-on oom,drops)" in text
@@ -248,7 +260,7 @@ def test_sparsecore_example_end_to_end_with_stacking_what_if(tmp_path: Path) -> 
 def test_topology_sets_the_hosts_and_progress_lines_without_a_terminal(
         quick_sample: tuple[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     path, _ = quick_sample
-    _, report = _json(QUICKSTART, "--ids", path, "--topology", "v5p-16")  # 16 chips / 4 per host
+    _, report = _json(QUICKSTART, "--ids", path, "--topology", "v5p:16")  # 16 chips / 4 per host
     assert len(report["load"]["MOD"]["units"]) == 4
     from tpuemb_cfg.commands import plan as command
 

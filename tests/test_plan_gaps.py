@@ -201,5 +201,7 @@ def test_host_index_of_the_wrong_type_is_a_type_error(tmp_path: Path) -> None:
     np.savez(path, **{"s0/f0/ids": np.zeros(32, np.int64),
                       "s0/f0/row_splits": np.arange(33, dtype=np.int64)})
     for bad in ("1", 1.0, True):
-        with pytest.raises(TypeError, match="PlanOptions.host_index must be an int"):
+        with pytest.raises(TypeError, match="PlanOptions.host_index: expected a whole number"):
             open_plan(str(spec), str(path), options=PlanOptions(host_index=bad))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="PlanOptions.host_index: expected at least 0, got -1"):
+        PlanOptions(host_index=-1)

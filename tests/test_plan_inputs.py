@@ -4,6 +4,7 @@ key, column or record."""
 
 from __future__ import annotations
 
+import gzip
 import struct
 from pathlib import Path
 
@@ -180,7 +181,7 @@ def test_tfrecord_corruption_is_found_at_its_record(tmp_path: Path) -> None:
                                    "is 0x")
     path.write_bytes(bytes(_tfrecord(path, ROWS))[:-3])
     assert "record 7" in _error(path) and "truncated" in _error(path)
-    path.write_bytes(b"\x1f\x8b" + bytes(30))
+    path.write_bytes(gzip.compress(_tfrecord(path, ROWS)))
     assert "gzip" in _error(path)
     path.write_bytes(b"hello, this is not a tfrecord file at all")
     assert _error(path).startswith(f"{path}: record 0 (byte 0): error: the CRC of the length")

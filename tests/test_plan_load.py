@@ -337,7 +337,7 @@ def _simulated_drops(spec: Path, config: Any, batches: list[dict[str, Any]],
 
 def _spec_with(pair: tuple[int, int], tmp_path: Path) -> Path:
     """A copy of the example spec whose stack limits are ``pair``."""
-    before, ids, unique = _SIMULATE_SPEC.read_text(encoding="utf-8").split("return 40")
+    before, ids, unique = _SIMULATE_SPEC.read_text(encoding="utf-8").split("return 32")
     spec = tmp_path / f"limits_{pair[0]}_{pair[1]}.py"
     spec.write_text(f"{before}return {pair[0]}{ids}return {pair[1]}{unique}", encoding="utf-8")
     return spec

@@ -202,7 +202,7 @@ def test_group_key_is_value_based_and_keeps_callables_apart() -> None:
     b = TableConfig(10, 8, optimizer=Adagrad(schedule), name="b")
     c = TableConfig(10, 8, optimizer=Adagrad(lambda: 0.1), name="c")
     config = tensorflow_config([FeatureConfig(t, output_shape=[4]) for t in (a, b, c)],
-                               topology="v5p-1")
+                               topology="v5p:1")
     groups = [t.optimizer.group for t in config.tables]
     assert groups[0] == groups[1] != groups[2]
     assert "learning_rate=<callable 0>" in optimizer_key(shared)  # no address in the text
@@ -352,7 +352,7 @@ def test_compile_sparsecore_formats_and_check(tmp_path: Path) -> None:
 
 
 def test_keras_rs_spec_keeps_dropped_limits() -> None:
-    """v5p-2: N = 2 x 4 = 8. keras-rs 'a' and 'b' (100 x 8, SGD from "sgd") stack as a_b,
+    """v5p:2 (2 chips): N = 2 x 4 = 8. keras-rs 'a' and 'b' (100 x 8, SGD from "sgd") stack as a_b,
     128 + 128 rows, b at 128 / 8 = 16 rotated 1 x 4; 'c' stays on the default device. Per
     SparseCore 256 / 8 = 32 rows x 8 x 4 bytes = 1 KiB (SGD: no slots), 4 KiB per chip."""
     spec = load_sparsecore_spec(KERAS_RS_SPEC)
@@ -472,7 +472,7 @@ def test_tensorflow_objects_by_their_attributes() -> None:
     a = _TFTable(64, 8, _TFAdagrad(0.5), name="a")
     b = _TFTable(64, 8)  # unnamed, takes the global optimizer
     config = tensorflow_config({"x": _TFFeature(a, [16, 3]), "y": _TFFeature(b, [16])},
-                               _TFAdagrad(0.5), topology="v5p-2")
+                               _TFAdagrad(0.5), topology="v5p:2")
     assert [(t.name, t.optimizer.algorithm) for t in config.tables] == [
         ("a", "adagrad"), ("table_1", "adagrad")]
     assert config.tables[0].optimizer.group == config.tables[1].optimizer.group
@@ -482,7 +482,8 @@ def test_tensorflow_objects_by_their_attributes() -> None:
 
 def test_inspect_layouts_file(tmp_path: Path) -> None:
     """A layouts file alone: stacks, padding and the table bytes without slots (the optimizer
-    is not in it): item_user 192 rows x 24 x 4 = 18,432 bytes per SparseCore, x 2 per chip."""
+    is not in it): item_user 192 rows x 24 x 4 = 18,432 bytes per SparseCore, x 2 per device
+    (a partition; the file does not name the chip kind, so it has no chips)."""
     _feed()  # the stacking (tpuemb_cfg.sparsecore.feed) and the layouts schema
     out = tmp_path / "layouts.pbtxt"
     assert run_cli("compile", TF_SPEC, "--sparsecore", "-o", str(out)).exit_code == 0
@@ -490,8 +491,9 @@ def test_inspect_layouts_file(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
     stacks = {s["name"]: s for s in summary["stacks"]}
-    assert (stacks["item_user"]["bytes_per_sparse_core"], stacks["item_user"]["bytes_per_chip"],
-            stacks["item_user"]["padding_percent"]) == (18432, 36864, 13.19)
+    assert (stacks["item_user"]["bytes_per_sparse_core"], stacks["item_user"]["bytes_per_device"],
+            stacks["item_user"]["bytes_per_chip"], stacks["item_user"]["padding_percent"]) == (
+        18432, 36864, None, 13.19)
     assert summary["topology"]["sparse_cores"] == 8 and summary["padding_percent"] == 14.23
     assert "SparseCore layouts" in run_cli("inspect", str(out)).stdout
     bad = tmp_path / "bad.pbtxt"
@@ -541,6 +543,33 @@ def test_keras_rs_table_stacking_and_missing_topology(tmp_path: Path) -> None:
         load_sparsecore_spec(odd)
     assert info.value.line == source.count("\n") + 1  # the table_stacking line
     bare = tmp_path / "bare.py"
-    bare.write_text(source.replace('topology = "v5p-2"', "sparse_core_config = None"))
+    bare.write_text(source.replace('topology = "v5p:2"', "sparse_core_config = None"))
     with pytest.raises(InputError, match="needs `topology`"):
         load_sparsecore_spec(bare)
+
+
+def test_ids_per_bag_from_each_apis_input_shapes(tmp_path: Path) -> None:
+    """The ids one bag holds (SparseCoreFeature.ids_per_bag): TensorFlow's
+    per_replica_input_shapes (a spec-level name, as given to build()), keras-rs' input_shape,
+    jax's FeatureSpec.input_shape. [16, 3] inputs for [16] bags: 3; [16] or a [16, 4] sequence
+    for [16, 4] positions: 1; a ragged last axis or no input shape: unknown."""
+    table = TableConfig(100, 8, optimizer=SGD(), name="t")
+    features = {"dense": FeatureConfig(table, output_shape=[16]),
+                "one": FeatureConfig(table, output_shape=[16]),
+                "seq": FeatureConfig(table, output_shape=[16, 4]),
+                "ragged": FeatureConfig(table, output_shape=[16]),
+                "none": FeatureConfig(table, output_shape=[16])}
+    given = {"dense": [16, 3], "one": [16], "seq": [16, 4], "ragged": [16, None],
+             "none": [16, 5]}
+    config = tensorflow_config(features, topology="v6e:1", per_replica_input_shapes=given)
+    assert {f.name: f.ids_per_bag for f in config.features} == {
+        "dense": 3, "one": 1, "seq": 1, "ragged": None, "none": 5}
+    bare = tensorflow_config(features, topology="v6e:1")
+    assert {f.ids_per_bag for f in bare.features} == {None}
+    with pytest.raises(ValueError, match="per_replica_input_shapes"):
+        tensorflow_config(features, topology="v6e:1", per_replica_input_shapes=[[16, 3]])
+    spec = tmp_path / "keras_rs_spec.py"
+    spec.write_text(Path(KERAS_RS_SPEC).read_text().replace('("fa", a, (64, 1), (64, 8))',
+                                                            '("fa", a, (64, 7), (64, 8))'))
+    keras = load_sparsecore_spec(str(spec)).config
+    assert {f.name: f.ids_per_bag for f in keras.features} == {"fa": 7, "fb": 1}

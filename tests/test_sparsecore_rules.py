@@ -249,7 +249,8 @@ def test_sc007_jax_global_batch_per_device() -> None:
     # the reference's abort: B=6 on 4 devices of 2 SparseCores is 1 per device
     found = run(config([table("t")], 6, chips=4, cores=2, mode="jax"), rule_id="SC007")
     assert where(found) == [("SC007", 'features["t"].output_shape')]
-    assert "global batch 6 over 4 device(s) is 1 per device (not even)" in found[0].message
+    assert "global batch 6 over 4 device(s) (4 chips, 4 devices, 1 host, 8 SparseCores) is 1 " \
+        "per device (not even)" in found[0].message
     assert found[0].hint == "use a batch that is a multiple of 8 (e.g. 8)"
     assert run(config([table("t")], 16, chips=4, cores=2, mode="jax"), rule_id="SC007") == []
 
@@ -354,7 +355,7 @@ def test_sc013_sparse_cores_defaulted_to_four() -> None:
     defaulted = Topology(chips=8, sparse_cores_per_chip=4, sparse_cores_defaulted=True)
     found = run(config([table("a")], topology=defaulted), rule_id="SC013")
     assert where(found) == [("SC013", "topology")]
-    assert "v6e and TPU7x have 2" in found[0].message
+    assert "SparseCores per device: v5p 4, v6e 2, TPU7x 2" in found[0].message
 
 
 # -- SC014 - SC016: jax-tpu-embedding's preprocessing -------------------------------------------

@@ -401,6 +401,11 @@ def test_cli_dry_run(spec_file: Path) -> None:
     assert info["stacks"] == [{"name": "a_b", "tables": ["a", "b"], "max_ids_per_partition": 3,
                                "max_unique_ids_per_partition": 3}]
     assert info["compare_dropping"] is True and info["allow_id_dropping"] is True
+    # the slice it used: Topology(1, 2) is one chip of 2 SparseCores, one device, one host
+    assert {k: info["topology"][k] for k in ("chips", "devices", "hosts", "sparse_cores")} == {
+        "chips": 1, "devices": 1, "hosts": 1, "sparse_cores": 2}
+    text = run_simulate(str(spec_file), "--dry-run")[1]
+    assert "1 chip, 1 device, 1 host, 2 SparseCores" in text
     memory = info["memory"]
     one = memory["estimate"]
     assert memory["executors"] == 2
@@ -430,7 +435,7 @@ def test_example_end_to_end(tmp_path: Path) -> None:
     assert compare["user"]["table"]["frobenius"] > 0.0
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["drops"] == drops
     code, output = run_simulate(str(EXAMPLE), "--steps", "1", "--out-dir", str(tmp_path / "x"))
-    assert code == 2 and "max_ids_per_partition = 40" in output
+    assert code == 2 and "max_ids_per_partition = 32" in output
     assert not (tmp_path / "x").exists()
 
 
@@ -495,3 +500,64 @@ def test_tensorflow_drops_what_does_not_fit_the_device_buffer(tmp_path: Path) ->
     with pytest.raises(InputError, match="max_ids_per_chip_per_sample"):
         strict.replay_step([FeatureInput(np.array([0, 1, 2, 3]), None, None,
                                          np.ones((4, 8), F32))])
+
+
+# -- the batch of a step: the slice's batch, bags as the input shapes say ---------------------
+
+_SAME_MODEL_JAX = """
+from tpuemb_cfg.sparsecore.jte import FeatureSpec, SGDOptimizerSpec, TableSpec
+topology = "v6e:4"
+clicks = TableSpec(name="clicks", vocabulary_size=1000, embedding_dim=8, initializer=None,
+                   optimizer=SGDOptimizerSpec(learning_rate=0.1), combiner="sum")
+feature_specs = {"clicks": FeatureSpec(name="clicks", table_spec=clicks, input_shape=[64, 3],
+                                       output_shape=[64, 8])}
+"""
+
+_SAME_MODEL_TF = """
+from tpuemb_cfg.embedding import SGD, FeatureConfig, TableConfig
+topology = "v6e:4"
+clicks = TableConfig(vocabulary_size=1000, dim=8, optimizer=SGD(learning_rate=0.1),
+                     name="clicks", combiner="sum")
+feature_config = {"clicks": FeatureConfig(clicks, output_shape=[16])}
+per_replica_input_shapes = {"clicks": [16, 3]}
+"""
+
+
+@pytest.mark.parametrize("source", [_SAME_MODEL_JAX, _SAME_MODEL_TF], ids=["jax", "tensorflow"])
+def test_a_step_is_the_slices_batch_of_the_input_shapes_bags(tmp_path: Path,
+                                                             source: str) -> None:
+    """One model written for jax-tpu-embedding (global batch 64, dense [64, 3] ids) and for
+    TensorFlow (4 replicas of 16 samples, build() given [16, 3]) on 4 v6e chips: a step is 64
+    samples of 3 ids, 192 ids, in both. (Before: jax drew 4 x 64 bags, TensorFlow 4 x 16 bags,
+    of 1 to 4 ids each.)"""
+    spec = tmp_path / "spec.py"
+    spec.write_text(source)
+    code, output = run_simulate(str(spec), "--steps", "3", "--seed", "7", "--json",
+                                "--out-dir", str(tmp_path / "run"))
+    assert code == 0, output
+    summary = json.loads(output)
+    assert summary["ids_per_step"] == [64 * 3] * 3
+    assert summary["drops"]["total"]["ids"] == 3 * 64 * 3
+    code, text = run_simulate(str(spec), "--steps", "2", "--seed", "7",
+                              "--out-dir", str(tmp_path / "text"))
+    assert code == 0, text
+    assert "ids per step (the slice's batch): 192 192" in text
+    assert "v6e: 4 chips, 4 devices, 1 host, 8 SparseCores" in text
+
+
+def test_ragged_bags_are_drawn_up_to_the_inputs_last_axis(tmp_path: Path) -> None:
+    """--bag-sizes uniform: each of the 64 bags holds 1 to 3 ids, so a step has 64 to 192."""
+    spec = tmp_path / "spec.py"
+    spec.write_text(_SAME_MODEL_JAX)
+    code, output = run_simulate(str(spec), "--steps", "3", "--json", "--bag-sizes", "uniform",
+                                "--out-dir", str(tmp_path / "run"))
+    assert code == 0, output
+    per_step = json.loads(output)["ids_per_step"]
+    assert all(64 <= n <= 192 for n in per_step) and per_step != [192] * 3
+
+
+def test_a_jax_batch_that_does_not_split_over_the_devices_is_refused(tmp_path: Path) -> None:
+    spec = tmp_path / "spec.py"
+    spec.write_text(_SAME_MODEL_JAX.replace("[64, 3]", "[66, 3]").replace("[64, 8]", "[66, 8]"))
+    with pytest.raises(InputError, match="global batch 66 .* over 4 devices"):
+        prepare_sparsecore(spec)

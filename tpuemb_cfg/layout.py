@@ -43,6 +43,9 @@ def host_of(ids: np.ndarray, vocabulary: int, num_hosts: int, mod: bool) -> np.n
     boundary = r * (q + 1)
     if q == 0:
         return ids.copy()
+    if r == 0:  # equal shares (q + 1 would overflow int64 when V is 2^63 - 1 on one host)
+        even: np.ndarray = ids // q
+        return even
     out: np.ndarray = np.where(ids < boundary, ids // (q + 1), r + (ids - boundary) // q)
     return out
 

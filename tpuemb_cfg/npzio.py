@@ -35,8 +35,8 @@ from .errors import InputError
 from .limits import default_memory_limit, read_errors
 from .units import format_size
 
-__all__ = ["NpyHeader", "NpzMembers", "NpzWriter", "atomic_write_npz", "map_npz", "npz_bytes",
-           "read_npz", "write_npz"]
+__all__ = ["NpyHeader", "NpzMembers", "NpzWriter", "atomic_write_npz", "check_total", "map_npz",
+           "npz_bytes", "read_npz", "write_npz"]
 
 _EPOCH = (1980, 1, 1, 0, 0, 0)  # the earliest date a zip header can hold
 
@@ -176,7 +176,7 @@ def read_npz(
         headers = _headers(name, archive, remedy)
         if check_keys is not None:
             check_keys(headers)
-        _check_total(name, headers, headers, max_bytes)
+        check_total(name, headers, headers, max_bytes)
         return {key: _read_member(name, archive, header.info, key, remedy)
                 for key, header in headers.items()}
 
@@ -210,23 +210,29 @@ def _headers(name: str, archive: zipfile.ZipFile, remedy: str) -> dict[str, NpyH
     return headers
 
 
-def _check_total(name: str, headers: Mapping[str, NpyHeader], loaded: Mapping[str, NpyHeader],
-                 max_bytes: int | None) -> None:
+_RAISE = "raise the limit (--max-memory; max_bytes= in Python)"
+
+
+def check_total(name: str, headers: Mapping[str, NpyHeader], loaded: Mapping[str, NpyHeader],
+                max_bytes: int | None, *, which: str | None = None,
+                advice: str = _RAISE) -> None:
     """Refuse, naming the largest array, when the arrays of ``loaded`` (of ``headers``) would
-    take more than ``max_bytes`` (None: ``limits.default_memory_limit``) once in memory."""
+    take more than ``max_bytes`` (None: ``limits.default_memory_limit``) once in memory.
+    ``which``: the limit's name in the message; ``advice``: how to raise it."""
     limit = default_memory_limit() if max_bytes is None else max_bytes
     total = sum(header.nbytes for header in loaded.values())
     if limit is None or total <= limit:
         return
     key, largest = max(loaded.items(), key=lambda item: item[1].nbytes)
-    which = ("the memory limit of a run (80% of the memory available)" if max_bytes is None
-             else "the memory limit")
+    if which is None:
+        which = ("the memory limit of a run (80% of the memory available)" if max_bytes is None
+                 else "the memory limit")
     raise InputError(
         f"the arrays of the file take {format_size(total)} once read ({len(loaded)} of "
         f"{len(headers)} arrays; the largest, this one, shape {largest.shape} of "
         f"{largest.dtype}: {format_size(largest.nbytes)}), more than {which} of "
         f"{format_size(limit)}; nothing was decompressed - if the file is right and the machine "
-        "can hold it, raise the limit (--max-memory; max_bytes= in Python)",
+        f"can hold it, {advice}",
         path=name, key=key)
 
 
@@ -285,7 +291,7 @@ def map_npz(path: str | os.PathLike[str], *, max_bytes: int | None = None,
         headers = _headers(name, archive, remedy)
         compressed = {key: header for key, header in headers.items()
                       if header.info.compress_type != zipfile.ZIP_STORED}
-        _check_total(name, headers, compressed, max_bytes)
+        check_total(name, headers, compressed, max_bytes)
         for key, header in headers.items():
             info = header.info
             if key in compressed:

@@ -277,7 +277,7 @@ def open_plan(source: Any, ids: str | Sequence[str], *, options: Any = None,
     not validated here: ``tpuemb validate`` does that) or anything :func:`prepare` takes
     (validated; errors refused); the sample's files are opened against the configuration's
     features (``planner.inputs.open_sample``; ``fmt`` from the extension by default).
-    ``options``: a ``planner.planning.PlanOptions``."""
+    ``options``: a ``planner.planning.PlanOptions``, a dict of its fields, or None."""
     from .planner.inputs import legacy_schema, open_sample, sparsecore_schema
     from .planner.planning import Planner
 
@@ -304,11 +304,11 @@ def place_plan_findings(planner: Any, findings: Sequence[Diagnostic],
     if path is None:
         return list(findings)
     if planner.kind == "sparsecore":
+        from .embedding.spec import read_spec_text
         from .spec_check import sparsecore_position
 
         try:
-            with open(path, encoding="utf-8", errors="replace") as handle:
-                text = handle.read()
+            text = read_spec_text(path)
         except OSError:
             return [replace(d, path=path) for d in findings]
         out = []
@@ -384,6 +384,15 @@ def prepare_sparsecore(source: Any, *, stacking: Stacking | None = None,
         source = load_sparsecore_spec(path)
     config, compiled = (source.config, source.compiled) if hasattr(source, "compiled") else (
         source, None)
+    if path is None:  # a configuration the library was given: the spec loader's checks
+        from .sparsecore.checks import check_config
+
+        try:
+            config = check_config(config)
+        except (ValueError, TypeError) as exc:
+            origin = getattr(exc, "origin", None)
+            raise InputError(" ".join(str(exc).split()), path=getattr(origin, "path", None),
+                             line=getattr(origin, "line", None)) from None
     combiners = []
     tables = {t.name: t for t in config.tables}
     for feature in config.features:
@@ -414,6 +423,11 @@ def prepare_sparsecore(source: Any, *, stacking: Stacking | None = None,
         if exc.path is None:
             exc.path = path
         raise
+    # the bags' ids as the spec's input shapes give them (a dense [batch, 26] input: 26 each)
+    plan = prepared.plan
+    counts = [f.ids_per_bag if f.ids_per_bag is not None else p.ids_per_bag
+              for f, p in zip(config.features, plan.features, strict=True)]
+    prepared = replace(prepared, plan=plan.with_bags(counts))
     if stacking is None:
         from .sparsecore.feed import stack
 

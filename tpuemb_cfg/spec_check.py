@@ -70,7 +70,7 @@ def compile_spec(path: str | os.PathLike[str]) -> CompiledSpec:
     """Compile the spec ``path`` without validating the result; raises :class:`InputError` (with
     the spec's line where known) when the spec cannot be read, run or compiled."""
     from tpuemb_cfg.embedding import keras_rs, origins
-    from tpuemb_cfg.embedding.spec import load_spec
+    from tpuemb_cfg.embedding.spec import load_spec, read_spec_text
 
     name = os.fspath(path)
 
@@ -82,8 +82,7 @@ def compile_spec(path: str | os.PathLike[str]) -> CompiledSpec:
     arguments = {**spec.build_arguments, "validate": False}
     with origins.deriving(sites):  # keras-rs objects' conversions take their places
         compiled = replace(spec, build_arguments=arguments).compile()
-    with open(name, encoding="utf-8", errors="replace") as handle:
-        text = handle.read()
+    text = read_spec_text(name)
     if name.endswith(".toml"):
         locations = _toml_locations(name, text, compiled)
     else:
@@ -283,8 +282,8 @@ def validate_sparsecore_spec(
         spec = load_sparsecore_spec(name)
     except InputError as exc:
         return [parse_error(exc)]
-    return validate_sparsecore(spec.config, rules, path=name, severity=severity,
-                               options=options)
+    return _validate_checked(spec.config, rules, path=name, severity=severity,
+                             options=options)
 
 
 def validate_sparsecore(
@@ -299,7 +298,33 @@ def validate_sparsecore(
     """The findings of the SparseCore rules on ``config`` (a ``SparseCoreConfig``), placed at
     the lines of ``path`` (default: the file its origins name) that built each object, with
     ``# tpuemb: disable=ID`` on those lines honoured. A finding with no line keeps its field
-    path and says so."""
+    path and says so. A configuration with a value the front door refuses
+    (``sparsecore.checks.check_config``) is one ``PARSE001``, as a spec with one is."""
+    from tpuemb_cfg.sparsecore.checks import check_config
+    from tpuemb_cfg.validator import parse_error
+
+    try:
+        config = check_config(config)
+    except (ValueError, TypeError) as exc:
+        origin = getattr(exc, "origin", None)
+        where = path if path is not None else getattr(getattr(config, "origin", None), "path",
+                                                       None)
+        return [parse_error(InputError(" ".join(str(exc).split()), path=where,
+                                       line=getattr(origin, "line", None)))]
+    return _validate_checked(config, rules, path=path, severity=severity, options=options,
+                             stacking=stacking)
+
+
+def _validate_checked(  # noqa: PLR0913 - validate_sparsecore's arguments
+    config: Any,
+    rules: Sequence[Rule],
+    *,
+    path: str | None = None,
+    severity: Mapping[str, Severity] | None = None,
+    options: Mapping[str, Any] | None = None,
+    stacking: Any = None,
+) -> list[Diagnostic]:
+    """:func:`validate_sparsecore` of a configuration the front door has checked."""
     from tpuemb_cfg.validator import run_sparsecore_rules, sort_key
 
     found = run_sparsecore_rules(config, rules, options=options, stacking=stacking)
@@ -327,11 +352,12 @@ def validate_sparsecore(
 
 
 def _spec_text(name: str | None) -> str | None:
+    from tpuemb_cfg.embedding.spec import read_spec_text
+
     if name is None:
         return None
     try:
-        with open(name, encoding="utf-8", errors="replace") as handle:
-            return handle.read()
+        return read_spec_text(name)
     except OSError:
         return None
 

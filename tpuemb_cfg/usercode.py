@@ -19,11 +19,38 @@ callable) so that whatever it does ends in one line a user can act on.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["ExitCalled", "exit_guard", "user_value"]
+__all__ = ["ExitCalled", "exit_guard", "tree_leaves", "user_value"]
+
+#: The children of a node of a user's structure, as (path, child) pairs; ``None`` for a leaf.
+Children = Callable[[Any, str], "list[tuple[str, Any]] | None"]
+
+
+def tree_leaves(root: Any, children: Children, *, what: str) -> list[tuple[str, Any]]:
+    """The leaves of the user's structure ``root`` (``what`` names it) with their paths, depth
+    first in ``children``'s order. A structure that contains itself (a list appended to itself,
+    at any depth) is a ValueError naming the path where it does, not a RecursionError."""
+    out: list[tuple[str, Any]] = []
+    inside: set[int] = set()  # the nodes on the current path
+
+    def walk(node: Any, path: str) -> None:
+        kids = children(node, path)
+        if kids is None:
+            out.append((path, node))
+            return
+        if id(node) in inside:
+            raise ValueError(f"{what} contains itself at {path!r}: it must be a tree (dicts, "
+                             "lists and tuples holding the features)")
+        inside.add(id(node))
+        for kid_path, kid in kids:
+            walk(kid, kid_path)
+        inside.discard(id(node))
+
+    walk(root, "")
+    return out
 
 
 def user_value(x: Any) -> Any:

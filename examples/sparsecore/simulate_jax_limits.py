@@ -1,8 +1,9 @@
 """What a SparseCore limit costs before any TPU time: `tpuemb simulate` with id dropping.
 
-Two Adagrad tables of the same width stack into one ("item_user"); the stack's limit of 40
-ids per partition is below what a batch of 128 Zipf-distributed users and items sends to the
-busiest partitions, so with id dropping on some ids never reach a SparseCore:
+Two Adagrad tables of the same width stack into one ("item_user"); the stack's limit of 32
+ids per partition is below what a batch of 128 samples of 2 Zipf-distributed users and 2 items
+each (dense multi-hot inputs of shape (128, 2)) sends to the busiest partitions, so with id
+dropping on some ids never reach a SparseCore:
 
     tpuemb simulate examples/sparsecore/simulate_jax_limits.py --allow-id-dropping \\
         --compare-dropping --steps 20
@@ -21,9 +22,9 @@ user = TableSpec(name="user", vocabulary_size=10_000, embedding_dim=16, initiali
 item = TableSpec(name="item", vocabulary_size=2_000, embedding_dim=16, initializer=None,
                  optimizer=optimizer, combiner="mean")
 feature_specs = {
-    "user": FeatureSpec(name="user", table_spec=user, input_shape=(128, 1),
+    "user": FeatureSpec(name="user", table_spec=user, input_shape=(128, 2),
                         output_shape=(128, 16)),
-    "item": FeatureSpec(name="item", table_spec=item, input_shape=(128, 1),
+    "item": FeatureSpec(name="item", table_spec=item, input_shape=(128, 2),
                         output_shape=(128, 16)),
 }
 global_device_count = 1
@@ -31,8 +32,8 @@ num_sc_per_device = 4
 
 
 def stack_to_max_ids_per_partition(stack_name: str, samples: int) -> int:
-    return 40
+    return 32
 
 
 def stack_to_max_unique_ids_per_partition(stack_name: str, samples: int) -> int:
-    return 40
+    return 32

@@ -1,6 +1,7 @@
-"""A two-tower retrieval model on a TPU v5p-16 slice with jax-tpu-embedding's specs.
+"""A two-tower retrieval model on a TPU v5p-32 slice with jax-tpu-embedding's specs.
 
-16 v5p chips with 4 SparseCores each (N = 64 SparseCores). jax-tpu-embedding's shapes are
+v5p-32 is Cloud TPU's accelerator type of 32 TensorCores: 16 v5p chips on 4 hosts, with 4
+SparseCores each (N = 64 SparseCores). jax-tpu-embedding's shapes are
 global: a batch of 4096 is 256 samples per device, 64 per SparseCore. ``auto_stack_tables``
 groups tables by (padded width, optimizer, combiner, quantization) in the order the features
 first use them; a stack of several tables takes its limits from the two ``stack_to_*``
@@ -15,7 +16,7 @@ Validate, compile the stacks, and inspect them::
 
 from tpuemb_cfg.sparsecore.jte import AdagradOptimizerSpec, FeatureSpec, TableSpec
 
-topology = "v5p-16"
+topology = "v5p-32"  # 16 chips (Cloud TPU counts v5p TensorCores)
 GLOBAL_BATCH = 4096  # 16 devices x 4 SparseCores x 64
 
 adagrad = AdagradOptimizerSpec(learning_rate=0.05, initial_accumulator_value=0.1)

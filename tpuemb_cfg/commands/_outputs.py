@@ -28,8 +28,8 @@ if TYPE_CHECKING:
 
     from tpuemb_cfg.atomic import OutputSet
 
-__all__ = ["PLOT_FORMATS", "batches_file", "check_run_outputs", "require_disk_space",
-           "require_matplotlib", "status_line", "write_run"]
+__all__ = ["PLOT_FORMATS", "batches_file", "check_plot", "check_run_outputs",
+           "require_disk_space", "require_matplotlib", "status_line", "write_run"]
 
 #: A command that has run this long (seconds) shows what it is doing (stderr a terminal).
 STATUS_DELAY = 2.0
@@ -105,8 +105,7 @@ def check_run_outputs(out_dir: Path, plot: str | None, inputs: list[tuple[str, s
     from tpuemb_cfg.atomic import check_outputs
 
     if plot == "-":  # check_outputs leaves "-" (standard output) alone
-        raise UsageError("--plot -: the plot is an image file; give its name (FILE.png, "
-                         "FILE.svg or FILE.pdf)")
+        check_plot(plot)
     if save_batches == "-":
         raise UsageError("--save-batches -: the batches are an .npz archive; give its file name "
                          "(B.npz)")
@@ -121,12 +120,24 @@ def check_run_outputs(out_dir: Path, plot: str | None, inputs: list[tuple[str, s
     if save_batches is not None:  # its folder must exist (only OUT_DIR is created)
         check_outputs([("--save-batches", save_batches)], suffixes=(".npz",))
     if plot is not None:  # its folder must exist (only OUT_DIR is created), its format known
-        check_outputs([("--plot", plot)], suffixes=tuple(PLOT_FORMATS))
-        if Path(plot).suffix.lower() not in PLOT_FORMATS:  # ".png": a name, no extension
-            raise UsageError(
-                f"--plot {plot}: {Path(plot).name!r} is a file name without an extension (a "
-                "leading dot makes a hidden file); give a name and the extension, e.g. "
-                "run.png, run.svg or run.pdf")
+        check_plot(plot)
+
+
+def check_plot(plot: str) -> None:
+    """Refuse a ``--plot`` path that cannot take the image, before any work: ``-``, a folder
+    that does not exist, an extension outside :data:`PLOT_FORMATS`, or a name that is only an
+    extension (``.png``: a hidden file without a name, whose suffix Python reads as empty)."""
+    from tpuemb_cfg.atomic import check_outputs
+
+    if plot == "-":  # check_outputs leaves "-" (standard output) alone
+        raise UsageError("--plot -: the plot is an image file; give its name (FILE.png, "
+                         "FILE.svg or FILE.pdf)")
+    check_outputs([("--plot", plot)], suffixes=tuple(PLOT_FORMATS))
+    if Path(plot).suffix.lower() not in PLOT_FORMATS:
+        raise UsageError(
+            f"--plot {plot}: {Path(plot).name!r} is a file name without an extension (a "
+            "leading dot makes a hidden file); give a name and the extension, e.g. "
+            "run.png, run.svg or run.pdf")
 
 
 def write_run(out_dir: Path, summary: dict[str, Any], state: Mapping[str, np.ndarray] | None,

@@ -358,7 +358,10 @@ def _inspect_layouts(path: str, as_json: bool) -> bool:
         return False
     if not layouts.tables:
         return False
-    summary = summarize_layouts(layouts)
+    try:
+        summary = summarize_layouts(layouts)
+    except ValueError as exc:
+        raise InputError(f"SparseCore layouts: {exc}", path=path) from None
     if as_json:
         click.echo(json.dumps(summary, indent=2, ensure_ascii=False))
     else:

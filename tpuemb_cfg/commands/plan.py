@@ -39,6 +39,16 @@ def _size(value: str | None, option: str) -> int | None:
         raise UsageError(f"{option} {value!r}: {getattr(exc, 'message', exc)}") from None
 
 
+def _in_range(ctx: click.Context, param: click.Parameter, value: float) -> float:
+    """``--quantile`` and ``--headroom``: finite and in their range (``planner.checks``)."""
+    from tpuemb_cfg.planner.checks import number_problem
+
+    problem = number_problem(str(param.name), value)
+    if problem is not None:
+        raise click.BadParameter(problem)
+    return value
+
+
 @contextlib.contextmanager
 def _progress(total: int, unit: str, quiet: bool) -> Iterator[Callable[[int], None] | None]:
     """A bar over ``total`` (stderr a terminal), else a line at most every LINE_EVERY seconds."""
@@ -137,21 +147,25 @@ def _draw(result: Any, handle: IO[bytes], fmt: str) -> None:
         plt.close(figure)
 
 
-def _check_outputs(config: str, ids: tuple[str, ...], output: str | None,
-                   plot: str | None) -> None:
+def _check_outputs(config: str, ids: tuple[str, ...], ids_format: str | None,
+                   output: str | None, plot: str | None) -> None:
+    """Before any work: no output is an input (the configuration, every --ids path and every
+    sample file inside an --ids folder) or another output; the plot's name and format."""
     from tpuemb_cfg.atomic import check_outputs
-    from tpuemb_cfg.commands._outputs import PLOT_FORMATS, require_matplotlib
+    from tpuemb_cfg.commands._outputs import check_plot, require_matplotlib
+    from tpuemb_cfg.planner.inputs import sample_files
 
     inputs = [("CONFIG", config), *(("--ids", p) for p in ids)]
+    inputs += [("--ids", name) for p in ids if Path(p).is_dir()
+               for name in sample_files(p, ids_format)]
     outputs = [("-o", output)] if output else []
     if plot is not None:
         if plot == "-":
-            raise UsageError("--plot -: the plot is an image file; give its name (FILE.png, "
-                             "FILE.svg or FILE.pdf)")
+            check_plot(plot)
         outputs.append(("--plot", plot))
     check_outputs(outputs, inputs)
     if plot is not None:
-        check_outputs([("--plot", plot)], suffixes=tuple(PLOT_FORMATS))
+        check_plot(plot)
         require_matplotlib()
 
 
@@ -163,9 +177,10 @@ def _check_outputs(config: str, ids: tuple[str, ...], output: str | None,
                    "Repeatable; read in the order given; a folder: its sample files by name.")
 @click.option("--ids-format", type=click.Choice(["npz", "parquet", "tfrecord"]),
               help="The sample's format (default: from the extension).")
-@click.option("--topology", metavar="KIND-CHIPS",
-              help="The slice, e.g. v5p-64 (chip kind and chips; hosts: chips / 4). Legacy "
-                   "configurations take its host count.")
+@click.option("--topology", metavar="KIND-N",
+              help="The slice as Cloud TPU names it, e.g. v5p-64 (v5p and TPU7x count "
+                   "TensorCores: 32 chips on 8 hosts; v6e counts chips), or KIND:CHIPS such as "
+                   "v5p:32. Legacy configurations take its host count.")
 @click.option("--hosts", type=click.IntRange(min=1), help="Hosts (overrides num_hosts or the "
               "topology's).")
 @click.option("--host-index", type=click.IntRange(min=0), metavar="N",
@@ -173,14 +188,15 @@ def _check_outputs(config: str, ids: tuple[str, ...], output: str | None,
                    "input (the global batch / hosts), its chips the local devices.")
 @click.option("--host-memory", metavar="SIZE", help="Memory of each host, e.g. 64G (legacy "
               "tables; SparseCore initialize_tables_on_host). Unknown: no OOM finding.")
-@click.option("--hbm", metavar="SIZE", help="HBM of each chip (default: the chip kind's).")
-@click.option("--quantile", type=click.FloatRange(min=0, max=1, min_open=True), default=1.0,
+@click.option("--hbm", metavar="SIZE", help="HBM of each chip (default: the chip "
+              "kind's; a TPU7x device has half).")
+@click.option("--quantile", type=float, default=1.0, callback=_in_range,
               show_default=True, help="Quantile of the per-step maxima the suggested limits "
-              "cover (1: the sample's maximum), before the headroom.")
-@click.option("--headroom", type=click.FloatRange(min=1), default=1.2, show_default=True,
-              help="Factor on the quantile for the suggested limits.")
+              "cover, in (0, 1] (1: the sample's maximum), before the headroom.")
+@click.option("--headroom", type=float, default=1.2, show_default=True, callback=_in_range,
+              help="Factor on the quantile for the suggested limits, in [1, 10].")
 @click.option("--compare", multiple=True, metavar="AXIS",
-              help="What-if columns: hosts=N[,M..], topology=KIND-CHIPS[,..], stacking. "
+              help="What-if columns: hosts=N[,M..], topology=KIND-N[,..], stacking. "
                    "Repeatable. Legacy: MOD and DIV_DEFAULT are always compared.")
 @click.option("--fail-on", multiple=True, metavar="COND",
               help="Exit 1 when: oom, drops, imbalance>X (max/mean load). Repeatable or "
@@ -211,7 +227,7 @@ def plan(config: str, ids: tuple[str, ...], ids_format: str | None,  # noqa: PLR
         topology=topology, hosts=hosts, host_memory_bytes=_size(host_memory, "--host-memory"),
         hbm_bytes=_size(hbm, "--hbm"), quantile=quantile, headroom=headroom,
         compare=parse_compare(compare), gate=parse_gate(fail_on), host_index=host_index)
-    _check_outputs(config, ids, output, plot)
+    _check_outputs(config, ids, ids_format, output, plot)
     planner = open_plan(config, list(ids), options=options, fmt=ids_format)
     sample = planner.sample
     with _progress(planner.passes * sample.progress_total, sample.progress_unit, quiet) as tick:

@@ -1190,7 +1190,7 @@ def _replay_dry_run(files: _ReplayFiles, combiner_args: tuple[str, ...], records
 # id dropping, ``tpuemb_cfg.sim.sparsecore``.
 
 #: Options a SparseCore run has no use for (its combiners are the tables', its data one worker's).
-_SPARSECORE_REFUSED = ("combiners", "bag_sizes", "save_batches", "plot", "checkpoint_every",
+_SPARSECORE_REFUSED = ("combiners", "save_batches", "plot", "checkpoint_every",
                        "resume", "learning_rate", "workers", "replicas_to_aggregate",
                        "max_staleness", "init_tokens", "delay", "ray_address", "shards",
                        "runtime_env", "no_ship")
@@ -1231,8 +1231,8 @@ def _sparsecore_command(ctx: click.Context, request: _Request, records: _Records
                          "see docs/sparsecore/simulate.md")
     replay = files.batches is not None
     if replay:
-        wrong = [_option_name(n) for n in ("steps", "ids", "sequence_lengths", "tables_output")
-                 if _given(ctx, n)]
+        wrong = [_option_name(n) for n in ("steps", "ids", "sequence_lengths", "tables_output",
+                                           "bag_sizes") if _given(ctx, n)]
         if wrong:
             raise UsageError(f"{', '.join(wrong)} appl{'ies' if len(wrong) == 1 else 'y'} to "
                              "synthetic runs only, not to --batches replays")
@@ -1266,6 +1266,9 @@ def _sparsecore(request: _Request, records: _Records, files: _SparseCoreRequest,
                      str(summary_dir) if summary_dir is not None else None)
     with real.named_as_typed():
         setup = prepare_sparsecore(files.config)  # a spec's code may chdir: paths anchored
+    if request.bag_sizes != "auto":  # e.g. uniform: ragged bags of 1 to the input's last axis
+        plan = setup.prepared.plan.with_bags(bag_sizes=request.bag_sizes)
+        setup = replace(setup, prepared=replace(setup.prepared, plan=plan))
     allow = (setup.allow_id_dropping if files.allow_id_dropping is None
              else files.allow_id_dropping)
     if request.dry_run:
@@ -1296,8 +1299,7 @@ def _sparsecore(request: _Request, records: _Records, files: _SparseCoreRequest,
     summary["config"] = files.config
     config = setup.config
     header = (f"tpuemb simulate: {summary['steps']} step(s) of {source} on {files.config} "
-              f"(SparseCore, {config.api}; {config.topology.chips} chip(s) x "
-              f"{config.topology.sparse_cores_per_chip} SparseCores, seed "
+              f"(SparseCore, {config.api}; {config.topology.describe()}, seed "
               f"{records.options.seed})")
     if summary_dir is not None:
         from tpuemb_cfg.commands._outputs import write_run

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from tpuemb_cfg.embedding.errors import EmbeddingTypeError
+from tpuemb_cfg.embedding.errors import EmbeddingConfigError, EmbeddingTypeError
+from tpuemb_cfg.usercode import tree_leaves
 
 
 def _sorted_items(mapping: Mapping[Any, Any], path: str) -> list[tuple[Any, Any]]:
@@ -45,18 +46,12 @@ def children(value: Any, path: str) -> list[tuple[str, Any]] | None:
 
 def flatten_with_paths(structure: Any) -> list[tuple[str, Any]]:
     """All leaves of ``structure`` with their joined paths, in TensorFlow's order."""
-    out: list[tuple[str, Any]] = []
-
-    def walk(value: Any, path: str) -> None:
-        kids = children(value, path)
-        if kids is None:
-            out.append((path, value))
-            return
-        for child_path, child in kids:
-            walk(child, child_path)
-
-    walk(structure, "")
-    return out
+    try:
+        return tree_leaves(structure, children, what="the feature structure")
+    except EmbeddingConfigError:  # a key that cannot be sorted: as it is
+        raise
+    except ValueError as exc:  # the structure contains itself
+        raise EmbeddingConfigError(str(exc)) from None
 
 
 def flatten_up_to(

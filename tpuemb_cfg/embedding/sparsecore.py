@@ -54,12 +54,14 @@ from tpuemb_cfg.embedding import origins
 from tpuemb_cfg.embedding.errors import EmbeddingConfigError, EmbeddingTypeError
 from tpuemb_cfg.embedding.nest import flatten_with_paths
 from tpuemb_cfg.embedding.shapes import to_shape
+from tpuemb_cfg.sparsecore.checks import check_config
 from tpuemb_cfg.sparsecore.config import (
     Origin,
     SparseCoreConfig,
     SparseCoreFeature,
     SparseCoreOptimizer,
     SparseCoreTable,
+    ids_per_bag,
 )
 from tpuemb_cfg.sparsecore.feed import DEFAULT_MAX_IDS_PER_TABLE
 from tpuemb_cfg.sparsecore.topology import DEFAULT_SPARSE_CORES, Topology, parse_topology
@@ -344,14 +346,54 @@ def tensorflow_config(
     *,
     topology: Any,
     provenance: Provenance | None = None,
+    per_replica_input_shapes: Any = None,
 ) -> SparseCoreConfig:
     """``TPUEmbeddingV2(feature_config, optimizer, sparse_core_config=...)`` on ``topology``
     (``"v6e-64"``, a :class:`Topology`, or a chip count) as a :class:`SparseCoreConfig` (mode and
     api ``"tensorflow"``); ``provenance`` places each record in a spec. Raises
     :class:`EmbeddingConfigError` / :class:`EmbeddingTypeError` where TensorFlow raises
-    ``ValueError`` / ``TypeError``. The objects are not changed."""
+    ``ValueError`` / ``TypeError``. The objects are not changed.
+    ``per_replica_input_shapes``: what the model passes to ``build()`` (nested like
+    ``feature_config``, or a flat list): each feature's input shape, whose last axis is the
+    ids of one bag (``SparseCoreFeature.ids_per_bag``)."""
+    extras = _Extras()
+    if per_replica_input_shapes is not None:
+        extras = _Extras(input_shapes=_given_input_shapes(feature_config,
+                                                          per_replica_input_shapes))
     return _convert_tensorflow(feature_config, optimizer, sparse_core_config,
-                               to_topology(topology), provenance or Provenance(), _Extras())
+                               to_topology(topology), provenance or Provenance(), extras)
+
+
+def _given_input_shapes(feature_config: Any, shapes: Any) -> dict[str, tuple[int, ...]]:
+    """``per_replica_input_shapes`` by feature path (a ragged axis, ``None``, as 0)."""
+    from tpuemb_cfg.embedding.build import _input_shapes
+
+    flat = flatten_with_paths(feature_config)
+    out = {}
+    for (path, _), (_, raw) in zip(flat, _input_shapes(feature_config, shapes, len(flat)),
+                                   strict=True):
+        shape = to_shape(raw, f"per_replica_input_shapes for feature '{path}'", "shape")
+        if shape is None or not shape:
+            raise EmbeddingConfigError(
+                f"per_replica_input_shapes for feature '{path}': received {chk.show(raw)}; "
+                f"expected a shape of known rank such as [batch, ids]")
+        out[path] = tuple(int(d) if d is not None else 0 for d in shape)
+    return out
+
+
+def _sparse_core_config(value: Any) -> Any:
+    """``sparse_core_config`` as given: a ``SparseCoreEmbeddingConfig`` (tpuemb's or TensorFlow's,
+    read by its fields; each field is checked with the rest of the configuration), TensorFlow's
+    defaults for ``None``; a TypeError naming the argument for anything else."""
+    if value is None:
+        return SparseCoreEmbeddingConfig()
+    if all(hasattr(value, name) for name in _SC_FIELDS):
+        return value
+    hint = (" (write SparseCoreEmbeddingConfig(**{...}) for a dict of its arguments)"
+            if isinstance(value, Mapping) else "")
+    raise EmbeddingTypeError(
+        f"sparse_core_config must be a SparseCoreEmbeddingConfig (tpuemb_cfg.embedding's or "
+        f"TensorFlow's) or None; received {chk.show(value)} ({chk.type_name(value)}){hint}")
 
 
 def _check_features(flat: list[tuple[str, Any]]) -> None:
@@ -367,7 +409,7 @@ def _convert_tensorflow(  # noqa: PLR0913  (the conversion's inputs, each a diff
     feature_config: Any, optimizer: Any, sparse_core_config: Any, where: Topology,
     provenance: Provenance, extras: _Extras,
 ) -> SparseCoreConfig:
-    sc = sparse_core_config if sparse_core_config is not None else SparseCoreEmbeddingConfig()
+    sc = _sparse_core_config(sparse_core_config)
     flat = flatten_with_paths(feature_config)
     _check_features(flat)
     tables = _tables_in_order(flat)
@@ -383,7 +425,7 @@ def _convert_tensorflow(  # noqa: PLR0913  (the conversion's inputs, each a diff
         combiner = table.combiner if isinstance(table.combiner, str) else "custom"
         quantization = getattr(table, "quantization_config", None)
         records[id(table)] = SparseCoreTable(
-            name=name, vocabulary_size=int(table.vocabulary_size), dim=int(table.dim),
+            name=name, vocabulary_size=table.vocabulary_size, dim=table.dim,
             optimizer=_sparsecore_optimizer(chosen, quantization, callables,
                                             provenance.origin(chosen, fallback)),
             combiner=combiner,
@@ -395,26 +437,28 @@ def _convert_tensorflow(  # noqa: PLR0913  (the conversion's inputs, each a diff
     for path, feature in flat:
         table = records[id(feature.table)]
         out = _output_shape(path, feature)
+        given = extras.input_shapes.get(path)
         features.append(SparseCoreFeature(
-            name=path, table=table.name, input_shape=extras.input_shapes.get(path, out),
-            output_shape=(*out, table.dim), origin=provenance.origin(feature)))
-    return SparseCoreConfig(
+            name=path, table=table.name, input_shape=given if given is not None else out,
+            output_shape=(*out, table.dim), origin=provenance.origin(feature),
+            ids_per_bag=ids_per_bag(given, (*out, table.dim))))
+    return check_config(SparseCoreConfig(
         api=extras.api,  # type: ignore[arg-type]  # "tensorflow" or "keras_rs"
         mode="tensorflow",
         tables=tuple(records[id(t)] for t in tables),
         features=tuple(features),
         topology=where,
-        disable_table_stacking=bool(sc.disable_table_stacking),
+        disable_table_stacking=sc.disable_table_stacking,
         max_ids_per_chip_per_sample=sc.max_ids_per_chip_per_sample,
         max_ids_per_table=sc.max_ids_per_table,
         max_unique_ids_per_table=sc.max_unique_ids_per_table,
-        allow_id_dropping=bool(sc.allow_id_dropping),
-        initialize_tables_on_host=bool(sc.initialize_tables_on_host),
-        enable_fast_table_initialization=bool(sc.enable_fast_table_initialization),
+        allow_id_dropping=sc.allow_id_dropping,
+        initialize_tables_on_host=sc.initialize_tables_on_host,
+        enable_fast_table_initialization=sc.enable_fast_table_initialization,
         limits_dropped_by_conversion=extras.limits_dropped,
         origin=Origin(provenance.path, None),
         setting_origins=dict(provenance.setting_origins),
-    )
+    ))
 
 
 def keras_rs_config(
@@ -441,14 +485,14 @@ def keras_rs_config(
             f"table_stacking {table_stacking!r}: keras-rs' TensorFlow backend takes only 'auto' "
             f"(TensorFlow's stacking) or None (no stacking)")
     features, tpu_optimizer, input_shapes = keras_rs.convert(feature_config, optimizer,
-                                                             where.chips)
+                                                             where.num_partitions)
     sources = keras_rs.source_tables(feature_config)
     limits: dict[int, tuple[int | None, int | None, Any]] = {}
     for path, converted in features.items():
         source = sources[path]
         limits[id(converted.table)] = (
-            int(getattr(source, "max_ids_per_partition", DEFAULT_MAX_IDS)),
-            int(getattr(source, "max_unique_ids_per_partition", DEFAULT_MAX_IDS)),
+            getattr(source, "max_ids_per_partition", DEFAULT_MAX_IDS),
+            getattr(source, "max_unique_ids_per_partition", DEFAULT_MAX_IDS),
             source)
     shapes = {path: tuple(int(d) for d in shape) for path, shape in input_shapes.items()
               if shape and all(d is not None for d in shape)}
@@ -492,6 +536,7 @@ JAX_ARGUMENTS = ("activation_mem_bytes_limit", "use_short_stack_names",
 #: The top-level names a SparseCore spec may define (their lines are kept in
 #: ``SparseCoreConfig.setting_origins``).
 SETTINGS = ("feature_config", "optimizer", "sparse_core_config", "topology", "num_replicas",
+            "per_replica_input_shapes",
             "table_stacking", "feature_specs", "global_device_count", "num_sc_per_device",
             *JAX_ARGUMENTS)
 
@@ -519,8 +564,9 @@ def _assignments(text: str) -> dict[str, int]:
 
 
 def _read_text(path: str) -> str:
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        return handle.read()
+    from tpuemb_cfg.embedding.spec import read_spec_text
+
+    return read_spec_text(path)
 
 
 def is_sparsecore_spec(path: Any) -> bool:
@@ -561,7 +607,7 @@ def _spec_topology(namespace: Mapping[str, Any], jax: bool) -> Topology:
                               minimum=1)
         cores = chk.integer("spec", "num_sc_per_device", namespace["num_sc_per_device"],
                             minimum=1)
-        return Topology(chips=devices, sparse_cores_per_chip=cores)
+        return Topology.from_devices(devices, cores)
     if not jax and "num_replicas" in namespace:
         return to_topology(namespace["num_replicas"], "num_replicas")
     what = ("`topology` (e.g. 'v5p-16'), or `global_device_count` and `num_sc_per_device`"
@@ -576,7 +622,7 @@ def _legacy(namespace: Mapping[str, Any], topology: Topology) -> CompiledConfig 
 
     try:
         return build_config(namespace["feature_config"], namespace.get("optimizer"),
-                            num_hosts=topology.hosts, num_replicas=topology.chips,
+                            num_hosts=topology.hosts, num_replicas=topology.num_partitions,
                             validate=False)
     except (ValueError, TypeError):
         return None
@@ -590,11 +636,12 @@ def _jax_config(namespace: Mapping[str, Any], topology: Topology,
     from tpuemb_cfg.sparsecore import jte
 
     arguments = {k: namespace[k] for k in JAX_ARGUMENTS if k in namespace}
+    specs = jte.leaves(namespace["feature_specs"])
+    _refuse_repeated(specs)
     converted: SparseCoreConfig = jte.feature_specs_to_config(
-        namespace["feature_specs"], global_device_count=topology.chips,
-        num_sc_per_device=topology.sparse_cores_per_chip, **arguments)
+        namespace["feature_specs"], global_device_count=topology.devices,
+        num_sc_per_device=topology.sparse_cores_per_device, check=False, **arguments)
     config = replace(converted, topology=topology)
-    specs = [leaf for _, leaf in flatten_with_paths(namespace["feature_specs"])]
     by_feature = {getattr(s, "name", None): s for s in specs}
     by_table = {getattr(s.table_spec, "name", None): s.table_spec
                 for s in specs if hasattr(s, "table_spec")}
@@ -606,9 +653,30 @@ def _jax_config(namespace: Mapping[str, Any], topology: Topology,
         tables.append(replace(table, optimizer=optimizer, origin=provenance.origin(source)))
     features = tuple(replace(f, origin=provenance.origin(by_feature.get(f.name)))
                      for f in config.features)
-    return replace(config, tables=tuple(tables), features=features,
-                   origin=Origin(provenance.path, None),
-                   setting_origins=dict(provenance.setting_origins))
+    return check_config(replace(config, tables=tuple(tables), features=features,
+                                origin=Origin(provenance.path, None),
+                                setting_origins=dict(provenance.setting_origins)))
+
+
+def _refuse_repeated(specs: list[Any]) -> None:
+    """A FeatureSpec listed twice, or two of one name, would be stacked twice and fed one
+    input under one name (the batches of a simulation or a plan are keyed by feature name):
+    refused, naming it. (jax-tpu-embedding's stacking itself lets names repeat; the library's
+    ``jte`` functions still do.)"""
+    seen: set[int] = set()
+    names: set[Any] = set()
+    for spec in specs:
+        name = getattr(spec, "name", None)
+        if id(spec) in seen:
+            raise EmbeddingConfigError(
+                f"feature_specs lists the FeatureSpec {name!r} more than once: list each "
+                "feature once")
+        if isinstance(name, str) and name in names:
+            raise EmbeddingConfigError(
+                f"feature_specs holds two FeatureSpecs named {name!r}: a spec's features are "
+                "fed by name, so each needs its own")
+        seen.add(id(spec))
+        names.add(name if isinstance(name, str) else None)
 
 
 def _convert(namespace: Mapping[str, Any], provenance: Provenance
@@ -616,6 +684,11 @@ def _convert(namespace: Mapping[str, Any], provenance: Provenance
     from tpuemb_cfg.embedding import keras_rs
 
     jax = "feature_specs" in namespace
+    if jax and "feature_config" in namespace:
+        raise EmbeddingConfigError(
+            "the spec defines both `feature_config` (TensorFlow's or keras-rs' features) and "
+            "`feature_specs` (jax-tpu-embedding's): a spec is written for one API; remove or "
+            "rename the one you did not mean")
     topology = _spec_topology(namespace, jax)
     if jax:
         return _jax_config(namespace, topology, provenance), None
@@ -632,7 +705,9 @@ def _convert(namespace: Mapping[str, Any], provenance: Provenance
     else:
         config = tensorflow_config(feature_config, optimizer,
                                    namespace.get("sparse_core_config"), topology=topology,
-                                   provenance=provenance)
+                                   provenance=provenance,
+                                   per_replica_input_shapes=namespace.get(
+                                       "per_replica_input_shapes"))
     return config, _legacy(namespace, topology)
 
 
@@ -684,8 +759,29 @@ def load_sparsecore_spec(path: Any) -> SparseCoreSpec:
     try:
         with origins.deriving(sites):
             config, compiled = _convert(namespace, provenance)
+        _call_limits(config)
     except (ValueError, TypeError) as exc:
         message = " ".join(str(exc).split())
-        raise InputError(message, path=name, line=lines.get(_culprit(message, lines))
-                         ) from None
+        origin = getattr(exc, "origin", None)
+        line = (origin.line if isinstance(origin, Origin) and origin.line is not None
+                else lines.get(_culprit(message, lines)))
+        raise InputError(message, path=name, line=line) from None
     return SparseCoreSpec(config, name, compiled)
+
+
+def _call_limits(config: SparseCoreConfig) -> None:
+    """Call jax's limit callables as stacking will (once per stack), so that one that raises or
+    returns a non-int is refused with the spec rather than inside each command; other stacking
+    failures are the rules' (SC017)."""
+    from tpuemb_cfg.sparsecore import jte
+    from tpuemb_cfg.sparsecore.checks import LimitCallableError
+
+    if config.mode != "jax" or (config.stack_to_max_ids_per_partition is None
+                                and config.stack_to_max_unique_ids_per_partition is None):
+        return
+    try:
+        jte.stack_config(config)
+    except LimitCallableError:
+        raise
+    except (ValueError, TypeError):
+        pass

@@ -123,6 +123,14 @@ def load_spec(path: str | os.PathLike[str]) -> Spec:
     )
 
 
+def read_spec_text(path: str | os.PathLike[str]) -> str:
+    """The text of the spec ``path`` as Python reads its source: UTF-8 with or without a byte
+    order mark (the mark is not part of the text), undecodable bytes replaced. Every reader of
+    a spec's text (its assignments, lines and comments) reads it here."""
+    with open(path, encoding="utf-8-sig", errors="replace") as handle:
+        return handle.read()
+
+
 def check_spec_file(path: str | os.PathLike[str]) -> str:
     """``path`` as a string, once it is known to be a file within the input size limit
     (:func:`tpuemb_cfg.limits.max_input_bytes`); :class:`InputError` otherwise."""
@@ -383,7 +391,7 @@ def _read_toml(path: str) -> tuple[str, dict[str, Any]]:
     """The text of the TOML file ``path`` and what it holds."""
     raw = Path(path).read_bytes()
     try:
-        text = raw.decode("utf-8")
+        text = raw.decode("utf-8-sig")  # a byte order mark is not part of the text
         return text, tomllib.loads(text)
     except UnicodeDecodeError as e:
         raise InputError(f"not UTF-8 text: {e.reason}", path=path, offset=e.start) from None

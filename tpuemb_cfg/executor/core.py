@@ -984,7 +984,8 @@ def require_memory(
         reduce = reduce(limit)
     head = f"{what} needs about {units.format_size(needed)} (estimate: {counted}), more than "
     machine = total_memory()
-    if machine is not None and units.parse_size(size) > machine:  # the machine cannot do it
+    beyond = needed > units.MAX_SIZE // 2  # no size can be suggested: past 4 EiB
+    if machine is not None and (beyond or units.parse_size(size) > machine):  # cannot do it
         where = (f"the memory limit of {units.format_size(limit)}" if max_memory is not None
                  else f"the {units.format_size(limit)} it may use here ({MEMORY_SHARE:.0%} of "
                  "the memory available)")

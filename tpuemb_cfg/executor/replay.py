@@ -27,10 +27,19 @@ from .storage import choose_backend
 if TYPE_CHECKING:
     from .prepared import Prepared
 
-__all__ = ["parse_steps", "replay", "require_replay_memory"]
+__all__ = ["feature_of", "parse_steps", "replay", "require_replay_memory"]
 
 _KEY = re.compile(r"s(\d+)/(?:f(\d+)/(ids|row_splits|weights|grad)|(learning_rates))")
 _FIELDS = ("ids", "row_splits", "weights", "grad")
+
+
+def feature_of(key: str) -> int | None:
+    """The feature index ``f`` of a replay key ``s{step}/f{f}/{field}`` written as the contract
+    writes it (no leading zeros), else None (``s{step}/learning_rates``, any other key)."""
+    match = _KEY.fullmatch(key)
+    if match is None or not match.group(2) or match.group(2) != str(int(match.group(2))):
+        return None
+    return int(match.group(2))
 
 
 def parse_steps(

@@ -24,6 +24,12 @@ Formats (chosen by extension, :data:`FORMATS`):
   masked CRC32C of the data) is read here and both CRCs are verified (:func:`crc32c`);
   messages are decoded with tpuemb's own copy of ``example.proto`` (no TensorFlow).
 
+**Extra columns** (a Parquet column or TFRecord feature named as no configured feature, a
+``B.npz`` feature index past the configured ones) are not read and are listed in
+``SampleStats.ignored``. **Bounds**: a ``B.npz`` step's arrays are held against a share of the
+memory (:func:`_read_limit`) from their ``.npy`` headers, and so is each Parquet row group's
+configured columns from the file's metadata, when the files are opened.
+
 Parquet and TFRecord hold **rows** (examples): each row gives one bag to every feature.
 Weights are read from ``B.npz`` only (memory, load and limits do not depend on them).
 
@@ -47,14 +53,16 @@ import itertools
 import os
 import struct
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import IO, TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
 from ..errors import InputError, UsageError
-from ..npzio import NpzMembers
+from ..npzio import NpzMembers, check_total
+from .parquet import bad_column, row_group_bytes, row_group_place
+from .tfrecord import compression, crc32c, crc32c_many, mask, masked_crc32c, write_tfrecord
 
 if TYPE_CHECKING:
     from ..executor.plan import Plan
@@ -63,7 +71,7 @@ if TYPE_CHECKING:
 __all__ = [
     "FORMATS", "FeatureBatch", "Sample", "SampleError", "SampleFeature", "SampleSchema",
     "SampleStats", "crc32c", "legacy_schema", "masked_crc32c", "open_sample",
-    "sparsecore_schema", "write_tfrecord",
+    "sample_files", "sparsecore_schema", "write_tfrecord",
 ]
 
 #: Extension -> format name.
@@ -124,7 +132,7 @@ def sparsecore_schema(config: SparseCoreConfig) -> SampleSchema:
     per_replica = config.api != "jax"
     return SampleSchema(tuple(
         SampleFeature(f.name, f.table, vocab[f.table],
-                      f.samples * (config.topology.chips if per_replica else 1))
+                      f.samples * (config.topology.num_partitions if per_replica else 1))
         for f in config.features))
 
 
@@ -154,6 +162,10 @@ class SampleStats:
     batches: int = 0
     leftover_bags: dict[str, int] = field(default_factory=dict)
     rescaled: bool = False
+    #: the sample's columns (Parquet), features (TFRecord) or feature indexes (``B.npz``: the
+    #: keys ``s{s}/f{i}/...`` past the configured features) that are no configured feature:
+    #: not read, listed once in the report
+    ignored: set[str] = field(default_factory=set)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -161,7 +173,7 @@ class SampleStats:
             "sample_batch_bags": {k: sorted(v) for k, v in self.sample_batch_bags.items()},
             "bags_read": dict(self.bags_read), "ids_read": dict(self.ids_read),
             "batches": self.batches, "leftover_bags": dict(self.leftover_bags),
-            "rescaled": self.rescaled,
+            "rescaled": self.rescaled, "ignored": sorted(self.ignored),
         }
 
 
@@ -342,10 +354,16 @@ def open_sample(paths: str | Sequence[str], schema: SampleSchema, *,
     of ids written as part files); ``fmt``: ``"npz"``, ``"parquet"`` or ``"tfrecord"``
     (default: from the extension). The files are probed now (existence, the npz keys, the
     Parquet schema), so a bad file fails before any work starts."""
+    for feature in schema.features:
+        if feature.bags < 1:  # no configured batch can be cut from the sample
+            raise UsageError(
+                f"feature {feature.name!r} (table {feature.table!r}) has a configured batch of "
+                f"{feature.bags} bags (a batch dimension of 0: output_shape or input_shape), so "
+                "there is no batch to plan; give it a batch of at least one row")
     files = [paths] if isinstance(paths, str | os.PathLike) else list(paths)
     if not files:
         raise UsageError("no sample file given: pass --ids FILE (a B.npz, Parquet or TFRecord)")
-    names = [name for p in files for name in _files_of(os.fspath(p), fmt)]
+    names = [name for p in files for name in sample_files(os.fspath(p), fmt)]
     kinds = {fmt or _format_of(name) for name in names}
     if len(kinds) > 1:
         raise UsageError(f"the sample files are of {len(kinds)} formats ({', '.join(sorted(kinds))}"
@@ -361,9 +379,10 @@ def open_sample(paths: str | Sequence[str], schema: SampleSchema, *,
     return Sample(names, schema, kind)
 
 
-def _files_of(path: str, fmt: str | None) -> list[str]:
+def sample_files(path: str, fmt: str | None = None) -> list[str]:
     """``path``, or the sample files in the folder ``path`` (name order; with ``fmt``, the
-    files of that format), refused when there are none."""
+    files of that format), refused when there are none: the files ``open_sample`` reads
+    (``tpuemb plan`` checks its outputs against each of them)."""
     if not os.path.isdir(path):
         return [path]
     found = sorted(entry.path for entry in os.scandir(path) if entry.is_file()
@@ -389,22 +408,66 @@ Tick = Callable[[int], None]
 
 # --- replay B.npz -------------------------------------------------------------------------------
 
-def _npz_steps(members: NpzMembers, schema: SampleSchema) -> list[Any]:
-    from ..executor.replay import parse_steps
+def _npz_steps(members: NpzMembers, schema: SampleSchema,
+               ignored: set[str] | None = None) -> list[Any]:
+    """The steps' inputs of the configured features; the keys of feature indexes past them
+    are left out (``ignored``: gets those ``f{i}``)."""
+    from ..executor.replay import feature_of, parse_steps
 
-    return [inputs for inputs, _ in parse_steps(members.headers, len(schema.features),
-                                                members.name)]
+    count = len(schema.features)
+    headers = {}
+    for key, header in members.headers.items():
+        index = feature_of(key)
+        if index is not None and index >= count:
+            if ignored is not None:
+                ignored.add(f"f{index}")
+            continue
+        headers[key] = header
+    return [inputs for inputs, _ in parse_steps(headers, count, members.name)]
+
+
+#: A step's (or a row group's) ids are held up to this many times while read, checked, queued
+#: and merged into a configured batch: a step may take this share of the memory limit.
+SAMPLE_COPIES = 4
+
+
+#: What :func:`_read_limit` is, for messages.
+READ_LIMIT = (f"the memory one read may take here (1/{SAMPLE_COPIES} of 80% of the memory "
+              "available)")
+
+
+def _read_limit() -> int | None:
+    """The bytes one read (a ``B.npz`` step, a Parquet row group) may take once decompressed:
+    a :data:`SAMPLE_COPIES`-th of the memory a run may use (None: unknown, no limit)."""
+    from ..limits import default_memory_limit
+
+    limit = default_memory_limit()
+    return None if limit is None else limit // SAMPLE_COPIES
 
 
 def _probe_npz(paths: Sequence[str], schema: SampleSchema) -> tuple[str, int]:
+    """The steps of the ``B.npz``, each step's arrays held against :func:`_read_limit` from the
+    ``.npy`` headers (``npzio.check_total``, as ``simulate --batches``) before any is read."""
+    limit = _read_limit()
     with NpzMembers(paths[0]) as members:
-        return "steps", len(_npz_steps(members, schema))
+        steps = _npz_steps(members, schema)
+        for step, inputs in enumerate(steps):
+            keys = [f"s{step}/f{f}/{name}" for f, given in enumerate(inputs)
+                    for name, present in (("ids", given.ids), ("row_splits", given.row_splits),
+                                          ("weights", given.weights)) if present is not None]
+            if limit is None:
+                break
+            check_total(members.name, members.headers, {k: members.headers[k] for k in keys},
+                        limit, which=READ_LIMIT,
+                        advice="split its steps into smaller batches, or plan on a machine with "
+                               "more memory")
+        return "steps", len(steps)
 
 
 def _read_npz(path: str, schema: SampleSchema, stats: SampleStats,
               tick: Tick) -> Iterator[dict[str, FeatureBatch]]:
     with NpzMembers(path) as members:
-        for step, inputs in enumerate(_npz_steps(members, schema)):
+        for step, inputs in enumerate(_npz_steps(members, schema, stats.ignored)):
             chunk = {}
             for f, (feature, given) in enumerate(zip(schema.features, inputs, strict=True)):
                 arrays = [None if present is None else members.read(f"s{step}/f{f}/{name}")
@@ -439,6 +502,11 @@ def _parquet_file(path: str, schema: SampleSchema) -> Any:
         raise SampleError(f"cannot read as Parquet ({exc})", path=path) from None
     columns = handle.schema_arrow
     for f in schema.features:
+        if columns.names.count(f.name) > 1:
+            raise SampleError(
+                f"{columns.names.count(f.name)} columns are named {f.name!r}: expected one column "
+                "per configured feature; rename or drop the others", path=path,
+                where=f"column {f.name}")
         if f.name not in columns.names:
             raise SampleError(
                 f"no column {f.name!r}: expected one column per configured feature "
@@ -454,7 +522,27 @@ def _parquet_file(path: str, schema: SampleSchema) -> Any:
 
 
 def _probe_parquet(paths: Sequence[str], schema: SampleSchema) -> tuple[str, int]:
-    return "rows", sum(_parquet_file(p, schema).metadata.num_rows for p in paths)
+    """The rows of the files, each row group's configured columns held against
+    :func:`_read_limit` from the file's metadata (``parquet.row_group_bytes``), nothing read."""
+    from ..units import format_size
+
+    limit = _read_limit()
+    rows = 0
+    for path in paths:
+        metadata = _parquet_file(path, schema).metadata
+        first = 0
+        for group in range(metadata.num_row_groups):
+            size = row_group_bytes(metadata, group, schema.names)
+            if limit is not None and size > limit:
+                raise SampleError(
+                    f"the configured columns of this row group take {format_size(size)} once "
+                    f"decompressed (from the file's metadata), more than {READ_LIMIT} of "
+                    f"{format_size(limit)}; nothing was decompressed - write the sample with "
+                    "smaller row groups (pyarrow: row_group_size=), or plan on a machine with "
+                    "more memory", path=path, where=row_group_place(metadata, group, first))
+            first += metadata.row_group(group).num_rows
+        rows += first
+    return "rows", rows
 
 
 def _parquet_column(column: Any, feature: SampleFeature, path: str,
@@ -487,99 +575,45 @@ def _parquet_column(column: Any, feature: SampleFeature, path: str,
 
 def _read_parquet(path: str, schema: SampleSchema, stats: SampleStats,
                   tick: Tick) -> Iterator[dict[str, FeatureBatch]]:
-    handle = _parquet_file(path, schema)
+    import pyarrow as pa
+
+    handle = _parquet_file(path, schema)  # its row groups' sizes were checked by the probe
+    stats.ignored.update(set(handle.schema_arrow.names) - set(schema.names))
+    metadata = handle.metadata
     row = 0
-    for record_batch in handle.iter_batches(batch_size=ROWS_PER_READ, columns=list(schema.names)):
-        yield {f.name: _parquet_column(record_batch.column(f.name), f, path, row)
-               for f in schema.features}
-        row += record_batch.num_rows
-        tick(record_batch.num_rows)
+    for group in range(metadata.num_row_groups):
+        where = row_group_place(metadata, group, row)
+        batches = handle.iter_batches(batch_size=ROWS_PER_READ, row_groups=[group],
+                                      columns=list(schema.names))
+        while True:
+            try:
+                record_batch = next(batches)
+            except StopIteration:
+                break
+            except (OSError, pa.ArrowException) as exc:
+                column = bad_column(handle, group, schema.names, ROWS_PER_READ)
+                raise SampleError(f"cannot read the data ({exc}): a corrupt or truncated "
+                                  "Parquet file; write it again", path=path,
+                                  where=where if column is None else f"{where}, column {column}"
+                                  ) from None
+            yield {f.name: _parquet_column(record_batch.column(f.name), f, path, row)
+                   for f in schema.features}
+            row += record_batch.num_rows
+            tick(record_batch.num_rows)
 
 
 # --- TFRecord -----------------------------------------------------------------------------------
 
-def _crc_table() -> np.ndarray:
-    """CRC-32C (Castagnoli, reflected polynomial 0x82F63B78) of every byte value."""
-    table = np.arange(256, dtype=np.uint32)
-    for _ in range(8):
-        table = np.where(table & 1, (table >> 1) ^ np.uint32(0x82F63B78), table >> 1)
-    return table.astype(np.uint32)
-
-
-_CRC_TABLE = _crc_table()
-_MASK_DELTA = 0xA282EAD8
-
-
-def _crc32c_many(buffer: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """CRC-32C of ``buffer[starts[i]:starts[i] + lengths[i]]`` for every ``i`` at once.
-
-    Byte-at-a-time table lookups, vectorised across the records: iteration ``j`` advances
-    every record longer than ``j`` by one byte (records sorted longest first, so those are a
-    prefix). The cost is one NumPy pass per byte of the longest record in the window, which
-    suits TFRecord files of many small examples (a window of 8192 records of ~200 bytes checks
-    at ~100 MB/s); a single record of megabytes checks at ~1 MB/s.
-    """
-    order = np.argsort(-lengths, kind="stable")
-    starts_sorted, lengths_sorted = starts[order], lengths[order]
-    crc = np.full(len(starts), 0xFFFFFFFF, dtype=np.uint32)
-    longest = int(lengths_sorted[0]) if len(lengths_sorted) else 0
-    # active[j]: how many records are longer than j
-    active = np.searchsorted(-lengths_sorted, -np.arange(longest), side="left")
-    for j in range(longest):
-        k = int(active[j])
-        c = crc[:k]
-        byte = buffer[starts_sorted[:k] + j].astype(np.uint32)
-        crc[:k] = _CRC_TABLE[(c ^ byte) & 0xFF] ^ (c >> 8)
-    out = np.empty_like(crc)
-    out[order] = crc ^ np.uint32(0xFFFFFFFF)
-    return out
-
-
-def crc32c(data: bytes) -> int:
-    """CRC-32C of ``data`` (the checksum TFRecord frames carry, before masking), a byte at a time
-    (for short inputs: a frame's length; windows of records use the vectorised form)."""
-    table = _CRC_LIST
-    crc = 0xFFFFFFFF
-    for byte in data:
-        crc = table[(crc ^ byte) & 0xFF] ^ (crc >> 8)
-    return crc ^ 0xFFFFFFFF
-
-
-_CRC_LIST = [int(v) for v in _CRC_TABLE]
-
-
-def _mask(crc: np.ndarray) -> np.ndarray:
-    crc = crc.astype(np.uint32)
-    return ((crc >> np.uint32(15)) | (crc << np.uint32(17))) + np.uint32(_MASK_DELTA)
-
-
-def masked_crc32c(data: bytes) -> int:
-    """TFRecord's masked CRC: ``rotate_right(crc32c(data), 15) + 0xa282ead8`` modulo 2^32."""
-    crc = crc32c(data)
-    return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
-
-
-def write_tfrecord(handle: IO[bytes], rows: Iterable[Mapping[str, Sequence[int]]]) -> None:
-    """Write one ``tf.train.Example`` per row (feature name -> ids, an ``int64_list``) into
-    ``handle`` with TFRecord framing: what TensorFlow's ``TFRecordWriter`` writes."""
-    from ..proto.example_pb2 import Example
-
-    for row in rows:
-        example = Example()
-        for name, ids in row.items():
-            example.features.feature[name].int64_list.value.extend(int(i) for i in ids)
-        data = example.SerializeToString()
-        length = struct.pack("<Q", len(data))
-        handle.write(length + struct.pack("<I", masked_crc32c(length)) + data
-                     + struct.pack("<I", masked_crc32c(data)))
-
-
 def _probe_tfrecord(paths: Sequence[str], schema: SampleSchema) -> tuple[str, int]:
     for path in paths:
         with open(path, "rb") as handle:
-            if handle.read(2) == b"\x1f\x8b":
-                raise SampleError("a gzip-compressed file: TFRecord files are read uncompressed; "
-                                  "decompress it first (gunzip)", path=path)
+            kind = compression(handle.read(12))
+        if kind is not None:
+            raise SampleError(
+                f"a {kind}-compressed file (TFRecordOptions compression_type {kind.upper()!r}): "
+                "TFRecord files are read uncompressed; decompress it first "
+                f"({'gunzip' if kind == 'gzip' else 'zlib.decompress'}) or write it "
+                "uncompressed", path=path)
     return "bytes", sum(os.path.getsize(p) for p in paths)
 
 
@@ -656,7 +690,7 @@ def _verify(path: str, first: int, heads: list[bytes], datas: list[bytes], offse
     n = len(datas)
     starts = np.concatenate([np.arange(n, dtype=np.int64) * 8,
                              8 * n + np.concatenate([[0], np.cumsum(lengths)[:-1]])])
-    sums = _mask(_crc32c_many(blob, starts.astype(np.int64),
+    sums = mask(crc32c_many(blob, starts.astype(np.int64),
                               np.concatenate([np.full(n, 8, np.int64), lengths])))
     found_len = np.array([struct.unpack("<I", h[8:12])[0] for h in heads], dtype=np.uint32)
     found_data = np.array(crcs, dtype=np.uint32)
@@ -684,6 +718,8 @@ def _read_tfrecord(path: str, schema: SampleSchema, stats: SampleStats,
             except DecodeError as exc:
                 raise SampleError(f"not a tf.train.Example ({exc})", path=path,
                                   where=f"record {first + i} (byte {offsets[i]})") from None
+            if len(features) > len(named):
+                stats.ignored.update(k for k in features if k not in columns)
             for name, column in named:
                 if name not in features:  # (indexing a message map would add the key)
                     _bad_feature(path, f"record {first + i} (byte {offsets[i]})", features, name)

@@ -36,8 +36,10 @@ N = chips x S SparseCores (S per chip): id x of a table with rotation k lives on
   of samples // N (each stacker's own count).
 
 A chip is the sum of its S SparseCores, against its HBM (``topology.kind.hbm_bytes``,
-overridable). With TensorFlow's ``initialize_tables_on_host`` a host also builds every full
-table's initial value (4 x V x dim per table, rule SC012's count) in host memory.
+overridable); on a chip jax sees as two devices (TPU7x) the unit is a device, its S SparseCores
+against its half of the chip's HBM. With TensorFlow's ``initialize_tables_on_host`` a host
+also builds every full table's initial value (4 x V x dim per table, rule SC012's count) in
+host memory.
 
 docs/plan/memory.md states each formula and what is not counted.
 """
@@ -64,7 +66,7 @@ __all__ = ["COO_ENTRY_BYTES", "DOMINANT", "Level", "MemoryReport", "UnitMemory",
            "legacy_memory", "memory_findings", "sparsecore_memory"]
 
 #: What one unit of a report is.
-Level = Literal["host", "chip", "sparsecore"]
+Level = Literal["host", "chip", "device", "sparsecore"]
 
 #: How many tables ``MemoryReport.dominant`` lists.
 DOMINANT = 5
@@ -459,8 +461,11 @@ def sparsecore_memory(config: SparseCoreConfig, stacking: Stacking, *,
             for key, value in core.items():
                 parts[key] += value
         chips.append(UnitMemory(chip, parts))
-    kind = config.topology.kind
-    capacity = hbm_bytes if hbm_bytes is not None else (kind.hbm_bytes if kind else None)
+    # one unit per partition: a chip, or on a chip of two devices (TPU7x) a device, with its
+    # share of the chip's HBM
+    topology = config.topology
+    per = max(1, topology.devices_per_chip)
+    capacity = (hbm_bytes // per if hbm_bytes is not None else topology.hbm_bytes_per_device)
     paths = {t.name: f"tables[{json.dumps(t.name, ensure_ascii=False)}]" for t in config.tables}
     dominant = _top(_table_bytes_per_chip(config, stacking))
     core_units = tuple(UnitMemory(i, parts) for i, parts in enumerate(cores))
@@ -471,7 +476,8 @@ def sparsecore_memory(config: SparseCoreConfig, stacking: Stacking, *,
         breakdown.append(_host_report(config, host_memory_bytes, paths))
     fits = _fits(chips, capacity) and all(r.fits for r in breakdown)
     return MemoryReport(
-        level="chip", units=tuple(chips), capacity_bytes=capacity, dominant=dominant, fits=fits,
+        level="chip" if per == 1 else "device", units=tuple(chips), capacity_bytes=capacity,
+        dominant=dominant, fits=fits,
         breakdown=tuple(breakdown), paths=paths,
         hint=_sparsecore_hint(config, stacking, dominant))
 
@@ -484,6 +490,7 @@ _RULES = {
     ("chip", "tables"): ("PLAN002", "HBM"),
     ("host", "host_tables"): ("PLAN003", "host memory"),
     ("chip", "state"): ("PLAN004", "HBM"),
+    ("device", "tables"): ("PLAN002", "HBM"),
 }
 _INIT_ON_HOST = "sparse_core_config.initialize_tables_on_host"
 

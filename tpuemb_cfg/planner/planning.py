@@ -16,7 +16,7 @@ over the sample (:mod:`planner.inputs`); the sample is read
   and limits of the configuration as given.
 
 **What-if variants** (:func:`parse_compare`): ``hosts=N[,M...]`` (legacy: each host count under
-both strategies; SparseCore: the hosts' memory), ``topology=KIND-CHIPS[,...]`` (SparseCore:
+both strategies; SparseCore: the hosts' memory), ``topology=KIND-N[,...]`` (SparseCore:
 restacked on that slice; legacy: its host count), ``stacking`` (SparseCore: stacking turned
 off, or on when the spec turns it off). Under a legacy configuration both sharding strategies
 are always compared.
@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from tpuemb_cfg.errors import UsageError
 from tpuemb_cfg.model import Diagnostic
+from tpuemb_cfg.planner.checks import check_legacy_hosts, check_sparsecore_variants
 from tpuemb_cfg.planner.inputs import (
     FeatureBatch,
     Sample,
@@ -97,25 +98,27 @@ class Gate:
 _IMBALANCE = re.compile(r"^imbalance\s*>\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)$")
 
 
-def parse_gate(values: Iterable[str]) -> Gate:
+def parse_gate(values: Iterable[str] | str) -> Gate:
     """``--fail-on`` values (each one condition or several separated by commas): ``oom``,
     ``drops``, ``imbalance>X`` with X >= 1 (the max/mean of equal units is 1)."""
     oom = drops = False
     imbalance: float | None = None
-    for value in values:
-        for part in (p.strip().lower() for p in value.split(",")):
+    for value in [values] if isinstance(values, str) else values:
+        for part in (p.strip().lower() for p in str(value).split(",")):
             if part == "oom":
                 oom = True
             elif part == "drops":
                 drops = True
             elif (match := _IMBALANCE.match(part)) is not None:
                 imbalance = float(match.group(1))
-                if imbalance < 1.0:
-                    raise UsageError(f"--fail-on {part!r}: the threshold is a max/mean ratio, at "
-                                     "least 1 (equal units give 1); e.g. imbalance>1.3")
+                if not 1.0 <= imbalance < float("inf"):
+                    raise UsageError(f"--fail-on {value!r}: the threshold of {part!r} is a "
+                                     "max/mean ratio, at least 1 (equal units give 1); e.g. "
+                                     "imbalance>1.3")
             else:
-                raise UsageError(f"--fail-on {part!r}: expected oom, drops or imbalance>X "
-                                 "(e.g. --fail-on oom,drops,imbalance>1.3)")
+                raise UsageError(f"--fail-on {value!r}: expected oom, drops or imbalance>X, "
+                                 "comma-separated (e.g. --fail-on oom,drops,imbalance>1.3); "
+                                 f"{part!r} is none of them")
     return Gate(oom, drops, imbalance)
 
 
@@ -130,14 +133,14 @@ class Compare:
     stacking: bool = False
 
 
-def parse_compare(values: Iterable[str]) -> Compare:
+def parse_compare(values: Iterable[str] | str) -> Compare:
     """``--compare`` values: ``hosts=4,8``, ``topology=v5p-64,v6e-64``, ``stacking``,
     ``strategy`` (legacy: always compared; accepted for clarity)."""
     hosts: list[int] = []
     topologies: list[str] = []
     stacking = False
-    for value in values:
-        key, _, rest = value.strip().partition("=")
+    for value in [values] if isinstance(values, str) else values:
+        key, _, rest = str(value).strip().partition("=")
         key = key.strip().lower()
         items = [v.strip() for v in rest.split(",") if v.strip()]
         if key == "hosts" and items:
@@ -154,7 +157,7 @@ def parse_compare(values: Iterable[str]) -> Compare:
             continue
         else:
             raise UsageError(f"--compare {value!r}: expected hosts=N[,M...], "
-                             "topology=KIND-CHIPS[,...], stacking or strategy")
+                             "topology=KIND-N[,...], stacking or strategy")
     return Compare(tuple(dict.fromkeys(hosts)), tuple(dict.fromkeys(topologies)), stacking)
 
 
@@ -162,12 +165,12 @@ def parse_compare(values: Iterable[str]) -> Compare:
 
 @dataclass(frozen=True)
 class PlanOptions:
-    """``topology`` (``"v5p-64"``: chip kind and count; a legacy configuration takes its host
-    count), ``hosts`` (overrides the configuration's or the topology's host count),
-    ``host_memory_bytes`` (each host's memory; None: unknown, no finding), ``hbm_bytes`` (each
-    chip's HBM; None: the chip kind's), ``quantile``/``headroom`` of the suggested limits,
-    ``compare`` (:func:`parse_compare`), ``gate`` (:func:`parse_gate`), ``load`` (how exact the
-    load summaries are)."""
+    """``topology`` (``"v5p-64"``: a Cloud TPU accelerator type, ``"v5p:32"``: chips; a legacy
+    configuration takes its host count), ``hosts`` (overrides the configuration's or the
+    topology's host count), ``host_memory_bytes`` (each host's memory; None: unknown, no
+    finding), ``hbm_bytes`` (each chip's HBM; None: the chip kind's), ``quantile``/``headroom``
+    of the suggested limits, ``compare`` (:func:`parse_compare`), ``gate`` (:func:`parse_gate`),
+    ``load`` (how exact the load summaries are)."""
 
     topology: str | None = None
     hosts: int | None = None
@@ -182,6 +185,12 @@ class PlanOptions:
     #: configured batch / hosts), preprocessed with its chips as the local devices
     host_index: int | None = None
 
+    def __post_init__(self) -> None:
+        from tpuemb_cfg.planner.checks import check_plan_options
+
+        check_plan_options(self, {"compare": (Compare, parse_compare),  # types and ranges
+                                  "gate": (Gate, parse_gate)})
+
 
 @dataclass
 class Variant:
@@ -192,6 +201,8 @@ class Variant:
     memory: MemoryReport
     load: LoadReport
     limits: LimitsReport | None = None
+    #: the slice of a SparseCore variant (a ``sparsecore.topology.Topology``)
+    topology: Any = None
 
     def row(self) -> dict[str, Any]:
         """The numbers the what-if table shows."""
@@ -209,6 +220,8 @@ class Variant:
             "total_variation": self.load.imbalance.total_variation,
             "hottest_p99_ids": hottest.ids.p99 if hottest else 0,
         }
+        if self.topology is not None:
+            out["slice"] = self.topology.as_json()
         if self.limits is not None:
             out["dropped_at_current_limits"] = sum(s.current.dropped for s in self.limits.stacks)
             out["failed_steps_at_current_limits"] = self.limits.failed_steps
@@ -236,9 +249,15 @@ class Plan:
     #: the bags of one configured batch per feature
     configured_bags: dict[str, int] = field(default_factory=dict)
 
+    @property
+    def topology(self) -> Any:
+        """The slice the plan used (SparseCore), else None."""
+        return self.variants[0].topology if self.variants else None
+
     def to_json(self) -> dict[str, Any]:
         return {
             "kind": self.kind, "sample": self.sample.as_dict(),
+            "topology": self.topology.as_json() if self.topology is not None else None,
             "memory": self.memory.to_json(),
             "memory_at_suggested_limits": (self.memory_at_suggested.to_json()
                                            if self.memory_at_suggested else None),
@@ -263,7 +282,9 @@ class Planner:
 
     def __init__(self, config: Prepared | SparseCoreConfig, sample: Sample,
                  options: PlanOptions | None = None) -> None:
-        self.options = options or PlanOptions()
+        from tpuemb_cfg.planner.checks import plan_options
+
+        self.options = plan_options(options, PlanOptions)
         self.sample = sample
         self.config = config
         self.kind: Literal["legacy", "sparsecore"] = (
@@ -275,7 +296,10 @@ class Planner:
                              "together); leave it out")
         if self.kind == "sparsecore":
             self._sc = self._sparsecore_variants()
+            self._stackings = check_sparsecore_variants(self._sc, self.options, _stack)
             self.passes = 1 + sum(1 for *_, same in self._sc if not same)
+        else:
+            self._legacy_counts()
 
     # -- SparseCore variants
 
@@ -294,7 +318,9 @@ class Planner:
             out.append((f"stacking {'off' if toggled else 'on'}",
                         replace(config, disable_table_stacking=toggled), False))
         for text in opts.compare.topologies:
-            out.append((text, replace(config, topology=_topology(text, None)), False))
+            out.append((text, replace(config, topology=_topology(text, None,
+                                                                 f"--compare topology={text}")),
+                        False))
         for hosts in opts.compare.hosts:  # one host's batch changes with the host count
             out.append((f"hosts={hosts}",
                         replace(config, topology=replace(config.topology, hosts=hosts)),
@@ -327,6 +353,24 @@ class Planner:
             return int(kind.hbm_bytes) if kind is not None else None
         return None
 
+    def _legacy_counts(self) -> list[int]:
+        """The host counts a legacy plan counts (the configured first), each checked against
+        the memory before the sample is read (``planner.checks``)."""
+        from tpuemb_cfg.planner.load import legacy_tables
+
+        prepared: Prepared = self.config  # type: ignore[assignment]
+        opts = self.options
+        hosts = self._legacy_hosts()
+        label = (f"--hosts {opts.hosts}" if opts.hosts is not None
+                 else f"--topology {opts.topology}" if opts.topology is not None
+                 else f"num_hosts {hosts} of the configuration")
+        labelled = [(label, hosts), *((f"--compare hosts={h}", h) for h in opts.compare.hosts)]
+        labelled += [(f"--compare topology={text}",
+                      _topology(text, None, f"--compare topology={text}").hosts)
+                     for text in opts.compare.topologies]
+        check_legacy_hosts(labelled, opts, len(legacy_tables(prepared.plan)))
+        return list(dict.fromkeys(h for _, h in labelled))
+
     def _run_legacy(self) -> Plan:
         from tpuemb_cfg.planner.load import STRATEGIES, host_counter, legacy_tables
         from tpuemb_cfg.planner.memory import legacy_memory, memory_findings
@@ -336,11 +380,12 @@ class Planner:
         opts = self.options
         _same_schema(self.sample.schema, legacy_schema(prepared.plan))
         hosts = self._legacy_hosts()
+        counts = self._legacy_counts()
         # one column pair per variant asked for, even one equal to the configuration (shown,
         # not folded into it); one counter per distinct host count
         columns = [(hosts, ""), *((h, f"hosts={h}") for h in opts.compare.hosts),
-                   *((_topology(text, None).hosts, text) for text in opts.compare.topologies)]
-        counts = list(dict.fromkeys(h for h, _ in columns))
+                   *((_topology(text, None, f"--compare topology={text}").hosts, text)
+                     for text in opts.compare.topologies)]
         tables = legacy_tables(prepared.plan)
         counters = {h: host_counter(tables, hosts=h, options=opts.load) for h in counts}
         for batch in self.sample:
@@ -384,12 +429,13 @@ class Planner:
         primary_stacking: Stacking | None = None
         stats = self.sample.stats
         for k, (name, config, same) in enumerate(self._sc):
-            stacking = _stack(config)
+            stacking = self._stackings[k]
             if same:  # only the hosts differ: the host memory changes, nothing else
                 first = variants[0]
                 memory = sparsecore_memory(config, stacking, hbm_bytes=opts.hbm_bytes,
                                            host_memory_bytes=opts.host_memory_bytes)
-                variants.append(Variant(name, memory, first.load, first.limits))
+                variants.append(Variant(name, memory, first.load, first.limits,
+                                        config.topology))
                 continue
             counter = sparsecore_counter(stacking, options=opts.load)
             stream = _Stream(self.sample, _schema(config, opts.host_index), counter)
@@ -400,7 +446,8 @@ class Planner:
                 host_index=opts.host_index))
             memory = sparsecore_memory(config, stacking, hbm_bytes=opts.hbm_bytes,
                                        host_memory_bytes=opts.host_memory_bytes)
-            variants.append(Variant(name, memory, counter.reports()["stacked"], report))
+            variants.append(Variant(name, memory, counter.reports()["stacked"], report,
+                                    config.topology))
             if k == 0:
                 primary_limits, primary_stacking = report, stacking
                 stats = stream.stats
@@ -450,9 +497,6 @@ def _local_devices(config: SparseCoreConfig, host_index: int | None, name: str) 
     that do not divide the chips, are a UsageError naming the variant."""
     if host_index is None:
         return None
-    if isinstance(host_index, bool) or not isinstance(host_index, int):
-        raise TypeError(f"PlanOptions.host_index must be an int (a host of the slice) or None, "
-                        f"got {host_index!r} ({type(host_index).__name__})")
     topology = config.topology
     where = "" if name == "as configured" else f" (--compare {name})"
     if not 0 <= host_index < topology.hosts:
@@ -479,23 +523,26 @@ def _schema(config: SparseCoreConfig, host_index: int | None) -> SampleSchema:
     return SampleSchema(tuple(replace(f, bags=f.bags // hosts) for f in schema.features))
 
 
-def _stack(config: SparseCoreConfig) -> Stacking:
+def _stack(config: SparseCoreConfig, label: str | None = None) -> Stacking:
     from tpuemb_cfg.sparsecore.feed import stack
 
     try:
         return stack(config)
     except ValueError as exc:
-        raise UsageError(f"cannot stack the tables on {config.topology.chips} chips: "
-                         f"{' '.join(str(exc).split())}") from None
+        raise UsageError(f"{label + ': ' if label else ''}cannot stack the tables on "
+                         f"{config.topology.describe()}: {' '.join(str(exc).split())}") from None
 
 
-def _topology(text: str, hosts: int | None) -> Any:
+def _topology(text: str, hosts: int | None, label: str | None = None) -> Any:
     from tpuemb_cfg.sparsecore.topology import parse_topology
 
     try:
         return parse_topology(text, hosts=hosts)
     except ValueError as exc:
-        raise UsageError(f"--topology {text!r}: {exc}") from None
+        said = str(exc)
+        if label is None and said.startswith(f"{text}: "):  # the message names the value
+            raise UsageError(f"--topology {said}") from None
+        raise UsageError(f"{label or f'--topology {text!r}'}: {said}") from None
 
 
 def _same_schema(given: SampleSchema, expected: SampleSchema) -> None:
@@ -597,6 +644,9 @@ def _sample_text(plan: Plan) -> list[str]:
         out.append(f"  rescaled: the sample's batches of {', '.join(map(str, sorted(sizes)))} "
                    f"bag(s) of {name} were merged or split into the configured "
                    f"{plan.configured_bags.get(name, '?')}")
+    if s.ignored:
+        what = {"parquet": "column(s)", "tfrecord": "feature(s)"}.get(s.format, "feature index(es)")
+        out.append(f"  ignored: {what} {', '.join(sorted(s.ignored))} (no configured feature)")
     left = {k: v for k, v in s.leftover_bags.items() if v}
     if left:
         out.append(f"  not used: {', '.join(f'{v} bag(s) of {k}' for k, v in left.items())} at "
@@ -681,6 +731,10 @@ def _what_if_text(variants: Sequence[Variant]) -> list[str]:
     def line(label: str, get: Callable[[dict[str, Any]], str]) -> None:
         rows.append([label, *(get(d) for d in data)])
 
+    if "slice" in data[0]:
+        for key, label in (("chips", "chips"), ("devices", "devices"), ("hosts", "hosts"),
+                           ("sparse_cores", "SparseCores")):
+            rows.append([label, *(str(d["slice"][key]) for d in data)])
     line("fullest unit", lambda d: format_size(d["memory_fullest_bytes"]))
     line("fits", lambda d: "yes" if d["fits"] else "NO")
     line("load units", lambda d: str(d["units"]))
@@ -698,7 +752,10 @@ def _what_if_text(variants: Sequence[Variant]) -> list[str]:
 
 def format_text(plan: Plan) -> str:
     """The plan for a terminal: sample, memory, load, limits, what-if, findings, gate."""
-    out = _sample_text(plan) + [""] + _memory_text("memory", plan.memory)
+    out = _sample_text(plan)
+    if plan.topology is not None:
+        out.append(f"slice: {plan.topology.describe()}")
+    out += [""] + _memory_text("memory", plan.memory)
     for sub in plan.memory.breakdown:
         out += _memory_text(f"memory per {sub.level}", sub)
     if plan.memory_at_suggested is not None:

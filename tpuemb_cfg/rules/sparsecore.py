@@ -25,7 +25,7 @@ from tpuemb_cfg.model import Diagnostic
 from tpuemb_cfg.rules._registry import SparseCoreContext, rule
 from tpuemb_cfg.sparsecore.feed import DEFAULT_MAX_IDS_PER_TABLE
 from tpuemb_cfg.sparsecore.stacker import ACTIVATION_MEMORY_BYTES_LIMIT, VARIABLE_SHARD_BYTES_LIMIT
-from tpuemb_cfg.sparsecore.topology import DEFAULT_SPARSE_CORES
+from tpuemb_cfg.sparsecore.topology import DEFAULT_SPARSE_CORES, sparse_cores_per_device_text
 from tpuemb_cfg.units import format_size
 
 if TYPE_CHECKING:
@@ -493,8 +493,8 @@ def batch_not_divisible(ctx: SparseCoreContext) -> Iterator[Diagnostic]:
     Spec: sparsecore.md section 5
     """
     config = ctx.config
-    cores = config.topology.sparse_cores_per_chip
-    chips = config.topology.chips
+    cores = config.topology.sparse_cores_per_device
+    chips = config.topology.num_partitions
     if cores <= 0 or chips <= 0:
         return
     for feature in config.features:
@@ -504,7 +504,8 @@ def batch_not_divisible(ctx: SparseCoreContext) -> Iterator[Diagnostic]:
         if config.mode == "jax":
             if batch % (chips * cores) == 0:
                 continue
-            what = (f"global batch {batch} over {chips} device(s) is {batch // chips} per device"
+            what = (f"global batch {batch} over {chips} device(s) "
+                    f"({config.topology.describe()}) is {batch // chips} per device"
                     f"{'' if batch % chips == 0 else ' (not even)'}")
             effect = "jax-tpu-embedding's preprocessing aborts"
             good = _roundup(batch, chips * cores)
@@ -566,7 +567,7 @@ def _activation_bytes(config: SparseCoreConfig, table: SparseCoreTable, padded_d
         rows = sum(f.samples // n for f in config.features if f.table == table.name)
     else:
         samples = sum(f.samples for f in config.features if f.table == table.name)
-        rows = samples // max(1, config.topology.sparse_cores_per_chip)
+        rows = samples // max(1, config.topology.sparse_cores_per_device)
     return 4 * padded_dim * rows
 
 
@@ -835,7 +836,8 @@ def sparse_cores_defaulted(ctx: SparseCoreContext) -> Iterator[Diagnostic]:
         yield ctx.diag(
             "topology",
             f"the SparseCores per chip are unknown, so {DEFAULT_SPARSE_CORES} are assumed (as "
-            f"TensorFlow does); v6e and TPU7x have 2: stacking, rotations and limits differ",
+            f"TensorFlow does; {sparse_cores_per_device_text()}): stacking, rotations and "
+            f"limits differ",
             hint="name the chip kind: topology = 'v6e-64' (or 'v5p-16', 'TPU7x-8')",
         )
 
@@ -981,18 +983,18 @@ def sparse_core_count(ctx: SparseCoreContext) -> Iterator[Diagnostic]:
     if config.mode != "jax":
         return
     topology = config.topology
-    if topology.sparse_cores_per_chip not in (2, 4):
+    if topology.sparse_cores_per_device not in (2, 4):
         yield ctx.diag(
             "topology.sparse_cores_per_chip",
-            f"{topology.sparse_cores_per_chip} SparseCores per device: jax-tpu-embedding "
-            "accepts 2 (v6e, TPU7x) or 4 (v5p)",
+            f"{topology.sparse_cores_per_device} SparseCores per device: jax-tpu-embedding "
+            f"accepts 2 or 4 ({sparse_cores_per_device_text()})",
             hint="name the chip kind: topology = 'v5p-16'",
         )
     n = topology.num_sparse_cores
     if n <= 0 or n & (n - 1):
         yield ctx.diag(
             "topology",
-            f"{topology.chips} device(s) x {topology.sparse_cores_per_chip} SparseCores = {n} "
+            f"{topology.devices} device(s) x {topology.sparse_cores_per_device} SparseCores = {n} "
             "SparseCores, not a power of two: jax-tpu-embedding's preprocessing refuses it",
             hint="use a power-of-two number of devices",
         )

@@ -10,7 +10,7 @@ the spec line of each object) so a rule can say what went wrong and where.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -19,7 +19,7 @@ from tpuemb_cfg.sparsecore.stacking import Mode
 from tpuemb_cfg.sparsecore.topology import Topology
 
 __all__ = ["API", "Origin", "SparseCoreConfig", "SparseCoreFeature", "SparseCoreOptimizer",
-           "SparseCoreTable"]
+           "SparseCoreTable", "ids_per_bag"]
 
 #: Which API the configuration was written with.
 API = Literal["tensorflow", "keras_rs", "jax"]
@@ -73,11 +73,16 @@ class SparseCoreTable:
 
 @dataclass(frozen=True)
 class SparseCoreFeature:
+    """``ids_per_bag``: how many ids one bag (one entry of ``output_shape[:-1]``) holds, from
+    the input shape the spec gives (:func:`ids_per_bag`); ``None`` when the spec gives none
+    (a TensorFlow ``FeatureConfig`` with an ``output_shape`` alone) or a ragged last axis."""
+
     name: str  # TF: the flattened path ("user/id"); jax: FeatureSpec.name
     table: str
     input_shape: tuple[int, ...]
-    output_shape: tuple[int, ...]  # per replica (TF) / per device batch (jax), last axis = dim
+    output_shape: tuple[int, ...]  # per replica (TF) / global batch (jax), last axis = dim
     origin: Origin = Origin()
+    ids_per_bag: int | None = None
 
     @property
     def samples(self) -> int:
@@ -115,3 +120,22 @@ class SparseCoreConfig:
     origin: Origin = Origin()  # the spec
     #: where a top-level setting was assigned in the spec (setting name -> origin)
     setting_origins: Mapping[str, Origin] = field(default_factory=dict)
+
+
+def ids_per_bag(input_shape: Sequence[int | None] | None,
+                output_shape: Sequence[int]) -> int | None:
+    """The ids one bag holds, from a feature's input and output shapes (the output's last axis
+    is the embedding width; its other axes are the bags). An input one axis longer than the
+    bags holds its last axis per bag (a dense multi-hot ``[batch, 26]`` input: 26); an input of
+    the bags' own rank holds one id per bag (``[batch]``, or one id per position of a
+    ``[batch, length]`` sequence). ``None`` when the input is unknown, ragged (its last axis
+    unknown or 0) or of another rank."""
+    if input_shape is None:
+        return None
+    bags = len(output_shape) - 1
+    if len(input_shape) == bags:
+        return 1
+    if len(input_shape) == bags + 1:
+        last = input_shape[-1]
+        return int(last) if last else None
+    return None

@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from tpuemb_cfg.sparsecore.checks import check_config
 from tpuemb_cfg.sparsecore.config import SparseCoreConfig, SparseCoreTable
 from tpuemb_cfg.sparsecore.stacker import SparseCoreLayoutStacker
 from tpuemb_cfg.sparsecore.stacking import FeatureSlot, Stack, StackedTable, Stacking
@@ -110,9 +111,9 @@ def tensorflow_stacker(config: SparseCoreConfig) -> SparseCoreLayoutStacker:
     (``TPUEmbeddingV2`` never calls a ``Set*`` method), and every
     :func:`tensorflow_stacker_calls` call made."""
     stacker = SparseCoreLayoutStacker(
-        num_partitions=config.topology.chips,
+        num_partitions=config.topology.num_partitions,
         disable_table_stacking=config.disable_table_stacking,
-        sparse_cores_per_partition=config.topology.sparse_cores_per_chip)
+        sparse_cores_per_partition=config.topology.sparse_cores_per_device)
     for call in tensorflow_stacker_calls(config):
         stacker.AddTable(call.table_name, call.table_height, call.table_width, call.group,
                          call.output_samples, call.num_features)
@@ -198,17 +199,18 @@ def _tensorflow_stacking(config: SparseCoreConfig) -> Stacking:
             name=feature.name, table=feature.table, stack=stack_name, row_offset=offsets[i],
             col_offset=table.row_offset_in_shard * cores, col_shift=table.shard_rotation,
             samples=feature.samples))
-    return Stacking(mode="tensorflow", num_partitions=config.topology.chips,
-                    sparse_cores_per_partition=config.topology.sparse_cores_per_chip,
+    return Stacking(mode="tensorflow", num_partitions=config.topology.num_partitions,
+                    sparse_cores_per_partition=config.topology.sparse_cores_per_device,
                     stacks=stacks, features=tuple(features))
 
 
 def stack(config: SparseCoreConfig) -> Stacking:
     """``config``'s stacks: TensorFlow 2.21's (``mode="tensorflow"``: the stacker fed as
     ``TPUEmbeddingV2`` feeds it) or jax-tpu-embedding 0.2.0's (``mode="jax"``:
-    ``tpuemb_cfg.sparsecore.jte.stack_config``)."""
+    ``tpuemb_cfg.sparsecore.jte.stack_config``). ``config`` is checked first
+    (``checks.check_config``: a ValueError or TypeError naming the object and the argument)."""
     if config.mode == "tensorflow":
-        return _tensorflow_stacking(config)
+        return _tensorflow_stacking(check_config(config))
     if config.mode == "jax":
         jte = importlib.import_module("tpuemb_cfg.sparsecore.jte")
         result: Stacking = jte.stack_config(config)

@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tpuemb_cfg.algorithms import slot_names
+from tpuemb_cfg.sparsecore.checks import check_layouts
 from tpuemb_cfg.sparsecore.config import Origin, SparseCoreConfig
 from tpuemb_cfg.sparsecore.stacking import Stack, Stacking
 from tpuemb_cfg.units import format_size
@@ -184,7 +185,8 @@ def _stack_summary(config: SparseCoreConfig, stacking: Stacking, stack: Stack
         "padding_percent": round(100.0 * (padded - real) / padded, 2) if padded else 0.0,
         "rows_per_sparse_core": rows,
         "bytes_per_sparse_core": per_core,
-        "bytes_per_chip": per_core * stacking.sparse_cores_per_partition,
+        "bytes_per_device": per_core * stacking.sparse_cores_per_partition,
+        "bytes_per_chip": per_core * config.topology.sparse_cores_per_chip,
         "limits": _limits(config, stack),
     }
 
@@ -195,20 +197,16 @@ def summarize_sparsecore(config: SparseCoreConfig, stacking: Stacking) -> dict[s
     topology = config.topology
     stacks = [_stack_summary(config, stacking, s) for s in stacking.stacks]
     per_core = sum(s["bytes_per_sparse_core"] for s in stacks)
-    per_chip = per_core * stacking.sparse_cores_per_partition
+    per_device = per_core * stacking.sparse_cores_per_partition
+    per_chip = per_core * topology.sparse_cores_per_chip
     padded = sum(s["padded_elements"] for s in stacks)
     real = sum(s["elements"] for s in stacks)
     hbm = topology.kind.hbm_bytes if topology.kind is not None else None
     return {
         "api": config.api,
         "mode": config.mode,
-        "topology": {
-            "kind": topology.kind.name if topology.kind is not None else None,
-            "chips": topology.chips,
-            "sparse_cores_per_chip": topology.sparse_cores_per_chip,
-            "sparse_cores": stacking.num_sparse_cores,
-            "sparse_cores_defaulted": topology.sparse_cores_defaulted,
-        },
+        "topology": topology.as_json(),
+        "slice": topology.describe(),
         "tables": len(config.tables),
         "features": len(config.features),
         "stacks": stacks,
@@ -217,6 +215,7 @@ def summarize_sparsecore(config: SparseCoreConfig, stacking: Stacking) -> dict[s
         "padding_percent": round(100.0 * (padded - real) / padded, 2) if padded else 0.0,
         "rows_per_sparse_core": sum(s["rows_per_sparse_core"] for s in stacks),
         "bytes_per_sparse_core": per_core,
+        "bytes_per_device": per_device,
         "bytes_per_chip": per_chip,
         "hbm_bytes_per_chip": hbm,
         "hbm_percent": round(100.0 * per_chip / hbm, 2) if hbm else None,
@@ -227,7 +226,9 @@ def summarize_layouts(layouts: SparseCoreTableLayouts) -> dict[str, Any]:
     """What a layouts file alone tells (``tpuemb inspect LAYOUTS.pbtxt``): the stacks, their
     padding, and the rows and bytes of the tables per SparseCore and per chip. The optimizer,
     combiner, limits and topology kind are not in the file: those entries are ``None`` and the
-    bytes count the table without its optimizer's slots."""
+    bytes count the table without its optimizer's slots. ValueError for a layout that cannot be
+    one (``checks.check_layouts``)."""
+    check_layouts(layouts)
     stacks: dict[str, list[Any]] = {}
     for layout in layouts.tables:
         stacks.setdefault(layout.stacked_table_name, []).append(layout)
@@ -258,22 +259,26 @@ def summarize_layouts(layouts: SparseCoreTableLayouts) -> dict[str, Any]:
             "elements": real, "padded_elements": padded,
             "padding_percent": round(100.0 * (padded - real) / padded, 2) if padded else 0.0,
             "rows_per_sparse_core": rows, "bytes_per_sparse_core": per_core,
-            "bytes_per_chip": per_core * per_chip, "limits": None,
+            "bytes_per_chip": None, "bytes_per_device": per_core * per_chip, "limits": None,
         })
     padded_all = sum(x["padded_elements"] for x in summaries)
     real_all = sum(x["elements"] for x in summaries)
     per_core_all = sum(x["bytes_per_sparse_core"] for x in summaries)
     return {
         "api": None, "mode": None,
-        "topology": {"kind": None, "chips": chips, "sparse_cores_per_chip": per_chip,
-                     "sparse_cores": cores, "sparse_cores_defaulted": False},
+        "topology": {"kind": None, "chips": None, "devices": chips, "hosts": None,
+                     "sparse_cores": cores, "sparse_cores_per_chip": None,
+                     "sparse_cores_per_device": per_chip, "sparse_cores_defaulted": False},
+        "slice": f"{chips} devices x {per_chip} SparseCores = {cores} SparseCores (chip kind "
+                 f"not in the file)",
         "tables": len(layouts.tables), "features": None, "stacks": summaries,
         "elements": real_all, "padded_elements": padded_all,
         "padding_percent": (round(100.0 * (padded_all - real_all) / padded_all, 2)
                             if padded_all else 0.0),
         "rows_per_sparse_core": sum(x["rows_per_sparse_core"] for x in summaries),
         "bytes_per_sparse_core": per_core_all,
-        "bytes_per_chip": per_core_all * per_chip,
+        "bytes_per_chip": None,
+        "bytes_per_device": per_core_all * per_chip,
         "hbm_bytes_per_chip": None, "hbm_percent": None,
     }
 
@@ -283,20 +288,28 @@ def _limit_text(name: str, limit: dict[str, Any]) -> str:
     return f"{name} {limit['value']} ({limit['source']}{line})"
 
 
+def _per_unit(entry: dict[str, Any]) -> str:
+    """``per chip: 1 MiB`` (and per device when a chip shows more than one), or per device
+    alone when the chips are unknown (a layouts file)."""
+    device = f"per device: {format_size(entry['bytes_per_device'])}" if entry.get(
+        "bytes_per_device") is not None else ""
+    if entry.get("bytes_per_chip") is None:
+        return device
+    chip = f"per chip: {format_size(entry['bytes_per_chip'])}"
+    if device and entry.get("bytes_per_device") != entry["bytes_per_chip"]:
+        return f"{chip}, {device}"
+    return chip
+
+
 def format_sparsecore_summary(summary: dict[str, Any], title: str) -> str:
     """The summary as text, one block per stack."""
-    top = summary["topology"]
-    kind = f"{top['kind']}, " if top["kind"] else ""
-    assumed = " (SparseCores per chip unknown: 4 assumed, as TensorFlow does)" if top[
-        "sparse_cores_defaulted"] else ""
     from_file = summary["api"] is None  # a layouts file: no optimizer, combiner or limits
     what = ("SparseCore layouts" if from_file else
             f"SparseCore configuration ({summary['api']} API, {summary['mode']} stacking)")
     features = "" if from_file else f"{summary['features']} features, "
     lines = [
         f"{title}: {what}",
-        f"  topology: {kind}{top['chips']} chips x {top['sparse_cores_per_chip']} SparseCores "
-        f"= {top['sparse_cores']} SparseCores{assumed}",
+        f"  topology: {summary['slice']}",
         f"  {summary['tables']} tables, {features}"
         f"{len(summary['stacks'])} stack{'' if len(summary['stacks']) == 1 else 's'}",
         "",
@@ -327,8 +340,8 @@ def format_sparsecore_summary(summary: dict[str, Any], title: str) -> str:
         counted = "table only: the optimizer is not in the file" if from_file else (
             "table + slots")
         lines.append(f"  per SparseCore: {s['rows_per_sparse_core']:,} rows, "
-                     f"{format_size(s['bytes_per_sparse_core'])}; per chip: "
-                     f"{format_size(s['bytes_per_chip'])} ({counted}, float32)")
+                     f"{format_size(s['bytes_per_sparse_core'])}; {_per_unit(s)} "
+                     f"({counted}, float32)")
         limits = s["limits"]
         if limits is None:
             continue
@@ -342,7 +355,6 @@ def format_sparsecore_summary(summary: dict[str, Any], title: str) -> str:
         "",
         f"total: {summary['padded_elements']:,} padded elements for {summary['elements']:,} "
         f"({summary['padding_percent']}% waste); per SparseCore "
-        f"{format_size(summary['bytes_per_sparse_core'])}, per chip "
-        f"{format_size(summary['bytes_per_chip'])}{hbm}",
+        f"{format_size(summary['bytes_per_sparse_core'])}, {_per_unit(summary)}{hbm}",
     ]
     return "\n".join(lines) + "\n"

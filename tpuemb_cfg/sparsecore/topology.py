@@ -1,10 +1,15 @@
 """TPU chips with SparseCores and slices of them: the device counts stacking and preprocessing take.
 
-``CHIPS`` is the one home of what tpuemb knows about a chip kind: SparseCores per chip (as
-jax-tpu-embedding's ``NUM_SC_PER_DEVICE_MAP`` and TensorFlow's ``num_embedding_devices_per_chip``
-report them) and HBM per chip (public product pages; used by ``tpuemb plan``). A
-:class:`Topology` is a slice: a chip kind, the number of chips (TensorFlow's ``num_partitions`` =
-``strategy.num_replicas_in_sync``, jax-tpu-embedding's ``global_device_count``) and hosts.
+``CHIPS`` is the one home of what tpuemb knows about a chip kind, from Google's Cloud TPU pages
+(each record names its page): TensorCores, SparseCores and HBM per chip, the devices jax sees on
+a chip, chips per host, and what the number in a Cloud TPU accelerator type counts.
+
+A :class:`Topology` is a slice: a chip kind, its chips, the devices they show (TensorFlow's
+``num_partitions`` = ``strategy.num_replicas_in_sync``, jax-tpu-embedding's
+``global_device_count``; one per chip but on TPU7x, two) and its hosts.
+
+A slice is written as Cloud TPU names it, ``KIND-N`` (``gcloud --accelerator-type``): on v5p and
+TPU7x N counts TensorCores (v5p-8 is 4 chips on one host), on v6e chips. ``KIND:N`` is N chips.
 """
 
 from __future__ import annotations
@@ -12,26 +17,83 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["CHIPS", "DEFAULT_SPARSE_CORES", "ChipKind", "Topology", "parse_topology"]
+__all__ = ["CHIPS", "DEFAULT_SPARSE_CORES", "ChipKind", "Topology", "parse_topology",
+           "sparse_cores_per_device_text"]
 
 
 @dataclass(frozen=True)
 class ChipKind:
-    """One TPU generation with SparseCores."""
+    """One TPU generation with SparseCores, per chip.
+
+    ``devices_per_chip``: the devices jax (and jax-tpu-embedding's ``global_device_count``) see
+    on one chip; the SparseCores and HBM are split evenly between them.
+    ``type_counts_tensor_cores``: the N of the accelerator type ``KIND-N`` counts TensorCores
+    (else chips). ``single_host_chips``: the largest slice on one host; larger slices have
+    ``chips_per_host`` chips on each host. ``source``: the Cloud TPU page these facts are from.
+    """
 
     name: str
     sparse_cores_per_chip: int
     hbm_bytes: int
     chips_per_host: int
+    tensor_cores_per_chip: int = 1
+    devices_per_chip: int = 1
+    type_counts_tensor_cores: bool = False
+    single_host_chips: int = 4
+    source: str = ""
+
+    @property
+    def sparse_cores_per_device(self) -> int:
+        return self.sparse_cores_per_chip // self.devices_per_chip
+
+    @property
+    def hbm_bytes_per_device(self) -> int:
+        return self.hbm_bytes // self.devices_per_chip
+
+    @property
+    def type_unit(self) -> str:
+        """What N of ``KIND-N`` counts."""
+        return "TensorCores" if self.type_counts_tensor_cores else "chips"
+
+    def chips_of_type(self, n: int) -> int:
+        """The chips of the accelerator type ``KIND-n``; ValueError when n is not a whole
+        number of chips."""
+        per = self.tensor_cores_per_chip if self.type_counts_tensor_cores else 1
+        if n < per or n % per:
+            raise ValueError(
+                f"{self.name}-{n}: Cloud TPU's {self.name} accelerator types count TensorCores "
+                f"({per} per chip), so N must be a multiple of {per} (e.g. {self.name}-8 is "
+                f"{8 // per} chips); write {self.name}:{n} for {n} chip{'' if n == 1 else 's'}")
+        return n // per
+
+    def hosts_for(self, chips: int) -> int:
+        """Cloud TPU's hosts (VMs) of a slice of ``chips`` chips."""
+        if chips <= self.single_host_chips:
+            return 1
+        return -(-chips // self.chips_per_host)
 
 
 _GIB = 1 << 30
 
-#: Known chip kinds by their lower-case name and aliases.
+#: Known chip kinds by their lower-case name. SparseCores per device agree with
+#: jax-tpu-embedding's ``NUM_SC_PER_DEVICE_MAP`` (TPU v5: 4, TPU v6e: 2, TPU7x: 2).
 CHIPS: dict[str, ChipKind] = {
-    "v5p": ChipKind("v5p", 4, 95 * _GIB, 4),
-    "v6e": ChipKind("v6e", 2, 32 * _GIB, 4),
-    "tpu7x": ChipKind("TPU7x", 2, 192 * _GIB, 4),
+    # v5p: 2 TensorCores, 4 SparseCores, 95 GiB per chip; v5p-N counts TensorCores; 4 chips
+    # per host (v5p-8: 4 chips, 1 host; v5p-64: 32 chips, 8 hosts).
+    "v5p": ChipKind("v5p", 4, 95 * _GIB, 4, tensor_cores_per_chip=2,
+                    type_counts_tensor_cores=True, single_host_chips=4,
+                    source="https://cloud.google.com/tpu/docs/v5p"),
+    # v6e: 1 TensorCore, 2 SparseCores, 32 GiB per chip; v6e-N counts chips; v6e-1/4/8 are one
+    # host, v6e-16 and larger 4 chips per host.
+    "v6e": ChipKind("v6e", 2, 32 * _GIB, 4, tensor_cores_per_chip=1,
+                    type_counts_tensor_cores=False, single_host_chips=8,
+                    source="https://cloud.google.com/tpu/docs/v6e"),
+    # TPU7x (Ironwood): 2 TensorCores, 4 SparseCores, 192 GiB per chip; a dual-chiplet chip jax
+    # sees as two devices (1 TensorCore, 2 SparseCores, 96 GiB each); a VM has 4 chips;
+    # tpu7x-N counts TensorCores (tpu7x-8: 4 chips, 1 host), as on v5p.
+    "tpu7x": ChipKind("TPU7x", 4, 192 * _GIB, 4, tensor_cores_per_chip=2, devices_per_chip=2,
+                      type_counts_tensor_cores=True, single_host_chips=4,
+                      source="https://cloud.google.com/tpu/docs/tpu7x"),
 }
 _ALIASES = {"v5": "v5p", "trillium": "v6e", "v6": "v6e", "ironwood": "tpu7x", "7x": "tpu7x"}
 
@@ -42,11 +104,12 @@ DEFAULT_SPARSE_CORES = 4
 
 @dataclass(frozen=True)
 class Topology:
-    """A slice of chips: ``chips`` partitions of ``sparse_cores_per_chip`` SparseCores each.
+    """A slice of ``chips`` chips of ``sparse_cores_per_chip`` SparseCores each, seen as
+    ``devices_per_chip`` devices per chip (the partitions stacking spreads rows over).
 
-    ``kind`` is ``None`` for a topology given by counts alone (no HBM figure then).
-    ``sparse_cores_defaulted`` records that the count was not known and 4 was assumed, as
-    TensorFlow does (rule SC-family: wrong on v6e and TPU7x, which have 2).
+    ``kind`` is ``None`` for a topology given by counts alone (no HBM figure then; a chip is
+    then one device). ``sparse_cores_defaulted`` records that the count was not known and 4
+    was assumed, as TensorFlow does (rule SC-family: wrong on v6e, which has 2).
     """
 
     chips: int
@@ -54,11 +117,36 @@ class Topology:
     hosts: int = 1
     kind: ChipKind | None = None
     sparse_cores_defaulted: bool = False
+    devices_per_chip: int = 1
+
+    @classmethod
+    def from_devices(cls, devices: int, sparse_cores_per_device: int,
+                     kind: ChipKind | None = None) -> Topology:
+        """jax's view: ``devices`` global devices of ``sparse_cores_per_device`` SparseCores
+        (on a chip kind of two devices per chip, half as many chips); hosts as Cloud TPU."""
+        per = kind.devices_per_chip if kind is not None else 1
+        if devices % per:
+            raise ValueError(f"{devices} devices of {kind.name if kind else ''}: a chip shows "
+                             f"{per} devices, so the count must be a multiple of {per}")
+        chips = devices // per
+        return cls(chips=chips, sparse_cores_per_chip=sparse_cores_per_device * per,
+                   hosts=kind.hosts_for(chips) if kind is not None else 1, kind=kind,
+                   devices_per_chip=per)
+
+    @property
+    def devices(self) -> int:
+        """The devices of the slice (jax's ``global_device_count``)."""
+        return self.chips * self.devices_per_chip
 
     @property
     def num_partitions(self) -> int:
-        """TensorFlow's name for the number of chips."""
-        return self.chips
+        """The partitions stacking spreads over: TensorFlow's replicas, jax's devices."""
+        return self.devices
+
+    @property
+    def sparse_cores_per_device(self) -> int:
+        """jax-tpu-embedding's ``num_sc_per_device``."""
+        return self.sparse_cores_per_chip // self.devices_per_chip
 
     @property
     def num_sparse_cores(self) -> int:
@@ -68,6 +156,36 @@ class Topology:
     @property
     def chips_per_host(self) -> int:
         return max(1, self.chips // max(1, self.hosts))
+
+    @property
+    def hbm_bytes_per_device(self) -> int | None:
+        """The HBM of one device (partition), or None for an unknown chip kind."""
+        return self.kind.hbm_bytes_per_device if self.kind is not None else None
+
+    def describe(self) -> str:
+        """``"v5p: 4 chips, 4 devices, 1 host, 16 SparseCores"``: what every report names."""
+        kind = f"{self.kind.name}: " if self.kind is not None else ""
+        hosts = f"{self.hosts} host{'' if self.hosts == 1 else 's'}"
+        assumed = " (4 per chip assumed, as TensorFlow does)" if self.sparse_cores_defaulted \
+            else ""
+        return (f"{kind}{self.chips} chip{'' if self.chips == 1 else 's'}, {self.devices} "
+                f"device{'' if self.devices == 1 else 's'}, {hosts}, {self.num_sparse_cores} "
+                f"SparseCores{assumed}")
+
+    def as_json(self) -> dict[str, object]:
+        """The slice's counts for JSON reports."""
+        return {"kind": self.kind.name if self.kind is not None else None,
+                "chips": self.chips, "devices": self.devices, "hosts": self.hosts,
+                "sparse_cores": self.num_sparse_cores,
+                "sparse_cores_per_chip": self.sparse_cores_per_chip,
+                "sparse_cores_per_device": self.sparse_cores_per_device,
+                "sparse_cores_defaulted": self.sparse_cores_defaulted}
+
+
+def sparse_cores_per_device_text() -> str:
+    """``"SparseCores per device: v5p 4, v6e 2, TPU7x 2"``, from ``CHIPS``."""
+    return "SparseCores per device: " + ", ".join(
+        f"{k.name} {k.sparse_cores_per_device}" for k in CHIPS.values())
 
 
 def chip_kind(name: str) -> ChipKind:
@@ -81,20 +199,23 @@ def chip_kind(name: str) -> ChipKind:
     return CHIPS[key]
 
 
-_SLICE = re.compile(r"^\s*([A-Za-z0-9]+?)[-:](\d+)\s*$")
+_SLICE = re.compile(r"^\s*([A-Za-z0-9]+?)([-:])(\d+)\s*$")
 
 
 def parse_topology(text: str, *, hosts: int | None = None) -> Topology:
-    """``"v6e-64"`` / ``"v5p:16"``: a chip kind and a chip count (hosts default to one per
-    ``chips_per_host`` chips). ValueError with the expected form otherwise."""
+    """``"v5p-64"``: a Cloud TPU accelerator type (v5p and TPU7x count TensorCores: 32 chips;
+    v6e counts chips); ``"v5p:16"``: 16 chips. Hosts default to Cloud TPU's for the slice.
+    ValueError with the expected form otherwise."""
     m = _SLICE.match(text)
     if not m:
-        raise ValueError(f"cannot read topology {text!r}: expected KIND-CHIPS such as 'v6e-64'")
+        raise ValueError(f"cannot read topology {text!r}: expected an accelerator type KIND-N "
+                         f"such as 'v5p-64' (as gcloud names it) or KIND:CHIPS such as 'v5p:32'")
     kind = chip_kind(m.group(1))
-    chips = int(m.group(2))
-    if chips < 1:
-        raise ValueError(f"topology {text!r}: the chip count must be at least 1")
+    n = int(m.group(3))
+    if n < 1:
+        raise ValueError(f"topology {text!r}: the count must be at least 1")
+    chips = kind.chips_of_type(n) if m.group(2) == "-" else n
     if hosts is None:
-        hosts = max(1, -(-chips // kind.chips_per_host))
+        hosts = kind.hosts_for(chips)
     return Topology(chips=chips, sparse_cores_per_chip=kind.sparse_cores_per_chip, hosts=hosts,
-                    kind=kind)
+                    kind=kind, devices_per_chip=kind.devices_per_chip)

@@ -33,4 +33,4 @@ feature_config = {
     "fb": FeatureConfig("fb", b, (64, 1), (64, 8)),
     "fc": FeatureConfig("fc", c, (64, 1), (64, 8)),
 }
-topology = "v5p-2"
+topology = "v5p:2"

@@ -187,14 +187,19 @@ def _match_features(message: TPUEmbeddingConfiguration, config: SparseCoreConfig
 
 
 def _sparsecore_semantics(message: TPUEmbeddingConfiguration, config: SparseCoreConfig) -> None:
-    """TRAINING, one update per row and step (accumulation ENABLED, every chip a TensorCore,
-    one host), no pipelining, lazy updates; every algorithm one SparseCores run."""
+    """TRAINING, one update per row and step (accumulation ENABLED, every device a TensorCore,
+    one host), no pipelining, lazy updates; every algorithm one SparseCores run. A step is the
+    slice's batch: TensorFlow's output shapes are per replica (each device's share), jax's are
+    global, so each device's share is the global batch over the devices."""
     message.mode = Mode.TRAINING  # type: ignore[assignment]
-    message.num_tensor_cores = config.topology.chips
+    devices = config.topology.num_partitions
+    message.num_tensor_cores = devices
     message.num_hosts = 1
     message.pipeline_execution_with_tensor_core = False
     for fd, feature in zip(message.feature_descriptor, config.features, strict=True):
         shape = feature.output_shape[:-1] or (1,)
+        if config.mode == "jax":
+            shape = (_per_device(feature.name, shape[0], devices), *shape[1:])
         del fd.input_shape[:]
         fd.input_shape.extend(shape)
     for td in message.table_descriptor:
@@ -206,6 +211,17 @@ def _sparsecore_semantics(message: TPUEmbeddingConfiguration, config: SparseCore
         if flag is not None:
             setattr(getattr(params, name), flag, False)
 
+
+
+def _per_device(feature: str, batch: int, devices: int) -> int:
+    """A jax feature's global batch over the devices; ``InputError`` when it does not split
+    (jax-tpu-embedding's preprocessing aborts too: rule SC007)."""
+    if batch % devices:
+        raise InputError(
+            f"feature {feature!r}: global batch {batch} (output_shape[0]) over {devices} "
+            f"devices is not a whole number per device (jax-tpu-embedding's preprocessing "
+            f"aborts; rule SC007): use a batch that is a multiple of {devices}")
+    return batch // devices
 
 
 def with_spec_values(prepared: Prepared, record: SparseCoreMessage) -> Prepared:

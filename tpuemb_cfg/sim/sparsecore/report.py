@@ -47,6 +47,9 @@ def run_text(summary: Mapping[str, Any], header: str) -> str:
         [[name, str(d["ids"]), str(d["dropped"]), _percent(d["share"]),
           _per_step(d["dropped_per_step"])] for name, d in drops["tables"].items()])
     total = drops["total"]
+    per_step = summary.get("ids_per_step")
+    if per_step:
+        lines.append(f"ids per step (the slice's batch): {_per_step(per_step)}")
     lines.append(f"total: {total['dropped']} of {total['ids']} ids dropped "
                  f"({_percent(total['share'])}); id dropping "
                  f"{'on' if summary['allow_id_dropping'] else 'off'}")
@@ -78,8 +81,8 @@ def run_text(summary: Mapping[str, Any], header: str) -> str:
 def plan_text(info: Mapping[str, Any]) -> str:
     """A ``--dry-run``: the stacks with their limits, the tables, the run."""
     lines = [f"tpuemb simulate --dry-run: {info['run']} on {info['config']} (SparseCore, "
-             f"{info['api']}; {info['chips']} chip(s) x {info['sparse_cores_per_chip']} "
-             f"SparseCores); id dropping {'on' if info['allow_id_dropping'] else 'off'}"
+             f"{info['api']}; {info['slice']}); id dropping "
+             f"{'on' if info['allow_id_dropping'] else 'off'}"
              f"{'; compared with no dropping' if info['compare_dropping'] else ''}"]
     lines += _table(["stack", "tables", "max ids", "max unique"],
                     [[s["name"], ",".join(s["tables"]), str(s["max_ids_per_partition"]),

@@ -101,14 +101,14 @@ def preprocess_dropper(setup: SparseCoreSetup, allow_id_dropping: bool) -> Dropp
     or aborts is an ``InputError`` naming the step."""
     config = setup.config
     names = [f.name for f in config.features]
-    chips = config.topology.chips
+    devices = config.topology.devices
     if setup.stacking.mode == "tensorflow":
         from ...sparsecore.tf_preprocess import preprocess_tensorflow
 
         def run(features: Any, weights: Any) -> Any:
             return preprocess_tensorflow(
-                setup.stacking, features, weights, local_devices=chips, global_devices=chips,
-                sparse_cores_per_device=config.topology.sparse_cores_per_chip,
+                setup.stacking, features, weights, local_devices=devices, global_devices=devices,
+                sparse_cores_per_device=config.topology.sparse_cores_per_device,
                 allow_id_dropping=allow_id_dropping, has_leading_dimension=False,
                 max_ids_per_chip_per_sample=config.max_ids_per_chip_per_sample)
     else:
@@ -116,8 +116,8 @@ def preprocess_dropper(setup: SparseCoreSetup, allow_id_dropping: bool) -> Dropp
 
         def run(features: Any, weights: Any) -> Any:
             return preprocess(
-                setup.stacking, features, weights, local_devices=chips, global_devices=chips,
-                sparse_cores_per_device=config.topology.sparse_cores_per_chip,
+                setup.stacking, features, weights, local_devices=devices, global_devices=devices,
+                sparse_cores_per_device=config.topology.sparse_cores_per_device,
                 allow_id_dropping=allow_id_dropping, has_leading_dimension=False)
 
     def drop(step: int, checked: Sequence[CheckedFeature]) -> Drops:
@@ -330,8 +330,7 @@ class SparseCoreRun:
             "api": self.setup.config.api,
             "steps": len(self.step_reports),
             "allow_id_dropping": self.allow_id_dropping,
-            "topology": {"chips": self.setup.config.topology.chips,
-                         "sparse_cores_per_chip": self.setup.config.topology.sparse_cores_per_chip},
+            "topology": self.setup.config.topology.as_json(),
             "stacks": [{"name": s.name, "tables": [t.name for t in s.tables],
                         "max_ids_per_partition": s.max_ids_per_partition,
                         "max_unique_ids_per_partition": s.max_unique_ids_per_partition}
@@ -344,6 +343,9 @@ class SparseCoreRun:
         ids = sum(t["ids"] for t in out["drops"]["tables"].values())
         dropped = sum(t["dropped"] for t in out["drops"]["tables"].values())
         out["drops"]["total"] = {"ids": ids, "dropped": dropped, "share": _share(dropped, ids)}
+        # the slice's ids of each step (every host's, before any drop)
+        out["ids_per_step"] = [sum(t["ids"] for t in r["tables"].values())
+                               for r in self.step_reports]
         if self.losses:
             out["loss"] = self.losses
         if self.twin is not None:
@@ -412,8 +414,8 @@ def describe(setup: SparseCoreSetup, *, engine: Any = "numba",
     combiners = {t.name: t.combiner for t in config.tables}
     return {
         "api": config.api,
-        "chips": config.topology.chips,
-        "sparse_cores_per_chip": config.topology.sparse_cores_per_chip,
+        "topology": config.topology.as_json(),
+        "slice": config.topology.describe(),
         "stacks": [{"name": s.name, "tables": [t.name for t in s.tables],
                     "max_ids_per_partition": s.max_ids_per_partition,
                     "max_unique_ids_per_partition": s.max_unique_ids_per_partition}

@@ -17,31 +17,48 @@ from collections.abc import Callable
 from typing import Any
 
 from tpuemb_cfg.algorithms.table import JAX_SPECS, SPARSECORE
+from tpuemb_cfg.sparsecore.checks import check_config, check_quantization, flag
 from tpuemb_cfg.sparsecore.config import (
     SparseCoreConfig,
     SparseCoreFeature,
     SparseCoreOptimizer,
     SparseCoreTable,
+    ids_per_bag,
 )
 from tpuemb_cfg.sparsecore.jte.stacking import check_devices
 from tpuemb_cfg.sparsecore.stacking import FeatureSlot, Stack, StackedTable, Stacking
-from tpuemb_cfg.sparsecore.topology import ChipKind, Topology, chip_kind
+from tpuemb_cfg.sparsecore.topology import (
+    ChipKind,
+    Topology,
+    chip_kind,
+    sparse_cores_per_device_text,
+)
+from tpuemb_cfg.usercode import tree_leaves
 
 __all__ = ["describe_optimizer", "feature_specs_to_config", "leaves", "sparse_cores_per_device",
            "stacking_of"]
 
 
-def leaves(tree: Any) -> list[Any]:
-    """The leaves of ``tree`` in ``jax.tree.leaves`` order (see the module docstring)."""
-    if tree is None:
+def _children(node: Any, path: str) -> list[tuple[str, Any]] | None:
+    if node is None:
         return []
-    if isinstance(tree, OrderedDict):
-        return [x for v in tree.values() for x in leaves(v)]
-    if isinstance(tree, dict):
-        return [x for k in sorted(tree) for x in leaves(tree[k])]
-    if isinstance(tree, (list, tuple)):
-        return [x for v in tree for x in leaves(v)]
-    return [tree]
+    if isinstance(node, dict):  # an OrderedDict in order, a dict by sorted key
+        try:
+            keys = list(node) if isinstance(node, OrderedDict) else sorted(node)
+        except TypeError:
+            raise TypeError(f"feature_specs{path}: dict keys must be mutually comparable (jax "
+                            "visits a dict's keys in sorted order); use keys of one type, e.g. "
+                            "all str") from None
+        return [(f"{path}[{k!r}]", node[k]) for k in keys]
+    if isinstance(node, list | tuple):
+        return [(f"{path}[{i}]", v) for i, v in enumerate(node)]
+    return None
+
+
+def leaves(tree: Any) -> list[Any]:
+    """The leaves of ``tree`` in ``jax.tree.leaves`` order (see the module docstring).
+    ValueError when the tree contains itself."""
+    return [leaf for _, leaf in tree_leaves(tree, _children, what="feature_specs")]
 
 
 def _chip(value: str) -> ChipKind:
@@ -63,11 +80,11 @@ def sparse_cores_per_device(value: int | str | None) -> tuple[int, ChipKind | No
         raise ValueError(
             "num_sc_per_device=None means 'ask the TPU', and there is no TPU here "
             "(jax-tpu-embedding raises 'Unknown sparsecore count for device kind: cpu' on a "
-            "CPU): pass num_sc_per_device=4 (TPU v5p) or 2 (TPU v6e, TPU7x), or a chip kind "
-            "such as 'v6e'")
+            f"CPU): pass num_sc_per_device ({sparse_cores_per_device_text()}), or a chip "
+            "kind such as 'v6e'")
     if isinstance(value, str):
         kind = _chip(value)
-        return kind.sparse_cores_per_chip, kind
+        return kind.sparse_cores_per_device, kind
     check_devices(1, value)
     return value, None
 
@@ -128,23 +145,24 @@ def _attr(obj: Any, name: str, what: str) -> Any:
                          "FeatureSpec/TableSpec (tpuemb_cfg.sparsecore.jte has both)") from None
 
 
-def _shape(value: Any, what: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(d) for d in value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{what} must be a sequence of integers, got {value!r}") from None
+def _shape(value: Any, what: str) -> tuple[Any, ...]:
+    """The dimensions as given (``checks.check_config`` checks each is an int)."""
+    if isinstance(value, str | bytes) or not hasattr(value, "__iter__"):
+        raise TypeError(f"{what} must be a sequence of integers, got {value!r}")
+    return tuple(value)
 
 
 def _table(spec: Any, groups: _Groups) -> SparseCoreTable:
     opt = _attr(spec, "optimizer", "table spec")
     quant = getattr(spec, "quantization_config", None)
+    check_quantization(f"table {getattr(spec, 'name', spec)!r}", quant)
     optimizer = SparseCoreOptimizer(
         algorithm=_algorithm(opt), hyper=_hyper(opt, with_rate=False), group=groups.key(opt),
         learning_rate=getattr(opt, "learning_rate", None), source=opt)
     return SparseCoreTable(
         name=_attr(spec, "name", "table spec"),
-        vocabulary_size=int(_attr(spec, "vocabulary_size", "table spec")),
-        dim=int(_attr(spec, "embedding_dim", "table spec")), optimizer=optimizer,
+        vocabulary_size=_attr(spec, "vocabulary_size", "table spec"),
+        dim=_attr(spec, "embedding_dim", "table spec"), optimizer=optimizer,
         combiner=_attr(spec, "combiner", "table spec"),
         quantization=None if quant is None else repr(quant),
         initializer=getattr(spec, "initializer", None),
@@ -157,12 +175,13 @@ def _table(spec: Any, groups: _Groups) -> SparseCoreTable:
 def _feature(spec: Any) -> SparseCoreFeature:
     name = _attr(spec, "name", "feature spec")
     table = _attr(spec, "table_spec", "feature spec")
+    input_shape = _shape(_attr(spec, "input_shape", "feature spec"),
+                         f"input_shape of feature {name!r}")
+    output_shape = _shape(_attr(spec, "output_shape", "feature spec"),
+                          f"output_shape of feature {name!r}")
     return SparseCoreFeature(
-        name=name, table=_attr(table, "name", "table spec"),
-        input_shape=_shape(_attr(spec, "input_shape", "feature spec"),
-                           f"input_shape of feature {name!r}"),
-        output_shape=_shape(_attr(spec, "output_shape", "feature spec"),
-                            f"output_shape of feature {name!r}"))
+        name=name, table=_attr(table, "name", "table spec"), input_shape=input_shape,
+        output_shape=output_shape, ids_per_bag=ids_per_bag(input_shape, output_shape))
 
 
 # The reference's auto_stack_tables arguments, one keyword each.
@@ -171,14 +190,17 @@ def feature_specs_to_config(  # noqa: PLR0913
     stack_to_max_ids_per_partition: Callable[[str, int], int] | None = None,
     stack_to_max_unique_ids_per_partition: Callable[[str, int], int] | None = None,
     use_short_stack_names: bool = True, activation_mem_bytes_limit: int | None = None,
-    auto_stack: bool = True,
+    auto_stack: bool = True, check: bool = True,
 ) -> SparseCoreConfig:
     """A :class:`SparseCoreConfig` (``api="jax"``) of feature specs, any nesting.
 
     Tables come in the order the features first use them; a later table spec of the same name
     replaces an earlier one, as in the reference's dict by name. ``auto_stack=False`` is
     ``prepare_feature_specs_for_training`` alone (``disable_table_stacking``). The specs'
-    stacking state, if any, is not read (see :func:`stacking_of`).
+    stacking state, if any, is not read (see :func:`stacking_of`). Every value is checked
+    (:func:`tpuemb_cfg.sparsecore.checks.check_config`: ValueError or TypeError naming the
+    object and the argument); ``check=False`` leaves that to the caller (the spec loader checks
+    once it knows each object's line).
     """
     nsc, kind = sparse_cores_per_device(num_sc_per_device)
     check_devices(global_device_count, nsc)
@@ -191,14 +213,15 @@ def feature_specs_to_config(  # noqa: PLR0913
         tables.pop(table.name, None)
         tables[table.name] = table
     order = list(dict.fromkeys(f.table for f in features))
-    return SparseCoreConfig(
+    config = SparseCoreConfig(
         api="jax", mode="jax", tables=tuple(tables[t] for t in order), features=tuple(features),
-        topology=Topology(chips=global_device_count, sparse_cores_per_chip=nsc, kind=kind),
-        disable_table_stacking=not auto_stack,
+        topology=Topology.from_devices(global_device_count, nsc, kind),
+        disable_table_stacking=not flag("feature_specs_to_config", "auto_stack", auto_stack),
         activation_mem_bytes_limit=activation_mem_bytes_limit,
         use_short_stack_names=use_short_stack_names,
         stack_to_max_ids_per_partition=stack_to_max_ids_per_partition,
         stack_to_max_unique_ids_per_partition=stack_to_max_unique_ids_per_partition)
+    return check_config(config) if check else config
 
 
 def _stacked(table: Any) -> Any:

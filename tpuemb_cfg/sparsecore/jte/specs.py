@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 from tpuemb_cfg.algorithms.table import JAX_SPECS
+from tpuemb_cfg.sparsecore import checks
 
 __all__ = [
     "DEFAULT_ACTIVATION_MEM_BYTES_LIMIT", "DEFAULT_LIMIT", "AdagradMomentumOptimizerSpec",
@@ -65,10 +66,19 @@ class OptimizerSpec:
         self.learning_rate = learning_rate
 
     def _assign(self, given: dict[str, Any]) -> None:
-        """Keep the constructor's arguments (``locals()``) as attributes of the same names."""
-        self.learning_rate = given["learning_rate"]
+        """Keep the constructor's arguments (``locals()``) as attributes of the same names,
+        each checked: a bool flag ``True`` or ``False``, any other a finite number or a
+        callable (TypeError or ValueError naming it)."""
+        owner = type(self).__name__
+        self.learning_rate = checks.check_rate(owner, "learning_rate", given["learning_rate"])
+        defaults = inspect.signature(type(self).__init__).parameters
         for name in self._params:
-            setattr(self, name, given[name])
+            value = given[name]
+            if isinstance(defaults[name].default, bool):
+                checks.flag(owner, name, value)
+            else:
+                checks.check_rate(owner, name, value)
+            setattr(self, name, value)
 
     def hyperparameters(self) -> dict[str, Any]:
         """Every hyper-parameter by its argument name, ``learning_rate`` first."""
@@ -230,6 +240,17 @@ class TableSpec:
                                                                       compare=False)
 
     def __post_init__(self) -> None:
+        owner = "TableSpec"
+        checks.check_name(owner, "name", self.name)
+        owner = f"TableSpec {self.name!r}"
+        checks.size(owner, "vocabulary_size", self.vocabulary_size)
+        checks.count(owner, "embedding_dim", self.embedding_dim)
+        checks.check_combiner(owner, self.combiner)
+        for name in ("max_ids_per_partition", "max_unique_ids_per_partition"):
+            checks.check_limit(owner, name, getattr(self, name))
+        if self.suggested_coo_buffer_size_per_device is not None:
+            checks.count(owner, "suggested_coo_buffer_size_per_device",
+                         self.suggested_coo_buffer_size_per_device, minimum=0)
         if self._setting_in_stack is None:
             self._setting_in_stack = TableSettingInStack(
                 stack_name=self.name, padded_vocab_size=self.vocabulary_size,
@@ -285,6 +306,20 @@ class FeatureSpec:
     output_shape: Sequence[int]
     _id_transformation: FeatureIdTransformation | None = dataclasses.field(default=None,
                                                                            compare=False)
+
+    def __post_init__(self) -> None:
+        checks.check_name("FeatureSpec", "name", self.name)
+        owner = f"FeatureSpec {self.name!r}"
+        if not (hasattr(self.table_spec, "name") and hasattr(self.table_spec, "embedding_dim")):
+            raise checks.SpecTypeError(f"{owner}: `table_spec` must be a TableSpec; received "
+                                       f"{type(self.table_spec).__name__}")
+        for name in ("input_shape", "output_shape"):
+            value = getattr(self, name)
+            if isinstance(value, str | bytes) or not hasattr(value, "__iter__"):
+                raise checks.SpecTypeError(f"{owner}: `{name}` must be a sequence of ints; "
+                                           f"received {value!r}")
+            for i, d in enumerate(value):
+                checks.count(owner, f"{name}[{i}]", d)
 
     @property
     def id_transformation(self) -> FeatureIdTransformation:

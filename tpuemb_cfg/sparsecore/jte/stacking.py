@@ -38,6 +38,7 @@ import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from tpuemb_cfg.sparsecore.checks import call_limit, check_config
 from tpuemb_cfg.sparsecore.config import SparseCoreConfig, SparseCoreFeature, SparseCoreTable
 from tpuemb_cfg.sparsecore.jte.specs import DEFAULT_ACTIVATION_MEM_BYTES_LIMIT, DEFAULT_LIMIT
 from tpuemb_cfg.sparsecore.stacking import FeatureSlot, Stack, StackedTable, Stacking
@@ -141,11 +142,14 @@ def _limits(config: SparseCoreConfig, table: SparseCoreTable | None, name: str,
             samples: int) -> tuple[int, int]:
     """(max ids, max unique ids) of a stack: the callables are called for every stack, as the
     reference does, but only a stack of several tables (``table`` None) takes their values."""
-    def call(fn: Callable[[str, int], int] | None) -> int:
-        return DEFAULT_LIMIT if fn is None else int(fn(name, samples))
+    def call(setting: str) -> int:
+        fn: Callable[[str, int], int] | None = getattr(config, setting)
+        if fn is None:
+            return DEFAULT_LIMIT
+        return call_limit(setting, fn, name, samples, config.setting_origins.get(setting))
 
-    ids = call(config.stack_to_max_ids_per_partition)
-    unique = call(config.stack_to_max_unique_ids_per_partition)
+    ids = call("stack_to_max_ids_per_partition")
+    unique = call("stack_to_max_unique_ids_per_partition")
     if table is None:
         return ids, unique
     return (_own(table.max_ids_per_partition), _own(table.max_unique_ids_per_partition))
@@ -179,7 +183,7 @@ def _build_stack(config: SparseCoreConfig, tables: dict[str, SparseCoreTable],
         stacked.append(StackedTable(
             name=tname, vocabulary_size=t.vocabulary_size, dim=t.dim,
             padded_vocabulary_size=padded, padded_dim=round_up(t.dim, 8), row_offset_in_shard=row,
-            shard_rotation=(k * topo.sparse_cores_per_chip) % n,
+            shard_rotation=(k * topo.sparse_cores_per_device) % n,
             output_samples=sum(f.samples for f in mine), num_features=len(mine)))
         row += padded // n
     first = tables[members[0]]
@@ -198,9 +202,11 @@ def _build_stack(config: SparseCoreConfig, tables: dict[str, SparseCoreTable],
 def stack_config(config: SparseCoreConfig) -> Stacking:
     """The stacks jax-tpu-embedding 0.2.0 makes of ``config`` (see the module docstring):
     ``auto_stack_tables`` then ``prepare_feature_specs_for_training``, or the latter alone when
-    ``config.disable_table_stacking``. ValueError for device counts the reference refuses."""
+    ``config.disable_table_stacking``. ValueError for device counts the reference refuses;
+    ``config`` is checked first (``checks.check_config``)."""
+    config = check_config(config)
     topo = config.topology
-    check_devices(topo.chips, topo.sparse_cores_per_chip)
+    check_devices(topo.devices, topo.sparse_cores_per_device)
     n = topo.num_sparse_cores
     tables = _tables_in_use(config)
     prepare = config.disable_table_stacking
@@ -230,8 +236,8 @@ def stack_config(config: SparseCoreConfig) -> Stacking:
         slots.append(_slot(f, stack, offset, n))
         if stack_of[f.table] not in first_use:
             first_use.append(stack_of[f.table])
-    return Stacking(mode="jax", num_partitions=topo.chips,
-                    sparse_cores_per_partition=topo.sparse_cores_per_chip,
+    return Stacking(mode="jax", num_partitions=topo.devices,
+                    sparse_cores_per_partition=topo.sparse_cores_per_device,
                     stacks=tuple(stacks[k] for k in first_use), features=tuple(slots))
 
 
