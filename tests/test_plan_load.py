@@ -254,7 +254,8 @@ def test_limits_observed_suggested_and_drops() -> None:
         -(-stack.suggested.max_ids_per_partition // 8) * 8 * 16
     diagnostics = findings(report, _config_stub())
     assert [d.rule for d in diagnostics] == ["PLAN010"]
-    assert diagnostics[0].field_path == 'tables["u"].max_ids_per_partition'
+    # a stack of two tables: the limits are auto_stack_tables' callables (SC003), not u's field
+    assert diagnostics[0].field_path == "stack_to_max_ids_per_partition"
     assert str(stack.suggested.max_ids_per_partition) in (diagnostics[0].hint or "")
 
 

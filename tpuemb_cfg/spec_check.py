@@ -247,7 +247,13 @@ _SC_HEAD = re.compile(r'^(tables|features)\[("(?:[^"\\]|\\.)*")\](.*)$')
 _SC_KEY = re.compile(r'\[("(?:[^"\\]|\\.)*")\]$')
 #: The spec names that may set the topology (a chip count alone, or jax's device counts).
 _SC_ALIASES = {"topology": ("topology", "num_replicas", "global_device_count",
-                            "num_sc_per_device")}
+                            "num_sc_per_device"),
+               # auto_stack_tables' limit callables: where the spec defines them, else its
+               # features (what a spec without them would add them beside)
+               "stack_to_max_ids_per_partition": ("stack_to_max_ids_per_partition",
+                                                  "feature_specs"),
+               "stack_to_max_unique_ids_per_partition": (
+                   "stack_to_max_unique_ids_per_partition", "feature_specs")}
 
 
 def is_sparsecore_spec(path: str | os.PathLike[str]) -> bool:

@@ -80,12 +80,15 @@ def _sarif(text: str) -> str:
     (PLAN...: its findings are none of the validator's), each result pointing at its rule."""
     from tpuemb_cfg.planner.planning import PLAN_RULES
     from tpuemb_cfg.report import SARIF_LEVEL
+    from tpuemb_cfg.rules import RULES
 
     log = json.loads(text)
     run = log["runs"][0]
     rules: list[dict[str, Any]] = []
     run["tool"]["driver"]["rules"] = rules
-    for rule_id, (severity, summary) in sorted(PLAN_RULES.items()):
+    found = {r["ruleId"]: (RULES[r["ruleId"]].severity, RULES[r["ruleId"]].summary)
+             for r in run["results"] if r["ruleId"] in RULES}  # validate's, e.g. TBL010
+    for rule_id, (severity, summary) in sorted({**PLAN_RULES, **found}.items()):
         rules.append({"id": rule_id, "name": rule_id, "shortDescription": {"text": summary},
                       "fullDescription": {"text": summary},
                       "help": {"text": f"{summary} (docs/plan.md)"},
@@ -182,6 +185,9 @@ def _check_outputs(config: str, ids: tuple[str, ...], ids_format: str | None,
                    "v5p:32. Legacy configurations take its host count.")
 @click.option("--hosts", type=click.IntRange(min=1), help="Hosts (overrides num_hosts or the "
               "topology's).")
+@click.option("--host-index", type=click.IntRange(min=0), metavar="N",
+              help="Plan host N of a multi-host SparseCore slice: the sample is that host's "
+                   "input (the global batch / hosts), its chips the local devices.")
 @click.option("--host-memory", metavar="SIZE", help="Memory of each host, e.g. 64G (legacy "
               "tables; SparseCore initialize_tables_on_host). Unknown: no OOM finding.")
 @click.option("--hbm", metavar="SIZE", help="HBM of each chip (default: the chip "
@@ -205,7 +211,8 @@ def _check_outputs(config: str, ids: tuple[str, ...], ids_format: str | None,
               ".pdf; needs matplotlib: pip install 'tpuemb[plot]').")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 def plan(config: str, ids: tuple[str, ...], ids_format: str | None,  # noqa: PLR0913
-         topology: str | None, hosts: int | None, host_memory: str | None, hbm: str | None,
+         topology: str | None, hosts: int | None, host_index: int | None,
+         host_memory: str | None, hbm: str | None,
          quantile: float, headroom: float, compare: tuple[str, ...], fail_on: tuple[str, ...],
          fmt: str, output: str | None, plot: str | None, quiet: bool) -> None:
     # one parameter per option: click's calling convention
@@ -221,7 +228,7 @@ def plan(config: str, ids: tuple[str, ...], ids_format: str | None,  # noqa: PLR
     options = PlanOptions(
         topology=topology, hosts=hosts, host_memory_bytes=_size(host_memory, "--host-memory"),
         hbm_bytes=_size(hbm, "--hbm"), quantile=quantile, headroom=headroom,
-        compare=parse_compare(compare), gate=parse_gate(fail_on))
+        compare=parse_compare(compare), gate=parse_gate(fail_on), host_index=host_index)
     _check_outputs(config, ids, ids_format, output, plot)
     planner = open_plan(config, list(ids), options=options, fmt=ids_format)
     sample = planner.sample

@@ -90,13 +90,9 @@ def check_plan_options(options: PlanOptions, parsers: Mapping[str, tuple[type, A
     if options.topology is not None and not isinstance(options.topology, str):
         raise TypeError(f"PlanOptions.topology: expected a string such as 'v5p-64' or None, got "
                         f"{type(options.topology).__name__} {options.topology!r}")
-    if options.hosts is not None:
-        if isinstance(options.hosts, bool) or not hasattr(options.hosts, "__index__"):
-            raise TypeError(f"PlanOptions.hosts: expected a whole number of hosts or None, got "
-                            f"{type(options.hosts).__name__} {options.hosts!r}")
-        put("hosts", operator.index(options.hosts))
-        if options.hosts < 1:
-            raise ValueError(f"PlanOptions.hosts: expected at least 1 host, got {options.hosts}")
+    for name, what, low, unit in (("hosts", "a whole number of hosts", 1, " host"),
+                                  ("host_index", "a whole number (a host of the slice)", 0, "")):
+        _whole(options, name, what, low, unit)
     for name in ("host_memory_bytes", "hbm_bytes"):
         put(name, size_argument(getattr(options, name), f"PlanOptions.{name}"))
     for name in RANGES:
@@ -120,6 +116,20 @@ def check_plan_options(options: PlanOptions, parsers: Mapping[str, tuple[type, A
     if not isinstance(options.load, LoadOptions):
         raise TypeError(f"PlanOptions.load: expected a planner.load.LoadOptions, got "
                         f"{type(options.load).__name__} {options.load!r}")
+
+
+def _whole(options: PlanOptions, name: str, what: str, low: int, unit: str) -> None:
+    """The optional whole number ``name`` of ``options``, at least ``low`` (normalised to int;
+    ``unit`` follows ``low`` in the message)."""
+    value = getattr(options, name)
+    if value is None:
+        return
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise TypeError(f"PlanOptions.{name}: expected {what} or None, got "
+                        f"{type(value).__name__} {value!r}")
+    object.__setattr__(options, name, operator.index(value))
+    if value < low:
+        raise ValueError(f"PlanOptions.{name}: expected at least {low}{unit}, got {value}")
 
 
 def plan_options(value: object, PlanOptions: type[PlanOptions]) -> PlanOptions:  # noqa: N803

@@ -21,8 +21,12 @@ The drops at the current and at the suggested limits are what the preprocessing 
 runs every batch with ``allow_id_dropping=True`` at those limits (and the buffer they imply): the
 ids per table whose ``dropped`` flag is set, so the prediction is the exact preprocessing's
 count, not a model of it. TensorFlow-mode stackings fail a step on an exceeded limit whatever
-``allow_id_dropping`` says (``sparsecore.tf_preprocess``); such steps are counted as
-``failed_steps`` and their ids as dropped.
+``allow_id_dropping`` says (``sparsecore.tf_preprocess``): the limits only decide whether the step
+fails (the buffer alone drops), so each step runs once without limits and a stack whose
+statistics exceed a limit set fails the step there. Such a step counts in the stack's
+``failed_steps`` (and once in the report's), the stack's ids of that step count as dropped, and
+the SparseCores that received too many (TensorFlow's error names them: ``Sparse core P gets
+...``) are listed.
 """
 
 from __future__ import annotations
@@ -37,12 +41,14 @@ import numpy as np
 from tpuemb_cfg.errors import InputError
 from tpuemb_cfg.model import Diagnostic
 from tpuemb_cfg.planner.load import Batch, JsonRecord, LoadReport, StepCounts
+from tpuemb_cfg.sparsecore.advice import LimitAdvice, limit_advice
 from tpuemb_cfg.sparsecore.preprocessing import (
     SparseCoreBufferError,
     SparseCoreLimitError,
     buffer_sizes,
     preprocess,
 )
+from tpuemb_cfg.sparsecore.tf_preprocess import TensorFlowLimitError
 
 if TYPE_CHECKING:
     from tpuemb_cfg.sparsecore.config import SparseCoreConfig
@@ -51,7 +57,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "RULE_DROPS", "RULE_IMBALANCE", "RULE_SUGGESTED_DROPS", "LimitOptions", "LimitSet",
-    "LimitsReport", "StackLimits", "TableDrops", "findings", "limits", "suggest_limit",
+    "LimitsReport", "StackLimits", "TableDrops", "findings", "limits", "spans", "suggest_limit",
 ]
 
 #: Rule ids of the gate's findings.
@@ -73,6 +79,11 @@ class LimitOptions:
     max_ids_per_chip_per_sample: int = 64
     suggest: bool = True
     exact_steps: int = 8192
+    #: the chips of one host (jax-tpu-embedding's ``local_device_count``), whose batch each step
+    #: is, when one host of a multi-host slice is planned; None: the whole slice
+    local_devices: int | None = None
+    #: which host that is (reported; the preprocessing of a host depends only on its devices)
+    host_index: int | None = None
 
     def __post_init__(self) -> None:
         if not 0.0 < self.quantile <= 1.0:
@@ -109,7 +120,10 @@ class TableDrops:
 @dataclass(frozen=True)
 class LimitSet:
     """A stack's limits, the COO buffer they imply (``theoretical_max`` = roundup8(max_ids) x
-    S x N, ``coo_buffer_size_per_device`` what the preprocessing allocates) and the drops."""
+    S x N, ``coo_buffer_size_per_device`` what the preprocessing allocates) and the drops.
+    TensorFlow mode: ``failed_steps`` the steps this stack's limits fail (its ids there count
+    as dropped) and ``over_limit_sparse_cores`` the SparseCores (partitions) that received
+    more than a limit from one SparseCore in them."""
 
     max_ids_per_partition: int
     max_unique_ids_per_partition: int
@@ -117,6 +131,7 @@ class LimitSet:
     coo_buffer_size_per_device: int
     drops: tuple[TableDrops, ...]
     failed_steps: int = 0
+    over_limit_sparse_cores: tuple[int, ...] = ()
 
     @property
     def dropped(self) -> int:
@@ -128,6 +143,7 @@ class LimitSet:
                 "theoretical_max_coo_buffer_size": self.theoretical_max_coo_buffer_size,
                 "coo_buffer_size_per_device": self.coo_buffer_size_per_device,
                 "dropped": self.dropped, "failed_steps": self.failed_steps,
+                "over_limit_sparse_cores": list(self.over_limit_sparse_cores),
                 "drops": [d.to_json() for d in self.drops]}
 
 
@@ -149,13 +165,20 @@ class StackLimits(JsonRecord):
 
 @dataclass(frozen=True)
 class LimitsReport(JsonRecord):
-    """Every stacked table's limits over ``steps`` steps."""
+    """Every stacked table's limits over ``steps`` steps; ``failed_steps`` (TensorFlow mode):
+    the steps some stack's current limits fail, each counted once, and ``ids_in_failed_steps``
+    all the ids of those steps (TensorFlow loses the whole step)."""
 
     mode: str
     steps: int
     quantile: float
     headroom: float
     stacks: tuple[StackLimits, ...]
+    failed_steps: int = 0
+    ids_in_failed_steps: int = 0
+    #: the chips whose batch a step is (all of the slice's, or one host's) and that host
+    local_devices: int = 0
+    host_index: int | None = None
 
 
 # ---------------------------------------------------------------- running the preprocessing
@@ -164,9 +187,12 @@ Runner = Callable[[Batch, Mapping[str, tuple[int, int]]], "PreprocessedBatch"]
 
 
 def _runner(stacking: Stacking, options: LimitOptions) -> Runner:
-    """The exact preprocessing of a whole-slice batch (local = global devices, as
-    ``tpuemb simulate`` runs it) with dropping on, at given limits."""
+    """The exact preprocessing of a batch with dropping on, at given limits: a whole-slice batch
+    (local = global devices, as ``tpuemb simulate`` runs it), or one host's
+    (``options.local_devices`` of the global devices, as jax-tpu-embedding and TensorFlow
+    preprocess on each host)."""
     chips = stacking.num_partitions
+    local = chips if options.local_devices is None else options.local_devices
     cores = stacking.sparse_cores_per_partition
 
     def run(batch: Batch, limits: Mapping[str, tuple[int, int]]) -> PreprocessedBatch:
@@ -176,11 +202,11 @@ def _runner(stacking: Stacking, options: LimitOptions) -> Runner:
             from tpuemb_cfg.sparsecore.tf_preprocess import preprocess_tensorflow
 
             return preprocess_tensorflow(
-                stacking, features, weights or None, local_devices=chips, global_devices=chips,
+                stacking, features, weights or None, local_devices=local, global_devices=chips,
                 sparse_cores_per_device=cores, allow_id_dropping=True,
                 has_leading_dimension=False, limits=limits,
                 max_ids_per_chip_per_sample=options.max_ids_per_chip_per_sample)
-        return preprocess(stacking, features, weights or None, local_devices=chips,
+        return preprocess(stacking, features, weights or None, local_devices=local,
                           global_devices=chips, sparse_cores_per_device=cores,
                           allow_id_dropping=True, has_leading_dimension=False, limits=limits)
 
@@ -188,7 +214,8 @@ def _runner(stacking: Stacking, options: LimitOptions) -> Runner:
 
 
 class _DropCounter:
-    """Ids and dropped ids per table at one limit set."""
+    """Ids and dropped ids per table at one limit set; the steps each stack fails and the
+    SparseCores it overfills there (TensorFlow mode)."""
 
     def __init__(self, stacking: Stacking) -> None:
         self.table_of = {f.name: f.table for f in stacking.features}
@@ -196,24 +223,36 @@ class _DropCounter:
         self.ids: dict[str, int] = {}
         self.dropped: dict[str, int] = {}
         self.failed: dict[str, int] = {}
+        self.over: dict[str, set[int]] = {}
+        self.failed_steps = 0
+        self.ids_in_failed_steps = 0
         #: per stack (theoretical maximum, allocated) COO buffer, as the preprocessing sized it
         self.buffers: dict[str, tuple[int, int]] = {}
 
-    def add(self, batch: Batch, result: PreprocessedBatch | None, failed_stack: str | None) -> None:
+    def add(self, batch: Batch, step: _Step) -> None:
+        result, failing = step.result, step.failing
+        total = 0
         for name, (values, _, _) in batch.items():
             table = self.table_of.get(name)
             if table is None:
                 continue
             n = int(np.asarray(values).shape[0])
+            total += n
             self.ids[table] = self.ids.get(table, 0) + n
-            if result is None:  # the step failed: all of the failing stack's ids are lost
-                lost = n if self.stack_of[name] == failed_stack else 0
+            if self.stack_of[name] in failing:  # the step fails: the stack's ids are lost
+                lost = n
+            elif result is None:
+                lost = 0
             else:
                 mask = result.stacks[self.stack_of[name]].dropped.get(name)
                 lost = int(mask.sum()) if mask is not None else 0
             self.dropped[table] = self.dropped.get(table, 0) + lost
-        if failed_stack is not None:
-            self.failed[failed_stack] = self.failed.get(failed_stack, 0) + 1
+        for stack, cores in failing.items():
+            self.failed[stack] = self.failed.get(stack, 0) + 1
+            self.over.setdefault(stack, set()).update(cores)
+        if failing:
+            self.failed_steps += 1
+            self.ids_in_failed_steps += total
         if result is not None and not self.buffers:
             self.buffers = {name: (s.theoretical_max_coo_buffer_size,
                                    s.coo_buffer_size_per_device)
@@ -224,15 +263,42 @@ class _DropCounter:
                      for t in stack.tables)
 
 
-def _run(run: Runner, batch: Batch, limits: Mapping[str, tuple[int, int]],
-         step: int) -> tuple[PreprocessedBatch | None, str | None]:
-    """One step at ``limits``; a TensorFlow limit failure gives (None, the stack)."""
+@dataclass(frozen=True)
+class _Step:
+    """One step at a limit set: the preprocessing's result (its statistics need no limit) and
+    the stacks whose limits fail the step (TensorFlow mode), each with the SparseCores that
+    received more than a limit from one SparseCore."""
+
+    result: PreprocessedBatch | None
+    failing: Mapping[str, tuple[int, ...]]
+
+
+#: Limits no step reaches: the run that gives TensorFlow's statistics without failing.
+_UNLIMITED = 1 << 30
+
+
+def _run(run: Runner, stacking: Stacking, batch: Batch, limits: Mapping[str, tuple[int, int]],
+         step: int) -> _Step:
+    """One step at ``limits``. TensorFlow mode: the limits decide only whether the step fails
+    (nothing is dropped by limit), so the step runs without them and every stack whose
+    statistics exceed its limits fails it: ``SortListOfSparseCoreCooTensors``' own check, per
+    partition, on the same counts."""
     try:
-        return run(batch, limits), None
-    except SparseCoreLimitError as exc:
-        return None, exc.stack
+        if stacking.mode != "tensorflow":
+            return _Step(run(batch, limits), {})
+        result = run(batch, {name: (_UNLIMITED, _UNLIMITED) for name in limits})
+    except (SparseCoreLimitError, TensorFlowLimitError) as exc:  # a limit no statistic shows
+        return _Step(None, {str(exc.stack): (int(getattr(exc, "partition", 0)),)})
     except (ValueError, NotImplementedError) as exc:
         raise InputError(f"step {step} of the sample: {exc}") from None
+    failing: dict[str, tuple[int, ...]] = {}
+    for name, (ids, unique) in limits.items():
+        s = result.stacks[name]
+        over = ((np.asarray(s.max_ids_per_partition) > ids)
+                | (np.asarray(s.max_unique_ids_per_partition) > unique))
+        if over.any():
+            failing[name] = tuple(int(p) for p in np.flatnonzero(over.any(axis=0)))
+    return _Step(result, failing)
 
 
 def limits(stacking: Stacking, batches: Callable[[], Iterable[Batch]] | Iterable[Batch], *,
@@ -266,10 +332,11 @@ def limits(stacking: Stacking, batches: Callable[[], Iterable[Batch]] | Iterable
     drops_now = _DropCounter(stacking)
     steps = 0
     for batch in start():
-        result, failed = _run(run, batch, current, steps)
-        drops_now.add(batch, result, failed)
-        if result is None:  # TensorFlow failed the step: its statistics need no limit
-            result = run(batch, {n: (1 << 30, 1 << 30) for n in names})
+        outcome = _run(run, stacking, batch, current, steps)
+        drops_now.add(batch, outcome)
+        result = outcome.result
+        if result is None:  # a limit failed the step before any statistics: run without them
+            result = run(batch, {n: (_UNLIMITED, _UNLIMITED) for n in names})
         for name, s in result.stacks.items():
             per_step[name].add(np.array([
                 int(s.max_ids_per_partition.max(initial=0)),
@@ -293,8 +360,7 @@ def limits(stacking: Stacking, batches: Callable[[], Iterable[Batch]] | Iterable
         run_then = _runner(adjusted, options)
         drops_then = _DropCounter(adjusted)
         for step, batch in enumerate(start()):
-            result, failed = _run(run_then, batch, suggested, step)
-            drops_then.add(batch, result, failed)
+            drops_then.add(batch, _run(run_then, adjusted, batch, suggested, step))
     out = []
     for stack in stacking.stacks:
         counts = per_step[stack.name]
@@ -305,7 +371,9 @@ def limits(stacking: Stacking, batches: Callable[[], Iterable[Batch]] | Iterable
             _limit_set(stack, current[stack.name], drops_now),
             _limit_set(stack, suggested[stack.name], drops_then)
             if drops_then else None))
-    return LimitsReport(stacking.mode, steps, options.quantile, options.headroom, tuple(out))
+    return LimitsReport(stacking.mode, steps, options.quantile, options.headroom, tuple(out),
+                        drops_now.failed_steps, drops_now.ids_in_failed_steps,
+                        options.local_devices or stacking.num_partitions, options.host_index)
 
 
 def _without_stale_buffers(stacking: Stacking,
@@ -333,21 +401,11 @@ def _limit_set(stack: Stack, pair: tuple[int, int], counter: _DropCounter) -> Li
     drops counted at it."""
     theoretical, size = counter.buffers.get(stack.name, (0, 0))
     return LimitSet(pair[0], pair[1], theoretical, size, counter.drops(stack),
-                    counter.failed.get(stack.name, 0))
+                    counter.failed.get(stack.name, 0),
+                    tuple(sorted(counter.over.get(stack.name, ()))))
 
 
 # ---------------------------------------------------------------- findings for the gate
-
-
-def _limit_paths(config: SparseCoreConfig, stack: StackLimits) -> tuple[str, str]:
-    """Field paths of a stack's two limits: TensorFlow / keras-rs
-    ``sparse_core_config.max_ids_per_table["stack"]``; jax the first table's ``TableSpec``."""
-    if config.api == "jax":
-        table = stack.tables[0]
-        return (f'tables["{table}"].max_ids_per_partition',
-                f'tables["{table}"].max_unique_ids_per_partition')
-    return (f'sparse_core_config.max_ids_per_table["{stack.stack}"]',
-            f'sparse_core_config.max_unique_ids_per_table["{stack.stack}"]')
 
 
 def findings(report: LimitsReport, config: SparseCoreConfig, *,
@@ -358,33 +416,33 @@ def findings(report: LimitsReport, config: SparseCoreConfig, *,
     is short), PLAN020 (the SparseCores' max/mean load above ``imbalance_threshold``)."""
     out: list[Diagnostic] = []
     for stack in report.stacks:
-        ids_path, unique_path = _limit_paths(config, stack)
+        advice = limit_advice(config, stack.stack, stack.tables,
+                              (stack.current.max_ids_per_partition,
+                               stack.current.max_unique_ids_per_partition))
         now = stack.current
         if now.dropped or now.failed_steps:
             total = sum(d.ids for d in now.drops)
             worst = max(now.drops, key=lambda d: (d.share, d.table))
             fix = stack.suggested
-            hint = (f"set {ids_path} = {fix.max_ids_per_partition} and {unique_path} = "
-                    f"{fix.max_unique_ids_per_partition}" if fix else
-                    "raise the limits above the observed maxima")
+            pair = ((fix.max_ids_per_partition, fix.max_unique_ids_per_partition) if fix else
+                    (suggest_limit(stack.observed_max_ids, headroom=report.headroom),
+                     min(suggest_limit(stack.observed_max_unique_ids, headroom=report.headroom),
+                         suggest_limit(stack.observed_max_ids, headroom=report.headroom))))
+            failed = (f"fails {now.failed_steps} of {report.steps} step(s) (TensorFlow stops "
+                      "the step whatever allow_id_dropping says; SparseCore(s) "
+                      f"{spans(now.over_limit_sparse_cores)} received more than a limit from "
+                      "one SparseCore) and so " if now.failed_steps else "")
             out.append(Diagnostic(
                 RULE_DROPS, "error",
-                f"stacked table {stack.stack!r} drops {now.dropped} of {total} ids of the "
-                f"sample ({now.dropped / total:.2%}; most in table {worst.table!r}, "
+                f"stacked table {stack.stack!r} {failed}drops {now.dropped} of {total} ids of "
+                f"the sample ({now.dropped / total:.2%}; most in table {worst.table!r}, "
                 f"{worst.share:.2%}) at max_ids_per_partition {now.max_ids_per_partition} / "
                 f"max_unique_ids_per_partition {now.max_unique_ids_per_partition}; the sample "
                 f"needs {stack.observed_max_ids} / {stack.observed_max_unique_ids}",
-                ids_path, hint=hint))
+                advice.path, hint=advice.limits(*pair)))
         later = stack.suggested
         if later is not None and later.dropped:
-            out.append(Diagnostic(
-                RULE_SUGGESTED_DROPS, "warning",
-                f"stacked table {stack.stack!r} still drops {later.dropped} ids at the suggested "
-                f"limits {later.max_ids_per_partition} / {later.max_unique_ids_per_partition}: "
-                f"the COO buffer of {later.coo_buffer_size_per_device} ids per device is "
-                f"short (a device needed {stack.required_buffer_size_per_device})",
-                ids_path, hint="raise suggested_coo_buffer_size_per_device to at least "
-                               f"{stack.required_buffer_size_per_device}"))
+            out.append(_still_dropping(report, stack, later, advice))
     if load is not None and load.imbalance.max_over_mean > imbalance_threshold:
         top = load.top_tables[0].table if load.top_tables else None
         out.append(Diagnostic(
@@ -396,3 +454,38 @@ def findings(report: LimitsReport, config: SparseCoreConfig, *,
             hint="spread the hot table's ids (hash them, or split the table) or change the "
                  "stacking"))
     return out
+
+
+def _still_dropping(report: LimitsReport, stack: StackLimits, later: LimitSet,
+                    advice: LimitAdvice) -> Diagnostic:
+    """PLAN011: drops at the suggested limits, because a quantile below 1 left the sample's
+    largest steps over them, or else because the COO buffer is short."""
+    pair = f"{later.max_ids_per_partition} / {later.max_unique_ids_per_partition}"
+    failed = f" and fails {later.failed_steps} step(s)" if later.failed_steps else ""
+    if (later.max_ids_per_partition < stack.observed_max_ids
+            or later.max_unique_ids_per_partition < stack.observed_max_unique_ids):
+        ids = suggest_limit(stack.observed_max_ids, headroom=report.headroom)
+        unique = min(ids, suggest_limit(stack.observed_max_unique_ids, headroom=report.headroom))
+        return Diagnostic(
+            RULE_SUGGESTED_DROPS, "warning",
+            f"stacked table {stack.stack!r} still drops {later.dropped} ids{failed} at the "
+            f"suggested limits {pair}: they cover quantile {report.quantile:g} of the per-step "
+            f"maxima, below the sample's largest steps ({stack.observed_max_ids} / "
+            f"{stack.observed_max_unique_ids})", advice.path, hint=advice.limits(ids, unique))
+    return Diagnostic(
+        RULE_SUGGESTED_DROPS, "warning",
+        f"stacked table {stack.stack!r} still drops {later.dropped} ids{failed} at the suggested "
+        f"limits {pair}: the COO buffer of {later.coo_buffer_size_per_device} ids per device is "
+        f"short (a device needed {stack.required_buffer_size_per_device})",
+        advice.path, hint=advice.buffer(stack.required_buffer_size_per_device))
+
+
+def spans(values: tuple[int, ...]) -> str:
+    """``0-3, 7``: sorted integers as ranges."""
+    runs: list[list[int]] = []
+    for v in values:
+        if runs and v == runs[-1][1] + 1:
+            runs[-1][1] = v
+        else:
+            runs.append([v, v])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs) or "-"

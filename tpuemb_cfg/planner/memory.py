@@ -274,7 +274,7 @@ def legacy_memory(config: TPUEmbeddingConfiguration, *, hosts: int | None = None
         raise UsageError(f"{arg('hosts')} {count}: a table needs at least one host")
     mod = _mod(config, strategy)
     if count != config.num_hosts:
-        config = _with_hosts(config, count)
+        config = with_hosts(config, count)
     derived = derive(config)
     tables = _legacy_tables(config, derived)
     from tpuemb_cfg.layout import TableLayout
@@ -297,7 +297,8 @@ def legacy_memory(config: TPUEmbeddingConfiguration, *, hosts: int | None = None
     )
 
 
-def _with_hosts(config: TPUEmbeddingConfiguration, hosts: int) -> TPUEmbeddingConfiguration:
+def with_hosts(config: TPUEmbeddingConfiguration, hosts: int) -> TPUEmbeddingConfiguration:
+    """A copy of ``config`` with ``num_hosts`` = ``hosts``."""
     copy = type(config)()
     copy.CopyFrom(config)
     copy.num_hosts = hosts

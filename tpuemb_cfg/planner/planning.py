@@ -45,7 +45,7 @@ from tpuemb_cfg.planner.inputs import (
     legacy_schema,
     sparsecore_schema,
 )
-from tpuemb_cfg.planner.limits import LimitOptions, LimitsReport
+from tpuemb_cfg.planner.limits import LimitOptions, LimitsReport, spans
 from tpuemb_cfg.planner.load import LoadCounter, LoadOptions, LoadReport
 from tpuemb_cfg.planner.memory import MemoryReport
 from tpuemb_cfg.units import format_size
@@ -67,9 +67,10 @@ PLAN_RULES: dict[str, tuple[str, str]] = {
                          "activations)"),
     "PLAN003": ("error", "a host is over its memory building the tables "
                          "(initialize_tables_on_host)"),
-    "PLAN010": ("error", "a stacked table drops ids at its current limits"),
-    "PLAN011": ("warning", "a stacked table still drops ids at the suggested limits (the COO "
-                           "buffer is short)"),
+    "PLAN010": ("error", "a stacked table drops ids (or, on TensorFlow, fails steps) at its "
+                         "current limits"),
+    "PLAN011": ("warning", "a stacked table still drops ids at the suggested limits (the "
+                           "quantile left larger steps over them, or the COO buffer is short)"),
     "PLAN020": ("warning", "a SparseCore serves more than the threshold times the mean load"),
     RULE_HOST_IMBALANCE: ("warning", "a host serves more than the threshold times the mean "
                                      "load"),
@@ -180,6 +181,9 @@ class PlanOptions:
     compare: Compare = Compare()
     gate: Gate = Gate()
     load: LoadOptions = field(default_factory=LoadOptions)
+    #: plan one host of a multi-host SparseCore slice: the sample is that host's input (the
+    #: configured batch / hosts), preprocessed with its chips as the local devices
+    host_index: int | None = None
 
     def __post_init__(self) -> None:
         from tpuemb_cfg.planner.checks import check_plan_options
@@ -220,6 +224,7 @@ class Variant:
             out["slice"] = self.topology.as_json()
         if self.limits is not None:
             out["dropped_at_current_limits"] = sum(s.current.dropped for s in self.limits.stacks)
+            out["failed_steps_at_current_limits"] = self.limits.failed_steps
             out["stacks"] = len(self.limits.stacks)
         return out
 
@@ -285,6 +290,10 @@ class Planner:
         self.kind: Literal["legacy", "sparsecore"] = (
             "sparsecore" if hasattr(config, "topology") else "legacy")
         self.passes = 1
+        if self.kind == "legacy" and self.options.host_index is not None:
+            raise UsageError(f"--host-index {self.options.host_index}: only a SparseCore slice "
+                             "is planned per host (a legacy configuration's hosts are counted "
+                             "together); leave it out")
         if self.kind == "sparsecore":
             self._sc = self._sparsecore_variants()
             self._stackings = check_sparsecore_variants(self._sc, self.options, _stack)
@@ -312,9 +321,12 @@ class Planner:
             out.append((text, replace(config, topology=_topology(text, None,
                                                                  f"--compare topology={text}")),
                         False))
-        for hosts in opts.compare.hosts:
+        for hosts in opts.compare.hosts:  # one host's batch changes with the host count
             out.append((f"hosts={hosts}",
-                        replace(config, topology=replace(config.topology, hosts=hosts)), True))
+                        replace(config, topology=replace(config.topology, hosts=hosts)),
+                        opts.host_index is None))
+        for name, variant, _ in out:
+            _local_devices(variant, opts.host_index, name)
         return out
 
     def run(self) -> Plan:
@@ -369,6 +381,11 @@ class Planner:
         _same_schema(self.sample.schema, legacy_schema(prepared.plan))
         hosts = self._legacy_hosts()
         counts = self._legacy_counts()
+        # one column pair per variant asked for, even one equal to the configuration (shown,
+        # not folded into it); one counter per distinct host count
+        columns = [(hosts, ""), *((h, f"hosts={h}") for h in opts.compare.hosts),
+                   *((_topology(text, None, f"--compare topology={text}").hosts, text)
+                     for text in opts.compare.topologies)]
         tables = legacy_tables(prepared.plan)
         counters = {h: host_counter(tables, hosts=h, options=opts.load) for h in counts}
         for batch in self.sample:
@@ -377,18 +394,18 @@ class Planner:
         configured = ("MOD" if int(prepared.config.sharding_strategy) == ShardingStrategy.MOD
                       else "DIV_DEFAULT")
         variants = []
-        loads = counters[hosts].reports()
-        for h in counts:
-            reports = loads if h == hosts else counters[h].reports()
+        reports = {h: counter.reports() for h, counter in counters.items()}
+        loads = reports[hosts]
+        for h, label in columns:
             for strategy in (configured, *(s for s in STRATEGIES if s != configured)):
-                name = (f"as configured ({strategy})" if (h, strategy) == (hosts, configured)
-                        else f"hosts={h} {strategy}" if h != hosts else strategy)
+                name = (f"{label} {strategy}" if label else f"as configured ({strategy})"
+                        if strategy == configured else strategy)
                 memory = legacy_memory(prepared.config, hosts=h, strategy=strategy,
                                        host_memory_bytes=opts.host_memory_bytes,
                                        device_memory_bytes=self._device_memory())
-                variants.append(Variant(name, memory, reports[strategy]))
+                variants.append(Variant(name, memory, reports[h][strategy]))
         memory = variants[0].memory
-        findings = memory_findings(memory)
+        findings = memory_findings(memory) + _cores_left_out(prepared, hosts)
         load = loads[configured]
         threshold = opts.gate.imbalance if opts.gate.imbalance is not None else DEFAULT_IMBALANCE
         if load.imbalance.max_over_mean > threshold:
@@ -421,10 +438,12 @@ class Planner:
                                         config.topology))
                 continue
             counter = sparsecore_counter(stacking, options=opts.load)
-            stream = _Stream(self.sample, sparsecore_schema(config), counter)
+            stream = _Stream(self.sample, _schema(config, opts.host_index), counter)
             report = limits(stacking, stream, options=LimitOptions(
                 quantile=opts.quantile, headroom=opts.headroom, suggest=k == 0,
-                max_ids_per_chip_per_sample=config.max_ids_per_chip_per_sample))
+                max_ids_per_chip_per_sample=config.max_ids_per_chip_per_sample,
+                local_devices=_local_devices(config, opts.host_index, name),
+                host_index=opts.host_index))
             memory = sparsecore_memory(config, stacking, hbm_bytes=opts.hbm_bytes,
                                        host_memory_bytes=opts.host_memory_bytes)
             variants.append(Variant(name, memory, counter.reports()["stacked"], report,
@@ -447,7 +466,7 @@ class Planner:
         failed = _verdict(opts.gate, first.memory, first.load, primary_limits)
         return Plan("sparsecore", stats, first.memory, {"stacked": first.load}, "stacked",
                     primary_limits, variants, findings, opts.gate, failed, at_suggested,
-                    {f.name: f.bags for f in sparsecore_schema(config).features})
+                    {f.name: f.bags for f in _schema(config, opts.host_index).features})
 
 
 class _Stream:
@@ -470,6 +489,38 @@ class _Stream:
             self.counter.update(batch)
             yield batch
         self.stats = self.sample.stats
+
+
+def _local_devices(config: SparseCoreConfig, host_index: int | None, name: str) -> int | None:
+    """The chips of host ``host_index`` (``chips / hosts``: jax-tpu-embedding's
+    ``local_device_count``), None for the whole slice; a host the slice does not have, or hosts
+    that do not divide the chips, are a UsageError naming the variant."""
+    if host_index is None:
+        return None
+    topology = config.topology
+    where = "" if name == "as configured" else f" (--compare {name})"
+    if not 0 <= host_index < topology.hosts:
+        raise UsageError(f"--host-index {host_index}: the slice{where} has {topology.hosts} "
+                         f"host(s), so the index is 0 to {topology.hosts - 1}")
+    if topology.chips % topology.hosts:
+        raise UsageError(f"--host-index {host_index}: {topology.chips} chips do not divide into "
+                         f"{topology.hosts} hosts{where}; give --hosts a divisor of the chips")
+    return int(topology.chips // topology.hosts)
+
+
+def _schema(config: SparseCoreConfig, host_index: int | None) -> SampleSchema:
+    """The sample's features: one configured batch is the global batch, or with ``host_index``
+    one host's share of it (the global batch / hosts, as each host's input pipeline reads)."""
+    schema = sparsecore_schema(config)
+    hosts = config.topology.hosts
+    if host_index is None or hosts == 1:
+        return schema
+    odd = [f.name for f in schema.features if f.bags % hosts]
+    if odd:
+        bags = next(f.bags for f in schema.features if f.name == odd[0])
+        raise UsageError(f"--host-index {host_index}: the global batch of feature {odd[0]!r} "
+                         f"({bags} bags) does not divide into {hosts} hosts")
+    return SampleSchema(tuple(replace(f, bags=f.bags // hosts) for f in schema.features))
 
 
 def _stack(config: SparseCoreConfig, label: str | None = None) -> Stacking:
@@ -512,7 +563,7 @@ def _verdict(gate: Gate, memory: MemoryReport, load: LoadReport,
                       else "oom: a unit is over its memory")
     if gate.drops and limits is not None:
         dropped = sum(s.current.dropped for s in limits.stacks)
-        failing = sum(s.current.failed_steps for s in limits.stacks)
+        failing = limits.failed_steps
         if dropped or failing:
             failed.append(f"drops: {dropped} ids dropped at the current limits"
                           + (f", {failing} step(s) failed" if failing else ""))
@@ -520,6 +571,30 @@ def _verdict(gate: Gate, memory: MemoryReport, load: LoadReport,
         failed.append(f"imbalance: {load.level} {load.imbalance.hottest} serves "
                       f"{load.imbalance.max_over_mean:.3f}x the mean, above {gate.imbalance:g}")
     return failed
+
+
+#: validate's rule for tensor cores that are not a multiple of the hosts, which plan also reports.
+RULE_CORES_PER_HOST = "TBL010"
+
+
+def _cores_left_out(prepared: Prepared, hosts: int) -> list[Diagnostic]:
+    """Validate's TBL010 on the configuration with the plan's host count (``--hosts`` or the
+    topology may differ from ``num_hosts``): the per-chip memory spreads a host's rows over
+    ``num_tensor_cores // hosts`` devices, so the cores beyond ``hosts`` times that are left
+    out; the hint says how many."""
+    from tpuemb_cfg.planner.memory import with_hosts
+    from tpuemb_cfg.rules import RULES
+    from tpuemb_cfg.validator import run_rules
+
+    config = prepared.config
+    if hosts != config.num_hosts:
+        config = with_hosts(config, hosts)
+    cores = int(config.num_tensor_cores)
+    counted = cores // hosts * hosts
+    hint = (f"the memory per chip counts {counted} of the {cores} TensorCores "
+            f"({cores // hosts} per host): {cores - counted} left out" if counted else
+            f"fewer TensorCores ({cores}) than hosts ({hosts}): no memory per chip")
+    return [replace(d, hint=hint) for d in run_rules(config, [RULES[RULE_CORES_PER_HOST]])]
 
 
 def _host_imbalance(load: LoadReport, threshold: float, hosts: int) -> Diagnostic:
@@ -621,8 +696,10 @@ def _load_text(report: LoadReport, limit: int = 8) -> list[str]:
 
 
 def _limits_text(report: LimitsReport) -> list[str]:
+    one = (f", host {report.host_index}: its {report.local_devices} chip(s)"
+           if report.host_index is not None else "")
     out = [f"limits per stacked table (quantile {report.quantile:g}, headroom "
-           f"{report.headroom:g}, {report.steps} step(s)):"]
+           f"{report.headroom:g}, {report.steps} step(s){one}):"]
     rows = [("stack", "observed ids/unique", "current", "dropped", "suggested", "dropped",
              "coo buffer/device")]
     for s in report.stacks:
@@ -636,7 +713,15 @@ def _limits_text(report: LimitsReport) -> list[str]:
             if later else "-",
             f"{later.dropped} ({_pct(later.dropped / total)})" if later else "-",
             f"{later.coo_buffer_size_per_device if later else now.coo_buffer_size_per_device}"))
-    return out + _table(rows)
+    out += _table(rows)
+    if report.failed_steps:
+        out.append(f"  failed steps: {report.failed_steps} of {report.steps} at the current limits "
+                   f"(TensorFlow stops a step over a limit; {report.ids_in_failed_steps:,} ids in "
+                   "them): " + ", ".join(
+                       f"{s.stack} {s.current.failed_steps} (SparseCore(s) "
+                       f"{spans(s.current.over_limit_sparse_cores)})"
+                       for s in report.stacks if s.current.failed_steps))
+    return out
 
 
 def _what_if_text(variants: Sequence[Variant]) -> list[str]:
@@ -659,6 +744,9 @@ def _what_if_text(variants: Sequence[Variant]) -> list[str]:
     if "dropped_at_current_limits" in data[0]:
         line("stacks", lambda d: str(d["stacks"]))
         line("dropped (current)", lambda d: str(d["dropped_at_current_limits"]))
+        if any(v.limits is not None and v.limits.mode == "tensorflow" for v in variants):
+            # only TensorFlow fails a step over a limit (jax-tpu-embedding drops instead)
+            line("failed steps (current)", lambda d: str(d["failed_steps_at_current_limits"]))
     return ["what-if:", *_table(rows)]
 
 

@@ -178,6 +178,7 @@ def _stack_summary(config: SparseCoreConfig, stacking: Stacking, stack: Stack
     real = stack.unpadded_elements
     rows = stack.padded_vocabulary_size // cores
     per_core = stack_bytes_per_sparse_core(stacking, stack, slots)
+    quantization = {t.name: t.quantization for t in config.tables}
     return {
         "name": stack.name,
         "tables": [{
@@ -186,6 +187,8 @@ def _stack_summary(config: SparseCoreConfig, stacking: Stacking, stack: Stack
             "row_offset_in_shard": t.row_offset_in_shard, "shard_rotation": t.shard_rotation,
             "stacker_output_samples": t.output_samples, "stacker_num_features": t.num_features,
             "features": sum(1 for f in config.features if f.table == t.name),
+            # the table's quantization config as its API wrote it (None: not quantized)
+            "quantization": quantization.get(t.name),
         } for t in stack.tables],
         "padded_shape": [stack.padded_vocabulary_size, stack.padded_dim],
         "group": stack.group,
@@ -346,6 +349,8 @@ def format_sparsecore_summary(summary: dict[str, Any], title: str) -> str:
             lines.append(f"  {t['name']}: {t['shape'][0]} x {t['shape'][1]} -> "
                          f"{t['padded_shape'][0]} x {t['padded_shape'][1]}, row offset "
                          f"{t['row_offset_in_shard']}, rotation {t['shard_rotation']}")
+            if t.get("quantization"):
+                lines.append(f"    quantization: {t['quantization']}")
             if (summary["mode"] == "tensorflow"
                     and t["stacker_num_features"] != t["features"]):
                 lines.append(f"    TensorFlow 2.21 told the stacker {t['stacker_num_features']} "

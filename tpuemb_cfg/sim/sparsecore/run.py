@@ -35,6 +35,7 @@ from ...executor.engines import get_engine
 from ...executor.engines.numpy import combine
 from ...executor.memory import Estimate, library_estimate, reduce_hint
 from ...executor.options import Placement, RunOptions
+from ...sparsecore.tf_preprocess import TensorFlowLimitError
 from .gains import RowGains, kept_inputs, row_gains
 
 if TYPE_CHECKING:
@@ -124,6 +125,8 @@ def preprocess_dropper(setup: SparseCoreSetup, allow_id_dropping: bool) -> Dropp
         try:
             batch = run({name: (c.ids, c.row_splits) for name, c in pairs},
                         {name: (c.weights, c.row_splits) for name, c in pairs})
+        except TensorFlowLimitError as exc:
+            raise InputError(f"step {step}: {_limit_failure(setup, exc)}") from None
         except (InputError, ValueError, NotImplementedError) as exc:
             raise InputError(f"step {step}: {exc}") from None
         masks: dict[str, np.ndarray] = {}
@@ -133,6 +136,20 @@ def preprocess_dropper(setup: SparseCoreSetup, allow_id_dropping: bool) -> Dropp
                      {name: int(stack.id_drop_count) for name, stack in batch.stacks.items()})
 
     return drop
+
+
+def _limit_failure(setup: SparseCoreSetup, exc: TensorFlowLimitError) -> str:
+    """TensorFlow's failure of a step over a limit, its fix in a setting the spec's API reads
+    (``sparsecore.advice``: keras-rs on TensorFlow cannot set the limits at all)."""
+    from ...sparsecore.advice import limit_advice
+
+    stack = setup.stacking.stack(str(exc.stack))
+    pair = (stack.max_ids_per_partition, stack.max_unique_ids_per_partition)
+    advice = limit_advice(setup.config, stack.name, tuple(t.name for t in stack.tables), pair)
+    wanted = ((max(exc.observed, pair[0]), pair[1]) if exc.limit_name == "max_ids_per_partition"
+              else (max(exc.observed, pair[0]), max(exc.observed, pair[1])))
+    told = str(exc).rsplit(" - raise ", 1)[0]
+    return f"{told} - {advice.limits(*wanted)}"
 
 
 @dataclass
