@@ -129,7 +129,7 @@ def legacy_schema(plan: Plan) -> SampleSchema:
 def sparsecore_schema(config: SparseCoreConfig) -> SampleSchema:
     """The spec's features; a batch is the global batch (see the module's rescaling rule)."""
     vocab = {t.name: t.vocabulary_size for t in config.tables}
-    per_replica = config.api != "jax"
+    per_replica = config.mode != "jax"  # jax (and keras-rs on JAX): global shapes
     return SampleSchema(tuple(
         SampleFeature(f.name, f.table, vocab[f.table],
                       f.samples * (config.topology.num_partitions if per_replica else 1))
