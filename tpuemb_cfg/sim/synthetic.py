@@ -56,6 +56,7 @@ from ..executor.bags import bag_lengths
 from ..executor.core import damaged_checkpoint
 from ..executor.counter import stream_key
 from ..executor.memory import Estimate, RunShape, describe, reduce_hint
+from ..executor.nonfinite import NonFinite
 from ..executor.plan import Plan, TablePlan
 from ..executor.prepared import Prepared
 from ..executor.rates import spec_learning_rates
@@ -262,14 +263,24 @@ class SyntheticData:
             lines.setdefault(rate.tag, f"tag {rate.tag}: {rate.describe()}")
         return [lines[tag] for tag in sorted(lines)]
 
-    def require_finite(self, step: int, loss: float, activations: Sequence[np.ndarray]) -> None:
+    def require_finite(self, step: int, loss: float, activations: Sequence[np.ndarray],
+                       first: NonFinite | None = None) -> None:
         """Raise ``NumericalError`` when a step's ``loss`` is not finite: some feature's
         activations overflowed float32 (the rows they combine grew too large; the teacher is
         bounded, so a finite activation gives a finite loss and gradient). The error names the
-        feature, its table and the learning rate that fed it, instead of leaving the gradient
-        check to blame a key of a batches file this run never read."""
+        feature, its table and the cause, instead of leaving the gradient check to blame a key
+        of a batches file this run never read: ``first``, the run's first non-finite value
+        (``Executor.nonfinite``: an update's, or a loaded state's), when there is one, else the
+        learning rate that fed the rows."""
         if math.isfinite(loss):
             return
+        if first is not None:
+            feature = next((f for f, a in zip(self.plan.features, activations, strict=True)
+                            if not np.isfinite(a).all()), self.plan.features[0])
+            raise NumericalError(
+                f"step {step}: the activations of feature {feature.index} ({feature.name!r}) are "
+                f"not finite: they read a non-finite row - {first.message}",
+                parameter=first.parameter, value=first.rate, table=first.table)
         for feature, activation in zip(self.plan.features, activations, strict=True):
             bad = np.argwhere(~np.isfinite(activation))
             if not bad.size:
@@ -405,7 +416,7 @@ class SyntheticRun:
         # The executor is done with the gradients when send_gradients returns: reuse them.
         loss, grads = self.data.loss_gradients(batch, activations, dedup, reuse=True)
         step = self.step
-        self.data.require_finite(step, loss, activations)
+        self.data.require_finite(step, loss, activations, self.executor.nonfinite)
         rates = self.data.learning_rates(step)
         try:
             self.executor.send_gradients(grads, rates, dedup)
