@@ -28,6 +28,7 @@ FLAGS: dict[str, str] = {
     "sequence_lengths": "--sequence-lengths",
     "shards": "--shards",
     "steps": "--steps",
+    "strict_finite": "--strict-finite",
     "tables": "--tables",
     "threads": "--threads",
     "vocab": "--vocab",

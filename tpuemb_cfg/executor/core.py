@@ -29,6 +29,7 @@ import numpy as np
 
 from .. import units
 from ..errors import InputError, NumericalError, UsageError
+from ..errors import parameter as arg
 from .batch import (
     CheckedFeature,
     FeatureInput,
@@ -138,7 +139,8 @@ class TableReport:
     ``ids_per_host`` / ``unique_ids_per_host``: id occurrences and distinct ids of the step by
     the host that owns them (spec section 8). ``rows_touched``: distinct ids looked up;
     ``rows_updated``: rows the optimizer stepped (all rows for non-lazy Adam/Lion);
-    ``update_norm``: Euclidean norm of the change of the table's parameters in the step;
+    ``update_norm``: Euclidean norm of the change of the table's parameters in the step (in
+    ``as_dict``, None when it is not finite: JSON has no NaN);
     ``zero_denominator_bags``: per feature of the table, bags whose mean/sqrtn denominator was 0.
     """
 
@@ -154,7 +156,7 @@ class TableReport:
         return {
             "rows_touched": self.rows_touched,
             "rows_updated": self.rows_updated,
-            "update_norm": self.update_norm,
+            "update_norm": self.update_norm if math.isfinite(self.update_norm) else None,
             "ids_per_host": [int(v) for v in self.ids_per_host],
             "unique_ids_per_host": [int(v) for v in self.unique_ids_per_host],
             "zero_denominator_bags": {str(f): n for f, n in self.zero_denominator_bags.items()},
@@ -232,6 +234,11 @@ class Executor:
             self.plan, self.engine, initial_state, state_source, strict, options, placement))
         self.step_index = 0
         self.report = bool(options.report)
+        # Per table, the slots (and for the compiled route, the parameters) of the rows its
+        # update changes, before it: what ``_nonfinite`` replays a non-finite result from
+        # (``_keep_before``).
+        self._slots_before: dict[str, tuple[np.ndarray, ...]] = {}
+        self._params_before: dict[str, np.ndarray] = {}
         # One step at a time: two threads stepping one executor would interleave the reads and
         # in-place writes of the same rows and lose updates (see the class docstring).
         self._lock = threading.RLock()
@@ -755,6 +762,8 @@ class Executor:
             for table in self.plan.tables:
                 record = dedup.tables[table.name]
                 if table.name in fused_grads:
+                    self._keep_before(table, record.unique_ids if table.lazy else None,
+                                      params=True)
                     squared = update_table(
                         self._fused, self.storage, table, record, fused_grads[table.name],
                         self._learning_rate(table, rates), UpdateContext(self.step_index, dynamic),
@@ -766,7 +775,8 @@ class Executor:
                         )
                         report.update_norm = float(np.sqrt(squared))
                     self._check_finite(table, record.unique_ids if table.lazy else None,
-                                       squared, rates, (record, grads), None)
+                                       squared, rates, (record, grads),
+                                       self._params_before.pop(table.name, None))
                     continue
                 # A non-finite result is reported by _check_finite, naming its cause, not by
                 # NumPy.
@@ -800,14 +810,16 @@ class Executor:
         said as a warning, or (``strict_finite``) raised as ``NumericalError``; a storage that
         can undo a step does not commit it then. Later ones are not diagnosed again."""
         if math.isfinite(norm) or (self.nonfinite is not None and not self.strict_finite):
+            self._slots_before.pop(table.name, None)
             return
         values = np.asarray(self.storage.gather(table.name, rows))
         if np.isfinite(values).all():  # only the float32 difference overflowed
+            self._slots_before.pop(table.name, None)
             return
         event = self._nonfinite(table, rows, values, rates, source, before)
         if self.strict_finite:
             raise NumericalError(
-                f"{event.message}; --strict-finite (strict_finite=) makes this an error",
+                event.message,
                 parameter=event.parameter, value=event.rate, table=table.name)
         self.nonfinite = event
         warn(event, stacklevel=2)
@@ -825,13 +837,18 @@ class Executor:
         count = int(bad.shape[0])
         row = position if rows is None else int(rows[position])
         lr = self._learning_rate(table, rates)
-        arrays = self.storage.arrays()
-        slots = [F32(np.asarray(arrays[f"slot/{table.name}/{name}"][row:row + 1])[0, column])
-                 for name in table.slot_names]
-        w = F32(before[position, column]) if before is not None else F32(0)
+        kept = self._slots_before.pop(table.name, None)
+        exact = before is not None and kept is not None
+        if exact:
+            assert before is not None and kept is not None
+            w = F32(before[position, column])
+            slots = [F32(slot[position, column]) for slot in kept]
+        else:  # the compiled update worked in place: the values it left
+            w = F32(values[position, column])
+            slots = [F32(slot[0, column]) for slot in self._slot_rows(table, row)]
         grad = self._row_gradient(table, source, row)
         cause, operation, blamed = diagnose(table, w, slots, F32(grad[column]), lr,
-                                            tuple(float(r) for r in rates))
+                                            tuple(float(r) for r in rates), exact=exact)
         parameter = None
         if blamed:
             text, parameter = self._rate_source(table)
@@ -840,6 +857,31 @@ class Executor:
         return NonFinite(self.step_index, table.name, row, column,
                          str(values[position, column]), cause, operation, count, blamed,
                          parameter, float(lr) if blamed else None)
+
+    def _keep_before(self, table: TablePlan, rows: np.ndarray | None, *,
+                     params: bool = False) -> None:
+        """Keep the slots (``params``: and the parameters) of ``rows`` of ``table`` before its
+        update, for ``_nonfinite``: copies of the rows a lazy update changes in a storage in
+        this process (about 1% of a step); not whole tables (a non-lazy update's, whose cause
+        is then replayed from the values it left) nor remote rows."""
+        local = getattr(self.storage, "local", None)
+        if rows is None or not callable(local):
+            return
+        values, slots = local(table.name, rows)
+        self._slots_before[table.name] = tuple(np.take(slot, rows, axis=0) for slot in slots)
+        if params:
+            self._params_before[table.name] = np.take(values, rows, axis=0)
+
+    def _slot_rows(self, table: TablePlan, row: int) -> list[np.ndarray]:
+        """Row ``row`` of each slot of ``table`` ([1, D] arrays), as the storage holds it."""
+        ids = np.array([row], dtype=np.int64)
+        local = getattr(self.storage, "local", None)
+        if callable(local):
+            _, slots = local(table.name, ids)
+            return [np.asarray(slot[row:row + 1]) for slot in slots]
+        arrays = self.storage.arrays()
+        return [np.asarray(arrays[f"slot/{table.name}/{name}"][row:row + 1])
+                for name in table.slot_names]
 
     def _rate_source(self, table: TablePlan) -> tuple[str, str | None]:
         """Where ``table``'s learning rate comes from, in words, and the library parameter that
@@ -895,8 +937,9 @@ class Executor:
                 if self.strict_finite:
                     raise InputError(
                         f"{text} at row {row}, column {column} ({count:,} non-finite "
-                        "value(s)); --strict-finite refuses a state that is not finite: start "
-                        "from another checkpoint or initial state", path=source, key=key)
+                        f"value(s)); {arg('strict_finite')} refuses a state that is not "
+                        "finite: start from another checkpoint or initial state",
+                        path=source, key=key)
                 if self.nonfinite is None:
                     self.nonfinite = event
                     warn(event, stacklevel=3)
@@ -926,6 +969,7 @@ class Executor:
             else:
                 changed = np.unique(np.concatenate([p.rows for p in record.partials]))
         before = self.storage.gather(table.name, changed)
+        self._keep_before(table, changed)
         for partial in record.partials:
             # Spec section 4: sum gains[j] * dA[sample[j]] per row over the covered occurrences.
             covered = partial.occurrences

@@ -225,7 +225,21 @@ class Traced:
             return _sqrt(self)
         if ufunc is np.sign and method == "__call__":
             return _sign(self)
+        if method == "__call__" and len(inputs) == 2 and ufunc in _BINARY:
+            symbol, fn = _BINARY[ufunc]
+            left, right = inputs
+            if left is self:
+                return self._op(right, symbol, fn)
+            return self._op(left, symbol, fn, swap=True)  # a NumPy scalar on the left
         return NotImplemented
+
+
+_BINARY: dict[Any, tuple[str, Callable[[Any, Any], Any]]] = {
+    np.add: ("+", lambda a, b: a + b),
+    np.subtract: ("-", lambda a, b: a - b),
+    np.multiply: ("*", lambda a, b: a * b),
+    np.true_divide: ("/", lambda a, b: a / b),
+}
 
 
 def _value(o: Any) -> Any:
@@ -293,22 +307,36 @@ def _traced(element: Callable[..., Any]) -> Callable[..., Any]:
     return types.FunctionType(element.__code__, scope, element.__name__)
 
 
+#: Said of a replay from the values a compiled (in-place) update left.
+_IN_PLACE = ("replayed from the values the step left, as the compiled update overwrites them; "
+             "--engine numpy replays from the values it read")
+
+
 def diagnose(table: Any, w: Any, slots: Sequence[Any], g: Any, lr: Any,
-             dynamic: Sequence[float]) -> tuple[str, str, bool]:
+             dynamic: Sequence[float], *, exact: bool = True) -> tuple[str, str, bool]:
     """Replay spec section 6 on one element of ``table`` (a ``TablePlan``): parameter ``w``,
     slot values ``slots`` (in the table's order), gradient ``g``, learning rate ``lr``, the
-    step's dynamic inputs ``dynamic``. Returns (cause in words, the expression, whether the
-    learning rate overflowed)."""
+    step's dynamic inputs ``dynamic``; ``exact``: ``w`` and ``slots`` are the values the step
+    read (else those it left). Returns (cause in words, the expression, whether an overflowing
+    learning rate is the cause)."""
     names = ["G", *table.slot_names]
-    inputs = {"the gradient G": g, "the learning rate": lr, "the parameter": w,
-              **{f"the slot {n}": v for n, v in zip(table.slot_names, slots, strict=False)}}
+    inputs = {"the gradient G": g, "the learning rate": lr,
+              **{f"the slot {n}": v for n, v in zip(table.slot_names, slots, strict=False)},
+              "the parameter": w}
     for what, value in inputs.items():
-        if not math.isfinite(float(value)):
-            cause = f"{what} was already {_fmt(F32(value))} when the step began"
-            if what == "the gradient G":
-                cause = (f"the row's gradient G (the sum of its contributions) is "
-                         f"{_fmt(F32(value))}: the summed gradient overflowed float32")
-            return cause, what, what == "the learning rate"
+        if math.isfinite(float(value)):
+            continue
+        if what == "the gradient G":
+            return (f"the row's gradient G (the sum of its contributions) is "
+                    f"{_fmt(F32(value))}: the summed gradient overflowed float32", "G", False)
+        if what == "the learning rate":
+            return f"the learning rate is {_fmt(F32(value))}", "lr", True
+        if exact:
+            return f"{what} was already {_fmt(F32(value))} when the step began", what, False
+        if what != "the parameter":
+            return (f"{what} is {_fmt(F32(value))} after the step (made by this step or an "
+                    f"earlier one; {_IN_PLACE})", what, False)
+        w = F32(0)  # the parameter's old value is gone: its part of the update is not replayed
     optimizer = table.optimizer
     if not getattr(optimizer, "elements", ()):
         return ("the optimizer is a Python callable (CustomOptimizer): it returned the "
@@ -330,12 +358,15 @@ def diagnose(table: Any, w: Any, slots: Sequence[Any], g: Any, lr: Any,
         if table.clip_gradients is not None:
             tg = _clip(tg, *table.clip_gradients)
         if table.weight_decay != 0:
-            decay = table.weight_decay * rate if table.decay_by_lr else table.weight_decay
+            factor = Traced(table.weight_decay, "weight_decay_factor")
+            decay = factor * rate if table.decay_by_lr else factor
             tw = tw - decay * tw
         out = _traced(element)(tw, *padded, tg, rate, h)
         if table.clip_weights is not None:
             _clip(out[0], *table.clip_weights)
     except _Found as found:
-        return found.cause, found.expression, found.learning_rate
-    return ("no operation of the update gives a non-finite value when replayed from the slot "
-            "values the step left (it updates them in place)", "", False)
+        return (found.cause if exact else f"{found.cause} ({_IN_PLACE})", found.expression,
+                found.learning_rate)
+    if exact:
+        return "no operation of the update gives a non-finite value on these inputs", "", False
+    return f"no operation of the update gives a non-finite value when {_IN_PLACE}", "", False

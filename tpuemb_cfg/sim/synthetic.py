@@ -563,6 +563,8 @@ class SyntheticRun:
         }
         if self.plan.num_learning_rates:
             out["learning_rates"] = learning_rate_summary(self.data, self.history)
+        if self.executor.nonfinite is not None:  # the first NaN or infinity, with its cause
+            out["nonfinite"] = self.executor.nonfinite.as_dict()
         return out
 
 
