@@ -327,20 +327,35 @@ def test_a_custom_optimizer_calling_sys_exit_is_an_error(tmp_path: Path) -> None
 
 @pytest.mark.parametrize("rate", ["3e38", "1e30"])
 def test_an_overflowing_learning_rate_is_named_not_a_batches_key(work: Path, rate: str) -> None:
-    line = refused(work, "simulate", "--learning-rate", rate, "--steps", "20", "--out-dir", "o")
+    line = refused(work, "simulate", "--learning-rate", rate, "--steps", "20", "--out-dir", "o",
+                   "--strict-finite")
     assert line.startswith("step ")
-    assert "outside float32's range" in line and "lower the learning rate" in line
+    assert "non-finite" in line and "lower the learning rate" in line
     assert f"the run sends learning_rate={float(rate):.6g} on every dynamic tag" in line
     assert line.endswith("(set by --learning-rate)")
     assert "key s" not in line and "grad" not in line
 
 
+def test_an_overflowing_learning_rate_is_said_then_named_by_default(work: Path) -> None:
+    """Without --strict-finite the update's result is kept and said (with its cause, the
+    learning rate); the synthetic run then stops at the activations that read it, naming the
+    same cause."""
+    result = run("simulate", "--learning-rate", "3e38", "--steps", "20", "--out-dir", "o", "-q")
+    assert result.exit_code == 2
+    warning, error = result.stderr.splitlines()
+    assert warning.startswith("warning: step 1: the update of table 'item' left ")
+    assert "lower the learning rate" in warning
+    assert error.startswith("step 2: the activations of feature ")
+    assert warning.removeprefix("warning: ") in error
+
+
 def test_an_overflowing_schedule_is_named(work: Path) -> None:
     (work / "q.pbtxt").write_text(QUICKSTART)
-    (work / "sim.pbtxt").write_text("learning_rate_schedule { tag: 1 constant: 1e30 }\n")
+    (work / "sim.pbtxt").write_text("learning_rate_schedule { tag: 1 constant: 1e30 }\n"
+                                    "strict_finite: true\n")
     line = refused(work, "simulate", "q.pbtxt", "--spec", "sim.pbtxt", "--steps", "20",
                    "--out-dir", "o")
-    assert line.startswith("step 1: the update of table 'item' (adam) left ")
+    assert line.startswith("step 1: the update of table 'item' left ")
     assert "the schedule of tag 1 gives 1e+30 at step 1" in line
     assert line.endswith("(set by the --spec schedule)")
 
@@ -348,14 +363,14 @@ def test_an_overflowing_schedule_is_named(work: Path) -> None:
 def test_the_executor_reports_the_update_that_overflowed(work: Path) -> None:
     config = load(TINY.replace("constant: 0.5", "constant: 3e38").encode(), "text")
     for engine in ("numba", "numpy"):
-        executor = Executor(config, engine=engine)
+        executor = Executor(config, engine=engine, strict_finite=True)
         with pytest.raises(NumericalError) as info:
             executor.step([{"ids": np.array([1, 3]), "grad": np.full((2, 2), 2, np.float32)}])
         assert str(info.value) == (
-            "step 0: the update of table 't' (stochastic_gradient_descent) left 4 parameter(s) "
-            "outside float32's range (first: -inf at row 1, column 0), with learning rate 3e+38 "
-            "(the configuration's constant learning rate); float32 holds magnitudes up to "
-            "3.4e38: lower the learning rate")
+            "step 0: the update of table 't' left 4 parameter(s) non-finite (first: -inf at row "
+            "1, column 0): lr * G overflowed: 3.00000001e+38 * 2 is beyond float32's 3.4e38, "
+            "with learning rate 3e+38 (the configuration's constant learning rate); lower the "
+            "learning rate")
         assert info.value.table == "t"
 
 

@@ -822,7 +822,7 @@ class Executor:
                 event.message,
                 parameter=event.parameter, value=event.rate, table=table.name)
         self.nonfinite = event
-        warn(event, stacklevel=2)
+        warn(event)
 
     def _nonfinite(self, table: TablePlan, rows: np.ndarray | None, values: np.ndarray,
                    rates: np.ndarray, source: tuple[TableDeduplication, list[np.ndarray]],
@@ -942,7 +942,7 @@ class Executor:
                         path=source, key=key)
                 if self.nonfinite is None:
                     self.nonfinite = event
-                    warn(event, stacklevel=3)
+                    warn(event)
                 return
 
     def _learning_rate(self, table: TablePlan, rates: np.ndarray) -> np.float32:

@@ -88,9 +88,11 @@ class NonFinite:
         return out
 
 
-def warn(event: NonFinite, stacklevel: int = 3) -> None:
-    """Say ``event`` (a ``NonFiniteWarning``)."""
-    warnings.warn(NonFiniteWarning(event), stacklevel=stacklevel)
+def warn(event: NonFinite) -> None:
+    """Say ``event`` (a ``NonFiniteWarning``), every time: each run's first non-finite value is
+    news, even when an earlier run in this process said the same words."""
+    warnings.warn_explicit(NonFiniteWarning(event), NonFiniteWarning, __file__, 1,
+                           module=__name__, registry=None)
 
 
 def first_nonfinite(array: Any, block: int = 1 << 16) -> tuple[int, int, int, str] | None:
