@@ -207,6 +207,9 @@ def _text(value: str) -> np.ndarray:
      "record 0: expected an object with step, loss and tables"),
     (lambda a: a.update({"run/history": _text("[]")}), "run/history",
      "0 record(s) found for the 4 step(s) of executor/step"),
+    (lambda a: a.update({"run/history": _text('{"stride": 3, "steps": 4, "records": []}')}),
+     "run/history", "expected stride (a power of 2), steps (4, the step of executor/step) and "
+     "records"),
     (lambda a: a.pop("table/t"), "table/t", "missing: a checkpoint holds every table and slot"),
 ])
 def test_a_damaged_checkpoint_is_refused_before_the_run(work: Path, damage: object, key: str,

@@ -36,9 +36,10 @@ def run_text(summary: Mapping[str, Any], tables_path: str, plot: str | None = No
         f"tpuemb simulate: {summary['steps']} steps of synthetic data on {summary['config']} "
         f"(seed {summary['seed']})",
     ]
+    steps = summary.get("recorded_steps") or list(range(len(loss)))  # a long run: sampled
     if loss:
-        lines.append(f"loss: {loss[0]:.4f} (step 0) -> {loss[-1]:.4f} (step {len(loss) - 1})")
-    lines.extend(_rate_lines(summary.get("learning_rates", [])))
+        lines.append(f"loss: {loss[0]:.4f} (step 0) -> {loss[-1]:.4f} (step {steps[-1]})")
+    lines.extend(_rate_lines(summary.get("learning_rates", []), summary.get("recorded_steps")))
     header = ("table", "optimizer", "rows touched/step", "update norm first -> last",
               "ids/step per host", "unique ids/step per host")
     rows: list[tuple[str, ...]] = [header]
@@ -60,11 +61,15 @@ def run_text(summary: Mapping[str, Any], tables_path: str, plot: str | None = No
     return "\n".join(lines)
 
 
-def _rate_lines(tags: list[Mapping[str, Any]]) -> list[str]:
-    """Per dynamic tag: its first and last value, its range and where it comes from."""
+def _rate_lines(tags: list[Mapping[str, Any]], recorded: list[int] | None = None
+                ) -> list[str]:
+    """Per dynamic tag: its first and last value, its range and where it comes from;
+    ``recorded``: the step of each value (None: every step)."""
     lines = []
     for tag in tags:
-        values = [(step, v) for step, v in enumerate(tag["per_step"]) if v is not None]
+        steps = recorded if recorded is not None else range(len(tag["per_step"]))
+        values = [(step, v) for step, v in zip(steps, tag["per_step"], strict=True)
+                  if v is not None]
         users = ", ".join(tag["used_by"])
         low = min((v for _, v in values), default=None)
         high = max((v for _, v in values), default=None)
