@@ -30,6 +30,7 @@ from tpuemb_cfg import InputError, UsageError, limits, load, settings, units
 from tpuemb_cfg.commands.simulate import parse_size
 from tpuemb_cfg.errors import NumericalError
 from tpuemb_cfg.npzio import atomic_write_npz, read_npz
+from tpuemb_cfg.sim.history import LIMIT
 from tpuemb_cfg.sim.synthetic import SyntheticData, history_bytes
 from tpuemb_cfg.simulate import Executor, MultiWorkerRun, SyntheticRun
 
@@ -156,12 +157,17 @@ def test_an_npz_header_larger_than_its_data_is_refused(work: Path) -> None:
 
 
 def test_a_run_whose_history_would_not_fit_is_refused(work: Path) -> None:
-    """The history grows with every step (the summary's numbers): it counts in the estimate."""
-    line = refused(work, "simulate", "c.pbtxt", "--steps", "20000", "--max-memory", "16M",
-                   "--out-dir", "o")
-    assert line.startswith("the simulation needs about ")
-    assert "the history of 20,000 steps" in line and "more than the memory limit of 16 MiB" in line
-    assert "run fewer steps (each keeps about 2.3 KiB of history)" in line
+    """A single worker's history stops growing at sim.history.LIMIT steps (issue 33: its
+    estimate is the same for 20,000 and 2,000,000 steps); the multi-worker record of every
+    gradient still grows with the steps, and counts in the estimate."""
+    parts = []
+    for steps in ("20000", "2000000"):
+        result = run("simulate", "c.pbtxt", "--steps", steps, "--dry-run", "--json",
+                     "--out-dir", "o")
+        assert result.exit_code == 0, result.output
+        parts.append(json.loads(result.stdout)["memory"]["estimate"]["history_bytes"])
+    assert parts[0] == parts[1] == history_bytes(
+        SyntheticRun(load(TINY.encode(), "text"), engine="numpy").plan, LIMIT + 1)
     line = refused(work, "simulate", "c.pbtxt", "--workers", "8", "--steps", "5000",
                    "--max-memory", "32M", "--out-dir", "o")
     assert "the record of 8 x 5,000 gradients" in line and "run fewer steps or workers" in line

@@ -29,7 +29,6 @@ import numpy as np
 
 from .. import units
 from ..errors import InputError, NumericalError, UsageError
-from ..errors import parameter as arg
 from .batch import (
     CheckedFeature,
     FeatureInput,
@@ -42,7 +41,7 @@ from .batch import key as batch_key
 from .custom import combine_custom, custom_gains, note_fallback
 from .engines import Engine, get_engine
 from .fused import TableInput, backprop_tables, forward_backprop, identity, stacked, update_table
-from .nonfinite import NonFinite, diagnose, first_nonfinite, warn
+from .nonfinite import NonFinite, diagnose, loaded, row_gradient, warn
 from .optimizers import UpdateContext
 from .options import Placement, RunOptions
 from .pipeline import RowPipeline
@@ -846,7 +845,7 @@ class Executor:
         else:  # the compiled update worked in place: the values it left
             w = F32(values[position, column])
             slots = [F32(slot[0, column]) for slot in self._slot_rows(table, row)]
-        grad = self._row_gradient(table, source, row)
+        grad = row_gradient(self.engine, table, *source, row)
         cause, operation, blamed = diagnose(table, w, slots, F32(grad[column]), lr,
                                             tuple(float(r) for r in rates), exact=exact)
         parameter = None
@@ -894,56 +893,15 @@ class Executor:
         return (f"learning_rates[{table.lr_tag}], dynamic tag {table.lr_tag} of this step",
                 "learning_rates")
 
-    def _row_gradient(self, table: TablePlan,
-                      source: tuple[TableDeduplication, list[np.ndarray]], row: int
-                      ) -> np.ndarray:
-        """Row ``row``'s summed gradient in the step (spec section 4; the first partial that
-        touches it; zeros for a row the step did not touch)."""
-        record, grads = source
-        d_activations = stacked(table, grads)
-        for partial in record.partials:
-            where = np.flatnonzero(partial.rows == row)
-            if not where.size:
-                continue
-            covered = partial.occurrences
-            grad = self.engine.backprop_sum(
-                d_activations,
-                record.sample if covered is None else record.sample[covered],
-                record.gains if covered is None else record.gains[covered],
-                partial.inverse, partial.rows.shape[0])
-            return np.asarray(grad[int(where[0])])
-        return np.zeros(table.dimension, dtype=F32)
-
     def _check_loaded(self, arrays: Mapping[str, Any], source: str | None,
                       step: int = 0) -> None:
         """A state loaded to start from (``initial_state``, a checkpoint): its first NaN or
-        infinity, by key in the plan's order, is said (``NonFiniteWarning``, kept in
-        ``nonfinite``) or, ``strict_finite``, refused (``InputError`` naming the file, the key
-        and the row)."""
-        for table in self.plan.tables:
-            for key in (f"table/{table.name}",
-                        *(f"slot/{table.name}/{slot}" for slot in table.slot_names)):
-                value = arrays.get(key)
-                if value is None or getattr(value, "ndim", 2) != 2:
-                    continue
-                found = first_nonfinite(value)
-                if found is None:
-                    continue
-                row, column, count, text = found
-                cause = ("a state to start from holds it: the step that made it, or the file, "
-                         "is at fault, not the steps that read it")
-                event = NonFinite(step, table.name, row, column, text, cause, count=count,
-                                  source=source, key=key)
-                if self.strict_finite:
-                    raise InputError(
-                        f"{text} at row {row}, column {column} ({count:,} non-finite "
-                        f"value(s)); {arg('strict_finite')} refuses a state that is not "
-                        "finite: start from another checkpoint or initial state",
-                        path=source, key=key)
-                if self.nonfinite is None:
-                    self.nonfinite = event
-                    warn(event)
-                return
+        infinity (``nonfinite.loaded``) is said (``NonFiniteWarning``, kept in ``nonfinite``)
+        or, ``strict_finite``, refused (``InputError`` naming the file, the key and the row)."""
+        event = loaded(self.plan, arrays, source, step, strict=self.strict_finite)
+        if event is not None and self.nonfinite is None:
+            self.nonfinite = event
+            warn(event)
 
     def _learning_rate(self, table: TablePlan, rates: np.ndarray) -> np.float32:
         if table.lr_constant is not None:

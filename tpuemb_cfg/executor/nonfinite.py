@@ -26,16 +26,20 @@ from __future__ import annotations
 import math
 import types
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
 from ..algorithms import update as helpers
+from ..errors import InputError
+from ..errors import parameter as arg
 from ..numerics import pow32 as _pow32
+from .fused import stacked
 
-__all__ = ["NonFinite", "NonFiniteWarning", "diagnose", "first_nonfinite", "warn"]
+__all__ = ["NonFinite", "NonFiniteWarning", "diagnose", "first_nonfinite", "loaded",
+           "row_gradient", "warn"]
 
 F32 = np.float32
 
@@ -116,6 +120,53 @@ def first_nonfinite(array: Any, block: int = 1 << 16) -> tuple[int, int, int, st
     if first is None:
         return None
     return first[0], first[1], count, first[2]
+
+
+def loaded(plan: Any, arrays: Mapping[str, Any], source: str | None, step: int = 0, *,
+           strict: bool = False) -> NonFinite | None:
+    """The first NaN or infinity of a state loaded to start from (``initial_state``, a
+    checkpoint), by key in ``plan``'s order (tables, then their slots), or None; ``strict``:
+    ``InputError`` naming the file ``source``, the key and the row instead."""
+    for table in plan.tables:
+        for key in (f"table/{table.name}",
+                    *(f"slot/{table.name}/{slot}" for slot in table.slot_names)):
+            value = arrays.get(key)
+            if value is None or getattr(value, "ndim", 2) != 2:
+                continue
+            found = first_nonfinite(value)
+            if found is None:
+                continue
+            row, column, count, text = found
+            if strict:
+                raise InputError(
+                    f"{text} at row {row}, column {column} ({count:,} non-finite value(s)); "
+                    f"{arg('strict_finite')} refuses a state that is not finite: start from "
+                    "another checkpoint or initial state", path=source, key=key)
+            cause = ("a state to start from holds it: the step that made it, or the file, is "
+                     "at fault, not the steps that read it")
+            return NonFinite(step, table.name, row, column, text, cause, count=count,
+                             source=source, key=key)
+    return None
+
+
+def row_gradient(engine: Any, table: Any, record: Any, grads: Sequence[np.ndarray],
+                 row: int) -> np.ndarray:
+    """Row ``row``'s summed gradient in a step (spec section 4) of ``table``, from the step's
+    de-duplication ``record`` and activation gradients ``grads``: in the first partial that
+    touches it; zeros for a row the step did not touch."""
+    d_activations = stacked(table, grads)
+    for partial in record.partials:
+        where = np.flatnonzero(partial.rows == row)
+        if not where.size:
+            continue
+        covered = partial.occurrences
+        grad = engine.backprop_sum(
+            d_activations,
+            record.sample if covered is None else record.sample[covered],
+            record.gains if covered is None else record.gains[covered],
+            partial.inverse, partial.rows.shape[0])
+        return np.asarray(grad[int(where[0])])
+    return np.zeros(table.dimension, dtype=F32)
 
 
 # --------------------------------------------------------------------------------------------
