@@ -479,6 +479,8 @@ class MultiWorkerRun:
                     for name, counts in sorted(worker.tables.items())
                 },
             })
+        if self.executor.nonfinite is not None:  # the first NaN or infinity, with its cause
+            out["nonfinite"] = self.executor.nonfinite.as_dict()
         return out
 
 
