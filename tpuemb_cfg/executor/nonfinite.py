@@ -12,13 +12,13 @@ cause (``0 / 0``, a division by zero, an overflow past 3.4e38, the square root o
 number), and an input already non-finite (a gradient sum that overflowed, a table loaded with
 NaN) is named as such.
 
-The replay starts from the values the step read where the route kept them (the parameter,
-before the update) and from the slots as the step left them otherwise: the compiled update
-works in place, and keeping every updated row's slots for a rare diagnosis would cost every
-step. For slots a zero gradient leaves unchanged (the zero-gradient rows that give TensorFlow's
-``0 / sqrt(0)``) this is the exact input; where it is not, the operation named is the one that
-fails on these values. The learning rate is blamed only when the failing operation is an
-overflow fed by it.
+The replay starts from the values the step read: the executor keeps the slots (and, where
+the compiled update works in place, the parameters) of the rows a lazy update changes before
+it runs (``Executor._keep_before``: copies of those rows only, about 1% of a step). A non-lazy
+update (every row of the table) and a remote storage keep no copy; their replay starts from
+the values the step left, and says so. The learning rate is blamed only when the failing
+operation is an overflow fed by it. The first non-finite value of a loaded state
+(``loaded``) is named by its file, key and row.
 """
 
 from __future__ import annotations
