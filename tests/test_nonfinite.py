@@ -183,3 +183,19 @@ def test_resume_from_a_nan_checkpoint_names_the_checkpoint_and_key(work: Path) -
     assert error.startswith("step 2: the activations of feature 0 ('x') are not finite: they "
                             "read a non-finite row - o/checkpoint.npz: key table/t: nan at row 0")
     assert "learning rate" not in error
+
+
+def test_a_synthetic_run_records_it_in_summary_json(work: Path) -> None:
+    """The built-in example at --learning-rate 3e38: step 0's rows grow to about 1e38 (finite),
+    step 1's weight decay (factor * lr) * w overflows; the run ends there with TensorFlow's
+    values, the cause (the learning rate, named) said and recorded."""
+    result = run("simulate", "--learning-rate", "3e38", "--steps", "2", "--out-dir", "o", "-q")
+    assert result.exit_code == 0, result.output
+    assert result.stderr.startswith("warning: step 1: the update of table 'item' left ")
+    summary = json.loads((work / "o" / "summary.json").read_text())
+    event = summary["nonfinite"]
+    assert (event["step"], event["table"], event["learning_rate"], event["parameter"]) == (
+        1, "item", True, "learning_rates")
+    assert event["operation"] == "(weight_decay_factor * lr) * w"
+    assert summary["tables"]["item"]["update_norm"][1] is None  # JSON has no NaN
+    assert "-> not finite" in result.stdout

@@ -238,7 +238,8 @@ def _draw(summary: Mapping[str, Any], handle: IO[bytes], fmt: str) -> None:
     top.plot(steps, summary["loss"])
     top.set_ylabel("loss")
     for name, table in summary["tables"].items():
-        bottom.plot(steps, table["update_norm"], label=name)
+        norms = [math.nan if v is None else v for v in table["update_norm"]]  # None: not finite
+        bottom.plot(steps, norms, label=name)
     bottom.set_ylabel("update norm")
     if not rates:
         bottom.set_xlabel("step")

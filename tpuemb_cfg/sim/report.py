@@ -50,7 +50,7 @@ def run_text(summary: Mapping[str, Any], tables_path: str, plot: str | None = No
             name,
             table["optimizer"],
             f"{sum(touched) / max(len(touched), 1):.1f}",
-            f"{norms[0]:.4g} -> {norms[-1]:.4g}" if norms else "-",
+            f"{_norm(norms[0])} -> {_norm(norms[-1])}" if norms else "-",
             _per_host(table["ids_per_host"]),
             _per_host(table["unique_ids_per_host"]),
         ))
@@ -59,6 +59,11 @@ def run_text(summary: Mapping[str, Any], tables_path: str, plot: str | None = No
     if plot is not None:
         lines.append(f"plot written to {plot}")
     return "\n".join(lines)
+
+
+def _norm(value: float | None) -> str:
+    """An update norm of the summary (None: not finite, as JSON holds it)."""
+    return "not finite" if value is None else f"{value:.4g}"
 
 
 def _rate_lines(tags: list[Mapping[str, Any]], recorded: list[int] | None = None
