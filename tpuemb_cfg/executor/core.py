@@ -878,9 +878,11 @@ class Executor:
         if callable(local):
             _, slots = local(table.name, ids)
             return [np.asarray(slot[row:row + 1]) for slot in slots]
-        arrays = self.storage.arrays()
-        return [np.asarray(arrays[f"slot/{table.name}/{name}"][row:row + 1])
-                for name in table.slot_names]
+        arrays = [self.storage.arrays()[f"slot/{table.name}/{name}"]
+                  for name in table.slot_names]
+        return [np.asarray(a[row:row + 1]) if isinstance(a, np.ndarray)
+                else np.asarray(a.take(ids))  # a remote array (the Ray backend's): that row
+                for a in arrays]
 
     def _rate_source(self, table: TablePlan) -> tuple[str, str | None]:
         """Where ``table``'s learning rate comes from, in words, and the library parameter that

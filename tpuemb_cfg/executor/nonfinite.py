@@ -361,8 +361,8 @@ def _traced(element: Callable[..., Any]) -> Callable[..., Any]:
 
 
 #: Said of a replay from the values a compiled (in-place) update left.
-_IN_PLACE = ("replayed from the values the step left, as the compiled update overwrites them; "
-             "--engine numpy replays from the values it read")
+_IN_PLACE = ("replayed from the values the step left: the values it read were not kept, as "
+             "for a non-lazy update or rows on the Ray backend's hosts")
 
 
 def diagnose(table: Any, w: Any, slots: Sequence[Any], g: Any, lr: Any,
