@@ -309,7 +309,8 @@ def _sqrt(x: Traced) -> Traced:
         result = np.sqrt(x.value)
     label = f"sqrt({x.label})"
     if math.isnan(float(result)) and math.isfinite(float(x.value)):
-        raise _Found(label, f"{label} of the negative {_fmt(x.value)} is NaN", False)
+        raise _Found(label, f"{label} is NaN: the square root of the negative "
+                     f"{_fmt(x.value)}", False)
     return Traced(result, label, x.lr)
 
 
