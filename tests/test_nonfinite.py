@@ -199,3 +199,24 @@ def test_a_synthetic_run_records_it_in_summary_json(work: Path) -> None:
     assert event["operation"] == "(weight_decay_factor * lr) * w"
     assert summary["tables"]["item"]["update_norm"][1] is None  # JSON has no NaN
     assert "-> not finite" in result.stdout
+
+
+@pytest.mark.parametrize("engine", ["numba", "numpy"])
+def test_a_negative_variance_is_named_the_square_root_of_a_negative(engine: str) -> None:
+    """Centered RMSProp from ms = 0, mg = 1 (an initial state TensorFlow accepts too), G = 0,
+    rho = 0.5, epsilon = 0.125, worked by hand: mg = 0.5 * 1 + 0.5 * 0 = 0.5, ms = 0, and
+    ms - mg * mg + epsilon = 0 - 0.25 + 0.125 = -0.125, whose square root is NaN (and so is
+    lr * G / NaN)."""
+    config = load(TINY.replace("stochastic_gradient_descent {}",
+                               "centered_rms_prop { rho: 0.5 momentum: 0 epsilon: 0.125 }")
+                  .encode(), "text")
+    init = {"slot/t/ms": np.zeros((16, 2), np.float32), "slot/t/mom": np.zeros((16, 2),
+            np.float32), "slot/t/mg": np.ones((16, 2), np.float32)}
+    executor = Executor(config, engine=engine, initial_state=init)
+    with pytest.warns(NonFiniteWarning):
+        executor.step([{"ids": np.array([2, 2]), "grad": np.zeros((2, 2), np.float32)}])
+    event = executor.nonfinite
+    assert event is not None and (event.row, event.column, event.value) == (2, 0, "nan")
+    assert event.operation == "sqrt((((rho * ms) + (((1 - rho) * G) * G)) - (((rho * mg) + " \
+                              "((1 - rho) * G)) * ((rho * mg) + ((1 - rho) * G)))) + epsilon)"
+    assert event.cause.endswith("is NaN: the square root of the negative -0.125")
