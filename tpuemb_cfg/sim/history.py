@@ -67,6 +67,16 @@ class History:
             raise IndexError("a run's history gives its last record only ([-1])")
         return self.last
 
+    def __eq__(self, other: object) -> bool:
+        """The same records (another ``History``, or the list of an unthinned one)."""
+        if isinstance(other, History):
+            return bool(self.to_json() == other.to_json())
+        if isinstance(other, list):
+            return bool(self.to_json() == other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
     def recorded_steps(self) -> list[int]:
         """The step of each record iteration gives."""
         return [int(entry["step"]) for entry in self]
