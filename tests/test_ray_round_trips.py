@@ -119,8 +119,8 @@ def test_an_overflow_leaves_the_later_tables_as_one_machine_does() -> None:
     ids = np.array([0, 1, 2, 3], dtype=np.int64)
     batch = [{"ids": ids, "grad": np.full((4, 2), scale, dtype=np.float32)}
              for scale in (1.0, 1e10, 1.0)]
-    local = Executor(config, seed=1)
-    with Executor(config, seed=1, backend="ray") as sharded:
+    local = Executor(config, seed=1, strict_finite=True)
+    with Executor(config, seed=1, backend="ray", strict_finite=True) as sharded:
         for executor in (local, sharded):
             with pytest.raises(NumericalError, match="the update of table 'b'"):
                 executor.step(batch)

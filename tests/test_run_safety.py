@@ -30,6 +30,7 @@ from tpuemb_cfg import InputError, UsageError, limits, load, settings, units
 from tpuemb_cfg.commands.simulate import parse_size
 from tpuemb_cfg.errors import NumericalError
 from tpuemb_cfg.npzio import atomic_write_npz, read_npz
+from tpuemb_cfg.sim.history import LIMIT
 from tpuemb_cfg.sim.synthetic import SyntheticData, history_bytes
 from tpuemb_cfg.simulate import Executor, MultiWorkerRun, SyntheticRun
 
@@ -156,12 +157,17 @@ def test_an_npz_header_larger_than_its_data_is_refused(work: Path) -> None:
 
 
 def test_a_run_whose_history_would_not_fit_is_refused(work: Path) -> None:
-    """The history grows with every step (the summary's numbers): it counts in the estimate."""
-    line = refused(work, "simulate", "c.pbtxt", "--steps", "20000", "--max-memory", "16M",
-                   "--out-dir", "o")
-    assert line.startswith("the simulation needs about ")
-    assert "the history of 20,000 steps" in line and "more than the memory limit of 16 MiB" in line
-    assert "run fewer steps (each keeps about 2.3 KiB of history)" in line
+    """A single worker's history stops growing at sim.history.LIMIT steps (issue 33: its
+    estimate is the same for 20,000 and 2,000,000 steps); the multi-worker record of every
+    gradient still grows with the steps, and counts in the estimate."""
+    parts = []
+    for steps in ("20000", "2000000"):
+        result = run("simulate", "c.pbtxt", "--steps", steps, "--dry-run", "--json",
+                     "--out-dir", "o")
+        assert result.exit_code == 0, result.output
+        parts.append(json.loads(result.stdout)["memory"]["estimate"]["history_bytes"])
+    assert parts[0] == parts[1] == history_bytes(
+        SyntheticRun(load(TINY.encode(), "text"), engine="numpy").plan, LIMIT + 1)
     line = refused(work, "simulate", "c.pbtxt", "--workers", "8", "--steps", "5000",
                    "--max-memory", "32M", "--out-dir", "o")
     assert "the record of 8 x 5,000 gradients" in line and "run fewer steps or workers" in line
@@ -207,6 +213,9 @@ def _text(value: str) -> np.ndarray:
      "record 0: expected an object with step, loss and tables"),
     (lambda a: a.update({"run/history": _text("[]")}), "run/history",
      "0 record(s) found for the 4 step(s) of executor/step"),
+    (lambda a: a.update({"run/history": _text('{"stride": 3, "steps": 4, "records": []}')}),
+     "run/history", "expected stride (a power of 2), steps (4, the step of executor/step) and "
+     "records"),
     (lambda a: a.pop("table/t"), "table/t", "missing: a checkpoint holds every table and slot"),
 ])
 def test_a_damaged_checkpoint_is_refused_before_the_run(work: Path, damage: object, key: str,
@@ -327,20 +336,35 @@ def test_a_custom_optimizer_calling_sys_exit_is_an_error(tmp_path: Path) -> None
 
 @pytest.mark.parametrize("rate", ["3e38", "1e30"])
 def test_an_overflowing_learning_rate_is_named_not_a_batches_key(work: Path, rate: str) -> None:
-    line = refused(work, "simulate", "--learning-rate", rate, "--steps", "20", "--out-dir", "o")
+    line = refused(work, "simulate", "--learning-rate", rate, "--steps", "20", "--out-dir", "o",
+                   "--strict-finite")
     assert line.startswith("step ")
-    assert "outside float32's range" in line and "lower the learning rate" in line
+    assert "non-finite" in line and "lower the learning rate" in line
     assert f"the run sends learning_rate={float(rate):.6g} on every dynamic tag" in line
     assert line.endswith("(set by --learning-rate)")
     assert "key s" not in line and "grad" not in line
 
 
+def test_an_overflowing_learning_rate_is_said_then_named_by_default(work: Path) -> None:
+    """Without --strict-finite the update's result is kept and said (with its cause, the
+    learning rate); the synthetic run then stops at the activations that read it, naming the
+    same cause."""
+    result = run("simulate", "--learning-rate", "3e38", "--steps", "20", "--out-dir", "o", "-q")
+    assert result.exit_code == 2
+    warning, error = result.stderr.splitlines()
+    assert warning.startswith("warning: step 1: the update of table 'item' left ")
+    assert "lower the learning rate" in warning
+    assert error.startswith("step 2: the activations of feature ")
+    assert warning.removeprefix("warning: ") in error
+
+
 def test_an_overflowing_schedule_is_named(work: Path) -> None:
     (work / "q.pbtxt").write_text(QUICKSTART)
-    (work / "sim.pbtxt").write_text("learning_rate_schedule { tag: 1 constant: 1e30 }\n")
+    (work / "sim.pbtxt").write_text("learning_rate_schedule { tag: 1 constant: 1e30 }\n"
+                                    "strict_finite: true\n")
     line = refused(work, "simulate", "q.pbtxt", "--spec", "sim.pbtxt", "--steps", "20",
                    "--out-dir", "o")
-    assert line.startswith("step 1: the update of table 'item' (adam) left ")
+    assert line.startswith("step 1: the update of table 'item' left ")
     assert "the schedule of tag 1 gives 1e+30 at step 1" in line
     assert line.endswith("(set by the --spec schedule)")
 
@@ -348,14 +372,14 @@ def test_an_overflowing_schedule_is_named(work: Path) -> None:
 def test_the_executor_reports_the_update_that_overflowed(work: Path) -> None:
     config = load(TINY.replace("constant: 0.5", "constant: 3e38").encode(), "text")
     for engine in ("numba", "numpy"):
-        executor = Executor(config, engine=engine)
+        executor = Executor(config, engine=engine, strict_finite=True)
         with pytest.raises(NumericalError) as info:
             executor.step([{"ids": np.array([1, 3]), "grad": np.full((2, 2), 2, np.float32)}])
         assert str(info.value) == (
-            "step 0: the update of table 't' (stochastic_gradient_descent) left 4 parameter(s) "
-            "outside float32's range (first: -inf at row 1, column 0), with learning rate 3e+38 "
-            "(the configuration's constant learning rate); float32 holds magnitudes up to "
-            "3.4e38: lower the learning rate")
+            "step 0: the update of table 't' left 4 parameter(s) non-finite (first: -inf at row "
+            "1, column 0): lr * G overflowed: 3.00000001e+38 * 2 is beyond float32's 3.4e38, "
+            "with learning rate 3e+38 (the configuration's constant learning rate); lower the "
+            "learning rate")
         assert info.value.table == "t"
 
 

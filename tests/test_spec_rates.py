@@ -345,7 +345,7 @@ def test_an_overflow_names_the_specs_rate() -> None:
 
     table = TableConfig(vocabulary_size=4, dim=2, name="t", optimizer=SGD(learning_rate=huge))
     compiled = build_config({"f": FeatureConfig(table)}, per_replica_batch_size=1)
-    executor = Executor(compiled, engine="numpy")
+    executor = Executor(compiled, engine="numpy", strict_finite=True)
     with pytest.raises(NumericalError) as info:
         executor.step([FeatureInput(np.array([1]), np.array([0, 1]), None,
                                     np.full((1, 2), 2, F32))])
@@ -355,7 +355,7 @@ def test_an_overflow_names_the_specs_rate() -> None:
     assert info.value.parameter == "spec"
     with pytest.raises(NumericalError, match="; the spec's learning rate of tag 0 gives 3e\\+38 "
                                              "at step 0 \\(test_an_overflow"):
-        SyntheticRun(compiled).run(2)
+        SyntheticRun(compiled, strict_finite=True).run(2)
 
 
 def test_a_resumed_run_sends_the_same_rates(tmp_path: Path) -> None:

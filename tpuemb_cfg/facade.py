@@ -59,7 +59,7 @@ class Executor(core.Executor):
     a compiled spec's, else ``mean``); ``validate_config=False`` skips validation (the caller
     validated it already; a configuration the validator reports errors for raises
     ``InputError`` otherwise). ``seed``, ``engine``, ``max_memory``, ``check_memory``,
-    ``report``: the ``RunOptions``; ``backend`` (``local``, ``ray``), ``shards``,
+    ``report``, ``strict_finite``: the ``RunOptions``; ``backend`` (``local``, ``ray``), ``shards``,
     ``ray_address``: the ``Placement``; ``storage``: makes the ``Storage`` of the tables and
     slots from the plan, the initial arrays and the engine (default ``LocalStorage``; local
     backend only). ``initial_state``, ``state_source``, ``strict``: as for the base class.
@@ -83,10 +83,11 @@ class Executor(core.Executor):
         backend: str = "local",
         ray_address: str | None = None,
         shards: int | None = None,
+        strict_finite: bool = False,
     ) -> None:
         placement = _placement(backend, shards, ray_address, storage)
         options = RunOptions(seed=seed, max_memory=max_memory, check_memory=check_memory,
-                             report=report)
+                             report=report, strict_finite=strict_finite)
         options = replace(options, engine=get_engine(engine))
         super().__init__(prepare(config, combiners=combiners, check=validate_config), options,
                          placement, initial_state=initial_state, state_source=state_source,
@@ -109,14 +110,16 @@ def replay(  # noqa: PLR0913 - the public keyword arguments, one per option
     backend: str = "local",
     ray_address: str | None = None,
     shards: int | None = None,
+    strict_finite: bool = False,
 ) -> dict[str, np.ndarray]:
     """``tpuemb_cfg.executor.replay`` of any configuration ``prepare`` takes (``combiners``
     re-plan a ``Prepared``; ``validate_config=False`` skips validation), with its options as
-    keyword arguments (``RunOptions``: ``seed``, ``max_memory``, ``engine``; ``Placement``:
-    ``backend``, ``shards``, ``ray_address``)."""
+    keyword arguments (``RunOptions``: ``seed``, ``max_memory``, ``engine``, ``strict_finite``;
+    ``Placement``: ``backend``, ``shards``, ``ray_address``)."""
     return replay_prepared(
         prepare(config, combiners=combiners, check=validate_config), batches, init,
-        options=RunOptions(seed=seed, engine=engine, max_memory=max_memory),
+        options=RunOptions(seed=seed, engine=engine, max_memory=max_memory,
+                           strict_finite=strict_finite),
         placement=Placement(backend, shards, ray_address),
         sources=(batches_source, init_source), on_step=on_step,
     )
@@ -126,9 +129,10 @@ class SyntheticRun(synthetic.SyntheticRun):
     """``tpuemb_cfg.sim.synthetic.SyntheticRun`` of any configuration ``prepare`` takes.
 
     ``config``, ``combiners``, ``validate_config``: as for :class:`Executor`; ``seed``,
-    ``engine``, ``max_memory``: the ``RunOptions``; ``backend``, ``ray_address``, ``shards``: the
-    ``Placement``; ``learning_rate``, ``schedules`` (``spec_path``: their spec file, for
-    errors), ``ids``, ``sequence_lengths``: the ``SyntheticOptions``.
+    ``engine``, ``max_memory``, ``strict_finite``: the ``RunOptions``; ``backend``,
+    ``ray_address``, ``shards``: the ``Placement``; ``learning_rate``, ``schedules``
+    (``spec_path``: their spec file, for errors), ``ids``, ``sequence_lengths``: the
+    ``SyntheticOptions``.
     """
 
     def __init__(  # noqa: PLR0913 - the public keyword arguments, one per option
@@ -148,9 +152,11 @@ class SyntheticRun(synthetic.SyntheticRun):
         shards: int | None = None,
         ids: str | IdDistribution | None = None,
         sequence_lengths: str | SequenceLengths | None = None,
+        strict_finite: bool = False,
     ) -> None:
         data = SyntheticOptions(learning_rate, schedules, spec_path, ids, sequence_lengths)
-        options = RunOptions(seed=seed, engine=engine, max_memory=max_memory)
+        options = RunOptions(seed=seed, engine=engine, max_memory=max_memory,
+                             strict_finite=strict_finite)
         super().__init__(prepare(config, combiners=combiners, check=validate_config), options,
                          Placement(backend, shards, ray_address), data=data)
 
@@ -184,10 +190,12 @@ class MultiWorkerRun(multiworker.MultiWorkerRun):
         shards: int | None = None,
         ids: str | IdDistribution | None = None,
         sequence_lengths: str | SequenceLengths | None = None,
+        strict_finite: bool = False,
     ) -> None:
         several = WorkerOptions(workers, replicas_to_aggregate, max_staleness, init_tokens, delay)
         prepared = prepare(config, combiners=combiners, check=validate_config)
         data = SyntheticOptions(learning_rate, schedules, spec_path, ids, sequence_lengths)
-        options = RunOptions(seed=seed, engine=engine, max_memory=max_memory)
+        options = RunOptions(seed=seed, engine=engine, max_memory=max_memory,
+                             strict_finite=strict_finite)
         super().__init__(prepared, options, Placement(backend, shards, ray_address), data=data,
                          workers=several)

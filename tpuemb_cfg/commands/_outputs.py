@@ -244,17 +244,20 @@ def _draw(summary: Mapping[str, Any], handle: IO[bytes], fmt: str) -> None:
         figure, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(8, 6))
     else:
         figure, (top, bottom, lowest) = plt.subplots(3, 1, sharex=True, figsize=(8, 8.5))
-    top.plot(summary["loss"])
+    # A long run's lists hold the values of its recorded steps (sim.history); else every step.
+    steps = summary.get("recorded_steps") or list(range(len(summary["loss"])))
+    top.plot(steps, summary["loss"])
     top.set_ylabel("loss")
     for name, table in summary["tables"].items():
-        bottom.plot(table["update_norm"], label=name)
+        norms = [math.nan if v is None else v for v in table["update_norm"]]  # None: not finite
+        bottom.plot(steps, norms, label=name)
     bottom.set_ylabel("update norm")
     if not rates:
         bottom.set_xlabel("step")
     bottom.legend()
     if rates:
         for label, values in rates:
-            lowest.plot(values, label=label)
+            lowest.plot(steps, values, label=label)
         lowest.set_ylabel("learning rate")
         lowest.set_xlabel("step")
         lowest.legend()

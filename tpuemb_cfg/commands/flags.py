@@ -35,6 +35,7 @@ FLAGS: dict[str, str] = {
     "sequence_lengths": "--sequence-lengths",
     "shards": "--shards",
     "steps": "--steps",
+    "strict_finite": "--strict-finite",
     "tables": "--tables",
     "threads": "--threads",
     "vocab": "--vocab",

@@ -194,6 +194,11 @@ def _spec_callback(ctx: click.Context, param: click.Parameter, value: str | None
 @click.option("--quiet", "-q", is_flag=True,
               help="No progress: neither the bar (stderr a terminal) nor the timestamped lines "
                    "(otherwise; one at most every TPUEMB_LOG_EVERY seconds, default 10).")
+@click.option("--strict-finite", is_flag=True,
+              help="An update that leaves a parameter NaN or infinite (or an --init or "
+                   "checkpoint holding one) is an error, exit 2, for CI; by default the run "
+                   "keeps TensorFlow's result and warns once with the cause (also under -q, and "
+                   "in --json and summary.json as nonfinite).")
 @engine_option("numba: compiled kernels (falls back to numpy, with a warning, when numba cannot be "
                "imported); numpy: the readable reference, same results.")
 @backend_option("local: the tables in this process; ray: each host's rows in its own Ray actor, "
@@ -253,6 +258,7 @@ def simulate(  # noqa: PLR0913 - a click command: one parameter per option
     resume: bool,
     max_memory: str | None,
     quiet: bool,
+    strict_finite: bool,
     engine: str,
     backend: str,
     ray_address: str | None,
@@ -296,7 +302,7 @@ def simulate(  # noqa: PLR0913 - a click command: one parameter per option
     from tpuemb_cfg.sim.options import SyntheticOptions
 
     records = _Records(
-        RunOptions(seed=seed, engine=engine, max_memory=limit),
+        RunOptions(seed=seed, engine=engine, max_memory=limit, strict_finite=strict_finite),
         Placement(backend, shards, ray_address, runtime_env=actor_env, ship=not no_ship),
         SyntheticOptions(
             # Not given (here or by --spec): a compiled spec's tags get the spec's learning rates.
@@ -676,6 +682,7 @@ def _replay(files: _ReplayFiles, combiner_args: tuple[str, ...], records: _Recor
     tables: dict[str, dict[str, Any]] = {}
     for table in prepared.plan.tables:
         tables[table.name] = {"optimizer": table.optimizer.name}
+    nonfinite: list[dict[str, Any]] = []  # the first NaN or infinity, with its cause
 
     with _host_lost("a replay writes nothing before its end: run it again"), \
             real.named_as_typed(), log.steps(count[0]) as advance:
@@ -692,7 +699,7 @@ def _replay(files: _ReplayFiles, combiner_args: tuple[str, ...], records: _Recor
         out = replay(
             prepared, batches, init, options=options,
             placement=records.placement, sources=(batches_path, init_path),
-            on_step=record,
+            on_step=record, on_nonfinite=lambda event: nonfinite.append(event.as_dict()),
         )
     with _host_lost("a replay writes nothing before its end: run it again"), \
             real.named_as_typed(), _phase("output"), log.timed() as took:
@@ -700,7 +707,8 @@ def _replay(files: _ReplayFiles, combiner_args: tuple[str, ...], records: _Recor
     log.outputs([(out_path, real[out_path])], took())
     steps = sum(1 for k in out if k.endswith("/activations") and "/f0/" in k)
     if as_json:
-        summary = {"steps": steps, "config": config_path, "out": out_path, "tables": tables}
+        summary = {"steps": steps, "config": config_path, "out": out_path, "tables": tables,
+                   **({"nonfinite": nonfinite[0]} if nonfinite else {})}
         click.echo(json.dumps(summary, indent=2))
     elif not quiet:
         click.echo(f"replayed {steps} step(s) of {batches_path} on {config_path}; wrote {out_path}",

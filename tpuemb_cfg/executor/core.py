@@ -41,6 +41,7 @@ from .batch import key as batch_key
 from .custom import combine_custom, custom_gains, note_fallback
 from .engines import Engine, get_engine
 from .fused import TableInput, backprop_tables, forward_backprop, identity, stacked, update_table
+from .nonfinite import NonFinite, diagnose, loaded, row_gradient, warn
 from .optimizers import UpdateContext
 from .options import Placement, RunOptions
 from .pipeline import RowPipeline
@@ -137,7 +138,8 @@ class TableReport:
     ``ids_per_host`` / ``unique_ids_per_host``: id occurrences and distinct ids of the step by
     the host that owns them (spec section 8). ``rows_touched``: distinct ids looked up;
     ``rows_updated``: rows the optimizer stepped (all rows for non-lazy Adam/Lion);
-    ``update_norm``: Euclidean norm of the change of the table's parameters in the step;
+    ``update_norm``: Euclidean norm of the change of the table's parameters in the step (in
+    ``as_dict``, None when it is not finite: JSON has no NaN);
     ``zero_denominator_bags``: per feature of the table, bags whose mean/sqrtn denominator was 0.
     """
 
@@ -153,7 +155,7 @@ class TableReport:
         return {
             "rows_touched": self.rows_touched,
             "rows_updated": self.rows_updated,
-            "update_norm": self.update_norm,
+            "update_norm": self.update_norm if math.isfinite(self.update_norm) else None,
             "ids_per_host": [int(v) for v in self.ids_per_host],
             "unique_ids_per_host": [int(v) for v in self.unique_ids_per_host],
             "zero_denominator_bags": {str(f): n for f, n in self.zero_denominator_bags.items()},
@@ -183,9 +185,12 @@ class Executor:
     limit. ``self.engine`` is the engine in use. ``close()`` (or ``with``) releases the storage
     (the Ray backend's actors).
 
-    An update that leaves a table's parameters infinite or NaN raises ``NumericalError`` naming
-    the step, the table and the learning rate (the tables then hold the values of the failed
-    step: restore a checkpoint).
+    An update that leaves a table's parameters infinite or NaN keeps TensorFlow's result (NaN
+    and infinities included): ``nonfinite`` records the first such value with its cause (the
+    operation, the table, row and step; ``nonfinite.NonFinite``), said once as a
+    ``NonFiniteWarning``. With ``RunOptions(strict_finite=True)`` it raises ``NumericalError``
+    instead, naming the same cause (and the learning rate's source when an overflowing rate is
+    the cause; the tables then hold the values of the failed step: restore a checkpoint).
 
     **Threads.** One step at a time: ``step``, ``recv_activations``, ``send_gradients``,
     ``apply_row_gradients``, ``checkpoint_arrays`` and ``restore_checkpoint`` hold the executor's
@@ -217,12 +222,22 @@ class Executor:
         self.config = prepared.config
         self.plan: Plan = prepared.plan
         note_fallback(self.plan, self.engine)  # custom callables run on the NumPy path
+        self.strict_finite = bool(options.strict_finite)
+        #: The first non-finite value of the run with its cause (None: every value finite).
+        self.nonfinite: NonFinite | None = None
+        if initial_state is not None:  # before a backend starts anything
+            self._check_loaded(initial_state, state_source)
         backend = choose_backend(placement.backend)
         self.placement = placement
         self.storage: Storage = backend.open(StorageRequest(
             self.plan, self.engine, initial_state, state_source, strict, options, placement))
         self.step_index = 0
         self.report = bool(options.report)
+        # Per table, the slots (and for the compiled route, the parameters) of the rows its
+        # update changes, before it: what ``_nonfinite`` replays a non-finite result from
+        # (``_keep_before``).
+        self._slots_before: dict[str, tuple[np.ndarray, ...]] = {}
+        self._params_before: dict[str, np.ndarray] = {}
         # One step at a time: two threads stepping one executor would interleave the reads and
         # in-place writes of the same rows and lose updates (see the class docstring).
         self._lock = threading.RLock()
@@ -310,6 +325,7 @@ class Executor:
         """
         step, undo = self._checked_checkpoint(arrays, source)
         given = {k: v for k, v in arrays.items() if k.startswith(("table/", "slot/"))}
+        self._check_loaded(given, source, step)
         load_checkpoint(self.storage, self.plan, given, source)  # checked, then loaded
         self.step_index = step
         self._undo = undo
@@ -745,6 +761,8 @@ class Executor:
             for table in self.plan.tables:
                 record = dedup.tables[table.name]
                 if table.name in fused_grads:
+                    self._keep_before(table, record.unique_ids if table.lazy else None,
+                                      params=True)
                     squared = update_table(
                         self._fused, self.storage, table, record, fused_grads[table.name],
                         self._learning_rate(table, rates), UpdateContext(self.step_index, dynamic),
@@ -755,21 +773,24 @@ class Executor:
                             table.vocabulary
                         )
                         report.update_norm = float(np.sqrt(squared))
-                    self._require_finite(table, record.unique_ids if table.lazy else None,
-                                         squared, rates)
+                    self._check_finite(table, record.unique_ids if table.lazy else None,
+                                       squared, rates, (record, grads),
+                                       self._params_before.pop(table.name, None))
                     continue
-                # An overflow is reported by _require_finite, naming its cause, not by NumPy.
-                with np.errstate(over="ignore", invalid="ignore"):
+                # A non-finite result is reported by _check_finite, naming its cause, not by
+                # NumPy.
+                with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
                     changed, before = self._update_table(table, record, stacked(table, grads),
                                                          rates, dynamic)
                     if deferred:
                         finishing.append((table, changed, before))
                     else:
-                        self._finish_table(table, changed, before, rates)
+                        self._finish_table(table, changed, before, rates, (record, grads))
             for index, (table, changed, before) in enumerate(finishing):
                 try:
-                    with np.errstate(over="ignore", invalid="ignore"):
-                        self._finish_table(table, changed, before, rates)
+                    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+                        self._finish_table(table, changed, before, rates,
+                                           (dedup.tables[table.name], grads))
                 except NumericalError:
                     # One table at a time would not have updated the later tables: undo them.
                     self.storage.discard(  # type: ignore[attr-defined]
@@ -779,36 +800,110 @@ class Executor:
         self.last_learning_rates = rates
         self.step_index += 1
 
-    def _require_finite(self, table: TablePlan, rows: np.ndarray | None, norm: float,
-                        rates: np.ndarray) -> None:
-        """Raise ``NumericalError`` when the update just made left parameters of ``table``
-        infinite or NaN: ``norm`` (the update norm, or its square) is then not finite, so a step
-        that stays in float32's range pays nothing. The error names the step, the table, the
-        first bad value and the learning rate used, the usual cause; a storage that can undo a
-        step does not commit it."""
-        if math.isfinite(norm):
+    def _check_finite(self, table: TablePlan, rows: np.ndarray | None, norm: float,
+                      rates: np.ndarray, source: tuple[TableDeduplication, list[np.ndarray]],
+                      before: np.ndarray | None) -> None:
+        """After ``table``'s update: when ``norm`` (the update norm, or its square) is not
+        finite, the update left parameters NaN or infinite (a step that stays finite pays
+        nothing). The first one (``_nonfinite``: its cause) is kept in ``self.nonfinite`` and
+        said as a warning, or (``strict_finite``) raised as ``NumericalError``; a storage that
+        can undo a step does not commit it then. Later ones are not diagnosed again."""
+        if math.isfinite(norm) or (self.nonfinite is not None and not self.strict_finite):
+            self._slots_before.pop(table.name, None)
             return
         values = np.asarray(self.storage.gather(table.name, rows))
-        bad = np.argwhere(~np.isfinite(values))
-        if not bad.size:  # only the float32 difference overflowed; every value is finite
+        if np.isfinite(values).all():  # only the float32 difference overflowed
+            self._slots_before.pop(table.name, None)
             return
+        event = self._nonfinite(table, rows, values, rates, source, before)
+        if self.strict_finite:
+            raise NumericalError(
+                event.message,
+                parameter=event.parameter, value=event.rate, table=table.name)
+        self.nonfinite = event
+        warn(event)
+
+    def _nonfinite(self, table: TablePlan, rows: np.ndarray | None, values: np.ndarray,
+                   rates: np.ndarray, source: tuple[TableDeduplication, list[np.ndarray]],
+                   before: np.ndarray | None) -> NonFinite:
+        """The ``NonFinite`` of the first non-finite element of the updated ``values`` (of
+        ``rows``; None: every row): its update replayed (``nonfinite.diagnose``) from the
+        parameter before the step (``before``, where the route kept it), the slots the step
+        left and the row's gradient recomputed from ``source`` (the step's record and
+        activation gradients)."""
+        bad = np.argwhere(~np.isfinite(values))
         position, column = (int(i) for i in bad[0])
+        count = int(bad.shape[0])
         row = position if rows is None else int(rows[position])
-        lr = float(self._learning_rate(table, rates))
+        lr = self._learning_rate(table, rates)
+        kept = self._slots_before.pop(table.name, None)
+        exact = before is not None and kept is not None
+        if exact:
+            assert before is not None and kept is not None
+            w = F32(before[position, column])
+            slots = [F32(slot[position, column]) for slot in kept]
+        else:  # the compiled update worked in place: the values it left
+            w = F32(values[position, column])
+            slots = [F32(slot[0, column]) for slot in self._slot_rows(table, row)]
+        grad = row_gradient(self.engine, table, *source, row)
+        cause, operation, blamed = diagnose(table, w, slots, F32(grad[column]), lr,
+                                            tuple(float(r) for r in rates), exact=exact)
+        parameter = None
+        if blamed:
+            text, parameter = self._rate_source(table)
+            cause = (f"{cause}, with learning rate {float(lr):.6g} ({text}); lower the "
+                     "learning rate")
+        return NonFinite(self.step_index, table.name, row, column,
+                         str(values[position, column]), cause, operation, count, blamed,
+                         parameter, float(lr) if blamed else None)
+
+    def _keep_before(self, table: TablePlan, rows: np.ndarray | None, *,
+                     params: bool = False) -> None:
+        """Keep the slots (``params``: and the parameters) of ``rows`` of ``table`` before its
+        update, for ``_nonfinite``: copies of the rows a lazy update changes in a storage in
+        this process (about 1% of a step); not whole tables (a non-lazy update's, whose cause
+        is then replayed from the values it left) nor remote rows."""
+        local = getattr(self.storage, "local", None)
+        if rows is None or not callable(local):
+            return
+        values, slots = local(table.name, rows)
+        self._slots_before[table.name] = tuple(np.take(slot, rows, axis=0) for slot in slots)
+        if params:
+            self._params_before[table.name] = np.take(values, rows, axis=0)
+
+    def _slot_rows(self, table: TablePlan, row: int) -> list[np.ndarray]:
+        """Row ``row`` of each slot of ``table`` ([1, D] arrays), as the storage holds it."""
+        ids = np.array([row], dtype=np.int64)
+        local = getattr(self.storage, "local", None)
+        if callable(local):
+            _, slots = local(table.name, ids)
+            return [np.asarray(slot[row:row + 1]) for slot in slots]
+        arrays = [self.storage.arrays()[f"slot/{table.name}/{name}"]
+                  for name in table.slot_names]
+        return [np.asarray(a[row:row + 1]) if isinstance(a, np.ndarray)
+                else np.asarray(a.take(ids))  # a remote array (the Ray backend's): that row
+                for a in arrays]
+
+    def _rate_source(self, table: TablePlan) -> tuple[str, str | None]:
+        """Where ``table``'s learning rate comes from, in words, and the library parameter that
+        set it (None: the configuration)."""
         if table.lr_constant is not None:
-            source, parameter = "the configuration's constant learning rate", None
-        elif self._spec_rates and table.lr_tag is not None:
-            source, parameter = (f"dynamic tag {table.lr_tag} of this step, from the spec's "
-                                 f"{self.plan.tag_rates[table.lr_tag].describe()}"), "spec"
-        else:
-            source, parameter = (f"learning_rates[{table.lr_tag}], dynamic tag {table.lr_tag} "
-                                 "of this step"), "learning_rates"
-        raise NumericalError(
-            f"step {self.step_index}: the update of table {table.name!r} "
-            f"({table.optimizer.name}) left {bad.shape[0]:,} parameter(s) outside float32's "
-            f"range (first: {values[position, column]} at row {row}, column {column}), with "
-            f"learning rate {lr:.6g} ({source}); float32 holds magnitudes up to 3.4e38: lower "
-            "the learning rate", parameter=parameter, value=lr, table=table.name)
+            return "the configuration's constant learning rate", None
+        if self._spec_rates and table.lr_tag is not None:
+            return (f"dynamic tag {table.lr_tag} of this step, from the spec's "
+                    f"{self.plan.tag_rates[table.lr_tag].describe()}"), "spec"
+        return (f"learning_rates[{table.lr_tag}], dynamic tag {table.lr_tag} of this step",
+                "learning_rates")
+
+    def _check_loaded(self, arrays: Mapping[str, Any], source: str | None,
+                      step: int = 0) -> None:
+        """A state loaded to start from (``initial_state``, a checkpoint): its first NaN or
+        infinity (``nonfinite.loaded``) is said (``NonFiniteWarning``, kept in ``nonfinite``)
+        or, ``strict_finite``, refused (``InputError`` naming the file, the key and the row)."""
+        event = loaded(self.plan, arrays, source, step, strict=self.strict_finite)
+        if event is not None and self.nonfinite is None:
+            self.nonfinite = event
+            warn(event)
 
     def _learning_rate(self, table: TablePlan, rates: np.ndarray) -> np.float32:
         if table.lr_constant is not None:
@@ -834,6 +929,7 @@ class Executor:
             else:
                 changed = np.unique(np.concatenate([p.rows for p in record.partials]))
         before = self.storage.gather(table.name, changed)
+        self._keep_before(table, changed)
         for partial in record.partials:
             # Spec section 4: sum gains[j] * dA[sample[j]] per row over the covered occurrences.
             covered = partial.occurrences
@@ -848,18 +944,19 @@ class Executor:
         return changed, before
 
     def _finish_table(self, table: TablePlan, changed: np.ndarray | None, before: np.ndarray,
-                      rates: np.ndarray) -> None:
+                      rates: np.ndarray, source: tuple[TableDeduplication, list[np.ndarray]]
+                      ) -> None:
         """After ``_update_table``: the report's rows and update norm, the finiteness check and
         the pipelining buffer of ``table``."""
         report = self.last_report.get(table.name)
         if report is not None:
             report.rows_updated = table.vocabulary if changed is None else int(changed.shape[0])
             report.update_norm = self.storage.change_norm(table.name, changed, before)
-        self._require_finite(
+        self._check_finite(
             table, changed,
             report.update_norm if report is not None
             else self.storage.change_norm(table.name, changed, before),
-            rates,
+            rates, source, before,
         )
         if self._pipelined:
             self._undo[table.name] = (changed, before)

@@ -33,6 +33,10 @@ class RunOptions:
     ``max_memory``: bytes or a size such as ``"8G"`` (``units.parse_size``): the limit the
     storage checks its estimate against (None: 80% of the memory available); ``check_memory``
     False skips the local check. ``report`` False skips the per-step report.
+    ``strict_finite``: an update that leaves a parameter NaN or infinite (or a loaded state
+    holding one) raises ``NumericalError`` (a loaded state: ``InputError``) naming the cause;
+    by default the run goes on with TensorFlow's result and says so once
+    (``nonfinite.NonFiniteWarning``, ``Executor.nonfinite``).
     """
 
     seed: int = 0
@@ -40,6 +44,7 @@ class RunOptions:
     max_memory: int | str | None = None
     check_memory: bool = True
     report: bool = True
+    strict_finite: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "seed", units.seed_argument(self.seed))

@@ -20,6 +20,7 @@ from ..errors import InputError
 from .batch import FeatureInput, check_learning_rates
 from .core import Executor, TableReport, require_memory
 from .engines import get_engine
+from .nonfinite import NonFinite
 from .options import Placement, RunOptions
 from .plan import Plan
 from .storage import choose_backend
@@ -137,6 +138,7 @@ def replay(
     placement: Placement | None = None,
     sources: tuple[str | None, str | None] = (None, None),
     on_step: Callable[[int, Mapping[str, TableReport]], None] | None = None,
+    on_nonfinite: Callable[[NonFinite], None] | None = None,
 ) -> dict[str, np.ndarray]:
     """Run every step of ``batches`` from the state ``init``; return the replay output arrays.
 
@@ -152,7 +154,10 @@ def replay(
     were read from, named in errors. Arrays must have the contract's dtypes exactly (int64 ids,
     float32 floats); every step is checked once, before the first one runs: ``InputError``
     names the key and the source. ``on_step(step, reports)`` is called after each step with
-    the per-table ``TableReport`` of that step.
+    the per-table ``TableReport`` of that step. A step that leaves a parameter NaN or infinite
+    keeps TensorFlow's result (``Executor``; ``strict_finite``: ``NumericalError``);
+    ``on_nonfinite(event)`` is then called once, at the end, with the first such value and its
+    cause (``nonfinite.NonFinite``).
     """
     options = options if options is not None else RunOptions()
     placement = placement if placement is not None else Placement()
@@ -183,4 +188,6 @@ def replay(
         if on_step is not None:
             on_step(step, executor.last_report)
     out.update(executor.state_arrays())
+    if on_nonfinite is not None and executor.nonfinite is not None:
+        on_nonfinite(executor.nonfinite)
     return out

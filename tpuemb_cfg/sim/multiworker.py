@@ -279,7 +279,8 @@ class MultiWorkerRun:
         batch = self.data.next_batch(self._data_rngs[worker])
         activations, dedup = self.executor.recv_activations(batch)
         loss, grads = self.data.loss_gradients(batch, activations, dedup)
-        self.data.require_finite(self.executor.step_index, loss, activations)
+        self.data.require_finite(self.executor.step_index, loss, activations,
+                                self.executor.nonfinite)
         self.loss.append(loss)
         rows: RowGradients = {}
         for table in self.plan.tables:
@@ -478,6 +479,8 @@ class MultiWorkerRun:
                     for name, counts in sorted(worker.tables.items())
                 },
             })
+        if self.executor.nonfinite is not None:  # the first NaN or infinity, with its cause
+            out["nonfinite"] = self.executor.nonfinite.as_dict()
         return out
 
 

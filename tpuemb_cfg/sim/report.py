@@ -36,9 +36,10 @@ def run_text(summary: Mapping[str, Any], tables_path: str, plot: str | None = No
         f"tpuemb simulate: {summary['steps']} steps of synthetic data on {summary['config']} "
         f"(seed {summary['seed']})",
     ]
+    steps = summary.get("recorded_steps") or list(range(len(loss)))  # a long run: sampled
     if loss:
-        lines.append(f"loss: {loss[0]:.4f} (step 0) -> {loss[-1]:.4f} (step {len(loss) - 1})")
-    lines.extend(_rate_lines(summary.get("learning_rates", [])))
+        lines.append(f"loss: {loss[0]:.4f} (step 0) -> {loss[-1]:.4f} (step {steps[-1]})")
+    lines.extend(_rate_lines(summary.get("learning_rates", []), summary.get("recorded_steps")))
     header = ("table", "optimizer", "rows touched/step", "update norm first -> last",
               "ids/step per host", "unique ids/step per host")
     rows: list[tuple[str, ...]] = [header]
@@ -49,7 +50,7 @@ def run_text(summary: Mapping[str, Any], tables_path: str, plot: str | None = No
             name,
             table["optimizer"],
             f"{sum(touched) / max(len(touched), 1):.1f}",
-            f"{norms[0]:.4g} -> {norms[-1]:.4g}" if norms else "-",
+            f"{_norm(norms[0])} -> {_norm(norms[-1])}" if norms else "-",
             _per_host(table["ids_per_host"]),
             _per_host(table["unique_ids_per_host"]),
         ))
@@ -60,11 +61,20 @@ def run_text(summary: Mapping[str, Any], tables_path: str, plot: str | None = No
     return "\n".join(lines)
 
 
-def _rate_lines(tags: list[Mapping[str, Any]]) -> list[str]:
-    """Per dynamic tag: its first and last value, its range and where it comes from."""
+def _norm(value: float | None) -> str:
+    """An update norm of the summary (None: not finite, as JSON holds it)."""
+    return "not finite" if value is None else f"{value:.4g}"
+
+
+def _rate_lines(tags: list[Mapping[str, Any]], recorded: list[int] | None = None
+                ) -> list[str]:
+    """Per dynamic tag: its first and last value, its range and where it comes from;
+    ``recorded``: the step of each value (None: every step)."""
     lines = []
     for tag in tags:
-        values = [(step, v) for step, v in enumerate(tag["per_step"]) if v is not None]
+        steps = recorded if recorded is not None else range(len(tag["per_step"]))
+        values = [(step, v) for step, v in zip(steps, tag["per_step"], strict=True)
+                  if v is not None]
         users = ", ".join(tag["used_by"])
         low = min((v for _, v in values), default=None)
         high = max((v for _, v in values), default=None)

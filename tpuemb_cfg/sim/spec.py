@@ -118,6 +118,8 @@ def _run_options(spec: SimulationSpec, fail: _Fail, resolve: _Resolve) -> dict[s
         except ValueError as exc:
             raise fail("max_memory", f"{spec.max_memory!r}: {exc}") from None
         options["max_memory"] = spec.max_memory
+    if spec.HasField("strict_finite"):
+        options["strict_finite"] = bool(spec.strict_finite)
     return options
 
 

@@ -43,7 +43,7 @@ import hashlib
 import json
 import math
 import operator
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -56,6 +56,7 @@ from ..executor.bags import bag_lengths
 from ..executor.core import damaged_checkpoint
 from ..executor.counter import stream_key
 from ..executor.memory import Estimate, RunShape, describe, reduce_hint
+from ..executor.nonfinite import NonFinite
 from ..executor.plan import Plan, TablePlan
 from ..executor.prepared import Prepared
 from ..executor.rates import spec_learning_rates
@@ -68,6 +69,7 @@ from ..executor.workload import (
 )
 from ..numerics import pow64
 from . import kernels
+from .history import LIMIT, History
 from .options import SyntheticOptions
 from .schedules import Schedule, check_schedule_tags
 
@@ -262,14 +264,24 @@ class SyntheticData:
             lines.setdefault(rate.tag, f"tag {rate.tag}: {rate.describe()}")
         return [lines[tag] for tag in sorted(lines)]
 
-    def require_finite(self, step: int, loss: float, activations: Sequence[np.ndarray]) -> None:
+    def require_finite(self, step: int, loss: float, activations: Sequence[np.ndarray],
+                       first: NonFinite | None = None) -> None:
         """Raise ``NumericalError`` when a step's ``loss`` is not finite: some feature's
         activations overflowed float32 (the rows they combine grew too large; the teacher is
         bounded, so a finite activation gives a finite loss and gradient). The error names the
-        feature, its table and the learning rate that fed it, instead of leaving the gradient
-        check to blame a key of a batches file this run never read."""
+        feature, its table and the cause, instead of leaving the gradient check to blame a key
+        of a batches file this run never read: ``first``, the run's first non-finite value
+        (``Executor.nonfinite``: an update's, or a loaded state's), when there is one, else the
+        learning rate that fed the rows."""
         if math.isfinite(loss):
             return
+        if first is not None:
+            feature = next((f for f, a in zip(self.plan.features, activations, strict=True)
+                            if not np.isfinite(a).all()), self.plan.features[0])
+            raise NumericalError(
+                f"step {step}: the activations of feature {feature.index} ({feature.name!r}) are "
+                f"not finite: they read a non-finite row - {first.message}",
+                parameter=first.parameter, value=first.rate, table=first.table)
         for feature, activation in zip(self.plan.features, activations, strict=True):
             bad = np.argwhere(~np.isfinite(activation))
             if not bad.size:
@@ -386,7 +398,8 @@ class SyntheticRun:
             self.fingerprint = hashlib.sha256(
                 f"{self.fingerprint} ids={ids} sequence_lengths={sequence_lengths}".encode()
             ).hexdigest()
-        self.history: list[dict[str, Any]] = []
+        #: The per-step records, in bounded memory (``history.History``).
+        self.history = History()
 
     @property
     def step(self) -> int:
@@ -405,7 +418,7 @@ class SyntheticRun:
         # The executor is done with the gradients when send_gradients returns: reuse them.
         loss, grads = self.data.loss_gradients(batch, activations, dedup, reuse=True)
         step = self.step
-        self.data.require_finite(step, loss, activations)
+        self.data.require_finite(step, loss, activations, self.executor.nonfinite)
         rates = self.data.learning_rates(step)
         try:
             self.executor.send_gradients(grads, rates, dedup)
@@ -490,7 +503,7 @@ class SyntheticRun:
         out.update(self.touched.arrays())
         out["run/fingerprint"] = _text(self.fingerprint)
         out["run/rng"] = _text(json.dumps(self.data.rng.bit_generator.state, sort_keys=True))
-        out["run/history"] = _text(json.dumps(self.history))
+        out["run/history"] = _text(json.dumps(self.history.to_json()))
         return out
 
     def restore(self, arrays: Mapping[str, np.ndarray], source: str) -> None:
@@ -526,11 +539,13 @@ class SyntheticRun:
         self.touched.restore(arrays, source)
         self.executor.restore_checkpoint(arrays, source)
         self.data.rng.bit_generator.state = rng_state
-        self.history = history
+        self.history = History.from_json(history, self.history.limit)
 
     def summary(self) -> dict[str, Any]:
         """Per-run numbers: the loss and, per table, every report, as lists with one entry per
-        step (``ids_per_host``/``unique_ids_per_host``: one list per step, one count per host)."""
+        step (``ids_per_host``/``unique_ids_per_host``: one list per step, one count per host).
+        A run longer than ``history.LIMIT`` steps lists the steps of ``recorded_steps`` (evenly
+        spaced, the first and the last included; ``history.History``)."""
         tables: dict[str, Any] = {}
         for table in self.plan.tables:
             per_step = [entry["tables"][table.name] for entry in self.history]
@@ -550,12 +565,16 @@ class SyntheticRun:
             "loss": [entry["loss"] for entry in self.history],
             "tables": tables,
         }
+        if self.history.thinned:  # a long run: the lists hold these steps' values
+            out["recorded_steps"] = self.history.recorded_steps()
         if self.plan.num_learning_rates:
             out["learning_rates"] = learning_rate_summary(self.data, self.history)
+        if self.executor.nonfinite is not None:  # the first NaN or infinity, with its cause
+            out["nonfinite"] = self.executor.nonfinite.as_dict()
         return out
 
 
-def learning_rate_summary(data: SyntheticData, history: Sequence[Mapping[str, Any]]
+def learning_rate_summary(data: SyntheticData, history: Iterable[Mapping[str, Any]]
                           ) -> list[dict[str, Any]]:
     """Per dynamic tag: who reads it, where its values come from and its value at every step
     of ``history`` (None for a step recorded without them: a checkpoint of an older release)."""
@@ -613,8 +632,9 @@ def batch_arrays(step: int, batch: Sequence[FeatureInput], grads: Sequence[np.nd
 
 
 def history_bytes(plan: Plan, steps: int) -> int:
-    """An upper bound of the bytes the history of ``steps`` steps takes in this process: the
-    Python records of every step (per table a dict of six figures, two lists of one count per
+    """An upper bound of the bytes the history of ``steps`` steps takes in this process (the
+    records it keeps: at most ``history.LIMIT`` and the last, however many steps): the
+    Python records of every step kept (per table a dict of six figures, two lists of one count per
     host, a dict of one count per feature; the K learning rates), the summary's lists of them,
     and the largest text made of them at once (``summary.json``, or a checkpoint's JSON with its
     two byte copies).
@@ -632,7 +652,7 @@ def history_bytes(plan: Plan, steps: int) -> int:
         per_step += 792 + 80 * hosts + 122 * features  # the record
         per_step += 56  # the summary's lists
         per_step += 3 * (150 + 32 * hosts + 40 * features)  # the text
-    return steps * per_step
+    return min(steps, LIMIT + 1) * per_step
 
 
 def _checkpoint_text(arrays: Mapping[str, Any], key: str, source: str) -> str:
@@ -663,22 +683,35 @@ _RECORD_FIELDS = ("rows_touched", "rows_updated", "update_norm", "ids_per_host",
                   "unique_ids_per_host", "zero_denominator_bags")
 
 
+def _thinned_steps(history: Mapping[str, Any], steps: int) -> list[int] | str:
+    """The steps whose records a thinned history of ``steps`` steps holds (the multiples of
+    its stride and the last), or what is wrong with it."""
+    stride = history.get("stride")
+    if set(history) != {"stride", "steps", "records"} or type(stride) is not int or (
+            stride < 2 or stride & (stride - 1)) or history.get("steps") != steps:
+        return (f"expected stride (a power of 2), steps ({steps}, the step of executor/step) "
+                "and records")
+    expected = list(range(0, steps, stride))
+    if steps and expected[-1] != steps - 1:
+        expected.append(steps - 1)
+    return expected
+
+
 def _history_problem(history: Any, steps: int, plan: Plan) -> str | None:
     """What is wrong with a checkpoint's history for a run of ``plan`` at step ``steps``: one
     record per step, as ``run_step`` makes them (None: nothing)."""
+    expected: list[int] | str = list(range(steps))
+    if isinstance(history, dict):  # a thinned history (``History.to_json``)
+        expected = _thinned_steps(history, steps)
+        if isinstance(expected, str):
+            return expected
+        history = history["records"]
     if not isinstance(history, list):
         return f"a JSON {type(history).__name__} found, expected a list of one record per step"
-    if len(history) != steps:
-        return f"{len(history)} record(s) found for the {steps} step(s) of executor/step"
+    if len(history) != len(expected):
+        return (f"{len(history)} record(s) found for the {steps} step(s) of executor/step"
+                + ("" if len(expected) == steps else f" ({len(expected)} kept)"))
     names = {table.name for table in plan.tables}
-
-    def count(value: Any) -> bool:
-        return type(value) is int and value >= 0
-
-    def counts(value: Any) -> bool:
-        return (isinstance(value, list) and len(value) == plan.num_hosts
-                and all(count(v) for v in value))
-
     for index, entry in enumerate(history):
         where = f"record {index}"
         if not isinstance(entry, dict) or set(entry) - {"learning_rates"} != {
@@ -689,24 +722,40 @@ def _history_problem(history: Any, steps: int, plan: Plan) -> str | None:
                 and all(type(r) in (int, float) for r in rates)):
             return (f"{where}: learning_rates must be a list of {plan.num_learning_rates} "
                     "number(s), one per dynamic tag")
-        if entry["step"] != index or type(entry["step"]) is not int:
-            return f"{where}: step {entry['step']!r} found, expected {index}"
+        if entry["step"] != expected[index] or type(entry["step"]) is not int:
+            return f"{where}: step {entry['step']!r} found, expected {expected[index]}"
         if type(entry["loss"]) not in (int, float):
             return f"{where}: loss {entry['loss']!r} found, expected a number"
         tables = entry["tables"]
         if not isinstance(tables, dict) or set(tables) != names:
             return f"{where}: expected the tables {sorted(names)}"
         for name, figures in tables.items():
-            if not isinstance(figures, dict) or set(figures) != set(_RECORD_FIELDS):
-                return f"{where}, table {name!r}: expected {', '.join(_RECORD_FIELDS)}"
-            bags = figures["zero_denominator_bags"]
-            if not (count(figures["rows_touched"]) and count(figures["rows_updated"])
-                    and type(figures["update_norm"]) in (int, float)
-                    and counts(figures["ids_per_host"])
-                    and counts(figures["unique_ids_per_host"])
-                    and isinstance(bags, dict) and all(count(v) for v in bags.values())):
-                return (f"{where}, table {name!r}: counts must be whole numbers (0 or more), "
-                        f"{plan.num_hosts} per host list, the update norm a number")
+            problem = _figures_problem(figures, plan.num_hosts)
+            if problem is not None:
+                return f"{where}, table {name!r}: {problem}"
+    return None
+
+
+def _figures_problem(figures: Any, hosts: int) -> str | None:
+    """What is wrong with one table's figures in a checkpoint's history record (None:
+    nothing)."""
+    if not isinstance(figures, dict) or set(figures) != set(_RECORD_FIELDS):
+        return f"expected {', '.join(_RECORD_FIELDS)}"
+
+    def count(value: Any) -> bool:
+        return type(value) is int and value >= 0
+
+    def counts(value: Any) -> bool:
+        return isinstance(value, list) and len(value) == hosts and all(count(v) for v in value)
+
+    bags = figures["zero_denominator_bags"]
+    if not (count(figures["rows_touched"]) and count(figures["rows_updated"])
+            and (figures["update_norm"] is None  # not finite (JSON has no NaN)
+                 or type(figures["update_norm"]) in (int, float))
+            and counts(figures["ids_per_host"]) and counts(figures["unique_ids_per_host"])
+            and isinstance(bags, dict) and all(count(v) for v in bags.values())):
+        return (f"counts must be whole numbers (0 or more), {hosts} per host list, the update "
+                "norm a number")
     return None
 
 
