@@ -42,6 +42,11 @@ def _split(values: Sequence[str]) -> list[str]:
     return out
 
 
+def _lines(data: bytes) -> list[str]:
+    """A file's lines for a diff (their line endings kept)."""
+    return data.decode("utf-8", "replace").splitlines(keepends=True)
+
+
 def _fix_file(source: Source, fixes: set[str], *, diff: bool) -> tuple[list[str], bool]:
     """Apply (or, with ``diff``, show) the fixes of one file; returns the messages to print and
     whether the file was rewritten."""
@@ -56,8 +61,7 @@ def _fix_file(source: Source, fixes: set[str], *, diff: bool) -> tuple[list[str]
         notes = [f"{note} [--diff: not written]" for note in notes]
         if source.format != "binary":
             lines = difflib.unified_diff(
-                source.data.decode("utf-8", "replace").splitlines(keepends=True),
-                result.data.decode("utf-8", "replace").splitlines(keepends=True),
+                _lines(source.data), _lines(result.data),
                 fromfile=source.path,
                 tofile=f"{source.path} (fixed)",
             )
@@ -95,9 +99,9 @@ def _fix_sparsecore_spec(path: str, *, diff: bool) -> bool:
     from tpuemb_cfg.spec_check import fix_sparsecore_spec
 
     try:
-        result = fix_sparsecore_spec(path)
-        with open(path, encoding="utf-8", errors="replace") as handle:
+        with open(path, "rb") as handle:
             before = handle.read()
+        result = fix_sparsecore_spec(path)
     except (InputError, OSError):
         return False
     for note in result.notes:
@@ -106,12 +110,12 @@ def _fix_sparsecore_spec(path: str, *, diff: bool) -> bool:
         return False
     if diff:
         click.echo("".join(difflib.unified_diff(
-            before.splitlines(keepends=True), result.text.splitlines(keepends=True),
-            fromfile=path, tofile=f"{path} (fixed)")), nl=False)
+            _lines(before), _lines(result.data), fromfile=path, tofile=f"{path} (fixed)")),
+            nl=False)
         return False
     try:
         refuse_hard_linked(path)
-        atomic_write_bytes(path, result.text.encode("utf-8"))
+        atomic_write_bytes(path, result.data)
     except (InputError, OSError) as exc:  # OutputError is an InputError
         click.echo(f"{path}: {exc} (not fixed)", err=True)
         return True

@@ -519,7 +519,7 @@ def _assignments(text: str) -> dict[str, int]:
 
 
 def _read_text(path: str) -> str:
-    with open(path, encoding="utf-8", errors="replace") as handle:
+    with open(path, encoding="utf-8-sig", errors="replace") as handle:
         return handle.read()
 
 
