@@ -281,7 +281,11 @@ def _limit_text(name: str, limit: dict[str, Any]) -> str:
 
 
 def format_sparsecore_summary(summary: dict[str, Any], title: str) -> str:
-    """The summary as text, one block per stack."""
+    """The summary as text, one block per stack (names, paths and values with their control
+    characters escaped: :func:`~tpuemb_cfg.errors.printable`)."""
+    from tpuemb_cfg.errors import printable, printable_values
+
+    summary, title = printable_values(summary), printable(title)
     top = summary["topology"]
     kind = f"{top['kind']}, " if top["kind"] else ""
     assumed = " (SparseCores per chip unknown: 4 assumed, as TensorFlow does)" if top[
