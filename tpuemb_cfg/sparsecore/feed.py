@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from tpuemb_cfg.sparsecore._args import check_config, found
 from tpuemb_cfg.sparsecore.config import SparseCoreConfig, SparseCoreTable
 from tpuemb_cfg.sparsecore.stacker import SparseCoreLayoutStacker
 from tpuemb_cfg.sparsecore.stacking import FeatureSlot, Stack, StackedTable, Stacking
@@ -89,6 +90,7 @@ def tensorflow_stacker_calls(config: SparseCoreConfig) -> list[AddTableCall]:
     """The ``AddTable`` calls ``TPUEmbeddingV2`` makes for ``config``, in order (tables sorted by
     name; only the first feature counted: the 2.21 bug). No features: no calls (TensorFlow's
     loop does not run)."""
+    check_config("tensorflow_stacker_calls", config)
     tables = _used_tables(config)
     if not config.features:
         return []
@@ -109,6 +111,7 @@ def tensorflow_stacker(config: SparseCoreConfig) -> SparseCoreLayoutStacker:
     ``disable_table_stacking`` from the configuration, TensorFlow's default limits
     (``TPUEmbeddingV2`` never calls a ``Set*`` method), and every
     :func:`tensorflow_stacker_calls` call made."""
+    check_config("tensorflow_stacker", config)
     stacker = SparseCoreLayoutStacker(
         num_partitions=config.topology.chips,
         disable_table_stacking=config.disable_table_stacking,
@@ -121,6 +124,7 @@ def tensorflow_stacker(config: SparseCoreConfig) -> SparseCoreLayoutStacker:
 
 def tensorflow_layouts(config: SparseCoreConfig) -> SparseCoreTableLayouts:
     """What ``GetLayouts()`` returns inside ``TPUEmbeddingV2`` for ``config``."""
+    check_config("tensorflow_layouts", config)
     return tensorflow_stacker(config).GetLayouts()
 
 
@@ -151,6 +155,12 @@ def layouts_to_stacks(layouts: SparseCoreTableLayouts,
     tables with their offsets and rotations, the group string and ``AddTable`` counts of the
     calls made, the combiner of the stack's first table, the samples of all its features, and the
     limits looked up by stacked name (default 256)."""
+    from tpuemb_cfg.proto.sparse_core_layout_pb2 import SparseCoreTableLayouts as Layouts
+
+    if not isinstance(layouts, Layouts):
+        raise TypeError(f"layouts_to_stacks(): layouts must be a SparseCoreTableLayouts "
+                        f"(tensorflow_layouts(config)), got {found(layouts)}")
+    check_config("layouts_to_stacks", config)
     tables = _used_tables(config)
     calls = {c.table_name: c for c in tensorflow_stacker_calls(config)}
     members: dict[str, list[StackedTable]] = {}
@@ -207,6 +217,7 @@ def stack(config: SparseCoreConfig) -> Stacking:
     """``config``'s stacks: TensorFlow 2.21's (``mode="tensorflow"``: the stacker fed as
     ``TPUEmbeddingV2`` feeds it) or jax-tpu-embedding 0.2.0's (``mode="jax"``:
     ``tpuemb_cfg.sparsecore.jte.stack_config``)."""
+    check_config("stack", config)
     if config.mode == "tensorflow":
         return _tensorflow_stacking(config)
     if config.mode == "jax":

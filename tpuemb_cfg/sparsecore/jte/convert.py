@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tpuemb_cfg.algorithms.table import JAX_SPECS, SPARSECORE
+from tpuemb_cfg.sparsecore._args import found
 from tpuemb_cfg.sparsecore.config import (
     SparseCoreConfig,
     SparseCoreFeature,
@@ -82,6 +83,9 @@ def describe_optimizer(spec: Any) -> str:
     """``AdagradOptimizerSpec(learning_rate=0.1, initial_accumulator_value=0.1)``: the class and
     its hyper-parameters, a callable by its name (never by its address: the text is the same
     on every machine)."""
+    if not hasattr(spec, "__dict__"):
+        raise TypeError(f"describe_optimizer(): spec must be an optimizer spec (e.g. "
+                        f"AdagradOptimizerSpec(...)), got {found(spec)}")
     return f"{type(spec).__name__}(" + ", ".join(
         f"{k}={_show(v)}" for k, v in _hyper(spec, with_rate=True).items()) + ")"
 
@@ -124,8 +128,9 @@ def _attr(obj: Any, name: str, what: str) -> Any:
     try:
         return getattr(obj, name)
     except AttributeError:
-        raise ValueError(f"{what} {obj!r} has no {name!r}: expected a jax-tpu-embedding "
-                         "FeatureSpec/TableSpec (tpuemb_cfg.sparsecore.jte has both)") from None
+        raise ValueError(f"feature_specs: {what} {obj!r} has no {name!r}: expected a "
+                         "jax-tpu-embedding FeatureSpec/TableSpec (tpuemb_cfg.sparsecore.jte "
+                         "has both)") from None
 
 
 def _shape(value: Any, what: str) -> tuple[int, ...]:

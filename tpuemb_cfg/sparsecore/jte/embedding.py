@@ -17,8 +17,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tpuemb_cfg.sparsecore._args import check_bool, check_int, check_str
 from tpuemb_cfg.sparsecore.jte import specs as _own
 from tpuemb_cfg.sparsecore.jte.convert import (
+    _attr,
     feature_specs_to_config,
     leaves,
     sparse_cores_per_device,
@@ -134,7 +136,8 @@ def prepare_feature_specs_for_training(feature_specs: Any, global_device_count: 
     suggested buffer size go into its stack. Features already stacked are left alone.
     """
     sparse_cores_per_device(num_sc_per_device)  # the None / 3 refusals come first, as there
-    todo = [s for s in leaves(feature_specs) if not _is_stacked(s.table_spec)]
+    specs = leaves(feature_specs)
+    todo = [s for s in specs if not _is_stacked(_attr(s, "table_spec", "feature spec"))]
     for spec in todo:
         into = _stacked_into(spec.table_spec)
         if into is not None:
@@ -248,6 +251,14 @@ def preprocess_sparse_dense_matmul_input(  # noqa: PLR0913
 
     from tpuemb_cfg.sparsecore.preprocessing import preprocess
 
+    function = "preprocess_sparse_dense_matmul_input"
+    check_int(function, "local_device_count", local_device_count, minimum=1)
+    check_int(function, "global_device_count", global_device_count, minimum=1)
+    check_str(function, "sharding_strategy", sharding_strategy, ("MOD",))
+    for name, flag in (("has_leading_dimension", has_leading_dimension),
+                       ("allow_id_dropping", allow_id_dropping),
+                       ("enable_minibatching", enable_minibatching)):
+        check_bool(function, name, flag)
     nsc, _ = sparse_cores_per_device(num_sc_per_device)
     if sharding_strategy.upper() != "MOD":
         raise ValueError(f"Unsupported sharding strategy: {sharding_strategy!r}; only 'MOD' "

@@ -37,7 +37,9 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from tpuemb_cfg.sparsecore._args import check_config, found
 from tpuemb_cfg.sparsecore.config import SparseCoreConfig, SparseCoreFeature, SparseCoreTable
 from tpuemb_cfg.sparsecore.jte.specs import DEFAULT_ACTIVATION_MEM_BYTES_LIMIT, DEFAULT_LIMIT
 from tpuemb_cfg.sparsecore.stacking import FeatureSlot, Stack, StackedTable, Stacking
@@ -55,9 +57,19 @@ def round_up(value: int, multiple: int) -> int:
     return -(-value // multiple) * multiple
 
 
+def _iterable(value: Any) -> list[Any]:
+    try:
+        return list(value)
+    except TypeError:
+        return [None]
+
+
 def stack_name(tables: Sequence[str], *, short: bool = True) -> str:
     """Tables joined with ``_``; if ``short`` and longer than 50 characters, the first 50, then
     ``...`` and 12 hex digits of the full name's sha256 (the name stays unique and readable)."""
+    if isinstance(tables, str) or not all(isinstance(t, str) for t in _iterable(tables)):
+        raise TypeError(f"stack_name(): tables must be a sequence of table names (str), got "
+                        f"{found(tables)}")
     name = "_".join(tables)
     if not short or len(name) <= _NAME_KEEP:
         return name
@@ -199,6 +211,7 @@ def stack_config(config: SparseCoreConfig) -> Stacking:
     """The stacks jax-tpu-embedding 0.2.0 makes of ``config`` (see the module docstring):
     ``auto_stack_tables`` then ``prepare_feature_specs_for_training``, or the latter alone when
     ``config.disable_table_stacking``. ValueError for device counts the reference refuses."""
+    check_config("stack_config", config)
     topo = config.topology
     check_devices(topo.chips, topo.sparse_cores_per_chip)
     n = topo.num_sparse_cores
