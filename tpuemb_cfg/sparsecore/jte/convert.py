@@ -32,17 +32,41 @@ __all__ = ["describe_optimizer", "feature_specs_to_config", "leaves", "sparse_co
            "stacking_of"]
 
 
+#: The most containers (lists, tuples, dicts) :func:`leaves` walks: a tree that refers to
+#: itself is refused rather than walked forever.
+_MAX_NODES = 1_000_000
+
+
 def leaves(tree: Any) -> list[Any]:
-    """The leaves of ``tree`` in ``jax.tree.leaves`` order (see the module docstring)."""
-    if tree is None:
-        return []
-    if isinstance(tree, OrderedDict):
-        return [x for v in tree.values() for x in leaves(v)]
-    if isinstance(tree, dict):
-        return [x for k in sorted(tree) for x in leaves(tree[k])]
-    if isinstance(tree, (list, tuple)):
-        return [x for v in tree for x in leaves(v)]
-    return [tree]
+    """The leaves of ``tree`` in ``jax.tree.leaves`` order (see the module docstring), walked
+    without recursion (any depth). ValueError for a tree that contains itself, TypeError for a
+    dict whose keys do not sort (jax sorts them)."""
+    out: list[Any] = []
+    todo = [tree]
+    walked = 0
+    while todo:
+        node = todo.pop()
+        if node is None:
+            continue
+        if isinstance(node, dict | list | tuple):
+            walked += 1
+            if walked > _MAX_NODES:
+                raise ValueError(f"feature_specs holds more than {_MAX_NODES:,} lists, tuples "
+                                 "and dicts: does it contain itself?")
+        if isinstance(node, OrderedDict):
+            todo.extend(reversed(node.values()))
+        elif isinstance(node, dict):
+            try:
+                keys = sorted(node)
+            except TypeError:
+                raise TypeError(f"feature_specs: the keys of a dict must sort, as jax sorts "
+                                f"them; got {sorted(map(repr, node))}") from None
+            todo.extend(node[k] for k in reversed(keys))
+        elif isinstance(node, list | tuple):
+            todo.extend(reversed(node))
+        else:
+            out.append(node)
+    return out
 
 
 def _chip(value: str) -> ChipKind:
