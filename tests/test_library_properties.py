@@ -31,17 +31,11 @@ import pytest
 from conftest import EXAMPLES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_sparsecore_entry_args import CONFIG, STACKING  # 1 table, 4 chips x 2 SparseCores
 
 from tpuemb_cfg import sparsecore as sc
 from tpuemb_cfg.errors import TpuembError
 from tpuemb_cfg.sparsecore import jte
-from tpuemb_cfg.sparsecore.config import (
-    SparseCoreConfig,
-    SparseCoreFeature,
-    SparseCoreOptimizer,
-    SparseCoreTable,
-)
-from tpuemb_cfg.sparsecore.topology import Topology
 
 EXAMPLES_COUNT = int(os.environ.get("TPUEMB_PROPERTY_EXAMPLES", "60"))
 SETTINGS = settings(max_examples=EXAMPLES_COUNT, deadline=None,
@@ -49,12 +43,6 @@ SETTINGS = settings(max_examples=EXAMPLES_COUNT, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                            HealthCheck.function_scoped_fixture])
 
-CONFIG = SparseCoreConfig(
-    api="tensorflow", mode="tensorflow",
-    tables=(SparseCoreTable("t", 1000, 16, SparseCoreOptimizer("adagrad", group="g")),),
-    features=(SparseCoreFeature("f", "t", (16,), (16, 16)),),
-    topology=Topology(chips=4, sparse_cores_per_chip=2))
-STACKING = sc.stack(CONFIG)
 JAX_IDS = {"f": np.arange(16, dtype=np.int64).reshape(16, 1)}
 TF_IDS = {"f": np.arange(64, dtype=np.int64).reshape(64, 1)}  # 16 samples x 4 local devices
 
