@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -108,7 +109,7 @@ def test_preprocess_refuses_what_it_cannot_use(  # noqa: PLR0913 - one strategy 
         stacking: Any, features: Any, weights: Any, local_devices: Any, global_devices: Any,
         sparse_cores: Any, dropping: Any, leading: Any, limits: Any, mode: Any,
         minibatching: Any) -> None:
-    if mode == "tensorflow" and features is JAX_IDS:
+    if isinstance(mode, str) and mode == "tensorflow" and features is JAX_IDS:
         features = TF_IDS
     check(lambda: sc.preprocess(
         stacking, features, weights, local_devices=local_devices,
@@ -218,6 +219,28 @@ def plan_inputs(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
     return config, sample
 
 
+@contextmanager
+def address_space_cap(extra: int = 2 << 30) -> Iterator[None]:
+    """At most ``extra`` more bytes of address space for the block (Linux: RLIMIT_AS), so that
+    an argument that makes the planner allocate per host (``hosts=846732``: 25.8 GiB) raises
+    MemoryError here instead of taking the shared machine's memory."""
+    try:
+        import resource
+
+        with open("/proc/self/statm") as handle:
+            used = int(handle.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except (ImportError, OSError, ValueError):
+        yield
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    cap = used + extra if hard == resource.RLIM_INFINITY else min(used + extra, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
 PLAN_SETTINGS = settings(SETTINGS, max_examples=max(EXAMPLES_COUNT // 3, 10))
 
 
@@ -244,4 +267,5 @@ def test_plan_refuses_what_it_cannot_use(  # noqa: PLR0913 - one per argument
                               hbm_bytes=hbm, quantile=quantile, headroom=headroom)
         return plan(source, ids, options=options, fmt=fmt, progress=progress)
 
-    check(call)
+    with address_space_cap():
+        check(call)

@@ -82,10 +82,14 @@ def check_devices(global_devices: int, sparse_cores_per_device: int) -> None:
     device, where 0 fails with a ZeroDivisionError, and 2 or 4 SparseCores per device)."""
     if isinstance(global_devices, bool) or not isinstance(global_devices, int) \
             or global_devices < 1:
+        got = repr(global_devices) if isinstance(global_devices, int | str) \
+            else found(global_devices)
         raise ValueError(f"global_device_count must be a positive integer, got "
-                         f"{global_devices!r}: pass the number of chips (mesh.size)")
-    if sparse_cores_per_device not in SPARSE_CORE_COUNTS:
-        raise ValueError(f"Invalid num_sc_per_device: {sparse_cores_per_device!r}; "
+                         f"{got}: pass the number of chips (mesh.size)")
+    cores = sparse_cores_per_device
+    if isinstance(cores, bool) or not isinstance(cores, int) or cores not in SPARSE_CORE_COUNTS:
+        shown = repr(cores) if isinstance(cores, int | str) else found(cores)
+        raise ValueError(f"Invalid num_sc_per_device: {shown}; "
                          "jax-tpu-embedding accepts 4 (TPU v5p) or 2 (v6e, TPU7x)")
 
 
