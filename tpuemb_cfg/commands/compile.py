@@ -96,7 +96,7 @@ def _check(target: str, data: bytes, fmt: str, *, shown: str, message_type: Any 
                                         tofile=f"{output} (compiled)"))
     echo(diff or f"{output}: the bytes differ but the text forms are equal", nl=not diff)
     echo(f"{output}: out of date; run `tpuemb compile` without --check to update it",
-               err=True)
+         err=True)
     return 1
 
 
@@ -140,8 +140,8 @@ def compile_(spec: str, output: str, to_format: str | None, check: bool,  # noqa
 
         if is_sparsecore_spec(spec):
             echo(f"{spec}: a SparseCore spec; `--sparsecore` writes its stacked tables "
-                       "(SparseCoreTableLayouts); without it, TPUEmbedding's configuration",
-                       err=True)
+                 "(SparseCoreTableLayouts); without it, TPUEmbedding's configuration",
+                 err=True)
     if not check:
         from tpuemb_cfg.atomic import check_outputs
 
@@ -198,8 +198,8 @@ def _compile_sparsecore(spec: str, target: str, fmt: str, *, check: bool, shown:
         raise
     if shown != "-":
         echo(f"wrote {shown}: {len(layouts.tables)} tables in {len(stacking.stacks)} "
-                   f"stacks ({loaded.config.mode} stacking, {stacking.num_sparse_cores} "
-                   f"SparseCores)")
+             f"stacks ({loaded.config.mode} stacking, {stacking.num_sparse_cores} "
+             f"SparseCores)")
 
 
 def _load(spec: str) -> Any:
@@ -311,14 +311,14 @@ def inspect(config: str, as_json: bool) -> None:
             from tpuemb_cfg.executor.memory import describe_parts
 
             echo(f"\nsimulation (tpuemb simulate CONFIG: {simulation['steps']} synthetic "
-                       f"steps, {simulation['engine']} engine, --tables touched): about "
-                       f"{describe_parts(simulation['memory'])} at the peak; --dry-run shows "
-                       "it for other options")
+                 f"steps, {simulation['engine']} engine, --tables touched): about "
+                 f"{describe_parts(simulation['memory'])} at the peak; --dry-run shows "
+                 "it for other options")
     if failing:
         name = config if config != "-" else "<stdin>"
         echo(format_text([FileReport(name, failing)]), err=True, nl=False)
         echo(f"{name}: does not validate; the summary shows what the file says, not what "
-                   "TensorFlow would run (see tpuemb validate)", err=True)
+             "TensorFlow would run (see tpuemb validate)", err=True)
         click.get_current_context().exit(1)
 
 

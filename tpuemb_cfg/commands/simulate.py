@@ -703,7 +703,7 @@ def _replay(files: _ReplayFiles, combiner_args: tuple[str, ...], records: _Recor
         echo(json.dumps(summary, indent=2))
     elif not quiet:
         echo(f"replayed {steps} step(s) of {batches_path} on {config_path}; wrote {out_path}",
-                   err=True)
+             err=True)
         _combiner_note(prepared)
 
 
@@ -773,7 +773,7 @@ def _show(prepared: Prepared, request: _Request, summary: dict[str, Any], *,
         echo(json.dumps(summary, indent=2))
     else:
         echo(workers_text(summary) if several
-                   else run_text(summary, str(request.out_dir / "tables.npz"), request.plot))
+             else run_text(summary, str(request.out_dir / "tables.npz"), request.plot))
         if not request.quiet:
             _combiner_note(prepared)
 

@@ -86,7 +86,7 @@ def _fix_spec(path: str, fixes: set[str], *, diff: bool) -> bool:
     if "sparsecore_keys" in fixes and is_sparsecore_spec(path):
         return _fix_sparsecore_spec(path, diff=diff)
     echo(f"{path}: a spec is not rewritten by --fix; edit the spec itself "
-               "(the findings below point at its lines)", err=True)
+         "(the findings below point at its lines)", err=True)
     return False
 
 
