@@ -505,6 +505,9 @@ def test_the_rename_edits_the_literal_of_the_dict_passed() -> None:
     place = locate_limit_key(text, 2, "max_ids_per_table", "user", ("user", "video"))
     assert place == KeyPlace(53, 59, 2, 31)  # line 2 starts at 23
     assert text[place.start:place.end] == "'user'"
+    # a key the dictionary does not hold (a finding suggesting one) has no literal to point at
+    assert locate_limit_key(text, 2, "max_ids_per_table", "ads", ("user", "video")) == (
+        "the dictionary at line 2 has no key 'ads'")
     fixed = rename_spec_keys(text.encode(), [
         KeyRenameAt("max_ids_per_table", "user", "user_video", 2, ("user", "video")),
         KeyRenameAt("max_ids_per_table", "name", "x", 3, ("name",))], "s.py")

@@ -583,6 +583,8 @@ def locate_limit_key(text: str, call_line: int | None, setting: str, key: str,
     if None in written or sorted(written) != sorted(keys):  # type: ignore[type-var]
         return (f"{at} does not write the keys {setting} held when the spec ran as string "
                 "literals (some are computed, or added or removed later)")
+    if not matches:
+        return f"{at} has no key {key!r}"
     node = matches[0]
     assert node is not None and node.end_lineno is not None and node.end_col_offset is not None
     start = _offset(parsed, node.lineno, node.col_offset)
