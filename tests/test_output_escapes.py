@@ -194,3 +194,15 @@ def test_a_path_in_an_error_is_shown_escaped(tmp_path: Path) -> None:
     result = run("validate", str(tmp_path / f"{EVIL}.pbtxt"))
     assert result.exit_code == 2
     assert f"{SHOWN}.pbtxt: error[PARSE001]" in result.stdout
+
+
+def test_a_progress_line_shows_a_name_escaped() -> None:
+    """The simulate log's lines (a file or pipe as standard error) name checkpoint paths."""
+    import io
+
+    from tpuemb_cfg.commands._progress import RunLog
+
+    stream = io.StringIO()
+    RunLog("lines", stream, wall=lambda: 0.0).line(f"checkpoint {EVIL}.npz written")
+    assert stream.getvalue() == (f"1970-01-01T00:00:00Z tpuemb simulate: checkpoint {SHOWN}.npz "
+                                 "written\n")
