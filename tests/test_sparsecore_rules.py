@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from rulecheck import invoke
 
-from tpuemb_cfg.fix import dict_key_positions, rename_spec_keys
+from tpuemb_cfg.fix import KeyPlace, KeyRenameAt, locate_limit_key, rename_spec_keys
 from tpuemb_cfg.model import Diagnostic
 from tpuemb_cfg.report import FileReport, render
 from tpuemb_cfg.rules import RULES
@@ -499,18 +499,25 @@ def test_explain_prints_every_sparsecore_rule(rule_id: str) -> None:
 # -- the fix -------------------------------------------------------------------------------------
 
 
-def test_dict_key_positions_and_the_rename() -> None:
+def test_the_rename_edits_the_literal_of_the_dict_passed() -> None:
     text = ('features = {"user": 1}\n'
-            "limits = {'user': 64, \"video\": 8}  # keep\n"
+            "c = Config(max_ids_per_table={'user': 64, \"video\": 8})  # keep\n"
             'name = "user"\n')
-    assert dict_key_positions(text, "user") == [(1, 13, 1, 19), (2, 11, 2, 17)]
-    fixed = rename_spec_keys(text, [(2, "user", "user_video"), (3, "user", "x")], "s.py")
-    assert fixed.text == ('features = {"user": 1}\n'
-                          "limits = {'user_video': 64, \"video\": 8}  # keep\n"
-                          'name = "user"\n')
+    place = locate_limit_key(text, 2, "max_ids_per_table", "user", ("user", "video"))
+    assert place == KeyPlace(53, 59, 2, 31)  # line 2 starts at 23
+    assert text[place.start:place.end] == "'user'"
+    # a key the dictionary does not hold (a finding suggesting one) has no literal to point at
+    assert locate_limit_key(text, 2, "max_ids_per_table", "ads", ("user", "video")) == (
+        "the dictionary at line 2 has no key 'ads'")
+    fixed = rename_spec_keys(text.encode(), [
+        KeyRenameAt("max_ids_per_table", "user", "user_video", 2, ("user", "video")),
+        KeyRenameAt("max_ids_per_table", "name", "x", 3, ("name",))], "s.py")
+    assert fixed.data == text.replace("{'user': 64", "{'user_video': 64").encode()
     assert fixed.notes == [
         "s.py:2: renamed the limit key 'user' to 'user_video' (SC001)",
-        "s.py:3: key 'user' is not written there as a string key; rename it to 'x' by hand",
+        "s.py:3: not fixed (SC001): the max_ids_per_table key 'name' cannot be located for "
+        "certain: line 3 does not pass max_ids_per_table= as a keyword argument; rename it to "
+        "'x' by hand",
     ]
     assert fixed.changed
 

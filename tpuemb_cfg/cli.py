@@ -27,8 +27,8 @@ from typing import Any, NoReturn
 import click
 
 from tpuemb_cfg import __version__, _interrupt, _streams, missing_dependency
-from tpuemb_cfg.commands.flags import cli_message
-from tpuemb_cfg.errors import TpuembError
+from tpuemb_cfg.commands.flags import cli_message, echo
+from tpuemb_cfg.errors import TpuembError, printable
 
 # command name -> (module, attribute, one-line help shown in `tpuemb --help`)
 COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -131,6 +131,9 @@ class LazyGroup(click.Group):
         except TpuembError as exc:
             click.echo(cli_message(exc), err=True)
             ctx.exit(2)
+        except click.ClickException as exc:  # click's refusal of an option value quotes it
+            setattr(exc, "message", printable(exc.message, keep="\n"))  # noqa: B010 (Final)
+            raise
         except KeyboardInterrupt as exc:
             _interrupted(exc)
         except MemoryError as exc:  # the estimates refuse first; this is what they missed
@@ -182,7 +185,7 @@ def _show_warning(message: Warning | str, category: type[Warning], filename: str
     """A warning of tpuemb's own (the engine fallback, a custom table on the NumPy path) as one
     line for the user, not Python's file:line and source excerpt; others as Python shows them."""
     if f"{os.sep}tpuemb_cfg{os.sep}" in filename:
-        click.echo(f"warning: {message}", err=True)
+        echo(f"warning: {message}", err=True)
     else:
         sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
 

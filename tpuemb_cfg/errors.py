@@ -44,20 +44,44 @@ def parameter(name: str) -> str:
     return f"{_MARK}{name}{_MARK}"
 
 
-def printable(text: str) -> str:
+def printable(text: str, keep: str = "", *, json: bool = False) -> str:
     """``text`` as it may be printed on a terminal: every character ``str.isprintable`` refuses
-    (ESC and every other control character, line breaks, bidirectional overrides) written as
-    Python writes it in a ``repr`` (``\\x1b``, ``\\n``, ``\\u202e``), the rest unchanged.
+    (C0 controls such as ESC and BEL, DEL, the C1 controls U+0080-U+009F such as the one-byte
+    CSI U+009B and OSC U+009D, line breaks, bidirectional overrides and isolates) written as
+    Python writes it in a ``repr`` (``\\x1b``, ``\\x9b``, ``\\n``, ``\\u202e``), the rest
+    unchanged; the characters in ``keep`` (``"\\n"`` for a text of several lines) are left as
+    they are. With ``json``, ``text`` is JSON (``json.dumps``' output) and each such character
+    becomes ``\\uXXXX``: the same document, with the true names, safe to show.
 
-    A name in a configuration is the user's data, not instructions to the terminal: a table
-    called ``"\\x1b]0;owned\\x07"`` must not retitle the window or hide the lines around it. Every
-    text output that shows such names (``tpuemb inspect``, the simulate report, the tag table,
-    validate's text and GitHub reports) passes them through here; JSON output is escaped by
-    ``json`` itself.
+    A name in a configuration, a path or an option value is the user's data, not instructions
+    to the terminal: a table called ``"\\x1b]0;owned\\x07"`` must not retitle the window or
+    hide the lines around it. Every output that shows such text passes it through here: the
+    CLI's errors, warnings, notes and progress lines, and every text report (``tpuemb inspect``,
+    ``validate``'s text and GitHub formats, ``simulate``, ``plan``); JSON and SARIF keep the
+    true names, escaped by ``json`` (and here, with ``json``, for what ``json`` leaves raw).
     """
     if text.isprintable():
         return text
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    out = []
+    for char in text:
+        if char.isprintable() or char in keep:
+            out.append(char)
+        elif json:
+            units = char.encode("utf-16-be")
+            out.extend(f"\\u{units[i]:02x}{units[i + 1]:02x}" for i in range(0, len(units), 2))
+        else:
+            out.append(repr(char)[1:-1])
+    return "".join(out)
+
+
+def printable_json(document: Any, **options: Any) -> str:
+    """``json.dumps(document, ensure_ascii=False, **options)`` with what ``json`` leaves raw
+    that a terminal could act on (C1 controls, bidirectional overrides) as ``\\uXXXX``
+    (:func:`printable`): the true names, safe to show."""
+    import json
+
+    text = json.dumps(document, ensure_ascii=False, **options)
+    return printable(text, keep="\n", json=True)
 
 
 def printable_values(value: Any) -> Any:

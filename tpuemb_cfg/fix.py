@@ -430,78 +430,295 @@ def _parses_to(data: bytes, fmt: str, expected: bytes, message_type: Any) -> boo
 
 # ------------------------------------------------------------------------------------------------
 # SparseCore specs (Python): SC001's rename of a limit key
+#
+# The key is found in the syntax tree, not by its text: the dictionary passed as the setting's
+# keyword argument (directly, or through a name bound once to a dictionary literal), then the
+# one string literal in it whose value is the key. Anything less certain (the dictionary built
+# by code, a name bound twice or used elsewhere, the key written twice or built from names) is
+# reported and left to the user. Only the literal's own bytes change.
 
 
-def dict_key_positions(text: str, key: str) -> list[tuple[int, int, int, int]]:
-    """Where the Python source ``text`` writes the string ``key`` as a dictionary key (a string
-    literal followed by ``:``): ``(line, column, end line, end column)`` of each literal, lines
-    1-based, columns 1-based (end exclusive). A source that does not tokenize gives ``[]``."""
+@dataclass(frozen=True)
+class KeyPlace:
+    """Where a limit key's string literal is written in a spec: ``start``/``end`` character
+    offsets in its text, ``line`` and ``column`` (1-based, characters) of its first character."""
+
+    start: int
+    end: int
+    line: int
+    column: int
+
+
+@dataclass
+class _Parsed:
+    text: str
+    tree: Any
+    line_starts: list[int]
+    parents: dict[int, Any]
+
+
+def _parse(text: str) -> _Parsed | None:
     import ast
-    import io
-    import tokenize
+    import re
 
-    found: list[tuple[int, int, int, int]] = []
-    previous: tokenize.TokenInfo | None = None
     try:
-        for token in tokenize.generate_tokens(io.StringIO(text).readline):
-            if token.type in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT):
-                continue
-            if (previous is not None and previous.type == tokenize.STRING
-                    and token.type == tokenize.OP and token.string == ":"):
-                try:
-                    value = ast.literal_eval(previous.string)
-                except (ValueError, SyntaxError):
-                    value = None
-                if value == key:
-                    (line, col), (end_line, end_col) = previous.start, previous.end
-                    found.append((line, col + 1, end_line, end_col + 1))
-            previous = token
-    except (tokenize.TokenError, SyntaxError):
-        return []
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):  # ValueError: a NUL byte
+        return None
+    # Python ends a line at \r\n, \r or \n (str.splitlines also splits at \f, \x1c, \x85 ...)
+    starts = [0] + [m.end() for m in re.finditer(r"\r\n|\r|\n", text)]
+    parents = {id(child): node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    return _Parsed(text, tree, starts, parents)
+
+
+_PARSED: dict[str, _Parsed | None] = {}
+
+
+def _parsed(text: str) -> _Parsed | None:
+    if text not in _PARSED:
+        _PARSED.clear()  # one spec at a time: its findings are placed, then it is fixed
+        _PARSED[text] = _parse(text)
+    return _PARSED[text]
+
+
+def _offset(parsed: _Parsed, line: int, byte_column: int) -> int:
+    """The character offset of ``ast``'s (1-based line, UTF-8 byte column)."""
+    start = parsed.line_starts[line - 1]
+    end = parsed.line_starts[line] if line < len(parsed.line_starts) else len(parsed.text)
+    prefix = parsed.text[start:end].encode("utf-8", "surrogatepass")[:byte_column]
+    return start + len(prefix.decode("utf-8", "surrogatepass"))
+
+
+def _bindings(tree: Any, name: str) -> list[Any]:
+    """Every node that binds (or declares global) ``name`` anywhere in ``tree``."""
+    import ast
+
+    found: list[Any] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            bound = node.id
+        elif isinstance(node, ast.arg):
+            bound = node.arg
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            bound = node.name
+        elif isinstance(node, ast.alias):
+            bound = node.asname or node.name.split(".")[0]
+        elif isinstance(node, ast.ExceptHandler | ast.MatchAs | ast.MatchStar):
+            bound = node.name or ""
+        elif isinstance(node, ast.MatchMapping):
+            bound = node.rest or ""
+        elif isinstance(node, ast.Global | ast.Nonlocal):
+            bound = name if name in node.names else ""
+        else:
+            continue
+        if bound == name:
+            found.append(node)
     return found
+
+
+def _bound_dict(parsed: _Parsed, name: Any, settings: tuple[str, ...]) -> Any:
+    """The dictionary literal the name node ``name`` stands for, or why it cannot be told:
+    ``name`` must be bound once, by ``NAME = {...}``, and be read only as a limit setting's
+    keyword argument (anything else might change the dictionary)."""
+    import ast
+
+    where = f"it is passed as {name.id}, "
+    bindings = _bindings(parsed.tree, name.id)
+    if len(bindings) != 1:
+        return where + (f"which is bound {len(bindings)} times" if bindings
+                        else "which the spec never binds")
+    target = bindings[0]
+    statement = parsed.parents.get(id(target))
+    value = None
+    if isinstance(statement, ast.Assign) and statement.targets == [target]:
+        value = statement.value
+    elif isinstance(statement, ast.AnnAssign) and statement.target is target:
+        value = statement.value
+    if not isinstance(value, ast.Dict):
+        return where + f"which line {target.lineno} does not set to a dictionary literal"
+    for node in ast.walk(parsed.tree):
+        if isinstance(node, ast.Name) and node.id == name.id and isinstance(node.ctx, ast.Load):
+            keyword = parsed.parents.get(id(node))
+            if not (isinstance(keyword, ast.keyword) and keyword.arg in settings):
+                return where + f"which line {node.lineno} also uses"
+    return value
+
+
+def locate_limit_key(text: str, call_line: int | None, setting: str, key: str,
+                     keys: Iterable[str]) -> KeyPlace | str:
+    """Where the Python spec ``text`` writes the limit key ``key`` of ``setting``: in the
+    dictionary passed as ``setting=`` to the one call at ``call_line`` that has that keyword
+    (the ``SparseCoreEmbeddingConfig`` the spec builds), written there or bound once to a name
+    that call passes. ``keys``: the keys the dictionary held when the spec ran; the literal must
+    write exactly those. Returns the place, or the reason it cannot be told for certain."""
+    import ast
+
+    from tpuemb_cfg.rules.sparsecore import LIMIT_SETTINGS
+
+    parsed = _parsed(text)
+    if parsed is None:
+        return "the spec does not parse as Python"
+    if call_line is None:
+        return f"no line of the spec is known to set {setting}"
+    calls = [n for n in ast.walk(parsed.tree) if isinstance(n, ast.Call)
+             and n.lineno == call_line and any(k.arg == setting for k in n.keywords)]
+    if len(calls) != 1:
+        return (f"line {call_line} has {len(calls)} calls with {setting}=" if calls else
+                f"line {call_line} does not pass {setting}= as a keyword argument")
+    value = next(k.value for k in calls[0].keywords if k.arg == setting)
+    if isinstance(value, ast.Name):
+        value = _bound_dict(parsed, value, LIMIT_SETTINGS)
+        if isinstance(value, str):
+            return value
+    if not isinstance(value, ast.Dict):
+        return f"{setting} is not written as a dictionary literal"
+    at = f"the dictionary at line {value.lineno}"
+    if any(k is None for k in value.keys):
+        return f"{at} unpacks another one (**)"
+    written = [k.value if isinstance(k, ast.Constant) and isinstance(k.value, str) else None
+               for k in value.keys]
+    matches = [k for k, v in zip(value.keys, written, strict=True) if v == key]
+    if len(matches) > 1:
+        return f"{at} writes the key {len(matches)} times"
+    if None in written or sorted(written) != sorted(keys):  # type: ignore[type-var]
+        return (f"{at} does not write the keys {setting} held when the spec ran as string "
+                "literals (some are computed, or added or removed later)")
+    if not matches:
+        return f"{at} has no key {key!r}"
+    node = matches[0]
+    assert node is not None and node.end_lineno is not None and node.end_col_offset is not None
+    start = _offset(parsed, node.lineno, node.col_offset)
+    end = _offset(parsed, node.end_lineno, node.end_col_offset)
+    try:  # the span must be the literal (parenthesized: implicit concatenation over lines)
+        same = ast.literal_eval(f"({text[start:end]}\n)") == key
+    except (ValueError, SyntaxError):
+        same = False
+    if not same:
+        return f"the key's literal at line {node.lineno} could not be placed"
+    return KeyPlace(start, end, node.lineno, start - parsed.line_starts[node.lineno - 1] + 1)
+
+
+def string_literal(value: str, quote: str = '"', ascii_only: bool = False) -> str:
+    """``value`` as a Python string literal in ``quote`` (``'`` or ``"``): the quote and the
+    backslash escaped, and every character ``str.isprintable`` refuses (and, with
+    ``ascii_only``, every non-ASCII one) written as an escape."""
+    out = []
+    for char in value:
+        if char in (quote, "\\"):
+            out.append("\\" + char)
+        elif char.isprintable() and (char.isascii() or not ascii_only):
+            out.append(char)
+        else:
+            out.append(char.encode("unicode_escape").decode("ascii"))
+    return quote + "".join(out) + quote
 
 
 @dataclass
 class SpecFix:
-    """Outcome of :func:`rename_spec_keys`: the new text of a Python spec and what changed."""
+    """Outcome of :func:`rename_spec_keys`: the new bytes of a Python spec and what changed."""
 
     changed: bool
-    text: str
+    data: bytes
     applied: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
 
-def rename_spec_keys(text: str, renames: Iterable[tuple[int, str, str]], path: str) -> SpecFix:
-    """Rename dictionary keys in a Python spec: each ``(line, old, new)`` replaces the string
-    literal ``old`` written as a dictionary key on ``line`` with ``new`` (same quotes; comments
-    and layout stay). A key not found there is left alone and a note says so: the spec is the
-    user's code, so only an edit at a known place is made."""
-    lines = text.splitlines(keepends=True)
-    result = SpecFix(changed=False, text=text)
-    edits: list[tuple[int, int, int, str]] = []  # line, start column, end column, new text
-    for line, old, new in renames:
-        places = [p for p in dict_key_positions(text, old) if p[0] == line == p[2]]
-        if not places:
-            result.notes.append(f"{path}:{line}: key {old!r} is not written there as a string "
-                                f"key; rename it to {new!r} by hand")
+@dataclass(frozen=True)
+class KeyRenameAt:
+    """One rename asked of :func:`rename_spec_keys`: the limit key ``old`` of ``setting`` (whose
+    dictionary held ``keys`` when the spec ran), passed at ``call_line``, becomes ``new``."""
+
+    setting: str
+    old: str
+    new: str
+    call_line: int | None
+    keys: tuple[str, ...]
+
+
+def _spec_body(data: bytes) -> tuple[bytes, str, str] | str:
+    """(the byte-order mark, the text, its encoding) of a Python file's bytes, or why the text
+    cannot be edited byte for byte (it must decode and encode back to the same bytes)."""
+    import io
+    import tokenize
+
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    except SyntaxError as exc:
+        return f"its encoding cannot be told ({exc})"
+    bom = _BOM if data.startswith(_BOM) else b""
+    encoding = "utf-8" if encoding == "utf-8-sig" else encoding
+    body = data[len(bom):]
+    try:
+        text = body.decode(encoding)
+        same = text.encode(encoding) == body
+    except (UnicodeError, LookupError):
+        same = False
+    if not same:
+        return f"it is not valid {encoding}"
+    return bom, text, encoding
+
+
+def rename_spec_keys(data: bytes, renames: Iterable[KeyRenameAt], path: str) -> SpecFix:
+    """Rename limit keys in the Python spec whose bytes are ``data``: each key's string literal
+    (:func:`locate_limit_key`) is replaced by the new name in the same quotes; no other byte
+    changes (line endings, byte-order mark, comments and layout stay). A key that cannot be
+    located for certain is left alone and a note says why: the spec is the user's code."""
+    import ast
+    import codecs
+
+    result = SpecFix(changed=False, data=data)
+    body = _spec_body(data)
+    todo = list(renames)
+    if isinstance(body, str):
+        if todo:
+            result.notes.append(f"{path}: not fixed (SC001): {body}; rename the limit keys "
+                                "by hand")
+        return result
+    bom, text, encoding = body
+    ascii_only = codecs.lookup(encoding).name != "utf-8"
+    edits: dict[tuple[int, int], tuple[str, KeyPlace, KeyRenameAt]] = {}
+    for rename in todo:
+        place = locate_limit_key(text, rename.call_line, rename.setting, rename.old,
+                                 rename.keys)
+        if isinstance(place, str):
+            where = f"{path}:{rename.call_line}" if rename.call_line else path
+            result.notes.append(
+                f"{where}: not fixed (SC001): the {rename.setting} key {rename.old!r} cannot be "
+                f"located for certain: {place}; rename it to {rename.new!r} by hand")
             continue
-        _, start, _, end = places[0]
-        quote = lines[line - 1][start - 1]
-        literal = repr(new) if quote == "'" else json_string(new)
-        edits.append((line, start, end, literal))
-        result.notes.append(f"{path}:{line}: renamed the limit key {old!r} to {new!r} (SC001)")
-    for line, start, end, literal in sorted(edits, reverse=True):
-        row = lines[line - 1]
-        lines[line - 1] = row[: start - 1] + literal + row[end - 1:]
-    if edits:
-        result.text = "".join(lines)
-        result.changed = result.text != text
-        result.applied.append(f"renamed {len(edits)} limit key(s) to stacked table names")
+        quote = text[place.end - 1]
+        literal = string_literal(rename.new, quote if quote in "'\"" else '"', ascii_only)
+        span = (place.start, place.end)
+        if span in edits and edits[span][0] != literal:
+            result.notes.append(f"{path}:{place.line}: not fixed (SC001): one key renamed two "
+                                "ways; rename it by hand")
+            continue
+        if span not in edits:
+            result.notes.append(f"{path}:{place.line}: renamed the limit key {rename.old!r} to "
+                                f"{rename.new!r} (SC001)")
+        edits[span] = (literal, place, rename)
+    if not edits:
+        return result
+    pieces: list[bytes] = []
+    last = 0  # the original bytes between the edits, sliced, not re-encoded
+    for (start, end), (literal, _, _) in sorted(edits.items()):
+        byte_start = len(bom) + len(text[:start].encode(encoding))
+        byte_end = byte_start + len(text[start:end].encode(encoding))
+        if data[byte_start:byte_end].decode(encoding, "replace") != text[start:end]:
+            return SpecFix(changed=False, data=data, notes=[
+                f"{path}: not fixed (SC001): the limit keys could not be placed in the file's "
+                "bytes; rename them by hand"])
+        pieces += [data[last:byte_start], literal.encode(encoding)]
+        last = byte_end
+    pieces.append(data[last:])
+    new = b"".join(pieces)
+    try:
+        ast.parse(new)
+    except (SyntaxError, ValueError):
+        return SpecFix(changed=False, data=data, notes=[
+            f"{path}: not fixed (SC001): the renamed spec would not parse; rename the limit "
+            "keys by hand"])
+    result.data = new
+    result.changed = new != data
+    result.applied.append(f"renamed {len(edits)} limit key(s) to stacked table names")
     return result
-
-
-def json_string(value: str) -> str:
-    """``value`` as a double-quoted Python string literal (JSON's escaping is valid Python)."""
-    import json
-
-    return json.dumps(value, ensure_ascii=False)

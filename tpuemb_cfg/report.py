@@ -9,7 +9,6 @@ JSON document of a million dictionaries, in memory.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -18,7 +17,7 @@ from typing import Any
 from urllib.parse import quote
 from xml.etree import ElementTree as ET
 
-from tpuemb_cfg.errors import printable
+from tpuemb_cfg.errors import printable, printable_json
 from tpuemb_cfg.rules import RULES, SEVERITY_RANK, Diagnostic
 
 FORMATS = ("text", "json", "sarif", "github", "junit")
@@ -104,9 +103,9 @@ _HOLE = re.compile(r'"\\u0000(\d+)"')
 
 
 def _streamed_json(document: Any, holes: Sequence[tuple[Iterable[Any], int]]) -> Iterator[str]:
-    """``json.dumps(document, indent=2, ensure_ascii=False) + "\\n"`` with each stand-in of
+    """``printable_json(document, indent=2) + "\\n"`` with each stand-in of
     :func:`_hole` replaced by its array, written one item at a time (the same bytes)."""
-    parts = _HOLE.split(json.dumps(document, indent=2, ensure_ascii=False))
+    parts = _HOLE.split(printable_json(document, indent=2))
     yield parts[0]
     for k in range(1, len(parts), 2):
         items, depth = holes[int(parts[k])]
@@ -114,7 +113,7 @@ def _streamed_json(document: Any, holes: Sequence[tuple[Iterable[Any], int]]) ->
         first = True
         for item in items:
             # JSON strings hold no raw line break: every line of an item is indented alike
-            body = json.dumps(item, indent=2, ensure_ascii=False).replace("\n", "\n" + pad)
+            body = printable_json(item, indent=2).replace("\n", "\n" + pad)
             yield ("[\n" if first else ",\n") + pad + body
             first = False
         yield "[]" if first else "\n" + "  " * depth + "]"

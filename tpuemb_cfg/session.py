@@ -321,7 +321,7 @@ def place_plan_findings(planner: Any, findings: Sequence[Diagnostic],
 
     if not path.lower().endswith(TEXT_SUFFIXES):
         return [replace(d, path=path) for d in findings]
-    with open(path, encoding="utf-8", errors="replace") as handle:
+    with open(path, encoding="utf-8-sig", errors="replace") as handle:
         text = handle.read()
     from .locations import scan_locations, wanted_paths
     from .proto.tpu_embedding_configuration_pb2 import TPUEmbeddingConfiguration

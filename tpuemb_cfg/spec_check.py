@@ -410,53 +410,54 @@ def _sparsecore_line(config: Any, field_path: str, name: str | None) -> int | No
 def sparsecore_position(config: Any, field_path: str, name: str | None,
                         text: str) -> tuple[int, int] | None:
     """Line and column in the spec ``text`` of the finding at ``field_path``: a limit key
-    (``sparse_core_config.max_ids_per_table["user"]``) where that key is written as a dictionary
-    key (the first such place from the setting's line on), anything else at the line of its
-    object (:func:`_sparsecore_line`) and that line's first character that is not a space."""
+    (``sparse_core_config.max_ids_per_table["user"]``) at its string literal in the dictionary
+    the setting was given (``fix.locate_limit_key``), anything else (and a key that cannot be
+    located for certain) at the line of its object (:func:`_sparsecore_line`) and that line's
+    first character that is not a space."""
     line = _sparsecore_line(config, field_path, name)
     key = _SC_KEY.search(field_path)
     if key is not None and field_path.startswith("sparse_core_config."):
         import json
 
-        from tpuemb_cfg.fix import dict_key_positions
+        from tpuemb_cfg.fix import KeyPlace, locate_limit_key
 
-        places = dict_key_positions(text, json.loads(key.group(1)))
-        after = [p for p in places if line is None or p[0] >= line]
-        if after or places:
-            row, column, _, _ = (after or places)[0]
-            return row, column
+        setting = _SC_KEY.sub("", field_path.removeprefix("sparse_core_config."))
+        place = locate_limit_key(text, line, setting, json.loads(key.group(1)),
+                                 getattr(config, setting, None) or ())
+        if isinstance(place, KeyPlace):
+            return place.line, place.column
     if line is None:
         return None
-    lines = text.splitlines()
+    lines = re.split(r"\r\n|\r|\n", text)
     row_text = lines[line - 1] if 0 < line <= len(lines) else ""
     return line, len(row_text) - len(row_text.lstrip()) + 1
 
 
 def fix_sparsecore_spec(path: str | os.PathLike[str]) -> SpecFix:
     """SC001's fix in the SparseCore spec ``path``: every limit key that names a table inside a
-    stack is renamed to the stack's name where it is written (the new text is returned, not
-    written). Raises :class:`InputError` when the spec cannot be loaded."""
+    stack is renamed to the stack's name where it is written (``fix.rename_spec_keys``: the
+    new bytes are returned, not written). Raises :class:`InputError` when the spec cannot be
+    loaded, :class:`OSError` when it cannot be read."""
     from tpuemb_cfg.embedding.sparsecore import load_sparsecore_spec
-    from tpuemb_cfg.fix import SpecFix, rename_spec_keys
-    from tpuemb_cfg.rules.sparsecore import limit_key_path, limit_key_renames
+    from tpuemb_cfg.fix import KeyRenameAt, SpecFix, rename_spec_keys
+    from tpuemb_cfg.rules.sparsecore import limit_key_renames
     from tpuemb_cfg.sparsecore.feed import stack
 
     name = os.fspath(path)
     config = load_sparsecore_spec(name).config
-    text = _spec_text(name)
-    if text is None:
-        return SpecFix(changed=False, text="")
+    with open(name, "rb") as handle:
+        data = handle.read()
     try:
         stacking = stack(config)
     except (ValueError, ArithmeticError, KeyError) as exc:  # validation reports what is wrong
-        return SpecFix(changed=False, text=text,
+        return SpecFix(changed=False, data=data,
                        notes=[f"{name}: not fixed: the tables cannot be stacked ({exc})"])
     renames = []
     for rename in limit_key_renames(config, stacking):
         if rename.new is None:
             continue
-        place = sparsecore_position(config, limit_key_path(rename.setting, rename.old), name,
-                                    text)
-        if place is not None:
-            renames.append((place[0], rename.old, rename.new))
-    return rename_spec_keys(text, renames, name)
+        origin = config.setting_origins.get(rename.setting)
+        line = (origin.line if origin is not None and _same_file(origin.path, name) else None)
+        renames.append(KeyRenameAt(rename.setting, rename.old, rename.new, line,
+                                   tuple(getattr(config, rename.setting) or ())))
+    return rename_spec_keys(data, renames, name)

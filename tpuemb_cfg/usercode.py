@@ -29,27 +29,40 @@ __all__ = ["ExitCalled", "exit_guard", "tree_leaves", "user_value"]
 Children = Callable[[Any, str], "list[tuple[str, Any]] | None"]
 
 
+#: The most containers :func:`tree_leaves` walks: a structure that shares one list many times
+#: over (2^depth leaves from a few objects) is refused rather than walked for ever.
+MAX_TREE_NODES = 1_000_000
+
+
 def tree_leaves(root: Any, children: Children, *, what: str) -> list[tuple[str, Any]]:
     """The leaves of the user's structure ``root`` (``what`` names it) with their paths, depth
-    first in ``children``'s order. A structure that contains itself (a list appended to itself,
-    at any depth) is a ValueError naming the path where it does, not a RecursionError."""
+    first in ``children``'s order, walked without recursion (any depth). A structure that
+    contains itself (a list appended to itself, at any depth) is a ValueError naming the path
+    where it does, not a RecursionError; so is one of more than :data:`MAX_TREE_NODES`
+    containers."""
     out: list[tuple[str, Any]] = []
     inside: set[int] = set()  # the nodes on the current path
-
-    def walk(node: Any, path: str) -> None:
+    todo: list[tuple[Any, str, bool]] = [(root, "", False)]  # (node, path, leaving it)
+    walked = 0
+    while todo:
+        node, path, leaving = todo.pop()
+        if leaving:
+            inside.discard(id(node))
+            continue
         kids = children(node, path)
         if kids is None:
             out.append((path, node))
-            return
+            continue
         if id(node) in inside:
             raise ValueError(f"{what} contains itself at {path!r}: it must be a tree (dicts, "
                              "lists and tuples holding the features)")
+        walked += 1
+        if walked > MAX_TREE_NODES:
+            raise ValueError(f"{what} holds more than {MAX_TREE_NODES:,} dicts, lists and "
+                             "tuples: does it share one container many times over?")
         inside.add(id(node))
-        for kid_path, kid in kids:
-            walk(kid, kid_path)
-        inside.discard(id(node))
-
-    walk(root, "")
+        todo.append((node, path, True))
+        todo.extend((kid, kid_path, False) for kid_path, kid in reversed(list(kids)))
     return out
 
 

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from tpuemb_cfg.errors import UsageError
+from tpuemb_cfg.errors import UsageError, printable
 
 if TYPE_CHECKING:
     import numpy as np
@@ -67,7 +67,7 @@ def status_line(delay: float | None = None) -> Iterator[Callable[[str], None]]:
             if elapsed < wait:
                 continue
             try:
-                stream.write(f"\r{text[0]} ({elapsed:.0f} s)\x1b[K")
+                stream.write(f"\r{printable(text[0])} ({elapsed:.0f} s)\x1b[K")
                 stream.flush()
             except (OSError, ValueError):
                 return

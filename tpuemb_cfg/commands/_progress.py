@@ -31,7 +31,7 @@ from typing import TextIO
 
 import click
 
-from tpuemb_cfg.errors import UsageError
+from tpuemb_cfg.errors import UsageError, printable
 from tpuemb_cfg.units import format_size
 
 __all__ = ["LOG_EVERY", "LOG_EVERY_ENV", "RunLog", "format_duration", "log_every"]
@@ -127,7 +127,7 @@ class RunLog:
         if self.view != "lines" or self._stream is None:
             return
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self._wall()))
-        self._stream.write(f"{stamp} tpuemb simulate: {text}\n")
+        self._stream.write(f"{stamp} tpuemb simulate: {printable(text)}\n")
         self._stream.flush()
 
     @contextlib.contextmanager

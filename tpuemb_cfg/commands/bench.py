@@ -9,6 +9,7 @@ import click
 
 from tpuemb_cfg import units
 from tpuemb_cfg.algorithms.table import BENCHMARK, BENCHMARK_DEFAULT
+from tpuemb_cfg.commands.flags import echo
 from tpuemb_cfg.commands.simulate import (
     backend_option,
     engine_option,
@@ -85,15 +86,15 @@ def bench(  # noqa: PLR0913  (a click command: one parameter per option)
 
         scaled = bench_ray.run(workload, shards=shards, engine=engine, address=ray_address,
                                runtime_env=actor_env, ship=not no_ship)
-        click.echo(json.dumps(scaled, indent=2) if as_json else _ray_text(scaled))
+        echo(json.dumps(scaled, indent=2) if as_json else _ray_text(scaled))
         return
     result = run(workload, engine=engine, threads=threads, multi_feature=multi_feature,
                  max_memory=limit)
     report = result.as_json()
     if as_json:
-        click.echo(json.dumps(report, indent=2))
+        echo(json.dumps(report, indent=2))
     else:
-        click.echo(_text(report))
+        echo(_text(report))
 
 
 def _headline(r: dict[str, Any], backend: str = "", tables: str = "", ids: str = "",

@@ -7,7 +7,6 @@ Exit codes: 0 success (``--check``: the output is up to date), 1 ``--check`` fou
 from __future__ import annotations
 
 import difflib
-import json
 import math
 import os
 import re
@@ -16,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from tpuemb_cfg.commands.flags import keras_backend_option
-from tpuemb_cfg.errors import InputError, UsageError
+from tpuemb_cfg.commands.flags import echo, keras_backend_option
+from tpuemb_cfg.errors import InputError, UsageError, printable_json
 
 if TYPE_CHECKING:
     from tpuemb_cfg.embedding import CompiledConfig
@@ -75,7 +74,7 @@ def _check(target: str, data: bytes, fmt: str, *, shown: str, message_type: Any 
     """Compare the file ``target`` with ``data`` (``shown``: its name as the user typed it)."""
     output = shown
     if not Path(target).is_file():
-        click.echo(f"{output}: does not exist; run without --check to write it", err=True)
+        echo(f"{output}: does not exist; run without --check to write it", err=True)
         return 1
     from tpuemb_cfg.limits import read_input
 
@@ -85,19 +84,19 @@ def _check(target: str, data: bytes, fmt: str, *, shown: str, message_type: Any 
         exc.path = output
         raise
     if existing == data:
-        click.echo(f"{output}: up to date")
+        echo(f"{output}: up to date")
         return 0
     try:
         old = _as_text(existing, fmt, message_type)
     except InputError as e:
-        click.echo(f"{output}: differs and cannot be read ({e.message})", err=True)
+        echo(f"{output}: differs and cannot be read ({e.message})", err=True)
         return 1
     new = _as_text(data, fmt, message_type)
     diff = "".join(difflib.unified_diff(old, new, fromfile=f"{output} (committed)",
                                         tofile=f"{output} (compiled)"))
-    click.echo(diff or f"{output}: the bytes differ but the text forms are equal", nl=not diff)
-    click.echo(f"{output}: out of date; run `tpuemb compile` without --check to update it",
-               err=True)
+    echo(diff or f"{output}: the bytes differ but the text forms are equal", nl=not diff)
+    echo(f"{output}: out of date; run `tpuemb compile` without --check to update it",
+         err=True)
     return 1
 
 
@@ -141,9 +140,9 @@ def compile_(spec: str, output: str, to_format: str | None, check: bool,  # noqa
         from tpuemb_cfg.embedding.sparsecore import is_sparsecore_spec
 
         if is_sparsecore_spec(spec):
-            click.echo(f"{spec}: a SparseCore spec; `--sparsecore` writes its stacked tables "
-                       "(SparseCoreTableLayouts); without it, TPUEmbedding's configuration",
-                       err=True)
+            echo(f"{spec}: a SparseCore spec; `--sparsecore` writes its stacked tables "
+                 "(SparseCoreTableLayouts); without it, TPUEmbedding's configuration",
+                 err=True)
     if not check:
         from tpuemb_cfg.atomic import check_outputs
 
@@ -166,12 +165,12 @@ def compile_(spec: str, output: str, to_format: str | None, check: bool,  # noqa
     to_stderr = output == "-"
     if not to_stderr:
         config = compiled.config
-        click.echo(
+        echo(
             f"wrote {output}: {len(config.table_descriptor)} tables, "
             f"{len(config.feature_descriptor)} features"
         )
     for line in tag_table_lines(compiled):
-        click.echo(line, err=to_stderr)
+        echo(line, err=to_stderr)
     _print_warnings(spec, compiled.config)
 
 
@@ -199,9 +198,9 @@ def _compile_sparsecore(spec: str, target: str, fmt: str, *, check: bool, shown:
         exc.path = shown
         raise
     if shown != "-":
-        click.echo(f"wrote {shown}: {len(layouts.tables)} tables in {len(stacking.stacks)} "
-                   f"stacks ({loaded.config.mode} stacking, {stacking.num_sparse_cores} "
-                   f"SparseCores)")
+        echo(f"wrote {shown}: {len(layouts.tables)} tables in {len(stacking.stacks)} "
+             f"stacks ({loaded.config.mode} stacking, {stacking.num_sparse_cores} "
+             f"SparseCores)")
 
 
 def _load(spec: str) -> Any:
@@ -231,7 +230,7 @@ def _print_warnings(spec: str, config: TPUEmbeddingConfiguration) -> None:
     for d in validate(config):
         if d.severity == "warning":
             where = f" (at {d.field_path})" if d.field_path else ""
-            click.echo(f"{spec}: warning[{d.rule}] {d.message}{where}", err=True)
+            echo(f"{spec}: warning[{d.rule}] {d.message}{where}", err=True)
 
 
 def _json_safe(value: Any) -> Any:
@@ -306,22 +305,22 @@ def inspect(config: str, as_json: bool) -> None:
              "field_path": d.field_path, "line": d.line, "column": d.column}
             for d in failing
         ]
-        click.echo(json.dumps(_json_safe(summary), indent=2, ensure_ascii=False))
+        echo(printable_json(_json_safe(summary), indent=2))
     else:
-        click.echo(format_summary(summary, title=config), nl=False)
+        echo(format_summary(summary, title=config), nl=False)
         simulation = summary.get("simulation")
         if simulation is not None:
             from tpuemb_cfg.executor.memory import describe_parts
 
-            click.echo(f"\nsimulation (tpuemb simulate CONFIG: {simulation['steps']} synthetic "
-                       f"steps, {simulation['engine']} engine, --tables touched): about "
-                       f"{describe_parts(simulation['memory'])} at the peak; --dry-run shows "
-                       "it for other options")
+            echo(f"\nsimulation (tpuemb simulate CONFIG: {simulation['steps']} synthetic "
+                 f"steps, {simulation['engine']} engine, --tables touched): about "
+                 f"{describe_parts(simulation['memory'])} at the peak; --dry-run shows "
+                 "it for other options")
     if failing:
         name = config if config != "-" else "<stdin>"
-        click.echo(format_text([FileReport(name, failing)]), err=True, nl=False)
-        click.echo(f"{name}: does not validate; the summary shows what the file says, not what "
-                   "TensorFlow would run (see tpuemb validate)", err=True)
+        echo(format_text([FileReport(name, failing)]), err=True, nl=False)
+        echo(f"{name}: does not validate; the summary shows what the file says, not what "
+             "TensorFlow would run (see tpuemb validate)", err=True)
         click.get_current_context().exit(1)
 
 
@@ -341,9 +340,9 @@ def _inspect_sparsecore(spec: str, as_json: bool) -> None:
         raise InputError(" ".join(str(exc).split()), path=spec) from None
     summary = summarize_sparsecore(loaded.config, stacking)
     if as_json:
-        click.echo(json.dumps(summary, indent=2, ensure_ascii=False))
+        echo(printable_json(summary, indent=2))
     else:
-        click.echo(format_sparsecore_summary(summary, title=spec), nl=False)
+        echo(format_sparsecore_summary(summary, title=spec), nl=False)
 
 
 def _inspect_layouts(path: str, as_json: bool) -> bool:
@@ -366,9 +365,9 @@ def _inspect_layouts(path: str, as_json: bool) -> bool:
     except ValueError as exc:
         raise InputError(f"SparseCore layouts: {exc}", path=path) from None
     if as_json:
-        click.echo(json.dumps(summary, indent=2, ensure_ascii=False))
+        echo(printable_json(summary, indent=2))
     else:
-        click.echo(format_sparsecore_summary(summary, title=path), nl=False)
+        echo(format_sparsecore_summary(summary, title=path), nl=False)
     return True
 
 

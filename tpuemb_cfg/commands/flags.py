@@ -1,7 +1,13 @@
-"""The option that sets each library parameter a message can name, for every command.
+"""The option that sets each library parameter a message can name, for every command; how
+the commands print what a user may have written.
 
 The library names its own parameters in its messages (``errors.parameter``: ``workers``); the
 CLI prints the option a user typed instead (``--workers``), through :func:`cli_message`.
+
+Text a command prints (reports, errors, notes, warnings, progress) goes through :func:`echo`
+(or :func:`tpuemb_cfg.errors.printable` where it is written otherwise): table and feature
+names, paths and option values are shown with their control characters escaped (``\\x1b``),
+never sent to the terminal. JSON is written by :func:`~tpuemb_cfg.errors.printable_json`.
 """
 
 from __future__ import annotations
@@ -12,7 +18,12 @@ from typing import Any
 
 import click
 
-from tpuemb_cfg.errors import TpuembError
+from tpuemb_cfg.errors import TpuembError, printable, printable_json
+
+__all__ = ["FLAGS", "LINES", "cli_message", "echo", "keras_backend_option", "printable_json"]
+
+#: What :func:`echo` leaves as it is: the line breaks and tabs that lay out a text.
+LINES = "\n\t"
 
 #: Library parameter -> the option that sets it.
 FLAGS: dict[str, str] = {
@@ -45,8 +56,15 @@ FLAGS: dict[str, str] = {
 
 
 def cli_message(error: TpuembError) -> str:
-    """``str(error)`` with every parameter it names written as the option that sets it."""
-    return error.spelled(FLAGS)
+    """``str(error)`` with every parameter it names written as the option that sets it, and
+    every character the terminal could take for a command escaped (:func:`printable`)."""
+    return printable(error.spelled(FLAGS), keep=LINES)
+
+
+def echo(text: str, *, err: bool = False, nl: bool = True) -> None:
+    """``click.echo`` of ``text`` (lines of it) with every other character the terminal could
+    take for a command escaped (:func:`printable`)."""
+    click.echo(printable(text, keep=LINES), err=err, nl=nl)
 
 
 def keras_backend_option(command: Callable[..., Any]) -> Callable[..., Any]:

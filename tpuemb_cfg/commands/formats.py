@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 import click
 
 from tpuemb_cfg.atomic import check_outputs, refuse_hard_linked
+from tpuemb_cfg.commands.flags import echo
 from tpuemb_cfg.errors import InputError, UsageError
 from tpuemb_cfg.io import (
     atomic_write_bytes,
@@ -227,7 +228,7 @@ def fmt(files: tuple[str, ...], check: bool, show_diff: bool) -> None:
         try:
             current, canonical = format_file(path)
         except (InputError, UsageError) as exc:
-            click.echo(str(exc), err=True)
+            echo(str(exc), err=True)
             failed += 1
             continue
         if current == canonical:
@@ -244,17 +245,17 @@ def fmt(files: tuple[str, ...], check: bool, show_diff: bool) -> None:
             sys.stdout.writelines(diff)
         if check or show_diff:
             if check:
-                click.echo(f"would reformat {path}", err=True)
+                echo(f"would reformat {path}", err=True)
             continue
         try:
             if path != "-":
                 refuse_hard_linked(path)
             atomic_write_bytes(path, canonical.encode("utf-8"))
         except InputError as exc:  # OutputError: hard links, a read-only folder, a full disk
-            click.echo(str(exc), err=True)
+            echo(str(exc), err=True)
             failed += 1
             continue
-        click.echo(f"reformatted {path}", err=True)
+        echo(f"reformatted {path}", err=True)
     if failed:
         sys.exit(2)
     if changed and (check or show_diff):

@@ -20,8 +20,8 @@ from typing import IO, Any
 
 import click
 
-from tpuemb_cfg.commands.flags import keras_backend_option
-from tpuemb_cfg.errors import UsageError
+from tpuemb_cfg.commands.flags import LINES, keras_backend_option
+from tpuemb_cfg.errors import UsageError, printable, printable_json
 
 #: Without a terminal, a progress line at most this often (seconds).
 LINE_EVERY = 10.0
@@ -98,7 +98,7 @@ def _sarif(text: str) -> str:
     for result in run["results"]:
         if result["ruleId"] in index:
             result["ruleIndex"] = index[result["ruleId"]]
-    return json.dumps(log, indent=2, ensure_ascii=False) + "\n"
+    return printable_json(log, indent=2) + "\n"
 
 
 def render(result: Any, fmt: str, path: str) -> str:
@@ -107,11 +107,11 @@ def render(result: Any, fmt: str, path: str) -> str:
     from tpuemb_cfg.report import FileReport, format_sarif
 
     if fmt == "json":
-        return json.dumps(result.to_json(), indent=2, ensure_ascii=False) + "\n"
+        return printable_json(result.to_json(), indent=2) + "\n"
     if fmt == "sarif":
         return _sarif(format_sarif([FileReport(path, result.findings)]))
     text: str = format_text(result)
-    return text
+    return printable(text, keep=LINES)  # names are the configuration's, not the terminal's
 
 
 def _draw(result: Any, handle: IO[bytes], fmt: str) -> None:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from tpuemb_cfg import units
-from tpuemb_cfg.commands.flags import keras_backend_option
+from tpuemb_cfg.commands.flags import echo, keras_backend_option
 from tpuemb_cfg.errors import InputError, NumericalError, OutputError, UsageError
 from tpuemb_cfg.limits import available_memory
 
@@ -709,10 +709,10 @@ def _replay(files: _ReplayFiles, combiner_args: tuple[str, ...], records: _Recor
     if as_json:
         summary = {"steps": steps, "config": config_path, "out": out_path, "tables": tables,
                    **({"nonfinite": nonfinite[0]} if nonfinite else {})}
-        click.echo(json.dumps(summary, indent=2))
+        echo(json.dumps(summary, indent=2))
     elif not quiet:
-        click.echo(f"replayed {steps} step(s) of {batches_path} on {config_path}; wrote {out_path}",
-                   err=True)
+        echo(f"replayed {steps} step(s) of {batches_path} on {config_path}; wrote {out_path}",
+             err=True)
         _combiner_note(prepared)
 
 
@@ -720,7 +720,7 @@ def _combiner_note(prepared: Prepared) -> None:
     """After a run's output: which combiners a configuration that records none was run with."""
     note = prepared.combiner_note
     if note is not None:
-        click.echo(f"note: {note}", err=True)
+        echo(f"note: {note}", err=True)
 
 
 def _prepare(
@@ -779,10 +779,10 @@ def _show(prepared: Prepared, request: _Request, summary: dict[str, Any], *,
     from tpuemb_cfg.sim.report import run_text, workers_text
 
     if request.as_json:
-        click.echo(json.dumps(summary, indent=2))
+        echo(json.dumps(summary, indent=2))
     else:
-        click.echo(workers_text(summary) if several
-                   else run_text(summary, str(request.out_dir / "tables.npz"), request.plot))
+        echo(workers_text(summary) if several
+             else run_text(summary, str(request.out_dir / "tables.npz"), request.plot))
         if not request.quiet:
             _combiner_note(prepared)
 
@@ -1067,12 +1067,12 @@ def _print_plan(info: dict[str, Any], as_json: bool, ray: dict[str, Any] | None 
     if ray is not None:
         info = {**info, "ray": ray}
     if as_json:
-        click.echo(json.dumps(info, indent=2))
+        echo(json.dumps(info, indent=2))
         return
     lines = plan_text(info).split("\n")
     if ray is not None:
         lines[-1:-1] = _ray_plan_lines(ray)
-    click.echo("\n".join(lines))
+    echo("\n".join(lines))
 
 
 def _ray_plan(plan: Any, records: _Records) -> dict[str, Any] | None:
@@ -1289,7 +1289,7 @@ def _sparsecore(request: _Request, records: _Records, files: _SparseCoreRequest,
                         else f"{request.steps} synthetic steps")}
         from tpuemb_cfg.sim.sparsecore.report import plan_text
 
-        click.echo(json.dumps(info, indent=2) if request.as_json else plan_text(info))
+        echo(json.dumps(info, indent=2) if request.as_json else plan_text(info))
         return
     with real.named_as_typed():
         init = None
@@ -1327,7 +1327,7 @@ def _sparsecore(request: _Request, records: _Records, files: _SparseCoreRequest,
                      for name in [*names, "summary.json"]], took())
     from tpuemb_cfg.sim.sparsecore.report import run_text
 
-    click.echo(json.dumps(summary, indent=2) if request.as_json else run_text(summary, header))
+    echo(json.dumps(summary, indent=2) if request.as_json else run_text(summary, header))
 
 
 def _sparsecore_replay(run: Any, files: _SparseCoreRequest, records: _Records, real: _Anchored,

@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from tpuemb_cfg.commands._outputs import status_line
-from tpuemb_cfg.commands.flags import cli_message, keras_backend_option
+from tpuemb_cfg.commands.flags import cli_message, echo, keras_backend_option
 from tpuemb_cfg.errors import InputError, UsageError
 from tpuemb_cfg.io import Source, read_source
 from tpuemb_cfg.report import FORMATS, FileReport, render_chunks
@@ -42,6 +42,11 @@ def _split(values: Sequence[str]) -> list[str]:
     return out
 
 
+def _lines(data: bytes) -> list[str]:
+    """A file's lines for a diff (their line endings kept)."""
+    return data.decode("utf-8", "replace").splitlines(keepends=True)
+
+
 def _fix_file(source: Source, fixes: set[str], *, diff: bool) -> tuple[list[str], bool]:
     """Apply (or, with ``diff``, show) the fixes of one file; returns the messages to print and
     whether the file was rewritten."""
@@ -56,12 +61,11 @@ def _fix_file(source: Source, fixes: set[str], *, diff: bool) -> tuple[list[str]
         notes = [f"{note} [--diff: not written]" for note in notes]
         if source.format != "binary":
             lines = difflib.unified_diff(
-                source.data.decode("utf-8", "replace").splitlines(keepends=True),
-                result.data.decode("utf-8", "replace").splitlines(keepends=True),
+                _lines(source.data), _lines(result.data),
                 fromfile=source.path,
                 tofile=f"{source.path} (fixed)",
             )
-            click.echo("".join(lines), nl=False)
+            echo("".join(lines), nl=False)
         else:
             notes.append(
                 f"{source.path}: {source.format} file would be rewritten (no text diff to show)"
@@ -81,8 +85,8 @@ def _fix_spec(path: str, fixes: set[str], *, diff: bool) -> bool:
     rewritten; returns whether the file could not be written."""
     if "sparsecore_keys" in fixes and is_sparsecore_spec(path):
         return _fix_sparsecore_spec(path, diff=diff)
-    click.echo(f"{path}: a spec is not rewritten by --fix; edit the spec itself "
-               "(the findings below point at its lines)", err=True)
+    echo(f"{path}: a spec is not rewritten by --fix; edit the spec itself "
+         "(the findings below point at its lines)", err=True)
     return False
 
 
@@ -95,27 +99,27 @@ def _fix_sparsecore_spec(path: str, *, diff: bool) -> bool:
     from tpuemb_cfg.spec_check import fix_sparsecore_spec
 
     try:
-        result = fix_sparsecore_spec(path)
-        with open(path, encoding="utf-8", errors="replace") as handle:
+        with open(path, "rb") as handle:
             before = handle.read()
+        result = fix_sparsecore_spec(path)
     except (InputError, OSError):
         return False
     for note in result.notes:
-        click.echo(note + (" [--diff: not written]" if diff and result.changed else ""), err=True)
+        echo(note + (" [--diff: not written]" if diff and result.changed else ""), err=True)
     if not result.changed:
         return False
     if diff:
-        click.echo("".join(difflib.unified_diff(
-            before.splitlines(keepends=True), result.text.splitlines(keepends=True),
-            fromfile=path, tofile=f"{path} (fixed)")), nl=False)
+        echo("".join(difflib.unified_diff(
+            _lines(before), _lines(result.data), fromfile=path, tofile=f"{path} (fixed)")),
+            nl=False)
         return False
     try:
         refuse_hard_linked(path)
-        atomic_write_bytes(path, result.text.encode("utf-8"))
+        atomic_write_bytes(path, result.data)
     except (InputError, OSError) as exc:  # OutputError is an InputError
-        click.echo(f"{path}: {exc} (not fixed)", err=True)
+        echo(f"{path}: {exc} (not fixed)", err=True)
         return True
-    click.echo(f"{path}: fixed ({', '.join(result.applied)})", err=True)
+    echo(f"{path}: fixed ({', '.join(result.applied)})", err=True)
     return False
 
 
@@ -243,13 +247,13 @@ def validate(  # noqa: PLR0913  (a click command: one parameter per option)
             try:
                 notes, written = _fix_file(source, fixes, diff=diff)
             except InputError as exc:
-                click.echo(f"{exc} (not fixed)", err=True)
+                echo(f"{exc} (not fixed)", err=True)
                 fix_failed = True
                 continue
             if not written:
                 unchanged[path] = source
             for note in notes:
-                click.echo(note, err=True)
+                echo(note, err=True)
 
     reports: list[FileReport] = []
     parse_failed = False
@@ -289,11 +293,11 @@ def rules(fmt: str) -> None:
     entries = [RULES[rule_id] for rule_id in sorted(RULES)]
     if fmt == "json":
         document = [{"id": r.id, "severity": r.severity, "summary": r.summary} for r in entries]
-        click.echo(json.dumps(document, indent=2))
+        echo(json.dumps(document, indent=2))
         return
     for r in entries:
         note = "  (on request)" if r.on_request else ""
-        click.echo(f"{r.id:<9} {r.severity:<8} {r.summary}{note}")
+        echo(f"{r.id:<9} {r.severity:<8} {r.summary}{note}")
 
 
 @click.command("explain")
@@ -307,5 +311,5 @@ def explain(rule_id: str) -> None:
         suggestion = f"; did you mean {', '.join(close)}?" if close else "; tpuemb rules lists them"
         raise UsageError(f"unknown rule {rule_id!r}{suggestion}")
     on_request = " (on request: --select it or use --show-derived)" if rule.on_request else ""
-    click.echo(f"{rule.id} · {rule.severity} · {rule.summary}{on_request}\n")
-    click.echo(rule.explanation)
+    echo(f"{rule.id} · {rule.severity} · {rule.summary}{on_request}\n")
+    echo(rule.explanation)

@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from tpuemb_cfg.sparsecore._args import check_config_type, found
 from tpuemb_cfg.sparsecore.checks import check_config
 from tpuemb_cfg.sparsecore.config import SparseCoreConfig, SparseCoreTable
 from tpuemb_cfg.sparsecore.stacker import SparseCoreLayoutStacker
@@ -90,6 +91,7 @@ def tensorflow_stacker_calls(config: SparseCoreConfig) -> list[AddTableCall]:
     """The ``AddTable`` calls ``TPUEmbeddingV2`` makes for ``config``, in order (tables sorted by
     name; only the first feature counted: the 2.21 bug). No features: no calls (TensorFlow's
     loop does not run)."""
+    check_config_type("tensorflow_stacker_calls", config)
     tables = _used_tables(config)
     if not config.features:
         return []
@@ -110,6 +112,7 @@ def tensorflow_stacker(config: SparseCoreConfig) -> SparseCoreLayoutStacker:
     ``disable_table_stacking`` from the configuration, TensorFlow's default limits
     (``TPUEmbeddingV2`` never calls a ``Set*`` method), and every
     :func:`tensorflow_stacker_calls` call made."""
+    check_config_type("tensorflow_stacker", config)
     stacker = SparseCoreLayoutStacker(
         num_partitions=config.topology.num_partitions,
         disable_table_stacking=config.disable_table_stacking,
@@ -122,6 +125,7 @@ def tensorflow_stacker(config: SparseCoreConfig) -> SparseCoreLayoutStacker:
 
 def tensorflow_layouts(config: SparseCoreConfig) -> SparseCoreTableLayouts:
     """What ``GetLayouts()`` returns inside ``TPUEmbeddingV2`` for ``config``."""
+    check_config_type("tensorflow_layouts", config)
     return tensorflow_stacker(config).GetLayouts()
 
 
@@ -152,6 +156,12 @@ def layouts_to_stacks(layouts: SparseCoreTableLayouts,
     tables with their offsets and rotations, the group string and ``AddTable`` counts of the
     calls made, the combiner of the stack's first table, the samples of all its features, and the
     limits looked up by stacked name (default 256)."""
+    from tpuemb_cfg.proto.sparse_core_layout_pb2 import SparseCoreTableLayouts as Layouts
+
+    if not isinstance(layouts, Layouts):
+        raise TypeError(f"layouts_to_stacks(): layouts must be a SparseCoreTableLayouts "
+                        f"(tensorflow_layouts(config)), got {found(layouts)}")
+    check_config_type("layouts_to_stacks", config)
     tables = _used_tables(config)
     calls = {c.table_name: c for c in tensorflow_stacker_calls(config)}
     members: dict[str, list[StackedTable]] = {}
@@ -207,8 +217,10 @@ def _tensorflow_stacking(config: SparseCoreConfig) -> Stacking:
 def stack(config: SparseCoreConfig) -> Stacking:
     """``config``'s stacks: TensorFlow 2.21's (``mode="tensorflow"``: the stacker fed as
     ``TPUEmbeddingV2`` feeds it) or jax-tpu-embedding 0.2.0's (``mode="jax"``:
-    ``tpuemb_cfg.sparsecore.jte.stack_config``). ``config`` is checked first
-    (``checks.check_config``: a ValueError or TypeError naming the object and the argument)."""
+    ``tpuemb_cfg.sparsecore.jte.stack_config``). ``config`` is checked first: its type
+    (``_args.check_config_type``), then its values (``checks.check_config``: a ValueError or
+    TypeError naming the object and the argument)."""
+    check_config_type("stack", config)
     if config.mode == "tensorflow":
         return _tensorflow_stacking(check_config(config))
     if config.mode == "jax":

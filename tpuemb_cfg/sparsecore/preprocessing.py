@@ -51,6 +51,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tpuemb_cfg.errors import TpuembError
+from tpuemb_cfg.sparsecore._args import check_preprocess, check_str
 from tpuemb_cfg.sparsecore.results import PreprocessedBatch, PreprocessedStack
 from tpuemb_cfg.sparsecore.stacking import FeatureSlot, Stack, Stacking
 
@@ -196,6 +197,13 @@ def preprocess(  # noqa: PLR0913 - the issue's signature, mirroring jax-tpu-embe
     :class:`SparseCoreInputError` on input it would accept silently but wrongly (negative ids,
     ids outside the vocabulary, float ids, weights of another shape, unknown combiners).
     """
+    check_preprocess("preprocess", stacking, features, weights, local_devices=local_devices,
+                     global_devices=global_devices,
+                     sparse_cores_per_device=sparse_cores_per_device, limits=limits,
+                     flags={"allow_id_dropping": allow_id_dropping,
+                            "has_leading_dimension": has_leading_dimension,
+                            "enable_minibatching": enable_minibatching})
+    check_str("preprocess", "mode", mode, ("jax", "tensorflow"))
     if mode == "tensorflow":
         module = importlib.import_module("tpuemb_cfg.sparsecore.tf_preprocess")
         result: PreprocessedBatch = module.preprocess_tensorflow(

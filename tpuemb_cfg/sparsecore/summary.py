@@ -321,7 +321,11 @@ def _per_unit(entry: dict[str, Any]) -> str:
 
 
 def format_sparsecore_summary(summary: dict[str, Any], title: str) -> str:
-    """The summary as text, one block per stack."""
+    """The summary as text, one block per stack (names, paths and values with their control
+    characters escaped: :func:`~tpuemb_cfg.errors.printable`)."""
+    from tpuemb_cfg.errors import printable, printable_values
+
+    summary, title = printable_values(summary), printable(title)
     from_file = summary["api"] is None  # a layouts file: no optimizer, combiner or limits
     backend = (f" on Keras' {summary['keras_backend']} backend (chosen by "
                f"{summary['keras_backend_chosen_by']})" if summary.get("keras_backend") else "")

@@ -53,6 +53,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from tpuemb_cfg.sparsecore._args import check_int, check_preprocess
 from tpuemb_cfg.sparsecore.preprocessing import SparseCoreInputError, _Feature
 from tpuemb_cfg.sparsecore.preprocessing import _flatten as _flatten_input
 from tpuemb_cfg.sparsecore.results import PreprocessedBatch, PreprocessedStack
@@ -166,6 +167,14 @@ def preprocess_tensorflow(  # noqa: PLR0913 - preprocess()'s keywords, plus Tens
     ``num_minibatches`` is the largest count of any stack (all local devices share their splits,
     as TensorFlow gathers them across replicas; tpuemb sees only this host's devices).
     """
+    check_preprocess("preprocess_tensorflow", stacking, features, weights,
+                     local_devices=local_devices, global_devices=global_devices,
+                     sparse_cores_per_device=sparse_cores_per_device, limits=limits,
+                     flags={"allow_id_dropping": allow_id_dropping,
+                            "has_leading_dimension": has_leading_dimension,
+                            "enable_minibatching": enable_minibatching})
+    check_int("preprocess_tensorflow", "max_ids_per_chip_per_sample",
+              max_ids_per_chip_per_sample)
     opts = replace(_options(stacking, local_devices, global_devices, sparse_cores_per_device,
                             allow_id_dropping, has_leading_dimension, limits,
                             max_ids_per_chip_per_sample), minibatching=bool(enable_minibatching))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ...errors import printable, printable_values
 from ...units import format_size
 
 __all__ = ["plan_text", "run_text"]
@@ -32,6 +33,7 @@ def _per_step(values: Sequence[int]) -> str:
 def run_text(summary: Mapping[str, Any], header: str) -> str:
     """The report of a run: ``header``, the ids dropped per stack and per table (total, share,
     per step), the notes, and with ``compare`` the drift."""
+    summary, header = printable_values(summary), printable(header)  # the spec's names
     drops = summary["drops"]
     lines = [header]
     stacks = {s["name"]: s for s in summary["stacks"]}
@@ -80,6 +82,7 @@ def run_text(summary: Mapping[str, Any], header: str) -> str:
 
 def plan_text(info: Mapping[str, Any]) -> str:
     """A ``--dry-run``: the stacks with their limits, the tables, the run."""
+    info = printable_values(info)  # the spec's names and paths, not the terminal's
     lines = [f"tpuemb simulate --dry-run: {info['run']} on {info['config']} (SparseCore, "
              f"{info['api']}; {info['slice']}); id dropping "
              f"{'on' if info['allow_id_dropping'] else 'off'}"

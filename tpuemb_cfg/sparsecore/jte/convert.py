@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tpuemb_cfg.algorithms.table import JAX_SPECS, SPARSECORE
+from tpuemb_cfg.sparsecore._args import check_bool, check_int, found
 from tpuemb_cfg.sparsecore.checks import check_config, check_quantization, flag
 from tpuemb_cfg.sparsecore.config import (
     SparseCoreConfig,
@@ -99,6 +100,9 @@ def describe_optimizer(spec: Any) -> str:
     """``AdagradOptimizerSpec(learning_rate=0.1, initial_accumulator_value=0.1)``: the class and
     its hyper-parameters, a callable by its name (never by its address: the text is the same
     on every machine)."""
+    if not hasattr(spec, "__dict__"):
+        raise TypeError(f"describe_optimizer(): spec must be an optimizer spec (e.g. "
+                        f"AdagradOptimizerSpec(...)), got {found(spec)}")
     return f"{type(spec).__name__}(" + ", ".join(
         f"{k}={_show(v)}" for k, v in _hyper(spec, with_rate=True).items()) + ")"
 
@@ -141,8 +145,9 @@ def _attr(obj: Any, name: str, what: str) -> Any:
     try:
         return getattr(obj, name)
     except AttributeError:
-        raise ValueError(f"{what} {obj!r} has no {name!r}: expected a jax-tpu-embedding "
-                         "FeatureSpec/TableSpec (tpuemb_cfg.sparsecore.jte has both)") from None
+        raise ValueError(f"feature_specs: {what} {obj!r} has no {name!r}: expected a "
+                         "jax-tpu-embedding FeatureSpec/TableSpec (tpuemb_cfg.sparsecore.jte "
+                         "has both)") from None
 
 
 def _shape(value: Any, what: str) -> tuple[Any, ...]:
@@ -204,6 +209,15 @@ def feature_specs_to_config(  # noqa: PLR0913
     """
     nsc, kind = sparse_cores_per_device(num_sc_per_device)
     check_devices(global_device_count, nsc)
+    check_bool("feature_specs_to_config", "use_short_stack_names", use_short_stack_names)
+    check_int("feature_specs_to_config", "activation_mem_bytes_limit",
+              activation_mem_bytes_limit, optional=True)
+    for name, limit in (("stack_to_max_ids_per_partition", stack_to_max_ids_per_partition),
+                        ("stack_to_max_unique_ids_per_partition",
+                         stack_to_max_unique_ids_per_partition)):
+        if limit is not None and not callable(limit):
+            raise TypeError(f"feature_specs_to_config(): {name} must be a function "
+                            f"(stack name, samples) -> limit, got {found(limit)}")
     groups = _Groups()
     features: list[SparseCoreFeature] = []
     tables: dict[str, SparseCoreTable] = {}

@@ -17,8 +17,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tpuemb_cfg.sparsecore._args import check_bool, check_int, check_str, found
 from tpuemb_cfg.sparsecore.jte import specs as _own
 from tpuemb_cfg.sparsecore.jte.convert import (
+    _attr,
     feature_specs_to_config,
     leaves,
     sparse_cores_per_device,
@@ -134,7 +136,8 @@ def prepare_feature_specs_for_training(feature_specs: Any, global_device_count: 
     suggested buffer size go into its stack. Features already stacked are left alone.
     """
     sparse_cores_per_device(num_sc_per_device)  # the None / 3 refusals come first, as there
-    todo = [s for s in leaves(feature_specs) if not _is_stacked(s.table_spec)]
+    specs = leaves(feature_specs)
+    todo = [s for s in specs if not _is_stacked(_attr(s, "table_spec", "feature spec"))]
     for spec in todo:
         into = _stacked_into(spec.table_spec)
         if into is not None:
@@ -196,7 +199,20 @@ class SparseDenseMatmulInputStats:
     id_drop_counters: dict[str, int] = field(default_factory=dict)
 
 
-def _ids(value: Any) -> Any:
+def _rows(value: Any, name: str, what: str) -> list[Any]:
+    """The rows of a ragged ``value`` (each row an array), or a TypeError naming ``what``."""
+    import numpy as np
+
+    if not isinstance(value, str | bytes):
+        try:
+            return [np.asarray(r).reshape(-1) for r in value]
+        except TypeError:
+            pass
+    raise TypeError(f"preprocess_sparse_dense_matmul_input(): {what} of feature {name!r} must "
+                    f"be a [batch, k] array or one array per row, got {found(value)}")
+
+
+def _ids(value: Any, name: str) -> Any:
     """A feature's ids as ``preprocess`` takes them: a dense ``[batch, k]`` array stays; the
     reference's ragged form (a 1-D object array, or a list, of per-row id arrays) becomes
     ``(values, row_splits)``."""
@@ -212,7 +228,7 @@ def _ids(value: Any) -> Any:
         dense = None
     if dense is not None and dense.dtype != object and dense.ndim == 2:
         return dense
-    parts = [np.asarray(r).reshape(-1) for r in value]
+    parts = _rows(value, name, "the ids")
     filled = [p for p in parts if p.size]
     dtype = np.result_type(*filled) if filled else np.dtype(np.int64)
     splits = np.cumsum([0] + [p.size for p in parts], dtype=np.int64)
@@ -220,13 +236,13 @@ def _ids(value: Any) -> Any:
     return values, splits
 
 
-def _weights(value: Any, ids: Any) -> Any:
+def _weights(value: Any, ids: Any, name: str) -> Any:
     """Weights laid out as :func:`_ids` laid out the ids (``None``: all 1)."""
     import numpy as np
 
     if value is None or not isinstance(ids, tuple) or isinstance(value, tuple):
         return value
-    parts = [np.asarray(r, dtype=np.float32).reshape(-1) for r in value]
+    parts = [p.astype(np.float32) for p in _rows(value, name, "the weights")]
     return (np.concatenate(parts) if parts else np.zeros(0, np.float32)), ids[1]
 
 
@@ -248,6 +264,14 @@ def preprocess_sparse_dense_matmul_input(  # noqa: PLR0913
 
     from tpuemb_cfg.sparsecore.preprocessing import preprocess
 
+    function = "preprocess_sparse_dense_matmul_input"
+    check_int(function, "local_device_count", local_device_count, minimum=1)
+    check_int(function, "global_device_count", global_device_count, minimum=1)
+    check_str(function, "sharding_strategy", sharding_strategy, ("MOD",))
+    for name, flag in (("has_leading_dimension", has_leading_dimension),
+                       ("allow_id_dropping", allow_id_dropping),
+                       ("enable_minibatching", enable_minibatching)):
+        check_bool(function, name, flag)
     nsc, _ = sparse_cores_per_device(num_sc_per_device)
     if sharding_strategy.upper() != "MOD":
         raise ValueError(f"Unsupported sharding strategy: {sharding_strategy!r}; only 'MOD' "
@@ -264,11 +288,11 @@ def preprocess_sparse_dense_matmul_input(  # noqa: PLR0913
                          f"structure of feature_specs ({len(specs)} leaves)")
     stacking = stacking_of(specs, global_device_count=global_device_count, num_sc_per_device=nsc)
     names = [s.name for s in specs]
-    rows = [_ids(x) for x in ids]
+    rows = [_ids(x, n) for x, n in zip(ids, names, strict=True)]
     batch = preprocess(
         stacking, dict(zip(names, rows, strict=True)),
         None if weights is None else {
-            n: _weights(w, r) for n, w, r in zip(names, weights, rows, strict=True)},
+            n: _weights(w, r, n) for n, w, r in zip(names, weights, rows, strict=True)},
         local_devices=local_device_count, global_devices=global_device_count,
         sparse_cores_per_device=nsc, allow_id_dropping=allow_id_dropping,
         has_leading_dimension=has_leading_dimension)

@@ -39,7 +39,9 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from tpuemb_cfg.sparsecore._args import check_config_type, found
 from tpuemb_cfg.sparsecore.checks import call_limit, check_config
 from tpuemb_cfg.sparsecore.config import SparseCoreConfig, SparseCoreFeature, SparseCoreTable
 from tpuemb_cfg.sparsecore.jte.specs import DEFAULT_ACTIVATION_MEM_BYTES_LIMIT, DEFAULT_LIMIT
@@ -58,9 +60,19 @@ def round_up(value: int, multiple: int) -> int:
     return -(-value // multiple) * multiple
 
 
+def _iterable(value: Any) -> list[Any]:
+    try:
+        return list(value)
+    except TypeError:
+        return [None]
+
+
 def stack_name(tables: Sequence[str], *, short: bool = True) -> str:
     """Tables joined with ``_``; if ``short`` and longer than 50 characters, the first 50, then
     ``...`` and 12 hex digits of the full name's sha256 (the name stays unique and readable)."""
+    if isinstance(tables, str) or not all(isinstance(t, str) for t in _iterable(tables)):
+        raise TypeError(f"stack_name(): tables must be a sequence of table names (str), got "
+                        f"{found(tables)}")
     name = "_".join(tables)
     if not short or len(name) <= _NAME_KEEP:
         return name
@@ -73,10 +85,14 @@ def check_devices(global_devices: int, sparse_cores_per_device: int) -> None:
     device, where 0 fails with a ZeroDivisionError, and 2 or 4 SparseCores per device)."""
     if isinstance(global_devices, bool) or not isinstance(global_devices, int) \
             or global_devices < 1:
+        got = repr(global_devices) if isinstance(global_devices, int | str) \
+            else found(global_devices)
         raise ValueError(f"global_device_count must be a positive integer, got "
-                         f"{global_devices!r}: pass the number of chips (mesh.size)")
-    if sparse_cores_per_device not in SPARSE_CORE_COUNTS:
-        raise ValueError(f"Invalid num_sc_per_device: {sparse_cores_per_device!r}; "
+                         f"{got}: pass the number of chips (mesh.size)")
+    cores = sparse_cores_per_device
+    if isinstance(cores, bool) or not isinstance(cores, int) or cores not in SPARSE_CORE_COUNTS:
+        shown = repr(cores) if isinstance(cores, int | str) else found(cores)
+        raise ValueError(f"Invalid num_sc_per_device: {shown}; "
                          "jax-tpu-embedding accepts 4 (TPU v5p) or 2 (v6e, TPU7x)")
 
 
@@ -208,7 +224,9 @@ def stack_config(config: SparseCoreConfig) -> Stacking:
     """The stacks jax-tpu-embedding 0.2.0 makes of ``config`` (see the module docstring):
     ``auto_stack_tables`` then ``prepare_feature_specs_for_training``, or the latter alone when
     ``config.disable_table_stacking``. ValueError for device counts the reference refuses;
-    ``config`` is checked first (``checks.check_config``)."""
+    ``config`` is checked first: its type (``_args.check_config_type``), then its values
+    (``checks.check_config``)."""
+    check_config_type("stack_config", config)
     config = check_config(config)
     topo = config.topology
     check_devices(topo.devices, topo.sparse_cores_per_device)
