@@ -201,7 +201,7 @@ def test_jte_helpers_refuse_what_they_cannot_use(value: Any,
     check(lambda: which(value))
 
 
-# -- session.plan and PlanOptions (helper A fixes these in parallel: see the xfail) ---------------
+# -- session.plan and PlanOptions (the examples below are what this property found) ------------
 
 
 @pytest.fixture(scope="module")
@@ -252,9 +252,6 @@ def _found(**changed: Any) -> Any:
     return example(**{**right, **changed})
 
 
-@pytest.mark.xfail(reason="PlanOptions and session.plan check their arguments in helper A's "
-                          "branch (issue 33); the examples below are what this property found",
-                   strict=False)
 @PLAN_SETTINGS
 @_found(ids=None)  # 'NoneType' object is not iterable (planner/inputs.py)
 @_found(fmt={"f": "ids"})  # unhashable type: 'dict'

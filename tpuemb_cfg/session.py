@@ -338,6 +338,9 @@ def plan(source: Any, ids: str | Sequence[str], *, options: Any = None, fmt: str
     configuration file or message, a SparseCore spec or ``SparseCoreConfig``) from the sample
     in ``ids``, its findings placed at the configuration's lines. ``progress(n)``: called as
     the sample's files are read."""
+    if progress is not None and not callable(progress):
+        raise TypeError(f"progress must be None or a function called with the files read; "
+                        f"received {type(progress).__name__}")
     planner = open_plan(source, ids, options=options, fmt=fmt)
     if progress is not None:
         planner.sample.on_progress = progress

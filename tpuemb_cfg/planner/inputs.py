@@ -353,14 +353,24 @@ def open_sample(paths: str | Sequence[str], schema: SampleSchema, *,
     folder stands for its files with a sample extension, :data:`FORMATS`, in name order: a day
     of ids written as part files); ``fmt``: ``"npz"``, ``"parquet"`` or ``"tfrecord"``
     (default: from the extension). The files are probed now (existence, the npz keys, the
-    Parquet schema), so a bad file fails before any work starts."""
+    Parquet schema), so a bad file fails before any work starts. TypeError for ``paths`` or
+    ``fmt`` of another type."""
+    if isinstance(paths, str | os.PathLike):
+        files: list[Any] = [paths]
+    elif isinstance(paths, list | tuple) and all(isinstance(p, str | os.PathLike) for p in paths):
+        files = list(paths)
+    else:
+        raise TypeError(f"ids must be a path or a list of paths (a B.npz, Parquet or TFRecord "
+                        f"file, or a folder of them); received {type(paths).__name__}")
+    if fmt is not None and not isinstance(fmt, str):
+        raise TypeError(f"fmt must be None or one of 'npz', 'parquet', 'tfrecord'; received "
+                        f"{type(fmt).__name__}")
     for feature in schema.features:
         if feature.bags < 1:  # no configured batch can be cut from the sample
             raise UsageError(
                 f"feature {feature.name!r} (table {feature.table!r}) has a configured batch of "
                 f"{feature.bags} bags (a batch dimension of 0: output_shape or input_shape), so "
                 "there is no batch to plan; give it a batch of at least one row")
-    files = [paths] if isinstance(paths, str | os.PathLike) else list(paths)
     if not files:
         raise UsageError("no sample file given: pass --ids FILE (a B.npz, Parquet or TFRecord)")
     names = [name for p in files for name in sample_files(os.fspath(p), fmt)]

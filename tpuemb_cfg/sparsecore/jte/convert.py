@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tpuemb_cfg.algorithms.table import JAX_SPECS, SPARSECORE
-from tpuemb_cfg.sparsecore._args import check_bool, check_int, found
+from tpuemb_cfg.sparsecore._args import found
 from tpuemb_cfg.sparsecore.checks import check_config, check_quantization, flag
 from tpuemb_cfg.sparsecore.config import (
     SparseCoreConfig,
@@ -209,15 +209,6 @@ def feature_specs_to_config(  # noqa: PLR0913
     """
     nsc, kind = sparse_cores_per_device(num_sc_per_device)
     check_devices(global_device_count, nsc)
-    check_bool("feature_specs_to_config", "use_short_stack_names", use_short_stack_names)
-    check_int("feature_specs_to_config", "activation_mem_bytes_limit",
-              activation_mem_bytes_limit, optional=True)
-    for name, limit in (("stack_to_max_ids_per_partition", stack_to_max_ids_per_partition),
-                        ("stack_to_max_unique_ids_per_partition",
-                         stack_to_max_unique_ids_per_partition)):
-        if limit is not None and not callable(limit):
-            raise TypeError(f"feature_specs_to_config(): {name} must be a function "
-                            f"(stack name, samples) -> limit, got {found(limit)}")
     groups = _Groups()
     features: list[SparseCoreFeature] = []
     tables: dict[str, SparseCoreTable] = {}
