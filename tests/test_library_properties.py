@@ -281,3 +281,23 @@ def test_plan_refuses_what_it_cannot_use(  # noqa: PLR0913 - one per argument
 
     with address_space_cap():
         check(call)
+
+
+def test_a_value_shown_in_a_message_is_short_however_deep() -> None:
+    """``errors.shown``: what every refusal above prints of the value it was given."""
+    from tpuemb_cfg.errors import shown
+
+    looped: list[Any] = []
+    looped.append(looped)
+
+    class Broken:
+        def __repr__(self) -> str:
+            raise RuntimeError("no")
+
+    assert shown(deep(3000)) == "[[[[[...]]]]]"
+    assert shown(looped) == "[[[[[...]]]]]"
+    assert shown(-(10 ** 50)) == "-100000... (an int of 51 digits)"
+    assert shown(Broken()) == "<Broken>"
+    long = shown("x" * 500)  # reprlib: the start and the end of the string, 80 characters
+    assert len(long) == 80 and long.startswith("'xxx") and "..." in long and long.endswith("x'")
+    assert shown({"t": 64}) == "{'t': 64}"

@@ -44,6 +44,25 @@ def parameter(name: str) -> str:
     return f"{_MARK}{name}{_MARK}"
 
 
+def shown(value: Any, limit: int = 80) -> str:
+    """A short ``repr`` of a value a user gave, for a message: containers to a few levels and
+    items (never a RecursionError, however deep or self-referring), a huge int by its digits,
+    at most ``limit`` characters, and the type's name where the value's own ``repr`` fails."""
+    import reprlib
+
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**40:
+        digits = len(str(abs(value)))
+        return f"{'-' if value < 0 else ''}{str(abs(value))[:6]}... (an int of {digits} digits)"
+    short = reprlib.Repr()  # (keyword arguments only from Python 3.12)
+    short.maxlevel, short.maxlist, short.maxtuple, short.maxdict, short.maxset = 4, 6, 6, 4, 6
+    short.maxstring = short.maxother = short.maxlong = limit
+    try:
+        text = short.repr(value)
+    except Exception:  # a user's __repr__ that raises
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def printable(text: str, keep: str = "", *, json: bool = False) -> str:
     """``text`` as it may be printed on a terminal: every character ``str.isprintable`` refuses
     (C0 controls such as ESC and BEL, DEL, the C1 controls U+0080-U+009F such as the one-byte

@@ -106,12 +106,14 @@ def parse_seed(value: object) -> int:
 
 def _argument(parse: Callable[[object], int], value: object, name: str) -> int:
     """``parse(value)`` with its ``TypeError``/``ValueError`` naming the argument."""
+    from tpuemb_cfg.errors import shown
+
     try:
         return parse(value)
     except TypeError as exc:
-        raise TypeError(f"{name}={value!r}: {exc}") from None
+        raise TypeError(f"{name}={shown(value)}: {exc}") from None
     except ValueError as exc:
-        raise ValueError(f"{name}={value!r}: {exc}") from None
+        raise ValueError(f"{name}={shown(value)}: {exc}") from None
 
 
 def seed_argument(value: object, name: str = "seed") -> int:

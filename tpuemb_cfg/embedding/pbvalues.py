@@ -49,12 +49,11 @@ INT64 = (-(2**63), 2**63 - 1)
 
 
 def show(value: Any) -> str:
-    """A short ``repr`` of a received value for an error message (a huge int by its digits)."""
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**40:
-        digits = len(str(abs(value)))
-        return f"{'-' if value < 0 else ''}{str(abs(value))[:6]}... (an int of {digits} digits)"
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
+    """A short ``repr`` of a received value for an error message (a huge int by its digits;
+    :func:`tpuemb_cfg.errors.shown`)."""
+    from tpuemb_cfg.errors import shown
+
+    return shown(value)
 
 
 def _is_ndarray(value: Any) -> bool:

@@ -19,7 +19,7 @@ import operator
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from tpuemb_cfg.errors import UsageError
+from tpuemb_cfg.errors import UsageError, shown
 from tpuemb_cfg.units import format_size, size_argument
 
 if TYPE_CHECKING:
@@ -44,12 +44,12 @@ _HISTOGRAM_BUCKETS = 4608
 def number_problem(field: str, value: object) -> str | None:
     """What is wrong with ``value`` as the number ``field`` of :data:`RANGES`, or None."""
     low, high, low_open = RANGES[field]
-    shown = f"{'(' if low_open else '['}{low:g}, {high:g}]"
+    interval = f"{'(' if low_open else '['}{low:g}, {high:g}]"
     if isinstance(value, bool) or not isinstance(value, int | float):
-        return f"expected a number in {shown}, got {type(value).__name__} {value!r}"
+        return f"expected a number in {interval}, got {type(value).__name__} {shown(value)}"
     number = float(value)
     if math.isnan(number) or not (low < number if low_open else low <= number) or number > high:
-        return f"{value!r} is not in {shown}"
+        return f"{shown(value)} is not in {interval}"
     return None
 
 
@@ -89,7 +89,7 @@ def check_plan_options(options: PlanOptions, parsers: Mapping[str, tuple[type, A
 
     if options.topology is not None and not isinstance(options.topology, str):
         raise TypeError(f"PlanOptions.topology: expected a string such as 'v5p-64' or None, got "
-                        f"{type(options.topology).__name__} {options.topology!r}")
+                        f"{type(options.topology).__name__} {shown(options.topology)}")
     for name, what, low, unit in (("hosts", "a whole number of hosts", 1, " host"),
                                   ("host_index", "a whole number (a host of the slice)", 0, "")):
         _whole(options, name, what, low, unit)
@@ -112,10 +112,10 @@ def check_plan_options(options: PlanOptions, parsers: Mapping[str, tuple[type, A
             put(name, parse(value))
             continue
         raise TypeError(f"PlanOptions.{name}: expected a {kind.__name__}, or strings such as "
-                        f"{grammar}, got {type(value).__name__} {value!r}")
+                        f"{grammar}, got {type(value).__name__} {shown(value)}")
     if not isinstance(options.load, LoadOptions):
         raise TypeError(f"PlanOptions.load: expected a planner.load.LoadOptions, got "
-                        f"{type(options.load).__name__} {options.load!r}")
+                        f"{type(options.load).__name__} {shown(options.load)}")
 
 
 def _whole(options: PlanOptions, name: str, what: str, low: int, unit: str) -> None:
@@ -126,7 +126,7 @@ def _whole(options: PlanOptions, name: str, what: str, low: int, unit: str) -> N
         return
     if isinstance(value, bool) or not hasattr(value, "__index__"):
         raise TypeError(f"PlanOptions.{name}: expected {what} or None, got "
-                        f"{type(value).__name__} {value!r}")
+                        f"{type(value).__name__} {shown(value)}")
     object.__setattr__(options, name, operator.index(value))
     if value < low:
         raise ValueError(f"PlanOptions.{name}: expected at least {low}{unit}, got {value}")

@@ -87,8 +87,9 @@ class LimitCallableError(SpecValueError):
 
 
 def _show(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else f"{text[:60]}... ({len(text):,} characters)"
+    from tpuemb_cfg.errors import shown
+
+    return shown(value)
 
 
 def integer(owner: str, name: str, value: Any, *, minimum: int, maximum: int,

@@ -93,7 +93,9 @@ def sparse_cores_per_device(value: int | str | None) -> tuple[int, ChipKind | No
 def _show(value: Any) -> str:
     if callable(value):
         return f"<callable {getattr(value, '__qualname__', type(value).__name__)}>"
-    return repr(value)
+    from tpuemb_cfg.errors import shown
+
+    return shown(value)
 
 
 def describe_optimizer(spec: Any) -> str:
