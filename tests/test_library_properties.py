@@ -297,7 +297,7 @@ def test_a_value_shown_in_a_message_is_short_however_deep() -> None:
     assert shown(deep(3000)) == "[[[[[...]]]]]"
     assert shown(looped) == "[[[[[...]]]]]"
     assert shown(-(10 ** 50)) == "-100000... (an int of 51 digits)"
-    assert shown(Broken()) == "<Broken>"
+    assert shown(Broken()).startswith("<Broken")  # reprlib names an instance whose repr fails
     long = shown("x" * 500)  # reprlib: the start and the end of the string, 80 characters
     assert len(long) == 80 and long.startswith("'xxx") and "..." in long and long.endswith("x'")
     assert shown({"t": 64}) == "{'t': 64}"
