@@ -93,9 +93,7 @@ def sparse_cores_per_device(value: int | str | None) -> tuple[int, ChipKind | No
 def _show(value: Any) -> str:
     if callable(value):
         return f"<callable {getattr(value, '__qualname__', type(value).__name__)}>"
-    from tpuemb_cfg.errors import shown
-
-    return shown(value)
+    return repr(value)  # exact: the text is also the optimizer's grouping key
 
 
 def describe_optimizer(spec: Any) -> str:
