@@ -271,8 +271,8 @@ def test_plan_refuses_what_it_cannot_use(  # noqa: PLR0913 - one per argument
     from tpuemb_cfg.session import plan
 
     config, sample = plan_inputs
-    source = config if source == "CONFIG" else source
-    ids = sample if ids == "SAMPLE" else ids
+    source = config if isinstance(source, str) and source == "CONFIG" else source
+    ids = sample if isinstance(ids, str) and ids == "SAMPLE" else ids
 
     def call() -> Any:
         options = PlanOptions(topology=topology, hosts=hosts, host_memory_bytes=host_memory,
