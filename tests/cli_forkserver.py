@@ -51,6 +51,7 @@ def preload(extra: list[str]) -> None:
 def _child(request: dict) -> None:  # type: ignore[type-arg]
     """In the forked child: become the command (returns into the interpreter's top level)."""
     os.setsid()
+    os.environ.update(request.get("env") or {})
     cap = request["memory_cap"]
     resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
     os.chdir(request["cwd"])
