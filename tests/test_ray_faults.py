@@ -315,6 +315,20 @@ def test_an_unreachable_address_is_one_line_and_writes_nothing(tmp_path: Path) -
     assert not out.exists()
 
 
+@pytest.mark.parametrize("port", ["70000", "2" * 20, "0", "-1", "6379x"])
+def test_an_address_whose_port_is_out_of_range_is_one_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, port: str) -> None:
+    """A port past 65535 was taken modulo 65536 (70000 tried port 4464), a longer one raised
+    OverflowError; every port but 1-65535 is refused before any connection is tried."""
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)  # as in a fresh process
+    code, output = run_simulate("--steps", "1", "--out-dir", str(tmp_path / "out"), "--backend",
+                                "ray", "--ray-address", f"127.0.0.1:{port}")
+    assert (code, output) == (2, f"--ray-address '127.0.0.1:{port}': expected HOST:PORT with a "
+                              "port from 1 to 65535 (e.g. 10.0.0.1:6379), the address `ray "
+                              "start --head` prints\n")
+    assert not (tmp_path / "out").exists()
+
+
 def test_ray_address_in_the_environment_is_used(tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     address = f"127.0.0.1:{_closed_port()}"

@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ...errors import InputError, UsageError, parameter
+from ...errors import InputError, UsageError, parameter, printable
 from ...limits import format_size, json_too_deep, line_col, max_input_bytes, read_input
 
 __all__ = ["EXCLUDES", "MAX_NESTING", "actor_runtime_env", "check_runtime_env", "package_dir",
@@ -59,7 +59,7 @@ def parse_runtime_env(text: str) -> dict[str, Any]:
     within the input limit, ``TPUEMB_MAX_INPUT``: a device or a pipe is read in chunks up to
     it); checked by :func:`check_runtime_env`. Anything else is one ``UsageError`` line."""
     origin = parameter("runtime_env")
-    source = text if len(text) <= 80 else text[:79] + "…"
+    source = printable(text if len(text) <= 80 else text[:79] + "…")  # echoed as it may print
     limit = max_input_bytes()
     if text.startswith("@"):
         try:
