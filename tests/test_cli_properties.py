@@ -25,7 +25,7 @@ ends as the command's own process would, and no example sees another's), or, wit
 A second property covers the Ray options (``--runtime-env``, ``--ray-address``, ``--shards``,
 ``--no-ship`` of ``simulate`` and ``bench --backend ray``) under arbitrary values, at an address
 where nothing answers: exit 2 and one line (or click's usage block), never a traceback, no file
-changed, Ray never started; a third as many examples as the first.
+changed, Ray never started; 100 examples by default, ``TPUEMB_PROPERTY_EXAMPLES`` when set.
 
 Profiles: ``TPUEMB_PROPERTY_EXAMPLES`` examples (default 300: what CI runs);
 the long profile, run before a release, is
@@ -52,6 +52,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 EXAMPLES_COUNT = int(os.environ.get("TPUEMB_PROPERTY_EXAMPLES", "300"))
+#: The Ray options' examples: 100 by default (CI), as many as the others when the profile says.
+RAY_EXAMPLES_COUNT = int(os.environ.get("TPUEMB_PROPERTY_EXAMPLES", "100"))
 SUBPROCESS = os.environ.get("TPUEMB_PROPERTY_SUBPROCESS") == "1"
 MEMORY_CAP = 6 << 30  # address space of one command (numba reserves some for its compiler)
 DOCUMENTED_EXITS = {0, 1, 2}
@@ -495,7 +497,7 @@ def closed_port() -> Iterator[int]:
         held.close()
 
 
-@settings(max_examples=max(EXAMPLES_COUNT // 3, 1), deadline=None,
+@settings(max_examples=RAY_EXAMPLES_COUNT, deadline=None,
           derandomize=EXAMPLES_COUNT <= 300, suppress_health_check=[
               HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(data=st.data())

@@ -87,6 +87,12 @@ _pending: int | None = None
 _received: int | None = None
 
 
+def forget_received() -> None:
+    """Forget the signal :func:`raise_once` last acted on (a command starts)."""
+    global _received
+    _received = None
+
+
 def received(exc: KeyboardInterrupt) -> int:
     """The signal that ``exc`` reports: its own number (:class:`Terminated`), else the one
     :func:`raise_once` last acted on - a library that catches the exception and raises a plain

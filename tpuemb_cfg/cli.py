@@ -157,6 +157,7 @@ class LazyGroup(click.Group):
         is one line and status 2, also when it fails in the final flush.
         """
         self._process = args is None
+        _interrupt.forget_received()
         previous = _interrupt.install(_interrupt.raise_once) if args is None else None
         try:
             with _streams.guarded(process=self._process):
