@@ -9,7 +9,12 @@ status 2 and one line naming the host, the phase and the last checkpoint, with n
 half-written; a host that stalls without dying ends at its deadline; ``--resume`` then ends
 with the uninterrupted run's bytes. A host is stopped inside a phase by the fault-injection
 hook ``host.STALL_ENV`` (the named call writes its process id to a file, then stalls), and the
-node whose processes include it is killed.
+node whose processes include it is killed; the line names that node's address and id.
+
+Also: SIGTERM to a running driver (exit 143, tpuemb's line, no actor left); an object lost with
+its node (no line of Ray's own on stderr); a driver of another Ray version (both versions
+named); the head killed during a checkpoint write, on a cluster of its own (exit 2, one line
+naming the head and the last checkpoint).
 """
 
 from __future__ import annotations
