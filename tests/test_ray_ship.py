@@ -152,6 +152,8 @@ def test_without_shipping_the_missing_module_is_one_line(cluster: Cluster, tmp_p
     ('{"env_vars": {"A": 1}}', "--runtime-env: runtime_env['env_vars'] must be of type "
                                "Dict[str, str]"),
     ('{"py_modules": "x"}', "--runtime-env: `py_modules` must be a list of strings"),
+    ('{"config": {"": null}}', "--runtime-env: unknown entry '' of its config; Ray's are "
+                               "eager_install, log_files, setup_timeout_seconds"),
     ("@/nonexistent/env.json", "--runtime-env @/nonexistent/env.json: no such file"),
     ("[" * 100_000, "--runtime-env " + "[" * 79 + "…: nested more than 32 levels deep (at line "
                     "1 column 33)"),

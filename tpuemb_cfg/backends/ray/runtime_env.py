@@ -128,6 +128,15 @@ def check_runtime_env(value: Any) -> dict[str, Any]:
     if unknown:
         raise UsageError(f"{origin}: unknown field {', '.join(map(repr, unknown))}; Ray's "
                          f"runtime_env fields are {', '.join(known)}")
+    config = value.get("config")
+    if isinstance(config, Mapping):  # Ray would log a warning and ignore an unknown entry
+        from ray.runtime_env import RuntimeEnvConfig
+
+        unknown = [str(key) for key in config if key not in RuntimeEnvConfig.known_fields]
+        if unknown:
+            entries = ", ".join(sorted(RuntimeEnvConfig.known_fields))
+            raise UsageError(f"{origin}: unknown entry {', '.join(map(repr, unknown))} of its "
+                             f"config; Ray's are {entries}")
     try:
         RuntimeEnv(**value)
     except (TypeError, ValueError) as exc:
