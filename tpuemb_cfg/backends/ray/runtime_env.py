@@ -27,6 +27,7 @@ job's ``runtime_env`` key by key (``env_vars`` variable by variable), so a job-l
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -137,11 +138,16 @@ def check_runtime_env(value: Any) -> dict[str, Any]:
             entries = ", ".join(sorted(RuntimeEnvConfig.known_fields))
             raise UsageError(f"{origin}: unknown entry {', '.join(map(repr, unknown))} of its "
                              f"config; Ray's are {entries}")
+    ray_logger = logging.getLogger("ray")
+    level = ray_logger.level
+    ray_logger.setLevel(logging.ERROR)  # its checks log warnings of what they ignore
     try:
         RuntimeEnv(**value)
     except (TypeError, ValueError) as exc:
         text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise UsageError(f"{origin}: {text[:240]}") from None
+    finally:
+        ray_logger.setLevel(level)
     return dict(value)
 
 
