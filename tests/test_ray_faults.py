@@ -315,7 +315,7 @@ def test_an_unreachable_address_is_one_line_and_writes_nothing(tmp_path: Path) -
     assert not out.exists()
 
 
-@pytest.mark.parametrize("port", ["70000", "2" * 20, "0", "-1", "6379x"])
+@pytest.mark.parametrize("port", ["70000", "2" * 20, "0", "-1", "6379x", "6379 "])
 def test_an_address_whose_port_is_out_of_range_is_one_line(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, port: str) -> None:
     """A port past 65535 was taken modulo 65536 (70000 tried port 4464), a longer one raised

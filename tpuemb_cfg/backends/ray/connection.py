@@ -236,17 +236,27 @@ def idle_reservations(token: tuple[str, str], kind: str = "") -> list[int]:
     return [reserved for _, reserved, session in _POOL if session == (*token, kind)]
 
 
-def _check_reachable(address: str, origin: str) -> None:
-    """A TCP connection to ``host:port`` within 5 s, or ``UsageError`` naming the address."""
+def _host_port(address: str, origin: str) -> tuple[str, int] | None:
+    """(host, port) of ``HOST:PORT`` or ``ray://HOST:PORT``; None for ``auto``, ``local`` or an
+    address without a port (Ray's own reading applies); a port that is not a number from 1 to
+    65535 (digits only) is one ``UsageError`` line."""
     target = address.removeprefix("ray://")
     if target in ("auto", "local") or ":" not in target:
-        return
+        return None
     host, _, port = target.rpartition(":")
-    digits = port.strip()
-    number = int(digits) if digits.isascii() and digits.isdigit() and len(digits) <= 5 else 0
+    number = int(port) if port.isascii() and port.isdigit() and len(port) <= 5 else 0
     if not 0 < number < 65536:
         raise UsageError(f"{origin} {address!r}: expected HOST:PORT with a port from 1 to 65535 "
                          "(e.g. 10.0.0.1:6379), the address `ray start --head` prints")
+    return host, number
+
+
+def _check_reachable(address: str, origin: str) -> None:
+    """A TCP connection to ``host:port`` within 5 s, or ``UsageError`` naming the address."""
+    parsed = _host_port(address, origin)
+    if parsed is None:
+        return
+    host, number = parsed
     try:
         socket.create_connection((host.strip("[]"), number), timeout=5).close()
     except (OSError, UnicodeError) as exc:
@@ -398,6 +408,7 @@ def connect(address: str | None = None, num_cpus: int | None = None, *,
         address, origin = os.environ["RAY_ADDRESS"], "RAY_ADDRESS"
     quiet: dict[str, Any] = {"logging_level": logging.ERROR, "log_to_driver": False}
     if address is not None and address.startswith("ray://"):
+        _host_port(address, origin)  # a malformed address first: no client needed to say so
         _require_client(address, origin)
     shipped = ship and address is not None and JOB_CONFIG_ENV not in os.environ
     quiet["runtime_env"] = actor_runtime_env(runtime_env, shipped)
