@@ -47,6 +47,7 @@ _BACKGROUND = "test_reproducible.py::test_golden_replays_give_the_same_bytes_und
 #: recorded (``--junitxml``): the same tests, with the same checks, off the critical path.
 _OWN_PROCESS = (
     ("test_cli_properties.py::test_every_command_under_every_input_is_safe",
+     "test_cli_properties.py::test_the_ray_options_under_any_value_are_refused_in_one_line",
      "test_readme.py::"),
     ("test_ray_nodes.py::", "test_ray_ship.py::", "test_ray_operate.py::"),
 )

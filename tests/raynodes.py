@@ -8,9 +8,11 @@ stops its raylet and workers; ``SIGKILL`` to the whole session after a grace per
 ``ray stop``, which would stop every Ray instance of the machine.
 
 ``kill_node(i)`` kills worker node ``i`` at once (its raylet and every process of the node: what a
-lost machine looks like to the driver). ``env`` is the environment a driver process needs
-(``RAY_ADDRESS``, authentication off). A ``NodeSpec`` names a node's CPUs, memory, custom
-resources and the Python it runs (``python``: another interpreter, e.g. a venv without tpuemb).
+lost machine looks like to the driver), ``kill_head()`` the head node (the cluster's GCS);
+``node_id(i)`` and ``alive_actors()`` ask the cluster. ``env`` is the environment a driver
+process needs (``RAY_ADDRESS``, authentication off). A ``NodeSpec`` names a node's CPUs,
+memory, custom resources and the Python it runs (``python``: another interpreter, e.g. a venv
+without tpuemb).
 
 Starting a node takes a few seconds (two nodes: about 10 s on the 2-core development machine);
 the tests that need one share a module-scoped cluster where they can.
@@ -62,6 +64,7 @@ class NodeSpec:
 class _Node:
     process: subprocess.Popen[bytes]
     log: Path
+    port: int  # its node manager's
     killed: bool = False
 
 
@@ -122,18 +125,43 @@ class RayNodes:
             process = subprocess.Popen([c for c in command if c], stdout=out,
                                        stderr=subprocess.STDOUT, env=self._node_env,
                                        cwd=self.tmp, start_new_session=True)
-        self.nodes.append(_Node(process, log))
+        self.nodes.append(_Node(process, log, ports[0]))
+
+    def _probe(self, code: str) -> str:
+        """The last line that ``code`` prints in a driver process of the cluster (this process
+        may be connected to another Ray instance), after ``ray.init``."""
+        probe = ("import ray, logging; ray.init(logging_level=logging.ERROR, "
+                 f"log_to_driver=False); {code}")
+        done = subprocess.run([sys.executable, "-c", probe], env=self.env, capture_output=True,
+                              text=True, timeout=60, cwd=self.tmp)
+        return (done.stdout.strip().splitlines() or [""])[-1]
+
+    def node_id(self, index: int) -> str:
+        """The Ray node id of worker node ``index`` (the cluster's node table, by its node
+        manager's port)."""
+        return self._probe("print([n['NodeID'] for n in ray.nodes() if n['NodeManagerPort'] == "
+                           f"{self.nodes[index + 1].port}][0])")
+
+    def alive_actors(self) -> int:
+        """How many actors the cluster counts as alive (of every job)."""
+        return int(self._probe("from ray._private.state import actors; "
+                               "print(sum(a['State'] == 'ALIVE' for a in actors().values()))"))
+
+    def kill_head(self) -> None:
+        """Kill the head node (its GCS, raylet and every other process of it) at once."""
+        self.nodes[0].killed = True
+        try:
+            os.killpg(self.nodes[0].process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.nodes[0].process.wait(timeout=30)
 
     def alive_nodes(self) -> int:
         """How many nodes the cluster counts as alive (asked in a subprocess: this process may
         be connected to another Ray instance)."""
-        probe = ("import ray, logging; ray.init(logging_level=logging.ERROR, "
-                 "log_to_driver=False); print(sum(n['Alive'] for n in ray.nodes()))")
-        done = subprocess.run([sys.executable, "-c", probe], env=self.env, capture_output=True,
-                              text=True, timeout=60, cwd=self.tmp)
         try:
-            return int(done.stdout.strip().splitlines()[-1])
-        except (ValueError, IndexError):
+            return int(self._probe("print(sum(n['Alive'] for n in ray.nodes()))"))
+        except ValueError:
             return 0
 
     def _wait_nodes(self, count: int, timeout: float) -> None:

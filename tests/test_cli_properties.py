@@ -22,6 +22,11 @@ ends as the command's own process would, and no example sees another's), or, wit
 - a JSON configuration with a duplicate key is refused, never half-read;
 - no raw escape byte from a configuration reaches the terminal.
 
+A second property covers the Ray options (``--runtime-env``, ``--ray-address``, ``--shards``,
+``--no-ship`` of ``simulate`` and ``bench --backend ray``) under arbitrary values, at an address
+where nothing answers: exit 2 and one line (or click's usage block), never a traceback, no file
+changed, Ray never started; 100 examples by default, ``TPUEMB_PROPERTY_EXAMPLES`` when set.
+
 Profiles: ``TPUEMB_PROPERTY_EXAMPLES`` examples (default 300: what CI runs);
 the long profile, run before a release, is
 
@@ -47,6 +52,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 EXAMPLES_COUNT = int(os.environ.get("TPUEMB_PROPERTY_EXAMPLES", "300"))
+#: The Ray options' examples: 100 by default (CI), as many as the others when the profile says.
+RAY_EXAMPLES_COUNT = int(os.environ.get("TPUEMB_PROPERTY_EXAMPLES", "100"))
 SUBPROCESS = os.environ.get("TPUEMB_PROPERTY_SUBPROCESS") == "1"
 MEMORY_CAP = 6 << 30  # address space of one command (numba reserves some for its compiler)
 DOCUMENTED_EXITS = {0, 1, 2}
@@ -370,3 +377,142 @@ def test_every_command_under_every_input_is_safe(case: Case) -> None:
             for dirpath, dirnames, _ in os.walk(top):
                 for name in dirnames:  # read-only folders would keep the cleanup out
                     os.chmod(Path(dirpath) / name, 0o755)
+
+
+# ------------------------------------------------------------------------------------------------
+# The Ray options under arbitrary values
+
+#: ``simulate`` and ``bench`` with ``--backend ray``: the options each example adds values to.
+RAY_COMMANDS = {
+    "simulate": ["simulate", "config.pbtxt", "--steps", "1", "-q", "--out-dir", "run-out",
+                 "--backend", "ray"],
+    "dry-run": ["simulate", "config.pbtxt", "--dry-run", "--backend", "ray"],
+    "bench": ["bench", "--vocab", "10", "--ids", "4", "--steps", "1", "--backend", "ray"],
+}
+#: The files an ``@FILE`` value may name (created in each example's folder).
+RAY_FILES = {
+    "env.json": b'{"env_vars": {"A": "1"}}',
+    "deep.json": b'{"a": ' * 100_000,
+    "large.json": b'{"env_vars": {"A": "' + b"x" * 70_000 + b'"}}',
+    "bad.json": b'\xff\xfe{"pip": []}',
+}
+#: The input limit of the examples (``@/dev/zero`` stops at it).
+RAY_INPUT_LIMIT = "64K"
+#: Characters of free text: anything an argument can hold but NUL (and ESC and CSI, whose
+#: escaping the main property test covers; ``--shards`` gets printable ASCII only, as click
+#: echoes the value of a malformed number raw).
+_ARGUMENT_TEXT = st.text(st.characters(blacklist_categories=("Cs",),
+                                       blacklist_characters="\x00\x1b\x9b"), max_size=40)
+_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | _ARGUMENT_TEXT,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+        st.sampled_from(["pip", "env_vars", "working_dir", "py_modules", "excludes", "conda",
+                         "container", "config", "uv", "image_uri", "x"]) | _ARGUMENT_TEXT,
+        inner, max_size=3),
+    max_leaves=12)
+RUNTIME_ENVS = st.one_of(
+    _JSON_VALUES.map(json.dumps),
+    _ARGUMENT_TEXT,
+    st.sampled_from([f"@{name}" for name in RAY_FILES]
+                    + ["@missing.json", "@/dev/zero", "@/dev/null", "@.", "@", "@-"]),
+    st.integers(1, 5000).map(lambda n: "[" * n),
+    st.integers(1, 100).map(lambda n: '{"env_vars": ' * n + "{}" + "}" * n),
+)
+
+
+def ray_addresses(closed: int) -> st.SearchStrategy[str]:
+    """Addresses where no Ray answers (``closed``: a port of this machine the test holds
+    without listening) or that the command refuses (any port text); never ``auto``, ``local``
+    or a host but this machine's (those would join or start Ray, or send traffic - a name
+    lookup included - off this machine)."""
+    hosts = st.sampled_from(["127.0.0.1", "localhost", "[::1]", "ray://127.0.0.1", " 127.0.0.1",
+                             ""])
+    ports = st.one_of(st.just(str(closed)), st.integers(-2, 2**70).map(str), _ARGUMENT_TEXT)
+    return st.builds(lambda h, p: f"{h}:{p}", hosts, ports)
+
+
+@dataclass
+class RayCase:
+    command: str
+    runtime_env: str | None
+    address: str
+    shards: str | None
+    no_ship: bool
+
+
+def _ray_run(folder: Path, argv: list[str]) -> tuple[int, bytes, bytes]:
+    """``tpuemb ARGV`` in ``folder`` (forked from the executor's fork server, or a process of
+    its own), with the examples' input limit: (exit status, stdout, stderr)."""
+    stdout_path, stderr_path = folder / "stdout", folder / "stderr"
+    env = {"TPUEMB_MAX_INPUT": RAY_INPUT_LIMIT}
+    if _server:
+        code = _server["executor"].run({
+            "argv": argv, "cwd": str(folder / "work"), "stdin": "", "env": env,
+            "stdout": str(stdout_path), "stderr": str(stderr_path), "memory_cap": MEMORY_CAP,
+            "timeout": 120})
+        return code, stdout_path.read_bytes(), stderr_path.read_bytes()
+    done = subprocess.run([sys.executable, "-m", "tpuemb_cfg", *argv], cwd=folder / "work",
+                          env={**_environment(), **env}, input=b"", capture_output=True,
+                          timeout=120, preexec_fn=_limits)
+    return done.returncode, done.stdout, done.stderr
+
+
+def check_ray(case: RayCase, folder: Path) -> None:
+    work = folder / "work"
+    work.mkdir()
+    (work / "config.pbtxt").write_text(SMALL.replace("num_hosts: 1", "num_hosts: 2"))
+    for name, data in RAY_FILES.items():
+        (work / name).write_bytes(data)
+    before = _snapshot(work)
+    argv = [*RAY_COMMANDS[case.command], "--ray-address", case.address]
+    if case.runtime_env is not None:
+        argv += ["--runtime-env", case.runtime_env]
+    if case.shards is not None:
+        argv += ["--shards", case.shards]
+    if case.no_ship:
+        argv.append("--no-ship")
+    code, stdout, stderr = _ray_run(folder, argv)
+    what = f"{case} -> exit {code}\nstderr: {stderr[-2000:]!r}\nstdout: {stdout[-500:]!r}"
+    assert b"Traceback" not in stdout + stderr, what
+    # Refused (nothing answers at the address): exit 2, and one line - or click's usage
+    # block for a value of the wrong kind, which ends in its one "Error:" line.
+    assert code == 2, what
+    lines = stderr.decode("utf-8", "replace").strip().split("\n")  # the terminal's lines
+    assert len(lines) == 1 or (lines[0].startswith("Usage: ") and lines[-1].startswith(
+        "Error: ")), what
+    assert not stdout.strip(), what
+    assert _snapshot(work) == before, f"files changed: {what}"
+
+
+@pytest.fixture(scope="module")
+def closed_port() -> Iterator[int]:
+    """A port of this machine bound without listening for the module: nothing answers there."""
+    import socket
+
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    try:
+        yield held.getsockname()[1]
+    finally:
+        held.close()
+
+
+@settings(max_examples=RAY_EXAMPLES_COUNT, deadline=None,
+          derandomize=EXAMPLES_COUNT <= 300, suppress_health_check=[
+              HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_the_ray_options_under_any_value_are_refused_in_one_line(
+        data: st.DataObject, closed_port: int) -> None:
+    """``--runtime-env``, ``--ray-address``, ``--shards`` and ``--no-ship`` of ``--backend ray``
+    with arbitrary values, at an address where nothing answers: exit 2 and one line (or
+    click's usage block), never a traceback, no file changed; Ray never starts (the address
+    refuses every run the options would allow)."""
+    case = RayCase(command=data.draw(st.sampled_from(sorted(RAY_COMMANDS))),
+                   runtime_env=data.draw(st.none() | RUNTIME_ENVS),
+                   address=data.draw(ray_addresses(closed_port)),
+                   shards=data.draw(st.none() | st.integers(-3, 2**65).map(str)
+                                    | st.text(st.characters(min_codepoint=32, max_codepoint=126),
+                                              max_size=10)),
+                   no_ship=data.draw(st.booleans()))
+    with tempfile.TemporaryDirectory() as top:
+        check_ray(case, Path(top))

@@ -9,7 +9,12 @@ status 2 and one line naming the host, the phase and the last checkpoint, with n
 half-written; a host that stalls without dying ends at its deadline; ``--resume`` then ends
 with the uninterrupted run's bytes. A host is stopped inside a phase by the fault-injection
 hook ``host.STALL_ENV`` (the named call writes its process id to a file, then stalls), and the
-node whose processes include it is killed.
+node whose processes include it is killed; the line names that node's address and id.
+
+Also: SIGTERM to a running driver (exit 143, tpuemb's line, no actor left); an object lost with
+its node (no line of Ray's own on stderr); a driver of another Ray version (both versions
+named); the head killed during a checkpoint write, on a cluster of its own (exit 2, one line
+naming the head and the last checkpoint).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import json
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -171,14 +177,16 @@ def _node_of(cluster: RayNodes, pid: int) -> int:
 
 
 def _lose_node_in(cluster: RayNodes, tmp: Path, command: list[str], stall: str,
-                  **env: str) -> tuple[str, float]:
+                  named: bool = False, **env: str) -> tuple[str, float]:
     """Run ``command`` until host ``stall`` (``HOST:METHOD:NTH``) stalls, kill its node, and
     return the command's one line of output and the seconds from the kill to its exit (exit
-    status 2); a new node takes the lost one's place."""
+    status 2); a new node takes the lost one's place. ``named``: the line names the node by
+    the start of its id, as the cluster's node table has it."""
     mark = tmp / f"stalled-{stall.replace(':', '-')}"
     mark.unlink(missing_ok=True)
     driver = _driver(cluster, command, **{STALL_ENV: f"{stall}:{mark}"}, **env)
     node = _node_of(cluster, _stalled(mark, driver))
+    node_id = cluster.node_id(node) if named else ""
     cluster.kill_node(node)
     killed = time.monotonic()
     try:
@@ -192,6 +200,9 @@ def _lose_node_in(cluster: RayNodes, tmp: Path, command: list[str], stall: str,
     lines = stderr.strip().splitlines()
     assert len(lines) == 1, stderr
     assert not stdout.strip(), stdout
+    if named:
+        assert len(node_id) == 56, node_id
+        assert f" id {node_id[:8]}) died during " in lines[0], (node_id, lines[0])
     return lines[0], ended
 
 
@@ -212,7 +223,7 @@ def _only_the_checkpoint(out: Path) -> None:
     assert sorted(p.name for p in out.iterdir()) == ["checkpoint.npz"]
 
 
-HOST = r"host 1 of 2 \(its Ray actor, node [0-9.]+\) died during "
+HOST = r"host 1 of 2 \(its Ray actor, node [0-9.]+ id [0-9a-f]{8}\) died during "
 
 
 def test_a_node_lost_in_each_phase_ends_in_one_line_then_resume_is_identical(
@@ -220,7 +231,7 @@ def test_a_node_lost_in_each_phase_ends_in_one_line_then_resume_is_identical(
     config, out, tmp = runs["config"], runs["ray"], runs["tmp"]
     checkpoint = f"the last checkpoint is {out / 'checkpoint.npz'}"
     # The checkpoint of step 4 (the 5th read of each host: 4 arrays a checkpoint).
-    line, ended = _lose_node_in(cluster, tmp, _command(config, out), "1:read:5")
+    line, ended = _lose_node_in(cluster, tmp, _command(config, out), "1:read:5", named=True)
     assert re_match(HOST + r"a checkpoint write, while sending its rows of ", line)
     assert f"{checkpoint} (step 2): run the same command with --resume" in line
     assert ended < ENDS_WITHIN
@@ -256,10 +267,10 @@ def test_a_node_lost_in_each_phase_ends_in_one_line_then_resume_is_identical(
     stdout, stderr = driver.communicate(timeout=ENDS_WITHIN + 60)
     assert driver.returncode == 2, (stdout, stderr)
     assert time.monotonic() - start < ENDS_WITHIN
-    assert re_match(r"host 0 of 2 \(its Ray actor, node [0-9.]+\) did not answer within 3 s "
-                    r"during a step's reads, while reading rows of table 'b' \(or, before it in "
-                    r"the same call, reading rows of table 'a'\) \(the deadline of this work; "
-                    rf"{DEADLINE_SCALE_ENV}=2 doubles every deadline\)", stderr), stderr
+    assert re_match(r"host 0 of 2 \(its Ray actor, node [0-9.]+ id [0-9a-f]{8}\) did not answer "
+                    r"within 3 s during a step's reads, while reading rows of table 'b' \(or, "
+                    r"before it in the same call, reading rows of table 'a'\) \(the deadline of "
+                    rf"this work; {DEADLINE_SCALE_ENV}=2 doubles every deadline\)", stderr), stderr
     _only_the_checkpoint(out)
     # Resumed on the cluster: the uninterrupted run's bytes.
     driver = _driver(cluster, resume)
@@ -267,6 +278,136 @@ def test_a_node_lost_in_each_phase_ends_in_one_line_then_resume_is_identical(
     assert driver.returncode == 0, stderr
     for name in ("tables.npz", "checkpoint.npz"):
         assert (out / name).read_bytes() == (runs["local"] / name).read_bytes(), name
+
+
+# ------------------------------------------------------------------------------------------------
+# SIGTERM, Ray's own log lines, a lost head
+
+#: tpuemb's line for a command ended by SIGTERM (docs/cli.md: exit status 143).
+STOPPED = "tpuemb: stopped by SIGTERM; no output file was left half-written\n"
+
+
+def _no_actors_left(cluster: RayNodes) -> int:
+    """The actors the cluster counts as alive once a driver is gone (a job's actors end with
+    it; the cluster takes a moment to end them), waited for up to 60 s."""
+    end = time.monotonic() + 60
+    while (alive := cluster.alive_actors()) and time.monotonic() < end:
+        time.sleep(0.5)
+    return alive
+
+
+def test_sigterm_ends_a_run_with_status_143_and_tpuemb_line_leaving_no_actors(
+        cluster: RayNodes, runs: dict[str, Path]) -> None:
+    """``kill -TERM`` (what ``ray job stop`` sends the driver) while a host works: tpuemb's
+    line and 143, not Ray's ``sys.exit(15)`` and its C++ core's stack dump; the actors end."""
+    tmp = runs["tmp"]
+    out, mark = tmp / "terminated", tmp / "stalled-sigterm"
+    driver = _driver(cluster, _command(runs["config"], out), **{STALL_ENV: f"1:gather:1:{mark}"})
+    _stalled(mark, driver)
+    driver.send_signal(signal.SIGTERM)
+    stdout, stderr = driver.communicate(timeout=ENDS_WITHIN)
+    assert (driver.returncode, stderr, stdout) == (143, STOPPED, "")
+    assert not out.exists() or not list(out.iterdir())
+    assert _no_actors_left(cluster) == 0
+
+
+#: A driver that joins the cluster through tpuemb's ``connect`` (RAY_ADDRESS) and owns an object
+#: (8 MiB: in the object store of the node its task ran on) until the test kills that node, then
+#: reads it: Ray recovers it by running its task again on another node, and the driver prints
+#: what it got.
+LOST_OBJECT = """
+import os, sys
+import numpy as np
+from tpuemb_cfg.backends.ray.connection import connect, import_ray
+connect()
+ray = import_ray()
+@ray.remote(num_cpus=1, num_returns=2, scheduling_strategy="SPREAD")
+def rows():
+    return os.getpid(), np.ones(1 << 20)
+pid, block = rows.remote()
+print(ray.get(pid), flush=True)
+ray.wait([block], fetch_local=False)
+sys.stdin.readline()
+print(float(ray.get(block, timeout=120).sum()), flush=True)
+"""
+
+
+def test_ray_logs_no_line_of_its_own_when_a_node_with_an_object_is_lost(
+        cluster: RayNodes) -> None:
+    """Ray's C++ core logs "Attempting to recover 1 lost objects ..." to the driver's stderr
+    when the node holding an object it owns is lost; a process joined by tpuemb's ``connect``
+    keeps it off (the storage reports a lost host in its own one line)."""
+    driver = subprocess.Popen([sys.executable, "-c", LOST_OBJECT], env=cluster.env, cwd=ROOT,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    assert driver.stdout is not None and driver.stdin is not None
+    pid = int(driver.stdout.readline())
+    cluster.kill_node(_node_of(cluster, pid))
+    cluster.add_node(NodeSpec(cpus=1), wait=False)  # where the task runs again, if need be
+    driver.stdin.write("\n")
+    driver.stdin.flush()
+    stdout, stderr = driver.communicate(timeout=ENDS_WITHIN + 60)
+    assert driver.returncode == 0, stderr
+    assert stdout.strip() == str(float(1 << 20))  # the object, made again
+    assert stderr == ""
+
+
+def test_a_lost_head_ends_in_one_line_naming_it_and_the_last_checkpoint(
+        tmp_path_factory: pytest.TempPathFactory, runs: dict[str, Path]) -> None:
+    """The head node (the cluster's GCS) killed during a checkpoint write: exit 2 within the
+    deadline, one line naming the head's address and the last checkpoint (intact), instead of
+    Ray's "Failed to connect to GCS within 60 seconds" and exit 1. A cluster of its own (the
+    module's keeps its head): a head and one worker node."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in FAST_HEALTH_CHECKS.items():
+            patch.setenv(name, value)
+        # (a short path: the Unix sockets of a node live under it)
+        nodes = RayNodes(tmp_path_factory.mktemp("head"), [NodeSpec(cpus=2)], head_cpus=0)
+    try:
+        out, mark = nodes.tmp / "out", nodes.tmp / "stalled"
+        # The checkpoint of step 4 (the 5th read of host 1): the one of step 2 is written.
+        driver = _driver(nodes, _command(runs["config"], out), **{STALL_ENV: f"1:read:5:{mark}"})
+        _stalled(mark, driver)
+        nodes.kill_head()
+        killed = time.monotonic()
+        stdout, stderr = driver.communicate(timeout=ENDS_WITHIN + 60)
+        ended = time.monotonic() - killed
+    finally:
+        nodes.stop()
+    assert driver.returncode == 2, (stdout, stderr)
+    assert not stdout
+    assert len(stderr.strip().splitlines()) == 1, stderr
+    assert stderr.startswith(f"the Ray cluster's head {nodes.address} (its GCS) stopped "
+                             "answering during a checkpoint write, while host 1 of 2 was "), stderr
+    assert (f"the last checkpoint is {out / 'checkpoint.npz'} (step 2): run the same command "
+            "with --resume") in stderr
+    assert ended < ENDS_WITHIN
+    _only_the_checkpoint(out)
+
+
+#: ``tpuemb`` in a process whose Ray says it is 2.0.0 (the version Ray checks on joining).
+OLD_RAY = ("import sys, ray; ray.__version__ = '2.0.0'; from tpuemb_cfg.cli import main; "
+           "sys.argv[0] = 'tpuemb'; main()")
+
+
+def test_joining_a_cluster_of_another_ray_version_names_both_versions(
+        cluster: RayNodes, runs: dict[str, Path]) -> None:
+    import platform
+
+    import ray
+
+    out = runs["tmp"] / "mismatch"
+    done = subprocess.run([sys.executable, "-c", OLD_RAY, *_command(runs["config"], out)[3:]],
+                          env=cluster.env, cwd=ROOT, capture_output=True, text=True,
+                          timeout=ENDS_WITHIN)
+    python = platform.python_version()
+    assert (done.returncode, done.stdout) == (2, ""), done.stderr
+    assert done.stderr == (
+        f"RAY_ADDRESS {cluster.address}: cannot join the Ray cluster there (version mismatch: "
+        f"the cluster runs Ray {ray.__version__} on Python {python}, this process Ray 2.0.0 on "
+        f"Python {python}; run tpuemb with the cluster's Ray and Python versions (e.g. on one of "
+        "its nodes, or as a Ray Job))\n")
+    assert not out.exists()
 
 
 def re_match(pattern: str, text: str) -> bool:

@@ -152,8 +152,12 @@ def test_without_shipping_the_missing_module_is_one_line(cluster: Cluster, tmp_p
     ('{"env_vars": {"A": 1}}', "--runtime-env: runtime_env['env_vars'] must be of type "
                                "Dict[str, str]"),
     ('{"py_modules": "x"}', "--runtime-env: `py_modules` must be a list of strings"),
-    ("@/nonexistent/env.json", "--runtime-env @/nonexistent/env.json: cannot read "
-                               "'/nonexistent/env.json' (No such file or directory)"),
+    ('{"config": {"": null}}', "--runtime-env: unknown entry '' of its config; Ray's are "
+                               "eager_install, log_files, setup_timeout_seconds"),
+    ("@/nonexistent/env.json", "--runtime-env @/nonexistent/env.json: no such file"),
+    ("[" * 100_000, "--runtime-env " + "[" * 79 + "…: nested more than 32 levels deep (at line "
+                    "1 column 33)"),
+    ('{"env_vars": ' * 40, "nested more than 32 levels deep (at line 1 column 417)"),
 ])
 def test_a_bad_runtime_env_is_one_line(tmp_path: Path, value: str, expected: str) -> None:
     for command in (["simulate", "--backend", "ray", "--out-dir", str(tmp_path / "o")],
@@ -162,6 +166,37 @@ def test_a_bad_runtime_env_is_one_line(tmp_path: Path, value: str, expected: str
         assert result.exit_code == 2, result.output
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and expected in lines[0], result.stderr
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("command", [
+    ["simulate", "--backend", "ray", "--out-dir", "o"],
+    ["bench", "--backend", "ray", "--vocab", "10", "--ids", "4"]])
+def test_a_runtime_env_file_obeys_the_input_limit_and_its_nesting_bound(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: list[str]) -> None:
+    """``@FILE``: nested 100,000 deep (a RecursionError before), over ``TPUEMB_MAX_INPUT``
+    (ignored before: a 300 MB file was read whole), or a device that never ends (read until
+    memory ran out): one line naming the option, exit 2, before Ray starts."""
+    monkeypatch.chdir(tmp_path)
+    deep = tmp_path / "deep.json"
+    deep.write_text('{"a": ' * 100_000)
+    large = tmp_path / "large.json"
+    large.write_text('{"env_vars": {"A": "' + "x" * 3000 + '"}}')
+    cases = [(deep, None, f"--runtime-env @{deep}: nested more than 32 levels deep (at line "
+                          "1 column 193); a runtime_env needs a few (e.g. '{\"env_vars\": "
+                          "{\"A\": \"1\"}}')"),
+             (large, "2K", f"--runtime-env @{large}: the file has 3,023 bytes, more than the "
+                           "input limit of 2 KiB; if it really is a runtime_env, raise the "
+                           "limit: TPUEMB_MAX_INPUT=1M"),
+             (Path("/dev/zero"), "2K", "--runtime-env @/dev/zero: stopped reading after 2 KiB "
+                                       "(the input limit) and the input goes on; if it really "
+                                       "is a runtime_env, raise the limit: TPUEMB_MAX_INPUT=1M")]
+    for path, limit, expected in cases:
+        if limit is not None:
+            monkeypatch.setenv("TPUEMB_MAX_INPUT", limit)
+        result = run_cli(*command, "--runtime-env", f"@{path}")
+        assert result.exit_code == 2, result.output
+        assert result.stderr == expected + "\n"
     assert not (tmp_path / "o").exists()
 
 
@@ -223,3 +258,24 @@ def test_the_cause_of_a_failed_start_is_named() -> None:
         "its runtime_env could not be set up: check --runtime-env (Ray's logs on that node say "
         "more)")
     assert start_failure_line(Exception("killed"), 0, 2, shipped=True) is None
+
+
+def test_a_version_mismatch_names_both_versions() -> None:
+    """Ray's refusal of a driver of other versions, raised by Ray's own check with a cluster's
+    record of Ray 2.9.3 on Python 3.10.12: both sides' versions, not the first line alone
+    ("Version mismatch: The cluster was started with:")."""
+    import platform
+
+    import ray
+    from ray._private.utils import check_version_info
+
+    from tpuemb_cfg.backends.ray.connection import version_mismatch
+
+    with pytest.raises(RuntimeError) as raised:
+        check_version_info({"ray_version": "2.9.3", "python_version": "3.10.12"},
+                           "10.0.0.2:6379")
+    assert version_mismatch(raised.value) == (
+        f"version mismatch: the cluster runs Ray 2.9.3 on Python 3.10.12, this process Ray "
+        f"{ray.__version__} on Python {platform.python_version()}; run tpuemb with the cluster's "
+        "Ray and Python versions (e.g. on one of its nodes, or as a Ray Job)")
+    assert version_mismatch(RuntimeError("Version mismatch: something else")) is None

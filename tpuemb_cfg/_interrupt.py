@@ -83,6 +83,24 @@ def in_import_machinery(frame: Any) -> bool:
 #: How many :func:`deferred` sections are running, and the signal that arrived in one.
 _deferring = 0
 _pending: int | None = None
+#: The signal :func:`raise_once` last acted on (:func:`received`).
+_received: int | None = None
+
+
+def forget_received() -> None:
+    """Forget the signal :func:`raise_once` last acted on (a command starts)."""
+    global _received
+    _received = None
+
+
+def received(exc: KeyboardInterrupt) -> int:
+    """The signal that ``exc`` reports: its own number (:class:`Terminated`), else the one
+    :func:`raise_once` last acted on - a library that catches the exception and raises a plain
+    ``KeyboardInterrupt`` in its place (Ray's ``ray.get`` and ``ray.wait`` do) loses the
+    number - else SIGINT."""
+    if isinstance(exc, Terminated):
+        return exc.signum
+    return _received if _received is not None else signal.SIGINT
 
 
 @contextmanager
@@ -108,10 +126,11 @@ def raise_once(signum: int, frame: Any) -> None:
     one that arrives inside the import system (:func:`in_import_machinery`: an import writes
     nothing, and :func:`exit_now` removes the temporary files). Inside a :func:`deferred`
     section the first one waits for the section's end."""
-    global _pending
+    global _pending, _received
     if _deferring and _pending is None:
         _pending = signum
         return
+    _received = signum
     install(exit_now)
     if in_import_machinery(frame):
         exit_now(signum, frame)

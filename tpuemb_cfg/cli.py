@@ -58,7 +58,7 @@ def _interrupted(exc: KeyboardInterrupt) -> NoReturn:
     line, status 128 + N."""
     if signal.getsignal(signal.SIGINT) is _interrupt.raise_once:
         _interrupt.install(_interrupt.exit_now)  # a second signal while reporting: exit at once
-    signum = exc.signum if isinstance(exc, _interrupt.Terminated) else signal.SIGINT
+    signum = _interrupt.received(exc)
     # A signal between a temporary file's creation and the ``with`` block that owns it (or
     # between that block and the set that stages it) leaves the file to no one: remove every
     # temporary output still registered.
@@ -160,6 +160,7 @@ class LazyGroup(click.Group):
         is one line and status 2, also when it fails in the final flush.
         """
         self._process = args is None
+        _interrupt.forget_received()
         previous = _interrupt.install(_interrupt.raise_once) if args is None else None
         try:
             with _streams.guarded(process=self._process):

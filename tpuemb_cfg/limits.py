@@ -86,9 +86,10 @@ def too_large(path: str, limit: int, size: int | None, *, subject: str = "the fi
         path=path)
 
 
-def read_limited(handle: Any, path: str, limit: int, start: bytes = b"") -> bytes:
+def read_limited(handle: Any, path: str, limit: int, start: bytes = b"", *,
+                 what: str = "a configuration") -> bytes:
     """Read ``handle`` to its end in chunks, refusing to hold more than ``limit`` bytes
-    (``start``: bytes already read from it)."""
+    (``start``: bytes already read from it; ``what``: what the input is, for the refusal)."""
     chunks = bytearray(start)
     while True:
         chunk = handle.read(min(_CHUNK, limit + 1 - len(chunks)))
@@ -96,23 +97,24 @@ def read_limited(handle: Any, path: str, limit: int, start: bytes = b"") -> byte
             return bytes(chunks)
         chunks += chunk
         if len(chunks) > limit:
-            raise too_large(path, limit, None)
+            raise too_large(path, limit, None, what=what)
 
 
-def read_input(path: str, limit: int | None = None) -> bytes:
-    """The bytes of file ``path`` (``-``: standard input), at most ``limit`` of them."""
+def read_input(path: str, limit: int | None = None, *, what: str = "a configuration") -> bytes:
+    """The bytes of file ``path`` (``-``: standard input), at most ``limit`` of them (a pipe or
+    a device is read in chunks up to the limit); ``what``: what the input is, for errors."""
     limit = max_input_bytes() if limit is None else limit
     if path == "-":
-        return read_limited(sys.stdin.buffer, "<stdin>", limit)
-    with read_errors(path, "a configuration file"), open(path, "rb") as handle:
+        return read_limited(sys.stdin.buffer, "<stdin>", limit, what=what)
+    with read_errors(path, f"{what} file"), open(path, "rb") as handle:
         info = os.fstat(handle.fileno())
         if not stat.S_ISREG(info.st_mode):
-            return read_limited(handle, path, limit)
+            return read_limited(handle, path, limit, what=what)
         if info.st_size > limit:
-            raise too_large(path, limit, info.st_size)
+            raise too_large(path, limit, info.st_size, what=what)
         data = handle.read(info.st_size + 1)  # one allocation of the right size
         if len(data) > info.st_size:  # it grows while being read
-            return read_limited(handle, path, limit, data)
+            return read_limited(handle, path, limit, data, what=what)
         return bytes(data)
 
 
@@ -227,6 +229,24 @@ def check_text_depth(text: str, path: str) -> None:
                 raise too_deep(path, line=line, column=column)
         elif char in ("}", ">"):
             depth = max(depth - 1, 0)
+
+
+def json_too_deep(text: str, limit: int) -> int | None:
+    """The index in JSON ``text`` of the first ``{`` or ``[`` that opens a container more than
+    ``limit`` levels deep (objects and arrays alike), or None: a pre-scan before a recursive
+    parser could exhaust the stack."""
+    if text.count("{") + text.count("[") <= limit:
+        return None
+    depth = 0
+    for match in _JSON_NESTING.finditer(text):
+        char = match.group()
+        if char in ("{", "["):
+            depth += 1
+            if depth > limit:
+                return match.start()
+        elif char in ("}", "]"):
+            depth -= 1
+    return None
 
 
 def check_json_depth(text: str, path: str) -> None:

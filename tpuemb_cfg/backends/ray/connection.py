@@ -20,7 +20,9 @@ import json
 import logging
 import os
 import re
+import signal
 import socket
+import threading
 import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -41,6 +43,8 @@ __all__ = [
     "drop_idle",
     "actor_env",
     "first_line",
+    "head_address",
+    "head_unreachable",
     "idle_reservations",
     "import_ray",
     "keep_actors",
@@ -49,6 +53,7 @@ __all__ = [
     "start_failure",
     "start_failure_line",
     "take_actor",
+    "version_mismatch",
 ]
 
 #: The refusal when Ray cannot be imported (its parameter marked by ``errors.parameter``).
@@ -68,6 +73,8 @@ def import_ray() -> Any:
 
 
 _POOL: list[tuple[Any, int, tuple[str, ...]]] = []  # idle actors: (handle, reserved bytes, kind)
+#: The address each session :func:`connect` opened was joined at, as given (for messages).
+_HEADS: dict[tuple[str, str], str] = {}
 #: The sessions :func:`connect` opened: (what it was asked: runtime_env and ship, whether the
 #: job's runtime_env carries this tpuemb).
 _JOBS: dict[tuple[str, str], tuple[str, bool]] = {}
@@ -78,6 +85,33 @@ def session_token(ray: Any) -> tuple[str, str]:
     a shut-down session must not be reused)."""
     context = ray.get_runtime_context()
     return str(context.gcs_address), str(context.get_node_id())
+
+
+#: Seconds a check of the cluster's head (:func:`head_unreachable`) waits for its answer.
+HEAD_TIMEOUT = 5.0
+
+
+def head_address(ray: Any) -> str:
+    """The address of the connected cluster's head: as given to :func:`connect` (the option or
+    ``RAY_ADDRESS``), else the GCS address Ray reports."""
+    token = session_token(ray)
+    return _HEADS.get(token) or token[0]
+
+
+def head_unreachable(ray: Any) -> str | None:
+    """Why the head of the connected cluster (its GCS, which keeps the node table and every
+    actor's record) does not answer a TCP connection within :data:`HEAD_TIMEOUT` seconds, or
+    None when it answers. Ray's own client retries a lost GCS for a minute, then ends the
+    process with its C++ log line; a run that checks first ends in a line of its own."""
+    address = str(ray.get_runtime_context().gcs_address)
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=HEAD_TIMEOUT).close()
+    except ValueError:  # an address this check cannot read: Ray's own checks apply
+        return None
+    except OSError as exc:
+        return exc.strerror or str(exc) or type(exc).__name__
+    return None
 
 
 def first_line(exc: BaseException, limit: int = 160) -> str:
@@ -202,22 +236,33 @@ def idle_reservations(token: tuple[str, str], kind: str = "") -> list[int]:
     return [reserved for _, reserved, session in _POOL if session == (*token, kind)]
 
 
-def _check_reachable(address: str, origin: str) -> None:
-    """A TCP connection to ``host:port`` within 5 s, or ``UsageError`` naming the address."""
+def _host_port(address: str, origin: str) -> tuple[str, int] | None:
+    """(host, port) of ``HOST:PORT`` or ``ray://HOST:PORT``; None for ``auto``, ``local`` or an
+    address without a port (Ray's own reading applies); a port that is not a number from 1 to
+    65535 (digits only) is one ``UsageError`` line."""
     target = address.removeprefix("ray://")
     if target in ("auto", "local") or ":" not in target:
-        return
+        return None
     host, _, port = target.rpartition(":")
-    try:
-        number = int(port)
-    except ValueError:
-        raise UsageError(f"{origin} {address!r}: expected HOST:PORT (e.g. 10.0.0.1:6379), "
-                         "the address `ray start --head` prints") from None
+    number = int(port) if port.isascii() and port.isdigit() and len(port) <= 5 else 0
+    if not 0 < number < 65536:
+        raise UsageError(f"{origin} {address!r}: expected HOST:PORT with a port from 1 to 65535 "
+                         "(e.g. 10.0.0.1:6379), the address `ray start --head` prints")
+    return host, number
+
+
+def _check_reachable(address: str, origin: str) -> None:
+    """A TCP connection to ``host:port`` within 5 s, or ``UsageError`` naming the address."""
+    parsed = _host_port(address, origin)
+    if parsed is None:
+        return
+    host, number = parsed
     try:
         socket.create_connection((host.strip("[]"), number), timeout=5).close()
-    except OSError as exc:
+    except (OSError, UnicodeError) as exc:
         raise UsageError(
-            f"{origin} {address}: no Ray cluster answers there ({exc.strerror or exc}); start one "
+            f"{origin} {address}: no Ray cluster answers there "
+            f"({getattr(exc, 'strerror', None) or exc}); start one "
             "with `ray start --head` and pass the address it prints, or leave the address out to "
             "run on a local Ray instance"
         ) from None
@@ -237,6 +282,51 @@ def _require_client(address: str, origin: str) -> None:
             "(docs/scale.md)") from None
 
 
+#: The signals whose handler this process chose is kept over ``ray.init``'s (where they exist).
+_KEPT_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP")
+                      if hasattr(signal, name))
+
+
+@contextlib.contextmanager
+def _signals_kept() -> Iterator[None]:
+    """The handlers this process set for SIGINT, SIGTERM and SIGHUP (the `tpuemb` command's:
+    one line and exit status 128 + N, no temporary file left) are set again after the block:
+    ``ray.init`` replaces SIGTERM's with its own (``sys.exit(15)``, with its C++ core's stack
+    dump). A default handler is left to Ray; outside the main thread nothing can be set."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {signum: signal.getsignal(signum) for signum in _KEPT_SIGNALS}
+    try:
+        yield
+    finally:
+        for signum, handler in saved.items():
+            if handler is not None and handler is not signal.SIG_DFL:
+                signal.signal(signum, handler)
+
+
+#: The variable that sets the level of the log lines of Ray's C++ core in this process.
+CORE_LOG_ENV = "RAY_BACKEND_LOG_LEVEL"
+
+
+@contextlib.contextmanager
+def _core_quiet() -> Iterator[None]:
+    """Ray's C++ core of this process (started by ``ray.init`` in the block) logs only fatal
+    errors, unless ``RAY_BACKEND_LOG_LEVEL`` says otherwise: it writes its error lines to this
+    process's stderr, where they come before tpuemb's one line (e.g. "Attempting to recover 1
+    lost objects" when a node is lost; the storage reports the lost host itself). The variable
+    is read once, as the core starts, and removed again after the block; a local instance
+    (whose own processes would inherit it) is not started in such a block."""
+    if CORE_LOG_ENV in os.environ:
+        yield
+        return
+    os.environ[CORE_LOG_ENV] = "fatal"
+    try:
+        yield
+    finally:
+        os.environ.pop(CORE_LOG_ENV, None)
+
+
 @contextlib.contextmanager
 def _stderr_silenced() -> Iterator[None]:
     """File descriptor 2 points to /dev/null for the block (output of native code included);
@@ -253,6 +343,26 @@ def _stderr_silenced() -> Iterator[None]:
     finally:
         os.dup2(saved, 2)
         os.close(saved)
+
+
+#: Ray's refusal of a driver whose versions differ from the cluster's (``check_version_info``
+#: of ``ray._private.utils``): the cluster's Ray and Python, then this process's.
+_MISMATCH = re.compile(r"Version mismatch: The cluster was started with:\s*Ray: (\S+)\s*"
+                       r"Python: (\S+)\s*This process on .*? was started with:\s*Ray: (\S+)"
+                       r"\s*Python: (\S+)", re.S)
+
+
+def version_mismatch(exc: BaseException) -> str | None:
+    """The cause of Ray's refusal ``exc`` when it is a version mismatch, with both sides'
+    versions (Ray prints them over several lines, which a first line alone would cut), and
+    the fix; None for any other error."""
+    found = _MISMATCH.search(str(exc))
+    if found is None:
+        return None
+    theirs, mine = found.group(1, 2), found.group(3, 4)
+    return (f"version mismatch: the cluster runs Ray {theirs[0]} on Python {theirs[1]}, this "
+            f"process Ray {mine[0]} on Python {mine[1]}; run tpuemb with the cluster's Ray and "
+            "Python versions (e.g. on one of its nodes, or as a Ray Job)")
 
 
 class JoinedRunningCluster(UserWarning):
@@ -298,24 +408,30 @@ def connect(address: str | None = None, num_cpus: int | None = None, *,
         address, origin = os.environ["RAY_ADDRESS"], "RAY_ADDRESS"
     quiet: dict[str, Any] = {"logging_level": logging.ERROR, "log_to_driver": False}
     if address is not None and address.startswith("ray://"):
+        _host_port(address, origin)  # a malformed address first: no client needed to say so
         _require_client(address, origin)
     shipped = ship and address is not None and JOB_CONFIG_ENV not in os.environ
     quiet["runtime_env"] = actor_runtime_env(runtime_env, shipped)
     if address is None:
-        ray.init(address="local", num_cpus=num_cpus or os.cpu_count() or 1,
-                 include_dashboard=False, **quiet)
+        with _signals_kept():
+            ray.init(address="local", num_cpus=num_cpus or os.cpu_count() or 1,
+                     include_dashboard=False, **quiet)
         _JOBS[session_token(ray)] = (_asked(runtime_env, ship), shipped)
         _without_notices()
         return True
     _check_reachable(address, origin)
     try:
-        with _stderr_silenced():  # Ray's C++ client logs every failed attempt there
+        with _signals_kept(), _stderr_silenced(), _core_quiet():
             ray.init(address=address, **quiet)
     except Exception as exc:  # Ray raises ConnectionError, RuntimeError, ValueError ...
         hint = ("" if os.environ.get("RAY_AUTH_MODE") else
                 "; if the cluster uses token authentication (new clusters of recent Ray "
                 "releases do), set RAY_AUTH_MODE=token, and RAY_AUTH_TOKEN to the output of "
                 "`ray get-auth-token` on the head machine when this is another machine")
+        mismatch = version_mismatch(exc)
+        if mismatch is not None:
+            raise UsageError(f"{origin} {address}: cannot join the Ray cluster there "
+                             f"({mismatch})") from None
         raise UsageError(f"{origin} {address}: cannot join the Ray cluster there "
                          f"({first_line(exc) or type(exc).__name__}){hint}") from None
     if address.strip().lower() == "auto":
@@ -325,6 +441,8 @@ def connect(address: str | None = None, num_cpus: int | None = None, *,
             "give its address to join it on purpose, or no address (and no RAY_ADDRESS) for a "
             "Ray instance of the run's own"), stacklevel=2)
     _JOBS[session_token(ray)] = (_asked(runtime_env, ship), shipped)
+    if address.strip().lower() != "auto":
+        _HEADS[session_token(ray)] = address.strip()
     _without_notices()
     return True
 

@@ -84,6 +84,8 @@ from .connection import (
     disconnect,
     drop_idle,
     first_line,
+    head_address,
+    head_unreachable,
     idle_reservations,
     import_ray,
     keep_actors,
@@ -125,6 +127,9 @@ PARALLEL_BYTES = 1 << 20
 #: A submitted call: (host, the Ray reference of its reply, its position in a batch's replies
 #: or None for a call of its own).
 Submitted = tuple[int, Any, int | None]
+#: Characters of a Ray node id (hex) a message shows: enough to tell the nodes of a cluster
+#: apart (``ray list nodes`` shows them whole).
+NODE_ID_CHARS = 8
 #: Seconds to wait for the cluster to place an actor before saying it cannot.
 PLACEMENT_TIMEOUT = 120.0
 
@@ -166,6 +171,14 @@ class NodeLost(Exception):
 
     def __init__(self) -> None:
         super().__init__("its node is dead: the cluster stopped hearing from it")
+
+
+class HeadLost(Exception):
+    """The head of the cluster (its GCS) does not answer: the run cannot go on."""
+
+    def __init__(self, address: str, why: str) -> None:
+        super().__init__(why)
+        self.address = address
 
 
 class NoAnswer(Exception):
@@ -749,6 +762,9 @@ class RayStorage:
         ``NodeLost``; None when all are alive (or their nodes are not known yet)."""
         if not self._nodes:
             return None
+        why = head_unreachable(self._ray)
+        if why is not None:
+            return hosts[0], HeadLost(head_address(self._ray), why)
         alive = {str(n["NodeID"]) for n in self._ray.nodes() if n.get("Alive")}
         for host in hosts:
             if self._nodes[host] not in alive:
@@ -756,10 +772,15 @@ class RayStorage:
         return None
 
     def _node(self, host: int) -> str:
-        """``, node ADDRESS`` of the host's Ray node, when known (for messages)."""
+        """``, node ADDRESS id ID`` of the host's Ray node, when known (for messages): its
+        address, and the start of its id (:data:`NODE_ID_CHARS`), which tells apart the
+        nodes of one machine."""
         node = self._nodes[host] if host < len(self._nodes) else ""
-        address = self._addresses.get(node) or node[:12]
-        return f", node {address}" if address else ""
+        if not node:
+            return ""
+        address = self._addresses.get(node)
+        short = node[:NODE_ID_CHARS]
+        return f", node {address} id {short}" if address else f", node id {short}"
 
     def _fail(self, host: int, exc: BaseException, what: str, phase: str, limit: float) -> None:
         """Roll the open step back wherever it ran and raise: the host's own error when it
@@ -768,6 +789,12 @@ class RayStorage:
         and is ended), after which the storage refuses every call. The roll-back on the other
         hosts is waited for within ``limit`` too."""
         ray = self._ray
+        if isinstance(exc, HeadLost):  # nothing reaches the cluster: no kill, no roll-back
+            self._broken = ShardLost(
+                f"the Ray cluster's head {exc.address} (its GCS) stopped answering",
+                f"while host {host} of {self.hosts} was {what} ({exc}); the run cannot go on "
+                "without the head", host, phase)
+            raise self._broken from None
         died = not self._raised(exc)
         rolled = ""
         self._kept.clear()
