@@ -73,32 +73,12 @@ feature_specs = {"f0": FeatureSpec(name="f0", table_spec=t, input_shape=[SHAPE, 
 topology = "v6e-4"
 STACK_LIMITS
 """
-KERAS_SPEC = """from dataclasses import dataclass
-from typing import Any
-
-
-@dataclass
-class TableConfig:
-    name: Any
-    vocabulary_size: Any
-    embedding_dim: int
-    initializer: Any = None
-    optimizer: Any = "sgd"
-    combiner: str = "sum"
-    placement: str = "sparsecore"
-    max_ids_per_partition: int = 256
-    max_unique_ids_per_partition: int = 256
-
-
-@dataclass
-class FeatureConfig:
-    name: str
-    table: TableConfig
-    input_shape: tuple[Any, ...]
-    output_shape: tuple[Any, ...]
-
-
-t = TableConfig(NAME, VOCAB, 8)
+#: keras-rs 0.4.0's TableConfig/FeatureConfig as the API tests' spec file stands them in (its
+#: first 25 lines), then one table of the names and sizes drawn.
+KERAS_SPEC = "".join(
+    (Path(__file__).parent / "data" / "sparsecore" / "api_keras_rs_spec.py").read_text()
+    .splitlines(keepends=True)[:25]) + """
+t = TableConfig(NAME, VOCAB, 8, optimizer="sgd", combiner="sum", placement="sparsecore")
 feature_config = {"f0": FeatureConfig("f0", t, (SHAPE, 1), (SHAPE, 8))}
 topology = "v6e-4"
 """
