@@ -214,29 +214,39 @@ def line_col(text: str, index: int) -> tuple[int, int]:
     return line, index - start + 1
 
 
+def _first_too_deep(text: str, nesting: re.Pattern[str], brackets: str,
+                    limit: int) -> int | None:
+    """The index in ``text`` of the first opener (``brackets`` is opener and closer pairs, as
+    ``nesting`` finds them outside strings and comments) more than ``limit`` levels deep, or
+    None; a pre-scan before a recursive parser could exhaust the stack."""
+    opens, closes = brackets[0::2], brackets[1::2]
+    if sum(text.count(c) for c in opens) <= limit:
+        return None
+    depth = 0
+    for match in nesting.finditer(text):
+        char = match.group()
+        if char in opens:
+            depth += 1
+            if depth > limit:
+                return match.start()
+        elif char in closes:
+            depth = max(depth - 1, 0)
+    return None
+
+
 def check_text_depth(text: str, path: str) -> None:
     """Raise InputError at the first ``{``/``<`` of protobuf text that opens a message deeper
     than MAX_DEPTH."""
-    if text.count("{") + text.count("<") <= MAX_DEPTH:
-        return
-    depth = 0
-    for match in _TEXT_NESTING.finditer(text):
-        char = match.group()
-        if char in ("{", "<"):
-            depth += 1
-            if depth > MAX_DEPTH:
-                line, column = line_col(text, match.start())
-                raise too_deep(path, line=line, column=column)
-        elif char in ("}", ">"):
-            depth = max(depth - 1, 0)
+    at = _first_too_deep(text, _TEXT_NESTING, "{}<>", MAX_DEPTH)
+    if at is not None:
+        line, column = line_col(text, at)
+        raise too_deep(path, line=line, column=column)
 
 
 def json_too_deep(text: str, limit: int) -> int | None:
     """The index in JSON ``text`` of the first ``{`` or ``[`` that opens a container more than
-    ``limit`` levels deep (objects and arrays alike), or None: a pre-scan before a recursive
-    parser could exhaust the stack."""
-    if text.count("{") + text.count("[") <= limit:
-        return None
+    ``limit`` levels deep (objects and arrays alike), or None."""
+    return _first_too_deep(text, _JSON_NESTING, "{}[]", limit)
     depth = 0
     for match in _JSON_NESTING.finditer(text):
         char = match.group()
