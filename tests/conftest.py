@@ -38,6 +38,21 @@ GOLDEN = Path(os.environ.get("TPUEMB_GOLDEN") or DATA / "golden")
 EXAMPLES = ROOT / "examples"
 
 
+def zipf_sample() -> Any:
+    """``examples/plan/zipf_sample.py`` as a module (the sample writer the plan tests use);
+    loaded once."""
+    import importlib.util
+
+    if "zipf_sample" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("zipf_sample",
+                                                      EXAMPLES / "plan" / "zipf_sample.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["zipf_sample"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["zipf_sample"]
+
+
 _BACKGROUND = "test_reproducible.py::test_golden_replays_give_the_same_bytes_under_every_setting"
 #: Tests that share nothing with the others and run many processes of their own (the CLI
 #: property test, the README's examples; the multi-node Ray tests, which mostly wait for nodes

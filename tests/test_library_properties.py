@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import EXAMPLES
+from conftest import EXAMPLES, zipf_sample
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from test_sparsecore_entry_args import CONFIG, STACKING  # 1 table, 4 chips x 2 SparseCores
@@ -206,13 +206,7 @@ def test_jte_helpers_refuse_what_they_cannot_use(value: Any,
 
 @pytest.fixture(scope="module")
 def plan_inputs(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "zipf_sample", EXAMPLES / "plan" / "zipf_sample.py")
-    assert spec is not None and spec.loader is not None
-    zipf = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(zipf)
+    zipf = zipf_sample()
     config = str(EXAMPLES / "quickstart.pbtxt")
     sample = str(tmp_path_factory.mktemp("plan") / "B.npz")
     zipf.write(sample, zipf.zipf_columns(zipf.schema_of(config), 128), 64)

@@ -8,14 +8,13 @@ the true name (escaped by JSON).
 from __future__ import annotations
 
 import errno
-import importlib.util
 import json
 import socket
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import run_cli
+from conftest import run_cli, zipf_sample
 
 from tpuemb_cfg.errors import printable, printable_json
 
@@ -84,15 +83,6 @@ sparse_core_config = SparseCoreEmbeddingConfig(max_ids_per_table={{N: 64}})
 '''
 
 
-def _zipf() -> Any:
-    spec = importlib.util.spec_from_file_location("zipf_sample",
-                                                  ROOT / "examples" / "plan" / "zipf_sample.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def spec(tmp_path_factory: pytest.TempPathFactory) -> str:
     pytest.importorskip("tpuemb_cfg.sparsecore.feed")
@@ -102,7 +92,7 @@ def spec(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def _sample(config: str, rows: int, batch: int) -> str:
-    zipf = _zipf()
+    zipf = zipf_sample()
     path = str(Path(config).with_suffix(".npz"))
     zipf.write(path, zipf.zipf_columns(zipf.schema_of(config), rows), batch)
     return path

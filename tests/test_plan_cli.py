@@ -5,14 +5,13 @@ preprocessing run directly)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from conftest import run_cli
+from conftest import run_cli, zipf_sample
 
 from tpuemb_cfg.planner.planning import Gate, parse_compare, parse_gate
 
@@ -21,16 +20,7 @@ QUICKSTART = str(ROOT / "examples" / "quickstart.pbtxt")
 JAX_EXAMPLE = str(ROOT / "examples" / "sparsecore" / "v5p_jax_ranking.py")
 
 
-def _generator() -> Any:
-    spec = importlib.util.spec_from_file_location("zipf_sample",
-                                                  ROOT / "examples" / "plan" / "zipf_sample.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-ZIPF = _generator()
+ZIPF = zipf_sample()
 
 
 @pytest.fixture(scope="module")

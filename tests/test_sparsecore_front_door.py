@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import zipf_sample
 from rulecheck import invoke, marked, write_file
 
 from tpuemb_cfg.embedding.nest import flatten_with_paths
@@ -376,15 +377,9 @@ def test_a_spec_with_a_byte_order_mark_is_read_as_without(tmp_path: Path) -> Non
 
 
 def test_plan_reads_a_spec_with_a_byte_order_mark_as_without(tmp_path: Path) -> None:
-    import importlib.util
     import json
 
-    root = Path(__file__).resolve().parents[1]
-    loader = importlib.util.spec_from_file_location("zipf_sample",
-                                                    root / "examples" / "plan" / "zipf_sample.py")
-    assert loader is not None and loader.loader is not None
-    zipf = importlib.util.module_from_spec(loader)
-    loader.loader.exec_module(zipf)
+    zipf = zipf_sample()
     plain = write_file(tmp_path, JAX, "plain.py")
     bom = tmp_path / "bom.py"
     bom.write_bytes(b"\xef\xbb\xbf" + JAX.encode())
