@@ -24,7 +24,7 @@ them, or name one with ``--tf-python`` / ``--torch-python`` (each needs tpuemb i
 the workload): that interpreter times its framework in a subprocess of this run, right after
 tpuemb, on the same arrays. ``--runs N`` repeats everything N times and reports each figure as
 a range; the machine's load average is recorded before and after every run. ``--out FILE``
-writes the whole result as JSON (``benchmarks/results/``); the README and
+writes the whole result as JSON (``benchmarks/results/``); docs/tour.md and
 ``docs/performance.md`` show those files.
 
     python benchmarks/bench_step.py --optimizer all --runs 3 \\

@@ -7,8 +7,8 @@ arguments) and stored what TensorFlow made of each: the configuration bytes or t
 larger pools of odd values: NumPy arrays, ints beyond float's range, dtype spellings, float
 dimensions, empty and nested feature structures.
 tpuemb must produce the same bytes wherever TensorFlow builds, and accept and reject the same
-combinations, except for the deliberate differences below, which the README's Compatibility
-section lists with their reasons.
+combinations, except for the deliberate differences below, which docs/compatibility.md
+lists with their reasons.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def _has_nan(entry: dict[str, Any]) -> bool:
     return '"nan"' in repr(entry).replace("'", '"')
 
 
-#: The deliberate differences (README, "Compatibility"): name -> why.
+#: The deliberate differences (docs/compatibility.md): name -> why.
 DELIBERATE = {
     "unused object": "tpuemb checks every argument when the object is constructed; TensorFlow "
     "checks most of them only when it writes the configuration, so a wrong value in an object "
@@ -174,8 +174,8 @@ def test_random_case_hypothesis(case: dict[str, Any]) -> None:
 def test_each_deliberate_difference_is_documented(reason: str) -> None:
     from conftest import ROOT
 
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## Compatibility", 1)[1].split("\n## ", 1)[0]
+    page = (ROOT / "docs" / "compatibility.md").read_text(encoding="utf-8")
+    section = page.split("deliberately different", 1)[1]
     assert reason in section
 
 

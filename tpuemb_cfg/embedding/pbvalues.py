@@ -2,8 +2,8 @@
 
 TensorFlow's writer assigns the user's objects to proto fields as they are (``params.adam.beta1 =
 beta_1``); what a field accepts is then decided by the protobuf runtime. TensorFlow 2.21 writes
-configurations only with protobuf 6 (with protobuf 7 its writer fails on every optimizer, see the
-README's Compatibility section), so protobuf 6.31.1's rules are TensorFlow's rules. protobuf 7
+configurations only with protobuf 6 (with protobuf 7 its writer fails on every optimizer, see
+docs/compatibility.md), so protobuf 6.31.1's rules are TensorFlow's rules. protobuf 7
 is stricter (it refuses ``True`` for a number, for instance), so tpuemb converts every value
 itself, with protobuf 6's rules, before assigning it:
 
