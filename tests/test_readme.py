@@ -1,7 +1,9 @@
-"""Every shell and Python example of README.md runs as printed (issue 12).
+"""Every shell and Python example of README.md, and of the site pages that took over the README's
+examples (issue 35), runs as printed (issue 12).
 
-The ```sh, ```console and ```python blocks run in order in one temporary folder holding a copy of
-examples/, as a new user following the README from the top would run them: shell lines through
+The ```sh, ```console and ```python blocks of each document run in order in one temporary folder
+(one per document) holding a copy of examples/, as a new user following the page from the top
+would run them: shell lines through
 bash with the installed `tpuemb` first on PATH, Python blocks with exec. A ```console block shows
 ``$ command`` lines followed by their output; the output must be exactly that (stdout and stderr
 together). A ```sh line must exit 0.
@@ -22,7 +24,9 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-README = ROOT / "README.md"
+#: The documents whose examples run, each in its own folder.
+DOCUMENTS = ("README.md", "docs/install.md", "docs/formats.md", "docs/tour.md",
+             "docs/plan-walkthrough.md", "docs/guarantees.md")
 
 # A block is skipped when its first line starts with one of these; keep this list short.
 SKIPPED = {
@@ -35,19 +39,24 @@ _FENCE = re.compile(r"^```(\w*)\s*$")
 
 @dataclass
 class Block:
+    document: str  # the path from the repository's root
     language: str
-    line: int  # 1-based line of the opening fence in README.md
+    line: int  # 1-based line of the opening fence in the document
     text: str
 
     @property
     def id(self) -> str:
-        return f"{self.language}-line{self.line}"
+        return f"{self.document}-{self.language}-line{self.line}"
+
+    @property
+    def where(self) -> str:
+        return f"{self.document}:{self.line}"
 
 
-def blocks() -> list[Block]:
-    """The ```sh, ```console and ```python blocks of README.md, in order."""
+def blocks(document: str) -> list[Block]:
+    """The ```sh, ```console and ```python blocks of ``document``, in order."""
     found: list[Block] = []
-    lines = README.read_text(encoding="utf-8").splitlines()
+    lines = (ROOT / document).read_text(encoding="utf-8").splitlines()
     i = 0
     while i < len(lines):
         match = _FENCE.match(lines[i])
@@ -61,19 +70,25 @@ def blocks() -> list[Block]:
             i += 1
         i += 1
         if language in ("sh", "console", "python"):
-            found.append(Block(language, start + 1, "\n".join(body) + "\n"))
+            found.append(Block(document, language, start + 1, "\n".join(body) + "\n"))
     return found
 
 
-BLOCKS = blocks()
+BLOCKS = [block for document in DOCUMENTS for block in blocks(document)]
 
 
 @pytest.fixture(scope="module")
-def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One folder for the whole README, with a copy of examples/."""
-    root = tmp_path_factory.mktemp("readme")
-    shutil.copytree(ROOT / "examples", root / "examples")
-    return root
+def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """One folder per document (made when its first block runs), with a copy of examples/."""
+    return {}
+
+
+def _folder(folders: dict[str, Path], document: str, factory: pytest.TempPathFactory) -> Path:
+    if document not in folders:
+        root = factory.mktemp(Path(document).stem)
+        shutil.copytree(ROOT / "examples", root / "examples")
+        folders[document] = root
+    return folders[document]
 
 
 def _environment() -> dict[str, str]:
@@ -95,14 +110,14 @@ def _console(block: Block, cwd: Path) -> None:
         if line.startswith("$ "):
             steps.append((line[2:], []))
         else:
-            assert steps, f"README.md:{block.line}: output before the first `$ ` command"
+            assert steps, f"{block.where}: output before the first `$ ` command"
             steps[-1][1].append(line)
     for command, expected in steps:
         done = subprocess.run(["bash", "-c", command + " 2>&1"], cwd=cwd, env=_environment(),
                               capture_output=True, text=True, timeout=300)
         shown = "\n".join(expected).rstrip("\n")
         assert done.stdout.rstrip("\n") == shown, (
-            f"README.md:{block.line}: `{command}` printed\n{done.stdout}\ninstead of\n{shown}")
+            f"{block.where}: `{command}` printed\n{done.stdout}\ninstead of\n{shown}")
 
 
 def _sh(block: Block, cwd: Path) -> None:
@@ -112,7 +127,7 @@ def _sh(block: Block, cwd: Path) -> None:
             continue
         done = _shell(line, cwd)
         assert done.returncode == 0, (
-            f"README.md:{block.line}: `{line}` exited {done.returncode}\n{done.stdout}\n"
+            f"{block.where}: `{line}` exited {done.returncode}\n{done.stdout}\n"
             f"{done.stderr}")
         assert "Traceback" not in done.stderr
 
@@ -121,22 +136,28 @@ def _python(block: Block, cwd: Path) -> None:
     old = os.getcwd()
     os.chdir(cwd)
     try:
-        exec(compile(block.text, f"README.md:{block.line}", "exec"), {"__name__": "__readme__"})
+        exec(compile(block.text, block.where, "exec"), {"__name__": "__readme__"})
     finally:
         os.chdir(old)
 
 
 @pytest.mark.parametrize("block", BLOCKS, ids=[b.id for b in BLOCKS])
-def test_readme_example_runs_as_printed(block: Block, folder: Path) -> None:
+def test_readme_example_runs_as_printed(block: Block, folders: dict[str, Path],
+                                        tmp_path_factory: pytest.TempPathFactory) -> None:
     first = block.text.lstrip().splitlines()[0] if block.text.strip() else ""
     for prefix, reason in SKIPPED.items():
         if first.startswith(prefix):
-            pytest.skip(f"README.md:{block.line}: {reason}")
+            pytest.skip(f"{block.where}: {reason}")
+    folder = _folder(folders, block.document, tmp_path_factory)
     {"sh": _sh, "console": _console, "python": _python}[block.language](block, folder)
 
 
-def test_the_readme_has_examples_of_every_kind() -> None:
-    kinds = {b.language for b in BLOCKS}
-    assert kinds == {"sh", "console", "python"}
-    skipped = [b for b in BLOCKS if any(b.text.lstrip().startswith(p) for p in SKIPPED)]
+@pytest.mark.parametrize("document", DOCUMENTS)
+def test_the_documents_have_examples(document: str) -> None:
+    """Each document has examples that run, at most 3 skipped; the README has every kind."""
+    found = [b for b in BLOCKS if b.document == document]
+    skipped = [b for b in found if any(b.text.lstrip().startswith(p) for p in SKIPPED)]
     assert len(skipped) <= 3, [b.id for b in skipped]
+    assert len(found) > len(skipped), document
+    if document == "README.md":
+        assert {b.language for b in found} == {"sh", "console", "python"}
