@@ -58,8 +58,9 @@ def _explanation(text: str) -> list[str]:
 
 def rules_page() -> str:
     """The page of every registered validation rule."""
-    from tpuemb_cfg.commands.validate import RULES  # what `tpuemb rules` and `explain` list
+    import tpuemb_cfg.commands.validate  # noqa: F401  (the module of `rules` and `explain`)
     from tpuemb_cfg.fix import fixes_for
+    from tpuemb_cfg.rules import RULES  # every rule registered by then
 
     entries = [RULES[rule_id] for rule_id in sorted(RULES)]
     out = [
