@@ -216,3 +216,9 @@ def test_the_hook_adds_the_generated_pages_to_a_build(tmp_path: Path) -> None:
     files = config.plugins.on_files(Files([]), config=config)
     generated = {f.src_uri: f.content_string for f in files}
     assert generated == _docs_pages().pages()
+
+
+def test_the_home_page_has_the_readme_s_commands() -> None:
+    readme = _table(README.read_text(encoding="utf-8"))
+    assert readme[0] == "| command | what it does |" and len(readme) >= 9
+    assert _table((DOCS / "index.md").read_text(encoding="utf-8")) == readme
