@@ -64,14 +64,16 @@ def rules_page() -> str:
 
     entries = [RULES[rule_id] for rule_id in sorted(RULES)]
     out = [
-        "# Validation rules",
+        "# Rules",
         "",
-        "Generated from the rule registry when the site is built: the same text as "
-        "`tpuemb rules` and `tpuemb explain ID`. How the rules are run, selected and silenced: "
-        "[validate](../validate.md).",
+        "Generated from the rule registry when the site is built: every rule `tpuemb rules` "
+        "lists, with the text `tpuemb explain ID` prints. The target is what a rule reads (a "
+        "`TPUEmbeddingConfiguration`, a SparseCore configuration, ...). How validation runs, "
+        "selects and silences them: [validate](../validate.md).",
         "",
         f"{len(entries)} rules. A rule *on request* runs only when selected (`--select`) or with "
-        "`--show-derived`; *`--fix`* marks the rules `tpuemb validate --fix` repairs.",
+        "`--show-derived`; the `--fix` column names the fix of `tpuemb validate --fix` that "
+        "repairs it.",
         "",
         "| rule | severity | summary | target | `--fix` |",
         "|---|---|---|---|---|",
