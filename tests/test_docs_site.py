@@ -222,3 +222,12 @@ def test_the_home_page_has_the_readme_s_commands() -> None:
     readme = _table(README.read_text(encoding="utf-8"))
     assert readme[0] == "| command | what it does |" and len(readme) >= 9
     assert _table((DOCS / "index.md").read_text(encoding="utf-8")) == readme
+
+
+def test_the_readme_links_resolve() -> None:
+    """Every relative link of the README names a file or folder of the repository (the site
+    checks its own links when it is built)."""
+    targets = re.findall(r"\]\(([^)\s]+)\)", README.read_text(encoding="utf-8"))
+    local = [t.split("#", 1)[0] for t in targets if "://" not in t]
+    assert len(local) > 20
+    assert [t for t in local if not (ROOT / t).exists()] == []
