@@ -124,7 +124,7 @@ def _options_table(command: Any, ctx: Any) -> list[str]:
     rows = []
     for param in command.get_params(ctx):
         record = param.get_help_record(ctx)
-        if record is None:  # arguments and hidden options
+        if record is None or param.param_type_name == "argument":  # arguments: in the usage
             continue
         names, help_text = record
         # a pipe inside a code span does not end the cell
