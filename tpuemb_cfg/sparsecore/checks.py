@@ -41,7 +41,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from tpuemb_cfg.errors import shown as _show  # the package's one value-showing helper
+from tpuemb_cfg.errors import shown
 from tpuemb_cfg.sparsecore.config import (
     Origin,
     SparseCoreConfig,
@@ -85,6 +85,10 @@ class SpecTypeError(TypeError):
 
 class LimitCallableError(SpecValueError):
     """A limit callable that raised or returned something other than an int32 count."""
+
+
+#: A user's value in a message: the package's one value-showing helper.
+_show = shown
 
 
 def integer(owner: str, name: str, value: Any, *, minimum: int, maximum: int,
