@@ -3,7 +3,7 @@ Ctrl-C, 143 for SIGTERM, 129 for SIGHUP), no traceback, no partial output, no te
 
 Two phases (see :mod:`tpuemb_cfg.cli`):
 
-- **start-up**: the first statement of ``tpuemb_cfg/__init__.py`` (``_guard_start``) makes SIGINT
+- **start-up**: the first statement of ``tpuemb_cfg/__init__.py`` (:func:`guard_start`) makes SIGINT
   exit at once when the process is the `tpuemb` command (the console script, or ``python -m
   tpuemb_cfg``): nothing has been written yet, and a ``KeyboardInterrupt`` raised inside an import
   would print a traceback. A library import changes nothing. (SIGTERM and SIGHUP keep their
