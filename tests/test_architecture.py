@@ -309,3 +309,47 @@ def optimizer_homes() -> dict[str, set[str]]:
 def test_each_optimizer_has_one_home(name: str) -> None:
     modules = sorted(optimizer_homes()[name])
     assert len(modules) <= MAX_OPTIMIZER_MODULES, f"{name} is named in {len(modules)}: {modules}"
+
+
+#: A finding id (``rules._registry._ID_RE``) as a word of a string.
+FINDING_ID = re.compile(r"\b[A-Z][A-Z_]*[0-9]{3}\b")
+#: Id-shaped strings that name no finding: the id of a diagnostic made outside any rule.
+NOT_FINDING_IDS = frozenset({"UNKNOWN000"})
+
+
+def _registered_ids() -> set[str]:
+    """Ids registered in ``tpuemb_cfg/rules`` by a call of ``rule`` (or a wrapper named
+    ``*rule``, as ``range_rule``) with the id as its first argument."""
+    found: set[str] = set()
+    for module, path in MODULES.items():
+        if not _inside(module, "tpuemb_cfg.rules"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Call) or not node.args:
+                continue
+            func = node.func
+            name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
+            first = node.args[0]
+            if (name.endswith("rule") and isinstance(first, ast.Constant)
+                    and isinstance(first.value, str) and FINDING_ID.fullmatch(first.value)):
+                found.add(first.value)
+    return found
+
+
+def test_every_finding_id_has_one_registry() -> None:
+    """Each finding id a module names in code (a string, not a docstring or comment) is a rule
+    of the one registry (``tpuemb_cfg.rules``): validate's, SparseCore's and plan's alike."""
+    registered = _registered_ids()
+    assert {"PARSE001", "TAG002", "SC001", "PLAN004", "PLAN021"} <= registered
+    missing: dict[str, set[str]] = defaultdict(set)
+    for module, path in MODULES.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        docstrings = _docstring_ids(tree)
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Constant) and isinstance(node.value, str)
+                    and id(node) not in docstrings):
+                for word in FINDING_ID.findall(node.value):
+                    if word not in registered and word not in NOT_FINDING_IDS:
+                        missing[word].add(module)
+    assert not missing, "finding ids named in code but registered by no rule:\n" + "\n".join(
+        f"{word}: {', '.join(sorted(modules))}" for word, modules in sorted(missing.items()))

@@ -1,7 +1,8 @@
 """Every rule's explanation (what ``tpuemb explain ID`` prints) has one shape, as ruff's rules do:
 ``## What it does``, ``## Why is this bad?``, ``## Example``, ``## Use instead``, in that order and
 none empty, and a ``Spec: validation-rules.md section N`` line naming the catalogue section of the
-rule's family (validation-rules.md section 2; PARSE001 is reserved in section 0).
+rule's family (validation-rules.md section 2; PARSE001 is reserved in section 0; SparseCore's
+in sparsecore.md; tpuemb plan's in docs/plan.md, its gate).
 """
 
 from __future__ import annotations
@@ -18,11 +19,12 @@ SECTIONS = ("## What it does", "## Why is this bad?", "## Example", "## Use inst
 FAMILY_SECTION = {
     "PARSE": "0", "TAG": "2.1", "MODE": "2.2", "FEAT": "2.3", "TBL": "2.4", "OPT": "2.5",
     "ACC": "2.6", "CLIP": "2.7", "QNT": "2.7", "SIZE": "2.8", "DEP": "2.9", "SC": "5",
+    "PLAN": "gate",
 }  # fmt: skip
 #: The spec page of a family whose catalogue is not validation-rules.md.
-FAMILY_PAGE = {"SC": "sparsecore.md"}
+FAMILY_PAGE = {"SC": "sparsecore.md", "PLAN": "plan.md"}
 
-SPEC = re.compile(r"^Spec: (?:validation-rules|sparsecore)\.md section (\S+)$", re.MULTILINE)
+SPEC = re.compile(r"^Spec: (?:validation-rules|sparsecore|plan)\.md section (\S+)$", re.MULTILINE)
 
 
 @pytest.mark.parametrize("rule_id", sorted(RULES))

@@ -3,7 +3,7 @@ Ctrl-C, 143 for SIGTERM, 129 for SIGHUP), no traceback, no partial output, no te
 
 Two phases (see :mod:`tpuemb_cfg.cli`):
 
-- **start-up**: the first statement of ``tpuemb_cfg/__init__.py`` (``_guard_start``) makes SIGINT
+- **start-up**: the first statement of ``tpuemb_cfg/__init__.py`` (:func:`guard_start`) makes SIGINT
   exit at once when the process is the `tpuemb` command (the console script, or ``python -m
   tpuemb_cfg``): nothing has been written yet, and a ``KeyboardInterrupt`` raised inside an import
   would print a traceback. A library import changes nothing. (SIGTERM and SIGHUP keep their
@@ -15,24 +15,37 @@ Two phases (see :mod:`tpuemb_cfg.cli`):
   (:func:`exit_now`) after removing the temporary files. A signal the command was started with
   ignored (``nohup`` ignores SIGHUP) stays ignored.
 
+Two more sections a signal must respect, also here: :func:`held` (a set of renames that must not be
+cut in half: ``atomic.OutputSet``) and :func:`kept` (a library call that replaces the handlers,
+``ray.init``: the command's are set again after it).
+
+This module is the one home of the signal handling: the package's ``__init__`` calls
+:func:`guard_start`, the CLI :func:`install` and :func:`raise_once`, ``atomic`` :func:`held`,
+the Ray connection :func:`kept`. It imports only modules Python has loaded before any line of
+tpuemb runs (``os``, ``sys`` and the C module ``_signal``; ``signal`` would build its enums), so
+``__init__`` can import it first.
+
 Before the first line of tpuemb runs, Python's own start-up (the interpreter and ``site``) answers
 Ctrl-C itself; no program can change that window.
 """
 
 from __future__ import annotations
 
+import _signal
 import os
-import signal
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any, NoReturn
+
+TYPE_CHECKING = False  # typing is not loaded yet when the package's __init__ imports this
+if TYPE_CHECKING:
+    from typing import Any, NoReturn
 
 MESSAGE = "tpuemb: interrupted; no output file was left half-written"
 
-#: The signals handled like Ctrl-C, where the platform has them.
-SIGNALS: tuple[int, ...] = tuple(
-    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+#: The signals handled like Ctrl-C, where the platform has them, and their names.
+_NAMES: dict[int, str] = {getattr(_signal, name): name for name in ("SIGINT", "SIGTERM", "SIGHUP")
+                          if hasattr(_signal, name)}
+SIGNALS: tuple[int, ...] = tuple(_NAMES)
+SIGINT: int = _signal.SIGINT
 
 
 class Terminated(KeyboardInterrupt):
@@ -51,15 +64,15 @@ def status(signum: int) -> int:
 
 def message(signum: int) -> str:
     """The one line printed when signal ``signum`` ends a command."""
-    if signum == signal.SIGINT:
+    if signum == SIGINT:
         return MESSAGE
-    return (f"tpuemb: stopped by {signal.Signals(signum).name}; no output file was left "
-            "half-written")
+    return (f"tpuemb: stopped by {_NAMES.get(signum, f'signal {signum}')}; no output file was "
+            "left half-written")
 
 
 def exit_now(signum: int | None = None, frame: Any = None) -> NoReturn:
     """Remove temporary outputs, print the one line and exit 128 + N without unwinding."""
-    number = signal.SIGINT if signum is None else signum
+    number = SIGINT if signum is None else signum
     # A module still being imported (a signal inside the import system) has no function yet,
     # and then no temporary file of its own either.
     remove = getattr(sys.modules.get("tpuemb_cfg.atomic"), "remove_temporaries", None)
@@ -100,24 +113,74 @@ def received(exc: KeyboardInterrupt) -> int:
     number - else SIGINT."""
     if isinstance(exc, Terminated):
         return exc.signum
-    return _received if _received is not None else signal.SIGINT
+    return _received if _received is not None else SIGINT
 
 
-@contextmanager
-def deferred() -> Iterator[None]:
+class deferred:  # noqa: N801 - used as ``with deferred():``, like a function
     """A section a signal must not cut in half (a temporary file created but not yet registered
     for removal; a set of renames): :func:`raise_once` records a signal that arrives inside it
     and acts on it when the outermost section ends. It works whichever thread the system gave
     the signal to, which a signal mask of the main thread alone does not."""
-    global _deferring, _pending
-    _deferring += 1
-    try:
-        yield
-    finally:
+
+    def __enter__(self) -> None:
+        global _deferring
+        _deferring += 1
+
+    def __exit__(self, *exc: object) -> None:
+        global _deferring, _pending
         _deferring -= 1
         if _deferring == 0 and _pending is not None:
             signum, _pending = _pending, None
             raise_once(signum, None)
+
+
+class held:  # noqa: N801 - used as ``with held():``, like a function
+    """Hold SIGINT, SIGTERM and SIGHUP back while a section that must not be cut in half runs
+    (``atomic.OutputSet``'s renames): the command's handler waits for its end
+    (:class:`deferred`, whichever thread the signal reached), and on POSIX the main thread's
+    signal mask holds them too (so Python's own handler, in a library caller, waits as well when
+    the signal is sent to that thread)."""
+
+    def __init__(self) -> None:
+        self._deferred = deferred()
+        self._mask: object = None
+
+    def __enter__(self) -> None:
+        import threading  # loaded already: only a writer holds signals
+
+        self._deferred.__enter__()
+        if (hasattr(_signal, "pthread_sigmask")
+                and threading.current_thread() is threading.main_thread()):
+            self._mask = _signal.pthread_sigmask(_signal.SIG_BLOCK, SIGNALS)
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            if self._mask is not None:
+                _signal.pthread_sigmask(_signal.SIG_SETMASK, self._mask)
+        finally:
+            self._deferred.__exit__(*exc)
+
+
+class kept:  # noqa: N801 - used as ``with kept():``, like a function
+    """The handlers this process set for SIGINT, SIGTERM and SIGHUP (the `tpuemb` command's:
+    one line and exit status 128 + N, no temporary file left) are set again after the block:
+    ``ray.init`` replaces SIGTERM's with its own (``sys.exit(15)``, with its C++ core's stack
+    dump). A default handler is left to the block's code; outside the main thread nothing can
+    be set."""
+
+    def __init__(self) -> None:
+        self._saved: dict[int, Any] = {}
+
+    def __enter__(self) -> None:
+        import threading  # loaded already: only a running command connects
+
+        if threading.current_thread() is threading.main_thread():
+            self._saved = {signum: _signal.getsignal(signum) for signum in SIGNALS}
+
+    def __exit__(self, *exc: object) -> None:
+        for signum, handler in self._saved.items():
+            if handler is not None and handler != _signal.SIG_DFL:
+                _signal.signal(signum, handler)
 
 
 def raise_once(signum: int, frame: Any) -> None:
@@ -134,7 +197,7 @@ def raise_once(signum: int, frame: Any) -> None:
     install(exit_now)
     if in_import_machinery(frame):
         exit_now(signum, frame)
-    if signum == signal.SIGINT:
+    if signum == SIGINT:
         raise KeyboardInterrupt
     raise Terminated(signum)
 
@@ -150,10 +213,26 @@ def install(handler: Any) -> Any:
             wanted = handler.get(signum) if restoring else handler
             if wanted is None:  # nothing to restore (a handler set outside Python)
                 continue
-            if (not restoring and signum != signal.SIGINT
-                    and signal.getsignal(signum) is signal.SIG_IGN):
+            if (not restoring and signum != SIGINT
+                    and _signal.getsignal(signum) == _signal.SIG_IGN):
                 continue  # `nohup`: the caller asked for this signal to be ignored
-            previous[signum] = signal.signal(signum, wanted)
+            previous[signum] = _signal.signal(signum, wanted)
     except ValueError:  # signal handlers can only be set in the main thread
         return None
     return previous
+
+
+def guard_start() -> None:
+    """When this process is the `tpuemb` command, make Ctrl-C exit quietly (130) at once
+    (:func:`exit_now`): the first statement of the package's ``__init__``, before any other
+    import, because a ``KeyboardInterrupt`` inside an import would print a traceback. A library
+    import changes nothing; :func:`raise_once` takes over once the command runs."""
+    argv = list(getattr(sys, "orig_argv", ()))
+    by_module = any(a == "-m" and b == "tpuemb_cfg" for a, b in zip(argv, argv[1:], strict=False))
+    script = os.path.basename(getattr(sys.modules.get("__main__"), "__file__", None) or "")
+    if not (by_module or "-mtpuemb_cfg" in argv or script in ("tpuemb", "tpuemb.exe")):
+        return
+    try:
+        _signal.signal(SIGINT, exit_now)
+    except ValueError:  # not the main thread
+        pass

@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import signal
 import stat
 import tempfile
 import threading
@@ -371,7 +370,7 @@ def _create_temporary(path: PathLike, made: list[Path] | None = None) -> tuple[P
                 probe = probe.parent
             folder.mkdir(parents=True, exist_ok=True)
             made.extend(reversed(missing))
-        with _sigint_blocked():  # the file exists only once it is registered for removal
+        with _interrupt.held():  # the file exists only once it is registered for removal
             fd, tmp = tempfile.mkstemp(prefix=f".{target.name[:40]}.", suffix=".tmp",
                                        dir=folder)
             with _LIVE_LOCK:
@@ -424,27 +423,6 @@ def write_bytes(path: PathLike, data: bytes) -> None:
         handle.write(data)
 
 
-@contextmanager
-def _sigint_blocked() -> Iterator[None]:
-    """Hold SIGINT, SIGTERM and SIGHUP back while a section that must not be cut in half runs:
-    the command's handler waits for its end (``_interrupt.deferred``, whichever thread the
-    signal reached), and on POSIX the main thread's signal mask holds them too (so Python's
-    own handler, in a library caller, waits as well when the signal is sent to that thread)."""
-    with _interrupt.deferred():
-        usable = (hasattr(signal, "pthread_sigmask")
-                  and threading.current_thread() is threading.main_thread())
-        if not usable:
-            yield
-            return
-        held = {getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP")
-                if hasattr(signal, name)}
-        previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
-        try:
-            yield
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
-
-
 class OutputSet:
     """Several outputs written together at the end of a run, or not at all.
 
@@ -489,7 +467,7 @@ class OutputSet:
     def commit(self) -> None:
         """Rename every staged file into place (SIGINT, SIGTERM, SIGHUP held back meanwhile)."""
         staged, self._staged = self._staged, []
-        with _sigint_blocked():
+        with _interrupt.held():
             for i, item in enumerate(staged):
                 try:
                     os.replace(item.tmp, item.target)

@@ -15,6 +15,7 @@ multi-megabyte string, and a message must stay one readable line however large t
 from __future__ import annotations
 
 import re
+import reprlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -44,23 +45,45 @@ def parameter(name: str) -> str:
     return f"{_MARK}{name}{_MARK}"
 
 
-def shown(value: Any, limit: int = 80) -> str:
+def shown(value: Any, limit: int = 80, *, abbreviate: bool = True, ellipsis: str = "...") -> str:
     """A short ``repr`` of a value a user gave, for a message: containers to a few levels and
     items (never a RecursionError, however deep or self-referring), a huge int by its digits,
-    at most ``limit`` characters, and the type's name where the value's own ``repr`` fails."""
-    import reprlib
+    at most ``limit`` characters (the end cut and marked with ``ellipsis``), and the type's name
+    where the value's own ``repr`` fails.
 
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**40:
+    ``abbreviate=False``: the value's whole ``repr``, only its end cut at ``limit`` (for a
+    scalar shown as written, :func:`described`). The one value-showing helper of the package:
+    ``embedding.pbvalues.show``, ``embedding._checks.show`` and ``sparsecore.checks._show``
+    are this function."""
+    if abbreviate and isinstance(value, int) and not isinstance(value, bool) \
+            and abs(value) >= 10**40:
         digits = len(str(abs(value)))
         return f"{'-' if value < 0 else ''}{str(abs(value))[:6]}... (an int of {digits} digits)"
-    short = reprlib.Repr()  # (keyword arguments only from Python 3.12)
-    short.maxlevel, short.maxlist, short.maxtuple, short.maxdict, short.maxset = 4, 6, 6, 4, 6
-    short.maxstring = short.maxother = short.maxlong = limit
     try:
-        text = short.repr(value)
-    except Exception:  # a user's __repr__ that raises
+        if abbreviate:
+            short = reprlib.Repr()  # (keyword arguments only from Python 3.12)
+            short.maxlevel, short.maxlist, short.maxtuple, short.maxdict, short.maxset = (
+                4, 6, 6, 4, 6)
+            short.maxstring = short.maxother = short.maxlong = limit
+            text = short.repr(value)
+        else:
+            text = repr(value)
+    except Exception:  # a user's __repr__ that raises (or an int too long to write)
         text = f"<{type(value).__name__}>"
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return text if len(text) <= limit else text[:limit - len(ellipsis)] + ellipsis
+
+
+def described(value: Any, limit: int = 40) -> str:
+    """What ``value`` is, for a message: ``None``, ``a SparseCoreConfig``, ``an int (64)`` - a
+    scalar (bool, int, float, str, a NumPy value) with its :func:`shown` ``repr`` of at most
+    ``limit`` characters (``sparsecore._args.found``)."""
+    if value is None:
+        return "None"
+    name = type(value).__name__
+    article = "an" if name[:1].lower() in "aeiou" else "a"
+    if isinstance(value, bool | int | float | str) or type(value).__module__ == "numpy":
+        return f"{article} {name} ({shown(value, limit, abbreviate=False, ellipsis='…')})"
+    return f"{article} {name}"
 
 
 def printable(text: str, keep: str = "", *, json: bool = False) -> str:

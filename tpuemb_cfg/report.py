@@ -18,7 +18,7 @@ from urllib.parse import quote
 from xml.etree import ElementTree as ET
 
 from tpuemb_cfg.errors import printable, printable_json
-from tpuemb_cfg.rules import RULES, SEVERITY_RANK, Diagnostic
+from tpuemb_cfg.rules import RULES, SEVERITY_RANK, Diagnostic, all_rules
 
 FORMATS = ("text", "json", "sarif", "github", "junit")
 
@@ -145,15 +145,20 @@ def _sarif_rule(rule_id: str) -> dict[str, Any]:
     }
 
 
-def format_sarif(reports: Sequence[FileReport], *, fail_on: str = "error") -> str:
-    """A SARIF 2.1.0 log with one run; every registered rule is listed in ``tool.driver.rules``."""
-    return "".join(_sarif_chunks(reports))
+def format_sarif(reports: Sequence[FileReport], *, fail_on: str = "error",
+                 rules: Iterable[str] | None = None) -> str:
+    """A SARIF 2.1.0 log with one run; ``tool.driver.rules`` lists the registered ``rules``
+    (ids; default: every rule validation runs, i.e. all but ``tpuemb plan``'s)."""
+    return "".join(_sarif_chunks(reports, rules))
 
 
-def _sarif_chunks(reports: Sequence[FileReport]) -> Iterator[str]:
+def _sarif_chunks(reports: Sequence[FileReport],
+                  rules: Iterable[str] | None = None) -> Iterator[str]:
     from tpuemb_cfg.version import __version__
 
-    rule_ids = sorted(RULES)
+    if rules is None:
+        rules = (r.id for r in all_rules() if r.target != "plan")
+    rule_ids = sorted(set(rules))
     index = {rule_id: i for i, rule_id in enumerate(rule_ids)}
 
     def results() -> Iterator[dict[str, Any]]:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from tpuemb_cfg.errors import InputError, UsageError, parameter, shorten_quoted
 from tpuemb_cfg.locations import DISABLE
 from tpuemb_cfg.protoutil import is_repeated
-from tpuemb_cfg.rules import RULES, Context, Diagnostic, Rule, Severity, SparseCoreContext
+from tpuemb_cfg.rules import Context, Diagnostic, Rule, Severity, SparseCoreContext, all_rules
 
 if TYPE_CHECKING:
     from google.protobuf.descriptor import Descriptor
@@ -52,9 +52,15 @@ def _matches(rule_id: str, selector: str) -> bool:
     return selector == "ALL" or rule_id.startswith(selector)
 
 
+def _validate_rules() -> list[Rule]:
+    """The rules validation runs (``tpuemb plan``'s run on the planner's facts), in id order."""
+    return [rule for rule in all_rules() if rule.target != "plan"]
+
+
 def _check_selectors(selectors: Sequence[str], option: str) -> None:
+    ids = [rule.id for rule in _validate_rules()]
     for selector in selectors:
-        if not any(_matches(rule_id, selector) for rule_id in RULES):
+        if not any(_matches(rule_id, selector) for rule_id in ids):
             raise UsageError(
                 f"{option} {selector!r} matches no rule; rule ids look like TAG002 and prefixes "
                 "like TAG (tpuemb rules lists them)"
@@ -81,8 +87,8 @@ def selected_rules(
         _check_selectors(chosen, parameter("select"))
     _check_selectors(dropped, parameter("ignore"))
     result = []
-    for rule_id in sorted(RULES):
-        rule = RULES[rule_id]
+    for rule in _validate_rules():
+        rule_id = rule.id
         if rule_id == PARSE_RULE:
             continue
         in_selection = chosen is None or any(_matches(rule_id, s) for s in chosen)

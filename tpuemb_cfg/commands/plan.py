@@ -11,7 +11,6 @@ usage, 130 Ctrl-C (the CLI's own handling).
 from __future__ import annotations
 
 import contextlib
-import json
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -75,41 +74,18 @@ def _progress(total: int, unit: str, quiet: bool) -> Iterator[Callable[[int], No
     yield line
 
 
-def _sarif(text: str) -> str:
-    """The SARIF log of the report module with the driver's rules replaced by the plan's own
-    (PLAN...: its findings are none of the validator's), each result pointing at its rule."""
-    from tpuemb_cfg.planner.planning import PLAN_RULES
-    from tpuemb_cfg.report import SARIF_LEVEL
-    from tpuemb_cfg.rules import RULES
-
-    log = json.loads(text)
-    run = log["runs"][0]
-    rules: list[dict[str, Any]] = []
-    run["tool"]["driver"]["rules"] = rules
-    found = {r["ruleId"]: (RULES[r["ruleId"]].severity, RULES[r["ruleId"]].summary)
-             for r in run["results"] if r["ruleId"] in RULES}  # validate's, e.g. TBL010
-    for rule_id, (severity, summary) in sorted({**PLAN_RULES, **found}.items()):
-        rules.append({"id": rule_id, "name": rule_id, "shortDescription": {"text": summary},
-                      "fullDescription": {"text": summary},
-                      "help": {"text": f"{summary} (docs/plan.md)"},
-                      "defaultConfiguration": {"level": SARIF_LEVEL[severity], "enabled": True},
-                      "properties": {"tags": ["plan"]}})
-    index = {rule["id"]: i for i, rule in enumerate(rules)}
-    for result in run["results"]:
-        if result["ruleId"] in index:
-            result["ruleIndex"] = index[result["ruleId"]]
-    return printable_json(log, indent=2) + "\n"
-
-
 def render(result: Any, fmt: str, path: str) -> str:
     """The plan as ``fmt``: the text report, the JSON document, or SARIF findings."""
     from tpuemb_cfg.planner.planning import format_text
     from tpuemb_cfg.report import FileReport, format_sarif
+    from tpuemb_cfg.rules import RULES, all_rules
 
     if fmt == "json":
         return printable_json(result.to_json(), indent=2) + "\n"
-    if fmt == "sarif":
-        return _sarif(format_sarif([FileReport(path, result.findings)]))
+    if fmt == "sarif":  # the plan's rules and validate's it reports (TBL010), all registered
+        ids = {r.id for r in all_rules("plan")}
+        ids |= {d.rule for d in result.findings if d.rule in RULES}
+        return format_sarif([FileReport(path, result.findings)], rules=ids)
     text: str = format_text(result)
     return printable(text, keep=LINES)  # names are the configuration's, not the terminal's
 

@@ -11,11 +11,10 @@ from typing import Any
 
 from tpuemb_cfg.embedding import pbvalues
 from tpuemb_cfg.embedding.errors import EmbeddingConfigError, EmbeddingTypeError
+from tpuemb_cfg.errors import shown
 
-
-def show(value: Any) -> str:
-    """A short ``repr`` of a received value for an error message."""
-    return pbvalues.show(value)
+#: A short ``repr`` of a received value for an error message: the package's one helper.
+show = shown
 
 
 def type_name(value: Any) -> str:

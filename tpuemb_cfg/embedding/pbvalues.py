@@ -43,17 +43,13 @@ from tpuemb_cfg.embedding.errors import (
     EmbeddingOverflowError,
     EmbeddingTypeError,
 )
+from tpuemb_cfg.errors import shown
+
+#: A short ``repr`` of a received value for an error message: the package's one helper.
+show = shown
 
 INT32 = (-(2**31), 2**31 - 1)
 INT64 = (-(2**63), 2**63 - 1)
-
-
-def show(value: Any) -> str:
-    """A short ``repr`` of a received value for an error message (a huge int by its digits;
-    :func:`tpuemb_cfg.errors.shown`)."""
-    from tpuemb_cfg.errors import shown
-
-    return shown(value)
 
 
 def _is_ndarray(value: Any) -> bool:

@@ -41,6 +41,13 @@ import numpy as np
 from tpuemb_cfg.errors import InputError
 from tpuemb_cfg.model import Diagnostic
 from tpuemb_cfg.planner.load import Batch, JsonRecord, LoadReport, StepCounts
+from tpuemb_cfg.rules.plan import (
+    LimitDrops,
+    LoadImbalance,
+    PlanFact,
+    SuggestedDrops,
+    plan_findings,
+)
 from tpuemb_cfg.sparsecore.advice import LimitAdvice, limit_advice
 from tpuemb_cfg.sparsecore.preprocessing import (
     SparseCoreBufferError,
@@ -56,14 +63,9 @@ if TYPE_CHECKING:
     from tpuemb_cfg.sparsecore.stacking import Stack, Stacking
 
 __all__ = [
-    "RULE_DROPS", "RULE_IMBALANCE", "RULE_SUGGESTED_DROPS", "LimitOptions", "LimitSet",
-    "LimitsReport", "StackLimits", "TableDrops", "findings", "limits", "spans", "suggest_limit",
+    "LimitOptions", "LimitSet", "LimitsReport", "StackLimits", "TableDrops", "findings",
+    "limits", "spans", "suggest_limit",
 ]
-
-#: Rule ids of the gate's findings.
-RULE_DROPS = "PLAN010"
-RULE_SUGGESTED_DROPS = "PLAN011"
-RULE_IMBALANCE = "PLAN020"
 
 
 @dataclass(frozen=True)
@@ -411,73 +413,62 @@ def _limit_set(stack: Stack, pair: tuple[int, int], counter: _DropCounter) -> Li
 def findings(report: LimitsReport, config: SparseCoreConfig, *,
              load: LoadReport | None = None,
              imbalance_threshold: float = 1.5) -> list[Diagnostic]:
-    """The gate's findings: PLAN010 (a stack drops ids at its current limits; the fix is the
-    suggested pair), PLAN011 (it still drops at the suggested limits: the buffer, not the limit,
-    is short), PLAN020 (the SparseCores' max/mean load above ``imbalance_threshold``)."""
-    out: list[Diagnostic] = []
+    """The gate's findings (:mod:`tpuemb_cfg.rules.plan` words them): PLAN010 (a stack drops
+    ids at its current limits; the fix is the suggested pair), PLAN011 (it still drops at the
+    suggested limits: the buffer, not the limit, is short), PLAN020 (the SparseCores' max/mean
+    load above ``imbalance_threshold``)."""
+    facts: list[PlanFact] = []
     for stack in report.stacks:
         advice = limit_advice(config, stack.stack, stack.tables,
                               (stack.current.max_ids_per_partition,
                                stack.current.max_unique_ids_per_partition))
         now = stack.current
         if now.dropped or now.failed_steps:
-            total = sum(d.ids for d in now.drops)
             worst = max(now.drops, key=lambda d: (d.share, d.table))
             fix = stack.suggested
             pair = ((fix.max_ids_per_partition, fix.max_unique_ids_per_partition) if fix else
                     (suggest_limit(stack.observed_max_ids, headroom=report.headroom),
                      min(suggest_limit(stack.observed_max_unique_ids, headroom=report.headroom),
                          suggest_limit(stack.observed_max_ids, headroom=report.headroom))))
-            failed = (f"fails {now.failed_steps} of {report.steps} step(s) (TensorFlow stops "
-                      "the step whatever allow_id_dropping says; SparseCore(s) "
-                      f"{spans(now.over_limit_sparse_cores)} received more than a limit from "
-                      "one SparseCore) and so " if now.failed_steps else "")
-            out.append(Diagnostic(
-                RULE_DROPS, "error",
-                f"stacked table {stack.stack!r} {failed}drops {now.dropped} of {total} ids of "
-                f"the sample ({now.dropped / total:.2%}; most in table {worst.table!r}, "
-                f"{worst.share:.2%}) at max_ids_per_partition {now.max_ids_per_partition} / "
-                f"max_unique_ids_per_partition {now.max_unique_ids_per_partition}; the sample "
-                f"needs {stack.observed_max_ids} / {stack.observed_max_unique_ids}",
-                advice.path, hint=advice.limits(*pair)))
+            facts.append(LimitDrops(
+                stack=stack.stack, dropped=now.dropped, total=sum(d.ids for d in now.drops),
+                worst_table=worst.table, worst_share=worst.share,
+                failed_steps=now.failed_steps, steps=report.steps,
+                over_cores=spans(now.over_limit_sparse_cores),
+                max_ids=now.max_ids_per_partition,
+                max_unique_ids=now.max_unique_ids_per_partition,
+                observed_ids=stack.observed_max_ids,
+                observed_unique_ids=stack.observed_max_unique_ids,
+                path=advice.path, hint=advice.limits(*pair)))
         later = stack.suggested
         if later is not None and later.dropped:
-            out.append(_still_dropping(report, stack, later, advice))
-    if load is not None and load.imbalance.max_over_mean > imbalance_threshold:
+            facts.append(_still_dropping(report, stack, later, advice))
+    if load is not None:
         top = load.top_tables[0].table if load.top_tables else None
-        out.append(Diagnostic(
-            RULE_IMBALANCE, "warning",
-            f"{load.level} {load.imbalance.hottest} serves {load.imbalance.max_over_mean:.2f}x "
-            f"the mean load, above the threshold {imbalance_threshold} (total variation "
-            f"{load.imbalance.total_variation:.3f}); its largest table there is {top!r}",
-            f'tables["{top}"]' if config.api == "jax" and top else "",
-            hint="spread the hot table's ids (hash them, or split the table) or change the "
-                 "stacking"))
-    return out
+        facts.append(LoadImbalance(
+            level=load.level, hottest=load.imbalance.hottest, units=len(load.units),
+            max_over_mean=load.imbalance.max_over_mean,
+            total_variation=load.imbalance.total_variation, threshold=imbalance_threshold,
+            top=top, strategy=load.strategy,
+            path=f'tables["{top}"]' if config.api == "jax" and top else ""))
+    return plan_findings(facts)
 
 
 def _still_dropping(report: LimitsReport, stack: StackLimits, later: LimitSet,
-                    advice: LimitAdvice) -> Diagnostic:
-    """PLAN011: drops at the suggested limits, because a quantile below 1 left the sample's
-    largest steps over them, or else because the COO buffer is short."""
-    pair = f"{later.max_ids_per_partition} / {later.max_unique_ids_per_partition}"
-    failed = f" and fails {later.failed_steps} step(s)" if later.failed_steps else ""
-    if (later.max_ids_per_partition < stack.observed_max_ids
-            or later.max_unique_ids_per_partition < stack.observed_max_unique_ids):
-        ids = suggest_limit(stack.observed_max_ids, headroom=report.headroom)
-        unique = min(ids, suggest_limit(stack.observed_max_unique_ids, headroom=report.headroom))
-        return Diagnostic(
-            RULE_SUGGESTED_DROPS, "warning",
-            f"stacked table {stack.stack!r} still drops {later.dropped} ids{failed} at the "
-            f"suggested limits {pair}: they cover quantile {report.quantile:g} of the per-step "
-            f"maxima, below the sample's largest steps ({stack.observed_max_ids} / "
-            f"{stack.observed_max_unique_ids})", advice.path, hint=advice.limits(ids, unique))
-    return Diagnostic(
-        RULE_SUGGESTED_DROPS, "warning",
-        f"stacked table {stack.stack!r} still drops {later.dropped} ids{failed} at the suggested "
-        f"limits {pair}: the COO buffer of {later.coo_buffer_size_per_device} ids per device is "
-        f"short (a device needed {stack.required_buffer_size_per_device})",
-        advice.path, hint=advice.buffer(stack.required_buffer_size_per_device))
+                    advice: LimitAdvice) -> SuggestedDrops:
+    """PLAN011's fact: the drops at the suggested limits, with both fixes (the sample's
+    largest steps when a quantile below 1 left them over the limits, else the COO buffer)."""
+    ids = suggest_limit(stack.observed_max_ids, headroom=report.headroom)
+    unique = min(ids, suggest_limit(stack.observed_max_unique_ids, headroom=report.headroom))
+    return SuggestedDrops(
+        stack=stack.stack, dropped=later.dropped, failed_steps=later.failed_steps,
+        max_ids=later.max_ids_per_partition, max_unique_ids=later.max_unique_ids_per_partition,
+        quantile=report.quantile, observed_ids=stack.observed_max_ids,
+        observed_unique_ids=stack.observed_max_unique_ids,
+        buffer=later.coo_buffer_size_per_device,
+        required_buffer=stack.required_buffer_size_per_device, path=advice.path,
+        limits_hint=advice.limits(ids, unique),
+        buffer_hint=advice.buffer(stack.required_buffer_size_per_device))
 
 
 def spans(values: tuple[int, ...]) -> str:

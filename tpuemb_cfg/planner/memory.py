@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from tpuemb_cfg.errors import UsageError
 from tpuemb_cfg.errors import parameter as arg
 from tpuemb_cfg.model import Diagnostic
+from tpuemb_cfg.rules.plan import OverMemory, plan_findings
 
 if TYPE_CHECKING:
     from tpuemb_cfg.derived import Derived
@@ -484,42 +485,21 @@ def sparsecore_memory(config: SparseCoreConfig, stacking: Stacking, *,
 
 # ------------------------------------------------------------------------------------ findings
 
-#: Rule id of an out-of-memory finding, by (level, the part that tells the memory apart).
-_RULES = {
-    ("host", "tables"): ("PLAN001", "host memory"),
-    ("chip", "tables"): ("PLAN002", "HBM"),
-    ("host", "host_tables"): ("PLAN003", "host memory"),
-    ("chip", "state"): ("PLAN004", "HBM"),
-    ("device", "tables"): ("PLAN002", "HBM"),
-}
-_INIT_ON_HOST = "sparse_core_config.initialize_tables_on_host"
-
-
-def _finding(report: MemoryReport, parent: MemoryReport) -> Diagnostic | None:
-    from tpuemb_cfg.units import format_size
-
+def _over(report: MemoryReport, parent: MemoryReport) -> OverMemory | None:
+    """The fullest unit of ``report`` against its capacity (``rules.plan`` words it)."""
     worst = report.fullest
     capacity = report.capacity_bytes
-    if worst is None or capacity is None or worst.total <= capacity:
+    if worst is None or capacity is None:
         return None
-    fallback = ("PLAN001", "host memory") if report.level == "host" else ("PLAN002", "HBM")
-    rule, memory = next((found for (level, part), found in _RULES.items()
-                         if level == report.level and part in worst.parts), fallback)
-    over = sum(1 for u in report.units if u.total > capacity)
-    parts = ", ".join(f"{name} {format_size(size)}" for name, size in worst.parts.items() if size)
     # A level without tables of its own (a legacy device) names its host report's.
     dominant = report.dominant or parent.dominant
-    top = ", ".join(f"{name!r} {format_size(size)}" if report.dominant else repr(name)
-                    for name, size in dominant[:3])
-    if rule == "PLAN003":
-        path = _INIT_ON_HOST
-    else:
-        path = parent.paths.get(dominant[0][0], "") if dominant else ""
-    largest = f"; largest: {top}" if top else ""
-    message = (f"{report.level} {worst.index} needs {format_size(worst.total)} ({worst.total} "
-               f"bytes: {parts}), more than its {format_size(capacity)} of {memory} "
-               f"({over} of {len(report.units)} {report.level}s over){largest}")
-    return Diagnostic(rule, "error", message, path, hint=report.hint or None)
+    return OverMemory(
+        level=report.level, index=worst.index, total=worst.total,
+        parts=tuple(worst.parts.items()), capacity=capacity,
+        over=sum(1 for u in report.units if u.total > capacity), units=len(report.units),
+        largest=tuple(dominant[:3]), sized=bool(report.dominant),
+        table_path=parent.paths.get(dominant[0][0], "") if dominant else "",
+        hint=report.hint or None)
 
 
 def memory_findings(report: MemoryReport) -> list[Diagnostic]:
@@ -529,5 +509,5 @@ def memory_findings(report: MemoryReport) -> list[Diagnostic]:
     PLAN004 a legacy TPU device over its HBM. Each names
     the unit, its bytes by part, the capacity, how many units are over, the largest tables and
     the fix, at the field of the largest table (PLAN003: the setting)."""
-    found = [_finding(r, report) for r in (report, *report.breakdown)]
-    return [d for d in found if d is not None]
+    facts = [_over(r, report) for r in (report, *report.breakdown)]
+    return plan_findings(f for f in facts if f is not None)

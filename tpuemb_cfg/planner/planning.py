@@ -48,6 +48,7 @@ from tpuemb_cfg.planner.inputs import (
 from tpuemb_cfg.planner.limits import LimitOptions, LimitsReport, spans
 from tpuemb_cfg.planner.load import LoadCounter, LoadOptions, LoadReport
 from tpuemb_cfg.planner.memory import MemoryReport
+from tpuemb_cfg.rules.plan import LoadImbalance, plan_findings
 from tpuemb_cfg.units import format_size
 
 if TYPE_CHECKING:
@@ -55,26 +56,9 @@ if TYPE_CHECKING:
     from tpuemb_cfg.sparsecore.config import SparseCoreConfig
     from tpuemb_cfg.sparsecore.stacking import Stacking
 
-__all__ = ["PLAN_RULES", "Compare", "Gate", "Plan", "PlanOptions", "Planner", "Variant",
+__all__ = ["Compare", "Gate", "Plan", "PlanOptions", "Planner", "Variant",
            "format_text", "parse_compare", "parse_gate", "plan"]
 
-#: Rule id of a legacy configuration's imbalance finding (SparseCore: ``limits.RULE_IMBALANCE``).
-RULE_HOST_IMBALANCE = "PLAN021"
-#: Every finding ``tpuemb plan`` reports: id -> (severity, summary) (SARIF's rule list).
-PLAN_RULES: dict[str, tuple[str, str]] = {
-    "PLAN001": ("error", "a host is over its memory (legacy tables, slots, snapshots)"),
-    "PLAN002": ("error", "a chip is over its HBM (SparseCore tables, slots, buffers, "
-                         "activations)"),
-    "PLAN003": ("error", "a host is over its memory building the tables "
-                         "(initialize_tables_on_host)"),
-    "PLAN010": ("error", "a stacked table drops ids (or, on TensorFlow, fails steps) at its "
-                         "current limits"),
-    "PLAN011": ("warning", "a stacked table still drops ids at the suggested limits (the "
-                           "quantile left larger steps over them, or the COO buffer is short)"),
-    "PLAN020": ("warning", "a SparseCore serves more than the threshold times the mean load"),
-    RULE_HOST_IMBALANCE: ("warning", "a host serves more than the threshold times the mean "
-                                     "load"),
-}
 #: The max/mean load above which an imbalance is a finding when the gate sets no threshold.
 DEFAULT_IMBALANCE = 1.5
 
@@ -408,8 +392,7 @@ class Planner:
         findings = memory_findings(memory) + _cores_left_out(prepared, hosts)
         load = loads[configured]
         threshold = opts.gate.imbalance if opts.gate.imbalance is not None else DEFAULT_IMBALANCE
-        if load.imbalance.max_over_mean > threshold:
-            findings.append(_host_imbalance(load, threshold, hosts))
+        findings += _host_imbalance(load, threshold, hosts)
         failed = _verdict(opts.gate, memory, load, None)
         return Plan("legacy", self.sample.stats, memory, loads, configured, None, variants,
                     findings, opts.gate, failed,
@@ -597,17 +580,14 @@ def _cores_left_out(prepared: Prepared, hosts: int) -> list[Diagnostic]:
     return [replace(d, hint=hint) for d in run_rules(config, [RULES[RULE_CORES_PER_HOST]])]
 
 
-def _host_imbalance(load: LoadReport, threshold: float, hosts: int) -> Diagnostic:
-    top = load.top_tables[0].table if load.top_tables else None
-    other = "DIV_DEFAULT" if load.strategy == "MOD" else "MOD"
-    return Diagnostic(
-        RULE_HOST_IMBALANCE, "warning",
-        f"host {load.imbalance.hottest} of {hosts} serves {load.imbalance.max_over_mean:.2f}x "
-        f"the mean load under {load.strategy} sharding, above {threshold:g} (total variation "
-        f"{load.imbalance.total_variation:.3f}); its largest table there is {top!r}",
-        "sharding_strategy",
-        hint=f"compare sharding_strategy {other} (tpuemb plan shows both), or hash the hot "
-             "table's ids")
+def _host_imbalance(load: LoadReport, threshold: float, hosts: int) -> list[Diagnostic]:
+    """PLAN021 when the hottest host serves more than ``threshold`` times the mean."""
+    return plan_findings([LoadImbalance(
+        level="host", hottest=load.imbalance.hottest, units=hosts,
+        max_over_mean=load.imbalance.max_over_mean,
+        total_variation=load.imbalance.total_variation, threshold=threshold,
+        top=load.top_tables[0].table if load.top_tables else None, strategy=load.strategy,
+        path="sharding_strategy")])
 
 
 def plan(config: Prepared | SparseCoreConfig, sample: Sample, *,

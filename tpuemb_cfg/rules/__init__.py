@@ -4,7 +4,8 @@ Families (``validation-rules.md`` section 2): ``tags`` (TAG), ``modes`` (MODE), 
 (FEAT), ``tables`` (TBL), ``optimizers``, ``hyperparameters`` and ``programs`` (OPT; the
 hyper-parameter ranges are generated from :mod:`tpuemb_cfg.algorithms`), ``accumulation`` (ACC),
 ``clipping`` (CLIP, QNT), ``sizing`` (SIZE), ``deprecated`` (DEP), ``sparsecore`` (SC: SparseCore
-configurations, run with a :class:`SparseCoreContext`); helpers they share are in
+configurations, run with a :class:`SparseCoreContext`), ``plan`` (PLAN: ``tpuemb plan``'s
+findings, run on the planner's facts with a :class:`PlanContext`); helpers they share are in
 ``common``. Add a rule of your own with the :func:`rule` decorator
 (see :mod:`tpuemb_cfg.rules._registry`).
 """
@@ -14,7 +15,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from tpuemb_cfg.model import SEVERITIES, SEVERITY_RANK, Diagnostic, Severity
-from tpuemb_cfg.rules._registry import RULES, Context, Rule, SparseCoreContext, rule
+from tpuemb_cfg.rules._registry import (
+    RULES,
+    Context,
+    PlanContext,
+    Rule,
+    SparseCoreContext,
+    all_rules,
+    rule,
+)
 
 __all__ = [
     "RULES",
@@ -22,9 +31,11 @@ __all__ = [
     "SEVERITY_RANK",
     "Context",
     "Diagnostic",
+    "PlanContext",
     "Rule",
     "Severity",
     "SparseCoreContext",
+    "all_rules",
     "rule",
 ]
 
@@ -73,6 +84,7 @@ from tpuemb_cfg.rules import (  # noqa: E402
     hyperparameters,
     modes,
     optimizers,
+    plan,
     programs,
     sizing,
     sparsecore,
@@ -93,4 +105,5 @@ FAMILIES = (
     sizing,
     deprecated,
     sparsecore,
+    plan,
 )

@@ -32,7 +32,10 @@ like a built-in rule (selection, suppression and output formats included).
 A rule registered with ``target="sparsecore"`` reads a SparseCore configuration instead
 (:class:`SparseCoreContext`: the API-neutral ``SparseCoreConfig`` and its ``Stacking``); the
 validator runs each rule only on the kind of configuration it targets, with the same selection,
-suppression and output formats.
+suppression and output formats. ``tpuemb plan``'s findings are rules too (``target="plan"``,
+:mod:`tpuemb_cfg.rules.plan`): they read one fact the planner measured (:class:`PlanContext`),
+and ``tpuemb explain``, ``tpuemb rules`` and the SARIF rule entries read them from the same
+registry (:func:`all_rules`).
 """
 
 from __future__ import annotations
@@ -56,10 +59,11 @@ if TYPE_CHECKING:
 
 _ID_RE = re.compile(r"^[A-Z][A-Z_]*[0-9]{3}$")
 
-#: What a rule reads: a ``TPUEmbeddingConfiguration`` (:class:`Context`) or a SparseCore
-#: configuration (:class:`SparseCoreContext`).
-Target = Literal["configuration", "sparsecore"]
-TARGETS: tuple[Target, ...] = ("configuration", "sparsecore")
+#: What a rule reads: a ``TPUEmbeddingConfiguration`` (:class:`Context`), a
+#: SparseCore configuration (:class:`SparseCoreContext`), or one fact ``tpuemb plan`` measured
+#: (:class:`PlanContext`, :mod:`tpuemb_cfg.rules.plan`).
+Target = Literal["configuration", "sparsecore", "plan"]
+TARGETS: tuple[Target, ...] = ("configuration", "sparsecore", "plan")
 
 
 if TYPE_CHECKING:
@@ -89,6 +93,14 @@ class Rule:
 #: Every registered rule by id (built-in families register on import of :mod:`tpuemb_cfg.rules`).
 RULES: dict[str, Rule] = {}
 
+
+def all_rules(target: Target | None = None) -> list[Rule]:
+    """Every registered rule (validate's, SparseCore's and ``tpuemb plan``'s), in id order;
+    only those of ``target`` when given. What ``tpuemb rules``, ``tpuemb explain`` and the
+    documentation read."""
+    return [RULES[rule_id] for rule_id in sorted(RULES)
+            if target is None or RULES[rule_id].target == target]
+
 _F = TypeVar("_F", bound=Callable[..., Iterable[Diagnostic]])
 
 
@@ -98,7 +110,8 @@ def rule(
 ) -> Callable[[_F], _F]:
     """Register the decorated function as rule ``id``.
 
-    ``target``: what the rule reads (``"sparsecore"``: a :class:`SparseCoreContext`).
+    ``target``: what the rule reads (``"sparsecore"``: a :class:`SparseCoreContext`;
+    ``"plan"``: a :class:`PlanContext`).
 
     ``on_request`` rules (derived facts such as the tag table) run only when selected explicitly or
     when derived data is asked for (``--show-derived``), so that a correct configuration produces
@@ -236,3 +249,13 @@ class SparseCoreContext(_Reporter):
             except (ValueError, ArithmeticError, KeyError) as exc:
                 self.stacking_error = f"{type(exc).__name__}: {exc}"
         return self._stacking
+
+
+class PlanContext(_Reporter):
+    """What a ``target="plan"`` rule sees: one ``fact`` the planner measured (a record of
+    :mod:`tpuemb_cfg.rules.plan`); the rule yields a finding when the fact is one."""
+
+    def __init__(self, fact: object, *, options: Mapping[str, Any] | None = None) -> None:
+        self.fact = fact
+        self.options = dict(options or {})
+        self.current_rule = None

@@ -12,21 +12,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from tpuemb_cfg.errors import described
+
 __all__ = ["check_bool", "check_config_type", "check_int", "check_limit_pairs", "check_mapping",
            "check_preprocess", "check_stacking", "check_str", "found"]
 
-
-def found(value: Any) -> str:
-    """What ``value`` is, for a message: ``None``, ``a SparseCoreConfig``, ``an int (64)``."""
-    if value is None:
-        return "None"
-    name = type(value).__name__
-    article = "an" if name[:1].lower() in "aeiou" else "a"
-    shown = ""
-    if isinstance(value, bool | int | float | str) or type(value).__module__ == "numpy":
-        text = repr(value)
-        shown = f" ({text if len(text) <= 40 else text[:39] + '…'})"
-    return f"{article} {name}{shown}"
+#: What a value is, for a message (``an int (64)``): the package's one value-showing helper.
+found = described
 
 
 def _fail(function: str, name: str, expected: str, value: Any, fix: str = "") -> TypeError:

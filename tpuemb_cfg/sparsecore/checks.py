@@ -41,6 +41,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from tpuemb_cfg.errors import shown
 from tpuemb_cfg.sparsecore.config import (
     Origin,
     SparseCoreConfig,
@@ -86,10 +87,8 @@ class LimitCallableError(SpecValueError):
     """A limit callable that raised or returned something other than an int32 count."""
 
 
-def _show(value: Any) -> str:
-    from tpuemb_cfg.errors import shown
-
-    return shown(value)
+#: A user's value in a message: the package's one value-showing helper.
+_show = shown
 
 
 def integer(owner: str, name: str, value: Any, *, minimum: int, maximum: int,

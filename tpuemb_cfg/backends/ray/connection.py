@@ -20,13 +20,12 @@ import json
 import logging
 import os
 import re
-import signal
 import socket
-import threading
 import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from ..._interrupt import kept as _signals_kept  # ray.init must not keep its SIGTERM handler
 from ...errors import UsageError, parameter
 from .runtime_env import actor_runtime_env
 
@@ -280,29 +279,6 @@ def _require_client(address: str, origin: str) -> None:
             "`pip install 'ray[client]'` (grpcio) in this environment; install it, or run "
             "tpuemb on a machine of the cluster with the address HOST:6379, or as a Ray Job "
             "(docs/scale.md)") from None
-
-
-#: The signals whose handler this process chose is kept over ``ray.init``'s (where they exist).
-_KEPT_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP")
-                      if hasattr(signal, name))
-
-
-@contextlib.contextmanager
-def _signals_kept() -> Iterator[None]:
-    """The handlers this process set for SIGINT, SIGTERM and SIGHUP (the `tpuemb` command's:
-    one line and exit status 128 + N, no temporary file left) are set again after the block:
-    ``ray.init`` replaces SIGTERM's with its own (``sys.exit(15)``, with its C++ core's stack
-    dump). A default handler is left to Ray; outside the main thread nothing can be set."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    saved = {signum: signal.getsignal(signum) for signum in _KEPT_SIGNALS}
-    try:
-        yield
-    finally:
-        for signum, handler in saved.items():
-            if handler is not None and handler is not signal.SIG_DFL:
-                signal.signal(signum, handler)
 
 
 #: The variable that sets the level of the log lines of Ray's C++ core in this process.
