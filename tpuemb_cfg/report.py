@@ -19,6 +19,7 @@ from xml.etree import ElementTree as ET
 
 from tpuemb_cfg.errors import printable, printable_json
 from tpuemb_cfg.rules import RULES, SEVERITY_RANK, Diagnostic
+from tpuemb_cfg.version import __version__
 
 FORMATS = ("text", "json", "sarif", "github", "junit")
 
@@ -151,8 +152,6 @@ def format_sarif(reports: Sequence[FileReport], *, fail_on: str = "error") -> st
 
 
 def _sarif_chunks(reports: Sequence[FileReport]) -> Iterator[str]:
-    from tpuemb_cfg.version import __version__
-
     rule_ids = sorted(RULES)
     index = {rule_id: i for i, rule_id in enumerate(rule_ids)}
 

@@ -43,6 +43,7 @@ from tpuemb_cfg.embedding.errors import (
     EmbeddingOverflowError,
     EmbeddingTypeError,
 )
+from tpuemb_cfg.errors import shown
 
 INT32 = (-(2**31), 2**31 - 1)
 INT64 = (-(2**63), 2**63 - 1)
@@ -51,7 +52,6 @@ INT64 = (-(2**63), 2**63 - 1)
 def show(value: Any) -> str:
     """A short ``repr`` of a received value for an error message (a huge int by its digits;
     :func:`tpuemb_cfg.errors.shown`)."""
-    from tpuemb_cfg.errors import shown
 
     return shown(value)
 

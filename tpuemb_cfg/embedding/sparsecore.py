@@ -50,11 +50,18 @@ from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
 from tpuemb_cfg.embedding import _checks as chk
-from tpuemb_cfg.embedding import origins
+from tpuemb_cfg.embedding import keras_rs, keras_rs_jax, origins
+from tpuemb_cfg.embedding.build import _input_shapes, build_config
+from tpuemb_cfg.embedding.custom import CustomOptimizer
 from tpuemb_cfg.embedding.errors import EmbeddingConfigError, EmbeddingTypeError
+from tpuemb_cfg.embedding.extra_optimizers import BY_ALGORITHM
+from tpuemb_cfg.embedding.keras_rs_jax import choose_backend, using_keras_backend
 from tpuemb_cfg.embedding.nest import flatten_with_paths
 from tpuemb_cfg.embedding.shapes import to_shape
-from tpuemb_cfg.sparsecore.checks import check_config
+from tpuemb_cfg.embedding.spec import check_spec_file, read_spec_text, run_python_spec
+from tpuemb_cfg.errors import InputError
+from tpuemb_cfg.sparsecore import jte
+from tpuemb_cfg.sparsecore.checks import LimitCallableError, check_config
 from tpuemb_cfg.sparsecore.config import (
     Origin,
     SparseCoreConfig,
@@ -227,8 +234,6 @@ def group_key(optimizer: Any, quantization_config: Any,
 def _algorithm(optimizer: Any) -> str:
     """The proto oneof name of ``optimizer`` (tpuemb's class attribute, or TensorFlow's class
     matched by name to tpuemb's); ``"custom"`` for a custom optimizer; else the class name."""
-    from tpuemb_cfg.embedding.custom import CustomOptimizer
-    from tpuemb_cfg.embedding.extra_optimizers import BY_ALGORITHM
 
     if isinstance(optimizer, CustomOptimizer) or type(optimizer).__name__ == "CustomOptimizer":
         return "custom"
@@ -366,7 +371,6 @@ def tensorflow_config(
 
 def _given_input_shapes(feature_config: Any, shapes: Any) -> dict[str, tuple[int, ...]]:
     """``per_replica_input_shapes`` by feature path (a ragged axis, ``None``, as 0)."""
-    from tpuemb_cfg.embedding.build import _input_shapes
 
     flat = flatten_with_paths(feature_config)
     out = {}
@@ -479,7 +483,6 @@ def keras_rs_config(  # noqa: PLR0913  (the layer's arguments, the slice and the
     limits kept beside TensorFlow's defaults, ``limits_dropped_by_conversion=True``. JAX
     (:mod:`~tpuemb_cfg.embedding.keras_rs_jax`): mode ``"jax"``, jax-tpu-embedding's stacking,
     each stack limited by the largest of its tables' limits, ids always dropped."""
-    from tpuemb_cfg.embedding import keras_rs_jax
 
     backend = keras_rs_jax.choose_backend(override=keras_backend)
     return _keras_rs_config(feature_config, optimizer, to_topology(topology), table_stacking,
@@ -490,7 +493,6 @@ def _keras_rs_config(  # noqa: PLR0913  (keras_rs_config's arguments, resolved)
     feature_config: Any, optimizer: Any, where: Topology, table_stacking: Any,
     provenance: Provenance, backend: Any,
 ) -> SparseCoreConfig:
-    from tpuemb_cfg.embedding import keras_rs, keras_rs_jax
 
     if backend.name == "jax":
         config = keras_rs_jax.jax_config(feature_config, topology=where,
@@ -587,8 +589,6 @@ def _assignments(text: str) -> dict[str, int]:
 
 
 def _read_text(path: str) -> str:
-    from tpuemb_cfg.embedding.spec import read_spec_text
-
     return read_spec_text(path)
 
 
@@ -611,7 +611,6 @@ def _foreign(obj: Any) -> bool:
     """keras-rs' and jax-tpu-embedding's objects, whose constructors cannot call
     :func:`origins.record`: tables (``embedding_dim``), features (``table`` or ``table_spec``)
     and jax-tpu-embedding's optimizer specs."""
-    from tpuemb_cfg.embedding import keras_rs
 
     if keras_rs.is_table(obj) or keras_rs.is_feature(obj):
         return True
@@ -641,7 +640,6 @@ def _spec_topology(namespace: Mapping[str, Any], jax: bool) -> Topology:
 def _legacy(namespace: Mapping[str, Any], topology: Topology) -> CompiledConfig | None:
     """``build_config`` on the spec's TensorFlow or keras-rs objects (not validated), or
     ``None`` when it refuses them."""
-    from tpuemb_cfg.embedding.build import build_config
 
     try:
         return build_config(namespace["feature_config"], namespace.get("optimizer"),
@@ -656,7 +654,6 @@ def _jax_config(namespace: Mapping[str, Any], topology: Topology,
     """jax-tpu-embedding's ``feature_specs`` as a :class:`SparseCoreConfig`
     (:func:`tpuemb_cfg.sparsecore.jte.feature_specs_to_config`), each record placed at the spec
     line that built its object."""
-    from tpuemb_cfg.sparsecore import jte
 
     arguments = {k: namespace[k] for k in JAX_ARGUMENTS if k in namespace}
     specs = jte.leaves(namespace["feature_specs"])
@@ -704,7 +701,6 @@ def _refuse_repeated(specs: list[Any]) -> None:
 
 def _convert(namespace: Mapping[str, Any], provenance: Provenance
              ) -> tuple[SparseCoreConfig, CompiledConfig | None]:
-    from tpuemb_cfg.embedding import keras_rs
 
     jax = "feature_specs" in namespace
     if jax and "feature_config" in namespace:
@@ -722,7 +718,6 @@ def _convert(namespace: Mapping[str, Any], provenance: Provenance
     feature_config = namespace["feature_config"]
     optimizer = namespace.get("optimizer")
     if any(keras_rs.is_feature(leaf) for _, leaf in flatten_with_paths(feature_config)):
-        from tpuemb_cfg.embedding.keras_rs_jax import choose_backend
 
         backend = choose_backend(namespace.get("keras_backend"))
         config = _keras_rs_config(feature_config, optimizer, topology,
@@ -765,8 +760,6 @@ def load_sparsecore_spec(path: Any, *, keras_backend: str | None = None) -> Spar
 
     Raises :class:`~tpuemb_cfg.errors.InputError` with the spec's path and the line of the
     setting at fault (or of the features) when the spec cannot be run or converted."""
-    from tpuemb_cfg.embedding.spec import check_spec_file, run_python_spec
-    from tpuemb_cfg.errors import InputError
 
     name = check_spec_file(path)
     if not name.endswith(".py"):
@@ -783,7 +776,6 @@ def load_sparsecore_spec(path: Any, *, keras_backend: str | None = None) -> Spar
               else setting_origins["sparse_core_config"])
         setting_origins.update(dict.fromkeys(_SC_FIELDS, at))
     provenance = Provenance(path=name, place=sites.place, setting_origins=setting_origins)
-    from tpuemb_cfg.embedding.keras_rs_jax import using_keras_backend
 
     try:
         with origins.deriving(sites), using_keras_backend(keras_backend, "keras_backend"):
@@ -802,8 +794,6 @@ def _call_limits(config: SparseCoreConfig) -> None:
     """Call jax's limit callables as stacking will (once per stack), so that one that raises or
     returns a non-int is refused with the spec rather than inside each command; other stacking
     failures are the rules' (SC017)."""
-    from tpuemb_cfg.sparsecore import jte
-    from tpuemb_cfg.sparsecore.checks import LimitCallableError
 
     if config.mode != "jax" or (config.stack_to_max_ids_per_partition is None
                                 and config.stack_to_max_unique_ids_per_partition is None):

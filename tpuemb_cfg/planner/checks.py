@@ -19,7 +19,8 @@ import operator
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from tpuemb_cfg.errors import UsageError, shown
+from tpuemb_cfg.errors import InputError, UsageError, shown
+from tpuemb_cfg.limits import default_memory_limit
 from tpuemb_cfg.units import format_size, size_argument
 
 if TYPE_CHECKING:
@@ -64,7 +65,6 @@ def check_units(label: str, units: int, *, what: str, layouts: int, load: LoadOp
                 tables: int = 1) -> None:
     """Refuse ``units`` (hosts or SparseCores, from ``label``: an option and its value) whose
     load counters (``layouts`` of them) would take more than the memory a plan may use."""
-    from tpuemb_cfg.limits import default_memory_limit
 
     limit = default_memory_limit()
     if limit is None:
@@ -208,7 +208,6 @@ def check_sparsecore_variants(variants: list[tuple[str, Any, bool]], options: Pl
 def _refuse(label: str, message: str, origin: Any) -> None:
     """An error about a variant: at the spec's line (``origin``, when it has one), else naming
     the option (``label``)."""
-    from tpuemb_cfg.errors import InputError
 
     if origin is not None and getattr(origin, "line", None) is not None:
         raise InputError(message, path=origin.path, line=origin.line)
