@@ -29,7 +29,9 @@ workload, on the same arrays, and adds the yardsticks that say how good those fi
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import os
 import subprocess
 import sys
 import time
@@ -39,7 +41,9 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run from a checkout: the package next to this folder
+    sys.path.insert(0, str(ROOT))
 
 from tpuemb_cfg import bench  # noqa: E402
 from tpuemb_cfg.algorithms.table import BENCHMARK, BENCHMARK_DEFAULT  # noqa: E402
@@ -133,8 +137,9 @@ def warm_start(engine: str = "numba", optimizer: str = BENCHMARK_DEFAULT) -> flo
         f"tiny_step({optimizer!r}, {engine!r})\n"
         "print(time.perf_counter() - start)\n"
     )
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          check=False)
+                          check=False, env={**os.environ, "PYTHONPATH": path})
     try:
         return float(done.stdout.strip().splitlines()[-1])
     except (IndexError, ValueError):
@@ -190,11 +195,12 @@ def _time_steps(text: str, combiner: str, engine: str, batch: list[dict[str, np.
 # The run
 
 
-def run(w: bench.Workload = bench.Workload(), *, engine: str = "numba",
+def run(w: bench.Workload | None = None, *, engine: str = "numba",
         threads: int | None = None, with_multi_feature: bool = False,
         max_memory: int | None = None) -> dict[str, Any]:
-    """``tpuemb bench``'s figures and the yardsticks (module docstring), measured in this
-    process on the same arrays; the JSON-ready dict."""
+    """``tpuemb bench``'s figures and the yardsticks (module docstring) for ``w`` (default: the
+    anchor workload), measured in this process on the same arrays; the JSON-ready dict."""
+    w = w or bench.Workload()
     bench.check_workload(w)
     if with_multi_feature and w.vocab < 3:
         raise UsageError(f"--multi-feature needs --vocab 3 or more (three tables share it); got "
@@ -208,14 +214,14 @@ def run(w: bench.Workload = bench.Workload(), *, engine: str = "numba",
     step_sec = bench.median_time(a.step, w.steps)
     unique_ids, step_check = check_step(w.optimizer, a.table, a.slots, a.ids, a.grads, a.update)
     update_sec = bench.median_time(a.update, w.steps)
-    naive_sec = bench.median_time(
-        lambda: naive_step(w.optimizer, a.table, a.slots, a.ids, a.grads), w.steps)
+    naive = functools.partial(naive_step, w.optimizer, a.table, a.slots, a.ids, a.grads)
+    naive_sec = bench.median_time(naive, w.steps)
     row_bytes = w.dim * 4
     update_limit_bytes = 2 * unique_ids * row_bytes * (1 + len(a.slots)) + w.ids * row_bytes
     limit_bytes = update_limit_bytes + w.ids * row_bytes  # the activations, written once
     state_bytes = a.executor.plan.state_bytes()
     setup_sec = a.setup_sec
-    del a  # free the anchor table before the multi-feature tables
+    del a, naive  # free the anchor table before the multi-feature tables
     out = bench.BenchResult(
         engine=name, workload=w, threads=used_threads, unique_ids=unique_ids,
         sec_per_step=step_sec, update_sec_per_step=update_sec, compile_sec=compile_sec,

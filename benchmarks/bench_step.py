@@ -49,6 +49,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import anchor  # noqa: E402  (benchmarks/anchor.py, next to this script)
+
 from tpuemb_cfg import bench  # noqa: E402
 
 LR = bench.LEARNING_RATE

@@ -1,4 +1,4 @@
-"""``tpuemb bench``: the anchor workload and the timing loop (the yardsticks are in ``benchmarks/``).
+"""``tpuemb bench``: the anchor workload and its timing loop (the yardsticks: ``benchmarks/``).
 
 The anchor workload: one training step of a ``vocab x dim`` float32 table (default 1,000,000 x
 64, Adagrad) for a batch of ``ids`` ids (65,536) drawn Zipf-like: rank r in 1..V has probability
