@@ -12,25 +12,12 @@ do to the feature structure before the stacker sees it:
    global one (none at all is an error), name an unnamed table ``table_<i>`` (``i`` its position in
    that list) and refuse duplicate names - without changing the caller's objects
    (``TPUEmbeddingV2`` works on clones);
-3. key each table's stacking group, the string TensorFlow hands ``AddTable``'s ``group`` (see
-   :func:`group_key`).
+3. key each table's stacking group, the string TensorFlow hands ``AddTable``'s ``group``
+   (:func:`tpuemb_cfg.embedding.sparsecore_group.group_key`: reproducible, unlike TensorFlow's).
 
 The objects may be tpuemb's (``tpuemb_cfg.embedding``) or TensorFlow's own: they are read by
 their attributes (``vocabulary_size``, ``dim``, ``optimizer``, ``name``, ``quantization_config``;
 ``table``, ``output_shape``), as the rest of :mod:`tpuemb_cfg.embedding` reads foreign objects.
-
-**The group string.** TensorFlow keys a table's group with
-``"_xxtpuv3internal_" + sha1(repr((hash(optimizer), repr(quantization_config))))`` where
-``hash(optimizer)`` is ``hash(tuple(optimizer.__dict__.items()))``. That hash depends on
-``PYTHONHASHSEED`` (the dict's keys are strings), so TensorFlow's group strings, and the output
-order of same-width stacks whose optimizers differ, change from process to process. tpuemb keeps
-TensorFlow's *grouping* and makes the string reproducible: the optimizer's attribute dict is
-written out in a canonical form (:func:`optimizer_key`: numbers that hash equal are written
-equal, a callable - a learning-rate schedule - by its first appearance among the configuration's
-callables, so the same object shares a group and distinct objects never do), and the string is
-``"_xxtpuv3internal_" + sha1(repr((key, repr(quantization_config))))``. Two tables share a tpuemb
-group exactly when they share a TensorFlow group; the strings, and so the order of stacks that
-differ only in group, are tpuemb's own but the same on every run and machine.
 
 keras-rs (:func:`keras_rs_config`): its TensorFlow backend converts its features as
 :mod:`~tpuemb_cfg.embedding.keras_rs` describes, then builds
@@ -44,7 +31,6 @@ there). The :class:`SparseCoreConfig` keeps them per table and says they were dr
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
@@ -58,6 +44,7 @@ from tpuemb_cfg.embedding.extra_optimizers import BY_ALGORITHM
 from tpuemb_cfg.embedding.keras_rs_jax import choose_backend, using_keras_backend
 from tpuemb_cfg.embedding.nest import flatten_with_paths
 from tpuemb_cfg.embedding.shapes import to_shape
+from tpuemb_cfg.embedding.sparsecore_group import CallableNumbers, group_key
 from tpuemb_cfg.embedding.spec import check_spec_file, read_spec_text, run_python_spec
 from tpuemb_cfg.errors import InputError
 from tpuemb_cfg.sparsecore import jte
@@ -77,22 +64,16 @@ if TYPE_CHECKING:
     from tpuemb_cfg.embedding.build import CompiledConfig
 
 __all__ = [
-    "GROUP_PREFIX",
-    "CallableNumbers",
     "Provenance",
     "SparseCoreEmbeddingConfig",
     "SparseCoreSpec",
-    "group_key",
     "is_sparsecore_spec",
     "keras_rs_config",
     "load_sparsecore_spec",
-    "optimizer_key",
     "tensorflow_config",
     "to_topology",
 ]
 
-#: The prefix of TensorFlow's group strings (tpu_embedding_v3.py).
-GROUP_PREFIX = "_xxtpuv3internal_"
 #: ``TPUEmbeddingV2.DEFAULT_MAX_IDS_PER_TABLE`` and the unique-id default: what a stacked table
 #: missing from ``max_ids_per_table`` / ``max_unique_ids_per_table`` gets (with a warning).
 DEFAULT_MAX_IDS = DEFAULT_MAX_IDS_PER_TABLE
@@ -168,64 +149,6 @@ def to_topology(value: Any, owner: str = "topology") -> Topology:
         f"tpuemb_cfg.sparsecore.Topology, or a chip count (SparseCores per chip unknown: 4 "
         f"assumed, as TensorFlow does); received {chk.show(value)} ({chk.type_name(value)})"
     )
-
-
-# -- the group string -----------------------------------------------------------------------------
-
-
-class CallableNumbers:
-    """Numbers the callables of a configuration by first appearance (identity), so that a
-    group key names a learning-rate schedule without ``id()`` (which differs between runs)."""
-
-    def __init__(self) -> None:
-        self._seen: dict[int, tuple[Any, int]] = {}
-
-    def number(self, value: Any) -> int:
-        entry = self._seen.get(id(value))
-        if entry is None:
-            entry = (value, len(self._seen))
-            self._seen[id(value)] = entry
-        return entry[1]
-
-
-def _canonical(value: Any, callables: CallableNumbers) -> str:
-    """``value`` written so that two values TensorFlow's hash treats as equal (``1``, ``1.0`` and
-    ``True``) are written alike, and a callable (or another object known only by its address)
-    by its number in ``callables``: the text never holds an address."""
-    if callable(value):
-        return f"<callable {callables.number(value)}>"
-    if isinstance(value, float):
-        return repr(value)
-    if isinstance(value, int):  # bool too; equal to a float exactly when it hashes like it
-        try:
-            as_float = float(value)
-        except OverflowError:
-            return repr(int(value))
-        return repr(as_float) if as_float == value else repr(int(value))
-    if isinstance(value, tuple | list):
-        inner = ", ".join(_canonical(v, callables) for v in value)
-        return f"({inner})"
-    text = repr(value)
-    if " at 0x" in text:  # an object shown by its address: hashed by identity, numbered
-        return f"<{type(value).__name__} {callables.number(value)}>"
-    return text
-
-
-def optimizer_key(optimizer: Any, callables: CallableNumbers | None = None) -> str:
-    """The optimizer's attribute dict, in definition order, written canonically: what
-    TensorFlow's ``hash(tuple(optimizer.__dict__.items()))`` tells apart, without the hash
-    seed. The class is not part of it (TensorFlow hashes only the dict)."""
-    numbering = callables if callables is not None else CallableNumbers()
-    items = ", ".join(f"{name}={_canonical(value, numbering)}"
-                      for name, value in vars(optimizer).items())
-    return f"({items})"
-
-
-def group_key(optimizer: Any, quantization_config: Any,
-              callables: CallableNumbers | None = None) -> str:
-    """tpuemb's reproducible stand-in for TensorFlow's group string (module docstring)."""
-    text = repr((optimizer_key(optimizer, callables), repr(quantization_config)))
-    return GROUP_PREFIX + hashlib.sha1(text.encode("utf-8")).hexdigest()
 
 
 # -- TensorFlow's objects -------------------------------------------------------------------------
