@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from .backends.ray import benchmark
 from .bench import OPTIMIZERS, Workload, config_text, zipf_ids
 from .errors import UsageError
 from .errors import parameter as arg
@@ -43,8 +44,6 @@ def run(workload: Workload | None = None, *, shards: int = 2, engine: str = "num
     """Measure ``workload`` (default: the anchor) over ``shards`` host actors; return the
     JSON-ready dict of ``backends.ray.benchmark.run``. ``shared_memory``: as for
     ``RayStorage`` (None: its default); ``runtime_env``, ``ship``: as for ``Placement``."""
-    from .backends.ray import benchmark
-
     w = workload or Workload()
     if w.optimizer not in OPTIMIZERS:
         raise UsageError(f"unknown optimizer {w.optimizer!r}; expected one of: "
