@@ -206,6 +206,7 @@ class _Collector(ast.NodeVisitor):
         self.external: set[str] = set()  # third-party modules imported at module level
         self.functions = 0
         self.typing = 0
+        self.tree = ast.Module(body=[], type_ignores=[])
 
     def _kind(self) -> str:
         return TYPING if self.typing else IN_FUNCTION if self.functions else MODULE_LEVEL
@@ -275,7 +276,8 @@ def _collected() -> dict[str, _Collector]:
     found = {}
     for module, path in MODULES.items():
         collector = _Collector(module)
-        collector.visit(ast.parse(path.read_text(encoding="utf-8")))
+        collector.tree = ast.parse(path.read_text(encoding="utf-8"))
+        collector.visit(collector.tree)
         found[module] = collector
     return found
 
@@ -284,8 +286,7 @@ def _imports() -> list[_Import]:
     found: list[_Import] = []
     for module, collector in _collected().items():
         found += collector.found
-        tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
-        for node in ast.walk(tree):
+        for node in ast.walk(collector.tree):
             if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
                     and node.value.id in collector.bound and node.attr.startswith("_")
                     and not node.attr.startswith("__")):
@@ -299,6 +300,32 @@ IMPORTS = _imports()
 
 def _inside(module: str, package: str) -> bool:
     return module == package or module.startswith(package + ".")
+
+
+def test_collector_sees_every_route() -> None:
+    """The routes the graph follows, on a module written for it: a module-level import, one
+    under ``TYPE_CHECKING``, one in a function, and dynamic ones (a literal, ``__import__``,
+    ``__package__`` plus a literal); a name the source does not spell out is not followed."""
+    source = (
+        "import importlib\n"
+        "from typing import TYPE_CHECKING\n"
+        "from tpuemb_cfg import units\n"
+        "if TYPE_CHECKING:\n"
+        "    from tpuemb_cfg.io import Source\n"
+        "def f(name):\n"
+        "    from tpuemb_cfg import npzio\n"
+        "    importlib.import_module('tpuemb_cfg.limits')\n"
+        "    importlib.import_module(name)\n"
+        "    return __import__('tpuemb_cfg.atomic')\n"
+        "M = importlib.import_module(f'{__package__}.version')\n"
+    )
+    collector = _Collector("tpuemb_cfg.errors")
+    collector.visit(ast.parse(source))
+    assert [(i.target, i.kind, i.deferred) for i in collector.found] == [
+        ("tpuemb_cfg.units", MODULE_LEVEL, False), ("tpuemb_cfg.io", TYPING, False),
+        ("tpuemb_cfg.npzio", IN_FUNCTION, True), ("tpuemb_cfg.limits", DYNAMIC, True),
+        ("tpuemb_cfg.atomic", DYNAMIC, True), ("tpuemb_cfg.version", DYNAMIC, False),
+    ]
 
 
 def test_every_module_has_a_layer() -> None:
