@@ -2,7 +2,7 @@
 
 Issue 26's targets, on one machine: the 4-host quickstart step within 3x of the local step, the
 1/16 DLRM (26 tables) at 4 hosts within 2x, and the step at 16 hosts within 1.5x of 4 hosts.
-Each case is ``tpuemb_cfg.bench_ray.run_model``: one synthetic batch of the model, stepped by a
+Each case is :func:`run_model`: one synthetic batch of the model, stepped by a
 local executor and a Ray executor in turn (the medians of the timed steps after a warm-up step,
 both executors under the same load), the activations compared bit for bit. The hosts are
 actors of a local Ray instance started by this script (one instance for every case, so actors
@@ -46,13 +46,43 @@ TARGETS = {"quickstart_4_hosts_over_local": 3.0, "dlrm_1_16_4_hosts_over_local":
            "dlrm_1_16_16_hosts_over_4_hosts": 1.5}
 
 
+def run_model(source: Any, *, shards: int, steps: int = 6, engine: str = "numba",
+              address: str | None = None, seed: int = 0) -> dict[str, Any]:
+    """A whole model's step (``source``: a configuration, e.g. ``examples/quickstart.pbtxt``;
+    every table) on ``shards`` host actors against one process: one synthetic batch
+    (``sim.synthetic.SyntheticData`` of ``seed``: its ids, its step-0 learning rates, float32
+    gradients of scale 0.01) stepped ``steps`` times by both, alternating; the JSON-ready dict
+    of ``backends.ray.benchmark.run_model`` with ``config``. What
+    ``benchmarks/results/ray_round_trips.json`` records."""
+    import numpy as np
+
+    from tpuemb_cfg.backends.ray import benchmark
+    from tpuemb_cfg.session import prepare
+    from tpuemb_cfg.sim.synthetic import SyntheticData
+
+    prepared = prepare(source)
+    plan = prepared.plan
+    data = SyntheticData(plan, seed=seed)
+    rng = np.random.default_rng([seed, 0x6AD])
+    batch = []
+    for feature, given in zip(plan.features, data.next_batch(), strict=True):
+        bags = given.row_splits.shape[0] - 1
+        grad = rng.standard_normal((bags, plan.tables[feature.table].dimension),
+                                   dtype=np.float32)
+        batch.append({"ids": given.ids, "row_splits": given.row_splits,
+                      "grad": grad * np.float32(0.01)})
+    result = benchmark.run_model(prepared, batch, data.learning_rates(0), shards=shards,
+                                 steps=steps, engine=engine, address=address)
+    result["config"] = str(source)
+    return result
+
+
 def _case(name: str, config: Path, hosts: int, steps: int, calls: str) -> dict[str, Any]:
-    from tpuemb_cfg import bench_ray
     from tpuemb_cfg.backends.ray.storage import LINK_ENV
 
     os.environ[LINK_ENV] = "1" if calls == "link" else "0"
     load = os.getloadavg()[0]
-    result = bench_ray.run_model(str(config.relative_to(ROOT)), shards=hosts, steps=steps)
+    result = run_model(str(config.relative_to(ROOT)), shards=hosts, steps=steps)
     result.update({"case": name, "calls": calls, "load_average_at_start": round(load, 2)})
     print(f"{name:34s} local {result['local_sec_per_step'] * 1e3:8.2f} ms   ray "
           f"{result['ray_sec_per_step'] * 1e3:8.2f} ms   {result['ray_over_local']:5.2f}x   "

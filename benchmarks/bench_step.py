@@ -5,9 +5,9 @@ through a seeded permutation of the vocabulary (about 21,700 unique), one id per
 combiner, a random [65,536, 64] activation gradient. Every contender runs the whole step and
 returns the activations:
 
-- tpuemb: ``Executor(config).step(batch)`` with the default engine, through ``tpuemb_cfg.bench
-  .run`` (which also times the update alone, the naive NumPy update and the memory-traffic
-  limits in the same process);
+- tpuemb: ``Executor(config).step(batch)`` with the default engine, through ``anchor.run``
+  (``benchmarks/anchor.py``: ``tpuemb bench``'s figures, and in the same process the naive NumPy
+  update and the memory-traffic limits);
 - TensorFlow (if importable): one ``tf.function`` as a user writes it - ``tf.nn.embedding_lookup``
   under a ``GradientTape``, ``tape.gradient`` (an ``IndexedSlices``), ``tf.unique`` +
   ``tf.math.unsorted_segment_sum``, then the optimizer's sparse kernel
@@ -47,6 +47,8 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import anchor  # noqa: E402  (benchmarks/anchor.py, next to this script)
 
 from tpuemb_cfg import bench  # noqa: E402
 
@@ -243,7 +245,7 @@ def framework_time(framework: str, w: bench.Workload, optimizer: str,
 def one_run(w: bench.Workload, engine: str, pythons: dict[str, str | None],
             multi_feature: bool) -> dict[str, Any]:
     load_before = os.getloadavg()
-    ours = bench.run(w, engine=engine, multi_feature=multi_feature).as_json()
+    ours = anchor.run(w, engine=engine, with_multi_feature=multi_feature)
     row: dict[str, Any] = {
         "tpuemb_step": ours["sec_per_step"],
         "tpuemb_update": ours["update_sec_per_step"],

@@ -1,12 +1,19 @@
-"""The import contract and the one home of each optimizer (docs/architecture.md).
+"""The import contract, the size limit and the one home of each optimizer (docs/architecture.md).
 
 Reads the package's source with :mod:`ast` (nothing is imported) and checks:
 
 - **Layers look down**: every module belongs to one layer (longest prefix of ``LAYERS``); a
   module imports only modules of its own group or of lower layers. Groups that share a layer
   (validate / compile / run; backends / sim) do not import each other.
-- **No cycles**: the module graph (imports at any depth, ``if TYPE_CHECKING:`` blocks aside) has
-  no strongly connected component of more than one module.
+- **No cycles, by any route**: the module graph has no strongly connected component of more
+  than one module. Its edges are every import: at module level, in ``if TYPE_CHECKING:``
+  blocks, inside functions, and ``importlib.import_module(...)`` / ``__import__(...)`` calls
+  whose name the source spells out. Registry strings (``"tpuemb_cfg.a.b:NAME"``) are not edges
+  (``REGISTRY_STRING``); ``test_registry_strings_resolve`` checks each names a real attribute.
+- **In-function imports keep start-up fast**: a module of the package is imported inside a
+  function only when that defers a heavy package (``HEAVY_PACKAGES``) the importing module does
+  not load anyway, or when the importing module is in ``IN_FUNCTION_ALLOWED`` with its reason.
+- **No module over ``MAX_MODULE_LINES`` physical lines** (generated ``*_pb2.py`` aside).
 - **No private reach**: a name or module starting with ``_`` is used only inside the package
   that defines it (``a.b._c`` belongs to ``a.b`` and its sub-packages).
 - **One home per optimizer**: each proto name of ``OptimizationParameters.parameters`` appears in
@@ -15,7 +22,8 @@ Reads the package's source with :mod:`ast` (nothing is imported) and checks:
 
 An import ``from a.b import c`` depends on ``a.b.c`` when that is a module, else on ``a.b``;
 importing a package's ``__init__`` is a dependency on the package module itself, as
-``import-linter`` counts it.
+``import-linter`` counts it. Importing ``a.b.c`` also runs ``a`` and ``a.b`` (their
+``__init__``), which :func:`heavy_loads` counts.
 """
 
 from __future__ import annotations
@@ -106,13 +114,32 @@ def _layer(module: str) -> tuple[int, str]:
     return best[1], best[2]
 
 
-def _type_checking_nodes(tree: ast.AST) -> set[int]:
-    skip: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            for child in node.body:
-                skip.update(id(n) for n in ast.walk(child))
-    return skip
+#: How a module reaches another (``_Import.kind``): at module level (a class body counts); in an
+#: ``if TYPE_CHECKING:`` block; inside a function or lambda; or through
+#: ``importlib.import_module(...)`` / ``__import__(...)`` with a name the source spells out (a
+#: string literal, or ``__name__`` / ``__package__`` followed by literal text, as in
+#: ``f"{__name__}.numba"``), wherever the call is.
+MODULE_LEVEL, TYPING, IN_FUNCTION, DYNAMIC = "module", "typing", "function", "dynamic"
+_PB2 = "google.protobuf"  # what importing a generated ``*_pb2`` module imports
+
+#: Third-party packages whose import costs start-up time: the roots of :func:`heavy_modules`.
+#: ``google.protobuf`` stands for the generated ``*_pb2`` modules too (each imports it).
+HEAVY_PACKAGES = ("numpy", "numba", "ray", "pyarrow", "google.protobuf", "matplotlib")
+
+#: Modules allowed an in-function import that defers nothing heavy, each with its reason
+#: (``test_in_function_imports_keep_start_up_fast``; docs/architecture.md, "In-function
+#: imports"). Empty: every such import moved to the top of its module. An entry needs a reason
+#: a test or a command relies on (say, a module whose own import must stay minimal because a
+#: subprocess or a signal handler loads it), and ``test_in_function_allow_list_is_used`` drops
+#: it once it is no longer needed.
+IN_FUNCTION_ALLOWED: dict[str, str] = {}
+
+#: ``"tpuemb_cfg.a.b:NAME"`` in a string: a registry entry (``executor.storage.BACKENDS``),
+#: imported by name only when it is chosen. Not an edge of the import graph (the plug-in imports
+#: the seam that names it: counting it would make every plug-in a cycle by construction);
+#: ``test_registry_strings_resolve`` checks that each names a module that defines NAME.
+_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
+REGISTRY_STRING = re.compile(rf"^(tpuemb_cfg(?:\.{_NAME})*):({_NAME})$")
 
 
 def _package_of(module: str) -> str:
@@ -123,50 +150,148 @@ def _package_of(module: str) -> str:
 
 
 class _Import:
-    def __init__(self, source: str, target: str, line: int, typing_only: bool,
-                 private_name: str | None) -> None:
+    def __init__(self, source: str, target: str, line: int, kind: str,
+                 private_name: str | None, deferred: bool = False) -> None:
         self.source, self.target, self.line = source, target, line
-        self.typing_only, self.private_name = typing_only, private_name
+        self.kind, self.private_name = kind, private_name
+        #: Run only when a function is called (an in-function import, or a dynamic one in a
+        #: function), not when the module is imported.
+        self.deferred = deferred or kind == IN_FUNCTION
+
+    @property
+    def typing_only(self) -> bool:
+        return self.kind == TYPING
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _dynamic_name(call: ast.Call, module: str) -> str | None:
+    """The module an ``importlib.import_module(...)`` or ``__import__(...)`` call names, when its
+    first argument spells it out (relative names resolved against ``package=``), else None."""
+    func = call.func
+    called = (func.attr if isinstance(func, ast.Attribute)
+              else func.id if isinstance(func, ast.Name) else "")
+    if called not in ("import_module", "__import__") or not call.args:
+        return None
+    first = call.args[0]
+    if isinstance(first, ast.Constant) and isinstance(first.value, str):
+        name = first.value
+    elif (isinstance(first, ast.JoinedStr) and len(first.values) == 2
+          and isinstance(first.values[0], ast.FormattedValue)
+          and isinstance(first.values[0].value, ast.Name)
+          and first.values[0].value.id in ("__name__", "__package__")
+          and isinstance(first.values[1], ast.Constant)):
+        base = module if first.values[0].value.id == "__name__" else _package_of(module)
+        name = base + str(first.values[1].value)
+    else:
+        return None
+    if name.startswith("."):
+        level = len(name) - len(name.lstrip("."))
+        parts = _package_of(module).split(".")
+        name = ".".join(parts[: len(parts) - (level - 1)] + [name.lstrip(".")]).rstrip(".")
+    return name if name in MODULES else None
+
+
+class _Collector(ast.NodeVisitor):
+    """Every import of one module, with its kind (module level, typing, in a function, dynamic),
+    the names it binds to modules, and the package-external imports at module level."""
+
+    def __init__(self, module: str) -> None:
+        self.module, self.package = module, _package_of(module)
+        self.found: list[_Import] = []
+        self.bound: dict[str, str] = {}
+        self.external: set[str] = set()  # third-party modules imported at module level
+        self.functions = 0
+        self.typing = 0
+        self.tree = ast.Module(body=[], type_ignores=[])
+
+    def _kind(self) -> str:
+        return TYPING if self.typing else IN_FUNCTION if self.functions else MODULE_LEVEL
+
+    def _add(self, target: str, line: int, private: str | None = None) -> None:
+        self.found.append(_Import(self.module, target, line, self._kind(), private))
+
+    def _nested(self, node: ast.AST) -> None:
+        self.functions += 1
+        self.generic_visit(node)
+        self.functions -= 1
+
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = _nested
+
+    def visit_If(self, node: ast.If) -> None:
+        if not _is_type_checking(node.test):
+            self.generic_visit(node)
+            return
+        self.visit(node.test)
+        self.typing += 1
+        for child in node.body:
+            self.visit(child)
+        self.typing -= 1
+        for child in node.orelse:
+            self.visit(child)
+
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            if alias.name in MODULES:
+                self._add(alias.name, node.lineno)
+                if alias.asname:
+                    self.bound[alias.asname] = alias.name
+            elif self._kind() == MODULE_LEVEL:
+                self.external.add(_PB2 if alias.name.endswith("_pb2") else alias.name)
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        if node.level:
+            base = self.package.split(".")
+            base = base[: len(base) - (node.level - 1)]
+            origin = ".".join(base + ([node.module] if node.module else []))
+        else:
+            origin = node.module or ""
+        if origin != "tpuemb_cfg" and not origin.startswith("tpuemb_cfg."):
+            if self._kind() == MODULE_LEVEL:
+                self.external.update(f"{origin}.{alias.name}" for alias in node.names)
+            return
+        for alias in node.names:
+            sub = f"{origin}.{alias.name}"
+            if (origin.endswith("_pb2") or sub.endswith("_pb2")) and self._kind() == MODULE_LEVEL:
+                self.external.add(_PB2)  # generated code (not in MODULES)
+            if sub in MODULES:
+                self._add(sub, node.lineno)
+                self.bound[alias.asname or alias.name] = sub
+            elif origin in MODULES:
+                self._add(origin, node.lineno, alias.name if alias.name.startswith("_") else None)
+
+    def visit_Call(self, node: ast.Call) -> None:
+        target = _dynamic_name(node, self.module)
+        if target is not None:
+            self.found.append(_Import(self.module, target, node.lineno, DYNAMIC, None,
+                                      deferred=self.functions > 0))
+        self.generic_visit(node)
+
+
+@functools.cache
+def _collected() -> dict[str, _Collector]:
+    found = {}
+    for module, path in MODULES.items():
+        collector = _Collector(module)
+        collector.tree = ast.parse(path.read_text(encoding="utf-8"))
+        collector.visit(collector.tree)
+        found[module] = collector
+    return found
 
 
 def _imports() -> list[_Import]:
     found: list[_Import] = []
-    for module, path in MODULES.items():
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        typing = _type_checking_nodes(tree)
-        package = _package_of(module)
-        bound: dict[str, str] = {}
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                for alias in node.names:
-                    if alias.name in MODULES:
-                        found.append(_Import(module, alias.name, node.lineno,
-                                             id(node) in typing, None))
-                        if alias.asname:
-                            bound[alias.asname] = alias.name
-            elif isinstance(node, ast.ImportFrom):
-                if node.level:
-                    base = package.split(".")
-                    base = base[: len(base) - (node.level - 1)]
-                    origin = ".".join(base + ([node.module] if node.module else []))
-                else:
-                    origin = node.module or ""
-                if not origin.startswith("tpuemb_cfg"):
-                    continue
-                for alias in node.names:
-                    sub = f"{origin}.{alias.name}"
-                    if sub in MODULES:
-                        found.append(_Import(module, sub, node.lineno, id(node) in typing, None))
-                        bound[alias.asname or alias.name] = sub
-                    elif origin in MODULES:
-                        private = alias.name if alias.name.startswith("_") else None
-                        found.append(_Import(module, origin, node.lineno, id(node) in typing,
-                                             private))
-        for node in ast.walk(tree):
+    for module, collector in _collected().items():
+        found += collector.found
+        for node in ast.walk(collector.tree):
             if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
-                    and node.value.id in bound and node.attr.startswith("_")
+                    and node.value.id in collector.bound and node.attr.startswith("_")
                     and not node.attr.startswith("__")):
-                found.append(_Import(module, bound[node.value.id], node.lineno, False, node.attr))
+                found.append(_Import(module, collector.bound[node.value.id], node.lineno,
+                                     MODULE_LEVEL, node.attr))
     return found
 
 
@@ -175,6 +300,32 @@ IMPORTS = _imports()
 
 def _inside(module: str, package: str) -> bool:
     return module == package or module.startswith(package + ".")
+
+
+def test_collector_sees_every_route() -> None:
+    """The routes the graph follows, on a module written for it: a module-level import, one
+    under ``TYPE_CHECKING``, one in a function, and dynamic ones (a literal, ``__import__``,
+    ``__package__`` plus a literal); a name the source does not spell out is not followed."""
+    source = (
+        "import importlib\n"
+        "from typing import TYPE_CHECKING\n"
+        "from tpuemb_cfg import units\n"
+        "if TYPE_CHECKING:\n"
+        "    from tpuemb_cfg.io import Source\n"
+        "def f(name):\n"
+        "    from tpuemb_cfg import npzio\n"
+        "    importlib.import_module('tpuemb_cfg.limits')\n"
+        "    importlib.import_module(name)\n"
+        "    return __import__('tpuemb_cfg.atomic')\n"
+        "M = importlib.import_module(f'{__package__}.version')\n"
+    )
+    collector = _Collector("tpuemb_cfg.errors")
+    collector.visit(ast.parse(source))
+    assert [(i.target, i.kind, i.deferred) for i in collector.found] == [
+        ("tpuemb_cfg.units", MODULE_LEVEL, False), ("tpuemb_cfg.io", TYPING, False),
+        ("tpuemb_cfg.npzio", IN_FUNCTION, True), ("tpuemb_cfg.limits", DYNAMIC, True),
+        ("tpuemb_cfg.atomic", DYNAMIC, True), ("tpuemb_cfg.version", DYNAMIC, False),
+    ]
 
 
 def test_every_module_has_a_layer() -> None:
@@ -193,8 +344,8 @@ def test_layers_only_look_down() -> None:
 
 def test_no_import_cycles() -> None:
     edges: dict[str, set[str]] = defaultdict(set)
-    for imp in IMPORTS:
-        if not imp.typing_only and imp.source != imp.target:
+    for imp in IMPORTS:  # every kind: module level, typing, in a function, dynamic
+        if imp.source != imp.target:
             edges[imp.source].add(imp.target)
     index: dict[str, int] = {}
     low: dict[str, int] = {}
@@ -240,7 +391,159 @@ def test_no_import_cycles() -> None:
     for module in sorted(MODULES):
         if module not in index:
             visit(module)
-    assert not cycles, "import cycles:\n" + "\n".join(", ".join(c) for c in cycles)
+    assert not cycles, "import cycles (the edges inside each):\n" + "\n".join(
+        _cycle_lines(component) for component in cycles)
+
+
+def _cycle_lines(component: list[str]) -> str:
+    """One cycle and the imports inside it, with their lines and kinds."""
+    members = set(component)
+    edges = sorted({f"  {imp.source}:{imp.line} -> {imp.target} ({imp.kind})"
+                    for imp in IMPORTS if imp.source in members and imp.target in members
+                    and imp.source != imp.target})
+    return "\n".join(["cycle: " + ", ".join(component), *edges])
+
+
+#: The most physical lines a module may have (generated ``*_pb2.py`` aside): a module longer
+#: than this does more than one thing; split it by what it does.
+MAX_MODULE_LINES = 800
+
+
+def physical_lines(data: bytes) -> int:
+    """What ``wc -l`` counts, plus a last line without its newline: blank lines, comments and
+    docstrings included."""
+    return data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
+
+
+def test_physical_lines_counts_like_wc() -> None:
+    assert [physical_lines(b""), physical_lines(b"a"), physical_lines(b"a\n"),
+            physical_lines(b"a\n\nb"), physical_lines(b"\n\n")] == [0, 1, 1, 3, 2]
+
+
+def test_no_module_over_the_line_limit() -> None:
+    long = {module: n for module, path in MODULES.items()
+            if (n := physical_lines(path.read_bytes())) > MAX_MODULE_LINES}
+    assert not long, f"modules over {MAX_MODULE_LINES} lines:\n" + "\n".join(
+        f"{module}: {n}" for module, n in sorted(long.items()))
+
+
+def _loads_with(module: str) -> set[str]:
+    """The package's modules that importing ``module`` runs: its parent packages' ``__init__``s
+    and the modules it imports at module level (typing and in-function imports aside), and
+    theirs."""
+    collected = _collected()
+    seen: set[str] = set()
+    todo = [module]
+    while todo:
+        current = todo.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        parts = current.split(".")
+        parents = (".".join(parts[:n]) for n in range(1, len(parts)))
+        todo += [parent for parent in parents if parent in MODULES]
+        todo += [imp.target for imp in collected[current].found
+                 if imp.kind in (MODULE_LEVEL, DYNAMIC) and not imp.deferred]
+    return seen
+
+
+def _is_heavy_package(name: str) -> bool:
+    return any(name == root or name.startswith(root + ".") for root in HEAVY_PACKAGES)
+
+
+@functools.cache
+def heavy_loads() -> dict[str, frozenset[str]]:
+    """For each module of the package, the ``HEAVY_PACKAGES`` that importing it loads (through
+    the modules it runs: :func:`_loads_with`)."""
+    collected = _collected()
+    direct = {module: {root for root in HEAVY_PACKAGES for name in c.external
+                       if name == root or name.startswith(root + ".")}
+              for module, c in collected.items()}
+    return {module: frozenset().union(*(direct[m] for m in _loads_with(module)))
+            for module in MODULES}
+
+
+def heavy_modules() -> set[str]:
+    """The package's modules whose import loads one of ``HEAVY_PACKAGES``."""
+    return {module for module, loads in heavy_loads().items() if loads}
+
+
+def test_heavy_modules_are_found() -> None:
+    """The classification the rule below rests on, on modules whose imports are known: the
+    ``.npz`` reader imports NumPy; ``io`` imports the generated messages (protobuf); the NumPy
+    engine imports NumPy, and its package the generated messages; the error classes and the
+    unit grammar import nothing heavy."""
+    loads = heavy_loads()
+    assert loads["tpuemb_cfg.npzio"] == {"numpy"}
+    assert loads["tpuemb_cfg.io"] == {"google.protobuf"}
+    assert "numpy" in loads["tpuemb_cfg.executor.engines.numpy"]
+    assert loads["tpuemb_cfg.errors"] == loads["tpuemb_cfg.units"] == frozenset()
+
+
+def _defers_heavy(imp: _Import) -> bool:
+    """Whether an in-function import keeps start-up fast: the module it imports loads a heavy
+    package that importing the module it sits in does not load anyway."""
+    loads = heavy_loads()
+    return bool(loads[imp.target] - loads[imp.source])
+
+
+def test_in_function_imports_keep_start_up_fast() -> None:
+    """An import of one of the package's modules inside a function (or a dynamic one there) is
+    allowed only when it keeps start-up fast: importing the module it names loads one of
+    ``HEAVY_PACKAGES`` (NumPy, numba, Ray, pyarrow, protobuf, matplotlib) that importing the
+    module it sits in does not load already; or the importing module is in
+    ``IN_FUNCTION_ALLOWED`` with its reason. Any other import belongs at the top of the module,
+    where the layer and cycle tests see it plainly."""
+    wrong = sorted({
+        f"{imp.source}:{imp.line} imports {imp.target} in a function (it defers nothing heavy: "
+        "import it at the top)"
+        for imp in IMPORTS
+        if imp.deferred and imp.source != imp.target and not _defers_heavy(imp)
+        and imp.source not in IN_FUNCTION_ALLOWED
+    })
+    assert not wrong, "in-function imports that do not keep start-up fast:\n" + "\n".join(wrong)
+
+
+def test_in_function_allow_list_is_used() -> None:
+    """Every allowed module still has an in-function import the rule would refuse (else drop
+    its entry)."""
+    users = {imp.source for imp in IMPORTS
+             if imp.deferred and imp.source != imp.target and not _defers_heavy(imp)}
+    assert set(IN_FUNCTION_ALLOWED) <= users, sorted(set(IN_FUNCTION_ALLOWED) - users)
+
+
+def _top_level_names(tree: ast.Module) -> set[str]:
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(t.id for t in targets if isinstance(t, ast.Name))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return names
+
+
+def test_registry_strings_resolve() -> None:
+    """Every ``"tpuemb_cfg.a.b:NAME"`` string names a module of the package that defines NAME at
+    its top level, so a renamed module or attribute fails here, not when a user chooses it."""
+    wrong, seen = [], 0
+    for module, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
+                continue
+            match = REGISTRY_STRING.match(node.value)
+            if match is None:
+                continue
+            seen += 1
+            target, name = match.groups()
+            if target not in MODULES:
+                wrong.append(f"{module}:{node.lineno}: {node.value!r}: no module {target}")
+            elif name not in _top_level_names(ast.parse(MODULES[target].read_text("utf-8"))):
+                wrong.append(f"{module}:{node.lineno}: {node.value!r}: {target} has no {name}")
+    assert seen, "no registry string found: is REGISTRY_STRING still the registry's form?"
+    assert not wrong, "registry strings that do not resolve:\n" + "\n".join(wrong)
 
 
 def _private_owner(target: str, name: str | None) -> str | None:

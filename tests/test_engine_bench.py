@@ -1,8 +1,14 @@
-"""`tpuemb bench` and its library (issue 8, item 1), on small workloads so they stay fast."""
+"""`tpuemb bench`, its library and the yardsticks of `benchmarks/anchor.py` (issue 8, item 1), on
+small workloads so they stay fast. No test asserts a speed: the timed figures are only checked
+to be there and positive; what is computed (ids, rows, bytes, results) is checked exactly."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import sys
+from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 import pytest
@@ -11,19 +17,33 @@ from click.testing import CliRunner
 from tpuemb_cfg import bench
 from tpuemb_cfg.cli import main
 
-KEYS = {"sec_per_step", "update_sec_per_step", "naive_sec_per_step", "limit_sec_per_step",
-        "update_limit_sec_per_step", "unique_ids", "peak_rss_bytes", "compile_sec",
-        "kernels_compiled", "warm_start_sec", "engine", "step_check_max_abs_diff"}
+ROOT = Path(__file__).resolve().parents[1]
+KEYS = {"sec_per_step", "update_sec_per_step", "unique_ids", "peak_rss_bytes", "compile_sec",
+        "kernels_compiled", "engine", "state_bytes", "threads", "workload"}
+YARDSTICK_KEYS = {"naive_sec_per_step", "limit_sec_per_step", "update_limit_sec_per_step",
+                  "limit_bytes", "update_limit_bytes", "warm_start_sec", "step_check_max_abs_diff"}
+
+
+def _anchor() -> ModuleType:
+    """``benchmarks/anchor.py`` as a module (loaded once)."""
+    if "anchor" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("anchor", ROOT / "benchmarks" / "anchor.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["anchor"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["anchor"]
 
 
 @pytest.fixture
-def without_yardsticks(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``bench.run`` without its two machine yardsticks, for the tests that check other
-    figures: ``warm_start`` (a fresh Python process importing tpuemb, about a second) and
-    ``copy_bandwidth`` (128 MB allocated and copied 7 times) give fixed positive numbers.
-    ``test_bench_json`` runs both for real, on both engines, and checks what they give."""
-    monkeypatch.setattr(bench, "warm_start", lambda engine="numba", optimizer="": 1.0)
-    monkeypatch.setattr(bench, "copy_bandwidth", lambda *args, **kwargs: 1e9)
+def anchor(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """``benchmarks/anchor.py`` without its two machine yardsticks: ``warm_start`` (a fresh
+    Python process importing tpuemb, about a second) and ``copy_bandwidth`` (128 MB allocated
+    and copied 7 times) give fixed numbers, so the limits are bytes / 1e9 exactly."""
+    module = _anchor()
+    monkeypatch.setattr(module, "warm_start", lambda engine="numba", optimizer="": 1.0)
+    monkeypatch.setattr(module, "copy_bandwidth", lambda *args, **kwargs: 1e9)
+    return module
 
 
 def test_zipf_ids_anchor_workload() -> None:
@@ -46,7 +66,8 @@ def test_naive_step_adagrad_by_hand() -> None:
     """ids [2, 0, 2], rows of 1s: G_2 = 2, G_0 = 1; acc 0.1 + G^2; w -= 0.01 * G / sqrt(acc)."""
     table = np.zeros((4, 1), np.float32)
     acc = np.full((4, 1), 0.1, np.float32)
-    bench.naive_step("adagrad", table, [acc], np.array([2, 0, 2]), np.ones((3, 1), np.float32))
+    _anchor().naive_step("adagrad", table, [acc], np.array([2, 0, 2]),
+                         np.ones((3, 1), np.float32))
     assert acc[:, 0].tolist() == pytest.approx([1.1, 0.1, 4.1, 0.1])
     assert table[:, 0].tolist() == pytest.approx(
         [-0.01 / np.sqrt(1.1), 0.0, -0.02 / np.sqrt(4.1), 0.0], rel=1e-6
@@ -63,34 +84,41 @@ def test_bench_json(engine: str) -> None:
     ])
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
-    assert KEYS <= set(report)
+    assert KEYS <= set(report) and not YARDSTICK_KEYS & set(report)
     assert report["engine"] == engine
     assert report["unique_ids"] == np.unique(bench.zipf_ids(2000, 600, 1.05, 0)).shape[0]
-    # The update: 2 * unique * 32 bytes * (table + accumulator) + 600 gradient rows of 32 bytes;
-    # the whole step also writes 600 activation rows of 32 bytes.
-    assert report["update_limit_bytes"] == 2 * report["unique_ids"] * 32 * 2 + 600 * 32
-    assert report["limit_bytes"] == report["update_limit_bytes"] + 600 * 32
     assert report["state_bytes"] == 2000 * 8 * 4 * 2
-    for key in ("sec_per_step", "update_sec_per_step", "naive_sec_per_step",
-                "limit_sec_per_step", "warm_start_sec"):
-        assert report[key] > 0
-    # The timed step updated exactly the unique ids, as the naive NumPy step does (checked by
-    # hand above), up to float32 rounding.
-    assert report["step_check_max_abs_diff"] <= 1e-6
+    assert report["workload"] == {"vocab": 2000, "dim": 8, "ids": 600, "zipf": 1.05,
+                                  "optimizer": "adagrad", "steps": 2, "seed": 0}
+    assert report["sec_per_step"] > 0 and report["update_sec_per_step"] > 0
 
 
-@pytest.mark.usefixtures("without_yardsticks")
+def test_bench_text() -> None:
+    result = CliRunner().invoke(main, [
+        "bench", "--vocab", "300", "--dim", "4", "--ids", "100", "--steps", "1",
+        "--engine", "numpy", "--optimizer", "ftrl",
+    ])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0].startswith("tpuemb bench: ftrl, 300 x 4 float32 table, 100 ids per step")
+    assert "Executor.step (checks, forward, backward, update, report)" in lines[1]
+    assert "update alone" in lines[2] and "peak RSS" in lines[3] and "first call" in lines[4]
+
+
 @pytest.mark.parametrize("optimizer", sorted(bench.OPTIMIZERS))
-def test_timed_step_is_the_naive_step(optimizer: str) -> None:
-    """Every optimizer's timed step computes what the naive step computes, on the same rows."""
-    result = bench.run(bench.Workload(vocab=500, dim=4, ids=300, optimizer=optimizer, steps=1),
-                       engine="numpy")
-    assert result.unique_ids == np.unique(bench.zipf_ids(500, 300, 1.05, 0)).shape[0]
-    assert result.step_check_max_abs_diff <= 1e-6
+def test_timed_update_is_the_naive_step(optimizer: str) -> None:
+    """Every optimizer's timed update (``bench.Anchor.update``) computes what the naive step
+    computes, on the same rows."""
+    w = bench.Workload(vocab=500, dim=4, ids=300, optimizer=optimizer, steps=1)
+    a = bench.anchor(w, "numpy")
+    unique, diff = _anchor().check_step(optimizer, a.table, a.slots, a.ids, a.grads, a.update)
+    assert unique == np.unique(bench.zipf_ids(500, 300, 1.05, 0)).shape[0]
+    assert diff <= 1e-6
 
 
 def test_step_check_catches_a_wrong_update() -> None:
     """A timed step that updates the wrong rows, or the right rows wrongly, is reported."""
+    anchor = _anchor()
     ids = np.array([4, 1, 4, 2])
     grads = np.ones((4, 2), np.float32)
 
@@ -99,10 +127,11 @@ def test_step_check_catches_a_wrong_update() -> None:
 
         def update() -> np.ndarray:
             for _ in range(updates):
-                bench.naive_step("adagrad", table, slots, ids, grads)
+                anchor.naive_step("adagrad", table, slots, ids, grads)
             return rows
 
-        return bench._check_step("adagrad", table, slots, ids, grads, update)
+        result: tuple[int, float] = anchor.check_step("adagrad", table, slots, ids, grads, update)
+        return result
 
     assert check(1, np.array([1, 2, 4])) == (3, 0.0)
     assert check(1, np.array([1, 2])) == (2, np.inf)
@@ -110,19 +139,34 @@ def test_step_check_catches_a_wrong_update() -> None:
     assert check(0, np.array([1, 2, 4]))[1] > 1e-3
 
 
-@pytest.mark.usefixtures("without_yardsticks")
-def test_bench_text_multi_feature() -> None:
-    result = CliRunner().invoke(main, [
-        "bench", "--vocab", "3000", "--dim", "4", "--ids", "1000", "--steps", "1",
-        "--engine", "numpy", "--optimizer", "ftrl", "--multi-feature",
-    ])
-    assert result.exit_code == 0, result.output
-    assert "Executor.step (checks, forward, backward, update, report)" in result.output
-    assert "naive NumPy update" in result.output
-    assert "multi-feature step (3 tables, 8 features, mean)" in result.output
+def test_anchor_yardsticks(anchor: ModuleType) -> None:
+    """``benchmarks/anchor.py``: ``tpuemb bench``'s figures plus the yardsticks, on the same
+    arrays: the limits' bytes, the step check, the multi-feature step's ids, and its report."""
+    w = bench.Workload(vocab=3000, dim=8, ids=600, steps=1)
+    report = anchor.run(w, engine="numpy", with_multi_feature=True)
+    assert KEYS | YARDSTICK_KEYS <= set(report)
+    unique = np.unique(bench.zipf_ids(3000, 600, 1.05, 0)).shape[0]
+    assert report["unique_ids"] == unique
+    # The update: 2 * unique * 32 bytes * (table + accumulator) + 600 gradient rows of 32 bytes;
+    # the whole step also writes 600 activation rows of 32 bytes. Bandwidth fixed at 1e9 B/s.
+    assert report["update_limit_bytes"] == 2 * unique * 32 * 2 + 600 * 32
+    assert report["limit_bytes"] == report["update_limit_bytes"] + 600 * 32
+    assert report["limit_sec_per_step"] == report["limit_bytes"] / 1e9
+    assert report["warm_start_sec"] == 1.0
+    assert report["step_check_max_abs_diff"] <= 1e-6
+    # 8 features of max(600 // 84, 1) = 7 bags of 1 to 20 ids each
+    assert 8 * 7 <= report["multi_feature"]["ids"] <= 8 * 7 * 20
+    text = anchor.text(report)
+    assert "naive NumPy update (np.unique + np.add.at)" in text
+    assert "multi-feature step (3 tables, 8 features, mean)" in text
 
 
-@pytest.mark.usefixtures("without_yardsticks")
+def test_anchor_main_refuses_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert _anchor().main(["--vocab", "2", "--multi-feature"]) == 2
+    assert capsys.readouterr().err == (
+        "error: --multi-feature needs --vocab 3 or more (three tables share it); got 2\n")
+
+
 def test_bench_rejects_bad_threads() -> None:
     pytest.importorskip("numba")
     result = CliRunner().invoke(main, [

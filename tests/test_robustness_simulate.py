@@ -259,10 +259,10 @@ def test_bench_refuses_before_allocating_and_names_a_vocab_that_fits(
 
 
 def test_bench_max_memory_refusal_suggests_a_limit_that_works(work: Path) -> None:
-    line = refused(work, "bench", "--vocab", "1000", "--dim", "4", "--ids", "8",
-                   "--max-memory", "100M")
-    assert "more than the memory limit of 100 MiB" in line
-    check_memory(Workload(vocab=1000, dim=4, ids=8), suggested_limit(line))  # it works
+    line = refused(work, "bench", "--vocab", "100000", "--dim", "4", "--ids", "8",
+                   "--max-memory", "1M")
+    assert "more than the memory limit of 1 MiB" in line
+    check_memory(Workload(vocab=100_000, dim=4, ids=8), suggested_limit(line))  # it works
 
 
 def test_memory_error_the_estimate_missed_is_one_line(work: Path,

@@ -33,12 +33,11 @@ from tpuemb_cfg.embedding import (
     TableConfig,
 )
 from tpuemb_cfg.embedding.sparsecore import (
-    group_key,
     is_sparsecore_spec,
     load_sparsecore_spec,
-    optimizer_key,
     tensorflow_config,
 )
+from tpuemb_cfg.embedding.sparsecore_group import group_key, optimizer_key
 from tpuemb_cfg.errors import InputError
 from tpuemb_cfg.sparsecore.topology import Topology
 

@@ -32,6 +32,8 @@ from typing import TYPE_CHECKING, Any
 
 from tpuemb_cfg.derived import INT32_MAX, derive
 from tpuemb_cfg.errors import InputError
+from tpuemb_cfg.locations import scan_locations, tokenize
+from tpuemb_cfg.rules.sparsecore import LIMIT_SETTINGS
 from tpuemb_cfg.schema import AccumulationStatus
 
 if TYPE_CHECKING:
@@ -211,8 +213,6 @@ def _explicit_accumulation(
 
 class _TextEditor:
     def __init__(self, text: str, descriptor: Any) -> None:
-        from tpuemb_cfg.locations import scan_locations, tokenize
-
         self.text = text
         self.tokens: list[Token] = tokenize(text)[0]
         self.locations = scan_locations(text, descriptor)
@@ -552,8 +552,6 @@ def locate_limit_key(text: str, call_line: int | None, setting: str, key: str,
     that call passes. ``keys``: the keys the dictionary held when the spec ran; the literal must
     write exactly those. Returns the place, or the reason it cannot be told for certain."""
     import ast
-
-    from tpuemb_cfg.rules.sparsecore import LIMIT_SETTINGS
 
     parsed = _parsed(text)
     if parsed is None:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from tpuemb_cfg.algorithms import ALGORITHMS
 from tpuemb_cfg.derived import derive, host_sizes
+from tpuemb_cfg.errors import printable, printable_values
 from tpuemb_cfg.io import as_config
 from tpuemb_cfg.schema import ACCUMULATION_NAMES, MODE_NAMES, SHARDING_NAMES, PackingStatus
 from tpuemb_cfg.units import format_size
@@ -254,7 +255,6 @@ def _table(rows: list[list[str]], header: list[str]) -> list[str]:
 def format_summary(summary: dict[str, Any], title: str = "") -> str:
     """The text form of :func:`summarize`'s result (names escaped for the terminal:
     :func:`~tpuemb_cfg.errors.printable`)."""
-    from tpuemb_cfg.errors import printable, printable_values
 
     s = printable_values(summary)
     title = printable(title)

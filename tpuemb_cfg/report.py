@@ -19,6 +19,7 @@ from xml.etree import ElementTree as ET
 
 from tpuemb_cfg.errors import printable, printable_json
 from tpuemb_cfg.rules import RULES, SEVERITY_RANK, Diagnostic, all_rules
+from tpuemb_cfg.version import __version__
 
 FORMATS = ("text", "json", "sarif", "github", "junit")
 
@@ -154,8 +155,6 @@ def format_sarif(reports: Sequence[FileReport], *, fail_on: str = "error",
 
 def _sarif_chunks(reports: Sequence[FileReport],
                   rules: Iterable[str] | None = None) -> Iterator[str]:
-    from tpuemb_cfg.version import __version__
-
     if rules is None:
         rules = (r.id for r in all_rules() if r.target != "plan")
     rule_ids = sorted(set(rules))

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from tpuemb_cfg import units
+from tpuemb_cfg.derived import TPU_DEVICE_MEMORY
 from tpuemb_cfg.errors import InputError
 from tpuemb_cfg.model import SEVERITY_RANK, Severity
 
@@ -59,7 +60,6 @@ def parse_size(value: object, *, path: str | None = None, key: str = "memory-bud
 
 def parse_tpu(value: object, *, path: str | None = None, key: str = "tpu") -> str:
     """A known TPU generation name (``"v4"``, ``"V5e"`` -> ``"v5e"``) for SIZE004."""
-    from tpuemb_cfg.derived import TPU_DEVICE_MEMORY
 
     if isinstance(value, str) and value.strip().lower() in TPU_DEVICE_MEMORY:
         return value.strip().lower()

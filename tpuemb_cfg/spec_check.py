@@ -29,8 +29,13 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from tpuemb_cfg.errors import InputError
-from tpuemb_cfg.locations import Locations
+from tpuemb_cfg.fix import KeyPlace, KeyRenameAt, SpecFix, locate_limit_key, rename_spec_keys
+from tpuemb_cfg.locations import DISABLE, Locations, parent_path
 from tpuemb_cfg.rules import Diagnostic
+from tpuemb_cfg.rules.sparsecore import limit_key_renames
+from tpuemb_cfg.sparsecore.checks import check_config
+from tpuemb_cfg.sparsecore.feed import stack
+from tpuemb_cfg.validator import parse_error, place, run_rules, run_sparsecore_rules, sort_key
 
 if TYPE_CHECKING:
     from tpuemb_cfg.embedding import CompiledConfig
@@ -180,7 +185,6 @@ def _locations(compiled: CompiledConfig, place: Callable[[Any], tuple[int, int] 
 
 def _placed(locations: Locations, field_path: str) -> tuple[int, int] | None:
     """The position of ``field_path`` or of its nearest placed ancestor, or ``None``."""
-    from tpuemb_cfg.locations import parent_path
 
     path = field_path
     while path:
@@ -213,7 +217,6 @@ def validate_spec(
     """Compile the spec ``path`` (unless ``compiled`` is given) and validate the configuration;
     findings are placed in the spec (see the module docstring). A spec that cannot be compiled
     gives one ``PARSE001`` diagnostic, as an unreadable configuration does."""
-    from tpuemb_cfg.validator import parse_error, place, run_rules, sort_key
 
     name = os.fspath(path)
     if compiled is None and is_sparsecore_spec(name):
@@ -275,7 +278,6 @@ def validate_sparsecore_spec(
     the spec line of the object it is about. A spec that cannot be loaded is one
     ``PARSE001``."""
     from tpuemb_cfg.embedding.sparsecore import load_sparsecore_spec
-    from tpuemb_cfg.validator import parse_error
 
     name = os.fspath(path)
     try:
@@ -300,8 +302,6 @@ def validate_sparsecore(
     ``# tpuemb: disable=ID`` on those lines honoured. A finding with no line keeps its field
     path and says so. A configuration with a value the front door refuses
     (``sparsecore.checks.check_config``) is one ``PARSE001``, as a spec with one is."""
-    from tpuemb_cfg.sparsecore.checks import check_config
-    from tpuemb_cfg.validator import parse_error
 
     try:
         config = check_config(config)
@@ -325,7 +325,6 @@ def _validate_checked(  # noqa: PLR0913 - validate_sparsecore's arguments
     stacking: Any = None,
 ) -> list[Diagnostic]:
     """:func:`validate_sparsecore` of a configuration the front door has checked."""
-    from tpuemb_cfg.validator import run_sparsecore_rules, sort_key
 
     found = run_sparsecore_rules(config, rules, options=options, stacking=stacking)
     name = path if path is not None else config.origin.path
@@ -363,8 +362,6 @@ def _spec_text(name: str | None) -> str | None:
 
 
 def _sc_silenced(rule_id: str, comment: str) -> bool:
-    from tpuemb_cfg.locations import DISABLE
-
     for match in DISABLE.finditer(comment):
         ids = {part.strip().upper() for part in match.group(1).split(",") if part.strip()}
         if "ALL" in ids or any(rule_id.startswith(i) for i in ids):
@@ -419,8 +416,6 @@ def sparsecore_position(config: Any, field_path: str, name: str | None,
     if key is not None and field_path.startswith("sparse_core_config."):
         import json
 
-        from tpuemb_cfg.fix import KeyPlace, locate_limit_key
-
         setting = _SC_KEY.sub("", field_path.removeprefix("sparse_core_config."))
         place = locate_limit_key(text, line, setting, json.loads(key.group(1)),
                                  getattr(config, setting, None) or ())
@@ -439,9 +434,6 @@ def fix_sparsecore_spec(path: str | os.PathLike[str]) -> SpecFix:
     new bytes are returned, not written). Raises :class:`InputError` when the spec cannot be
     loaded, :class:`OSError` when it cannot be read."""
     from tpuemb_cfg.embedding.sparsecore import load_sparsecore_spec
-    from tpuemb_cfg.fix import KeyRenameAt, SpecFix, rename_spec_keys
-    from tpuemb_cfg.rules.sparsecore import limit_key_renames
-    from tpuemb_cfg.sparsecore.feed import stack
 
     name = os.fspath(path)
     config = load_sparsecore_spec(name).config

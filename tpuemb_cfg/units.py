@@ -25,6 +25,8 @@ import re
 from collections.abc import Callable
 from fractions import Fraction
 
+from tpuemb_cfg.errors import shown
+
 __all__ = ["MAX_INT64", "MAX_SEED", "MAX_SIZE", "SEED_HELP", "SIZE_HELP", "format_size",
            "parse_seed", "parse_size", "seed_argument", "size_argument"]
 
@@ -106,7 +108,6 @@ def parse_seed(value: object) -> int:
 
 def _argument(parse: Callable[[object], int], value: object, name: str) -> int:
     """``parse(value)`` with its ``TypeError``/``ValueError`` naming the argument."""
-    from tpuemb_cfg.errors import shown
 
     try:
         return parse(value)

@@ -19,7 +19,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from tpuemb_cfg.errors import InputError, UsageError, parameter, shorten_quoted
-from tpuemb_cfg.locations import DISABLE
+from tpuemb_cfg.locations import DISABLE, iter_tokens, scan_locations, wanted_paths
 from tpuemb_cfg.protoutil import is_repeated
 from tpuemb_cfg.rules import Context, Diagnostic, Rule, Severity, SparseCoreContext, all_rules
 
@@ -296,7 +296,6 @@ def _top_elements(text: str) -> Iterator[tuple[str, int, int]]:
 def _line_comments(text: str, first: int) -> list[str] | None:
     """The comments of the line that starts at offset ``first`` (read as a stream: the line may
     be the whole file)."""
-    from tpuemb_cfg.locations import iter_tokens
 
     last = text.find("\n", first)
     last = len(text) if last < 0 else last
@@ -335,7 +334,6 @@ def _locate_by_element(text: str, descriptor: Descriptor,
                        field_paths: Sequence[str]) -> _Placed:
     """:func:`_locate`, scanning only the top-level elements that hold a path (raises
     :class:`_Unusual` for a text or path this does not handle)."""
-    from tpuemb_cfg.locations import scan_locations, wanted_paths
 
     count = len(field_paths)
     placed = _Placed(count)
@@ -429,7 +427,6 @@ def _locate_in_whole_text(text: str, descriptor: Descriptor,
                           field_paths: Sequence[str]) -> _Placed:
     """:func:`_locate` by one scan of the whole text, recording only what the paths may be
     placed at (:func:`~tpuemb_cfg.locations.wanted_paths`)."""
-    from tpuemb_cfg.locations import scan_locations, wanted_paths
 
     locations = scan_locations(text, descriptor, wanted=wanted_paths(field_paths))
     starts = array("q", [0])

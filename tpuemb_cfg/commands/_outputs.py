@@ -21,7 +21,9 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from tpuemb_cfg.atomic import OutputSet, check_outputs
 from tpuemb_cfg.errors import UsageError, printable
+from tpuemb_cfg.units import format_size
 
 if TYPE_CHECKING:
     import numpy as np
@@ -102,7 +104,6 @@ def check_run_outputs(out_dir: Path, plot: str | None, inputs: list[tuple[str, s
     ``OUT_DIR/summary.json`` (OUT_DIR is created when missing), the ``--plot`` file, whose
     folder must exist and whose extension must be one of :data:`PLOT_FORMATS`, and the
     ``--save-batches`` file (an ``.npz`` whose folder exists)."""
-    from tpuemb_cfg.atomic import check_outputs
 
     if plot == "-":  # check_outputs leaves "-" (standard output) alone
         check_plot(plot)
@@ -127,7 +128,6 @@ def check_plot(plot: str) -> None:
     """Refuse a ``--plot`` path that cannot take the image, before any work: ``-``, a folder
     that does not exist, an extension outside :data:`PLOT_FORMATS`, or a name that is only an
     extension (``.png``: a hidden file without a name, whose suffix Python reads as empty)."""
-    from tpuemb_cfg.atomic import check_outputs
 
     if plot == "-":  # check_outputs leaves "-" (standard output) alone
         raise UsageError("--plot -: the plot is an image file; give its name (FILE.png, "
@@ -149,7 +149,6 @@ def write_run(out_dir: Path, summary: dict[str, Any], state: Mapping[str, np.nda
     none of them (staged in ``outputs`` when given: with the files staged there before, such
     as the ``--save-batches`` file, committed by its owner); return the path of
     ``tables.npz``."""
-    from tpuemb_cfg.atomic import OutputSet
     from tpuemb_cfg.npzio import write_npz
 
     summary["config"] = config_label
@@ -192,8 +191,6 @@ def require_disk_space(option: str, path: str, needed: int) -> None:
     has no room for (``shutil.disk_usage`` of its folder)."""
     import os
     import shutil
-
-    from tpuemb_cfg.units import format_size
 
     folder = os.path.dirname(os.path.abspath(path))
     try:

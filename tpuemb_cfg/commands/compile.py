@@ -15,8 +15,22 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from tpuemb_cfg.atomic import check_outputs
 from tpuemb_cfg.commands.flags import echo, keras_backend_option
-from tpuemb_cfg.errors import InputError, UsageError, printable_json
+from tpuemb_cfg.errors import InputError, TpuembError, UsageError, printable, printable_json
+from tpuemb_cfg.limits import read_input
+from tpuemb_cfg.report import FileReport, format_text
+from tpuemb_cfg.rules import SEVERITY_RANK
+from tpuemb_cfg.session import prepare, validate
+from tpuemb_cfg.settings import common_folder, load_settings
+from tpuemb_cfg.sparsecore.summary import (
+    format_sparsecore_summary,
+    layouts_of,
+    summarize_layouts,
+    summarize_sparsecore,
+)
+from tpuemb_cfg.spec_check import compile_spec, is_spec, validate_spec
+from tpuemb_cfg.validator import selected_rules, validate_source
 
 if TYPE_CHECKING:
     from tpuemb_cfg.embedding import CompiledConfig
@@ -28,7 +42,6 @@ FORMATS = ["text", "binary", "json"]
 def _render(compiled: CompiledConfig, spec_path: str, fmt: str) -> bytes:
     """The output file's bytes; text output starts with a comment naming the spec and the tags."""
     from tpuemb_cfg.embedding.tag_table import tag_table_lines
-    from tpuemb_cfg.errors import printable
     from tpuemb_cfg.io import serialize
 
     data = serialize(compiled.config, fmt)
@@ -59,7 +72,6 @@ def _as_text(data: bytes, fmt: str, message_type: Any = None) -> list[str]:
 def _render_layouts(layouts: Any, spec_path: str, fmt: str) -> bytes:
     """The bytes of a ``SparseCoreTableLayouts``; text output starts with a comment naming the
     spec."""
-    from tpuemb_cfg.errors import printable
     from tpuemb_cfg.io import serialize
 
     data = serialize(layouts, fmt)
@@ -76,7 +88,6 @@ def _check(target: str, data: bytes, fmt: str, *, shown: str, message_type: Any 
     if not Path(target).is_file():
         echo(f"{output}: does not exist; run without --check to write it", err=True)
         return 1
-    from tpuemb_cfg.limits import read_input
 
     try:
         existing = read_input(target)
@@ -144,7 +155,6 @@ def compile_(spec: str, output: str, to_format: str | None, check: bool,  # noqa
                  "(SparseCoreTableLayouts); without it, TPUEmbedding's configuration",
                  err=True)
     if not check:
-        from tpuemb_cfg.atomic import check_outputs
 
         check_outputs([("-o", output)], [("SPEC", spec)])
     # Anchored before the spec runs: whatever folder its code moves to, OUT is the file named
@@ -178,7 +188,6 @@ def _compile_sparsecore(spec: str, target: str, fmt: str, *, check: bool, shown:
     """``compile --sparsecore``: the layouts of the SparseCore spec, written or checked."""
     from tpuemb_cfg.embedding.sparsecore import load_sparsecore_spec
     from tpuemb_cfg.io import atomic_write_bytes
-    from tpuemb_cfg.sparsecore.summary import layouts_of
 
     if not spec.endswith(".py"):
         raise InputError("--sparsecore takes a Python SparseCore spec (.py: sparse_core_config, "
@@ -223,10 +232,6 @@ def _load(spec: str) -> Any:
 
 def _print_warnings(spec: str, config: TPUEmbeddingConfiguration) -> None:
     """Warnings of the validator (errors already stopped the compilation) on stderr."""
-    try:
-        from tpuemb_cfg import validate
-    except ImportError:
-        return
     for d in validate(config):
         if d.severity == "warning":
             where = f" (at {d.field_path})" if d.field_path else ""
@@ -265,11 +270,6 @@ def inspect(config: str, as_json: bool) -> None:
     from tpuemb_cfg.embedding.sparsecore import is_sparsecore_spec
     from tpuemb_cfg.inspect_summary import format_summary, summarize
     from tpuemb_cfg.io import read_source
-    from tpuemb_cfg.report import FileReport, format_text
-    from tpuemb_cfg.rules import SEVERITY_RANK
-    from tpuemb_cfg.settings import common_folder, load_settings
-    from tpuemb_cfg.spec_check import compile_spec, is_spec, validate_spec
-    from tpuemb_cfg.validator import selected_rules, validate_source
 
     if is_sparsecore_spec(config):
         _inspect_sparsecore(config, as_json)
@@ -327,11 +327,6 @@ def inspect(config: str, as_json: bool) -> None:
 def _inspect_sparsecore(spec: str, as_json: bool) -> None:
     """``inspect`` of a SparseCore spec: its stacks, padding, memory and limits."""
     from tpuemb_cfg.embedding.sparsecore import load_sparsecore_spec
-    from tpuemb_cfg.sparsecore.summary import (
-        format_sparsecore_summary,
-        layouts_of,
-        summarize_sparsecore,
-    )
 
     loaded = load_sparsecore_spec(spec)
     try:
@@ -350,7 +345,6 @@ def _inspect_layouts(path: str, as_json: bool) -> bool:
     or JSON; binary is read as a configuration). False when ``path`` is not one."""
     from tpuemb_cfg.io import detect_format, load
     from tpuemb_cfg.proto.sparse_core_layout_pb2 import SparseCoreTableLayouts
-    from tpuemb_cfg.sparsecore.summary import format_sparsecore_summary, summarize_layouts
 
     if path == "-" or detect_format(path) == "binary":
         return False
@@ -378,8 +372,6 @@ def _simulation(message: Any) -> dict[str, Any] | None:
     without public equations)."""
     import importlib.util
 
-    from tpuemb_cfg.errors import TpuembError
-    from tpuemb_cfg.session import prepare
     from tpuemb_cfg.sim.synthetic import run_estimate
 
     try:

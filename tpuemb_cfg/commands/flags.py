@@ -38,7 +38,6 @@ FLAGS: dict[str, str] = {
     "keras_backend": "--keras-backend",
     "max_memory": "--max-memory",
     "max_staleness": "--max-staleness",
-    "multi_feature": "--multi-feature",
     "ray_address": "--ray-address",
     "replicas_to_aggregate": "--replicas-to-aggregate",
     "runtime_env": "--runtime-env",

@@ -19,8 +19,16 @@ from typing import IO, Any
 
 import click
 
+from tpuemb_cfg.atomic import OutputSet, check_outputs
+from tpuemb_cfg.commands._outputs import _PLOT_METADATA, check_plot, require_matplotlib
 from tpuemb_cfg.commands.flags import LINES, keras_backend_option
-from tpuemb_cfg.errors import UsageError, printable, printable_json
+from tpuemb_cfg.errors import InputError, UsageError, printable, printable_json
+from tpuemb_cfg.planner.checks import number_problem
+from tpuemb_cfg.planner.planning import format_text
+from tpuemb_cfg.report import FileReport, format_sarif
+from tpuemb_cfg.rules import RULES, all_rules
+from tpuemb_cfg.session import open_plan, place_plan_findings
+from tpuemb_cfg.units import parse_size
 
 #: Without a terminal, a progress line at most this often (seconds).
 LINE_EVERY = 10.0
@@ -28,9 +36,6 @@ PLAN_FORMATS = ("text", "json", "sarif")
 
 
 def _size(value: str | None, option: str) -> int | None:
-    from tpuemb_cfg.errors import InputError
-    from tpuemb_cfg.units import parse_size
-
     if value is None:
         return None
     try:
@@ -41,7 +46,6 @@ def _size(value: str | None, option: str) -> int | None:
 
 def _in_range(ctx: click.Context, param: click.Parameter, value: float) -> float:
     """``--quantile`` and ``--headroom``: finite and in their range (``planner.checks``)."""
-    from tpuemb_cfg.planner.checks import number_problem
 
     problem = number_problem(str(param.name), value)
     if problem is not None:
@@ -76,9 +80,6 @@ def _progress(total: int, unit: str, quiet: bool) -> Iterator[Callable[[int], No
 
 def render(result: Any, fmt: str, path: str) -> str:
     """The plan as ``fmt``: the text report, the JSON document, or SARIF findings."""
-    from tpuemb_cfg.planner.planning import format_text
-    from tpuemb_cfg.report import FileReport, format_sarif
-    from tpuemb_cfg.rules import RULES, all_rules
 
     if fmt == "json":
         return printable_json(result.to_json(), indent=2) + "\n"
@@ -98,8 +99,6 @@ def _draw(result: Any, handle: IO[bytes], fmt: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
-
-    from tpuemb_cfg.commands._outputs import _PLOT_METADATA
 
     reports = list(result.load.values())
     figure, axes = plt.subplots(len(reports), 1, figsize=(9, 3.2 * len(reports)), squeeze=False)
@@ -128,8 +127,6 @@ def _check_outputs(config: str, ids: tuple[str, ...], ids_format: str | None,
                    output: str | None, plot: str | None) -> None:
     """Before any work: no output is an input (the configuration, every --ids path and every
     sample file inside an --ids folder) or another output; the plot's name and format."""
-    from tpuemb_cfg.atomic import check_outputs
-    from tpuemb_cfg.commands._outputs import check_plot, require_matplotlib
     from tpuemb_cfg.planner.inputs import sample_files
 
     inputs = [("CONFIG", config), *(("--ids", p) for p in ids)]
@@ -199,7 +196,6 @@ def plan(config: str, ids: tuple[str, ...], ids_format: str | None,  # noqa: PLR
     input or options, 130 interrupted.
     """
     from tpuemb_cfg.planner.planning import PlanOptions, parse_compare, parse_gate
-    from tpuemb_cfg.session import open_plan, place_plan_findings
 
     options = PlanOptions(
         topology=topology, hosts=hosts, host_memory_bytes=_size(host_memory, "--host-memory"),
@@ -220,7 +216,6 @@ def plan(config: str, ids: tuple[str, ...], ids_format: str | None,  # noqa: PLR
 
 def _write(text: str, output: str | None, result: Any, plot: str | None) -> None:
     """The report and the plot: each written whole or not at all."""
-    from tpuemb_cfg.atomic import OutputSet
 
     if output is None and plot is None:
         click.echo(text, nl=False)

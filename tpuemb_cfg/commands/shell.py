@@ -5,6 +5,8 @@ from __future__ import annotations
 import click
 from click.shell_completion import get_completion_class
 
+from tpuemb_cfg.cli import main
+
 
 @click.command()
 @click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
@@ -16,7 +18,6 @@ def completion(shell: str) -> None:
     zsh:   eval "$(tpuemb completion zsh)"     (add to ~/.zshrc)
     fish:  tpuemb completion fish > ~/.config/fish/completions/tpuemb.fish
     """
-    from tpuemb_cfg.cli import main
 
     cls = get_completion_class(shell)
     assert cls is not None  # click knows all three choices

@@ -14,20 +14,21 @@ from typing import Any
 
 import click
 
+from tpuemb_cfg.atomic import refuse_hard_linked
 from tpuemb_cfg.commands._outputs import status_line
 from tpuemb_cfg.commands.flags import cli_message, echo, keras_backend_option
 from tpuemb_cfg.errors import InputError, UsageError
-from tpuemb_cfg.io import Source, read_source
+from tpuemb_cfg.fix import fix_source, fixes_for
+from tpuemb_cfg.io import Source, atomic_write_bytes, read_source
 from tpuemb_cfg.report import FORMATS, FileReport, render_chunks
 from tpuemb_cfg.rules import RULES, SEVERITY_RANK, Diagnostic
-from tpuemb_cfg.settings import Settings, common_folder, load_settings
-from tpuemb_cfg.spec_check import is_sparsecore_spec, is_spec, validate_spec
+from tpuemb_cfg.settings import Settings, common_folder, load_settings, parse_tpu
+from tpuemb_cfg.spec_check import fix_sparsecore_spec, is_sparsecore_spec, is_spec, validate_spec
 from tpuemb_cfg.validator import PARSE_RULE, parse_error, selected_rules, validate_source
 
 
 def tpu_option(value: str) -> str:
     """``--tpu GEN`` checked (``UsageError`` naming the known generations)."""
-    from tpuemb_cfg.settings import parse_tpu
 
     try:
         return parse_tpu(value)
@@ -50,8 +51,6 @@ def _lines(data: bytes) -> list[str]:
 def _fix_file(source: Source, fixes: set[str], *, diff: bool) -> tuple[list[str], bool]:
     """Apply (or, with ``diff``, show) the fixes of one file; returns the messages to print and
     whether the file was rewritten."""
-    from tpuemb_cfg.fix import fix_source
-    from tpuemb_cfg.io import atomic_write_bytes
 
     result = fix_source(source, fixes)
     notes = list(result.notes)
@@ -71,7 +70,6 @@ def _fix_file(source: Source, fixes: set[str], *, diff: bool) -> tuple[list[str]
                 f"{source.path}: {source.format} file would be rewritten (no text diff to show)"
             )
     else:
-        from tpuemb_cfg.atomic import refuse_hard_linked
 
         refuse_hard_linked(source.path)
         atomic_write_bytes(source.path, result.data)
@@ -94,9 +92,6 @@ def _fix_sparsecore_spec(path: str, *, diff: bool) -> bool:
     """SC001's key renames in a SparseCore spec (written, or shown with ``diff``); returns
     whether the file could not be written. A spec that cannot be loaded is left to the
     validation below (PARSE001)."""
-    from tpuemb_cfg.atomic import refuse_hard_linked
-    from tpuemb_cfg.io import atomic_write_bytes
-    from tpuemb_cfg.spec_check import fix_sparsecore_spec
 
     try:
         with open(path, "rb") as handle:
@@ -231,7 +226,6 @@ def validate(  # noqa: PLR0913  (a click command: one parameter per option)
     fix_failed = False
     unchanged: dict[str, Source] = {}  # files --fix read and left as they were: not read again
     if fix:
-        from tpuemb_cfg.fix import fixes_for
 
         if "-" in files:
             raise UsageError("--fix cannot rewrite standard input; pass file names")

@@ -36,6 +36,7 @@ from tpuemb_cfg.embedding.shapes import (
 )
 from tpuemb_cfg.embedding.tables import FeatureConfig, TableConfig
 from tpuemb_cfg.schema import Mode
+from tpuemb_cfg.validator import validate
 
 if TYPE_CHECKING:
     from tpuemb_cfg.proto.tpu_embedding_configuration_pb2 import TPUEmbeddingConfiguration
@@ -342,10 +343,6 @@ def _write_config(
 
 def _validate(config: TPUEmbeddingConfiguration) -> None:
     """Run the project's validator; raise with every error diagnostic."""
-    try:
-        from tpuemb_cfg.validator import validate
-    except ImportError:  # the validator is not installed in this build
-        return
     errors = [d for d in validate(config) if _severity(d) == "error"]
     if errors:
         raise ConfigValidationError(errors)

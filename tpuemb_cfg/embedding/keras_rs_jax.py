@@ -52,6 +52,7 @@ from tpuemb_cfg.algorithms.table import JAX_SPECS, KERAS_NAMES, KERAS_RS_DEFAULT
 from tpuemb_cfg.embedding import _checks as chk
 from tpuemb_cfg.embedding.errors import EmbeddingConfigError
 from tpuemb_cfg.embedding.keras_rs import sparsecore_features, to_tpu_optimizer
+from tpuemb_cfg.sparsecore import jte
 from tpuemb_cfg.sparsecore.config import Origin, SparseCoreConfig
 from tpuemb_cfg.sparsecore.topology import Topology
 
@@ -145,8 +146,6 @@ def _jte_optimizer(optimizer: Any, owner: str) -> Any:
     hyper-parameters the spec takes, read through tpuemb's translation of Keras optimizers."""
     import inspect
 
-    from tpuemb_cfg.sparsecore import jte
-
     if optimizer is None:
         raise EmbeddingConfigError(
             f"{owner}: optimizer is None; keras-rs on JAX converts each table's own optimizer "
@@ -185,7 +184,6 @@ def _shape(value: Any, owner: str, name: str) -> tuple[int, ...]:
 def jax_feature_specs(feature_config: Any) -> list[Any]:
     """``keras_to_jte_feature_configs`` on the SparseCore features (module docstring, step 1),
     as :mod:`tpuemb_cfg.sparsecore.jte` specs in the order keras-rs flattens them."""
-    from tpuemb_cfg.sparsecore import jte
 
     tables: dict[str, Any] = {}
     specs = []
@@ -218,8 +216,6 @@ def jax_config(feature_config: Any, *, topology: Topology, table_stacking: Any =
     spec. ``table_stacking`` is ``"auto"`` or ``None`` (explicit lists of table names are not
     modelled)."""
     from dataclasses import replace
-
-    from tpuemb_cfg.sparsecore import jte
 
     if table_stacking not in ("auto", None):
         raise EmbeddingConfigError(

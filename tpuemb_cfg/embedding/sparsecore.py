@@ -12,25 +12,12 @@ do to the feature structure before the stacker sees it:
    global one (none at all is an error), name an unnamed table ``table_<i>`` (``i`` its position in
    that list) and refuse duplicate names - without changing the caller's objects
    (``TPUEmbeddingV2`` works on clones);
-3. key each table's stacking group, the string TensorFlow hands ``AddTable``'s ``group`` (see
-   :func:`group_key`).
+3. key each table's stacking group, the string TensorFlow hands ``AddTable``'s ``group``
+   (:func:`tpuemb_cfg.embedding.sparsecore_group.group_key`: reproducible, unlike TensorFlow's).
 
 The objects may be tpuemb's (``tpuemb_cfg.embedding``) or TensorFlow's own: they are read by
 their attributes (``vocabulary_size``, ``dim``, ``optimizer``, ``name``, ``quantization_config``;
 ``table``, ``output_shape``), as the rest of :mod:`tpuemb_cfg.embedding` reads foreign objects.
-
-**The group string.** TensorFlow keys a table's group with
-``"_xxtpuv3internal_" + sha1(repr((hash(optimizer), repr(quantization_config))))`` where
-``hash(optimizer)`` is ``hash(tuple(optimizer.__dict__.items()))``. That hash depends on
-``PYTHONHASHSEED`` (the dict's keys are strings), so TensorFlow's group strings, and the output
-order of same-width stacks whose optimizers differ, change from process to process. tpuemb keeps
-TensorFlow's *grouping* and makes the string reproducible: the optimizer's attribute dict is
-written out in a canonical form (:func:`optimizer_key`: numbers that hash equal are written
-equal, a callable - a learning-rate schedule - by its first appearance among the configuration's
-callables, so the same object shares a group and distinct objects never do), and the string is
-``"_xxtpuv3internal_" + sha1(repr((key, repr(quantization_config))))``. Two tables share a tpuemb
-group exactly when they share a TensorFlow group; the strings, and so the order of stacks that
-differ only in group, are tpuemb's own but the same on every run and machine.
 
 keras-rs (:func:`keras_rs_config`): its TensorFlow backend converts its features as
 :mod:`~tpuemb_cfg.embedding.keras_rs` describes, then builds
@@ -44,17 +31,24 @@ there). The :class:`SparseCoreConfig` keeps them per table and says they were dr
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
 from tpuemb_cfg.embedding import _checks as chk
-from tpuemb_cfg.embedding import origins
+from tpuemb_cfg.embedding import keras_rs, keras_rs_jax, origins
+from tpuemb_cfg.embedding.build import _input_shapes, build_config
+from tpuemb_cfg.embedding.custom import CustomOptimizer
 from tpuemb_cfg.embedding.errors import EmbeddingConfigError, EmbeddingTypeError
+from tpuemb_cfg.embedding.extra_optimizers import BY_ALGORITHM
+from tpuemb_cfg.embedding.keras_rs_jax import choose_backend, using_keras_backend
 from tpuemb_cfg.embedding.nest import flatten_with_paths
 from tpuemb_cfg.embedding.shapes import to_shape
-from tpuemb_cfg.sparsecore.checks import check_config
+from tpuemb_cfg.embedding.sparsecore_group import CallableNumbers, group_key
+from tpuemb_cfg.embedding.spec import check_spec_file, read_spec_text, run_python_spec
+from tpuemb_cfg.errors import InputError
+from tpuemb_cfg.sparsecore import jte
+from tpuemb_cfg.sparsecore.checks import LimitCallableError, check_config
 from tpuemb_cfg.sparsecore.config import (
     Origin,
     SparseCoreConfig,
@@ -70,22 +64,16 @@ if TYPE_CHECKING:
     from tpuemb_cfg.embedding.build import CompiledConfig
 
 __all__ = [
-    "GROUP_PREFIX",
-    "CallableNumbers",
     "Provenance",
     "SparseCoreEmbeddingConfig",
     "SparseCoreSpec",
-    "group_key",
     "is_sparsecore_spec",
     "keras_rs_config",
     "load_sparsecore_spec",
-    "optimizer_key",
     "tensorflow_config",
     "to_topology",
 ]
 
-#: The prefix of TensorFlow's group strings (tpu_embedding_v3.py).
-GROUP_PREFIX = "_xxtpuv3internal_"
 #: ``TPUEmbeddingV2.DEFAULT_MAX_IDS_PER_TABLE`` and the unique-id default: what a stacked table
 #: missing from ``max_ids_per_table`` / ``max_unique_ids_per_table`` gets (with a warning).
 DEFAULT_MAX_IDS = DEFAULT_MAX_IDS_PER_TABLE
@@ -163,72 +151,12 @@ def to_topology(value: Any, owner: str = "topology") -> Topology:
     )
 
 
-# -- the group string -----------------------------------------------------------------------------
-
-
-class CallableNumbers:
-    """Numbers the callables of a configuration by first appearance (identity), so that a
-    group key names a learning-rate schedule without ``id()`` (which differs between runs)."""
-
-    def __init__(self) -> None:
-        self._seen: dict[int, tuple[Any, int]] = {}
-
-    def number(self, value: Any) -> int:
-        entry = self._seen.get(id(value))
-        if entry is None:
-            entry = (value, len(self._seen))
-            self._seen[id(value)] = entry
-        return entry[1]
-
-
-def _canonical(value: Any, callables: CallableNumbers) -> str:
-    """``value`` written so that two values TensorFlow's hash treats as equal (``1``, ``1.0`` and
-    ``True``) are written alike, and a callable (or another object known only by its address)
-    by its number in ``callables``: the text never holds an address."""
-    if callable(value):
-        return f"<callable {callables.number(value)}>"
-    if isinstance(value, float):
-        return repr(value)
-    if isinstance(value, int):  # bool too; equal to a float exactly when it hashes like it
-        try:
-            as_float = float(value)
-        except OverflowError:
-            return repr(int(value))
-        return repr(as_float) if as_float == value else repr(int(value))
-    if isinstance(value, tuple | list):
-        inner = ", ".join(_canonical(v, callables) for v in value)
-        return f"({inner})"
-    text = repr(value)
-    if " at 0x" in text:  # an object shown by its address: hashed by identity, numbered
-        return f"<{type(value).__name__} {callables.number(value)}>"
-    return text
-
-
-def optimizer_key(optimizer: Any, callables: CallableNumbers | None = None) -> str:
-    """The optimizer's attribute dict, in definition order, written canonically: what
-    TensorFlow's ``hash(tuple(optimizer.__dict__.items()))`` tells apart, without the hash
-    seed. The class is not part of it (TensorFlow hashes only the dict)."""
-    numbering = callables if callables is not None else CallableNumbers()
-    items = ", ".join(f"{name}={_canonical(value, numbering)}"
-                      for name, value in vars(optimizer).items())
-    return f"({items})"
-
-
-def group_key(optimizer: Any, quantization_config: Any,
-              callables: CallableNumbers | None = None) -> str:
-    """tpuemb's reproducible stand-in for TensorFlow's group string (module docstring)."""
-    text = repr((optimizer_key(optimizer, callables), repr(quantization_config)))
-    return GROUP_PREFIX + hashlib.sha1(text.encode("utf-8")).hexdigest()
-
-
 # -- TensorFlow's objects -------------------------------------------------------------------------
 
 
 def _algorithm(optimizer: Any) -> str:
     """The proto oneof name of ``optimizer`` (tpuemb's class attribute, or TensorFlow's class
     matched by name to tpuemb's); ``"custom"`` for a custom optimizer; else the class name."""
-    from tpuemb_cfg.embedding.custom import CustomOptimizer
-    from tpuemb_cfg.embedding.extra_optimizers import BY_ALGORITHM
 
     if isinstance(optimizer, CustomOptimizer) or type(optimizer).__name__ == "CustomOptimizer":
         return "custom"
@@ -366,7 +294,6 @@ def tensorflow_config(
 
 def _given_input_shapes(feature_config: Any, shapes: Any) -> dict[str, tuple[int, ...]]:
     """``per_replica_input_shapes`` by feature path (a ragged axis, ``None``, as 0)."""
-    from tpuemb_cfg.embedding.build import _input_shapes
 
     flat = flatten_with_paths(feature_config)
     out = {}
@@ -479,7 +406,6 @@ def keras_rs_config(  # noqa: PLR0913  (the layer's arguments, the slice and the
     limits kept beside TensorFlow's defaults, ``limits_dropped_by_conversion=True``. JAX
     (:mod:`~tpuemb_cfg.embedding.keras_rs_jax`): mode ``"jax"``, jax-tpu-embedding's stacking,
     each stack limited by the largest of its tables' limits, ids always dropped."""
-    from tpuemb_cfg.embedding import keras_rs_jax
 
     backend = keras_rs_jax.choose_backend(override=keras_backend)
     return _keras_rs_config(feature_config, optimizer, to_topology(topology), table_stacking,
@@ -490,7 +416,6 @@ def _keras_rs_config(  # noqa: PLR0913  (keras_rs_config's arguments, resolved)
     feature_config: Any, optimizer: Any, where: Topology, table_stacking: Any,
     provenance: Provenance, backend: Any,
 ) -> SparseCoreConfig:
-    from tpuemb_cfg.embedding import keras_rs, keras_rs_jax
 
     if backend.name == "jax":
         config = keras_rs_jax.jax_config(feature_config, topology=where,
@@ -587,8 +512,6 @@ def _assignments(text: str) -> dict[str, int]:
 
 
 def _read_text(path: str) -> str:
-    from tpuemb_cfg.embedding.spec import read_spec_text
-
     return read_spec_text(path)
 
 
@@ -611,7 +534,6 @@ def _foreign(obj: Any) -> bool:
     """keras-rs' and jax-tpu-embedding's objects, whose constructors cannot call
     :func:`origins.record`: tables (``embedding_dim``), features (``table`` or ``table_spec``)
     and jax-tpu-embedding's optimizer specs."""
-    from tpuemb_cfg.embedding import keras_rs
 
     if keras_rs.is_table(obj) or keras_rs.is_feature(obj):
         return True
@@ -641,7 +563,6 @@ def _spec_topology(namespace: Mapping[str, Any], jax: bool) -> Topology:
 def _legacy(namespace: Mapping[str, Any], topology: Topology) -> CompiledConfig | None:
     """``build_config`` on the spec's TensorFlow or keras-rs objects (not validated), or
     ``None`` when it refuses them."""
-    from tpuemb_cfg.embedding.build import build_config
 
     try:
         return build_config(namespace["feature_config"], namespace.get("optimizer"),
@@ -656,7 +577,6 @@ def _jax_config(namespace: Mapping[str, Any], topology: Topology,
     """jax-tpu-embedding's ``feature_specs`` as a :class:`SparseCoreConfig`
     (:func:`tpuemb_cfg.sparsecore.jte.feature_specs_to_config`), each record placed at the spec
     line that built its object."""
-    from tpuemb_cfg.sparsecore import jte
 
     arguments = {k: namespace[k] for k in JAX_ARGUMENTS if k in namespace}
     specs = jte.leaves(namespace["feature_specs"])
@@ -704,7 +624,6 @@ def _refuse_repeated(specs: list[Any]) -> None:
 
 def _convert(namespace: Mapping[str, Any], provenance: Provenance
              ) -> tuple[SparseCoreConfig, CompiledConfig | None]:
-    from tpuemb_cfg.embedding import keras_rs
 
     jax = "feature_specs" in namespace
     if jax and "feature_config" in namespace:
@@ -722,7 +641,6 @@ def _convert(namespace: Mapping[str, Any], provenance: Provenance
     feature_config = namespace["feature_config"]
     optimizer = namespace.get("optimizer")
     if any(keras_rs.is_feature(leaf) for _, leaf in flatten_with_paths(feature_config)):
-        from tpuemb_cfg.embedding.keras_rs_jax import choose_backend
 
         backend = choose_backend(namespace.get("keras_backend"))
         config = _keras_rs_config(feature_config, optimizer, topology,
@@ -765,8 +683,6 @@ def load_sparsecore_spec(path: Any, *, keras_backend: str | None = None) -> Spar
 
     Raises :class:`~tpuemb_cfg.errors.InputError` with the spec's path and the line of the
     setting at fault (or of the features) when the spec cannot be run or converted."""
-    from tpuemb_cfg.embedding.spec import check_spec_file, run_python_spec
-    from tpuemb_cfg.errors import InputError
 
     name = check_spec_file(path)
     if not name.endswith(".py"):
@@ -783,7 +699,6 @@ def load_sparsecore_spec(path: Any, *, keras_backend: str | None = None) -> Spar
               else setting_origins["sparse_core_config"])
         setting_origins.update(dict.fromkeys(_SC_FIELDS, at))
     provenance = Provenance(path=name, place=sites.place, setting_origins=setting_origins)
-    from tpuemb_cfg.embedding.keras_rs_jax import using_keras_backend
 
     try:
         with origins.deriving(sites), using_keras_backend(keras_backend, "keras_backend"):
@@ -802,8 +717,6 @@ def _call_limits(config: SparseCoreConfig) -> None:
     """Call jax's limit callables as stacking will (once per stack), so that one that raises or
     returns a non-int is refused with the spec rather than inside each command; other stacking
     failures are the rules' (SC017)."""
-    from tpuemb_cfg.sparsecore import jte
-    from tpuemb_cfg.sparsecore.checks import LimitCallableError
 
     if config.mode != "jax" or (config.stack_to_max_ids_per_partition is None
                                 and config.stack_to_max_unique_ids_per_partition is None):

@@ -66,6 +66,7 @@ from tpuemb_cfg.embedding.tables import (
     TruncatedNormalInitializer,
 )
 from tpuemb_cfg.errors import InputError
+from tpuemb_cfg.limits import max_input_bytes, too_large
 from tpuemb_cfg.usercode import ExitCalled, exit_guard
 
 _T = TypeVar("_T")
@@ -134,7 +135,6 @@ def read_spec_text(path: str | os.PathLike[str]) -> str:
 def check_spec_file(path: str | os.PathLike[str]) -> str:
     """``path`` as a string, once it is known to be a file within the input size limit
     (:func:`tpuemb_cfg.limits.max_input_bytes`); :class:`InputError` otherwise."""
-    from tpuemb_cfg.limits import max_input_bytes, too_large
 
     name = os.fspath(path)
     if not Path(name).is_file():

@@ -9,6 +9,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from tpuemb_cfg.embedding.keras import KerasSchedule
+from tpuemb_cfg.embedding.schedules import Schedule
+from tpuemb_cfg.errors import printable
+
 __all__ = ["describe_callable", "tag_table_lines"]
 
 
@@ -19,8 +23,6 @@ def describe_callable(fn: Any) -> str:
     :class:`~tpuemb_cfg.embedding.keras.KerasSchedule` shows its name and formula; a function or
     bound method its qualified name and where it is defined (file name and line).
     """
-    from tpuemb_cfg.embedding.keras import KerasSchedule
-    from tpuemb_cfg.embedding.schedules import Schedule
 
     if isinstance(fn, Schedule | KerasSchedule):
         return f"{fn.name} = {fn.describe()}"
@@ -35,7 +37,6 @@ def tag_table_lines(compiled: Any) -> list[str]:
     """``tag k -> tables a, b -> schedule`` for every dynamic input of a compiled spec; each
     line printable (:func:`~tpuemb_cfg.errors.printable`: it is also a comment line of the
     compiled file, which a line break in a table name would end)."""
-    from tpuemb_cfg.errors import printable
 
     if not compiled.dynamic_learning_rates:
         return ["dynamic learning rates: none (every table has a constant learning rate)"]

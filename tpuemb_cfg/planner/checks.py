@@ -17,17 +17,38 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from tpuemb_cfg.errors import UsageError, shown
+from tpuemb_cfg.errors import InputError, UsageError, shown
+from tpuemb_cfg.limits import default_memory_limit
 from tpuemb_cfg.units import format_size, size_argument
 
 if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
     from tpuemb_cfg.planner.load import LoadOptions
-    from tpuemb_cfg.planner.planning import PlanOptions
 
 __all__ = ["MAX_HEADROOM", "RANGES", "check_plan_options", "check_units", "number_problem",
            "plan_options", "unit_bytes"]
+
+
+
+class PlanOptions(Protocol):
+    """What these checks read of ``planner.planning.PlanOptions`` (the rest by field name): the
+    planner passes its options and its class in, so this module, which the planner imports,
+    does not import it back."""
+
+    @property
+    def topology(self) -> object: ...
+
+    @property
+    def hosts(self) -> object: ...
+
+    @property
+    def load(self) -> LoadOptions: ...
+
+
+_Options = TypeVar("_Options", bound="DataclassInstance")
 
 #: The largest headroom: beyond it a suggested limit no longer follows the sample.
 MAX_HEADROOM = 10.0
@@ -64,7 +85,6 @@ def check_units(label: str, units: int, *, what: str, layouts: int, load: LoadOp
                 tables: int = 1) -> None:
     """Refuse ``units`` (hosts or SparseCores, from ``label``: an option and its value) whose
     load counters (``layouts`` of them) would take more than the memory a plan may use."""
-    from tpuemb_cfg.limits import default_memory_limit
 
     limit = default_memory_limit()
     if limit is None:
@@ -132,7 +152,7 @@ def _whole(options: PlanOptions, name: str, what: str, low: int, unit: str) -> N
         raise ValueError(f"PlanOptions.{name}: expected at least {low}{unit}, got {value}")
 
 
-def plan_options(value: object, PlanOptions: type[PlanOptions]) -> PlanOptions:  # noqa: N803
+def plan_options(value: object, PlanOptions: type[_Options]) -> _Options:  # noqa: N803
     """``options`` of ``session.plan``/``open_plan`` and ``Planner``: a ``PlanOptions``, None
     (the defaults) or a mapping of its fields (``{"hosts": 4, "gate": "oom"}``)."""
     from dataclasses import fields
@@ -208,7 +228,6 @@ def check_sparsecore_variants(variants: list[tuple[str, Any, bool]], options: Pl
 def _refuse(label: str, message: str, origin: Any) -> None:
     """An error about a variant: at the spec's line (``origin``, when it has one), else naming
     the option (``label``)."""
-    from tpuemb_cfg.errors import InputError
 
     if origin is not None and getattr(origin, "line", None) is not None:
         raise InputError(message, path=origin.path, line=origin.line)

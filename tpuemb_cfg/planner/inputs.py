@@ -60,7 +60,10 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from ..errors import InputError, UsageError
+from ..executor.replay import feature_of, parse_steps
+from ..limits import default_memory_limit
 from ..npzio import NpzMembers, check_total
+from ..units import format_size
 from .parquet import bad_column, row_group_bytes, row_group_place
 from .tfrecord import compression, crc32c, crc32c_many, mask, masked_crc32c, write_tfrecord
 
@@ -422,7 +425,6 @@ def _npz_steps(members: NpzMembers, schema: SampleSchema,
                ignored: set[str] | None = None) -> list[Any]:
     """The steps' inputs of the configured features; the keys of feature indexes past them
     are left out (``ignored``: gets those ``f{i}``)."""
-    from ..executor.replay import feature_of, parse_steps
 
     count = len(schema.features)
     headers = {}
@@ -449,7 +451,6 @@ READ_LIMIT = (f"the memory one read may take here (1/{SAMPLE_COPIES} of 80% of t
 def _read_limit() -> int | None:
     """The bytes one read (a ``B.npz`` step, a Parquet row group) may take once decompressed:
     a :data:`SAMPLE_COPIES`-th of the memory a run may use (None: unknown, no limit)."""
-    from ..limits import default_memory_limit
 
     limit = default_memory_limit()
     return None if limit is None else limit // SAMPLE_COPIES
@@ -534,7 +535,6 @@ def _parquet_file(path: str, schema: SampleSchema) -> Any:
 def _probe_parquet(paths: Sequence[str], schema: SampleSchema) -> tuple[str, int]:
     """The rows of the files, each row group's configured columns held against
     :func:`_read_limit` from the file's metadata (``parquet.row_group_bytes``), nothing read."""
-    from ..units import format_size
 
     limit = _read_limit()
     rows = 0

@@ -55,7 +55,7 @@ from tpuemb_cfg.sparsecore.preprocessing import (
     buffer_sizes,
     preprocess,
 )
-from tpuemb_cfg.sparsecore.tf_preprocess import TensorFlowLimitError
+from tpuemb_cfg.sparsecore.tf_preprocess import TensorFlowLimitError, preprocess_tensorflow
 
 if TYPE_CHECKING:
     from tpuemb_cfg.sparsecore.config import SparseCoreConfig
@@ -201,7 +201,6 @@ def _runner(stacking: Stacking, options: LimitOptions) -> Runner:
         features = {name: (ids[0], ids[1]) for name, ids in batch.items()}
         weights = {name: (ids[2], ids[1]) for name, ids in batch.items() if ids[2] is not None}
         if stacking.mode == "tensorflow":
-            from tpuemb_cfg.sparsecore.tf_preprocess import preprocess_tensorflow
 
             return preprocess_tensorflow(
                 stacking, features, weights or None, local_devices=local, global_devices=chips,

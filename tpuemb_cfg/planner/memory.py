@@ -51,10 +51,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from tpuemb_cfg.algorithms import ALGORITHMS
+from tpuemb_cfg.derived import derive, host_sizes
 from tpuemb_cfg.errors import UsageError
 from tpuemb_cfg.errors import parameter as arg
+from tpuemb_cfg.layout import TableLayout
 from tpuemb_cfg.model import Diagnostic
 from tpuemb_cfg.rules.plan import OverMemory, plan_findings
+from tpuemb_cfg.schema import Mode, ShardingStrategy
+from tpuemb_cfg.sparsecore.summary import stack_bytes_per_sparse_core, stack_optimizer
 
 if TYPE_CHECKING:
     from tpuemb_cfg.derived import Derived
@@ -172,9 +177,6 @@ class _Table:
 
 
 def _legacy_tables(config: TPUEmbeddingConfiguration, derived: Derived) -> list[_Table]:
-    from tpuemb_cfg.algorithms import ALGORITHMS
-    from tpuemb_cfg.schema import Mode
-
     updates = int(config.mode) != Mode.INFERENCE
     tables = []
     for t, td in enumerate(config.table_descriptor):
@@ -197,8 +199,6 @@ def _legacy_tables(config: TPUEmbeddingConfiguration, derived: Derived) -> list[
 
 
 def _mod(config: TPUEmbeddingConfiguration, strategy: str | None) -> bool:
-    from tpuemb_cfg.schema import ShardingStrategy
-
     if strategy is None:
         return int(config.sharding_strategy) == ShardingStrategy.MOD
     key = strategy.strip().upper()
@@ -223,7 +223,6 @@ def _host_parts(tables: Sequence[_Table], layouts: Sequence[TableLayout], host: 
 
 def _first_host_bytes(tables: Sequence[_Table], hosts: int) -> int:
     """Host 0's bytes among ``hosts``: it holds ceil(V / N) rows of every table, the most."""
-    from tpuemb_cfg.layout import TableLayout
 
     return sum(TableLayout(t.vocabulary, hosts, True).rows_of(0) * t.dimension * F32
                * t.arrays() for t in tables)
@@ -268,7 +267,6 @@ def legacy_memory(config: TPUEmbeddingConfiguration, *, hosts: int | None = None
     ``host_memory_bytes`` is each host's memory (None: unknown, no finding). ``breakdown``:
     the TPU devices' share of the tables (level ``"chip"``, one unit per tensor core) against
     ``device_memory_bytes`` (``derived.TPU_DEVICE_MEMORY`` has each generation's)."""
-    from tpuemb_cfg.derived import derive
 
     count = max(int(config.num_hosts), 1) if hosts is None else int(hosts)
     if count < 1:
@@ -278,7 +276,6 @@ def legacy_memory(config: TPUEmbeddingConfiguration, *, hosts: int | None = None
         config = with_hosts(config, count)
     derived = derive(config)
     tables = _legacy_tables(config, derived)
-    from tpuemb_cfg.layout import TableLayout
 
     layouts = [TableLayout(t.vocabulary, count, mod) for t in tables]
     units, per_table = [], []
@@ -313,7 +310,6 @@ def _devices(config: TPUEmbeddingConfiguration, derived: Derived,
     ``ceil(bytes / devices)`` of the host's ``state`` (tables, slots and gradient accumulators,
     TensorFlow's state variables) and ``padding`` (rows padded to 8 floats, or packed). None
     when there are fewer tensor cores than hosts."""
-    from tpuemb_cfg.derived import host_sizes
 
     hosts = derived.num_hosts or 1
     per_host = int(config.num_tensor_cores) // hosts
@@ -376,7 +372,6 @@ def _check_limits(stacking: Stacking, limits: Mapping[str, tuple[int, int]]) -> 
 def _stack_parts(config: SparseCoreConfig, stacking: Stacking, stack: Stack,
                  limits: Mapping[str, tuple[int, int]]) -> list[dict[str, int]]:
     """Per SparseCore, the stack's parts."""
-    from tpuemb_cfg.sparsecore.summary import stack_bytes_per_sparse_core, stack_optimizer
 
     n, s = stacking.num_sparse_cores, stacking.sparse_cores_per_partition
     _, slots = stack_optimizer(config, stack)
@@ -397,7 +392,6 @@ def _stack_parts(config: SparseCoreConfig, stacking: Stacking, stack: Stack,
 
 def _table_bytes_per_chip(config: SparseCoreConfig, stacking: Stacking) -> dict[str, int]:
     """Each table's padded rows on a chip, with its slots: P_t / N x W x 4 x (1 + S_o) x S."""
-    from tpuemb_cfg.sparsecore.summary import stack_optimizer
 
     n, s = stacking.num_sparse_cores, stacking.sparse_cores_per_partition
     sizes = {}
@@ -410,7 +404,6 @@ def _table_bytes_per_chip(config: SparseCoreConfig, stacking: Stacking) -> dict[
 
 def _sparsecore_hint(config: SparseCoreConfig, stacking: Stacking,
                      dominant: Sequence[tuple[str, int]]) -> str:
-    from tpuemb_cfg.sparsecore.summary import stack_optimizer
 
     most = max(((stack_optimizer(config, st), st.name) for st in stacking.stacks),
                key=lambda item: item[0][1], default=None)

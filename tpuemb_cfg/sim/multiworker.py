@@ -54,8 +54,9 @@ import numpy as np
 
 from ..errors import NumericalError, UsageError
 from ..errors import parameter as arg
-from ..executor import Executor, FeatureInput, Placement, RunOptions
-from ..executor.memory import Estimate
+from ..executor import Executor, FeatureInput, Placement, RunOptions, memory
+from ..executor.core import require_memory
+from ..executor.memory import Estimate, RunShape, describe, step_ids
 from ..executor.plan import Plan
 from ..executor.prepared import Prepared
 from ..executor.touched import TouchedRows, saved_state
@@ -250,8 +251,6 @@ class MultiWorkerRun:
 
     def _require_memory(self, steps: int, *, tables: str = "all", plot: bool = False) -> None:
         """Refuse a run beyond the memory limit (``max_memory``) before its first gradient."""
-        from ..executor.core import require_memory
-        from ..executor.memory import describe
 
         parts = self.memory_estimate(steps, tables=tables, plot=plot)
         require_memory(
@@ -501,8 +500,6 @@ def run_estimate(plan: Plan, steps: int, workers: WorkerOptions, *, engine: str 
     every gradient and update (:data:`GRADIENT_BYTES` per gradient, :data:`TABLE_GRADIENT_BYTES`
     more per table: losses, events, decisions, the per-update figures and the summary made of
     them). ``local`` False (the Ray backend): the tables and their step live in the actors."""
-    from ..executor import memory
-    from ..executor.memory import RunShape, step_ids
 
     data = data or SyntheticOptions()
     count = workers.workers

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tpuemb_cfg.errors import printable, printable_values
+from tpuemb_cfg.units import format_size
 
 __all__ = ["plan_text", "run_text", "workers_text"]
 
@@ -160,7 +161,6 @@ def plan_text(info: Mapping[str, Any]) -> str:
     (``info``: what ``--dry-run --json`` prints, for a synthetic run, a multi-worker run - with
     ``workers`` - or a replay - with ``batches``)."""
     from tpuemb_cfg.executor.memory import describe_parts
-    from tpuemb_cfg.units import format_size
 
     info = printable_values(info)
     memory = info["memory"]

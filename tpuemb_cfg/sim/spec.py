@@ -22,7 +22,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from .. import units
-from ..errors import InputError
+from ..errors import InputError, UsageError
+from ..executor.workload import parse_ids, parse_sequence_lengths
+from ..locations import scan_locations
+from .multiworker import MAX_WORKERS
 from .schedules import Schedule
 
 if TYPE_CHECKING:
@@ -64,7 +67,6 @@ def load_spec(path: str | os.PathLike[str]) -> LoadedSpec:
     file's folder, so the spec works from any working directory.
     """
     from ..io import read_source
-    from ..locations import scan_locations
     from ..proto.simulation_pb2 import SimulationSpec
 
     source = read_source(path, message_type=SimulationSpec)
@@ -164,8 +166,6 @@ def _schedules(spec: SimulationSpec, fail: _Fail) -> tuple[Schedule, ...]:
 def _synthetic_options(synthetic: SyntheticWorkload, fail: _Fail,
                        resolve: _Resolve) -> dict[str, Any]:
     """The options of ``workload.synthetic``, each checked in its option's grammar."""
-    from ..errors import UsageError
-    from ..executor.workload import parse_ids, parse_sequence_lengths
 
     options: dict[str, Any] = {}
     where = "workload.synthetic."
@@ -193,8 +193,6 @@ def _synthetic_options(synthetic: SyntheticWorkload, fail: _Fail,
 
 
 def _worker_options(spec: SimulationSpec, fail: _Fail) -> dict[str, Any]:
-    from .multiworker import MAX_WORKERS
-
     workers = spec.workers
     options: dict[str, Any] = {}
     if workers.HasField("count"):

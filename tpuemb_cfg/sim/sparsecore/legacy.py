@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from ...algorithms.base import REQUIRED
 from ...algorithms.table import SPARSECORE, get
 from ...errors import InputError
+from ...executor.rates import tag_rates
 from ...proto.tpu_embedding_configuration_pb2 import TPUEmbeddingConfiguration
 from ...schema import AccumulationStatus, Mode
 from ...sparsecore.config import SparseCoreConfig, SparseCoreTable
@@ -228,8 +229,6 @@ def with_spec_values(prepared: Prepared, record: SparseCoreMessage) -> Prepared:
     """``prepared`` (the plan of ``record.message``) with the slots' initial values of
     ``record.slot_values`` and the learning-rate callables of its dynamic tags."""
     import numpy as np
-
-    from ...executor.rates import tag_rates
 
     plan = prepared.plan
     tables = tuple(

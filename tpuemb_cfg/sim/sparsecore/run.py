@@ -35,7 +35,9 @@ from ...executor.engines import get_engine
 from ...executor.engines.numpy import combine
 from ...executor.memory import Estimate, library_estimate, reduce_hint
 from ...executor.options import Placement, RunOptions
-from ...sparsecore.tf_preprocess import TensorFlowLimitError
+from ...sparsecore.advice import limit_advice
+from ...sparsecore.preprocessing import preprocess
+from ...sparsecore.tf_preprocess import TensorFlowLimitError, preprocess_tensorflow
 from .gains import RowGains, kept_inputs, row_gains
 
 if TYPE_CHECKING:
@@ -103,7 +105,6 @@ def preprocess_dropper(setup: SparseCoreSetup, allow_id_dropping: bool) -> Dropp
     names = [f.name for f in config.features]
     devices = config.topology.devices
     if setup.stacking.mode == "tensorflow":
-        from ...sparsecore.tf_preprocess import preprocess_tensorflow
 
         def run(features: Any, weights: Any) -> Any:
             return preprocess_tensorflow(
@@ -112,7 +113,6 @@ def preprocess_dropper(setup: SparseCoreSetup, allow_id_dropping: bool) -> Dropp
                 allow_id_dropping=allow_id_dropping, has_leading_dimension=False,
                 max_ids_per_chip_per_sample=config.max_ids_per_chip_per_sample)
     else:
-        from ...sparsecore.preprocessing import preprocess
 
         def run(features: Any, weights: Any) -> Any:
             return preprocess(
@@ -141,7 +141,6 @@ def preprocess_dropper(setup: SparseCoreSetup, allow_id_dropping: bool) -> Dropp
 def _limit_failure(setup: SparseCoreSetup, exc: TensorFlowLimitError) -> str:
     """TensorFlow's failure of a step over a limit, its fix in a setting the spec's API reads
     (``sparsecore.advice``: keras-rs on TensorFlow cannot set the limits at all)."""
-    from ...sparsecore.advice import limit_advice
 
     stack = setup.stacking.stack(str(exc.stack))
     pair = (stack.max_ids_per_partition, stack.max_unique_ids_per_partition)
