@@ -6,10 +6,12 @@ plan is built; the updates below never see it.
 
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple
 
 import numpy as np
 
+from ..numerics import pow64
 from .update import ONE, ZERO, F, Quad, UpdateContext, f32, hyper_tuple, register, sign
 
 
@@ -65,6 +67,23 @@ def adam_update(
         den = np.sqrt(v) + eps
     w = params - lr * m / den
     return w, AdamState(m, v)
+
+
+def bias_correction(beta1: float, beta2: float, step: int) -> float:
+    """The factor that makes TPU Adam (no bias correction) behave like bias-corrected Adam at
+    global step ``step`` (0 at the first step): ``sqrt(1 - beta2^n) / (1 - beta1^n)``, n = step +
+    1, the denominator at least 1e-12 (``beta1`` 0 aside, it is never smaller). Float64, the
+    powers by ``numerics.pow64`` (no libm power: the same bits on every machine). What
+    jax-tpu-embedding's ``AdamOptimizerSpec.get_hyperparameters(step)`` applies to the rate
+    (there in float32: ``lr * c_2 / (1 - beta1^n)``)."""
+    n = step + 1
+    return math.sqrt(1.0 - pow64(beta2, n)) / max(1.0 - pow64(beta1, n), 1e-12)
+
+
+def bias_corrected_rate(learning_rate: float, beta1: float, beta2: float, step: int) -> float:
+    """``learning_rate * bias_correction(beta1, beta2, step)`` (float64): the rate to feed Adam
+    at ``step``; the synthetic run's Adam tags and the ``adam_bias_correction`` schedule."""
+    return learning_rate * bias_correction(beta1, beta2, step)
 
 
 class LionState(NamedTuple):
