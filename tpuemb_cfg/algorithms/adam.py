@@ -1,7 +1,9 @@
 """Moment-based optimizers with an optional non-lazy mode: adam (12.7) and lion (12.9).
 
 Laziness (``use_non_lazy_adam``, ``use_non_lazy_lion``) is read from the algorithm table when the
-plan is built; the updates below never see it.
+plan is built; the updates below never see it. Each optimizer is written once, as its scalar
+element; ``register_element`` makes its NumPy update from it (``update``). Adam's bias
+correction of the rate lives here too (``bias_correction``).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..numerics import pow64
-from .update import ONE, ZERO, F, Quad, UpdateContext, f32, hyper_tuple, register, sign
+from .update import ONE, ZERO, F, Quad, hyper_tuple, register_element, sign
 
 
 class AdamState(NamedTuple):
@@ -25,23 +27,6 @@ AdamHyper = hyper_tuple("AdamHyper", "adam", __name__)
 
 
 def adam_element(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
-    beta1, beta2, eps = h.beta1, h.beta2, h.epsilon
-    a = beta1 * a + (ONE - beta1) * g
-    b = beta2 * b + (ONE - beta2) * g * g
-    den = np.sqrt(b + eps * eps) if h.use_sum_inside_sqrt != ZERO else np.sqrt(b) + eps
-    w = w - lr * a / den
-    return w, a, b, c
-
-
-@register("adam", state=AdamState, hyper=AdamHyper, element=adam_element)
-def adam_update(
-    params: np.ndarray,
-    state: AdamState,
-    grad: np.ndarray,
-    lr: np.float32,
-    hyper: Any,
-    ctx: UpdateContext,
-) -> tuple[np.ndarray, AdamState]:
     """Adam without bias correction (``adam``; TPU-OSS; CPU-KERNEL if not use_sum_inside_sqrt).
 
     Hyper-parameters: ``beta1``, ``beta2``, ``epsilon``, ``use_sum_inside_sqrt``.
@@ -53,20 +38,17 @@ def adam_update(
         den = sqrt(v) + epsilon                  otherwise
         w   = w - lr * m / den                   (the new m and v)
 
-    A bias-corrected rate, if wanted, comes in as ``lr``. Returns new arrays; the inputs are not
-    modified.
+    A bias-corrected rate, if wanted, comes in as ``lr`` (``bias_corrected_rate``).
     """
-    lr = f32(lr)
-    beta1, beta2, eps = hyper.beta1, hyper.beta2, hyper.epsilon
-    one = f32(1.0)
-    m = beta1 * state.momenta + (one - beta1) * grad
-    v = beta2 * state.velocities + (one - beta2) * grad * grad
-    if hyper.use_sum_inside_sqrt:
-        den = np.sqrt(v + eps * eps)
-    else:
-        den = np.sqrt(v) + eps
-    w = params - lr * m / den
-    return w, AdamState(m, v)
+    beta1, beta2, eps = h.beta1, h.beta2, h.epsilon
+    a = beta1 * a + (ONE - beta1) * g
+    b = beta2 * b + (ONE - beta2) * g * g
+    den = np.sqrt(b + eps * eps) if h.use_sum_inside_sqrt != ZERO else np.sqrt(b) + eps
+    w = w - lr * a / den
+    return w, a, b, c
+
+
+adam_update = register_element("adam", state=AdamState, hyper=AdamHyper, element=adam_element)
 
 
 def bias_correction(beta1: float, beta2: float, step: int) -> float:
@@ -95,21 +77,6 @@ LionHyper = hyper_tuple("LionHyper", "lion", __name__)
 
 
 def lion_element(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
-    direction = h.beta1 * a + (ONE - h.beta1) * g
-    w = w - lr * sign(direction)
-    a = h.beta2 * a + (ONE - h.beta2) * g
-    return w, a, b, c
-
-
-@register("lion", state=LionState, hyper=LionHyper, element=lion_element)
-def lion_update(
-    params: np.ndarray,
-    state: LionState,
-    grad: np.ndarray,
-    lr: np.float32,
-    hyper: Any,
-    ctx: UpdateContext,
-) -> tuple[np.ndarray, LionState]:
     """Lion (``lion``; PROTO; equals Keras 3 Lion).
 
     Hyper-parameters: ``beta1``, ``beta2``. Slots: ``momenta`` m (default 0). ::
@@ -118,14 +85,12 @@ def lion_update(
         w = w - lr * sign(c)
         m = beta2 * m + (1 - beta2) * G
 
-    ``sign(0) = 0``: a row whose interpolated direction is exactly 0 does not move. Returns new
-    arrays; the inputs are not modified.
+    ``sign(0) = 0``: a row whose interpolated direction is exactly 0 does not move.
     """
-    lr = f32(lr)
-    beta1, beta2 = hyper.beta1, hyper.beta2
-    one = f32(1.0)
-    m = state.momenta
-    c = beta1 * m + (one - beta1) * grad
-    w = params - lr * np.sign(c)
-    m = beta2 * m + (one - beta2) * grad
-    return w, LionState(m)
+    direction = h.beta1 * a + (ONE - h.beta1) * g
+    w = w - lr * sign(direction)
+    a = h.beta2 * a + (ONE - h.beta2) * g
+    return w, a, b, c
+
+
+lion_update = register_element("lion", state=LionState, hyper=LionHyper, element=lion_element)
