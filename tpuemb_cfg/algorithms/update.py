@@ -22,13 +22,18 @@ default initial values, laziness and support come from the algorithm table, neve
 ``tpuemb_cfg.executor.optimizers`` re-exports what a user of the registry needs; ``binder``,
 ``f32`` and the scalar helpers serve the family modules.
 
-The element: each family also writes its update for one element, ``element(w, a, b, c, g, lr,
-h) -> (w, a, b, c)`` (the parameter, up to three slot values in the table's order, the gradient,
-the rate and the hyper-parameters read BY FIELD NAME, ``h.epsilon``, plus the per-step inputs
-of the table, ``h.global_step``), in the same float32 operations and order as the NumPy update.
-The numba engine compiles its kernels from the elements, rebinding the scalar helpers below
-(``sign``, ``soft``, ``clip``, ``pow32``) to its compiled ones; ``ZERO``, ``ONE`` and ``TWO``
-are float32 constants (a bare ``1.0`` would promote the arithmetic to float64).
+The element: each family writes each optimizer's equations once, for one element,
+``element(w, a, b, c, g, lr, h) -> (w, a, b, c)`` (the parameter, up to three slot values in the
+table's order, the gradient, the rate and the hyper-parameters read BY FIELD NAME,
+``h.epsilon``, plus the per-step inputs of the table, ``h.global_step``), and registers it with
+``register_element``, which makes the NumPy update from it: the same code run on whole arrays,
+the helpers below (``sign``, ``soft``, ``clip``, ``pow32``, ``where`` and the builtins
+``min``/``max``) rebound to their NumPy versions (``ARRAY_HELPERS``; ``rebind``). The numba
+engine compiles its kernels from the same elements, rebinding the helpers to its compiled ones,
+and the non-finite replay to traced ones. So an element makes every choice that depends on the
+data with ``where`` (both values computed), never an ``if`` on an array value. ``ZERO``,
+``ONE`` and ``TWO`` are float32 constants (a bare ``1.0`` would promote the arithmetic to
+float64). ``register`` takes a hand-written update (a custom optimizer's).
 
 Numbers: every array is float32 and every hyper-parameter is a float32 scalar, so each
 intermediate is rounded to float32 exactly as the spec's equations are written (spec

@@ -2,7 +2,7 @@
 
 ``update(kind, params, s0, s1, s2, rows, grad, ...)`` runs, for every updated row r and column
 d, in one pass and in place (spec 6.1-6.4; the optimizer's equations are its family's scalar
-element, ``tpuemb_cfg.algorithms.update``, in the NumPy update's order, in float32)::
+element, ``tpuemb_cfg.algorithms.update``, from which the NumPy update is made too, in float32)::
 
     G = clip(grad[i, d], g_lo, g_hi)                       6.1 (absent bounds: -inf, +inf)
     w = params[r, d];  w = w - decay * w                   6.2 (when decay is on)
