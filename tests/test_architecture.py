@@ -656,3 +656,39 @@ def test_every_finding_id_has_one_registry() -> None:
                         missing[word].add(module)
     assert not missing, "finding ids named in code but registered by no rule:\n" + "\n".join(
         f"{word}: {', '.join(sorted(modules))}" for word, modules in sorted(missing.items()))
+#: Learning-rate schedules and Adam's bias correction: each is written once (issue 35), in its
+#: home module; no other module defines a function or class of these names (Keras' class names
+#: in snake case included). Every spec that declares a schedule (a model spec, a TOML spec, a
+#: simulation spec) calls the home's function, so the same schedule gives the same rates.
+SCHEDULE_HOMES: dict[str, str] = {
+    **dict.fromkeys((
+        "exponential_decay", "piecewise_constant", "warmup_cosine", "exponential",
+        "inverse_time", "piecewise", "polynomial", "cosine", "cosine_restarts",
+        "warmup_poly_decay", "inverse_time_decay", "piecewise_constant_decay",
+        "polynomial_decay", "cosine_decay", "cosine_decay_restarts", "warm_up_and_poly_decay",
+    ), "tpuemb_cfg.algorithms.schedules"),
+    **dict.fromkeys(("bias_correction", "bias_corrected_rate", "adam_bias_correction"),
+                    "tpuemb_cfg.algorithms.adam"),
+}
+
+
+def _definitions() -> dict[str, set[str]]:
+    """Each function or class name (at any depth) -> the modules defining it."""
+    found: dict[str, set[str]] = defaultdict(set)
+    for module, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                found[node.name.lower()].add(module)
+    return found
+
+
+def test_each_schedule_is_defined_in_one_module() -> None:
+    definitions = _definitions()
+    wrong = [f"{name} is defined in {', '.join(sorted(definitions[name] - {home}))} (its home "
+             f"is {home})" for name, home in SCHEDULE_HOMES.items()
+             if definitions[name] - {home}]
+    assert not wrong, "schedules defined outside their home:\n" + "\n".join(wrong)
+    # the homes hold them (a renamed function would leave the check above empty-handed)
+    for name in ("exponential_decay", "piecewise_constant", "warmup_cosine", "exponential",
+                 "bias_correction", "bias_corrected_rate"):
+        assert definitions[name] == {SCHEDULE_HOMES[name]}, name

@@ -4,13 +4,14 @@ every update function shares (float32 in and out, inputs untouched, empty blocks
 
 from __future__ import annotations
 
-from types import SimpleNamespace
+from types import CodeType, SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pytest
 
 from tpuemb_cfg.algorithms import ALGORITHMS
+from tpuemb_cfg.algorithms import update as update_module
 from tpuemb_cfg.executor.optimizers import REGISTRY, Optimizer, UpdateContext, get, unsupported
 
 UNSUPPORTED = {name for name in ALGORITHMS if unsupported(name) is not None}
@@ -229,3 +230,15 @@ def test_updates_are_deterministic_and_row_independent(name: str) -> None:
         assert row_p.tobytes() == whole_p[r : r + 1].tobytes()
         for a, b in zip(row_s, whole_s, strict=True):
             assert a.tobytes() == b[r : r + 1].tobytes()
+
+
+def test_every_numpy_update_is_made_from_its_element() -> None:
+    """Each optimizer's equations are written once, as its scalar element (issue 35): its NumPy
+    update is ``register_element``'s, the element run over whole arrays, so no family module
+    writes the equations a second time."""
+    code = update_module.register_element.__code__
+    made = next(c for c in code.co_consts if isinstance(c, CodeType) and c.co_name == "update")
+    for name, optimizer in REGISTRY.items():
+        assert optimizer.elements, name
+        assert optimizer.update.__code__ is made, name
+        assert optimizer.update.__doc__ == optimizer.elements[0].__doc__, name

@@ -1,6 +1,7 @@
-"""The optimization algorithms: the table (``table``, plain data) and one module per family
-with the NumPy update and the scalar element of each of its algorithms (``update`` holds what
-the families share, and the registry).
+"""The optimization algorithms: the table (``table``, plain data), one module per family with
+the scalar element of each of its algorithms (its equations, written once; its NumPy update is
+made from it), ``schedules`` (every learning-rate schedule's value) and ``update`` (what the
+families share, and the registry).
 
 Importing this package imports the table only (no NumPy, no protobuf); the family modules load
 with ``update.load()`` / ``update.get(name)``.

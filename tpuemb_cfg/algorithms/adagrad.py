@@ -12,13 +12,11 @@ from .update import (
     ONE,
     ZERO,
     F,
-    NoHyper,
     Quad,
-    UpdateContext,
     f32,
     hyper_tuple,
     pow32,
-    register,
+    register_element,
     sign,
 )
 
@@ -28,33 +26,19 @@ class AdagradState(NamedTuple):
 
 
 def adagrad_element(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
-    a = a + g * g
-    w = w - lr * g / np.sqrt(a)
-    return w, a, b, c
-
-
-@register("adagrad", state=AdagradState, element=adagrad_element)
-def adagrad_update(
-    params: np.ndarray,
-    state: AdagradState,
-    grad: np.ndarray,
-    lr: np.float32,
-    hyper: NoHyper,
-    ctx: UpdateContext,
-) -> tuple[np.ndarray, AdagradState]:
     """Adagrad (``adagrad``; TPU-OSS, CPU-KERNEL).
 
     Slots: ``accumulators`` acc (default 0.1; must be > 0, there is no epsilon). ::
 
         acc = acc + G * G
         w   = w - lr * G / sqrt(acc)            (the new accumulator)
-
-    Returns new arrays; the inputs are not modified.
     """
-    lr = f32(lr)
-    acc = state.accumulators + grad * grad
-    w = params - lr * grad / np.sqrt(acc)
-    return w, AdagradState(acc)
+    a = a + g * g
+    w = w - lr * g / np.sqrt(a)
+    return w, a, b, c
+
+
+adagrad_update = register_element("adagrad", state=AdagradState, element=adagrad_element)
 
 
 class AdagradMomentumState(NamedTuple):
@@ -66,6 +50,21 @@ AdagradMomentumHyper = hyper_tuple("AdagradMomentumHyper", "adagrad_momentum", _
 
 
 def adagrad_momentum_element(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
+    """Adagrad with momentum (``adagrad_momentum``; TPU-OSS).
+
+    Hyper-parameters: ``momentum`` mu, ``use_nesterov``, ``exponent`` k, ``beta2``, ``epsilon`` eps.
+    Slots: ``accumulators`` acc (default 0), ``momenta`` m (default 0). ::
+
+        if beta2 == 1.0 (exact):  acc = acc + G * G
+        else:                     acc = beta2 * acc + (1 - beta2) * G * G
+        s   = pow(acc + eps, -(1 / k)) * G        (1/k in float32, pow: numerics.pow32)
+        m   = mu * m + s
+        w   = w - lr * (mu * m + s)               if use_nesterov (the new m)
+        w   = w - lr * m                          otherwise
+
+    The preconditioned gradient ``s`` enters the momentum (TensorFlow's SparseCore builder and the
+    JAX lowering), not the bare preconditioner of the proto comment.
+    """
     mu, beta2 = h.momentum, h.beta2
     if beta2 == ONE:
         a = a + g * g
@@ -80,51 +79,12 @@ def adagrad_momentum_element(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Qua
     return w, a, b, c
 
 
-@register(
+adagrad_momentum_update = register_element(
     "adagrad_momentum",
     state=AdagradMomentumState,
     hyper=AdagradMomentumHyper,
     element=adagrad_momentum_element,
 )
-def adagrad_momentum_update(
-    params: np.ndarray,
-    state: AdagradMomentumState,
-    grad: np.ndarray,
-    lr: np.float32,
-    hyper: Any,
-    ctx: UpdateContext,
-) -> tuple[np.ndarray, AdagradMomentumState]:
-    """Adagrad with momentum (``adagrad_momentum``; TPU-OSS).
-
-    Hyper-parameters: ``momentum`` mu, ``use_nesterov``, ``exponent`` k, ``beta2``, ``epsilon`` eps.
-    Slots: ``accumulators`` acc (default 0), ``momenta`` m (default 0). ::
-
-        if beta2 == 1.0 (exact):  acc = acc + G * G
-        else:                     acc = beta2 * acc + (1 - beta2) * G * G
-        s   = pow(acc + eps, -(1 / k)) * G        (1/k in float32, pow: numerics.pow32)
-        m   = mu * m + s
-        w   = w - lr * (mu * m + s)               if use_nesterov (the new m)
-        w   = w - lr * m                          otherwise
-
-    The preconditioned gradient ``s`` enters the momentum (TensorFlow's SparseCore builder and the
-    JAX lowering), not the bare preconditioner of the proto comment. Returns new arrays; the
-    inputs are not modified.
-    """
-    lr = f32(lr)
-    mu, beta2, eps, k = hyper.momentum, hyper.beta2, hyper.epsilon, hyper.exponent
-    one = f32(1.0)
-    acc = state.accumulators
-    if beta2 == one:
-        acc = acc + grad * grad
-    else:
-        acc = beta2 * acc + (one - beta2) * grad * grad
-    s = pow32(acc + eps, -(one / k)) * grad
-    m = mu * state.momenta + s
-    if hyper.use_nesterov:
-        w = params - lr * (mu * m + s)
-    else:
-        w = params - lr * m
-    return w, AdagradMomentumState(acc, m)
 
 
 #: update_accumulator_first, max_var_update, max_accumulator.
@@ -132,31 +92,6 @@ BoundedAdagradHyper = hyper_tuple("BoundedAdagradHyper", "bounded_adagrad", __na
 
 
 def bounded_adagrad_element(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
-    fresh = a + g * g
-    if h.max_accumulator > ZERO:
-        fresh = min(fresh, h.max_accumulator)
-    delta = lr * g / np.sqrt(fresh if h.update_accumulator_first != ZERO else a)
-    if h.max_var_update > ZERO:
-        delta = min(max(delta, -h.max_var_update), h.max_var_update)
-    w = w - delta
-    a = fresh
-    return w, a, b, c
-
-
-@register(
-    "bounded_adagrad",
-    state=AdagradState,
-    hyper=BoundedAdagradHyper,
-    element=bounded_adagrad_element,
-)
-def bounded_adagrad_update(
-    params: np.ndarray,
-    state: AdagradState,
-    grad: np.ndarray,
-    lr: np.float32,
-    hyper: Any,
-    ctx: UpdateContext,
-) -> tuple[np.ndarray, AdagradState]:
     """Bounded Adagrad (``bounded_adagrad``; RECON).
 
     Hyper-parameters: ``update_accumulator_first``, ``max_var_update``, ``max_accumulator``
@@ -170,21 +105,25 @@ def bounded_adagrad_update(
         w       = w - delta
         acc     = acc_new
 
-    ``max_var_update`` bounds the step, not the gradient. Returns new arrays; the inputs are not
-    modified.
+    ``max_var_update`` bounds the step, not the gradient.
     """
-    lr = f32(lr)
-    max_accumulator, max_var_update = hyper.max_accumulator, hyper.max_var_update
-    acc = state.accumulators
-    acc_new = acc + grad * grad
-    if max_accumulator > 0:
-        acc_new = np.minimum(acc_new, max_accumulator)
-    a = acc_new if hyper.update_accumulator_first else acc
-    delta = lr * grad / np.sqrt(a)
-    if max_var_update > 0:
-        delta = np.minimum(np.maximum(delta, -max_var_update), max_var_update)
-    w = params - delta
-    return w, AdagradState(acc_new)
+    fresh = a + g * g
+    if h.max_accumulator > ZERO:
+        fresh = min(fresh, h.max_accumulator)
+    delta = lr * g / np.sqrt(fresh if h.update_accumulator_first != ZERO else a)
+    if h.max_var_update > ZERO:
+        delta = min(max(delta, -h.max_var_update), h.max_var_update)
+    w = w - delta
+    a = fresh
+    return w, a, b, c
+
+
+bounded_adagrad_update = register_element(
+    "bounded_adagrad",
+    state=AdagradState,
+    hyper=BoundedAdagradHyper,
+    element=bounded_adagrad_element,
+)
 
 
 _GLOBAL_STEP = ALGORITHMS["frequency_aware_adagrad"].step_inputs[0]
@@ -212,33 +151,6 @@ def _bind_frequency_aware(message: Any) -> Any:
 
 
 def frequency_aware_adagrad_element(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
-    b = b + ONE
-    a = max(h.accumulator_decay * a + g * g, h.initial_accumulator_value)
-    scale = min(pow32(h.global_step / b, h.probability_exponent), h.max_lr_multiplier)
-    u = g * scale / np.sqrt(a)
-    if h.l1_regularization_strength > ZERO:
-        u = u + h.l1_regularization_strength * sign(w)
-    if h.l2_regularization_strength > ZERO:
-        u = u + h.l2_regularization_strength * w
-    w = w - lr * u
-    return w, a, b, c
-
-
-@register(
-    "frequency_aware_adagrad",
-    state=FrequencyAwareAdagradState,
-    hyper=FrequencyAwareAdagradHyper,
-    bind=_bind_frequency_aware,
-    element=frequency_aware_adagrad_element,
-)
-def frequency_aware_adagrad_update(
-    params: np.ndarray,
-    state: FrequencyAwareAdagradState,
-    grad: np.ndarray,
-    lr: np.float32,
-    hyper: Any,
-    ctx: UpdateContext,
-) -> tuple[np.ndarray, FrequencyAwareAdagradState]:
     """Frequency-aware Adagrad (``frequency_aware_adagrad``; RECON from a garbled proto comment).
 
     Slots: ``accumulators`` acc (default ``initial_accumulator_value``), ``counters`` (default 0).
@@ -252,25 +164,26 @@ def frequency_aware_adagrad_update(
         if l2_regularization_strength > 0:  u = u + l2_regularization_strength * w
         w       = w - lr * u
 
-    ``counter`` is the row's update counter (every element of a row holds the same count).
-    Returns new arrays; the inputs are not modified. Raises ``ValueError`` when the dynamic
-    inputs have no element for the step-counter tag.
+    ``counter`` is the row's update counter (every element of a row holds the same count). The
+    update raises ``ValueError`` when the dynamic inputs have no element for the step-counter
+    tag.
     """
-    lr = f32(lr)
-    n_global = f32(_GLOBAL_STEP.read("frequency_aware_adagrad", hyper, ctx.dynamic_inputs))
-    l1, l2 = hyper.l1_regularization_strength, hyper.l2_regularization_strength
-    counter = state.counters + f32(1.0)
-    acc = np.maximum(
-        hyper.accumulator_decay * state.accumulators + grad * grad,
-        hyper.initial_accumulator_value,
-    )
-    scale = np.minimum(
-        pow32(n_global / counter, hyper.probability_exponent), hyper.max_lr_multiplier
-    )
-    u = grad * scale / np.sqrt(acc)
-    if l1 > 0:
-        u = u + l1 * np.sign(params)
-    if l2 > 0:
-        u = u + l2 * params
-    w = params - lr * u
-    return w, FrequencyAwareAdagradState(acc, counter)
+    b = b + ONE
+    a = max(h.accumulator_decay * a + g * g, h.initial_accumulator_value)
+    scale = min(pow32(h.global_step / b, h.probability_exponent), h.max_lr_multiplier)
+    u = g * scale / np.sqrt(a)
+    if h.l1_regularization_strength > ZERO:
+        u = u + h.l1_regularization_strength * sign(w)
+    if h.l2_regularization_strength > ZERO:
+        u = u + h.l2_regularization_strength * w
+    w = w - lr * u
+    return w, a, b, c
+
+
+frequency_aware_adagrad_update = register_element(
+    "frequency_aware_adagrad",
+    state=FrequencyAwareAdagradState,
+    hyper=FrequencyAwareAdagradHyper,
+    bind=_bind_frequency_aware,
+    element=frequency_aware_adagrad_element,
+)

@@ -162,7 +162,8 @@ class Algorithm:
     ``step_inputs``: what its update reads from the step's dynamic inputs besides the rate.
     ``learning_rate``: what the rate of a dynamic learning rate carries - ``"rate"`` (a
     learning rate), ``"bias_corrected"`` (a learning rate the caller bias-corrects, Adam's
-    ``lr * sqrt(1 - beta2^n) / (1 - beta1^n)``), ``"global_step"`` (the global step count n) or
+    ``lr * sqrt(1 - beta2^n) / (1 - beta1^n)``: ``algorithms.adam.bias_correction``),
+    ``"global_step"`` (the global step count n) or
     ``"unused"`` (the update ignores it).
     ``initial_rows_from``: the hyper-parameter field the table's rows start at when no
     initializer is given (``None``: spec section 11's default initializer).

@@ -1,4 +1,6 @@
-"""The frequency estimator (spec 12.17): not a learning rule, a per-row estimate of hit spacing."""
+"""The frequency estimator (spec 12.17): not a learning rule, a per-row estimate of hit spacing.
+
+Written once, as its scalar element; ``register_element`` makes its NumPy update from it."""
 
 from __future__ import annotations
 
@@ -6,7 +8,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .update import ONE, F, Quad, UpdateContext, f32, hyper_tuple, register
+from .update import ONE, F, Quad, hyper_tuple, register_element, where
 
 
 class FrequencyEstimatorState(NamedTuple):
@@ -18,31 +20,6 @@ FrequencyEstimatorHyper = hyper_tuple("FrequencyEstimatorHyper", "frequency_esti
 
 
 def frequency_estimator_element(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
-    """``lr`` is the global step count n."""
-    delta = lr - a
-    capped = min(delta, h.max_delta)
-    if delta >= h.outlier_threshold * w:
-        w = capped
-    else:
-        w = w * (ONE - h.tau) + capped * h.tau
-    a = lr
-    return w, a, b, c
-
-
-@register(
-    "frequency_estimator",
-    state=FrequencyEstimatorState,
-    hyper=FrequencyEstimatorHyper,
-    element=frequency_estimator_element,
-)
-def frequency_estimator_update(
-    params: np.ndarray,
-    state: FrequencyEstimatorState,
-    grad: np.ndarray,
-    lr: np.float32,
-    hyper: Any,
-    ctx: UpdateContext,
-) -> tuple[np.ndarray, FrequencyEstimatorState]:
     """Frequency estimator (``frequency_estimator``; PROTO).
 
     The table (width 1) holds D, the estimated number of global steps between two hits of the
@@ -57,14 +34,18 @@ def frequency_estimator_update(
         D       = D * (1 - tau) + cdelta * tau      elsewhere
         last_hit_step = n
 
-    ``weight_exponent`` is not used (the forward pass returns D itself). Returns new arrays; the
-    inputs are not modified.
+    ``weight_exponent`` is not used (the forward pass returns D itself).
     """
-    n = f32(lr)
-    tau, max_delta = hyper.tau, hyper.max_delta
-    one = f32(1.0)
-    delta = n - state.last_hit_step
-    cdelta = np.minimum(delta, max_delta)
-    outlier = delta >= hyper.outlier_threshold * params
-    d = np.where(outlier, cdelta, params * (one - tau) + cdelta * tau)
-    return d, FrequencyEstimatorState(np.full_like(state.last_hit_step, n))
+    delta = lr - a
+    capped = min(delta, h.max_delta)
+    w = where(delta >= h.outlier_threshold * w, capped, w * (ONE - h.tau) + capped * h.tau)
+    a = lr
+    return w, a, b, c
+
+
+frequency_estimator_update = register_element(
+    "frequency_estimator",
+    state=FrequencyEstimatorState,
+    hyper=FrequencyEstimatorHyper,
+    element=frequency_estimator_element,
+)

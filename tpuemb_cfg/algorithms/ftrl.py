@@ -1,4 +1,7 @@
-"""Follow-the-regularized-leader (spec 12.6)."""
+"""Follow-the-regularized-leader (spec 12.6).
+
+Written once, as its scalar elements (one per kind of power); ``register_element`` makes its
+NumPy update from them."""
 
 from __future__ import annotations
 
@@ -6,20 +9,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .update import TWO, ZERO, F, Quad, UpdateContext, clip, f32, hyper_tuple, pow32, register
-
-
-def _pow(x: np.ndarray, exponent: np.float32) -> np.ndarray:
-    """``pow(x, exponent)`` in float32; the usual exponent 0.5 (lr_power -0.5) is an exact sqrt.
-
-    ``sqrt`` is correctly rounded; any other exponent goes through ``numerics.pow32``, the same
-    bits on every machine (docs/numerics.md). TensorFlow's FTRL kernels special-case
-    lr_power == -0.5 the same way.
-    """
-    if exponent == f32(0.5):
-        root: np.ndarray = np.sqrt(x)
-        return root
-    return np.asarray(pow32(x, exponent))
+from .update import TWO, ZERO, F, Quad, clip, f32, hyper_tuple, pow32, register_element, where
 
 
 class FtrlState(NamedTuple):
@@ -32,55 +22,6 @@ FtrlHyper = hyper_tuple("FtrlHyper", "ftrl", __name__)
 
 
 def ftrl_element(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
-    """lr_power -0.5: the powers are exact square roots (``_pow``)."""
-    fresh = a + g * g
-    w, b = _ftrl_step(w, b, g, lr, h, np.sqrt(a), np.sqrt(fresh))
-    return w, fresh, b, c
-
-
-def ftrl_pow_element(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
-    """Any other lr_power: ``pow32`` (a kernel of its own, so the usual exponent's kernel stays
-    two square roots)."""
-    fresh = a + g * g
-    exponent = -h.lr_power
-    w, b = _ftrl_step(w, b, g, lr, h, pow32(a, exponent), pow32(fresh, exponent))
-    return w, fresh, b, c
-
-
-def _ftrl_step(w: F, b: F, g: F, lr: F, h: Any, p_old: F, p_new: F) -> tuple[F, F]:
-    """The new weight and linear slot; ``p_*`` = acc^-lr_power before and after the step."""
-    l1, l2, beta = h.l1, h.l2, h.beta
-    dp = p_new - p_old
-    by_lr = h.multiply_linear_by_lr != ZERO
-    b = (b + lr * g - dp * w) if by_lr else (b + g - dp * w / lr)
-    big_l1 = lr * l1 if by_lr else l1
-    den = (p_new + TWO * lr * l2 + beta) if by_lr else ((p_new + beta) / lr + TWO * l2)
-    num = -b if l1 == ZERO else clip(b, -big_l1, big_l1) - b
-    quotient = num / den
-    w = ZERO if den == ZERO else quotient
-    return w, b
-
-
-def _ftrl_variant(hyper: Any) -> int:
-    """The element a table runs: 0 (square roots) for lr_power -0.5, else 1 (``pow32``)."""
-    return 0 if hyper.lr_power == f32(-0.5) else 1
-
-
-@register(
-    "ftrl",
-    state=FtrlState,
-    hyper=FtrlHyper,
-    element=(ftrl_element, ftrl_pow_element),
-    variant=_ftrl_variant,
-)
-def ftrl_update(
-    params: np.ndarray,
-    state: FtrlState,
-    grad: np.ndarray,
-    lr: np.float32,
-    hyper: Any,
-    ctx: UpdateContext,
-) -> tuple[np.ndarray, FtrlState]:
     """FTRL-Proximal (``ftrl``; TPU-OSS, CPU-KERNEL).
 
     Hyper-parameters: ``l1``, ``l2``, ``lr_power``, ``beta``, ``multiply_linear_by_lr`` (mlbl).
@@ -98,30 +39,47 @@ def ftrl_update(
     ``w`` on the right is the weight before this step (after decay). ``den`` is 0 only when
     acc_new = 0 and beta = l2 = 0; the weight is then 0 instead of NaN (executor's choice).
     A rate of 0 without mlbl divides by zero (validator OPT014) and gives inf/NaN here.
-    Returns new arrays; the inputs are not modified.
+
+    This element is lr_power -0.5's: the powers are exact square roots (``sqrt`` is correctly
+    rounded; TensorFlow's FTRL kernels special-case lr_power == -0.5 the same way).
     """
-    lr = f32(lr)
-    l1, l2, beta = hyper.l1, hyper.l2, hyper.beta
-    exponent = -hyper.lr_power
-    two = f32(2.0)
-    acc, lin = state.accumulators, state.linears
-    acc_new = acc + grad * grad
-    p_old = _pow(acc, exponent)
-    p_new = _pow(acc_new, exponent)
+    fresh = a + g * g
+    w, b = _ftrl_step(w, b, g, lr, h, np.sqrt(a), np.sqrt(fresh))
+    return w, fresh, b, c
+
+
+def ftrl_pow_element(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
+    """Any other lr_power: ``numerics.pow32``, the same bits on every machine (docs/numerics.md;
+    a kernel of its own, so the usual exponent's kernel stays two square roots)."""
+    fresh = a + g * g
+    exponent = -h.lr_power
+    w, b = _ftrl_step(w, b, g, lr, h, pow32(a, exponent), pow32(fresh, exponent))
+    return w, fresh, b, c
+
+
+def _ftrl_step(w: F, b: F, g: F, lr: F, h: Any, p_old: F, p_new: F) -> tuple[F, F]:
+    """The new weight and linear slot; ``p_*`` = acc^-lr_power before and after the step."""
+    l1, l2, beta = h.l1, h.l2, h.beta
     dp = p_new - p_old
-    if hyper.multiply_linear_by_lr:
-        lin = lin + lr * grad - dp * params
-        big_l1 = lr * l1
-        den = p_new + two * lr * l2 + beta
-    else:
-        lin = lin + grad - dp * params / lr
-        big_l1 = l1
-        den = (p_new + beta) / lr + two * l2
-    if l1 == 0:
-        num = -lin
-    else:
-        num = np.minimum(np.maximum(lin, -big_l1), big_l1) - lin
-    with np.errstate(divide="ignore", invalid="ignore"):
-        w = num / den
-    w = np.where(den == 0, f32(0.0), w).astype(np.float32, copy=False)
-    return w, FtrlState(acc_new, lin)
+    by_lr = h.multiply_linear_by_lr != ZERO
+    b = (b + lr * g - dp * w) if by_lr else (b + g - dp * w / lr)
+    big_l1 = lr * l1 if by_lr else l1
+    den = (p_new + TWO * lr * l2 + beta) if by_lr else ((p_new + beta) / lr + TWO * l2)
+    num = -b if l1 == ZERO else clip(b, -big_l1, big_l1) - b
+    quotient = num / den
+    w = where(den == ZERO, ZERO, quotient)
+    return w, b
+
+
+def _ftrl_variant(hyper: Any) -> int:
+    """The element a table runs: 0 (square roots) for lr_power -0.5, else 1 (``pow32``)."""
+    return 0 if hyper.lr_power == f32(-0.5) else 1
+
+
+ftrl_update = register_element(
+    "ftrl",
+    state=FtrlState,
+    hyper=FtrlHyper,
+    element=(ftrl_element, ftrl_pow_element),
+    variant=_ftrl_variant,
+)

@@ -7,20 +7,23 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .adagrad import AdagradState
-from .update import ONE, ZERO, F, Quad, UpdateContext, f32, hyper_tuple, register, sign, soft
-
-
-def _soft_threshold(p: np.ndarray, threshold: np.ndarray) -> np.ndarray:
-    """``sign(p) * max(|p| - threshold, 0)``: the L1 proximal operator."""
-    shrunk: np.ndarray = np.sign(p) * np.maximum(np.abs(p) - threshold, f32(0.0))
-    return shrunk
-
+from .update import ONE, ZERO, F, Quad, hyper_tuple, register_element, sign, soft
 
 #: l1, l2.
 ProximalAdagradHyper = hyper_tuple("ProximalAdagradHyper", "proximal_adagrad", __name__)
 
 
 def proximal_adagrad_element(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
+    """Proximal Adagrad (``proximal_adagrad``; PROTO pointing at the kernel, CPU-KERNEL).
+
+    Hyper-parameters: ``l1``, ``l2``. Slots: ``accumulators`` acc (default 0.1). ::
+
+        acc = acc + G * G
+        eta = lr / sqrt(acc)
+        p   = w - eta * G
+        w   = sign(p) * max(|p| - eta * l1, 0) / (1 + eta * l2)    if l1 > 0
+        w   = p / (1 + eta * l2)                                   otherwise
+    """
     a = a + g * g
     eta = lr / np.sqrt(a)
     p = w - eta * g
@@ -31,43 +34,12 @@ def proximal_adagrad_element(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Qua
     return w, a, b, c
 
 
-@register(
+proximal_adagrad_update = register_element(
     "proximal_adagrad",
     state=AdagradState,
     hyper=ProximalAdagradHyper,
     element=proximal_adagrad_element,
 )
-def proximal_adagrad_update(
-    params: np.ndarray,
-    state: AdagradState,
-    grad: np.ndarray,
-    lr: np.float32,
-    hyper: Any,
-    ctx: UpdateContext,
-) -> tuple[np.ndarray, AdagradState]:
-    """Proximal Adagrad (``proximal_adagrad``; PROTO pointing at the kernel, CPU-KERNEL).
-
-    Hyper-parameters: ``l1``, ``l2``. Slots: ``accumulators`` acc (default 0.1). ::
-
-        acc = acc + G * G
-        eta = lr / sqrt(acc)
-        p   = w - eta * G
-        w   = sign(p) * max(|p| - eta * l1, 0) / (1 + eta * l2)    if l1 > 0
-        w   = p / (1 + eta * l2)                                   otherwise
-
-    Returns new arrays; the inputs are not modified.
-    """
-    lr = f32(lr)
-    l1, l2 = hyper.l1, hyper.l2
-    one = f32(1.0)
-    acc = state.accumulators + grad * grad
-    eta = lr / np.sqrt(acc)
-    p = params - eta * grad
-    if l1 > 0:
-        w = _soft_threshold(p, eta * l1) / (one + eta * l2)
-    else:
-        w = p / (one + eta * l2)
-    return w, AdagradState(acc)
 
 
 class ProximalYogiState(NamedTuple):
@@ -80,33 +52,6 @@ ProximalYogiHyper = hyper_tuple("ProximalYogiHyper", "proximal_yogi", __name__)
 
 
 def proximal_yogi_element(w: F, a: F, b: F, c: F, g: F, lr: F, h: Any) -> Quad:
-    b = h.beta1 * b + (ONE - h.beta1) * g
-    a = a + (ONE - h.beta2) * sign(g * g - a) * g * g
-    eta = lr / (np.sqrt(a) + h.epsilon)
-    p = w - eta * b
-    if h.l1 > ZERO:
-        w = soft(p, eta * h.l1) / (ONE + eta * h.l2)
-    elif h.l2 > ZERO:
-        w = p / (ONE + eta * h.l2)
-    else:
-        w = p
-    return w, a, b, c
-
-
-@register(
-    "proximal_yogi",
-    state=ProximalYogiState,
-    hyper=ProximalYogiHyper,
-    element=proximal_yogi_element,
-)
-def proximal_yogi_update(
-    params: np.ndarray,
-    state: ProximalYogiState,
-    grad: np.ndarray,
-    lr: np.float32,
-    hyper: Any,
-    ctx: UpdateContext,
-) -> tuple[np.ndarray, ProximalYogiState]:
     """Proximal Yogi (``proximal_yogi``; RECON from TensorFlow Addons' Yogi).
 
     Hyper-parameters: ``l1``, ``l2``, ``beta1``, ``beta2``, ``epsilon``.
@@ -120,20 +65,24 @@ def proximal_yogi_update(
         w   = p / (1 + eta * l2)                                   elif l2 > 0
         w   = p                                                    otherwise
 
-    No bias correction; lazy momentum. Returns new arrays; the inputs are not modified.
+    No bias correction; lazy momentum.
     """
-    lr = f32(lr)
-    l1, l2, beta1, beta2, eps = hyper.l1, hyper.l2, hyper.beta1, hyper.beta2, hyper.epsilon
-    one = f32(1.0)
-    v = state.v
-    m = beta1 * state.m + (one - beta1) * grad
-    v = v + (one - beta2) * np.sign(grad * grad - v) * grad * grad
-    eta = lr / (np.sqrt(v) + eps)
-    p = params - eta * m
-    if l1 > 0:
-        w = _soft_threshold(p, eta * l1) / (one + eta * l2)
-    elif l2 > 0:
-        w = p / (one + eta * l2)
+    b = h.beta1 * b + (ONE - h.beta1) * g
+    a = a + (ONE - h.beta2) * sign(g * g - a) * g * g
+    eta = lr / (np.sqrt(a) + h.epsilon)
+    p = w - eta * b
+    if h.l1 > ZERO:
+        w = soft(p, eta * h.l1) / (ONE + eta * h.l2)
+    elif h.l2 > ZERO:
+        w = p / (ONE + eta * h.l2)
     else:
         w = p
-    return w, ProximalYogiState(v, m)
+    return w, a, b, c
+
+
+proximal_yogi_update = register_element(
+    "proximal_yogi",
+    state=ProximalYogiState,
+    hyper=ProximalYogiHyper,
+    element=proximal_yogi_element,
+)

@@ -33,6 +33,8 @@ from .base import (
 )
 
 __all__ = [
+    "ADAM_BETA_1",
+    "ADAM_BETA_2",
     "ALGORITHMS",
     "BENCHMARK",
     "BENCHMARK_DEFAULT",
@@ -116,6 +118,10 @@ def _s(*names: str, **initial: float) -> tuple[Slot, ...]:
 
 
 _ADAM_REJECTS = "TensorFlow's Adam rejects it"
+#: Adam's beta_1 and beta_2 defaults (TensorFlow's, jax-tpu-embedding's): the one home of the
+#: numbers, for every constructor and schedule that repeats them.
+ADAM_BETA_1 = 0.9
+ADAM_BETA_2 = 0.999
 #: TensorFlow's Adam constructor's wording for beta_1 and beta_2 out of [0, 1).
 _ADAM_UNIT = "must be >= 0 and < 1"
 _TF_DEFAULT = "(TensorFlow's default)"
@@ -292,11 +298,11 @@ _LIST: tuple[Algorithm, ...] = (
         hyper=(
             _tf(
                 _in_unit("beta1", "OPT010", "[0, 1)", _ADAM_REJECTS, f"0.9 {_TF_DEFAULT}"),
-                0.9, "beta_1", _ADAM_UNIT,
+                ADAM_BETA_1, "beta_1", _ADAM_UNIT,
             ),
             _tf(
                 _in_unit("beta2", "OPT011", "[0, 1)", _ADAM_REJECTS, f"0.999 {_TF_DEFAULT}"),
-                0.999, "beta_2", _ADAM_UNIT,
+                ADAM_BETA_2, "beta_2", _ADAM_UNIT,
             ),
             _tf(
                 _epsilon(

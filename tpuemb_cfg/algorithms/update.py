@@ -22,13 +22,18 @@ default initial values, laziness and support come from the algorithm table, neve
 ``tpuemb_cfg.executor.optimizers`` re-exports what a user of the registry needs; ``binder``,
 ``f32`` and the scalar helpers serve the family modules.
 
-The element: each family also writes its update for one element, ``element(w, a, b, c, g, lr,
-h) -> (w, a, b, c)`` (the parameter, up to three slot values in the table's order, the gradient,
-the rate and the hyper-parameters read BY FIELD NAME, ``h.epsilon``, plus the per-step inputs
-of the table, ``h.global_step``), in the same float32 operations and order as the NumPy update.
-The numba engine compiles its kernels from the elements, rebinding the scalar helpers below
-(``sign``, ``soft``, ``clip``, ``pow32``) to its compiled ones; ``ZERO``, ``ONE`` and ``TWO``
-are float32 constants (a bare ``1.0`` would promote the arithmetic to float64).
+The element: each family writes each optimizer's equations once, for one element,
+``element(w, a, b, c, g, lr, h) -> (w, a, b, c)`` (the parameter, up to three slot values in the
+table's order, the gradient, the rate and the hyper-parameters read BY FIELD NAME,
+``h.epsilon``, plus the per-step inputs of the table, ``h.global_step``), and registers it with
+``register_element``, which makes the NumPy update from it: the same code run on whole arrays,
+the helpers below (``sign``, ``soft``, ``clip``, ``pow32``, ``where`` and the builtins
+``min``/``max``) rebound to their NumPy versions (``ARRAY_HELPERS``; ``rebind``). The numba
+engine compiles its kernels from the same elements, rebinding the helpers to its compiled ones,
+and the non-finite replay to traced ones. So an element makes every choice that depends on the
+data with ``where`` (both values computed), never an ``if`` on an array value. ``ZERO``,
+``ONE`` and ``TWO`` are float32 constants (a bare ``1.0`` would promote the arithmetic to
+float64). ``register`` takes a hand-written update (a custom optimizer's).
 
 Numbers: every array is float32 and every hyper-parameter is a float32 scalar, so each
 intermediate is rounded to float32 exactly as the spec's equations are written (spec
@@ -39,6 +44,7 @@ right (``a * G * G`` is ``(a * G) * G``).
 from __future__ import annotations
 
 import importlib
+import types
 import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -209,10 +215,13 @@ __all__ = [
     "hyper_tuple",
     "load",
     "pow32",
+    "rebind",
     "register",
+    "register_element",
     "sign",
     "soft",
     "unsupported",
+    "where",
 ]
 
 
@@ -237,6 +246,102 @@ def sign(x: np.float32) -> np.float32:
 def soft(p: np.float32, threshold: np.float32) -> np.float32:
     """``sign(p) * max(|p| - threshold, 0)``: the L1 proximal operator."""
     return sign(p) * max(abs(p) - threshold, ZERO)
+
+
+def where(condition: bool, yes: F, no: F) -> F:
+    """``yes`` if ``condition`` else ``no``: an element's choice that depends on the data (over
+    arrays it is ``np.where``, both sides computed, so an element computes both)."""
+    return yes if condition else no
+
+
+def _soft_arrays(p: np.ndarray, threshold: Any) -> np.ndarray:
+    shrunk: np.ndarray = np.sign(p) * np.maximum(np.abs(p) - threshold, ZERO)
+    return shrunk
+
+
+def _clip_arrays(x: np.ndarray, lower: Any, upper: Any) -> np.ndarray:
+    clipped: np.ndarray = np.minimum(np.maximum(x, lower), upper)
+    return clipped
+
+
+#: The helpers over arrays, the builtins ``min``/``max`` included: an element run with these on
+#: whole [n, D] arrays is its NumPy update (``register_element``), operation for operation.
+ARRAY_HELPERS: dict[str, Any] = {
+    "sign": np.sign, "soft": _soft_arrays, "clip": _clip_arrays, "pow32": pow32,
+    "where": np.where, "min": np.minimum, "max": np.maximum,
+}
+
+
+def rebind(function: Callable[..., Any], helpers: dict[str, Any],
+           wrap: Callable[[Callable[..., Any]], Any] | None = None) -> Any:
+    """``function`` (an element) with the names in ``helpers`` rebound, and every plain function
+    of its own module it calls (``_ftrl_step``) rebound the same way; ``wrap`` (numba's
+    ``njit``) applied to each. How one element becomes the NumPy update (``ARRAY_HELPERS``),
+    the numba engine's kernel and the non-finite replay (their scalar helpers)."""
+    scope = {**function.__globals__, **helpers}
+    for name in function.__code__.co_names:
+        value = function.__globals__.get(name)
+        if (name not in helpers and isinstance(value, types.FunctionType)
+                and value.__module__ == function.__module__):
+            scope[name] = rebind(value, helpers, wrap)
+    made = types.FunctionType(function.__code__, scope, function.__name__)
+    made.__qualname__ = function.__qualname__
+    return wrap(made) if wrap is not None else made
+
+
+def _fresh(value: Any, shape: tuple[int, ...], inputs: tuple[Any, ...]) -> np.ndarray:
+    """``value`` as a new float32 array of ``shape`` (a scalar broadcast, an input copied)."""
+    if (isinstance(value, np.ndarray) and value.shape == shape and value.dtype == np.float32
+            and not any(value is given for given in inputs)):
+        return value
+    return np.array(np.broadcast_to(np.asarray(value, dtype=np.float32), shape))
+
+
+def register_element(
+    name: str,
+    *,
+    state: type = NoState,
+    hyper: type = NoHyper,
+    bind: Callable[[Message | None], Any] | None = None,
+    element: Callable[..., Quad] | Sequence[Callable[..., Quad]],
+    variant: Callable[[Any], int] | None = None,
+) -> UpdateFn:
+    """Register optimizer ``name`` from its scalar element(s) alone (``register``'s arguments)
+    and return its NumPy update, made from the element: the element's own code run on the
+    whole [n, D] arrays with ``ARRAY_HELPERS``, so the equations are written once and the NumPy
+    and numba engines run the same operations in the same order. The update binds the per-step
+    inputs of the algorithm table (``h.global_step``) from the step's dynamic inputs, takes the
+    slots in the state's order as the element's ``a, b, c``, runs with division by zero and
+    invalid operations quiet (inf/NaN are the update's result; the executor reports them), and
+    returns new arrays (the inputs are not modified). Its docstring (the equations) is the first
+    element's."""
+    elements = (element,) if callable(element) else tuple(element)
+    over_arrays = tuple(rebind(e, ARRAY_HELPERS) for e in elements)
+    inputs = ALGORITHMS[name].step_inputs if name in ALGORITHMS else ()
+    slots = len(typing.cast(Any, state)._fields)
+
+    def update(params: np.ndarray, state_in: Any, grad: np.ndarray, lr: np.float32,
+               hyper_in: Any, ctx: UpdateContext) -> tuple[np.ndarray, Any]:
+        h = hyper_in
+        if inputs:
+            h = types.SimpleNamespace(**hyper_in._asdict(), **{
+                step_input.name: f32(step_input.read(name, hyper_in, ctx.dynamic_inputs))
+                for step_input in inputs
+            })
+        run = over_arrays[variant(hyper_in) if variant is not None else 0]
+        values = (*state_in, ZERO, ZERO, ZERO)[:3]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out = run(params, *values, grad, f32(lr), h)
+        given = (params, grad, *state_in)
+        fresh = [_fresh(value, params.shape, given) for value in out[: 1 + slots]]
+        return fresh[0], state(*fresh[1:])
+
+    stem = elements[0].__name__.removesuffix("_element")
+    update.__name__ = update.__qualname__ = f"{stem}_update"
+    update.__module__ = elements[0].__module__
+    update.__doc__ = elements[0].__doc__
+    register(name, state=state, hyper=hyper, bind=bind, element=elements, variant=variant)(update)
+    return update
 
 
 # --------------------------------------------------------------------------------------------

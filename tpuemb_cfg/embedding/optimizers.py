@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 from tpuemb_cfg.algorithms import ALGORITHMS, slot_names
+from tpuemb_cfg.algorithms.table import ADAM_BETA_1, ADAM_BETA_2
 from tpuemb_cfg.embedding import _checks as chk
 from tpuemb_cfg.embedding import origins, pbvalues
 from tpuemb_cfg.embedding.equality import ValueEquality
@@ -407,8 +408,8 @@ class Adam(Optimizer):
     def __init__(  # noqa: PLR0913  (TensorFlow's signature)
         self,
         learning_rate: float | Callable[[], float] = 0.001,
-        beta_1: float = 0.9,
-        beta_2: float = 0.999,
+        beta_1: float = ADAM_BETA_1,
+        beta_2: float = ADAM_BETA_2,
         epsilon: float = 1e-07,
         lazy_adam: bool = True,
         sum_inside_sqrt: bool = True,

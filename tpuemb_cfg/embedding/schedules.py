@@ -11,21 +11,24 @@ Kinds (``step`` counts from 0):
 
 - ``constant``: ``value``.
 - ``exponential_decay``: ``initial * decay_rate ** (step / decay_steps)`` (the exponent floored
-  when ``staircase``).
+  when ``staircase``), in float32 in TensorFlow's order (``ExponentialDecay``).
 - ``warmup_cosine``: ``peak * (step + 1) / warmup_steps`` during the warm-up (reaching ``peak``
   at its last step), then a cosine from ``peak`` to ``final`` over ``decay_steps``, then ``final``.
 - ``piecewise_constant``: ``values[i]`` for ``boundaries[i-1] <= step < boundaries[i]``.
 - ``adam_bias_correction``: ``learning_rate * sqrt(1 - beta2**t) / (1 - beta1**t)``, t = step + 1:
-  the rate TPU Adam needs to behave like bias-corrected Adam.
+  the rate TPU Adam needs to behave like bias-corrected Adam (the defaults are Adam's, from the
+  algorithm table).
 - ``global_step``: the step itself (the input of a frequency estimator or a step counter).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
+from tpuemb_cfg.algorithms import schedules
+from tpuemb_cfg.algorithms.adam import bias_corrected_rate
+from tpuemb_cfg.algorithms.table import ADAM_BETA_1, ADAM_BETA_2
 from tpuemb_cfg.embedding import _checks as chk
 
 #: kind -> (required parameters, optional parameters with defaults)
@@ -34,7 +37,10 @@ KINDS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
     "exponential_decay": (("initial", "decay_rate", "decay_steps"), {"staircase": False}),
     "warmup_cosine": (("peak", "warmup_steps", "decay_steps"), {"final": 0.0}),
     "piecewise_constant": (("boundaries", "values"), {}),
-    "adam_bias_correction": (("learning_rate",), {"beta1": 0.9, "beta2": 0.999}),
+    "adam_bias_correction": (
+        ("learning_rate",),
+        {"beta1": ADAM_BETA_1, "beta2": ADAM_BETA_2},
+    ),
     "global_step": ((), {}),
 }
 
@@ -98,36 +104,27 @@ class Schedule:
                 chk.real(owner, key, value)
 
     def value(self, step: int) -> float:
-        """The learning rate at ``step``: float64 from exact operations and the executor's own
-        ``pow64``/``cos64`` (``tpuemb_cfg.numerics``), never libm's, so a simulation
-        sends the same bits on every machine."""
-        from tpuemb_cfg.numerics import cos64, pow64
-
+        """The learning rate at ``step``, computed by the one home of each kind
+        (:mod:`tpuemb_cfg.algorithms.schedules`; Adam's bias correction:
+        :func:`tpuemb_cfg.algorithms.adam.bias_corrected_rate`): ``exponential_decay`` in float32
+        in TensorFlow's order, the others in float64 from exact operations and the executor's
+        own ``pow64``/``cos64``, never libm's, so a simulation sends the same bits on every
+        machine (and the same rates as a simulation spec's or a Keras schedule of the same
+        kind)."""
         p = self.params
         if self.kind == "constant":
             return float(p["value"])
         if self.kind == "exponential_decay":
-            exponent = step / p["decay_steps"]
-            if p["staircase"]:
-                exponent = math.floor(exponent)
-            return float(p["initial"] * pow64(float(p["decay_rate"]), float(exponent)))
+            return float(schedules.exponential_decay(
+                p["initial"], p["decay_rate"], p["decay_steps"], p["staircase"], step))
         if self.kind == "warmup_cosine":
-            warmup = p["warmup_steps"]
-            if step < warmup:
-                return float(p["peak"] * (step + 1) / warmup)
-            t = min((step - warmup) / p["decay_steps"], 1.0)
-            return float(p["final"] + (p["peak"] - p["final"]) * 0.5 * (1 + cos64(math.pi * t)))
+            return schedules.warmup_cosine(p["peak"], p["warmup_steps"], p["decay_steps"],
+                                           p["final"], step)
         if self.kind == "piecewise_constant":
-            for boundary, v in zip(p["boundaries"], p["values"], strict=False):
-                if step < boundary:
-                    return float(v)
-            return float(p["values"][-1])
+            return float(schedules.piecewise_constant(p["boundaries"], p["values"], step))
         if self.kind == "adam_bias_correction":
-            t = step + 1
-            return float(
-                p["learning_rate"] * math.sqrt(1 - pow64(float(p["beta2"]), t))
-                / (1 - pow64(float(p["beta1"]), t))
-            )
+            return float(bias_corrected_rate(p["learning_rate"], float(p["beta1"]),
+                                             float(p["beta2"]), step))
         return float(step)  # global_step
 
     def __call__(self) -> float:

@@ -352,13 +352,8 @@ _HELPERS: dict[str, Any] = {"sign": _sign, "soft": _soft, "clip": _clip, "pow32"
 def _traced(element: Callable[..., Any]) -> Callable[..., Any]:
     """``element`` with the scalar helpers replaced by the traced ones (as the numba engine
     rebinds them to its compiled ones), helpers of its own module too."""
-    scope = {**element.__globals__, **_HELPERS}
-    for name in element.__code__.co_names:
-        value = element.__globals__.get(name)
-        if (name not in _HELPERS and isinstance(value, types.FunctionType)
-                and value.__module__ == element.__module__):
-            scope[name] = _traced(value)
-    return types.FunctionType(element.__code__, scope, element.__name__)
+    traced: Callable[..., Any] = helpers.rebind(element, _HELPERS)
+    return traced
 
 
 #: Said of a replay from the values a compiled (in-place) update left.

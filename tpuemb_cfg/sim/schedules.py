@@ -13,8 +13,8 @@ from typing import Literal
 
 import numpy as np
 
+from ..algorithms.schedules import exponential_decay, piecewise_constant
 from ..errors import UsageError
-from ..numerics import pow32
 
 __all__ = ["Schedule", "ScheduleKind", "check_schedule_tags"]
 
@@ -30,6 +30,9 @@ class Schedule:
       with ``staircase``), computed in float32 like TensorFlow's ``ExponentialDecay``, the power
       by ``numerics.pow32`` (the same bits on every machine);
     - ``piecewise_constant``: ``values[i]`` for ``boundaries[i-1] <= g < boundaries[i]``.
+
+    The values come from :mod:`tpuemb_cfg.algorithms.schedules`, the one home of each kind: a
+    model spec's schedule of the same kind gives the same rates.
     """
 
     tag: int
@@ -41,17 +44,12 @@ class Schedule:
     staircase: bool = False
 
     def __call__(self, step: int) -> np.float32:
-        f32 = np.float32
         if self.kind == "constant":
-            return f32(self.values[0])
+            return np.float32(self.values[0])
         if self.kind == "exponential_decay":
-            if self.staircase:
-                exponent = f32(step // self.decay_steps)
-            else:
-                exponent = f32(step) / f32(self.decay_steps)
-            return f32(f32(self.values[0]) * pow32(self.decay_rate, exponent))
-        position = sum(1 for boundary in self.boundaries if step >= boundary)
-        return f32(self.values[position])
+            return exponential_decay(self.values[0], self.decay_rate, self.decay_steps,
+                                     self.staircase, step)
+        return np.float32(piecewise_constant(self.boundaries, self.values, step))
 
     def describe(self) -> str:
         """One line for summaries: ``tag 0: exponential_decay(0.1, rate 0.5 every 10 steps)``."""

@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 
 from .. import units
+from ..algorithms.adam import bias_corrected_rate
 from ..errors import InputError, NumericalError, UsageError
 from ..errors import parameter as arg
 from ..executor import Executor, FeatureInput, Placement, RunOptions, memory
@@ -67,7 +68,6 @@ from ..executor.workload import (
     parse_ids,
     parse_sequence_lengths,
 )
-from ..numerics import pow64
 from . import kernels
 from .history import LIMIT, History
 from .options import SyntheticOptions
@@ -324,11 +324,9 @@ class SyntheticData:
             if meaning == "global_step":
                 rates[table.lr_tag] = F32(step + 1)  # the global step count
             elif meaning == "bias_corrected":
-                n = step + 1
-                beta1, beta2 = float(table.hyper.beta1), float(table.hyper.beta2)
-                # pow64: no libm power, whose last bits vary between machines (numerics)
-                correction = math.sqrt(1.0 - pow64(beta2, n)) / max(1.0 - pow64(beta1, n), 1e-12)
-                rates[table.lr_tag] = F32(self.learning_rate * correction)
+                rates[table.lr_tag] = F32(bias_corrected_rate(
+                    self.learning_rate, float(table.hyper.beta1), float(table.hyper.beta2),
+                    step))
             else:
                 rates[table.lr_tag] = F32(self.learning_rate)
         for tag in range(self.plan.num_learning_rates):

@@ -2,7 +2,7 @@
 
 ``update(kind, params, s0, s1, s2, rows, grad, ...)`` runs, for every updated row r and column
 d, in one pass and in place (spec 6.1-6.4; the optimizer's equations are its family's scalar
-element, ``tpuemb_cfg.algorithms.update``, in the NumPy update's order, in float32)::
+element, ``tpuemb_cfg.algorithms.update``, from which the NumPy update is made too, in float32)::
 
     G = clip(grad[i, d], g_lo, g_hi)                       6.1 (absent bounds: -inf, +inf)
     w = params[r, d];  w = w - decay * w                   6.2 (when decay is on)
@@ -43,6 +43,7 @@ import numpy as np
 
 from ...algorithms.table import ALGORITHMS
 from ...algorithms.update import load as load_optimizers
+from ...algorithms.update import rebind
 from .jit import njit, prefetch, threads
 from .numba_numerics import pow32, row_sumsq
 
@@ -72,6 +73,11 @@ def _sign(x: np.float32) -> np.float32:
     if x < _ZERO:
         return -_ONE
     return x * _ZERO  # 0 (and NaN for NaN), as np.sign
+
+
+@njit(inline="always")
+def _where(condition: bool, yes: np.float32, no: np.float32) -> np.float32:
+    return yes if condition else no  # ``algorithms.update.where``
 
 
 @njit(inline="always")
@@ -198,19 +204,12 @@ def _drive(
 # The compiled elements: each family's scalar element (``tpuemb_cfg.algorithms.update``) with
 # the scalar helpers rebound to the compiled ones above, and any plain function of its own
 # module it calls (``_ftrl_step``) compiled the same way.
-_HELPERS: dict[str, Any] = {"sign": _sign, "soft": _soft, "clip": _clip, "pow32": pow32}
+_HELPERS: dict[str, Any] = {"sign": _sign, "soft": _soft, "clip": _clip, "pow32": pow32,
+                            "where": _where}
 
 
 def _compiled(element: Callable[..., Any]) -> Any:
-    scope = {**element.__globals__, **_HELPERS}
-    for name in element.__code__.co_names:
-        value = element.__globals__.get(name)
-        if (name not in _HELPERS and isinstance(value, types.FunctionType)
-                and value.__module__ == element.__module__):
-            scope[name] = _compiled(value)
-    function = types.FunctionType(element.__code__, scope, element.__name__)
-    function.__qualname__ = element.__qualname__
-    return njit(inline="always")(function)
+    return rebind(element, _HELPERS, njit(inline="always"))
 
 
 def _fingerprint(element: Callable[..., Any], digest: Any) -> None:

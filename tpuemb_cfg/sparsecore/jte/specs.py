@@ -18,7 +18,7 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
-from tpuemb_cfg.algorithms.table import JAX_SPECS
+from tpuemb_cfg.algorithms.table import ADAM_BETA_1, ADAM_BETA_2, JAX_SPECS
 from tpuemb_cfg.sparsecore import checks
 
 __all__ = [
@@ -122,8 +122,8 @@ class AdagradOptimizerSpec(OptimizerSpec):
 class AdamOptimizerSpec(OptimizerSpec):
     """Adam with the bias correction folded into the rate and epsilon (Kingma & Ba, 2.1)."""
 
-    def __init__(self, learning_rate: Any = 0.001, beta_1: float = 0.9, beta_2: float = 0.999,
-                 epsilon: float = 1e-8) -> None:
+    def __init__(self, learning_rate: Any = 0.001, beta_1: float = ADAM_BETA_1,
+                 beta_2: float = ADAM_BETA_2, epsilon: float = 1e-8) -> None:
         self._assign(locals())
 
 
