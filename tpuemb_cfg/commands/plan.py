@@ -24,7 +24,8 @@ from tpuemb_cfg.commands._outputs import _PLOT_METADATA, check_plot, require_mat
 from tpuemb_cfg.commands.flags import LINES, keras_backend_option
 from tpuemb_cfg.errors import InputError, UsageError, printable, printable_json
 from tpuemb_cfg.planner.checks import number_problem
-from tpuemb_cfg.planner.planning import format_text
+from tpuemb_cfg.planner.inputs import sample_files
+from tpuemb_cfg.planner.planning import PlanOptions, format_text, parse_compare, parse_gate
 from tpuemb_cfg.report import FileReport, format_sarif
 from tpuemb_cfg.rules import RULES, all_rules
 from tpuemb_cfg.session import open_plan, place_plan_findings
@@ -127,7 +128,6 @@ def _check_outputs(config: str, ids: tuple[str, ...], ids_format: str | None,
                    output: str | None, plot: str | None) -> None:
     """Before any work: no output is an input (the configuration, every --ids path and every
     sample file inside an --ids folder) or another output; the plot's name and format."""
-    from tpuemb_cfg.planner.inputs import sample_files
 
     inputs = [("CONFIG", config), *(("--ids", p) for p in ids)]
     inputs += [("--ids", name) for p in ids if Path(p).is_dir()
@@ -195,7 +195,6 @@ def plan(config: str, ids: tuple[str, ...], ids_format: str | None,  # noqa: PLR
     SparseCore spec (.py). Exit status: 0 the gate passed, 1 it failed (--fail-on), 2 bad
     input or options, 130 interrupted.
     """
-    from tpuemb_cfg.planner.planning import PlanOptions, parse_compare, parse_gate
 
     options = PlanOptions(
         topology=topology, hosts=hosts, host_memory_bytes=_size(host_memory, "--host-memory"),

@@ -36,7 +36,12 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from tpuemb_cfg.errors import UsageError
 from tpuemb_cfg.model import Diagnostic
-from tpuemb_cfg.planner.checks import check_legacy_hosts, check_sparsecore_variants
+from tpuemb_cfg.planner.checks import (
+    check_legacy_hosts,
+    check_plan_options,
+    check_sparsecore_variants,
+    plan_options,
+)
 from tpuemb_cfg.planner.inputs import (
     FeatureBatch,
     Sample,
@@ -45,11 +50,31 @@ from tpuemb_cfg.planner.inputs import (
     legacy_schema,
     sparsecore_schema,
 )
-from tpuemb_cfg.planner.limits import LimitOptions, LimitsReport, spans
-from tpuemb_cfg.planner.load import LoadCounter, LoadOptions, LoadReport
-from tpuemb_cfg.planner.memory import MemoryReport
+from tpuemb_cfg.planner.limits import LimitOptions, LimitsReport, limits, spans
+from tpuemb_cfg.planner.limits import findings as limit_findings
+from tpuemb_cfg.planner.load import (
+    STRATEGIES,
+    LoadCounter,
+    LoadOptions,
+    LoadReport,
+    host_counter,
+    legacy_tables,
+    sparsecore_counter,
+)
+from tpuemb_cfg.planner.memory import (
+    MemoryReport,
+    legacy_memory,
+    memory_findings,
+    sparsecore_memory,
+    with_hosts,
+)
+from tpuemb_cfg.rules import RULES
 from tpuemb_cfg.rules.plan import LoadImbalance, plan_findings
+from tpuemb_cfg.schema import ShardingStrategy
+from tpuemb_cfg.sparsecore.feed import stack
+from tpuemb_cfg.sparsecore.topology import parse_topology
 from tpuemb_cfg.units import format_size
+from tpuemb_cfg.validator import run_rules
 
 if TYPE_CHECKING:
     from tpuemb_cfg.executor.prepared import Prepared
@@ -170,7 +195,6 @@ class PlanOptions:
     host_index: int | None = None
 
     def __post_init__(self) -> None:
-        from tpuemb_cfg.planner.checks import check_plan_options
 
         check_plan_options(self, {"compare": (Compare, parse_compare),  # types and ranges
                                   "gate": (Gate, parse_gate)})
@@ -266,7 +290,6 @@ class Planner:
 
     def __init__(self, config: Prepared | SparseCoreConfig, sample: Sample,
                  options: PlanOptions | None = None) -> None:
-        from tpuemb_cfg.planner.checks import plan_options
 
         self.options = plan_options(options, PlanOptions)
         self.sample = sample
@@ -340,7 +363,6 @@ class Planner:
     def _legacy_counts(self) -> list[int]:
         """The host counts a legacy plan counts (the configured first), each checked against
         the memory before the sample is read (``planner.checks``)."""
-        from tpuemb_cfg.planner.load import legacy_tables
 
         prepared: Prepared = self.config  # type: ignore[assignment]
         opts = self.options
@@ -356,9 +378,6 @@ class Planner:
         return list(dict.fromkeys(h for _, h in labelled))
 
     def _run_legacy(self) -> Plan:
-        from tpuemb_cfg.planner.load import STRATEGIES, host_counter, legacy_tables
-        from tpuemb_cfg.planner.memory import legacy_memory, memory_findings
-        from tpuemb_cfg.schema import ShardingStrategy
 
         prepared: Prepared = self.config  # type: ignore[assignment]
         opts = self.options
@@ -401,10 +420,6 @@ class Planner:
     # -- SparseCore
 
     def _run_sparsecore(self) -> Plan:
-        from tpuemb_cfg.planner.limits import findings as limit_findings
-        from tpuemb_cfg.planner.limits import limits
-        from tpuemb_cfg.planner.load import sparsecore_counter
-        from tpuemb_cfg.planner.memory import memory_findings, sparsecore_memory
 
         opts = self.options
         variants: list[Variant] = []
@@ -507,7 +522,6 @@ def _schema(config: SparseCoreConfig, host_index: int | None) -> SampleSchema:
 
 
 def _stack(config: SparseCoreConfig, label: str | None = None) -> Stacking:
-    from tpuemb_cfg.sparsecore.feed import stack
 
     try:
         return stack(config)
@@ -517,7 +531,6 @@ def _stack(config: SparseCoreConfig, label: str | None = None) -> Stacking:
 
 
 def _topology(text: str, hosts: int | None, label: str | None = None) -> Any:
-    from tpuemb_cfg.sparsecore.topology import parse_topology
 
     try:
         return parse_topology(text, hosts=hosts)
@@ -565,9 +578,6 @@ def _cores_left_out(prepared: Prepared, hosts: int) -> list[Diagnostic]:
     topology may differ from ``num_hosts``): the per-chip memory spreads a host's rows over
     ``num_tensor_cores // hosts`` devices, so the cores beyond ``hosts`` times that are left
     out; the hint says how many."""
-    from tpuemb_cfg.planner.memory import with_hosts
-    from tpuemb_cfg.rules import RULES
-    from tpuemb_cfg.validator import run_rules
 
     config = prepared.config
     if hosts != config.num_hosts:

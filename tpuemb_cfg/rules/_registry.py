@@ -47,6 +47,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+from tpuemb_cfg.derived import derive
 from tpuemb_cfg.model import SEVERITY_RANK, Diagnostic, Severity
 
 if TYPE_CHECKING:
@@ -187,8 +188,6 @@ class Context(_Reporter):
         options: Mapping[str, Any] | None = None,
     ) -> None:
         if derived is None:
-            from tpuemb_cfg.derived import derive
-
             derived = derive(config)
         self.config = config
         self.derived = derived
