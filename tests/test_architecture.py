@@ -38,6 +38,7 @@ LAYERS: tuple[dict[str, tuple[str, ...]], ...] = (
         "tpuemb_cfg.proto", "tpuemb_cfg.schema", "tpuemb_cfg.errors", "tpuemb_cfg.units",
         "tpuemb_cfg.numerics", "tpuemb_cfg._streams", "tpuemb_cfg._interrupt",
         "tpuemb_cfg.usercode", "tpuemb_cfg.protoutil", "tpuemb_cfg.version", "tpuemb_cfg.lazy",
+        "tpuemb_cfg.base",
     )},
     {"io": (
         "tpuemb_cfg.atomic", "tpuemb_cfg.io", "tpuemb_cfg.npzio", "tpuemb_cfg.limits",
