@@ -54,8 +54,8 @@ import numpy as np
 import numpy.typing as npt
 
 from tpuemb_cfg.sparsecore._args import check_int, check_preprocess
-from tpuemb_cfg.sparsecore.preprocessing import SparseCoreInputError, _Feature
-from tpuemb_cfg.sparsecore.preprocessing import _flatten as _flatten_input
+from tpuemb_cfg.sparsecore.preprocess_input import SparseCoreInputError, _Feature
+from tpuemb_cfg.sparsecore.preprocess_input import _flatten as _flatten_input
 from tpuemb_cfg.sparsecore.results import PreprocessedBatch, PreprocessedStack
 from tpuemb_cfg.sparsecore.stacking import FeatureSlot, Stack, Stacking
 
