@@ -167,20 +167,21 @@ PLATFORMS: tuple[Chip, ...] = (
 )
 
 
-def sparsecore_chips(platforms: Iterable[Chip] = PLATFORMS) -> tuple[Chip, ...]:
-    """The chips ``TPUEmbeddingV2`` and jax-tpu-embedding target (``--topology`` kinds)."""
-    return tuple(c for c in platforms if c.sparsecore_api)
+def sparsecore_chips(platforms: Iterable[Chip] | None = None) -> tuple[Chip, ...]:
+    """The chips ``TPUEmbeddingV2`` and jax-tpu-embedding target (``--topology`` kinds), of
+    ``platforms`` (default :data:`PLATFORMS`, read when called)."""
+    return tuple(c for c in (PLATFORMS if platforms is None else platforms) if c.sparsecore_api)
 
 
-def jax_sparse_core_counts(platforms: Iterable[Chip] = PLATFORMS) -> tuple[int, ...]:
+def jax_sparse_core_counts(platforms: Iterable[Chip] | None = None) -> tuple[int, ...]:
     """The SparseCores per device jax-tpu-embedding accepts (``num_sc_per_device``): those of
     the chips it targets, ``(2, 4)``."""
     return tuple(sorted({c.sparse_cores_per_device for c in sparsecore_chips(platforms)}))
 
 
-def legacy_chips(platforms: Iterable[Chip] = PLATFORMS) -> tuple[Chip, ...]:
+def legacy_chips(platforms: Iterable[Chip] | None = None) -> tuple[Chip, ...]:
     """The generations SIZE004 knows (``tpuemb validate --tpu``)."""
-    return tuple(c for c in platforms if c.legacy)
+    return tuple(c for c in (PLATFORMS if platforms is None else platforms) if c.legacy)
 
 
 def chip_names(chips: Iterable[Chip], *, last: str = ", ") -> str:
@@ -192,11 +193,11 @@ def chip_names(chips: Iterable[Chip], *, last: str = ", ") -> str:
     return ", ".join(names[:-1]) + last + names[-1]
 
 
-def find_chip(name: str, chips: Iterable[Chip] = PLATFORMS) -> Chip | None:
+def find_chip(name: str, chips: Iterable[Chip] | None = None) -> Chip | None:
     """The chip of ``chips`` called ``name`` or one of its aliases (case-insensitive), else
     None."""
     key = name.strip().lower()
-    for chip in chips:
+    for chip in PLATFORMS if chips is None else chips:
         if key == chip.key or key in chip.aliases:
             return chip
     return None
