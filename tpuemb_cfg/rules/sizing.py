@@ -196,9 +196,10 @@ def over_device_memory(ctx: Context) -> Iterator[Diagnostic]:
     it (`num_tensor_cores / num_hosts`; a device is what `num_tensor_cores` counts) and warns
     when one device's share exceeds its high-bandwidth memory. The memory is that of the TPU
     generation named by `tpu = "v4"` under `[tool.tpuemb]` in pyproject.toml or by
-    `tpuemb validate --tpu v4` ($size004_generations; HBM in GiB as Google's Cloud TPU pages
-    give it). Without a generation the budget is the largest of them, so
-    the rule then reports only tables that fit on no TPU.
+    `tpuemb validate --tpu v4`, in GiB as Google's Cloud TPU pages give it:
+    $size004_generations.
+    Without a generation the budget is the largest of them, so the rule then reports only
+    tables that fit on no TPU.
 
     ## Why is this bad?
     The tables, their slots and the gradient accumulators live in the devices' memory; a share
