@@ -324,7 +324,8 @@ def test_each_optimizer_has_one_home(name: str) -> None:
 #
 # - an integer written as N x a GiB/GB unit (``95 * 2**30``, ``32 * _GIB``, ``16 * 10**9``), or a
 #   literal equal to such a product (``95e9``), where N is the HBM of some chip or device;
-# - a number assigned, passed or defaulted under a name of a fact: a ``max_ids`` /
+# - a number assigned, passed or defaulted under a name of a fact (``max_ids_per_chip_per_sample``,
+#   ``MINIBATCHES``: 64); a ``max_ids`` /
 #   ``max_unique_ids`` / ``DEFAULT_LIMIT`` name given the default limit, a SparseCore count name
 #   (``sparse_cores``, ``num_sc``) given a count above 1, an ``ACTIVATION`` / ``SHARD`` name
 #   given one of those limits;
@@ -337,6 +338,7 @@ _UNITS = {"GIB": 2**30, "GB": 10**9}
 _LIMIT_NAME = re.compile(r"max_(unique_)?ids|DEFAULT_LIMIT|DEFAULT_MAX", re.IGNORECASE)
 _CORES_NAME = re.compile(r"sparse_cores?|num_sc\b", re.IGNORECASE)
 _BYTES_NAME = re.compile(r"ACTIVATION|SHARD", re.IGNORECASE)
+_SAMPLE_NAME = re.compile(r"per_chip_per_sample|MINIBATCHES", re.IGNORECASE)
 
 
 @functools.cache
@@ -465,6 +467,7 @@ def _fact_patterns() -> tuple[set[int], int, set[int], re.Pattern[str], re.Patte
 def _fact_copies(where: str, source: str) -> list[str]:
     """The chip facts and SparseCore defaults ``source`` writes again (see above)."""
     counts, default_limit, byte_limits, chip_list, figure = _fact_patterns()
+    per_sample = int(_facts()["DEFAULT_MAX_IDS_PER_CHIP_PER_SAMPLE"])  # type: ignore[call-overload]
     tree = ast.parse(source)
     found: list[str] = []
     for node in ast.walk(tree):
@@ -472,6 +475,8 @@ def _fact_copies(where: str, source: str) -> list[str]:
             found.append(f"{where}:{node.lineno}: HBM {ast.unparse(node)}")
     for name, value, line in _named_values(tree):
         numbers = _ints(value)
+        if _SAMPLE_NAME.search(name) and per_sample in numbers:
+            found.append(f"{where}:{line}: {name} = {per_sample} (a SparseCore default)")
         if _LIMIT_NAME.search(name) and default_limit in numbers:
             found.append(f"{where}:{line}: {name} = {default_limit} (the default limit)")
         if _CORES_NAME.search(name) and any(n > 1 for n in numbers):
@@ -502,11 +507,12 @@ def test_the_fact_scan_finds_each_kind_of_copy() -> None:
         "MESSAGE = 'accepts 4 (TPU v5p) or 2 (v6e, TPU7x)'\n"
         "ACTIVATION_LIMIT = 2 * 1024 * 1024\n"
         "BUCKETS = 256\nSHIFT = 4 << 32\nTEXT = 'a v5p-64 slice'\nBUDGET = 64 * _GIB\n"
+        "MAX_MINIBATCHES = 64\n"
         "def g():\n    'Chips v5p, v6e, TPU7x (a docstring, not a message).'\n"
     )
     lines = sorted(int(c.split(": ", 1)[0].rsplit(":", 1)[1])
                    for c in _fact_copies("probe", source))
-    assert lines == [1, 2, 3, 4, 5, 6, 7, 8]
+    assert lines == [1, 2, 3, 4, 5, 6, 7, 8, 13]
 
 
 #: The modules that read the platform table or the SparseCore defaults (a new chip kind is one
@@ -517,6 +523,10 @@ PLATFORM_READERS = (
     "tpuemb_cfg.sparsecore.stacker",  # byte and row limits, messages
     "tpuemb_cfg.sparsecore.feed",  # TensorFlow's default limits
     "tpuemb_cfg.sparsecore.summary",  # the default limit in inspect/plan
+    "tpuemb_cfg.sparsecore.config",  # max_ids_per_chip_per_sample
+    "tpuemb_cfg.sparsecore.preprocess_input",  # the COO buffer, minibatches
+    "tpuemb_cfg.sparsecore.tf_preprocess",
+    "tpuemb_cfg.planner.limits",
     "tpuemb_cfg.sparsecore.jte.specs",  # jax-tpu-embedding's defaults
     "tpuemb_cfg.sparsecore.jte.convert",
     "tpuemb_cfg.sparsecore.jte.stacking",  # num_sc_per_device accepted

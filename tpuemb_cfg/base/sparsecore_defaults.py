@@ -16,6 +16,11 @@ compile code read it from here.
 - :data:`STACKED_ROW_LIMIT`: the rows of a stacked table (``int32``): 2^31 - 1.
 - :data:`ASSUMED_SPARSE_CORES_PER_CHIP`: what ``TPUEmbeddingV2`` assumes when the chip reports
   no SparseCore count (``num_embedding_devices_per_chip`` 0: a warning, then 4).
+- :data:`DEFAULT_MAX_IDS_PER_CHIP_PER_SAMPLE`: ``SparseCoreEmbeddingConfig.
+  max_ids_per_chip_per_sample``, TensorFlow's COO buffer per sample (64).
+- The COO buffer of jax-tpu-embedding (:func:`theoretical_coo_buffer`): each SparseCore's run
+  to a partition starts at a multiple of :data:`COO_ALIGNMENT` (8), and with minibatching the
+  buffer has room for :data:`MAX_MINIBATCHES` (64) minibatches.
 """
 
 from __future__ import annotations
@@ -23,10 +28,14 @@ from __future__ import annotations
 __all__ = [
     "ACTIVATION_MEMORY_BYTES_LIMIT",
     "ASSUMED_SPARSE_CORES_PER_CHIP",
+    "COO_ALIGNMENT",
+    "DEFAULT_MAX_IDS_PER_CHIP_PER_SAMPLE",
     "DEFAULT_MAX_IDS_PER_PARTITION",
     "DEFAULT_MAX_UNIQUE_IDS_PER_PARTITION",
+    "MAX_MINIBATCHES",
     "STACKED_ROW_LIMIT",
     "VARIABLE_SHARD_BYTES_LIMIT",
+    "theoretical_coo_buffer",
 ]
 
 #: ``max_ids_per_partition`` of a stack nothing names (TensorFlow and jax-tpu-embedding).
@@ -41,3 +50,19 @@ VARIABLE_SHARD_BYTES_LIMIT = 2 * 1024 * 1024 * 1024
 STACKED_ROW_LIMIT = (1 << 31) - 1
 #: SparseCores per chip ``TPUEmbeddingV2`` assumes when the chip does not say.
 ASSUMED_SPARSE_CORES_PER_CHIP = 4
+#: ``SparseCoreEmbeddingConfig.max_ids_per_chip_per_sample`` (TensorFlow 2.21's default).
+DEFAULT_MAX_IDS_PER_CHIP_PER_SAMPLE = 64
+#: A SparseCore's run of ids to one partition starts at a multiple of this many entries.
+COO_ALIGNMENT = 8
+#: With minibatching, jax-tpu-embedding's buffers and row pointers have room for this many.
+MAX_MINIBATCHES = 64
+
+
+def theoretical_coo_buffer(max_ids_per_partition: int, sparse_cores_per_device: int,
+                           num_sparse_cores: int, *, minibatching: bool = False) -> int:
+    """jax-tpu-embedding's theoretical COO buffer of a device, in entries:
+    roundup8(``max_ids_per_partition``) x S x N (every SparseCore of the device sending a full,
+    aligned run to each of the N partitions), x 64 with minibatching."""
+    aligned = -(-max_ids_per_partition // COO_ALIGNMENT) * COO_ALIGNMENT
+    return aligned * sparse_cores_per_device * num_sparse_cores * \
+        (MAX_MINIBATCHES if minibatching else 1)

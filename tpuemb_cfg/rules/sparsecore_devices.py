@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from tpuemb_cfg.base.platform import chip_names, jax_sparse_core_counts
+from tpuemb_cfg.base.sparsecore_defaults import theoretical_coo_buffer
 from tpuemb_cfg.model import Diagnostic
 from tpuemb_cfg.rules._facts import platform_doc
 from tpuemb_cfg.rules._registry import SparseCoreContext, rule
@@ -14,7 +15,6 @@ from tpuemb_cfg.rules._sparsecore_common import (
     DEFAULT_LIMIT,
     INT32_MAX,
     _or,
-    _roundup,
     _table,
     limit_key_path,
 )
@@ -69,7 +69,8 @@ def sparse_cores_defaulted(ctx: SparseCoreContext) -> Iterator[Diagnostic]:
 def _theoretical_buffer(max_ids: int, stacking: Stacking) -> int:
     """jax-tpu-embedding's theoretical COO buffer per device: roundup8(max_ids) x SparseCores
     per device x N."""
-    return _roundup(max_ids, 8) * stacking.sparse_cores_per_partition * stacking.num_sparse_cores
+    return theoretical_coo_buffer(max_ids, stacking.sparse_cores_per_partition,
+                                  stacking.num_sparse_cores)
 
 
 @rule("SC014", "error", "suggested COO buffer above the theoretical maximum",

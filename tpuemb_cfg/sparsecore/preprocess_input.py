@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from tpuemb_cfg.base.sparsecore_defaults import MAX_MINIBATCHES, theoretical_coo_buffer
 from tpuemb_cfg.errors import TpuembError
 from tpuemb_cfg.sparsecore.stacking import FeatureSlot, Stack, Stacking
 
@@ -24,7 +25,7 @@ __all__ = [
 COMBINERS = ("sum", "mean", "sqrtn")
 
 #: With minibatching, buffers and row pointers have room for this many minibatches.
-MINIBATCHES = 64
+MINIBATCHES = MAX_MINIBATCHES
 
 #: The largest id jax-tpu-embedding keeps intact (it casts ids to int32).
 _INT32_MAX = (1 << 31) - 1
@@ -139,8 +140,8 @@ def buffer_sizes(stack: Stack, *, global_devices: int, sparse_cores_per_device: 
     n = global_devices * sparse_cores_per_device
     max_ids = stack.max_ids_per_partition if max_ids_per_partition is None \
         else max_ids_per_partition
-    theoretical = _round8(max_ids) * sparse_cores_per_device * n * \
-        (MINIBATCHES if enable_minibatching else 1)
+    theoretical = theoretical_coo_buffer(max_ids, sparse_cores_per_device, n,
+                                         minibatching=enable_minibatching)
     suggested = stack.suggested_coo_buffer_size_per_device
     size = theoretical
     if suggested is not None:
