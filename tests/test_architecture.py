@@ -33,6 +33,7 @@ import functools
 import os
 import re
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -46,6 +47,7 @@ LAYERS: tuple[dict[str, tuple[str, ...]], ...] = (
         "tpuemb_cfg.proto", "tpuemb_cfg.schema", "tpuemb_cfg.errors", "tpuemb_cfg.units",
         "tpuemb_cfg.numerics", "tpuemb_cfg._streams", "tpuemb_cfg._interrupt",
         "tpuemb_cfg.usercode", "tpuemb_cfg.protoutil", "tpuemb_cfg.version", "tpuemb_cfg.lazy",
+        "tpuemb_cfg.base",
     )},
     {"io": (
         "tpuemb_cfg.atomic", "tpuemb_cfg.io", "tpuemb_cfg.npzio", "tpuemb_cfg.limits",
@@ -692,3 +694,240 @@ def test_each_schedule_is_defined_in_one_module() -> None:
     for name in ("exponential_decay", "piecewise_constant", "warmup_cosine", "exponential",
                  "bias_correction", "bias_corrected_rate"):
         assert definitions[name] == {SCHEDULE_HOMES[name]}, name
+# -- one platform table ---------------------------------------------------------------------------
+#
+# Chip facts (HBM, SparseCores per chip or device, chip lists) and the SparseCore defaults (256
+# ids per partition, the 2 MiB activation and 2 GiB shard limits) live in tpuemb_cfg/base/
+# (platform.py, sparsecore_defaults.py); everything else reads them. The scan below reads the
+# facts from those two files (run as plain scripts: they import nothing from the package) and
+# looks for them written again, by context, so that an unrelated 256 (a histogram bucket, a
+# hash table) is not flagged:
+#
+# - an integer written as N x a GiB/GB unit (``95 * 2**30``, ``32 * _GIB``, ``16 * 10**9``), or a
+#   literal equal to such a product (``95e9``), where N is the HBM of some chip or device;
+# - a number assigned, passed or defaulted under a name of a fact (``max_ids_per_chip_per_sample``,
+#   ``MINIBATCHES``: 64); a ``max_ids`` /
+#   ``max_unique_ids`` / ``DEFAULT_LIMIT`` name given the default limit, a SparseCore count name
+#   (``sparse_cores``, ``num_sc``) given a count above 1, an ``ACTIVATION`` / ``SHARD`` name
+#   given one of those limits;
+# - text that is not a docstring (messages, help, rule summaries) and the docstrings of rules
+#   (``tpuemb explain``) listing two SparseCore chips together (``v5p, v6e``; ``v5p 4, v6e 2``)
+#   or naming a chip's HBM figure (``95 GiB``).
+
+BASE_FACTS = ("tpuemb_cfg.base.platform", "tpuemb_cfg.base.sparsecore_defaults")
+_UNITS = {"GIB": 2**30, "GB": 10**9}
+_LIMIT_NAME = re.compile(r"max_(unique_)?ids|DEFAULT_LIMIT|DEFAULT_MAX", re.IGNORECASE)
+_CORES_NAME = re.compile(r"sparse_cores?|num_sc\b", re.IGNORECASE)
+_BYTES_NAME = re.compile(r"ACTIVATION|SHARD", re.IGNORECASE)
+_SAMPLE_NAME = re.compile(r"per_chip_per_sample|MINIBATCHES", re.IGNORECASE)
+
+
+@functools.cache
+def _facts() -> dict[str, object]:
+    import runpy
+
+    facts = runpy.run_path(str(PACKAGE / "base" / "platform.py"))
+    facts.update(runpy.run_path(str(PACKAGE / "base" / "sparsecore_defaults.py")))
+    return facts
+
+
+def _hbm_counts() -> set[int]:
+    facts = _facts()
+    gib = int(facts["GIB"])  # type: ignore[call-overload]
+    counts: set[int] = set()
+    for chip in facts["PLATFORMS"]:  # type: ignore[attr-defined]
+        for size in (chip.hbm_bytes, chip.hbm_bytes_per_device, chip.tf_hbm_bytes_per_device):
+            counts.add(size // gib)
+    return counts
+
+
+def _number(node: ast.AST) -> int | float | None:
+    """A numeric constant expression's value (unit names such as ``_GIB`` count as their value)."""
+    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+        return node.value  # type: ignore[no-any-return]
+    if isinstance(node, ast.Name):
+        for unit, value in _UNITS.items():
+            if node.id.upper().lstrip("_").endswith(unit):
+                return value
+        return None
+    if not isinstance(node, ast.BinOp):
+        return None
+    left, right = _number(node.left), _number(node.right)
+    if left is None or right is None:
+        return None
+    if isinstance(node.op, ast.Mult):
+        return left * right
+    if not isinstance(right, int) or not 0 <= right <= 64:
+        return None
+    if isinstance(node.op, ast.Pow):
+        return left ** right  # type: ignore[no-any-return]
+    if isinstance(node.op, ast.LShift) and isinstance(left, int):
+        return left << right
+    return None
+
+
+def _hbm_written(node: ast.AST, counts: set[int]) -> bool:
+    units = set(_UNITS.values())
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+        left, right = _number(node.left), _number(node.right)
+        for n, unit in ((left, right), (right, left)):
+            if unit in units and n in counts:
+                return True
+    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+        return any(node.value == n * unit for n in counts if n > 32 for unit in units)
+    return False
+
+
+def _named_values(tree: ast.AST) -> Iterator[tuple[str, ast.AST, int]]:
+    """(name, value, line) of assignments, keywords, parameter defaults and getattr defaults."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    yield target.id, node.value, node.lineno
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) \
+                and node.value is not None:
+            yield node.target.id, node.value, node.lineno
+        elif isinstance(node, ast.keyword) and node.arg:
+            yield node.arg, node.value, node.value.lineno
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            args = node.args
+            positional = args.posonlyargs + args.args
+            pairs = list(zip(positional[len(positional) - len(args.defaults):], args.defaults,
+                             strict=True))
+            pairs += [(a, d) for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True)
+                      if d is not None]
+            for arg, default in pairs:
+                yield arg.arg, default, default.lineno
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+              and node.func.id == "getattr" and len(node.args) == 3
+              and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)):
+            yield node.args[1].value, node.args[2], node.lineno
+
+
+def _ints(node: ast.AST) -> list[int]:
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return [v for e in node.elts for v in _ints(e)]
+    value = _number(node)
+    return [int(value)] if isinstance(value, int) else []
+
+
+def _messages(tree: ast.AST) -> Iterator[ast.Constant]:
+    """String constants that are not docstrings, and the docstrings of ``@rule`` functions."""
+    plain_docs: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) \
+                and node.body and isinstance(node.body[0], ast.Expr) \
+                and isinstance(node.body[0].value, ast.Constant):
+            is_rule = isinstance(node, ast.FunctionDef) and any(
+                isinstance(d, ast.Call) and isinstance(d.func, ast.Name) and d.func.id == "rule"
+                for d in node.decorator_list)
+            if not is_rule:
+                plain_docs.add(id(node.body[0].value))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                and id(node) not in plain_docs:
+            yield node
+
+
+@functools.cache
+def _fact_patterns() -> tuple[set[int], int, set[int], re.Pattern[str], re.Pattern[str]]:
+    facts = _facts()
+    counts = _hbm_counts()
+    default_limit = int(facts["DEFAULT_MAX_IDS_PER_PARTITION"])  # type: ignore[call-overload]
+    byte_limits = {int(facts[k]) for k in  # type: ignore[call-overload]
+                   ("ACTIVATION_MEMORY_BYTES_LIMIT", "VARIABLE_SHARD_BYTES_LIMIT")}
+    chips = [c.name for c in facts["sparsecore_chips"]()]  # type: ignore[operator]
+    names = "|".join(re.escape(n) for n in chips)
+    chip_list = re.compile(rf"\b({names})\b[^.;:\n]{{0,16}}?\b(?!\1\b)({names})\b",
+                           re.IGNORECASE)
+    figure = re.compile(rf"\b({'|'.join(str(n) for n in sorted(counts) if n > 32)})\s?Gi?B\b")
+    return counts, default_limit, byte_limits, chip_list, figure
+
+
+def _fact_copies(where: str, source: str) -> list[str]:
+    """The chip facts and SparseCore defaults ``source`` writes again (see above)."""
+    counts, default_limit, byte_limits, chip_list, figure = _fact_patterns()
+    per_sample = int(_facts()["DEFAULT_MAX_IDS_PER_CHIP_PER_SAMPLE"])  # type: ignore[call-overload]
+    tree = ast.parse(source)
+    found: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.BinOp, ast.Constant)) and _hbm_written(node, counts):
+            found.append(f"{where}:{node.lineno}: HBM {ast.unparse(node)}")
+    for name, value, line in _named_values(tree):
+        numbers = _ints(value)
+        if _SAMPLE_NAME.search(name) and per_sample in numbers:
+            found.append(f"{where}:{line}: {name} = {per_sample} (a SparseCore default)")
+        if _LIMIT_NAME.search(name) and default_limit in numbers:
+            found.append(f"{where}:{line}: {name} = {default_limit} (the default limit)")
+        if _CORES_NAME.search(name) and any(n > 1 for n in numbers):
+            found.append(f"{where}:{line}: {name} = {numbers} (SparseCores)")
+        if _BYTES_NAME.search(name) and byte_limits & set(numbers):
+            found.append(f"{where}:{line}: {name} (a SparseCore byte limit)")
+    for text in _messages(tree):
+        match = chip_list.search(text.value) or figure.search(text.value)
+        if match:
+            found.append(f"{where}:{text.lineno}: text {match.group(0)!r}")
+    return found
+
+
+def test_chip_facts_and_sparsecore_defaults_live_only_in_base() -> None:
+    copies = [copy for module, path in MODULES.items()
+              if module not in BASE_FACTS and not module.startswith("tpuemb_cfg.proto")
+              for copy in _fact_copies(str(path.relative_to(ROOT)),
+                                       path.read_text(encoding="utf-8"))]
+    assert not copies, ("chip facts or SparseCore defaults written outside tpuemb_cfg/base/ "
+                        "(read them from base.platform / base.sparsecore_defaults):\n"
+                        + "\n".join(copies))
+
+
+def test_the_fact_scan_finds_each_kind_of_copy() -> None:
+    source = (
+        "HBM = 95 * 2**30\nOTHER = 95e9\nDEFAULT_LIMIT = 256\nSPARSE_CORE_COUNTS = (2, 4)\n"
+        "def f(max_ids_per_partition=256):\n    return getattr(f, 'max_unique_ids', 256)\n"
+        "MESSAGE = 'accepts 4 (TPU v5p) or 2 (v6e, TPU7x)'\n"
+        "ACTIVATION_LIMIT = 2 * 1024 * 1024\n"
+        "BUCKETS = 256\nSHIFT = 4 << 32\nTEXT = 'a v5p-64 slice'\nBUDGET = 64 * _GIB\n"
+        "MAX_MINIBATCHES = 64\n"
+        "def g():\n    'Chips v5p, v6e, TPU7x (a docstring, not a message).'\n"
+    )
+    lines = sorted(int(c.split(": ", 1)[0].rsplit(":", 1)[1])
+                   for c in _fact_copies("probe", source))
+    assert lines == [1, 2, 3, 4, 5, 6, 7, 8, 13]
+
+
+#: The modules that read the platform table or the SparseCore defaults (a new chip kind is one
+#: record in base/platform.py; these pick it up).
+PLATFORM_READERS = (
+    "tpuemb_cfg.derived",  # TPU_DEVICE_MEMORY (SIZE004, --tpu)
+    "tpuemb_cfg.sparsecore.topology",  # CHIPS, ChipKind, chip_kind, DEFAULT_SPARSE_CORES
+    "tpuemb_cfg.sparsecore.stacker",  # byte and row limits, messages
+    "tpuemb_cfg.sparsecore.feed",  # TensorFlow's default limits
+    "tpuemb_cfg.sparsecore.summary",  # the default limit in inspect/plan
+    "tpuemb_cfg.sparsecore.config",  # max_ids_per_chip_per_sample
+    "tpuemb_cfg.sparsecore.preprocess_input",  # the COO buffer, minibatches
+    "tpuemb_cfg.sparsecore.tf_preprocess",
+    "tpuemb_cfg.planner.limits",
+    "tpuemb_cfg.sparsecore.jte.specs",  # jax-tpu-embedding's defaults
+    "tpuemb_cfg.sparsecore.jte.convert",
+    "tpuemb_cfg.sparsecore.jte.stacking",  # num_sc_per_device accepted
+    "tpuemb_cfg.embedding.keras_rs_jax",
+    "tpuemb_cfg.rules._facts",  # the $facts of rule texts
+    "tpuemb_cfg.rules._sparsecore_common",
+    "tpuemb_cfg.rules.sparsecore_devices",
+    "tpuemb_cfg.commands.validate",  # --tpu help
+    "tpuemb_cfg.commands.plan",  # --topology help
+)
+
+
+@functools.cache
+def _targets() -> dict[str, set[str]]:
+    found: dict[str, set[str]] = defaultdict(set)
+    for imp in _imports():
+        found[imp.source].add(imp.target)
+    return found
+
+
+@pytest.mark.parametrize("module", PLATFORM_READERS)
+def test_platform_readers_import_base(module: str) -> None:
+    assert _targets()[module] & set(BASE_FACTS), f"{module} no longer reads tpuemb_cfg.base"

@@ -27,22 +27,23 @@ def config(rows: int, hosts: int, cores: int) -> str:
 
 
 def test_device_memory_table_matches_the_documented_chips() -> None:
-    gib, gb = 2**30, 10**9
-    # per chip / devices per chip (v2, v3: one device per TensorCore; v4, v5p: megacore)
+    gib = 2**30
+    # per chip (GiB, Google's Cloud TPU pages) / devices per chip (v2, v3: one device per
+    # TensorCore; v4, v5p: megacore)
     assert TPU_DEVICE_MEMORY == {
         "v2": 16 * gib // 2, "v3": 32 * gib // 2, "v4": 32 * gib,
-        "v5e": 16 * gb, "v5p": 95 * gb, "v6e": 32 * gb,
+        "v5e": 16 * gib, "v5p": 95 * gib, "v6e": 32 * gib,
     }
 
 
 def test_default_budget_is_the_largest_device(tmp_path: Path) -> None:
-    # 70M rows on 1 host with 1 device: 107.5 GB per device, more than a v5p's 95 GB.
+    # 70M rows on 1 host with 1 device: 107.5 GB per device, more than a v5p's 95 GiB (102 GB).
     (d,) = text_findings(tmp_path, "SIZE004", config(70_000_000, 1, 1))
     assert (d.severity, d.field_path, d.line, d.column) == ("warning", "num_tensor_cores", 6, 1)
     assert d.message == (
         "each TPU device must hold about 107,520,000,000 bytes (100.1 GiB) of tables (estimate: "
-        "the fullest host's tables over its 1 device(s)), more than the 95,000,000,000 bytes "
-        "(88.5 GiB) of the largest TPU device (v5p; no known generation has more)"
+        "the fullest host's tables over its 1 device(s)), more than the 102,005,473,280 bytes "
+        "(95 GiB) of the largest TPU device (v5p; no known generation has more)"
     )
     assert d.hint is not None and d.hint.startswith("add hosts")
     # The same tables over 4 devices fit a v5p device, so nothing is reported by default.

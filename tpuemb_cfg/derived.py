@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar, overload
 
 from tpuemb_cfg.algorithms import ALGORITHMS
+from tpuemb_cfg.base.platform import legacy_chips
 from tpuemb_cfg.schema import AccumulationStatus, PackingStatus
 
 if TYPE_CHECKING:
@@ -43,19 +44,13 @@ SLOTS: dict[str, tuple[str, ...]] = {
 PACKABLE_ALGORITHMS = frozenset(name for name, a in ALGORITHMS.items() if a.packable)
 PACKABLE_DIMENSIONS = frozenset({1, 2, 4})
 
-#: High-bandwidth memory of one TPU device per generation, in bytes. A device is what
-#: ``num_tensor_cores`` counts (one TensorFlow replica core): on v2 and v3 each of a chip's two
-#: TensorCores is a device with half the chip's HBM; v4 and v5p join their two TensorCores into
-#: one device (megacore) with the whole chip's; v5e and v6e chips have one TensorCore. The chip
-#: figures are Google's Cloud TPU system-architecture pages: v2 16 GiB, v3 32 GiB, v4 32 GiB per
-#: chip; v5e 16 GB, v5p 95 GB, v6e 32 GB per chip (decimal units, as those pages give them).
+#: High-bandwidth memory of one TPU device per generation SIZE004 knows, in bytes: a view of the
+#: platform table (:mod:`tpuemb_cfg.base.platform`, HBM in GiB as Google's Cloud TPU pages give
+#: it). A device is what ``num_tensor_cores`` counts (one TensorFlow replica core): on v2 and v3
+#: each of a chip's two TensorCores is a device with half the chip's HBM; v4 and v5p join their
+#: two TensorCores into one device (megacore) with the whole chip's; v5e and v6e chips have one.
 TPU_DEVICE_MEMORY: dict[str, int] = {
-    "v2": 8 * 2**30,
-    "v3": 16 * 2**30,
-    "v4": 32 * 2**30,
-    "v5e": 16 * 10**9,
-    "v5p": 95 * 10**9,
-    "v6e": 32 * 10**9,
+    chip.key: chip.tf_hbm_bytes_per_device for chip in legacy_chips()
 }
 
 #: What a tag feeds: ``"learning_rate"``, or the message field of a per-step input of the

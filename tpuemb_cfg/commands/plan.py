@@ -20,6 +20,7 @@ from typing import IO, Any
 import click
 
 from tpuemb_cfg.atomic import OutputSet, check_outputs
+from tpuemb_cfg.base.platform import chip_names, sparsecore_chips
 from tpuemb_cfg.commands._outputs import _PLOT_METADATA, check_plot, require_matplotlib
 from tpuemb_cfg.commands.flags import LINES, keras_backend_option
 from tpuemb_cfg.errors import InputError, UsageError, printable, printable_json
@@ -34,6 +35,12 @@ from tpuemb_cfg.units import parse_size
 #: Without a terminal, a progress line at most this often (seconds).
 LINE_EVERY = 10.0
 PLAN_FORMATS = ("text", "json", "sarif")
+
+
+def _type_units(unit: str) -> str:
+    """``"v5p and TPU7x count TensorCores"``: the chip kinds whose ``KIND-N`` counts ``unit``."""
+    kinds = [c for c in sparsecore_chips() if c.type_unit == unit]
+    return f"{chip_names(kinds, last=' and ')} count{'s' if len(kinds) == 1 else ''} {unit}"
 
 
 def _size(value: str | None, option: str) -> int | None:
@@ -153,9 +160,9 @@ def _check_outputs(config: str, ids: tuple[str, ...], ids_format: str | None,
 @click.option("--ids-format", type=click.Choice(["npz", "parquet", "tfrecord"]),
               help="The sample's format (default: from the extension).")
 @click.option("--topology", metavar="KIND-N",
-              help="The slice as Cloud TPU names it, e.g. v5p-64 (v5p and TPU7x count "
-                   "TensorCores: 32 chips on 8 hosts; v6e counts chips), or KIND:CHIPS such as "
-                   "v5p:32. Legacy configurations take its host count.")
+              help="The slice as Cloud TPU names it, e.g. v5p-64 ("
+                   f"{_type_units('TensorCores')}: 32 chips on 8 hosts; {_type_units('chips')}), "
+                   "or KIND:CHIPS such as v5p:32. Legacy configurations take its host count.")
 @click.option("--hosts", type=click.IntRange(min=1), help="Hosts (overrides num_hosts or the "
               "topology's).")
 @click.option("--host-index", type=click.IntRange(min=0), metavar="N",

@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from tpuemb_cfg.atomic import refuse_hard_linked
+from tpuemb_cfg.base.platform import legacy_chips
 from tpuemb_cfg.commands._outputs import status_line
 from tpuemb_cfg.commands.flags import cli_message, echo, keras_backend_option
 from tpuemb_cfg.errors import InputError, UsageError
@@ -174,7 +175,8 @@ def _rule_filter(name: str, which: str) -> Callable[[Callable[..., Any]], Any]:
     "--tpu",
     "tpu",
     metavar="GEN",
-    help="TPU generation whose device memory SIZE004 checks (v2, v3, v4, v5e, v5p, v6e) "
+    help="TPU generation whose device memory SIZE004 checks "
+    f"({', '.join(c.key for c in legacy_chips())}) "
     "[default: tpu in pyproject.toml, else the largest device of any generation].",
 )
 @click.option(

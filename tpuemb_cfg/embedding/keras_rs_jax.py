@@ -49,6 +49,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpuemb_cfg.algorithms.table import JAX_SPECS, KERAS_NAMES, KERAS_RS_DEFAULT
+from tpuemb_cfg.base.sparsecore_defaults import (
+    DEFAULT_MAX_IDS_PER_PARTITION,
+    DEFAULT_MAX_UNIQUE_IDS_PER_PARTITION,
+)
 from tpuemb_cfg.embedding import _checks as chk
 from tpuemb_cfg.embedding.errors import EmbeddingConfigError
 from tpuemb_cfg.embedding.keras_rs import sparsecore_features, to_tpu_optimizer
@@ -197,9 +201,11 @@ def jax_feature_specs(feature_config: Any) -> list[Any]:
                 embedding_dim=int(table.embedding_dim), initializer=None,
                 optimizer=_jte_optimizer(getattr(table, "optimizer", KERAS_RS_DEFAULT), where),
                 combiner=getattr(table, "combiner", "mean"),
-                max_ids_per_partition=int(getattr(table, "max_ids_per_partition", 256)),
+                max_ids_per_partition=int(getattr(table, "max_ids_per_partition",
+                                                  DEFAULT_MAX_IDS_PER_PARTITION)),
                 max_unique_ids_per_partition=int(
-                    getattr(table, "max_unique_ids_per_partition", 256)))
+                    getattr(table, "max_unique_ids_per_partition",
+                            DEFAULT_MAX_UNIQUE_IDS_PER_PARTITION)))
         specs.append(jte.FeatureSpec(
             name=feature.name, table_spec=tables[table.name],
             input_shape=_shape(feature.input_shape, owner, "input_shape"),

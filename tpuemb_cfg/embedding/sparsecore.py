@@ -146,8 +146,9 @@ def to_topology(value: Any, owner: str = "topology") -> Topology:
                         sparse_cores_defaulted=True)
     raise EmbeddingTypeError(
         f"{owner} must be a slice such as 'v6e-64' (chip kind and chips), a "
-        f"tpuemb_cfg.sparsecore.Topology, or a chip count (SparseCores per chip unknown: 4 "
-        f"assumed, as TensorFlow does); received {chk.show(value)} ({chk.type_name(value)})"
+        f"tpuemb_cfg.sparsecore.Topology, or a chip count (SparseCores per chip unknown: "
+        f"{DEFAULT_SPARSE_CORES} assumed, as TensorFlow does); received {chk.show(value)} "
+        f"({chk.type_name(value)})"
     )
 
 

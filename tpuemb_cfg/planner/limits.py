@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tpuemb_cfg.base.sparsecore_defaults import DEFAULT_MAX_IDS_PER_CHIP_PER_SAMPLE
 from tpuemb_cfg.errors import InputError
 from tpuemb_cfg.model import Diagnostic
 from tpuemb_cfg.planner.load import Batch, JsonRecord, LoadReport, StepCounts
@@ -78,7 +79,7 @@ class LimitOptions:
     quantile: float = 1.0
     headroom: float = 1.2
     multiple: int = 8
-    max_ids_per_chip_per_sample: int = 64
+    max_ids_per_chip_per_sample: int = DEFAULT_MAX_IDS_PER_CHIP_PER_SAMPLE
     suggest: bool = True
     exact_steps: int = 8192
     #: the chips of one host (jax-tpu-embedding's ``local_device_count``), whose batch each step

@@ -24,6 +24,7 @@ from collections.abc import Iterator
 
 from tpuemb_cfg.derived import TPU_DEVICE_MEMORY, HostRange, device_share, host_sizes
 from tpuemb_cfg.model import Diagnostic
+from tpuemb_cfg.rules._facts import platform_doc
 from tpuemb_cfg.rules._registry import Context, rule
 from tpuemb_cfg.units import format_size
 
@@ -188,15 +189,17 @@ def _budget(ctx: Context) -> tuple[int, str]:
 
 
 @rule("SIZE004", "warning", "tables larger than a TPU device's memory")
+@platform_doc
 def over_device_memory(ctx: Context) -> Iterator[Diagnostic]:
     """## What it does
     Splits the estimated bytes of the fullest host (SIZE002) over the TPU devices attached to
     it (`num_tensor_cores / num_hosts`; a device is what `num_tensor_cores` counts) and warns
     when one device's share exceeds its high-bandwidth memory. The memory is that of the TPU
     generation named by `tpu = "v4"` under `[tool.tpuemb]` in pyproject.toml or by
-    `tpuemb validate --tpu v4` (v2 8 GiB and v3 16 GiB per TensorCore; v4 32 GiB, v5e 16 GB,
-    v5p 95 GB, v6e 32 GB per chip). Without a generation the budget is the largest of them, so
-    the rule then reports only tables that fit on no TPU.
+    `tpuemb validate --tpu v4`, in GiB as Google's Cloud TPU pages give it:
+    $size004_generations.
+    Without a generation the budget is the largest of them, so the rule then reports only
+    tables that fit on no TPU.
 
     ## Why is this bad?
     The tables, their slots and the gradient accumulators live in the devices' memory; a share
@@ -206,7 +209,7 @@ def over_device_memory(ctx: Context) -> Iterator[Diagnostic]:
 
     ## Example
     `num_hosts: 4`, `num_tensor_cores: 32` (8 devices per host) and 1 TiB of Adagrad tables
-    with accumulation: each device must hold about 32 GiB, more than a v5e device's 16 GB.
+    with accumulation: each device must hold about 32 GiB, more than a v5e device's $hbm_v5e.
 
     ## Use instead
     More hosts and cores (`num_hosts`, `num_tensor_cores`), a generation with more memory per

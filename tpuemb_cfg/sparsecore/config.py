@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tpuemb_cfg.algorithms.table import SPARSECORE
+from tpuemb_cfg.base.sparsecore_defaults import DEFAULT_MAX_IDS_PER_CHIP_PER_SAMPLE
 from tpuemb_cfg.sparsecore.stacking import Mode
 from tpuemb_cfg.sparsecore.topology import Topology
 
@@ -104,7 +105,7 @@ class SparseCoreConfig:
     topology: Topology
     # TensorFlow's SparseCoreEmbeddingConfig (defaults as in TF 2.21)
     disable_table_stacking: bool = False
-    max_ids_per_chip_per_sample: int = 64
+    max_ids_per_chip_per_sample: int = DEFAULT_MAX_IDS_PER_CHIP_PER_SAMPLE
     max_ids_per_table: Mapping[str, int] | None = None
     max_unique_ids_per_table: Mapping[str, int] | None = None
     allow_id_dropping: bool = False

@@ -30,6 +30,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from tpuemb_cfg.base.sparsecore_defaults import (
+    DEFAULT_MAX_IDS_PER_PARTITION,
+    DEFAULT_MAX_UNIQUE_IDS_PER_PARTITION,
+)
 from tpuemb_cfg.sparsecore._args import check_config_type, found
 from tpuemb_cfg.sparsecore.checks import check_config
 from tpuemb_cfg.sparsecore.config import SparseCoreConfig, SparseCoreTable
@@ -51,9 +55,9 @@ __all__ = [
 ]
 
 #: ``TPUEmbeddingV2.DEFAULT_MAX_IDS_PER_TABLE``: a stack missing from ``max_ids_per_table``.
-DEFAULT_MAX_IDS_PER_TABLE = 256
+DEFAULT_MAX_IDS_PER_TABLE = DEFAULT_MAX_IDS_PER_PARTITION
 #: ``TPUEmbeddingV2.DEFAULT_MAX_UNIQUE_IDS_PER_TABLE``.
-DEFAULT_MAX_UNIQUE_IDS_PER_TABLE = 256
+DEFAULT_MAX_UNIQUE_IDS_PER_TABLE = DEFAULT_MAX_UNIQUE_IDS_PER_PARTITION
 
 
 @dataclass(frozen=True)

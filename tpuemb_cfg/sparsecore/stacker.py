@@ -40,6 +40,13 @@ import operator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tpuemb_cfg.base.platform import sparsecore_chips
+from tpuemb_cfg.base.sparsecore_defaults import (
+    ACTIVATION_MEMORY_BYTES_LIMIT,
+    STACKED_ROW_LIMIT,
+    VARIABLE_SHARD_BYTES_LIMIT,
+)
+
 if TYPE_CHECKING:
     from tpuemb_cfg.proto.sparse_core_layout_pb2 import SparseCoreTableLayouts
 
@@ -50,15 +57,13 @@ __all__ = [
     "SparseCoreLayoutStacker",
 ]
 
-#: Default activation limit of one stack, bytes per SparseCore (TensorFlow's
-#: ``tf_xla_sparse_core_stacking_mem_limit_bytes``: 2 MiB, found by bisection in 2.21).
-ACTIVATION_MEMORY_BYTES_LIMIT = 2 * 1024 * 1024
-#: Default limit of one stack's variable shard, bytes per chip
-#: (``tf_xla_sparse_core_stacking_table_shard_limit_bytes``: 2 GiB).
-VARIABLE_SHARD_BYTES_LIMIT = 2 * 1024 * 1024 * 1024
-#: Padded rows of one stack (``row_limit_ = (1LL << 31) - 1``: SparseCore row numbers are signed
-#: 32-bit). TensorFlow's Python binding has no setter for it.
-STACKED_ROW_LIMIT = (1 << 31) - 1
+# The stacker's default limits (TensorFlow's ``tf_xla_sparse_core_stacking_mem_limit_bytes``,
+# ``tf_xla_sparse_core_stacking_table_shard_limit_bytes`` and ``row_limit_``) are
+# tpuemb_cfg.base.sparsecore_defaults', re-exported here.
+
+#: ``"v5p 4, v6e 2, TPU7x 2"``: the SparseCores of a partition (a device) per chip kind.
+_CORES_PER_PARTITION = ", ".join(f"{c.name} {c.sparse_cores_per_device}"
+                                 for c in sparsecore_chips())
 
 _INT32 = (-(1 << 31), (1 << 31) - 1)
 _INT64 = (-(1 << 63), (1 << 63) - 1)
@@ -165,11 +170,12 @@ class _Stack:
 class SparseCoreLayoutStacker:
     """Decides which tables share a stacked table, as TensorFlow 2.21's stacker does.
 
-    ``num_partitions`` is the number of chips, ``sparse_cores_per_partition`` the SparseCores of
-    each (4 on v5p, 2 on v6e and TPU7x); ``disable_table_stacking`` puts every table in its own
-    stack. Call the ``Set*`` methods first, then :meth:`AddTable` once per table (the order
-    decides the stacks), then :meth:`GetLayouts` (as often as wanted; later ``AddTable`` calls
-    show in later results, as in TensorFlow).
+    ``num_partitions`` is the number of devices (a chip is one, or more: ``devices_per_chip`` of
+    ``tpuemb_cfg.base.platform``), ``sparse_cores_per_partition`` the SparseCores of each
+    (``sparse_cores_per_device``); ``disable_table_stacking`` puts every table in its own stack.
+    Call the ``Set*`` methods first, then :meth:`AddTable` once per table (the order decides
+    the stacks), then :meth:`GetLayouts` (as often as wanted; later ``AddTable`` calls show in
+    later results, as in TensorFlow).
     """
 
     def __init__(self, num_partitions: int, disable_table_stacking: bool,
@@ -182,8 +188,8 @@ class SparseCoreLayoutStacker:
             raise ValueError(
                 f"num_partitions={partitions}, sparse_cores_per_partition={per_partition}: both "
                 f"must be non-zero (TensorFlow 2.21 divides by them and dies with SIGFPE at the "
-                f"first AddTable); pass the number of chips and the SparseCores per chip "
-                f"(4 on v5p, 2 on v6e and TPU7x)")
+                f"first AddTable); pass the number of partitions (devices) and the SparseCores "
+                f"of each ({_CORES_PER_PARTITION})")
         cores = _wrap(partitions * per_partition, 32)
         if cores == 0 or _wrap(cores * 8, 32) == 0:
             raise ValueError(

@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tpuemb_cfg.algorithms import slot_names
+from tpuemb_cfg.base.sparsecore_defaults import DEFAULT_MAX_IDS_PER_PARTITION
 from tpuemb_cfg.sparsecore.checks import check_layouts
 from tpuemb_cfg.sparsecore.config import Origin, SparseCoreConfig
 from tpuemb_cfg.sparsecore.stacking import Stack, Stacking
@@ -35,7 +36,7 @@ __all__ = ["format_sparsecore_summary", "layouts_from_stacking", "layouts_of",
 #: float32 parameters and slots.
 BYTES_PER_ELEMENT = 4
 #: What TensorFlow and jax-tpu-embedding use for a stack without a limit of its own.
-DEFAULT_LIMIT = 256
+DEFAULT_LIMIT = DEFAULT_MAX_IDS_PER_PARTITION
 
 
 def layouts_from_stacking(stacking: Stacking) -> SparseCoreTableLayouts:

@@ -53,9 +53,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from tpuemb_cfg.base.sparsecore_defaults import DEFAULT_MAX_IDS_PER_CHIP_PER_SAMPLE
 from tpuemb_cfg.sparsecore._args import check_int, check_preprocess
-from tpuemb_cfg.sparsecore.preprocessing import SparseCoreInputError, _Feature
-from tpuemb_cfg.sparsecore.preprocessing import _flatten as _flatten_input
+from tpuemb_cfg.sparsecore.preprocess_input import SparseCoreInputError, _Feature
+from tpuemb_cfg.sparsecore.preprocess_input import _flatten as _flatten_input
 from tpuemb_cfg.sparsecore.results import PreprocessedBatch, PreprocessedStack
 from tpuemb_cfg.sparsecore.stacking import FeatureSlot, Stack, Stacking
 
@@ -68,8 +69,8 @@ __all__ = [
     "preprocess_tensorflow",
 ]
 
-#: ``SparseCoreEmbeddingConfig.max_ids_per_chip_per_sample`` (TensorFlow 2.21's default).
-DEFAULT_MAX_IDS_PER_CHIP_PER_SAMPLE = 64
+# DEFAULT_MAX_IDS_PER_CHIP_PER_SAMPLE (TensorFlow 2.21's ``SparseCoreEmbeddingConfig.
+# max_ids_per_chip_per_sample``) is tpuemb_cfg.base.sparsecore_defaults', re-exported here.
 #: ``kXlaPadValue``: what TensorFlow writes into the padding of the COO buffers.
 PAD_VALUE = (1 << 31) - 1
 _COMBINERS = ("sum", "mean", "sqrtn")

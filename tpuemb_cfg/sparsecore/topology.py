@@ -1,8 +1,9 @@
 """TPU chips with SparseCores and slices of them: the device counts stacking and preprocessing take.
 
-``CHIPS`` is the one home of what tpuemb knows about a chip kind, from Google's Cloud TPU pages
-(each record names its page): TensorCores, SparseCores and HBM per chip, the devices jax sees on
-a chip, chips per host, and what the number in a Cloud TPU accelerator type counts.
+``CHIPS`` is the view of the platform table (:mod:`tpuemb_cfg.base.platform`, the one home of
+chip facts, each record naming its Cloud TPU page) for the chip kinds with SparseCores:
+TensorCores, SparseCores and HBM per chip, the devices jax sees on a chip, chips per host, and
+what the number in a Cloud TPU accelerator type counts.
 
 A :class:`Topology` is a slice: a chip kind, its chips, the devices they show (TensorFlow's
 ``num_partitions`` = ``strategy.num_replicas_in_sync``, jax-tpu-embedding's
@@ -17,89 +18,24 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from tpuemb_cfg.base.platform import Chip, chip_names, find_chip, sparsecore_chips
+from tpuemb_cfg.base.sparsecore_defaults import ASSUMED_SPARSE_CORES_PER_CHIP
+
 __all__ = ["CHIPS", "DEFAULT_SPARSE_CORES", "ChipKind", "Topology", "parse_topology",
            "sparse_cores_per_device_text"]
 
 
-@dataclass(frozen=True)
-class ChipKind:
-    """One TPU generation with SparseCores, per chip.
+#: A chip kind with SparseCores: a record of the platform table (:mod:`tpuemb_cfg.base.platform`).
+ChipKind = Chip
 
-    ``devices_per_chip``: the devices jax (and jax-tpu-embedding's ``global_device_count``) see
-    on one chip; the SparseCores and HBM are split evenly between them.
-    ``type_counts_tensor_cores``: the N of the accelerator type ``KIND-N`` counts TensorCores
-    (else chips). ``single_host_chips``: the largest slice on one host; larger slices have
-    ``chips_per_host`` chips on each host. ``source``: the Cloud TPU page these facts are from.
-    """
-
-    name: str
-    sparse_cores_per_chip: int
-    hbm_bytes: int
-    chips_per_host: int
-    tensor_cores_per_chip: int = 1
-    devices_per_chip: int = 1
-    type_counts_tensor_cores: bool = False
-    single_host_chips: int = 4
-    source: str = ""
-
-    @property
-    def sparse_cores_per_device(self) -> int:
-        return self.sparse_cores_per_chip // self.devices_per_chip
-
-    @property
-    def hbm_bytes_per_device(self) -> int:
-        return self.hbm_bytes // self.devices_per_chip
-
-    @property
-    def type_unit(self) -> str:
-        """What N of ``KIND-N`` counts."""
-        return "TensorCores" if self.type_counts_tensor_cores else "chips"
-
-    def chips_of_type(self, n: int) -> int:
-        """The chips of the accelerator type ``KIND-n``; ValueError when n is not a whole
-        number of chips."""
-        per = self.tensor_cores_per_chip if self.type_counts_tensor_cores else 1
-        if n < per or n % per:
-            raise ValueError(
-                f"{self.name}-{n}: Cloud TPU's {self.name} accelerator types count TensorCores "
-                f"({per} per chip), so N must be a multiple of {per} (e.g. {self.name}-8 is "
-                f"{8 // per} chips); write {self.name}:{n} for {n} chip{'' if n == 1 else 's'}")
-        return n // per
-
-    def hosts_for(self, chips: int) -> int:
-        """Cloud TPU's hosts (VMs) of a slice of ``chips`` chips."""
-        if chips <= self.single_host_chips:
-            return 1
-        return -(-chips // self.chips_per_host)
-
-
-_GIB = 1 << 30
-
-#: Known chip kinds by their lower-case name. SparseCores per device agree with
-#: jax-tpu-embedding's ``NUM_SC_PER_DEVICE_MAP`` (TPU v5: 4, TPU v6e: 2, TPU7x: 2).
-CHIPS: dict[str, ChipKind] = {
-    # v5p: 2 TensorCores, 4 SparseCores, 95 GiB per chip; v5p-N counts TensorCores; 4 chips
-    # per host (v5p-8: 4 chips, 1 host; v5p-64: 32 chips, 8 hosts).
-    "v5p": ChipKind("v5p", 4, 95 * _GIB, 4, tensor_cores_per_chip=2,
-                    type_counts_tensor_cores=True, single_host_chips=4,
-                    source="https://cloud.google.com/tpu/docs/v5p"),
-    # v6e: 1 TensorCore, 2 SparseCores, 32 GiB per chip; v6e-N counts chips; v6e-1/4/8 are one
-    # host, v6e-16 and larger 4 chips per host.
-    "v6e": ChipKind("v6e", 2, 32 * _GIB, 4, tensor_cores_per_chip=1,
-                    type_counts_tensor_cores=False, single_host_chips=8,
-                    source="https://cloud.google.com/tpu/docs/v6e"),
-    # TPU7x (Ironwood): 2 TensorCores, 4 SparseCores, 192 GiB per chip; a dual-chiplet chip jax
-    # sees as two devices (1 TensorCore, 2 SparseCores, 96 GiB each); a VM has 4 chips;
-    # tpu7x-N counts TensorCores (tpu7x-8: 4 chips, 1 host), as on v5p.
-    "tpu7x": ChipKind("TPU7x", 4, 192 * _GIB, 4, tensor_cores_per_chip=2, devices_per_chip=2,
-                      type_counts_tensor_cores=True, single_host_chips=4,
-                      source="https://cloud.google.com/tpu/docs/tpu7x"),
-}
-_ALIASES = {"v5": "v5p", "trillium": "v6e", "v6": "v6e", "ironwood": "tpu7x", "7x": "tpu7x"}
+#: Known chip kinds with SparseCores by their lower-case name: a view of ``PLATFORMS`` (the
+#: records ``TPUEmbeddingV2`` and jax-tpu-embedding target). SparseCores per device agree with
+#: jax-tpu-embedding's ``NUM_SC_PER_DEVICE_MAP``.
+CHIPS: dict[str, ChipKind] = {chip.key: chip for chip in sparsecore_chips()}
 
 #: What TensorFlow's ``TPUEmbeddingV2`` uses when the chip reports no SparseCore count
 #: (``num_embedding_devices_per_chip`` 0: a warning, then 4; tpu_embedding_v3.py 2.21).
-DEFAULT_SPARSE_CORES = 4
+DEFAULT_SPARSE_CORES = ASSUMED_SPARSE_CORES_PER_CHIP
 
 
 @dataclass(frozen=True)
@@ -166,7 +102,8 @@ class Topology:
         """``"v5p: 4 chips, 4 devices, 1 host, 16 SparseCores"``: what every report names."""
         kind = f"{self.kind.name}: " if self.kind is not None else ""
         hosts = f"{self.hosts} host{'' if self.hosts == 1 else 's'}"
-        assumed = " (4 per chip assumed, as TensorFlow does)" if self.sparse_cores_defaulted \
+        assumed = f" ({DEFAULT_SPARSE_CORES} per chip assumed, as TensorFlow does)" \
+            if self.sparse_cores_defaulted \
             else ""
         return (f"{kind}{self.chips} chip{'' if self.chips == 1 else 's'}, {self.devices} "
                 f"device{'' if self.devices == 1 else 's'}, {hosts}, {self.num_sparse_cores} "
@@ -191,12 +128,11 @@ def sparse_cores_per_device_text() -> str:
 def chip_kind(name: str) -> ChipKind:
     """The chip kind called ``name`` (``v5p``, ``v6e``, ``TPU7x``, case-insensitive); ValueError
     naming the known kinds otherwise."""
-    key = name.strip().lower()
-    key = _ALIASES.get(key, key)
-    if key not in CHIPS:
-        known = ", ".join(k.name for k in CHIPS.values())
-        raise ValueError(f"unknown TPU chip kind {name!r}: expected one of {known}")
-    return CHIPS[key]
+    chip = find_chip(name, CHIPS.values())
+    if chip is None:
+        raise ValueError(f"unknown TPU chip kind {name!r}: expected one of "
+                         f"{chip_names(CHIPS.values())}")
+    return chip
 
 
 _SLICE = re.compile(r"^\s*([A-Za-z0-9]+?)([-:])(\d+)\s*$")

@@ -17,6 +17,10 @@ from collections.abc import Callable
 from typing import Any
 
 from tpuemb_cfg.algorithms.table import JAX_SPECS, SPARSECORE
+from tpuemb_cfg.base.sparsecore_defaults import (
+    DEFAULT_MAX_IDS_PER_PARTITION,
+    DEFAULT_MAX_UNIQUE_IDS_PER_PARTITION,
+)
 from tpuemb_cfg.sparsecore._args import found
 from tpuemb_cfg.sparsecore.checks import check_config, check_quantization, flag
 from tpuemb_cfg.sparsecore.config import (
@@ -171,8 +175,10 @@ def _table(spec: Any, groups: _Groups) -> SparseCoreTable:
         combiner=_attr(spec, "combiner", "table spec"),
         quantization=None if quant is None else repr(quant),
         initializer=getattr(spec, "initializer", None),
-        max_ids_per_partition=getattr(spec, "max_ids_per_partition", 256),
-        max_unique_ids_per_partition=getattr(spec, "max_unique_ids_per_partition", 256),
+        max_ids_per_partition=getattr(spec, "max_ids_per_partition",
+                                      DEFAULT_MAX_IDS_PER_PARTITION),
+        max_unique_ids_per_partition=getattr(spec, "max_unique_ids_per_partition",
+                                             DEFAULT_MAX_UNIQUE_IDS_PER_PARTITION),
         suggested_coo_buffer_size_per_device=getattr(
             spec, "suggested_coo_buffer_size_per_device", None))
 

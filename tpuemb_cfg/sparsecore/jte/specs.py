@@ -19,6 +19,11 @@ from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 from tpuemb_cfg.algorithms.table import ADAM_BETA_1, ADAM_BETA_2, JAX_SPECS
+from tpuemb_cfg.base.sparsecore_defaults import (
+    ACTIVATION_MEMORY_BYTES_LIMIT,
+    DEFAULT_MAX_IDS_PER_PARTITION,
+    DEFAULT_MAX_UNIQUE_IDS_PER_PARTITION,
+)
 from tpuemb_cfg.sparsecore import checks
 
 __all__ = [
@@ -29,16 +34,17 @@ __all__ = [
 ]
 
 #: The activation memory (bytes per SparseCore) a stack may reach: 2 MiB.
-DEFAULT_ACTIVATION_MEM_BYTES_LIMIT = 2048 * 1024
+DEFAULT_ACTIVATION_MEM_BYTES_LIMIT = ACTIVATION_MEMORY_BYTES_LIMIT
 #: ``max_ids_per_partition`` and ``max_unique_ids_per_partition`` when nothing else is said.
-DEFAULT_LIMIT = 256
+DEFAULT_LIMIT = DEFAULT_MAX_IDS_PER_PARTITION
 
 #: A limit callable: ``(stack_name, total_sample_count) -> limit``.
 LimitsCallable = Callable[[str, int], int]
 
 
 def get_default_limits(name: str, batch_size: int) -> int:
-    """jax-tpu-embedding's default for a multi-table stack's limits: 256 whatever the stack."""
+    """jax-tpu-embedding's default for a multi-table stack's limits: :data:`DEFAULT_LIMIT`
+    whatever the stack."""
     del name, batch_size
     return DEFAULT_LIMIT
 
@@ -203,8 +209,8 @@ class StackedTableSpec:
     optimizer: Any
     combiner: str
     total_sample_count: int
-    max_ids_per_partition: int = 256
-    max_unique_ids_per_partition: int = 256
+    max_ids_per_partition: int = DEFAULT_MAX_IDS_PER_PARTITION
+    max_unique_ids_per_partition: int = DEFAULT_MAX_UNIQUE_IDS_PER_PARTITION
     activation_mem_bytes_limit: int = DEFAULT_ACTIVATION_MEM_BYTES_LIMIT
     suggested_coo_buffer_size_per_device: int | None = None
     quantization_config: Any = None
@@ -230,8 +236,8 @@ class TableSpec:
     initializer: Any
     optimizer: Any
     combiner: str
-    max_ids_per_partition: int = 256
-    max_unique_ids_per_partition: int = 256
+    max_ids_per_partition: int = DEFAULT_MAX_IDS_PER_PARTITION
+    max_unique_ids_per_partition: int = DEFAULT_MAX_UNIQUE_IDS_PER_PARTITION
     suggested_coo_buffer_size_per_device: int | None = None
     quantization_config: Any = None
     _initialized: bool = dataclasses.field(init=False, default=False, compare=False)

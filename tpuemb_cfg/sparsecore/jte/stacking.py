@@ -41,16 +41,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tpuemb_cfg.base.platform import jax_sparse_core_counts
 from tpuemb_cfg.sparsecore._args import check_config_type, found
 from tpuemb_cfg.sparsecore.checks import call_limit, check_config
 from tpuemb_cfg.sparsecore.config import SparseCoreConfig, SparseCoreFeature, SparseCoreTable
 from tpuemb_cfg.sparsecore.jte.specs import DEFAULT_ACTIVATION_MEM_BYTES_LIMIT, DEFAULT_LIMIT
 from tpuemb_cfg.sparsecore.stacking import FeatureSlot, Stack, StackedTable, Stacking
+from tpuemb_cfg.sparsecore.topology import sparse_cores_per_device_text
 
 __all__ = ["check_devices", "round_up", "stack_config", "stack_name"]
 
-#: SparseCores per device jax-tpu-embedding accepts (its ``NUM_SC_PER_DEVICE_MAP`` values).
-SPARSE_CORE_COUNTS = (2, 4)
+#: SparseCores per device jax-tpu-embedding accepts (its ``NUM_SC_PER_DEVICE_MAP`` values: the
+#: platform table's chips with SparseCores).
+SPARSE_CORE_COUNTS = jax_sparse_core_counts()
 _NAME_KEEP = 50
 _HASH_DIGITS = 12
 
@@ -93,7 +96,9 @@ def check_devices(global_devices: int, sparse_cores_per_device: int) -> None:
     if isinstance(cores, bool) or not isinstance(cores, int) or cores not in SPARSE_CORE_COUNTS:
         shown = repr(cores) if isinstance(cores, int | str) else found(cores)
         raise ValueError(f"Invalid num_sc_per_device: {shown}; "
-                         "jax-tpu-embedding accepts 4 (TPU v5p) or 2 (v6e, TPU7x)")
+                         "jax-tpu-embedding accepts "
+                         f"{' or '.join(str(n) for n in SPARSE_CORE_COUNTS)} "
+                         f"({sparse_cores_per_device_text()})")
 
 
 @dataclass(frozen=True)
