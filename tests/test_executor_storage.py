@@ -160,7 +160,7 @@ def test_a_sharded_storage_gives_the_same_run(engine: str, options: dict[str, bo
     assert got.keys() == want.keys()
     for key, array in want.items():
         np.testing.assert_array_equal(got[key], array, err_msg=key)
-    storage = sharded.storage
+    storage = sharded.storage.inner  # the factory's storage, behind BasicStorage
     assert isinstance(storage, TwoShards)
     assert set(storage.calls) == {"load", "gather", "update", "change_norm"}
 

@@ -49,7 +49,7 @@ from .plan import Plan, TablePlan
 from .prepared import Prepared
 from .rates import spec_learning_rates
 from .route import StepRoute, step_route
-from .storage import Storage, StorageRequest, choose_backend, live_arrays, load_checkpoint, rows_of
+from .storage import Storage, StorageRequest, choose_backend, rows_of
 
 __all__ = ["DeduplicationData", "Executor", "Partial", "StepRoute", "TableDeduplication",
            "TableReport"]
@@ -231,6 +231,12 @@ class Executor:
         self.placement = placement
         self.storage: Storage = backend.open(StorageRequest(
             self.plan, self.engine, initial_state, state_source, strict, options, placement))
+        #: Whether the tables are this process's memory (the backend's ``in_process``): a
+        #: caller's own memory check counts them then.
+        self.tables_in_process = bool(backend.in_process)
+        # The storage's arrays when they live in this process (the compiled step's in-place
+        # reads and updates), else None.
+        self._live = self.storage.live()
         self.step_index = 0
         self.report = bool(options.report)
         # Per table, the slots (and for the compiled route, the parameters) of the rows its
@@ -254,9 +260,7 @@ class Executor:
         self._pending: DeduplicationData | None = None
         # The step route of every table, chosen once (``StepRoute``): the compiled step (the
         # numba engine, on live arrays of a storage in this process) or the engine's functions.
-        self._fused: Any = (
-            self.engine.fused if callable(getattr(self.storage, "local", None)) else None
-        )
+        self._fused: Any = self.engine.fused if self._live is not None else None
         self._routes = {table.name: self._route(table) for table in self.plan.tables}
         # Per feature: whether the gradient check looks for NaN and infinities (the compiled
         # back-propagation of its table looks itself).
@@ -265,7 +269,6 @@ class Executor:
         # ``step`` overlaps forward and back-propagation (``fused.forward_backprop``, which
         # computes a ``LocalStorage``'s pending rows) when the compiled step does every table
         # and there are threads for it; ``overlapped_steps`` counts those steps.
-        self._live = live_arrays(self.storage)
         self._overlap = self._live is not None and all(
             route.backward for route in self._routes.values())
         self.overlapped_steps = 0
@@ -326,7 +329,7 @@ class Executor:
         step, undo = self._checked_checkpoint(arrays, source)
         given = {k: v for k, v in arrays.items() if k.startswith(("table/", "slot/"))}
         self._check_loaded(given, source, step)
-        load_checkpoint(self.storage, self.plan, given, source)  # checked, then loaded
+        self.storage.load_given(given, source=source)  # checked, then loaded
         self.step_index = step
         self._undo = undo
         self._pending = None
@@ -593,16 +596,16 @@ class Executor:
             else self.engine.deduplicate(given.ids)
             for given, fused in zip(inputs, routes, strict=True)
         ]
-        prefetch = getattr(self.storage, "prefetch", None)
-        if callable(prefetch):  # a remote storage: every table's rows in one call per host
-            prefetch([(table.name, unique) for table, (unique, _), fused
+        # A remote storage reads every table's rows in one call per host (a local one: nothing).
+        self.storage.prefetch([(table.name, unique) for table, (unique, _), fused
                       in zip(plan.tables, found, routes, strict=True) if fused is None])
         for table, given, fused, (unique, inverse) in zip(plan.tables, inputs, routes, found,
                                                           strict=True):
             ids = given.ids
             if fused is not None:
                 # Rows read straight from the live table: no gathered copy (spec section 3).
-                rows, _ = self.storage.local(table.name, unique)  # type: ignore[attr-defined]
+                assert self._live is not None  # the compiled route runs on live arrays
+                rows, _ = self._live.local(table.name, unique)
             else:
                 rows = self._snapshot_rows(table, unique)
             start = 0
@@ -755,16 +758,16 @@ class Executor:
             fused_grads = {table.name: grad for table, grad in zip(fused, computed, strict=True)}
             # A storage that queues updates (``flush``: the Ray backend's, one call per host for
             # every table) gets every table's first, then the norms are read.
-            deferred = callable(getattr(self.storage, "flush", None)) and callable(
-                getattr(self.storage, "discard", None))
+            deferred = self.storage.queues_updates
             finishing: list[tuple[TablePlan, np.ndarray | None, np.ndarray]] = []
             for table in self.plan.tables:
                 record = dedup.tables[table.name]
                 if table.name in fused_grads:
                     self._keep_before(table, record.unique_ids if table.lazy else None,
                                       params=True)
+                    assert self._live is not None  # fused tables run on live arrays
                     squared = update_table(
-                        self._fused, self.storage, table, record, fused_grads[table.name],
+                        self._fused, self._live, table, record, fused_grads[table.name],
                         self._learning_rate(table, rates), UpdateContext(self.step_index, dynamic),
                     )
                     report = self.last_report.get(table.name)
@@ -793,7 +796,7 @@ class Executor:
                                            (dedup.tables[table.name], grads))
                 except NumericalError:
                     # One table at a time would not have updated the later tables: undo them.
-                    self.storage.discard(  # type: ignore[attr-defined]
+                    self.storage.discard(
                         [t.name for t, _, _ in finishing[index + 1:]])
                     raise
             self.storage.commit()
@@ -863,10 +866,9 @@ class Executor:
         update, for ``_nonfinite``: copies of the rows a lazy update changes in a storage in
         this process (about 1% of a step); not whole tables (a non-lazy update's, whose cause
         is then replayed from the values it left) nor remote rows."""
-        local = getattr(self.storage, "local", None)
-        if rows is None or not callable(local):
+        if rows is None or self._live is None:
             return
-        values, slots = local(table.name, rows)
+        values, slots = self._live.local(table.name, rows)
         self._slots_before[table.name] = tuple(np.take(slot, rows, axis=0) for slot in slots)
         if params:
             self._params_before[table.name] = np.take(values, rows, axis=0)
@@ -874,9 +876,8 @@ class Executor:
     def _slot_rows(self, table: TablePlan, row: int) -> list[np.ndarray]:
         """Row ``row`` of each slot of ``table`` ([1, D] arrays), as the storage holds it."""
         ids = np.array([row], dtype=np.int64)
-        local = getattr(self.storage, "local", None)
-        if callable(local):
-            _, slots = local(table.name, ids)
+        if self._live is not None:
+            _, slots = self._live.local(table.name, ids)
             return [np.asarray(slot[row:row + 1]) for slot in slots]
         arrays = [self.storage.arrays()[f"slot/{table.name}/{name}"]
                   for name in table.slot_names]

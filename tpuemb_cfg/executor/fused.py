@@ -173,7 +173,7 @@ def backprop_tables(
 
 
 def update_table(
-    fused: CompiledStep, storage: Any, table: TablePlan, record: Deduplicated, grad: Any,
+    fused: CompiledStep, storage: LiveArrays, table: TablePlan, record: Deduplicated, grad: Any,
     lr: np.float32, ctx: UpdateContext,
 ) -> float:
     """Spec sections 4 and 6 for ``table`` from ``grad`` (its ``backprop_tables`` result), in

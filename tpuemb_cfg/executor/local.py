@@ -19,17 +19,19 @@ from .core import require_memory
 from .engines import Engine
 from .initial import called_tables, initial_state
 from .plan import Plan
-from .storage import LocalStorage, Storage, StorageRequest
+from .storage import BasicStorage, LocalStorage, RowStorage, Storage, StorageRequest
 
 __all__ = ["LOCAL", "LocalBackend", "custom_backend"]
 
 #: ``fn(plan, arrays, engine)``: a storage of the initial ``arrays`` (state-file keys).
-StorageFactory = Callable[[Plan, dict[str, np.ndarray], Engine], Storage]
+StorageFactory = Callable[[Plan, dict[str, np.ndarray], Engine], RowStorage]
 
 
 @dataclass(frozen=True)
 class LocalBackend:
-    """Tables in this process, in the storage ``factory`` makes (default ``LocalStorage``)."""
+    """Tables in this process, in the storage ``factory`` makes (default ``LocalStorage``; a
+    factory's storage, which offers the calls of ``RowStorage``, is reached through
+    ``BasicStorage``)."""
 
     factory: StorageFactory | None = None
     name: str = "local"
@@ -51,7 +53,9 @@ class LocalBackend:
         # storage gets every value up front.
         arrays = initial_state(plan, given, options.seed, request.source, request.strict,
                                lazy=self.factory is None)
-        return (self.factory or LocalStorage)(plan, arrays, request.engine)
+        if self.factory is None:
+            return LocalStorage(plan, arrays, request.engine)
+        return BasicStorage(self.factory(plan, arrays, request.engine), plan)
 
 
 LOCAL = LocalBackend()

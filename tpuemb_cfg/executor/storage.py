@@ -62,7 +62,7 @@ settings it does not use.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -76,16 +76,31 @@ from .plan import Plan
 from .state import Pending, slot_key, table_key
 
 __all__ = [
-    "BACKENDS", "Backend", "LiveArrays", "LocalStorage", "RowUpdate", "Storage", "StorageRequest",
-    "choose_backend", "load_checkpoint", "register_backend", "rows_of",
+    "BACKENDS", "Backend", "BasicStorage", "LiveArrays", "LocalStorage", "RowStorage",
+    "RowUpdate", "Storage", "StorageRequest", "choose_backend", "load_checked",
+    "register_backend", "rows_of",
 ]
 
 #: ``fn(params, slots, rows, grad)``: update ``rows`` (None: every row) of the arrays in place.
 RowUpdate = Callable[[np.ndarray, tuple[np.ndarray, ...], np.ndarray | None, np.ndarray], None]
 
 
-class Storage(Protocol):
-    """The tables and slots of one executor (see the module docstring for the contract)."""
+class LiveArrays(Protocol):
+    """The arrays of a storage that live in this process (``LocalStorage``): what the compiled
+    step reads and updates in place (``LocalStorage.local``, ``LocalStorage.live_params``)."""
+
+    def local(
+        self, table: str, rows: np.ndarray | None = None
+    ) -> tuple[np.ndarray, tuple[np.ndarray, ...]]: ...
+
+    def live_params(
+        self, table: str, ids: np.ndarray, missing: Callable[[np.ndarray, np.ndarray], np.ndarray]
+    ) -> np.ndarray: ...
+
+
+class RowStorage(Protocol):
+    """The seven calls a storage made by a user's factory (``custom_backend``) offers; the
+    executor reaches it through :class:`BasicStorage`, which adds the rest of :class:`Storage`."""
 
     def gather(self, table: str, rows: np.ndarray | None) -> np.ndarray: ...
 
@@ -104,39 +119,23 @@ class Storage(Protocol):
     def close(self) -> None: ...
 
 
-class LiveArrays(Protocol):
-    """A storage whose arrays live in this process (``LocalStorage``): what the compiled step
-    reads and updates in place (:meth:`LocalStorage.local`, :meth:`LocalStorage.live_params`)."""
+class Storage(RowStorage, Protocol):
+    """The tables and slots of one executor: every call the executor makes on them (see the
+    module docstring for the contract). The calls beyond :class:`RowStorage` are trivial for a
+    storage in this process (``LocalStorage``, ``BasicStorage``)."""
 
-    def local(
-        self, table: str, rows: np.ndarray | None = None
-    ) -> tuple[np.ndarray, tuple[np.ndarray, ...]]: ...
+    def load_given(self, given: Mapping[str, Any], *, source: str | None = None) -> None: ...
 
-    def live_params(
-        self, table: str, ids: np.ndarray, missing: Callable[[np.ndarray, np.ndarray], np.ndarray]
-    ) -> np.ndarray: ...
+    def prefetch(self, requests: Sequence[tuple[str, np.ndarray]]) -> None: ...
 
+    @property
+    def queues_updates(self) -> bool: ...
 
-def live_arrays(storage: Storage) -> LiveArrays | None:
-    """``storage`` when its arrays live in this process (it offers ``local`` and
-    ``live_params``), else None."""
-    if callable(getattr(storage, "local", None)) and callable(
-            getattr(storage, "live_params", None)):
-        return storage  # type: ignore[return-value]
-    return None
+    def flush(self) -> None: ...
 
+    def discard(self, tables: Sequence[str]) -> None: ...
 
-def load_checkpoint(storage: Storage, plan: Plan, given: Mapping[str, Any],
-                    source: str | None) -> None:
-    """Replace every table and slot of ``storage`` by ``given`` (state-file arrays, every key
-    present), checked exactly (float32 of the table's shape; ``InputError`` naming ``source``):
-    by the storage's own ``load_given`` where it has one (a remote storage sends the rows to
-    where they live), else checked here and given to ``load``."""
-    load_given = getattr(storage, "load_given", None)
-    if callable(load_given):
-        load_given(given, source=source)
-    else:
-        storage.load(make_initial_state(plan, given, 0, source, True))
+    def live(self) -> LiveArrays | None: ...
 
 
 @dataclass(frozen=True)
@@ -282,6 +281,28 @@ class LocalStorage:
     def close(self) -> None:
         """Nothing is held outside this process."""
 
+    def load_given(self, given: Mapping[str, Any], *, source: str | None = None) -> None:
+        """Replace every table and slot by ``given``, checked exactly (``load_checked``)."""
+        load_checked(self, self._plan, given, source)
+
+    def prefetch(self, requests: Sequence[tuple[str, np.ndarray]]) -> None:
+        """Every read costs the same here: nothing to batch."""
+
+    @property
+    def queues_updates(self) -> bool:
+        """Updates are made when asked for, one table at a time."""
+        return False
+
+    def flush(self) -> None:
+        """Nothing is queued."""
+
+    def discard(self, tables: Sequence[str]) -> None:
+        """Nothing is queued (``queues_updates`` is False: never called)."""
+
+    def live(self) -> LocalStorage:
+        """The arrays live in this process: ``local`` and ``live_params``."""
+        return self
+
     def arrays(self) -> dict[str, np.ndarray]:
         out: dict[str, np.ndarray] = {}
         for table in self._plan.tables:
@@ -298,3 +319,65 @@ class LocalStorage:
             self._slots[table.name] = tuple(
                 arrays[slot_key(table.name, name)] for name in table.slot_names
             )
+
+
+def load_checked(storage: RowStorage, plan: Plan, given: Mapping[str, Any],
+                 source: str | None) -> None:
+    """``storage.load`` of ``given`` (state-file arrays, every key present) checked exactly
+    (float32 of the table's shape; ``InputError`` naming ``source``): a storage in this
+    process's ``load_given``."""
+    storage.load(make_initial_state(plan, given, 0, source, True))
+
+
+class BasicStorage:
+    """A :class:`Storage` of a :class:`RowStorage` (a user's factory's, ``custom_backend``):
+    its seven calls, and the others as a storage in this process without live arrays has them
+    (no batching, no queue; given arrays checked here)."""
+
+    def __init__(self, inner: RowStorage, plan: Plan) -> None:
+        #: The storage the factory made.
+        self.inner = inner
+        self._plan = plan
+
+    def gather(self, table: str, rows: np.ndarray | None) -> np.ndarray:
+        return self.inner.gather(table, rows)
+
+    def update(
+        self, table: str, rows: np.ndarray | None, grad: np.ndarray, fn: RowUpdate
+    ) -> None:
+        self.inner.update(table, rows, grad, fn)
+
+    def change_norm(self, table: str, rows: np.ndarray | None, before: np.ndarray) -> float:
+        return self.inner.change_norm(table, rows, before)
+
+    def commit(self) -> None:
+        self.inner.commit()
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return self.inner.arrays()
+
+    def load(self, arrays: Mapping[str, np.ndarray]) -> None:
+        self.inner.load(arrays)
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def load_given(self, given: Mapping[str, Any], *, source: str | None = None) -> None:
+        load_checked(self.inner, self._plan, given, source)
+
+    def prefetch(self, requests: Sequence[tuple[str, np.ndarray]]) -> None:
+        """No batching: each ``gather`` reads."""
+
+    @property
+    def queues_updates(self) -> bool:
+        return False
+
+    def flush(self) -> None:
+        """Nothing is queued."""
+
+    def discard(self, tables: Sequence[str]) -> None:
+        """Nothing is queued."""
+
+    def live(self) -> None:
+        """No live arrays: the executor gathers copies."""
+        return None

@@ -861,6 +861,15 @@ class RayStorage:
         for (table, rows), out in zip(wanted, self._read(wanted), strict=True):
             self._cache[table] = (rows, [out, out.copy() if self._pipelined else out])
 
+    @property
+    def queues_updates(self) -> bool:
+        """``update`` queues; ``flush`` (made by any read) sends the queue."""
+        return True
+
+    def live(self) -> None:
+        """The arrays live in the actors: none in this process."""
+        return None
+
     def _settle(self) -> None:
         """Send the queued updates before anything reads the tables or the arena."""
         if self._ops:
