@@ -208,7 +208,7 @@ def _executor(text: str, combiner: str, engine: str) -> Executor:
 
 def memory_needed(workload: Workload) -> int:
     """Estimated peak bytes of :func:`run` for ``workload``: the executor's estimate of the
-    anchor table (table, slots, a step's working arrays: ``Plan.memory_estimate``), the id
+    anchor table (table, slots, a step's working arrays: ``memory.memory_estimate``), the id
     sampler's float64 CDF and int64 permutation of the vocabulary (16 bytes a row), four
     ``ids x dim`` float32 arrays (gradients, activations, the naive step's gathered rows and sums),
     the 128 MiB of the copy-bandwidth probe and the timings (a Python float per step)."""
@@ -217,11 +217,12 @@ def memory_needed(workload: Workload) -> int:
 
 def _anchor_bytes(vocab: int, w: Workload) -> int:
     """The bytes that grow with the vocabulary (see :func:`memory_needed`)."""
+    from .executor.memory import memory_estimate
     from .io import load
     from .session import prepare
 
     text = _config_text([("anchor", vocab, w.dim)], [(0, w.ids)], w.optimizer)
-    return prepare(load(text.encode(), "text")).plan.memory_estimate() + 16 * vocab
+    return memory_estimate(prepare(load(text.encode(), "text")).plan) + 16 * vocab
 
 
 def _fixed_bytes(w: Workload) -> int:

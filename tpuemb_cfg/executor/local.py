@@ -1,7 +1,7 @@
 """The local backend: every table and slot a NumPy array of this process (``LocalStorage``).
 
 ``LOCAL`` opens it (``storage.BACKENDS["local"]``): the memory check of the run's tables, slots
-and step against ``max_memory`` (``core.require_memory``; skipped with ``check_memory=False``),
+and step against ``max_memory`` (``memory.require_memory``; skipped with ``check_memory=False``),
 the tables whose initializer is a Python callable called once, and the initial state, whose
 default rows are computed when first touched (``state.Pending``). :func:`custom_backend` makes a
 backend of a storage factory ``fn(plan, arrays, engine)`` (every initial value computed up
@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .core import require_memory
 from .engines import Engine
 from .initial import called_tables, initial_state
+from .memory import library_estimate, reduce_hint, require_memory
 from .plan import Plan
 from .storage import BasicStorage, LocalStorage, RowStorage, Storage, StorageRequest
 
@@ -44,8 +44,6 @@ class LocalBackend:
         request.refuse(self.name, ["shards", "ray_address", "runtime_env", "ship"])
         plan, options = request.plan, request.options
         if options.check_memory:
-            from .memory import library_estimate, reduce_hint
-
             parts = library_estimate(plan, request.engine.name)
             require_memory(parts.total, options.memory_limit, reduce=reduce_hint(parts))
         given = called_tables(plan, request.given, request.source)

@@ -18,7 +18,6 @@ from .. import units
 
 if TYPE_CHECKING:
     from .engines import Engine
-    from .storage import Backend
 
 __all__ = ["Placement", "RunOptions"]
 
@@ -64,7 +63,9 @@ class Placement:
 
     ``backend``: a name of ``storage.BACKENDS`` (``local``: NumPy arrays in this process;
     ``ray``: each host's rows in its own Ray actor, ``tpuemb_cfg.backends.ray``) or a
-    ``storage.Backend``. ``shards``: the number of host actors (default ``num_hosts``);
+    ``storage.Backend`` (typed ``object`` here: the records of this module sit below the
+    storage seam, which carries them). ``shards``: the number of host actors (default
+    ``num_hosts``);
     ``ray_address``: the Ray cluster to join (default ``RAY_ADDRESS``, else a local instance).
     ``runtime_env``: Ray's ``runtime_env`` of the host actors (``pip``, ``env_vars``,
     ``working_dir`` ...), merged with the driver's own ``tpuemb_cfg`` package, which the
@@ -72,7 +73,7 @@ class Placement:
     does not use a setting refuses it when given.
     """
 
-    backend: str | Backend = "local"
+    backend: str | object = "local"
     shards: int | None = None
     ray_address: str | None = None
     runtime_env: Mapping[str, Any] | None = None

@@ -64,7 +64,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import numpy as np
 
@@ -188,11 +188,11 @@ def register_backend(name: str, target: str) -> None:
     BACKENDS[name] = target
 
 
-def choose_backend(backend: str | Backend) -> Backend:
+def choose_backend(backend: str | object) -> Backend:
     """The :class:`Backend` named ``backend`` (imported now), or ``backend`` itself;
     ``UsageError`` for a name not in :data:`BACKENDS`."""
     if not isinstance(backend, str):
-        return backend
+        return cast(Backend, backend)
     target = BACKENDS.get(backend)
     if target is None:
         raise UsageError(f"unknown backend {backend!r}; expected "
