@@ -42,6 +42,7 @@ def run(workload: Workload | None = None, *, shards: int = 2, engine: str = "num
     JSON-ready dict of ``backends.ray.benchmark.run``. ``shared_memory``: as for
     ``RayStorage`` (None: its default); ``runtime_env``, ``ship``: as for ``Placement``."""
     from .backends.ray import benchmark
+    from .backends.ray.options import RayOptions
     from .executor.options import Placement
     from .session import prepare
 
@@ -58,7 +59,7 @@ def run(workload: Workload | None = None, *, shards: int = 2, engine: str = "num
     prepared = prepare(_config(w, shards, mod), combiners="sum")
     return benchmark.run(prepared, [{"ids": ids, "grad": grads}], steps=w.steps, engine=engine,
                          address=address, shared_memory=shared_memory, workload=asdict(w),
-                         placement=Placement("ray", runtime_env=runtime_env, ship=ship))
+                         placement=Placement("ray", RayOptions(runtime_env=runtime_env, ship=ship)))
 
 
 def run_model(source: Any, *, shards: int, steps: int = 6, engine: str = "numba",

@@ -153,7 +153,8 @@ class Executor:
         backend = choose_backend(placement.backend)
         self.placement = placement
         self.storage: Storage = backend.open(StorageRequest(
-            self.plan, self.engine, initial_state, state_source, strict, options, placement))
+            self.plan, self.engine, initial_state, state_source, strict, options,
+            placement.options))
         #: Whether the tables are this process's memory (the backend's ``in_process``): a
         #: caller's own memory check counts them then.
         self.tables_in_process = bool(backend.in_process)

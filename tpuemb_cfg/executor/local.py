@@ -10,16 +10,26 @@ front).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from ..errors import UsageError
 from .engines import Engine
 from .initial import called_tables, initial_state
 from .memory import library_estimate, reduce_hint, require_memory
 from .plan import Plan
-from .storage import BasicStorage, LocalStorage, RowStorage, Storage, StorageRequest
+from .storage import (
+    BasicStorage,
+    LocalStorage,
+    RowStorage,
+    Storage,
+    StorageRequest,
+    refuse_settings,
+)
 
 __all__ = ["LOCAL", "LocalBackend", "custom_backend"]
 
@@ -40,8 +50,23 @@ class LocalBackend:
     def in_process(self) -> bool:
         return True
 
+    @property
+    def errors(self) -> tuple[type[Exception], ...]:
+        """No error of its own."""
+        return ()
+
+    def settings(self, given: Mapping[str, Any]) -> None:
+        """No setting of its own: every one given is refused."""
+        refuse_settings(self.name, list(given))
+
+    def session(self, options: object | None) -> AbstractContextManager[None]:
+        """Nothing to connect to."""
+        return nullcontext()
+
     def open(self, request: StorageRequest) -> Storage:
-        request.refuse(self.name, ["shards", "ray_address", "runtime_env", "ship"])
+        if request.backend_options is not None:
+            raise UsageError(f"{type(request.backend_options).__name__}: options of another "
+                             f"backend, not used by backend={self.name!r}; remove them")
         plan, options = request.plan, request.options
         if options.check_memory:
             parts = library_estimate(plan, request.engine.name)

@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
@@ -77,8 +78,8 @@ from .state import Pending, slot_key, table_key
 
 __all__ = [
     "BACKENDS", "Backend", "BasicStorage", "LiveArrays", "LocalStorage", "RowStorage",
-    "RowUpdate", "Storage", "StorageRequest", "choose_backend", "load_checked",
-    "register_backend", "rows_of",
+    "RowUpdate", "Storage", "StorageRequest", "choose_backend", "load_checked", "placement",
+    "refuse_settings", "register_backend", "rows_of",
 ]
 
 #: ``fn(params, slots, rows, grad)``: update ``rows`` (None: every row) of the arrays in place.
@@ -143,8 +144,8 @@ class StorageRequest:
     """What a backend opens a storage from: the ``plan``, the ``engine``, the ``given`` initial
     arrays by state-file key (tables with a callable initializer already called; the others
     default from ``options.seed``), ``source``/``strict`` for errors about them and their
-    dtypes, the run ``options`` (the memory limit) and the ``placement`` (the backend's
-    settings)."""
+    dtypes, the run ``options`` (the memory limit) and ``backend_options`` (the placement's
+    options record, the backend's own: None for its defaults)."""
 
     plan: Plan
     engine: Engine
@@ -152,23 +153,42 @@ class StorageRequest:
     source: str | None
     strict: bool
     options: RunOptions
-    placement: Placement
+    backend_options: object | None = None
 
-    def refuse(self, backend: str, settings: list[str]) -> None:
-        """``UsageError`` when the placement gives one of ``settings``, which ``backend``
-        does not use (a setting silently ignored would mislead)."""
-        wrong = [name for name in self.placement.given() if name in settings]
-        if wrong:
-            raise UsageError(f"{'= and '.join(wrong)}= not used by backend={backend!r} (it would "
-                             f"be ignored); remove {'it' if len(wrong) == 1 else 'them'}")
+
+def refuse_settings(backend: str, names: Sequence[str]) -> None:
+    """``UsageError`` when ``names`` (settings given) is not empty: ``backend`` does not use
+    them (a setting silently ignored would mislead)."""
+    wrong = list(names)
+    if wrong:
+        raise UsageError(f"{'= and '.join(wrong)}= not used by backend={backend!r} (it would "
+                         f"be ignored); remove {'it' if len(wrong) == 1 else 'them'}")
 
 
 class Backend(Protocol):
-    """Where a storage's tables live. ``in_process``: whether they are this process's memory
-    (a caller's own memory check then counts them); ``open``: the storage of ``request``."""
+    """A storage backend: everything the executor and the run layer know of it.
+
+    ``name``: its name (a key of :data:`BACKENDS`); ``in_process``: whether its tables are
+    this process's memory (a caller's own memory check then counts them); ``errors``: its own
+    errors a command reports as one line (the Ray backend's lost host); ``settings(given)``:
+    its options record of the named settings ``given`` (only those given, not None), the
+    settings it does not use refused (``refuse_settings``); ``session(options)``: a context a
+    command runs in (the Ray backend's connection to the cluster; nothing for a local one);
+    ``open(request)``: the storage of ``request``.
+    """
+
+    @property
+    def name(self) -> str: ...
 
     @property
     def in_process(self) -> bool: ...
+
+    @property
+    def errors(self) -> tuple[type[Exception], ...]: ...
+
+    def settings(self, given: Mapping[str, Any]) -> object | None: ...
+
+    def session(self, options: object | None) -> AbstractContextManager[None]: ...
 
     def open(self, request: StorageRequest) -> Storage: ...
 
@@ -200,6 +220,15 @@ def choose_backend(backend: str | object) -> Backend:
     module, _, attribute = target.partition(":")
     found: Backend = getattr(importlib.import_module(module), attribute)
     return found
+
+
+def placement(backend: str | object = "local", **settings: Any) -> Placement:
+    """The :class:`Placement` of ``backend`` (a name of :data:`BACKENDS` or a :class:`Backend`)
+    with its options record made by the backend from ``settings`` (a None value: not given;
+    for the Ray backend ``shards``, ``ray_address``, ``runtime_env``, ``ship``): an unknown
+    backend or a setting it would ignore raises ``UsageError``."""
+    given = {name: value for name, value in settings.items() if value is not None}
+    return Placement(backend, choose_backend(backend).settings(given))
 
 
 def rows_of(whole: np.ndarray, rows: np.ndarray, engine: Engine) -> np.ndarray:

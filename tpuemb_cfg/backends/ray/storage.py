@@ -60,6 +60,7 @@ import os
 import weakref
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,6 +83,7 @@ from .connection import (
     connect,
     import_ray,
     keep_actors,
+    ray_session,
 )
 from .deadlines import deadline_scale
 from .errors import PHASES, HeadLost, NoAnswer, NodeLost, ShardLost
@@ -91,6 +93,7 @@ from .host import (
     shard_bytes,
 )
 from .link import Link
+from .options import RayOptions
 from .placement import reservation
 from .runtime_env import check_runtime_env
 from .session import PLACEMENT_ENV, PLACEMENT_TIMEOUT, Lifecycle
@@ -99,7 +102,7 @@ from .transport import BLOCK_BYTES, SHM_DIR, ShardedArray
 __all__ = ["BLOCK_BYTES", "LINK_ENV", "NODE_ID_CHARS", "PARALLEL_BYTES", "PHASES",
            "PLACEMENT_ENV", "PLACEMENT_TIMEOUT", "RAY", "SHARED_MEMORY_ENV", "SHM_DIR",
            "WHOLE_METHODS", "ActorOptions", "HeadLost", "NoAnswer", "NodeLost", "RayBackend",
-           "RayStorage", "ShardLost", "ShardedArray", "Submitted"]
+           "RayOptions", "RayStorage", "ShardLost", "ShardedArray", "Submitted"]
 
 F32 = np.float32
 #: The variable that turns the use of shared memory (``transport.SHM_DIR``) off ("0").
@@ -466,17 +469,43 @@ class RayStorage(Lifecycle):
 
 @dataclass(frozen=True)
 class RayBackend:
-    """Opens a :class:`RayStorage` (``storage.BACKENDS["ray"]``): the placement's ``shards``,
-    ``ray_address``, ``runtime_env`` and ``ship``; ``max_memory`` is each host actor's limit,
-    its process included (the nodes' available memory is checked either way), always checked
-    (``check_memory=False`` is refused)."""
+    """Opens a :class:`RayStorage` (``storage.BACKENDS["ray"]``): the placement's options
+    (:class:`~tpuemb_cfg.backends.ray.options.RayOptions`: ``shards``, ``ray_address``,
+    ``runtime_env`` and ``ship``); ``max_memory`` is each host actor's limit, its process
+    included (the nodes' available memory is checked either way), always checked
+    (``check_memory=False`` is refused). Its own error: :class:`ShardLost`."""
+
+    name: str = "ray"
 
     @property
     def in_process(self) -> bool:
         return False
 
+    @property
+    def errors(self) -> tuple[type[Exception], ...]:
+        return (ShardLost,)
+
+    def settings(self, given: Mapping[str, Any]) -> RayOptions:
+        return RayOptions.of(given, self.name)
+
+    def session(self, options: object | None) -> AbstractContextManager[None]:
+        """Connected to Ray for a command (``connection.ray_session``: a local instance
+        started and stopped, or the cluster at ``ray_address``/``RAY_ADDRESS`` joined and
+        left)."""
+        found = self._options(options)
+        return ray_session(found.ray_address, runtime_env=found.runtime_env, ship=found.ship)
+
+    def _options(self, options: object | None) -> RayOptions:
+        if options is None:
+            return RayOptions()
+        if not isinstance(options, RayOptions):
+            raise UsageError(f"{type(options).__name__}: options of another backend, not used "
+                             f"by backend={self.name!r}; give RayOptions")
+        return options
+
     def open(self, request: StorageRequest) -> RayStorage:
         options, plan = request.options, request.plan
+        found = self._options(request.backend_options)
         if not options.check_memory:
             raise UsageError("check_memory=False: not used by backend='ray', which always "
                              "checks each host actor's memory (it would be ignored); remove it")
@@ -487,10 +516,9 @@ class RayBackend:
         return RayStorage(
             plan, request.engine, given=given, seed=options.seed, source=request.source,
             strict=request.strict,
-            actors=ActorOptions(shards=request.placement.shards, max_memory=options.memory_limit,
-                                address=request.placement.ray_address,
-                                runtime_env=request.placement.runtime_env,
-                                ship=request.placement.ship),
+            actors=ActorOptions(shards=found.shards, max_memory=options.memory_limit,
+                                address=found.ray_address, runtime_env=found.runtime_env,
+                                ship=found.ship),
         )
 
 
