@@ -95,8 +95,8 @@ class Executor:
     ``check_memory``, ``report``); ``placement``: a ``Placement`` (where the tables live: the
     backend, by name from ``storage.BACKENDS`` - ``local``, the default, or ``ray``: the tables
     in Ray actors, one per host, each holding only its rows (spec section 8), the same results
-    bit for bit - and its ``shards`` and ``ray_address``, refused by a backend that does not
-    use them). ``initial_state``: ``table/NAME`` and ``slot/NAME/SLOT`` arrays; missing entries
+    bit for bit - and its options record, ``storage.placement(backend, **settings)``).
+    ``initial_state``: ``table/NAME`` and ``slot/NAME/SLOT`` arrays; missing entries
     get the defaults of spec section 11 from the seed; ``state_source``/``strict``: for
     file-backed callers, the file named in errors about ``initial_state`` and exact dtypes.
 

@@ -38,25 +38,38 @@ in without touching the step. The interface (:class:`Storage`):
 ``close()``
     release what the storage holds outside this process (nothing for a local one).
 
+The calls beyond those seven, which a storage in this process has trivially (``LocalStorage``;
+``BasicStorage`` adds them to a user's factory's ``RowStorage``):
+
+``load_given(given, *, source=None)``
+    replace every table and slot by given state-file arrays (a checkpoint's), checked exactly
+    (``InputError`` naming ``source``), where the rows live; a local storage checks them here
+    and calls ``load``.
+``prefetch([(table, rows), ...])``
+    the step reads every table's rows at once; the next ``gather`` calls of those arrays return
+    them (a remote storage: one call per host; a local one: nothing).
+``queues_updates``
+    whether ``update`` only queues: the executor then updates every table before reading the
+    first ``change_norm`` (which sends the queue), and when that table's check raises
+    ``NumericalError`` it has the storage put back the step's later tables (``discard``), which
+    one table at a time would not have touched. ``flush()`` sends the queue. A local storage
+    queues nothing (False; ``flush`` and ``discard`` do nothing).
+``live()``
+    the arrays when they live in this process (:class:`LiveArrays`: ``local``,
+    ``live_params``; the compiled step reads and updates them in place), else None.
+
 :class:`LocalStorage` keeps NumPy arrays in this process and runs the engine's kernels on them.
-A storage may offer more: ``load_given(given, source=)`` (replace the tables and slots by given
-state-file arrays, checked, where the rows live; else the executor checks them and calls
-``load``), the live arrays of :class:`LiveArrays` (the compiled step's in-place reads and
-updates), and, for a remote storage whose every call costs a round trip, batching:
-``prefetch([(table, rows), ...])`` (the step reads every table's rows at once; the next
-``gather`` calls of those arrays return them) and ``flush()`` with ``discard(tables)`` (its
-``update`` only queues; the executor updates every table before reading the first
-``change_norm``, which sends the queue, and when that table's check raises ``NumericalError``
-it has the storage put back the step's later tables, which one table at a time would not have
-touched). The Ray storage offers all three: a step is one call per host for the reads and one
-for the updates. The local storage offers none and steps one table at a time.
+The Ray storage queues and prefetches: a step is one call per host for the reads and one for
+the updates.
 
 **Backends.** The executor opens its storage through a :class:`Backend` chosen by name in
 :data:`BACKENDS` (``name -> "module:attribute"``, imported when chosen, so the executor imports
 no backend): ``local`` (``executor.local``) and ``ray`` (``tpuemb_cfg.backends.ray.storage``).
-:func:`register_backend` adds one. A backend's ``open(request)`` gets a :class:`StorageRequest`
-(the plan, the engine, the initial arrays, the run options and the placement) and refuses the
-settings it does not use.
+:func:`register_backend` adds one. A backend is a descriptor: its name, whether its tables are
+in this process, its own errors, its options record made from named settings
+(:func:`placement` makes a ``Placement`` so, the settings it would ignore refused), the session
+a command runs in, and ``open(request)``, which gets a :class:`StorageRequest` (the plan, the
+engine, the initial arrays, the run options and the placement's options record).
 """
 
 from __future__ import annotations
