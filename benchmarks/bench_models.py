@@ -67,6 +67,7 @@ def _leaves(structure: Any) -> list[Any]:
 
 def worker(arguments: dict[str, Any]) -> dict[str, Any]:
     """One measured run in this process (the child side)."""
+    from tpuemb_cfg.executor.memory import memory_estimate
     from tpuemb_cfg.io import load
     from tpuemb_cfg.session import prepare
     from tpuemb_cfg.simulate import SyntheticRun
@@ -80,7 +81,7 @@ def worker(arguments: dict[str, Any]) -> dict[str, Any]:
         source = scaled_compiled(arguments["model"], arguments["vocab_scale"],
                                  arguments["batch_scale"])
     prepared = prepare(source)
-    estimate = prepared.plan.memory_estimate()
+    estimate = memory_estimate(prepared.plan)
     run = SyntheticRun(prepared, engine=arguments["engine"], max_memory=1 << 50)
     run.run(1)  # warm-up: compiles the numba kernels
     start = time.perf_counter()

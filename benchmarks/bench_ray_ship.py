@@ -34,6 +34,7 @@ import ray
 from tpuemb_cfg.backends.ray.connection import connect
 from tpuemb_cfg.backends.ray.runtime_env import actor_runtime_env
 from tpuemb_cfg.executor.core import Executor
+from tpuemb_cfg.backends.ray.options import RayOptions
 from tpuemb_cfg.executor.options import Placement, RunOptions
 from tpuemb_cfg.session import prepare
 
@@ -45,7 +46,8 @@ if where == "local":
 else:
     connect(where, ship=ship)
 joined = time.perf_counter()
-executor = Executor(prepare(sys.argv[3]), RunOptions(), Placement("ray", shards=2, ship=ship))
+executor = Executor(prepare(sys.argv[3]), RunOptions(),
+                    Placement("ray", RayOptions(shards=2, ship=ship)))
 opened = time.perf_counter()
 executor.close()
 print(json.dumps({"init_sec": joined - start, "actors_sec": opened - joined}))

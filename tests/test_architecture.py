@@ -931,3 +931,105 @@ def _targets() -> dict[str, set[str]]:
 @pytest.mark.parametrize("module", PLATFORM_READERS)
 def test_platform_readers_import_base(module: str) -> None:
     assert _targets()[module] & set(BASE_FACTS), f"{module} no longer reads tpuemb_cfg.base"
+# ------------------------------------------------------------------------------------------------
+# The storage seam (docs/architecture.md, "The storage seam"): the executor and the sims reach a
+# storage only through the calls ``executor.storage.Storage`` declares, and choose a backend only
+# through its descriptor (``storage.choose_backend``), never by testing its name.
+
+#: The packages that may know a backend by name: the backends themselves.
+BACKEND_PACKAGES = ("tpuemb_cfg.backends",)
+#: Modules outside the backends still testing ``backend == "ray"``, being rewritten onto the
+#: backend descriptor (issue 35: the run layer and the bench commands); none may be added.
+NAME_TESTS_PENDING = frozenset({
+    "tpuemb_cfg.commands.simulate", "tpuemb_cfg.commands.bench",
+})
+
+
+def _outside_backends() -> list[tuple[str, ast.AST]]:
+    return [(module, ast.parse(path.read_text(encoding="utf-8")))
+            for module, path in MODULES.items()
+            if not any(_inside(module, package) for package in BACKEND_PACKAGES)]
+
+
+def _names_a_storage(node: ast.AST) -> bool:
+    """Whether ``node`` is a storage by its name: ``storage``, ``self.storage``, ``store`` ..."""
+    if isinstance(node, ast.Name):
+        name = node.id
+    elif isinstance(node, ast.Attribute):
+        name = node.attr
+    else:
+        return False
+    return "storage" in name.lower() or name.lower().strip("_") == "store"
+
+
+def storage_probes(tree: ast.AST) -> list[int]:
+    """Lines of ``getattr``/``hasattr`` calls on a storage (what a declared seam replaces)."""
+    return sorted(node.lineno for node in ast.walk(tree)
+                  if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                  and node.func.id in ("getattr", "hasattr") and node.args
+                  and _names_a_storage(node.args[0]))
+
+
+def backend_name_tests(tree: ast.AST, name: str = "ray") -> list[int]:
+    """Lines of comparisons with the string ``name`` (``backend == "ray"``, ``!= "ray"``,
+    ``in ("ray", ...)``)."""
+    lines = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Compare):
+            continue
+        for operand in [node.left, *node.comparators]:
+            values = (operand.elts if isinstance(operand, ast.Tuple | ast.List | ast.Set)
+                      else [operand])
+            if any(isinstance(v, ast.Constant) and v.value == name for v in values):
+                lines.append(node.lineno)
+    return sorted(set(lines))
+
+
+def test_the_scans_find_what_they_look_for() -> None:
+    """The two scans below, on code that does what they forbid and on code that does not."""
+    probing = ast.parse("if callable(getattr(self.storage, 'prefetch', None)): pass\n"
+                        "x = hasattr(store, 'flush')\ny = getattr(self.plan, 'tables')")
+    assert storage_probes(probing) == [1, 2]
+    named = ast.parse("a = backend == 'ray'\nb = 'ray' != placement.backend\n"
+                      "c = backend in ('local', 'ray')\nd = backend == 'local'\ne = {'ray': 1}")
+    assert backend_name_tests(named) == [1, 2, 3]
+
+
+def test_no_storage_is_probed_outside_the_backends() -> None:
+    wrong = [f"{module}:{line}" for module, tree in _outside_backends()
+             for line in storage_probes(tree)]
+    assert not wrong, ("getattr/hasattr on a storage (declare the call on "
+                       "executor.storage.Storage instead):\n" + "\n".join(wrong))
+
+
+def test_no_backend_is_known_by_name_outside_the_backends() -> None:
+    wrong = [f"{module}:{line}" for module, tree in _outside_backends()
+             if module not in NAME_TESTS_PENDING for line in backend_name_tests(tree)]
+    assert not wrong, ('a comparison with "ray" (ask the backend descriptor instead: '
+                       "storage.choose_backend(name).in_process, .errors, .session ...):\n"
+                       + "\n".join(wrong))
+
+
+def test_no_cycle_in_the_run_layer_counting_typing_and_local_imports() -> None:
+    """The executor and the backends: no loop even through ``if TYPE_CHECKING:`` imports or
+    imports inside functions (a module's dependencies are one-way)."""
+    edges: dict[str, set[str]] = defaultdict(set)
+    scope = ("tpuemb_cfg.executor", "tpuemb_cfg.backends")
+    for imp in IMPORTS:
+        if imp.source != imp.target and all(
+                any(_inside(m, p) for p in scope) for m in (imp.source, imp.target)):
+            edges[imp.source].add(imp.target)
+
+    def reaches(start: str, goal: str) -> bool:
+        seen, todo = {start}, [start]
+        while todo:
+            for child in edges[todo.pop()]:
+                if child == goal:
+                    return True
+                if child not in seen:
+                    seen.add(child)
+                    todo.append(child)
+        return False
+
+    loops = sorted(f"{a} -> {b}" for a in list(edges) for b in edges[a] if reaches(b, a))
+    assert not loops, "imports that close a loop:\n" + "\n".join(loops)

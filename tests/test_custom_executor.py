@@ -85,9 +85,9 @@ def test_the_numba_engine_runs_custom_tables_on_the_numpy_path() -> None:
     steps = batches(3)
     try:
         with pytest.warns(RuntimeWarning, match="NumPy engine"):
-            from tpuemb_cfg.executor import engines
+            from tpuemb_cfg.executor import warn
 
-            engines._warned.clear()  # said once per process: not yet, here
+            warn._warned.clear()  # said once per process: not yet, here
             Executor(compiled(CustomOptimizer(sgd, 0.1)), engine="numba")
     except ImportError:  # pragma: no cover - the compiled engine is unavailable here
         pytest.skip("the numba engine cannot be loaded")
@@ -327,9 +327,9 @@ def test_the_example_prints_a_zero_difference() -> None:
 
 def test_the_numpy_path_note_is_one_plain_line_in_the_command(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from tpuemb_cfg.executor import engines
+    from tpuemb_cfg.executor import warn
 
-    monkeypatch.setattr(engines, "_warned", set())  # said once per process: not yet, here
+    monkeypatch.setattr(warn, "_warned", set())  # said once per process: not yet, here
     result = simulate_spec(tmp_path, "embedding_table - learning_rate * gradient")
     assert result.exit_code == 0, result.output
     notes = [line for line in result.stderr.splitlines() if "CustomOptimizer" in line]

@@ -307,10 +307,10 @@ def test_gather_scatter_whole_rows() -> None:
 
 
 def test_fallback_without_numba(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tpuemb_cfg.executor import engines
+    from tpuemb_cfg.executor import warn
 
     monkeypatch.setitem(sys.modules, "tpuemb_cfg.executor.engines.numba", None)  # import fails
-    monkeypatch.setattr(engines, "_warned", set())
+    monkeypatch.setattr(warn, "_warned", set())
     with pytest.warns(RuntimeWarning, match="pip install numba"):
         chosen = get_engine("numba")
     assert chosen.name == "numpy" and chosen.requested == "numba"

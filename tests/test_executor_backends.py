@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tpuemb_cfg.backends.ray.options import RayOptions
 from tpuemb_cfg.errors import UsageError
 from tpuemb_cfg.executor import Executor, Placement, RunOptions, core
 from tpuemb_cfg.executor import storage as storage_module
@@ -78,9 +79,14 @@ def test_backends_are_chosen_by_name(prepared: Any) -> None:
 
 def test_settings_a_backend_would_ignore_are_refused(prepared: Any) -> None:
     with pytest.raises(UsageError, match=r"shards= not used by backend='local'"):
-        Executor(prepared, placement=Placement(shards=2))
+        Executor(prepared, placement=storage_module.placement(shards=2))
     with pytest.raises(UsageError, match=r"shards= and ray_address= not used"):
-        Executor(prepared, placement=Placement(shards=2, ray_address="x:1"))
+        Executor(prepared, placement=storage_module.placement(shards=2, ray_address="x:1"))
+    with pytest.raises(UsageError, match=r"colour= not used by backend='ray'"):
+        storage_module.placement("ray", colour="blue")
+    with pytest.raises(UsageError, match=r"RayOptions: options of another backend, not used "
+                       r"by backend='local'"):
+        Executor(prepared, placement=Placement("local", RayOptions(shards=2)))
     with pytest.raises(UsageError, match="check_memory=False: not used by backend='ray'"):
         Executor(prepared, RunOptions(check_memory=False), Placement("ray"))
     with pytest.raises(UsageError, match="storage= makes the tables of backend='local'"):

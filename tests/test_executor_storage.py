@@ -160,7 +160,7 @@ def test_a_sharded_storage_gives_the_same_run(engine: str, options: dict[str, bo
     assert got.keys() == want.keys()
     for key, array in want.items():
         np.testing.assert_array_equal(got[key], array, err_msg=key)
-    storage = sharded.storage
+    storage = sharded.storage.inner  # the factory's storage, behind BasicStorage
     assert isinstance(storage, TwoShards)
     assert set(storage.calls) == {"load", "gather", "update", "change_norm"}
 
@@ -222,3 +222,43 @@ def test_apply_row_gradients_refuses_bad_input() -> None:
         executor.apply_row_gradients("t", rows, np.ones((2, 3)), [0.1])
     with pytest.raises(InputError, match="K = 1 dynamic learning-rate tag"):
         executor.apply_row_gradients("t", rows, grad)
+
+
+def _declared(protocol: type) -> set[str]:
+    """The calls and properties a Protocol declares (its own and its bases')."""
+    names: set[str] = set()
+    for klass in protocol.__mro__:
+        if klass is object or klass.__name__ in ("Protocol", "Generic"):
+            continue
+        names |= {name for name in vars(klass) if not name.startswith("_")}
+    return names
+
+
+def test_every_storage_offers_every_declared_call() -> None:
+    """The executor makes only the calls ``Storage`` declares (tests/test_architecture.py: no
+    probing), so each storage has them all: the local one, the adapter of a factory's, the Ray
+    one; a factory's own storage needs only ``RowStorage``'s seven."""
+    from tpuemb_cfg.backends.ray.storage import RayStorage
+    from tpuemb_cfg.executor.storage import BasicStorage, LocalStorage, RowStorage, Storage
+
+    declared = _declared(Storage)
+    assert {"gather", "update", "change_norm", "commit", "arrays", "load", "close", "load_given",
+            "prefetch", "queues_updates", "flush", "discard", "live"} == declared
+    for storage in (LocalStorage, BasicStorage, RayStorage):
+        assert declared <= set(dir(storage)), storage
+    assert _declared(RowStorage) == declared - {
+        "load_given", "prefetch", "queues_updates", "flush", "discard", "live"}
+
+
+def test_a_factory_storage_is_reached_through_the_declared_calls() -> None:
+    """``BasicStorage``: no batching, no queue, no live arrays; a checkpoint's arrays checked
+    before its storage loads them."""
+    executor = Executor(_config(), combiners="sum", seed=1, storage=TwoShards)
+    storage = executor.storage
+    assert storage.live() is None and not storage.queues_updates
+    arrays = executor.checkpoint_arrays()
+    bad = dict(arrays, **{"table/t0": arrays["table/t0"].astype(np.float64)})
+    with pytest.raises(InputError, match="table/t0"):
+        executor.restore_checkpoint(bad, "ck.npz")
+    executor.restore_checkpoint(arrays, "ck.npz")
+    assert storage.inner.calls.count("load") == 2  # the first arrays, then the checkpoint's

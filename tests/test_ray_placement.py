@@ -365,6 +365,7 @@ def test_idle_actors_that_cannot_serve_are_ended_before_new_ones_start() -> None
     """Actors kept by a closed executor hold their reservations; a storage that cannot use them
     (here: another runtime_env) ends them before starting its own, so that its actors never
     wait for memory the idle ones hold."""
+    from tpuemb_cfg.backends.ray.options import RayOptions
     from tpuemb_cfg.executor.core import Executor as CoreExecutor
     from tpuemb_cfg.executor.options import Placement, RunOptions
     from tpuemb_cfg.session import prepare
@@ -376,7 +377,7 @@ def test_idle_actors_that_cannot_serve_are_ended_before_new_ones_start() -> None
     token = connection.session_token(ray)
     assert len(connection.idle_reservations(token, "null")) >= 2
     second = CoreExecutor(prepare(config), RunOptions(), Placement(
-        "ray", runtime_env={"env_vars": {"TPUEMB_TEST_KIND": "other"}}))
+        "ray", RayOptions(runtime_env={"env_vars": {"TPUEMB_TEST_KIND": "other"}})))
     assert connection.idle_reservations(token, "null") == []
     for actor in kept:
         with pytest.raises(ray.exceptions.RayActorError):

@@ -26,6 +26,7 @@ from tpuemb_cfg import UsageError, limits, load, simulate
 from tpuemb_cfg.bench import Workload, check_memory, memory_needed
 from tpuemb_cfg.commands import _outputs
 from tpuemb_cfg.commands.simulate import parse_size
+from tpuemb_cfg.executor.memory import memory_estimate
 from tpuemb_cfg.npzio import read_npz
 from tpuemb_cfg.session import prepare
 from tpuemb_cfg.sim.multiworker import MAX_WORKERS, MultiWorkerRun  # the runs the CLI makes
@@ -198,7 +199,7 @@ BIG = TINY.replace("vocabulary_size: 16", "vocabulary_size: 10000000").replace(
 def test_executor_refuses_what_the_machine_cannot_hold(work: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(limits, "total_memory", lambda: 64 * GIB)
-    needed = prepare(load(BIG.encode(), "text")).plan.memory_estimate()
+    needed = memory_estimate(prepare(load(BIG.encode(), "text")).plan)
     with pytest.raises(UsageError) as info:
         Executor(load(BIG.encode(), "text"))
     message = str(info.value)
@@ -236,7 +237,7 @@ def test_simulate_refuses_a_huge_configuration_in_one_line(work: Path,
     (work / "big.pbtxt").write_text(BIG)
     line = refused(work, "simulate", "big.pbtxt", "--out-dir", "o")
     assert "the simulation needs about" in line and "set a limit to try anyway" in line
-    assert suggested_limit(line) >= prepare(load(BIG.encode(), "text")).plan.memory_estimate()
+    assert suggested_limit(line) >= memory_estimate(prepare(load(BIG.encode(), "text")).plan)
     (work / "huge.pbtxt").write_text(HUGE)
     line = refused(work, "simulate", "huge.pbtxt", "--out-dir", "o")
     assert "more than this machine has (64 GiB)" in line and "--max-memory" not in line

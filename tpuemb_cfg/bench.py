@@ -48,6 +48,7 @@ from .errors import parameter as arg
 from .executor import Executor, RunOptions
 from .executor.core import require_memory
 from .executor.engines import get_engine
+from .executor.memory import memory_estimate
 from .io import load
 from .session import prepare
 
@@ -193,7 +194,7 @@ def check_workload(w: Workload) -> None:
 
 def memory_needed(workload: Workload, extra_bytes: int = 0) -> int:
     """Estimated peak bytes of :func:`run` for ``workload``: the executor's estimate of the
-    anchor table (table, slots, a step's working arrays: ``Plan.memory_estimate``), the id
+    anchor table (table, slots, a step's working arrays: ``memory.memory_estimate``), the id
     sampler's float64 CDF and int64 permutation of the vocabulary (16 bytes a row), the
     ``ids x dim`` float32 gradients, and the timings (a Python float per step); plus
     ``extra_bytes`` (what a caller measures besides, e.g. ``benchmarks/anchor.py``'s yardsticks)."""
@@ -203,7 +204,7 @@ def memory_needed(workload: Workload, extra_bytes: int = 0) -> int:
 def _anchor_bytes(vocab: int, w: Workload) -> int:
     """The bytes that grow with the vocabulary (see :func:`memory_needed`)."""
     text = config_text([("anchor", vocab, w.dim)], [(0, w.ids)], w.optimizer)
-    return prepare(load(text.encode(), "text")).plan.memory_estimate() + 16 * vocab
+    return memory_estimate(prepare(load(text.encode(), "text")).plan) + 16 * vocab
 
 
 def _fixed_bytes(w: Workload) -> int:

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from .backends.ray import benchmark
+from .backends.ray.options import RayOptions
 from .bench import OPTIMIZERS, Workload, config_text, zipf_ids
 from .errors import UsageError
 from .errors import parameter as arg
@@ -57,4 +58,4 @@ def run(workload: Workload | None = None, *, shards: int = 2, engine: str = "num
     prepared = prepare(_config(w, shards, mod), combiners="sum")
     return benchmark.run(prepared, [{"ids": ids, "grad": grads}], steps=w.steps, engine=engine,
                          address=address, shared_memory=shared_memory, workload=asdict(w),
-                         placement=Placement("ray", runtime_env=runtime_env, ship=ship))
+                         placement=Placement("ray", RayOptions(runtime_env=runtime_env, ship=ship)))

@@ -27,6 +27,7 @@ from .executor.options import Placement, RunOptions
 from .executor.plan import Plan
 from .executor.replay import replay as replay_prepared
 from .executor.storage import LocalStorage, choose_backend
+from .executor.storage import placement as make_placement
 from .executor.workload import IdDistribution, SequenceLengths
 from .session import prepare
 from .sim import multiworker, synthetic
@@ -47,8 +48,8 @@ def _placement(backend: str, shards: int | None, ray_address: str | None,
         if backend != "local":
             raise UsageError(f"storage= makes the tables of backend='local'; with "
                              f"backend={backend!r} it would be ignored: remove one of the two")
-        return Placement(custom_backend(storage), shards, ray_address)
-    return Placement(backend, shards, ray_address)
+        return make_placement(custom_backend(storage), shards=shards, ray_address=ray_address)
+    return make_placement(backend, shards=shards, ray_address=ray_address)
 
 
 class Executor(core.Executor):
@@ -120,7 +121,7 @@ def replay(  # noqa: PLR0913 - the public keyword arguments, one per option
         prepare(config, combiners=combiners, check=validate_config), batches, init,
         options=RunOptions(seed=seed, engine=engine, max_memory=max_memory,
                            strict_finite=strict_finite),
-        placement=Placement(backend, shards, ray_address),
+        placement=make_placement(backend, shards=shards, ray_address=ray_address),
         sources=(batches_source, init_source), on_step=on_step,
     )
 
@@ -158,7 +159,7 @@ class SyntheticRun(synthetic.SyntheticRun):
         options = RunOptions(seed=seed, engine=engine, max_memory=max_memory,
                              strict_finite=strict_finite)
         super().__init__(prepare(config, combiners=combiners, check=validate_config), options,
-                         Placement(backend, shards, ray_address), data=data)
+                         make_placement(backend, shards=shards, ray_address=ray_address), data=data)
 
 
 class MultiWorkerRun(multiworker.MultiWorkerRun):
@@ -197,5 +198,5 @@ class MultiWorkerRun(multiworker.MultiWorkerRun):
         data = SyntheticOptions(learning_rate, schedules, spec_path, ids, sequence_lengths)
         options = RunOptions(seed=seed, engine=engine, max_memory=max_memory,
                              strict_finite=strict_finite)
-        super().__init__(prepared, options, Placement(backend, shards, ray_address), data=data,
-                         workers=several)
+        placement = make_placement(backend, shards=shards, ray_address=ray_address)
+        super().__init__(prepared, options, placement, data=data, workers=several)

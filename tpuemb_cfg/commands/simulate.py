@@ -297,13 +297,15 @@ def simulate(  # noqa: PLR0913 - a click command: one parameter per option
     log_every()  # a bad TPUEMB_LOG_EVERY is refused before anything starts
     actor_env = ray_runtime_env(runtime_env) if backend == "ray" else None
     spec = ctx.meta.get(_SPEC_KEY)
-    from tpuemb_cfg.executor.options import Placement, RunOptions
+    from tpuemb_cfg.executor.options import RunOptions
+    from tpuemb_cfg.executor.storage import placement as make_placement
     from tpuemb_cfg.executor.workload import parse_ids, parse_sequence_lengths
     from tpuemb_cfg.sim.options import SyntheticOptions
 
     records = _Records(
         RunOptions(seed=seed, engine=engine, max_memory=limit, strict_finite=strict_finite),
-        Placement(backend, shards, ray_address, runtime_env=actor_env, ship=not no_ship),
+        make_placement(backend, shards=shards, ray_address=ray_address, runtime_env=actor_env,
+                       ship=False if no_ship else None),
         SyntheticOptions(
             # Not given (here or by --spec): a compiled spec's tags get the spec's learning rates.
             learning_rate=learning_rate if _source(ctx, "learning_rate") != "DEFAULT" else None,
@@ -550,13 +552,9 @@ def _backend_session(backend: str, placement: Placement) -> Iterator[None]:
     """``--backend ray``: connected to Ray for the command (a local instance started and
     stopped, or the cluster at ``--ray-address``/``RAY_ADDRESS`` joined and left); an
     unreachable address fails here, before anything is written."""
-    if backend != "ray":
-        yield
-        return
-    from tpuemb_cfg.backends.ray.connection import ray_session
+    from tpuemb_cfg.executor.storage import choose_backend
 
-    with ray_session(placement.ray_address, runtime_env=placement.runtime_env,
-                     ship=placement.ship):
+    with choose_backend(backend).session(placement.options):
         yield
 
 
@@ -1085,9 +1083,11 @@ def _ray_plan(plan: Any, records: _Records) -> dict[str, Any] | None:
     if placement.backend != "ray":
         return None
     from tpuemb_cfg.backends.ray import placement as places
+    from tpuemb_cfg.backends.ray.options import RayOptions
 
-    hosts = int(placement.shards if placement.shards is not None else plan.num_hosts)
-    address = placement.ray_address or os.environ.get("RAY_ADDRESS") or None
+    options = placement.options if isinstance(placement.options, RayOptions) else RayOptions()
+    hosts = int(options.shards if options.shards is not None else plan.num_hosts)
+    address = options.ray_address or os.environ.get("RAY_ADDRESS") or None
     idle: list[int] = []
     if address is None:
         available = available_memory()
@@ -1096,7 +1096,7 @@ def _ray_plan(plan: Any, records: _Records) -> dict[str, Any] | None:
     else:
         from tpuemb_cfg.backends.ray import connection
 
-        with connection.ray_session(placement.ray_address):
+        with connection.ray_session(options.ray_address):
             ray = connection.import_ray()
             nodes = places.cluster_nodes(ray)
             where = connection.describe_cluster(ray)

@@ -20,17 +20,18 @@ from tpuemb_cfg.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .batch import FeatureInput
-    from .core import DeduplicationData, Executor, Partial, TableDeduplication, TableReport
+    from .core import Executor
     from .options import Placement, RunOptions
     from .plan import COMBINERS, parse_combiners
+    from .records import DeduplicationData, Partial, TableDeduplication, TableReport
     from .storage import LocalStorage, Storage
 
 # Public name -> the module that defines it, loaded on first use (PEP 562): importing a light
 # submodule (``executor.prepared``) does not load NumPy and the engines.
 _LAZY = {
     "FeatureInput": "batch",
-    "DeduplicationData": "core", "Executor": "core", "Partial": "core",
-    "TableDeduplication": "core", "TableReport": "core",
+    "DeduplicationData": "records", "Executor": "core", "Partial": "records",
+    "TableDeduplication": "records", "TableReport": "records",
     "COMBINERS": "plan", "parse_combiners": "plan",
     "LocalStorage": "storage", "Storage": "storage",
     "Placement": "options", "RunOptions": "options",

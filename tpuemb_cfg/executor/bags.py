@@ -23,16 +23,12 @@ An unknown count is :data:`DEFAULT_IDS_PER_BAG` (so ``auto`` gives 1 to 4 ids th
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
-if TYPE_CHECKING:
-    from .plan import FeaturePlan
+from .plan import DISTRIBUTIONS, FeaturePlan
 
 __all__ = ["DEFAULT_IDS_PER_BAG", "DISTRIBUTIONS", "bag_lengths", "expected_ids_per_bag"]
 
-DISTRIBUTIONS = ("auto", "fixed", "uniform")
 DEFAULT_IDS_PER_BAG = 4
 
 

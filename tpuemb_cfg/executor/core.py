@@ -22,12 +22,10 @@ import functools
 import math
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Concatenate, NamedTuple, ParamSpec, TypeVar
 
 import numpy as np
 
-from .. import units
 from ..errors import InputError, NumericalError, UsageError
 from .batch import (
     CheckedFeature,
@@ -38,21 +36,26 @@ from .batch import (
     check_learning_rates,
 )
 from .batch import key as batch_key
-from .custom import combine_custom, custom_gains, note_fallback
+from .checkpoint import CHECKPOINT_REMEDY, checked_checkpoint, checkpoint_step, damaged_checkpoint
+from .custom import combine_custom, note_fallback
 from .engines import Engine, get_engine
-from .fused import TableInput, backprop_tables, forward_backprop, identity, stacked, update_table
-from .nonfinite import NonFinite, diagnose, loaded, row_gradient, warn
+from .fused import TableInput, backprop_tables, forward_backprop, stacked, table_input, update_table
+from .kept import KeptRows
+from .memory import require_memory
+from .nonfinite import NonFinite, loaded, warn
 from .optimizers import UpdateContext
 from .options import Placement, RunOptions
 from .pipeline import RowPipeline
 from .plan import Plan, TablePlan
 from .prepared import Prepared
 from .rates import spec_learning_rates
+from .records import DeduplicationData, Partial, TableDeduplication, TableReport, table_report
 from .route import StepRoute, step_route
-from .storage import Storage, StorageRequest, choose_backend, live_arrays, load_checkpoint, rows_of
+from .storage import Storage, StorageRequest, choose_backend, rows_of
 
-__all__ = ["DeduplicationData", "Executor", "Partial", "StepRoute", "TableDeduplication",
-           "TableReport"]
+__all__ = ["CHECKPOINT_REMEDY", "CheckedStep", "DeduplicationData", "Executor", "Partial",
+           "StepRoute", "TableDeduplication", "TableReport", "check_batch", "damaged_checkpoint",
+           "require_memory"]
 
 F32 = np.float32
 _P = ParamSpec("_P")
@@ -82,86 +85,6 @@ class CheckedStep(NamedTuple):
     grads: list[np.ndarray] | None
 
 
-@dataclass(frozen=True)
-class Partial:
-    """One partial gradient of a table (spec section 5): the rows it touches and how to sum.
-
-    ``core`` is None for the single partial of accumulation ENABLED/UNSPECIFIED, else the
-    TensorCore whose block of bags it covers. ``rows`` are its touched rows (sorted unique ids);
-    ``inverse[j]`` is the position in ``rows`` of the j-th covered occurrence; ``occurrences``
-    indexes the table's occurrence arrays (None: all of them, in order).
-    """
-
-    core: int | None
-    rows: np.ndarray
-    inverse: np.ndarray
-    occurrences: np.ndarray | None
-
-
-@dataclass(frozen=True)
-class TableDeduplication:
-    """What the activations of one table came from, per occurrence and per partial.
-
-    Occurrences are the table's features in feature-index order, then bags, then positions (the
-    spec's reference order). ``sample[j]`` is the row of occurrence j in the table's features'
-    activation gradients stacked in that order; ``gains[j]`` is its combiner gain (spec 3.1).
-    ``unique_ids``/``inverse`` are the table-wide de-duplication the forward pass gathered.
-    ``compiled``: the compiled step made the record (its forward pass read the live table).
-    """
-
-    table: str
-    features: tuple[int, ...]
-    batch_sizes: tuple[int, ...]
-    ids: np.ndarray
-    gains: np.ndarray
-    sample: np.ndarray
-    unique_ids: np.ndarray
-    inverse: np.ndarray
-    partials: tuple[Partial, ...]
-    compiled: bool = False
-
-
-@dataclass(frozen=True)
-class DeduplicationData:
-    """The de-duplication record of one step, keyed by table name; valid for that step only."""
-
-    step: int
-    tables: Mapping[str, TableDeduplication]
-    batch_sizes: tuple[int, ...]
-    token: object = field(repr=False, compare=False, default=None)
-
-
-@dataclass
-class TableReport:
-    """Per-step numbers for one table: what the summary of a run shows.
-
-    ``ids_per_host`` / ``unique_ids_per_host``: id occurrences and distinct ids of the step by
-    the host that owns them (spec section 8). ``rows_touched``: distinct ids looked up;
-    ``rows_updated``: rows the optimizer stepped (all rows for non-lazy Adam/Lion);
-    ``update_norm``: Euclidean norm of the change of the table's parameters in the step (in
-    ``as_dict``, None when it is not finite: JSON has no NaN);
-    ``zero_denominator_bags``: per feature of the table, bags whose mean/sqrtn denominator was 0.
-    """
-
-    ids_per_host: np.ndarray
-    unique_ids_per_host: np.ndarray
-    rows_touched: int
-    zero_denominator_bags: dict[int, int]
-    rows_updated: int = 0
-    update_norm: float = 0.0
-
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-ready values (per-host counts as lists, feature indices as strings)."""
-        return {
-            "rows_touched": self.rows_touched,
-            "rows_updated": self.rows_updated,
-            "update_norm": self.update_norm if math.isfinite(self.update_norm) else None,
-            "ids_per_host": [int(v) for v in self.ids_per_host],
-            "unique_ids_per_host": [int(v) for v in self.unique_ids_per_host],
-            "zero_denominator_bags": {str(f): n for f, n in self.zero_denominator_bags.items()},
-        }
-
-
 class Executor:
     """The CPU reference of one ``TPUEmbeddingConfiguration``'s embedding layer.
 
@@ -172,13 +95,13 @@ class Executor:
     ``check_memory``, ``report``); ``placement``: a ``Placement`` (where the tables live: the
     backend, by name from ``storage.BACKENDS`` - ``local``, the default, or ``ray``: the tables
     in Ray actors, one per host, each holding only its rows (spec section 8), the same results
-    bit for bit - and its ``shards`` and ``ray_address``, refused by a backend that does not
-    use them). ``initial_state``: ``table/NAME`` and ``slot/NAME/SLOT`` arrays; missing entries
+    bit for bit - and its options record, ``storage.placement(backend, **settings)``).
+    ``initial_state``: ``table/NAME`` and ``slot/NAME/SLOT`` arrays; missing entries
     get the defaults of spec section 11 from the seed; ``state_source``/``strict``: for
     file-backed callers, the file named in errors about ``initial_state`` and exact dtypes.
 
     ``max_memory``: the local backend refuses (``UsageError``, naming a limit that would do)
-    tables, slots and a step's working arrays (``Plan.memory_estimate``) that would need more
+    tables, slots and a step's working arrays (``memory.memory_estimate``) that would need more
     bytes; by default (None) the limit is 80% of the memory available
     (``limits.default_memory_limit``), so a configuration too large for the machine is refused
     instead of failing with ``MemoryError`` halfway; with the Ray backend it is each actor's
@@ -230,14 +153,19 @@ class Executor:
         backend = choose_backend(placement.backend)
         self.placement = placement
         self.storage: Storage = backend.open(StorageRequest(
-            self.plan, self.engine, initial_state, state_source, strict, options, placement))
+            self.plan, self.engine, initial_state, state_source, strict, options,
+            placement.options))
+        #: Whether the tables are this process's memory (the backend's ``in_process``): a
+        #: caller's own memory check counts them then.
+        self.tables_in_process = bool(backend.in_process)
+        # The storage's arrays when they live in this process (the compiled step's in-place
+        # reads and updates), else None.
+        self._live = self.storage.live()
         self.step_index = 0
         self.report = bool(options.report)
         # Per table, the slots (and for the compiled route, the parameters) of the rows its
-        # update changes, before it: what ``_nonfinite`` replays a non-finite result from
-        # (``_keep_before``).
-        self._slots_before: dict[str, tuple[np.ndarray, ...]] = {}
-        self._params_before: dict[str, np.ndarray] = {}
+        # update changes, before it: what a non-finite result is replayed from.
+        self._kept = KeptRows(self.storage, self.engine, self._rate_source)
         # One step at a time: two threads stepping one executor would interleave the reads and
         # in-place writes of the same rows and lose updates (see the class docstring).
         self._lock = threading.RLock()
@@ -254,9 +182,7 @@ class Executor:
         self._pending: DeduplicationData | None = None
         # The step route of every table, chosen once (``StepRoute``): the compiled step (the
         # numba engine, on live arrays of a storage in this process) or the engine's functions.
-        self._fused: Any = (
-            self.engine.fused if callable(getattr(self.storage, "local", None)) else None
-        )
+        self._fused: Any = self.engine.fused if self._live is not None else None
         self._routes = {table.name: self._route(table) for table in self.plan.tables}
         # Per feature: whether the gradient check looks for NaN and infinities (the compiled
         # back-propagation of its table looks itself).
@@ -265,7 +191,6 @@ class Executor:
         # ``step`` overlaps forward and back-propagation (``fused.forward_backprop``, which
         # computes a ``LocalStorage``'s pending rows) when the compiled step does every table
         # and there are threads for it; ``overlapped_steps`` counts those steps.
-        self._live = live_arrays(self.storage)
         self._overlap = self._live is not None and all(
             route.backward for route in self._routes.values())
         self.overlapped_steps = 0
@@ -323,66 +248,13 @@ class Executor:
         pipelining buffers; a damaged checkpoint raises ``InputError`` naming ``source`` (the
         file) and the key.
         """
-        step, undo = self._checked_checkpoint(arrays, source)
+        step, undo = checked_checkpoint(self.plan, arrays, source)
         given = {k: v for k, v in arrays.items() if k.startswith(("table/", "slot/"))}
         self._check_loaded(given, source, step)
-        load_checkpoint(self.storage, self.plan, given, source)  # checked, then loaded
+        self.storage.load_given(given, source=source)  # checked, then loaded
         self.step_index = step
         self._undo = undo
         self._pending = None
-
-    def checkpoint_step(self, arrays: Mapping[str, Any], source: str | None = None) -> int:
-        """The step number of a checkpoint (``executor/step``), checked: a non-negative integer
-        scalar, else ``InputError`` naming ``source`` and the key."""
-        value = arrays.get("executor/step")
-        if value is None:
-            raise damaged_checkpoint(source, "executor/step", "missing")
-        step = np.asarray(value)
-        if step.ndim != 0 or step.dtype.kind not in "iu":
-            raise damaged_checkpoint(
-                source, "executor/step",
-                f"{step.dtype} of shape {step.shape} found, expected an integer scalar")
-        if int(step) < 0:
-            raise damaged_checkpoint(source, "executor/step",
-                                     f"{int(step)} found, expected a step number (0 or more)")
-        return int(step)
-
-    def _checked_checkpoint(
-        self, arrays: Mapping[str, Any], source: str | None
-    ) -> tuple[int, dict[str, tuple[np.ndarray | None, np.ndarray]]]:
-        """The step and the pipelining buffers of a checkpoint, every table and slot present;
-        ``InputError`` naming the key of the first problem."""
-        step = self.checkpoint_step(arrays, source)
-        for table in self.plan.tables:
-            for key in (f"table/{table.name}",
-                        *(f"slot/{table.name}/{slot}" for slot in table.slot_names)):
-                if key not in arrays:
-                    raise damaged_checkpoint(source, key, "missing: a checkpoint holds every "
-                                             "table and slot")
-        undo: dict[str, tuple[np.ndarray | None, np.ndarray]] = {}
-        for table in self.plan.tables:
-            prefix = f"executor/undo/{table.name}/"
-            values, rows = arrays.get(prefix + "values"), arrays.get(prefix + "rows")
-            if values is None:
-                if rows is not None:
-                    raise damaged_checkpoint(source, prefix + "values", "missing (the rows "
-                                             "of this buffer are there)")
-                continue
-            ids = None if rows is None else np.asarray(rows)
-            if ids is not None and (
-                ids.ndim != 1 or ids.dtype.kind not in "iu" or (ids.size and (
-                    int(ids.min()) < 0 or int(ids.max()) >= table.vocabulary
-                    or bool((ids[1:] <= ids[:-1]).any())))):
-                raise damaged_checkpoint(source, prefix + "rows", "expected distinct "
-                                         f"increasing row ids in [0, {table.vocabulary})")
-            expected = (table.vocabulary if ids is None else ids.shape[0], table.dimension)
-            found = np.asarray(values)
-            if found.dtype != F32 or found.shape != expected:
-                raise damaged_checkpoint(source, prefix + "values", f"{found.dtype} of shape "
-                                         f"{found.shape} found, expected float32 {expected}")
-            undo[table.name] = (None if ids is None else np.array(ids, dtype=np.int64),
-                                np.array(found, dtype=F32))
-        return step, undo
 
     # ----------------------------------------------------------------------------------------
     # The op pair
@@ -528,50 +400,17 @@ class Executor:
             values = self.engine.quantize(values, lower, upper, buckets)
         return values
 
+    def checkpoint_step(self, arrays: Mapping[str, Any], source: str | None = None) -> int:
+        """The step number of a checkpoint (``checkpoint.checkpoint_step``)."""
+        return checkpoint_step(arrays, source)
+
     def _table_input(
         self, table: TablePlan, checked: list[CheckedFeature], source: str | None
     ) -> TableInput:
-        """The occurrences of ``table`` in a step (``TableInput``) and its features' empty bags."""
-        plan = self.plan
-        feats = [checked[f] for f in table.features]
-        gains_list: list[np.ndarray] = []
-        samples: list[np.ndarray] = []
-        cores: list[np.ndarray] = []
-        zero_bags: dict[int, int] = {}
-        offset = 0
-        fused_backward = self._routes[table.name].backward
-        for f, c in zip(table.features, feats, strict=True):
-            self._empty_bags.pop(f, None)
-            if fused_backward and not c.unit_bags:
-                self._empty_bags[f] = np.flatnonzero(c.row_splits[1:] == c.row_splits[:-1])
-            bag = (identity(c.batch) if c.unit_bags  # one id per bag
-                   else self.engine.bag_of_occurrence(c.row_splits))
-            if plan.features[f].custom is not None:  # a CustomCombiner's probed gains
-                gains_list.append(custom_gains(plan.features[f].custom, c.weights,
-                                               c.row_splits))
-                zero_bags[f] = 0
-            elif plan.features[f].combiner == "sum":  # every scale is 1: w * 1 is w
-                gains_list.append(c.weights)
-                zero_bags[f] = 0
-            else:
-                scale, zero = self.engine.bag_scales(
-                    c.weights, c.row_splits, plan.features[f].combiner
-                )
-                gains_list.append(c.weights * scale[bag])
-                zero_bags[f] = int(zero.sum())
-            samples.append(bag + offset if offset else bag)
-            if plan.updates and not table.accumulate:
-                if c.batch % plan.num_cores:
-                    raise InputError(
-                        f"feature {f} ({plan.features[f].name!r}) has {c.batch} bags, not "
-                        f"divisible by num_tensor_cores = {plan.num_cores}: with gradient "
-                        f"accumulation DISABLED on table {table.name!r} each core owns an "
-                        "equal contiguous block of bags",
-                        path=source, key=batch_key(self.step_index, f, "row_splits"),
-                    )
-                cores.append(bag // max(c.batch // plan.num_cores, 1))
-            offset += c.batch
-        return TableInput.of(feats, gains_list, samples, cores, zero_bags)
+        """The occurrences of ``table`` in a step (``fused.table_input``) and, for a table the
+        compiled back-propagation runs, its features' empty bags."""
+        return table_input(self.plan, self.engine, table, checked, self.step_index, source,
+                           self._empty_bags if self._routes[table.name].backward else None)
 
     def _record(self, table: TablePlan, given: TableInput, unique: np.ndarray, inverse: np.ndarray,
                 partials: tuple[Partial, ...], compiled: bool) -> TableDeduplication:
@@ -593,16 +432,16 @@ class Executor:
             else self.engine.deduplicate(given.ids)
             for given, fused in zip(inputs, routes, strict=True)
         ]
-        prefetch = getattr(self.storage, "prefetch", None)
-        if callable(prefetch):  # a remote storage: every table's rows in one call per host
-            prefetch([(table.name, unique) for table, (unique, _), fused
+        # A remote storage reads every table's rows in one call per host (a local one: nothing).
+        self.storage.prefetch([(table.name, unique) for table, (unique, _), fused
                       in zip(plan.tables, found, routes, strict=True) if fused is None])
         for table, given, fused, (unique, inverse) in zip(plan.tables, inputs, routes, found,
                                                           strict=True):
             ids = given.ids
             if fused is not None:
                 # Rows read straight from the live table: no gathered copy (spec section 3).
-                rows, _ = self.storage.local(table.name, unique)  # type: ignore[attr-defined]
+                assert self._live is not None  # the compiled route runs on live arrays
+                rows, _ = self._live.local(table.name, unique)
             else:
                 rows = self._snapshot_rows(table, unique)
             start = 0
@@ -662,7 +501,8 @@ class Executor:
                                   batch_sizes=tuple(c.batch for c in checked), token=object())
         self._pending = dedup
         self.last_report = {
-            table.name: self._table_report(table, tables[table.name], given.zero_bags)
+            table.name: table_report(self.plan, self.engine, table, tables[table.name],
+                                     given.zero_bags)
             for table, given in zip(self.plan.tables, inputs, strict=True)
         } if self.report else {}
         return dedup
@@ -701,29 +541,6 @@ class Executor:
             for g, feature, batch in zip(items, self.plan.features, dedup.batch_sizes, strict=True)
         ]
 
-    def _table_report(
-        self, table: TablePlan, record: TableDeduplication, zero_bags: dict[int, int]
-    ) -> TableReport:
-        ids, unique = record.ids, record.unique_ids
-        hosts = self.plan.num_hosts
-        per_host: list[np.ndarray]
-        if hosts == 1:
-            per_host = [np.array([ids.shape[0]]), np.array([unique.shape[0]])]
-        else:
-            per_host = [
-                np.bincount(
-                    self.engine.host_of(values, table.vocabulary, hosts, self.plan.mod_sharding),
-                    minlength=hosts,
-                )
-                for values in (ids, unique)
-            ]
-        return TableReport(
-            ids_per_host=per_host[0],
-            unique_ids_per_host=per_host[1],
-            rows_touched=int(unique.shape[0]),
-            zero_denominator_bags=zero_bags,
-        )
-
     def _backward(
         self,
         dedup: DeduplicationData,
@@ -755,16 +572,16 @@ class Executor:
             fused_grads = {table.name: grad for table, grad in zip(fused, computed, strict=True)}
             # A storage that queues updates (``flush``: the Ray backend's, one call per host for
             # every table) gets every table's first, then the norms are read.
-            deferred = callable(getattr(self.storage, "flush", None)) and callable(
-                getattr(self.storage, "discard", None))
+            deferred = self.storage.queues_updates
             finishing: list[tuple[TablePlan, np.ndarray | None, np.ndarray]] = []
             for table in self.plan.tables:
                 record = dedup.tables[table.name]
                 if table.name in fused_grads:
-                    self._keep_before(table, record.unique_ids if table.lazy else None,
-                                      params=True)
+                    self._kept.keep(table, record.unique_ids if table.lazy else None,
+                                    params=True)
+                    assert self._live is not None  # fused tables run on live arrays
                     squared = update_table(
-                        self._fused, self.storage, table, record, fused_grads[table.name],
+                        self._fused, self._live, table, record, fused_grads[table.name],
                         self._learning_rate(table, rates), UpdateContext(self.step_index, dynamic),
                     )
                     report = self.last_report.get(table.name)
@@ -775,7 +592,7 @@ class Executor:
                         report.update_norm = float(np.sqrt(squared))
                     self._check_finite(table, record.unique_ids if table.lazy else None,
                                        squared, rates, (record, grads),
-                                       self._params_before.pop(table.name, None))
+                                       self._kept.take_params(table))
                     continue
                 # A non-finite result is reported by _check_finite, naming its cause, not by
                 # NumPy.
@@ -793,7 +610,7 @@ class Executor:
                                            (dedup.tables[table.name], grads))
                 except NumericalError:
                     # One table at a time would not have updated the later tables: undo them.
-                    self.storage.discard(  # type: ignore[attr-defined]
+                    self.storage.discard(
                         [t.name for t, _, _ in finishing[index + 1:]])
                     raise
             self.storage.commit()
@@ -805,84 +622,26 @@ class Executor:
                       before: np.ndarray | None) -> None:
         """After ``table``'s update: when ``norm`` (the update norm, or its square) is not
         finite, the update left parameters NaN or infinite (a step that stays finite pays
-        nothing). The first one (``_nonfinite``: its cause) is kept in ``self.nonfinite`` and
-        said as a warning, or (``strict_finite``) raised as ``NumericalError``; a storage that
-        can undo a step does not commit it then. Later ones are not diagnosed again."""
+        nothing). The first one (``KeptRows.first_nonfinite``: its cause) is kept in
+        ``self.nonfinite`` and said as a warning, or (``strict_finite``) raised as
+        ``NumericalError``; a storage that can undo a step does not commit it then. Later
+        ones are not diagnosed again."""
         if math.isfinite(norm) or (self.nonfinite is not None and not self.strict_finite):
-            self._slots_before.pop(table.name, None)
+            self._kept.drop(table)
             return
         values = np.asarray(self.storage.gather(table.name, rows))
         if np.isfinite(values).all():  # only the float32 difference overflowed
-            self._slots_before.pop(table.name, None)
+            self._kept.drop(table)
             return
-        event = self._nonfinite(table, rows, values, rates, source, before)
+        event = self._kept.first_nonfinite(self.step_index, table, rows, values,
+                                           self._learning_rate(table, rates), rates, source,
+                                           before)
         if self.strict_finite:
             raise NumericalError(
                 event.message,
                 parameter=event.parameter, value=event.rate, table=table.name)
         self.nonfinite = event
         warn(event)
-
-    def _nonfinite(self, table: TablePlan, rows: np.ndarray | None, values: np.ndarray,
-                   rates: np.ndarray, source: tuple[TableDeduplication, list[np.ndarray]],
-                   before: np.ndarray | None) -> NonFinite:
-        """The ``NonFinite`` of the first non-finite element of the updated ``values`` (of
-        ``rows``; None: every row): its update replayed (``nonfinite.diagnose``) from the
-        parameter before the step (``before``, where the route kept it), the slots the step
-        left and the row's gradient recomputed from ``source`` (the step's record and
-        activation gradients)."""
-        bad = np.argwhere(~np.isfinite(values))
-        position, column = (int(i) for i in bad[0])
-        count = int(bad.shape[0])
-        row = position if rows is None else int(rows[position])
-        lr = self._learning_rate(table, rates)
-        kept = self._slots_before.pop(table.name, None)
-        exact = before is not None and kept is not None
-        if exact:
-            assert before is not None and kept is not None
-            w = F32(before[position, column])
-            slots = [F32(slot[position, column]) for slot in kept]
-        else:  # the compiled update worked in place: the values it left
-            w = F32(values[position, column])
-            slots = [F32(slot[0, column]) for slot in self._slot_rows(table, row)]
-        grad = row_gradient(self.engine, table, *source, row)
-        cause, operation, blamed = diagnose(table, w, slots, F32(grad[column]), lr,
-                                            tuple(float(r) for r in rates), exact=exact)
-        parameter = None
-        if blamed:
-            text, parameter = self._rate_source(table)
-            cause = (f"{cause}, with learning rate {float(lr):.6g} ({text}); lower the "
-                     "learning rate")
-        return NonFinite(self.step_index, table.name, row, column,
-                         str(values[position, column]), cause, operation, count, blamed,
-                         parameter, float(lr) if blamed else None)
-
-    def _keep_before(self, table: TablePlan, rows: np.ndarray | None, *,
-                     params: bool = False) -> None:
-        """Keep the slots (``params``: and the parameters) of ``rows`` of ``table`` before its
-        update, for ``_nonfinite``: copies of the rows a lazy update changes in a storage in
-        this process (about 1% of a step); not whole tables (a non-lazy update's, whose cause
-        is then replayed from the values it left) nor remote rows."""
-        local = getattr(self.storage, "local", None)
-        if rows is None or not callable(local):
-            return
-        values, slots = local(table.name, rows)
-        self._slots_before[table.name] = tuple(np.take(slot, rows, axis=0) for slot in slots)
-        if params:
-            self._params_before[table.name] = np.take(values, rows, axis=0)
-
-    def _slot_rows(self, table: TablePlan, row: int) -> list[np.ndarray]:
-        """Row ``row`` of each slot of ``table`` ([1, D] arrays), as the storage holds it."""
-        ids = np.array([row], dtype=np.int64)
-        local = getattr(self.storage, "local", None)
-        if callable(local):
-            _, slots = local(table.name, ids)
-            return [np.asarray(slot[row:row + 1]) for slot in slots]
-        arrays = [self.storage.arrays()[f"slot/{table.name}/{name}"]
-                  for name in table.slot_names]
-        return [np.asarray(a[row:row + 1]) if isinstance(a, np.ndarray)
-                else np.asarray(a.take(ids))  # a remote array (the Ray backend's): that row
-                for a in arrays]
 
     def _rate_source(self, table: TablePlan) -> tuple[str, str | None]:
         """Where ``table``'s learning rate comes from, in words, and the library parameter that
@@ -929,7 +688,7 @@ class Executor:
             else:
                 changed = np.unique(np.concatenate([p.rows for p in record.partials]))
         before = self.storage.gather(table.name, changed)
-        self._keep_before(table, changed)
+        self._kept.keep(table, changed)
         for partial in record.partials:
             # Spec section 4: sum gains[j] * dA[sample[j]] per row over the covered occurrences.
             covered = partial.occurrences
@@ -1036,68 +795,3 @@ def _grad_of(item: FeatureInput | Mapping[str, Any]) -> Any:
     if isinstance(item, Mapping):
         return item.get("grad")
     return item.grad
-
-
-#: What to do about a damaged checkpoint; tpuemb writes checkpoints whole and atomically.
-CHECKPOINT_REMEDY = ("the checkpoint is damaged (tpuemb writes it whole, so it was changed or "
-                     "cut short since): run again without --resume, or resume from an older "
-                     "copy of it")
-
-
-def damaged_checkpoint(source: str | None, key: str, problem: str) -> InputError:
-    """The error for key ``key`` of checkpoint ``source``: ``problem``, and what to do."""
-    return InputError(f"{problem}; {CHECKPOINT_REMEDY}", path=source, key=key)
-
-
-def require_memory(
-    needed: int,
-    max_memory: int | None,
-    *,
-    what: str = "the simulation",
-    counted: str = "tables, slots and a step's working arrays",
-    reduce: str | Callable[[int], str] = "reduce vocabulary_size/dimension",
-    process: int = 0,
-    scale_out: bool = True,
-) -> None:
-    """Raise ``UsageError`` when ``needed`` bytes exceed ``max_memory`` (None: the default limit,
-    ``limits.default_memory_limit``; no check where the available memory is unknown).
-
-    ``process``: the part of ``needed`` this process holds already (its interpreter and
-    libraries): held against a limit given, which bounds the whole process, but not against
-    the default, a share of the memory still available. The message says which limit it was
-    and what to do: ``reduce``, the fix that shrinks the run (or a function of the limit giving
-    it), and a ``--max-memory`` that admits the run (``limits.suggest_memory``) only when this
-    machine has that much memory; else a larger machine or (``scale_out``: the run can use it)
-    the Ray backend on several.
-    """
-    from ..limits import MEMORY_SHARE, default_memory_limit, suggest_memory, total_memory
-
-    limit = max_memory if max_memory is not None else default_memory_limit()
-    compared = needed if max_memory is not None else needed - process
-    if limit is None or compared <= limit:
-        return
-    size = suggest_memory(needed)
-    if callable(reduce):
-        reduce = reduce(limit)
-    head = f"{what} needs about {units.format_size(needed)} (estimate: {counted}), more than "
-    machine = total_memory()
-    beyond = needed > units.MAX_SIZE // 2  # no size can be suggested: past 4 EiB
-    if machine is not None and (beyond or units.parse_size(size) > machine):  # cannot do it
-        where = (f"the memory limit of {units.format_size(limit)}" if max_memory is not None
-                 else f"the {units.format_size(limit)} it may use here ({MEMORY_SHARE:.0%} of "
-                 "the memory available)")
-        spread = (" or spread the tables over several machines (--backend ray --ray-address "
-                  "ADDR --shards N, docs/scale.md)" if scale_out else "")
-        raise UsageError(
-            f"{head}{where}, and more than this machine has ({units.format_size(machine)}); "
-            f"{reduce}, or run it on a machine with more memory{spread}")
-    if max_memory is not None:
-        raise UsageError(
-            f"{head}the memory limit of {units.format_size(limit)}; {reduce}, or raise the limit "
-            f"to --max-memory {size} (max_memory= in Python)"
-        )
-    raise UsageError(
-        f"{head}the {units.format_size(limit)} it may use here ({MEMORY_SHARE:.0%} of the memory "
-        f"available); {reduce}, or set a limit to try anyway: --max-memory {size} (max_memory= "
-        "in Python)"
-    )

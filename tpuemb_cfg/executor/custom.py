@@ -45,8 +45,8 @@ import numpy as np
 from ..algorithms import Slot
 from ..errors import InputError
 from ..usercode import ExitCalled, exit_guard, user_value
-from .engines import warn_once
 from .optimizers import NoHyper, Optimizer, UpdateContext
+from .warn import warn_once
 
 __all__ = [
     "CombinerPlan",

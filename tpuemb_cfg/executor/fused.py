@@ -24,48 +24,22 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 
 from .. import numerics
+from ..errors import InputError
 from .batch import CheckedFeature
+from .batch import key as batch_key
+from .custom import custom_gains
+from .engines import Engine
+from .engines.base import CompiledStep
 from .optimizers import UpdateContext
-from .plan import TablePlan
+from .plan import Plan, TablePlan
 from .storage import LiveArrays
 
 __all__ = [
     "CompiledStep", "Deduplicated", "TableInput", "backprop_tables", "forward_backprop",
-    "identity", "stacked", "update_table",
+    "identity", "stacked", "table_input", "update_table",
 ]
 
 F32 = np.float32
-
-
-class CompiledStep(Protocol):
-    """The compiled step's one interface (``Engine.fused``; the numba engine's
-    ``engines.numba.FusedStep``), what the executor and this module call: de-duplication and
-    the forward lookup on live rows, the pending-row probe of a lazy table, back-propagation
-    with the input check (``(grad or grouped occurrences, finite)``), the fused update returning
-    each row's squared change, and its threads (``parallel`` tasks, one task ``alongside``
-    another, the thread count)."""
-
-    def deduplicate(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
-
-    def lookup(self, rows: np.ndarray, unique: np.ndarray, inverse: np.ndarray | None,
-               gains: np.ndarray, row_splits: np.ndarray) -> np.ndarray: ...
-
-    def missing_rows(self, done: np.ndarray, ids: np.ndarray) -> np.ndarray: ...
-
-    def backprop(self, d_activations: np.ndarray, sample: np.ndarray, gains: np.ndarray,
-                 inverse: np.ndarray, rows: int) -> tuple[Any, bool]: ...
-
-    def update(self, table: TablePlan, params: np.ndarray, slots: tuple[np.ndarray, ...],
-               rows: np.ndarray, grad: Any, lr: np.float32,
-               ctx: UpdateContext) -> np.ndarray: ...
-
-    def parallel(self, tasks: Sequence[Callable[..., Any]]) -> list[Any]: ...
-
-    def alongside(self, background: Callable[[], Any], foreground: Callable[[], Any]
-                  ) -> tuple[Any, Any]: ...
-
-    def threads(self) -> int: ...
-
 
 
 class Deduplicated(Protocol):
@@ -173,7 +147,7 @@ def backprop_tables(
 
 
 def update_table(
-    fused: CompiledStep, storage: Any, table: TablePlan, record: Deduplicated, grad: Any,
+    fused: CompiledStep, storage: LiveArrays, table: TablePlan, record: Deduplicated, grad: Any,
     lr: np.float32, ctx: UpdateContext,
 ) -> float:
     """Spec sections 4 and 6 for ``table`` from ``grad`` (its ``backprop_tables`` result), in
@@ -224,3 +198,51 @@ def forward_backprop(
     (records, results), activations = fused.alongside(backward, forward)
     return (activations, records, [grad for grad, _ in results],
             all(finite for _, finite in results))
+
+
+def table_input(
+    plan: Plan, engine: Engine, table: TablePlan, checked: list[CheckedFeature], step: int,
+    source: str | None, empty_bags: dict[int, np.ndarray] | None,
+) -> TableInput:
+    """The occurrences of ``table`` in step ``step`` (``TableInput``). ``empty_bags`` (the
+    compiled back-propagation's, None for a table it does not run): per feature, its empty
+    bags, updated here."""
+    feats = [checked[f] for f in table.features]
+    gains_list: list[np.ndarray] = []
+    samples: list[np.ndarray] = []
+    cores: list[np.ndarray] = []
+    zero_bags: dict[int, int] = {}
+    offset = 0
+    for f, c in zip(table.features, feats, strict=True):
+        if empty_bags is not None:
+            empty_bags.pop(f, None)
+        if empty_bags is not None and not c.unit_bags:
+            empty_bags[f] = np.flatnonzero(c.row_splits[1:] == c.row_splits[:-1])
+        bag = (identity(c.batch) if c.unit_bags  # one id per bag
+               else engine.bag_of_occurrence(c.row_splits))
+        if plan.features[f].custom is not None:  # a CustomCombiner's probed gains
+            gains_list.append(custom_gains(plan.features[f].custom, c.weights,
+                                           c.row_splits))
+            zero_bags[f] = 0
+        elif plan.features[f].combiner == "sum":  # every scale is 1: w * 1 is w
+            gains_list.append(c.weights)
+            zero_bags[f] = 0
+        else:
+            scale, zero = engine.bag_scales(
+                c.weights, c.row_splits, plan.features[f].combiner
+            )
+            gains_list.append(c.weights * scale[bag])
+            zero_bags[f] = int(zero.sum())
+        samples.append(bag + offset if offset else bag)
+        if plan.updates and not table.accumulate:
+            if c.batch % plan.num_cores:
+                raise InputError(
+                    f"feature {f} ({plan.features[f].name!r}) has {c.batch} bags, not "
+                    f"divisible by num_tensor_cores = {plan.num_cores}: with gradient "
+                    f"accumulation DISABLED on table {table.name!r} each core owns an "
+                    "equal contiguous block of bags",
+                    path=source, key=batch_key(step, f, "row_splits"),
+                )
+            cores.append(bag // max(c.batch // plan.num_cores, 1))
+        offset += c.batch
+    return TableInput.of(feats, gains_list, samples, cores, zero_bags)

@@ -71,7 +71,7 @@ draws the default rows, :data:`NUMPY_DRAW_BYTES` a drawn element at once (a **pe
 Everything is float32 as in the executor. ``benchmarks/bench_memory.py`` runs the example
 models and scaled copies of real models' configurations and compares this estimate with each
 run's measured peak resident memory (``docs/performance.md``: within 20% on every one).
-:meth:`Plan.memory_estimate` is the estimate of a library ``Executor``: whole tables, one step,
+:func:`memory_estimate` is the estimate of a library ``Executor``: whole tables, one step,
 no process footprint.
 """
 
@@ -79,11 +79,12 @@ from __future__ import annotations
 
 import importlib.util
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from ..errors import parameter
+from .. import units
+from ..errors import UsageError, parameter
 from .bags import expected_ids_per_bag
 from .workload import (
     DEFAULT_IDS,
@@ -107,6 +108,8 @@ __all__ = [
     "Estimate",
     "RunShape",
     "estimate",
+    "memory_estimate",
+    "require_memory",
     "expected_unique",
     "feature_ids",
     "process_bytes",
@@ -169,7 +172,7 @@ class RunShape:
     recorded: tuple[tuple[float, float], ...] | None = None
 
 
-#: The shape ``Plan.memory_estimate`` assumes: the NumPy engine's working arrays (the larger of
+#: The shape ``memory_estimate`` assumes: the NumPy engine's working arrays (the larger of
 #: the two engines'), whole tables, no process footprint (a library caller's process exists).
 LIBRARY = RunShape(engine="numpy", tables="none", process=False, lazy=False)
 
@@ -403,7 +406,7 @@ def estimate(plan: Plan, shape: RunShape | None = None) -> Estimate:
 
 
 def library_estimate(plan: Plan, engine: str = "numpy") -> Estimate:
-    """What ``Plan.memory_estimate`` totals (:data:`LIBRARY`'s shape), and what an ``Executor``
+    """What ``memory_estimate`` totals (:data:`LIBRARY`'s shape), and what an ``Executor``
     of ``engine`` checks before it allocates anything."""
     return estimate(plan, LIBRARY if engine == "numpy" else RunShape(
         engine=engine, tables="none", process=False, lazy=False))
@@ -492,3 +495,67 @@ def describe_parts(parts: dict[str, int]) -> str:
     shown = ", ".join(f"{name} {format_size(parts[key])}" for name, key in items
                       if parts.get(key))
     return f"{format_size(parts['total_bytes'])} ({shown})"
+
+
+def memory_estimate(plan: Plan) -> int:
+    """An estimate of the bytes a library ``Executor`` adds to its process: the whole tables
+    and slots plus every working array of one synthetic step of the NumPy engine (the
+    larger of the two engines') for the configured bags, cores and bag sizes (ids, gains,
+    activations, gradients, gathered rows, per-core partials, a non-lazy optimizer's
+    full-size arrays): :func:`library_estimate`'s total. ``estimate`` estimates a whole run
+    (the process, the engine in use, the rows touched, the history)."""
+    return library_estimate(plan).total
+
+
+def require_memory(
+    needed: int,
+    max_memory: int | None,
+    *,
+    what: str = "the simulation",
+    counted: str = "tables, slots and a step's working arrays",
+    reduce: str | Callable[[int], str] = "reduce vocabulary_size/dimension",
+    process: int = 0,
+    scale_out: bool = True,
+) -> None:
+    """Raise ``UsageError`` when ``needed`` bytes exceed ``max_memory`` (None: the default limit,
+    ``limits.default_memory_limit``; no check where the available memory is unknown).
+
+    ``process``: the part of ``needed`` this process holds already (its interpreter and
+    libraries): held against a limit given, which bounds the whole process, but not against
+    the default, a share of the memory still available. The message says which limit it was
+    and what to do: ``reduce``, the fix that shrinks the run (or a function of the limit giving
+    it), and a ``--max-memory`` that admits the run (``limits.suggest_memory``) only when this
+    machine has that much memory; else a larger machine or (``scale_out``: the run can use it)
+    the Ray backend on several.
+    """
+    from ..limits import MEMORY_SHARE, default_memory_limit, suggest_memory, total_memory
+
+    limit = max_memory if max_memory is not None else default_memory_limit()
+    compared = needed if max_memory is not None else needed - process
+    if limit is None or compared <= limit:
+        return
+    size = suggest_memory(needed)
+    if callable(reduce):
+        reduce = reduce(limit)
+    head = f"{what} needs about {units.format_size(needed)} (estimate: {counted}), more than "
+    machine = total_memory()
+    beyond = needed > units.MAX_SIZE // 2  # no size can be suggested: past 4 EiB
+    if machine is not None and (beyond or units.parse_size(size) > machine):  # cannot do it
+        where = (f"the memory limit of {units.format_size(limit)}" if max_memory is not None
+                 else f"the {units.format_size(limit)} it may use here ({MEMORY_SHARE:.0%} of "
+                 "the memory available)")
+        spread = (" or spread the tables over several machines (--backend ray --ray-address "
+                  "ADDR --shards N, docs/scale.md)" if scale_out else "")
+        raise UsageError(
+            f"{head}{where}, and more than this machine has ({units.format_size(machine)}); "
+            f"{reduce}, or run it on a machine with more memory{spread}")
+    if max_memory is not None:
+        raise UsageError(
+            f"{head}the memory limit of {units.format_size(limit)}; {reduce}, or raise the limit "
+            f"to --max-memory {size} (max_memory= in Python)"
+        )
+    raise UsageError(
+        f"{head}the {units.format_size(limit)} it may use here ({MEMORY_SHARE:.0%} of the memory "
+        f"available); {reduce}, or set a limit to try anyway: --max-memory {size} (max_memory= "
+        "in Python)"
+    )

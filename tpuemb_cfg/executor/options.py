@@ -2,23 +2,22 @@
 
 :class:`RunOptions` says how a run goes (the seed of the default rows, the engine, the memory
 limit and whether to check it, whether to report each step); :class:`Placement` says where the
-tables live: a storage backend by name (``storage.BACKENDS``: ``local``, ``ray``) or a backend
-object, and the backend's own settings (``shards``, ``ray_address``). Both check their values
-when made, with errors naming the library parameter (``max_memory=``, ``seed=``); the backend
-refuses a setting it would ignore (``shards`` for the local backend) when it opens.
+tables live: a storage backend by name (``storage.BACKENDS``) or a backend object, and the
+backend's own options record, which this module does not read (``storage.placement`` makes it
+from named settings, checked by the backend: a setting it would ignore is refused).
+``RunOptions`` checks its values when made, with errors naming the library parameter
+(``max_memory=``, ``seed=``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .. import units
 
 if TYPE_CHECKING:
     from .engines import Engine
-    from .storage import Backend
 
 __all__ = ["Placement", "RunOptions"]
 
@@ -64,21 +63,12 @@ class Placement:
 
     ``backend``: a name of ``storage.BACKENDS`` (``local``: NumPy arrays in this process;
     ``ray``: each host's rows in its own Ray actor, ``tpuemb_cfg.backends.ray``) or a
-    ``storage.Backend``. ``shards``: the number of host actors (default ``num_hosts``);
-    ``ray_address``: the Ray cluster to join (default ``RAY_ADDRESS``, else a local instance).
-    ``runtime_env``: Ray's ``runtime_env`` of the host actors (``pip``, ``env_vars``,
-    ``working_dir`` ...), merged with the driver's own ``tpuemb_cfg`` package, which the
-    actors receive in ``py_modules`` unless ``ship`` is False (docs/scale.md). A backend that
-    does not use a setting refuses it when given.
+    ``storage.Backend`` (typed ``object`` here: the records of this module sit below the
+    storage seam, which carries them). ``options``: the backend's own options record (None:
+    its defaults), carried as is to the backend, which refuses one not its own; make it from
+    named settings with ``storage.placement(backend, **settings)``, which the backend checks
+    (the Ray backend's: ``backends.ray.options.RayOptions``).
     """
 
-    backend: str | Backend = "local"
-    shards: int | None = None
-    ray_address: str | None = None
-    runtime_env: Mapping[str, Any] | None = None
-    ship: bool = True
-
-    def given(self) -> list[str]:
-        """The names of the settings given (not left at their defaults), for refusals."""
-        return [name for name in ("shards", "ray_address", "runtime_env")
-                if getattr(self, name) is not None] + ([] if self.ship else ["ship"])
+    backend: str | object = "local"
+    options: object | None = None

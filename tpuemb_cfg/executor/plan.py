@@ -18,6 +18,7 @@ from ..errors import InputError, UsageError
 from ..errors import parameter as arg
 from ..model import TableInit
 from ..schema import COMBINERS, MODE_NAMES, ShardingStrategy
+from .custom import OPTIMIZER_NAME, combiner_plan, optimizer_record
 from .optimizers import Optimizer, get, unsupported
 
 if TYPE_CHECKING:
@@ -28,12 +29,16 @@ if TYPE_CHECKING:
 
 __all__ = [
     "COMBINERS",
+    "DISTRIBUTIONS",
     "FeaturePlan",
     "Plan",
     "TablePlan",
     "build_plan",
     "parse_combiners",
 ]
+
+#: The synthetic bag-size distributions (``executor.bags``; ``Plan.with_bags``).
+DISTRIBUTIONS = ("auto", "fixed", "uniform")
 
 DEFAULT_COMBINER = "mean"  # TensorFlow's TableConfig default
 
@@ -145,8 +150,6 @@ class Plan:
     ) -> Plan:
         """This plan with other bag sizes: ``ids_per_bag`` one per feature (a compiled spec's),
         ``bag_sizes`` the synthetic distribution for every feature (``executor.bags``)."""
-        from .bags import DISTRIBUTIONS
-
         if bag_sizes is not None and bag_sizes not in DISTRIBUTIONS:
             raise UsageError(
                 f"unknown bag-size distribution {bag_sizes!r}; expected one of "
@@ -178,17 +181,6 @@ class Plan:
         return sum(
             t.vocabulary * t.dimension * 4 * (1 + len(t.optimizer.slots)) for t in self.tables
         )
-
-    def memory_estimate(self) -> int:
-        """An estimate of the bytes a library ``Executor`` adds to its process: the whole tables
-        and slots plus every working array of one synthetic step of the NumPy engine (the
-        larger of the two engines') for the configured bags, cores and bag sizes (ids, gains,
-        activations, gradients, gathered rows, per-core partials, a non-lazy optimizer's
-        full-size arrays). ``executor.memory.estimate`` estimates a whole run (the process, the
-        engine in use, the rows touched, the history); ``executor.memory`` has the model."""
-        from .memory import library_estimate
-
-        return library_estimate(self).total
 
 
 def parse_combiners(
@@ -336,8 +328,6 @@ def build_plan(
         custom = custom_optimizers.get(td.name)
         optimizer: Optimizer
         if custom is not None:
-            from .custom import optimizer_record
-
             optimizer, slot_defaults = optimizer_record(td.name, custom, int(td.dimension))
             message, hyper = None, optimizer.bind(None)
         else:
@@ -388,8 +378,6 @@ def build_plan(
         )
 
     if custom_combiners:
-        from .custom import combiner_plan
-
         for f, combiner in custom_combiners.items():
             feature = features[f]
             record = combiner_plan(feature.name, combiner, tables[feature.table].dimension)
@@ -426,8 +414,6 @@ def _optimizer(
 
 def _mark_custom(plan: Plan) -> Plan:
     """``plan`` with ``TablePlan.custom`` set on the tables that run a Python callable."""
-    from .custom import OPTIMIZER_NAME
-
     combined = {f.table for f in plan.features if f.custom is not None}
     tables = tuple(
         replace(t, custom=t.optimizer.name == OPTIMIZER_NAME or t.index in combined)

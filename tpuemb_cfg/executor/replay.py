@@ -18,11 +18,13 @@ import numpy as np
 
 from ..errors import InputError
 from .batch import FeatureInput, check_learning_rates
-from .core import Executor, TableReport, require_memory
+from .core import Executor
 from .engines import get_engine
+from .memory import require_memory
 from .nonfinite import NonFinite
 from .options import Placement, RunOptions
 from .plan import Plan
+from .records import TableReport
 from .storage import choose_backend
 
 if TYPE_CHECKING:

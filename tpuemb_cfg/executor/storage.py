@@ -38,33 +38,47 @@ in without touching the step. The interface (:class:`Storage`):
 ``close()``
     release what the storage holds outside this process (nothing for a local one).
 
+The calls beyond those seven, which a storage in this process has trivially (``LocalStorage``;
+``BasicStorage`` adds them to a user's factory's ``RowStorage``):
+
+``load_given(given, *, source=None)``
+    replace every table and slot by given state-file arrays (a checkpoint's), checked exactly
+    (``InputError`` naming ``source``), where the rows live; a local storage checks them here
+    and calls ``load``.
+``prefetch([(table, rows), ...])``
+    the step reads every table's rows at once; the next ``gather`` calls of those arrays return
+    them (a remote storage: one call per host; a local one: nothing).
+``queues_updates``
+    whether ``update`` only queues: the executor then updates every table before reading the
+    first ``change_norm`` (which sends the queue), and when that table's check raises
+    ``NumericalError`` it has the storage put back the step's later tables (``discard``), which
+    one table at a time would not have touched. ``flush()`` sends the queue. A local storage
+    queues nothing (False; ``flush`` and ``discard`` do nothing).
+``live()``
+    the arrays when they live in this process (:class:`LiveArrays`: ``local``,
+    ``live_params``; the compiled step reads and updates them in place), else None.
+
 :class:`LocalStorage` keeps NumPy arrays in this process and runs the engine's kernels on them.
-A storage may offer more: ``load_given(given, source=)`` (replace the tables and slots by given
-state-file arrays, checked, where the rows live; else the executor checks them and calls
-``load``), the live arrays of :class:`LiveArrays` (the compiled step's in-place reads and
-updates), and, for a remote storage whose every call costs a round trip, batching:
-``prefetch([(table, rows), ...])`` (the step reads every table's rows at once; the next
-``gather`` calls of those arrays return them) and ``flush()`` with ``discard(tables)`` (its
-``update`` only queues; the executor updates every table before reading the first
-``change_norm``, which sends the queue, and when that table's check raises ``NumericalError``
-it has the storage put back the step's later tables, which one table at a time would not have
-touched). The Ray storage offers all three: a step is one call per host for the reads and one
-for the updates. The local storage offers none and steps one table at a time.
+The Ray storage queues and prefetches: a step is one call per host for the reads and one for
+the updates.
 
 **Backends.** The executor opens its storage through a :class:`Backend` chosen by name in
 :data:`BACKENDS` (``name -> "module:attribute"``, imported when chosen, so the executor imports
 no backend): ``local`` (``executor.local``) and ``ray`` (``tpuemb_cfg.backends.ray.storage``).
-:func:`register_backend` adds one. A backend's ``open(request)`` gets a :class:`StorageRequest`
-(the plan, the engine, the initial arrays, the run options and the placement) and refuses the
-settings it does not use.
+:func:`register_backend` adds one. A backend is a descriptor: its name, whether its tables are
+in this process, its own errors, its options record made from named settings
+(:func:`placement` makes a ``Placement`` so, the settings it would ignore refused), the session
+a command runs in, and ``open(request)``, which gets a :class:`StorageRequest` (the plan, the
+engine, the initial arrays, the run options and the placement's options record).
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import numpy as np
 
@@ -76,16 +90,31 @@ from .plan import Plan
 from .state import Pending, slot_key, table_key
 
 __all__ = [
-    "BACKENDS", "Backend", "LiveArrays", "LocalStorage", "RowUpdate", "Storage", "StorageRequest",
-    "choose_backend", "load_checkpoint", "register_backend", "rows_of",
+    "BACKENDS", "Backend", "BasicStorage", "LiveArrays", "LocalStorage", "RowStorage",
+    "RowUpdate", "Storage", "StorageRequest", "choose_backend", "load_checked", "placement",
+    "refuse_settings", "register_backend", "rows_of",
 ]
 
 #: ``fn(params, slots, rows, grad)``: update ``rows`` (None: every row) of the arrays in place.
 RowUpdate = Callable[[np.ndarray, tuple[np.ndarray, ...], np.ndarray | None, np.ndarray], None]
 
 
-class Storage(Protocol):
-    """The tables and slots of one executor (see the module docstring for the contract)."""
+class LiveArrays(Protocol):
+    """The arrays of a storage that live in this process (``LocalStorage``): what the compiled
+    step reads and updates in place (``LocalStorage.local``, ``LocalStorage.live_params``)."""
+
+    def local(
+        self, table: str, rows: np.ndarray | None = None
+    ) -> tuple[np.ndarray, tuple[np.ndarray, ...]]: ...
+
+    def live_params(
+        self, table: str, ids: np.ndarray, missing: Callable[[np.ndarray, np.ndarray], np.ndarray]
+    ) -> np.ndarray: ...
+
+
+class RowStorage(Protocol):
+    """The seven calls a storage made by a user's factory (``custom_backend``) offers; the
+    executor reaches it through :class:`BasicStorage`, which adds the rest of :class:`Storage`."""
 
     def gather(self, table: str, rows: np.ndarray | None) -> np.ndarray: ...
 
@@ -104,39 +133,23 @@ class Storage(Protocol):
     def close(self) -> None: ...
 
 
-class LiveArrays(Protocol):
-    """A storage whose arrays live in this process (``LocalStorage``): what the compiled step
-    reads and updates in place (:meth:`LocalStorage.local`, :meth:`LocalStorage.live_params`)."""
+class Storage(RowStorage, Protocol):
+    """The tables and slots of one executor: every call the executor makes on them (see the
+    module docstring for the contract). The calls beyond :class:`RowStorage` are trivial for a
+    storage in this process (``LocalStorage``, ``BasicStorage``)."""
 
-    def local(
-        self, table: str, rows: np.ndarray | None = None
-    ) -> tuple[np.ndarray, tuple[np.ndarray, ...]]: ...
+    def load_given(self, given: Mapping[str, Any], *, source: str | None = None) -> None: ...
 
-    def live_params(
-        self, table: str, ids: np.ndarray, missing: Callable[[np.ndarray, np.ndarray], np.ndarray]
-    ) -> np.ndarray: ...
+    def prefetch(self, requests: Sequence[tuple[str, np.ndarray]]) -> None: ...
 
+    @property
+    def queues_updates(self) -> bool: ...
 
-def live_arrays(storage: Storage) -> LiveArrays | None:
-    """``storage`` when its arrays live in this process (it offers ``local`` and
-    ``live_params``), else None."""
-    if callable(getattr(storage, "local", None)) and callable(
-            getattr(storage, "live_params", None)):
-        return storage  # type: ignore[return-value]
-    return None
+    def flush(self) -> None: ...
 
+    def discard(self, tables: Sequence[str]) -> None: ...
 
-def load_checkpoint(storage: Storage, plan: Plan, given: Mapping[str, Any],
-                    source: str | None) -> None:
-    """Replace every table and slot of ``storage`` by ``given`` (state-file arrays, every key
-    present), checked exactly (float32 of the table's shape; ``InputError`` naming ``source``):
-    by the storage's own ``load_given`` where it has one (a remote storage sends the rows to
-    where they live), else checked here and given to ``load``."""
-    load_given = getattr(storage, "load_given", None)
-    if callable(load_given):
-        load_given(given, source=source)
-    else:
-        storage.load(make_initial_state(plan, given, 0, source, True))
+    def live(self) -> LiveArrays | None: ...
 
 
 @dataclass(frozen=True)
@@ -144,8 +157,8 @@ class StorageRequest:
     """What a backend opens a storage from: the ``plan``, the ``engine``, the ``given`` initial
     arrays by state-file key (tables with a callable initializer already called; the others
     default from ``options.seed``), ``source``/``strict`` for errors about them and their
-    dtypes, the run ``options`` (the memory limit) and the ``placement`` (the backend's
-    settings)."""
+    dtypes, the run ``options`` (the memory limit) and ``backend_options`` (the placement's
+    options record, the backend's own: None for its defaults)."""
 
     plan: Plan
     engine: Engine
@@ -153,23 +166,42 @@ class StorageRequest:
     source: str | None
     strict: bool
     options: RunOptions
-    placement: Placement
+    backend_options: object | None = None
 
-    def refuse(self, backend: str, settings: list[str]) -> None:
-        """``UsageError`` when the placement gives one of ``settings``, which ``backend``
-        does not use (a setting silently ignored would mislead)."""
-        wrong = [name for name in self.placement.given() if name in settings]
-        if wrong:
-            raise UsageError(f"{'= and '.join(wrong)}= not used by backend={backend!r} (it would "
-                             f"be ignored); remove {'it' if len(wrong) == 1 else 'them'}")
+
+def refuse_settings(backend: str, names: Sequence[str]) -> None:
+    """``UsageError`` when ``names`` (settings given) is not empty: ``backend`` does not use
+    them (a setting silently ignored would mislead)."""
+    wrong = list(names)
+    if wrong:
+        raise UsageError(f"{'= and '.join(wrong)}= not used by backend={backend!r} (it would "
+                         f"be ignored); remove {'it' if len(wrong) == 1 else 'them'}")
 
 
 class Backend(Protocol):
-    """Where a storage's tables live. ``in_process``: whether they are this process's memory
-    (a caller's own memory check then counts them); ``open``: the storage of ``request``."""
+    """A storage backend: everything the executor and the run layer know of it.
+
+    ``name``: its name (a key of :data:`BACKENDS`); ``in_process``: whether its tables are
+    this process's memory (a caller's own memory check then counts them); ``errors``: its own
+    errors a command reports as one line (the Ray backend's lost host); ``settings(given)``:
+    its options record of the named settings ``given`` (only those given, not None), the
+    settings it does not use refused (``refuse_settings``); ``session(options)``: a context a
+    command runs in (the Ray backend's connection to the cluster; nothing for a local one);
+    ``open(request)``: the storage of ``request``.
+    """
+
+    @property
+    def name(self) -> str: ...
 
     @property
     def in_process(self) -> bool: ...
+
+    @property
+    def errors(self) -> tuple[type[Exception], ...]: ...
+
+    def settings(self, given: Mapping[str, Any]) -> object | None: ...
+
+    def session(self, options: object | None) -> AbstractContextManager[None]: ...
 
     def open(self, request: StorageRequest) -> Storage: ...
 
@@ -189,11 +221,11 @@ def register_backend(name: str, target: str) -> None:
     BACKENDS[name] = target
 
 
-def choose_backend(backend: str | Backend) -> Backend:
+def choose_backend(backend: str | object) -> Backend:
     """The :class:`Backend` named ``backend`` (imported now), or ``backend`` itself;
     ``UsageError`` for a name not in :data:`BACKENDS`."""
     if not isinstance(backend, str):
-        return backend
+        return cast(Backend, backend)
     target = BACKENDS.get(backend)
     if target is None:
         raise UsageError(f"unknown backend {backend!r}; expected "
@@ -201,6 +233,15 @@ def choose_backend(backend: str | Backend) -> Backend:
     module, _, attribute = target.partition(":")
     found: Backend = getattr(importlib.import_module(module), attribute)
     return found
+
+
+def placement(backend: str | object = "local", **settings: Any) -> Placement:
+    """The :class:`Placement` of ``backend`` (a name of :data:`BACKENDS` or a :class:`Backend`)
+    with its options record made by the backend from ``settings`` (a None value: not given;
+    for the Ray backend ``shards``, ``ray_address``, ``runtime_env``, ``ship``): an unknown
+    backend or a setting it would ignore raises ``UsageError``."""
+    given = {name: value for name, value in settings.items() if value is not None}
+    return Placement(backend, choose_backend(backend).settings(given))
 
 
 def rows_of(whole: np.ndarray, rows: np.ndarray, engine: Engine) -> np.ndarray:
@@ -282,6 +323,28 @@ class LocalStorage:
     def close(self) -> None:
         """Nothing is held outside this process."""
 
+    def load_given(self, given: Mapping[str, Any], *, source: str | None = None) -> None:
+        """Replace every table and slot by ``given``, checked exactly (``load_checked``)."""
+        load_checked(self, self._plan, given, source)
+
+    def prefetch(self, requests: Sequence[tuple[str, np.ndarray]]) -> None:
+        """Every read costs the same here: nothing to batch."""
+
+    @property
+    def queues_updates(self) -> bool:
+        """Updates are made when asked for, one table at a time."""
+        return False
+
+    def flush(self) -> None:
+        """Nothing is queued."""
+
+    def discard(self, tables: Sequence[str]) -> None:
+        """Nothing is queued (``queues_updates`` is False: never called)."""
+
+    def live(self) -> LocalStorage:
+        """The arrays live in this process: ``local`` and ``live_params``."""
+        return self
+
     def arrays(self) -> dict[str, np.ndarray]:
         out: dict[str, np.ndarray] = {}
         for table in self._plan.tables:
@@ -298,3 +361,65 @@ class LocalStorage:
             self._slots[table.name] = tuple(
                 arrays[slot_key(table.name, name)] for name in table.slot_names
             )
+
+
+def load_checked(storage: RowStorage, plan: Plan, given: Mapping[str, Any],
+                 source: str | None) -> None:
+    """``storage.load`` of ``given`` (state-file arrays, every key present) checked exactly
+    (float32 of the table's shape; ``InputError`` naming ``source``): a storage in this
+    process's ``load_given``."""
+    storage.load(make_initial_state(plan, given, 0, source, True))
+
+
+class BasicStorage:
+    """A :class:`Storage` of a :class:`RowStorage` (a user's factory's, ``custom_backend``):
+    its seven calls, and the others as a storage in this process without live arrays has them
+    (no batching, no queue; given arrays checked here)."""
+
+    def __init__(self, inner: RowStorage, plan: Plan) -> None:
+        #: The storage the factory made.
+        self.inner = inner
+        self._plan = plan
+
+    def gather(self, table: str, rows: np.ndarray | None) -> np.ndarray:
+        return self.inner.gather(table, rows)
+
+    def update(
+        self, table: str, rows: np.ndarray | None, grad: np.ndarray, fn: RowUpdate
+    ) -> None:
+        self.inner.update(table, rows, grad, fn)
+
+    def change_norm(self, table: str, rows: np.ndarray | None, before: np.ndarray) -> float:
+        return self.inner.change_norm(table, rows, before)
+
+    def commit(self) -> None:
+        self.inner.commit()
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return self.inner.arrays()
+
+    def load(self, arrays: Mapping[str, np.ndarray]) -> None:
+        self.inner.load(arrays)
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def load_given(self, given: Mapping[str, Any], *, source: str | None = None) -> None:
+        load_checked(self.inner, self._plan, given, source)
+
+    def prefetch(self, requests: Sequence[tuple[str, np.ndarray]]) -> None:
+        """No batching: each ``gather`` reads."""
+
+    @property
+    def queues_updates(self) -> bool:
+        return False
+
+    def flush(self) -> None:
+        """Nothing is queued."""
+
+    def discard(self, tables: Sequence[str]) -> None:
+        """Nothing is queued."""
+
+    def live(self) -> None:
+        """No live arrays: the executor gathers copies."""
+        return None

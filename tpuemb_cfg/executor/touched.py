@@ -14,12 +14,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .checkpoint import damaged_checkpoint
 from .partial import rows_key, values_key
 from .plan import Plan, TablePlan
 from .state import slot_key, table_key
 
 if TYPE_CHECKING:
-    from .core import DeduplicationData, Executor
+    from .core import Executor
+    from .records import DeduplicationData
 
 __all__ = ["TABLE_OUTPUTS", "RowsOf", "TouchedRows", "saved_state", "touched_state"]
 
@@ -78,8 +80,6 @@ class TouchedRows:
                 continue
             bits = np.asarray(value)
             if bits.dtype != np.uint8 or bits.shape != self._bits[table.name].shape:
-                from .core import damaged_checkpoint
-
                 raise damaged_checkpoint(source, key, f"{bits.dtype} of shape {bits.shape} "
                                          f"found, expected uint8 {self._bits[table.name].shape}")
             self._bits[table.name][...] = bits

@@ -145,12 +145,12 @@ class MultiWorkerRun:
         self.delay = workers.delay_model
         self.seed = options.seed
         self.num_workers = int(workers.workers)
-        self._tables_here = placement.backend != "ray"
-        self.max_memory = options.memory_limit if self._tables_here else None
         self.max_staleness = workers.max_staleness
         self.replicas_to_aggregate = workers.replicas
         self.init_tokens = workers.init_tokens
         self.executor = Executor(for_chief(prepared), options, placement)
+        self._tables_here = self.executor.tables_in_process
+        self.max_memory = options.memory_limit if self._tables_here else None
         self.plan = self.executor.plan
         self.data = SyntheticData.of(self.plan, options.seed, data)
         self.touched = TouchedRows(self.plan)  # the rows the chief's updates touched

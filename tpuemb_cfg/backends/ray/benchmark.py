@@ -33,6 +33,7 @@ from ...errors import UsageError
 from ...executor.core import Executor
 from ...executor.options import Placement, RunOptions
 from .connection import connect, disconnect, import_ray
+from .options import RayOptions
 from .storage import SHARED_MEMORY_ENV, RayStorage
 
 if TYPE_CHECKING:
@@ -62,7 +63,7 @@ def run(prepared: Prepared, batch: list[dict[str, np.ndarray]], *, steps: int,
     ``batch`` (one feature: ``ids`` and ``grad``) over ``steps`` steps; return it as a
     JSON-ready dict, ``workload`` (its description) included. ``shared_memory``: as for
     ``RayStorage`` (None: its default); ``placement``: the Ray executor's (its
-    ``runtime_env`` and ``ship``; default ``Placement("ray")``)."""
+    ``RayOptions``: ``runtime_env`` and ``ship``; default ``Placement("ray")``)."""
     plan = prepared.plan
     (table,) = plan.tables
     shards, mod = plan.num_hosts, plan.mod_sharding
@@ -73,8 +74,9 @@ def run(prepared: Prepared, batch: list[dict[str, np.ndarray]], *, steps: int,
     options = RunOptions(engine=engine)
     local = Executor(prepared, options)
     placement = placement or Placement("ray")
+    ray_options = placement.options if isinstance(placement.options, RayOptions) else RayOptions()
     start = time.perf_counter()
-    started = connect(address, runtime_env=placement.runtime_env, ship=placement.ship)
+    started = connect(address, runtime_env=ray_options.runtime_env, ship=ray_options.ship)
     init_sec = time.perf_counter() - start
     try:
         start = time.perf_counter()
@@ -145,7 +147,7 @@ def run_model(prepared: Prepared, batch: list[dict[str, np.ndarray]], rates: np.
     started = connect(address)
     try:
         begin = time.perf_counter()
-        sharded = Executor(prepared, options, Placement("ray", shards=shards))
+        sharded = Executor(prepared, options, Placement("ray", RayOptions(shards=shards)))
         setup_sec = time.perf_counter() - begin
         storage = sharded.storage
         assert isinstance(storage, RayStorage)

@@ -20,10 +20,10 @@ message.
 from __future__ import annotations
 
 import importlib
-import warnings
 from dataclasses import replace
 
 from ...errors import UsageError
+from ..warn import warn_once
 from .availability import NumbaUnavailable, jit_disabled
 from .base import Engine
 from .numpy import ENGINE as NUMPY
@@ -35,17 +35,6 @@ __all__ = [
 
 ENGINES = ("numba", "numpy")
 DEFAULT_ENGINE = "numba"
-
-_warned: set[str] = set()  # fallback reasons already shown in this process
-
-
-def warn_once(reason: str, stacklevel: int = 2) -> None:
-    """``RuntimeWarning(reason)``, the first time ``reason`` comes up in this process (why an
-    engine, or some tables, run on the NumPy path)."""
-    if reason not in _warned:
-        _warned.add(reason)
-        warnings.warn(reason, RuntimeWarning, stacklevel=stacklevel + 1)
-
 
 def get_engine(name: str | Engine = DEFAULT_ENGINE) -> Engine:
     """The engine called ``name`` (``numba``, the default, or ``numpy``); an ``Engine`` is

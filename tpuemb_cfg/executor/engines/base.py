@@ -42,13 +42,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 if TYPE_CHECKING:
     from ...algorithms.update import UpdateContext
-    from ..fused import CompiledStep
     from ..plan import TablePlan
 
 #: ``update_rows(table, params, slots, rows, grad, lr, ctx) -> bool`` (the module docstring).
@@ -59,6 +58,36 @@ UpdateRows = Callable[
 ]
 
 __all__ = ["Engine"]
+
+
+class CompiledStep(Protocol):
+    """The compiled step's one interface (``Engine.fused``; the numba engine's
+    ``engines.numba.FusedStep``), what the executor and this module call: de-duplication and
+    the forward lookup on live rows, the pending-row probe of a lazy table, back-propagation
+    with the input check (``(grad or grouped occurrences, finite)``), the fused update returning
+    each row's squared change, and its threads (``parallel`` tasks, one task ``alongside``
+    another, the thread count)."""
+
+    def deduplicate(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
+
+    def lookup(self, rows: np.ndarray, unique: np.ndarray, inverse: np.ndarray | None,
+               gains: np.ndarray, row_splits: np.ndarray) -> np.ndarray: ...
+
+    def missing_rows(self, done: np.ndarray, ids: np.ndarray) -> np.ndarray: ...
+
+    def backprop(self, d_activations: np.ndarray, sample: np.ndarray, gains: np.ndarray,
+                 inverse: np.ndarray, rows: int) -> tuple[Any, bool]: ...
+
+    def update(self, table: TablePlan, params: np.ndarray, slots: tuple[np.ndarray, ...],
+               rows: np.ndarray, grad: Any, lr: np.float32,
+               ctx: UpdateContext) -> np.ndarray: ...
+
+    def parallel(self, tasks: Sequence[Callable[..., Any]]) -> list[Any]: ...
+
+    def alongside(self, background: Callable[[], Any], foreground: Callable[[], Any]
+                  ) -> tuple[Any, Any]: ...
+
+    def threads(self) -> int: ...
 
 
 @dataclass(frozen=True)
