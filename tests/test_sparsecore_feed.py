@@ -7,7 +7,6 @@ TensorFlow recorded (tf_embedding_v2_feed.json) are checked by the API conversio
 
 from __future__ import annotations
 
-import sys
 import types
 from collections.abc import Mapping
 
@@ -178,7 +177,7 @@ def test_jax_mode_goes_to_jte(monkeypatch: pytest.MonkeyPatch) -> None:
     seen = []
     fake = types.ModuleType("tpuemb_cfg.sparsecore.jte")
     fake.stack_config = lambda config: seen.append(config) or "stacked"  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "tpuemb_cfg.sparsecore.jte", fake)
+    monkeypatch.setattr(feed, "jte", fake)
     config = SparseCoreConfig(api="jax", mode="jax", tables=(), features=(),
                               topology=Topology(1, 4))
     assert feed.stack(config) == "stacked"

@@ -70,6 +70,8 @@ from typing import Any
 
 import numpy as np
 
+from ..numerics import log64
+
 __all__ = [
     "LAYER_F",
     "LAYER_X",
@@ -261,7 +263,6 @@ def gaussian_rows(
 ) -> np.ndarray:
     """float32 [len(rows), dimension]: normal values of ``mean`` and ``stddev``, not truncated
     (the polar method, module docstring)."""
-    from ..numerics import log64
 
     rows = np.asarray(rows, dtype=np.int64).reshape(-1)
     key = stream_key(seed, table)

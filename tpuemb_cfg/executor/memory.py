@@ -83,9 +83,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from .. import units
+from .. import limits, units
 from ..errors import UsageError, parameter
+from ..units import format_size
 from .bags import expected_ids_per_bag
+from .engines.availability import jit_disabled
+from .route import step_route
 from .workload import (
     DEFAULT_IDS,
     DEFAULT_SEQUENCE_LENGTHS,
@@ -267,7 +270,6 @@ def _unique(shape: RunShape, vocabulary: int, ids: float) -> float:
 def numba_available() -> bool:
     """Whether numba can be imported and runs compiled (``NUMBA_DISABLE_JIT`` unset), without
     importing it: then a synthetic run loads it whatever the engine."""
-    from .engines.availability import jit_disabled
 
     return importlib.util.find_spec("numba") is not None and not jit_disabled()
 
@@ -303,7 +305,6 @@ def _resident(table_bytes: int, rows: int, touched: float, huge: bool) -> float:
 
 def _compiled_step(plan: Plan, table: TablePlan, engine: str) -> bool:
     """Whether the numba engine's compiled step runs ``table`` (``route.step_route``)."""
-    from .route import step_route
 
     return step_route(plan, table, compiled=engine == "numba").forward
 
@@ -466,7 +467,6 @@ def reduce_hint(parts: Estimate, *, steps: int | None = None, tables: str = "non
     step = parts.steady + parts.peak
     largest = max(parts.state, step, parts.history)
     if steps and largest == parts.history:
-        from ..units import format_size
 
         return (f"run fewer steps (each keeps about "
                 f"{format_size(parts.history // max(steps, 1))} of history)")
@@ -485,7 +485,6 @@ def describe(parts: Estimate) -> str:
 
 def describe_parts(parts: dict[str, int]) -> str:
     """:func:`describe` of ``Estimate.as_dict()``'s figures."""
-    from ..units import format_size
 
     items = [("process", "process_bytes"), ("tables and slots", "tables_and_slots_bytes"),
              ("step", "step_bytes"), ("pipelining", "pipelining_bytes"),
@@ -528,21 +527,21 @@ def require_memory(
     machine has that much memory; else a larger machine or (``scale_out``: the run can use it)
     the Ray backend on several.
     """
-    from ..limits import MEMORY_SHARE, default_memory_limit, suggest_memory, total_memory
 
-    limit = max_memory if max_memory is not None else default_memory_limit()
+    limit = max_memory if max_memory is not None else limits.default_memory_limit()
     compared = needed if max_memory is not None else needed - process
     if limit is None or compared <= limit:
         return
-    size = suggest_memory(needed)
+    size = limits.suggest_memory(needed)
     if callable(reduce):
         reduce = reduce(limit)
     head = f"{what} needs about {units.format_size(needed)} (estimate: {counted}), more than "
-    machine = total_memory()
+    machine = limits.total_memory()
     beyond = needed > units.MAX_SIZE // 2  # no size can be suggested: past 4 EiB
     if machine is not None and (beyond or units.parse_size(size) > machine):  # cannot do it
         where = (f"the memory limit of {units.format_size(limit)}" if max_memory is not None
-                 else f"the {units.format_size(limit)} it may use here ({MEMORY_SHARE:.0%} of "
+                 else f"the {units.format_size(limit)} it may use here "
+                      f"({limits.MEMORY_SHARE:.0%} of "
                  "the memory available)")
         spread = (" or spread the tables over several machines (--backend ray --ray-address "
                   "ADDR --shards N, docs/scale.md)" if scale_out else "")
@@ -555,7 +554,8 @@ def require_memory(
             f"to --max-memory {size} (max_memory= in Python)"
         )
     raise UsageError(
-        f"{head}the {units.format_size(limit)} it may use here ({MEMORY_SHARE:.0%} of the memory "
+        f"{head}the {units.format_size(limit)} it may use here "
+        f"({limits.MEMORY_SHARE:.0%} of the memory "
         f"available); {reduce}, or set a limit to try anyway: --max-memory {size} (max_memory= "
         "in Python)"
     )

@@ -20,7 +20,7 @@ from ..errors import InputError
 from .batch import FeatureInput, check_learning_rates
 from .core import Executor
 from .engines import get_engine
-from .memory import require_memory
+from .memory import reduce_hint, replay_estimate, require_memory
 from .nonfinite import NonFinite
 from .options import Placement, RunOptions
 from .plan import Plan
@@ -123,7 +123,6 @@ def require_replay_memory(plan: Plan, headers: Mapping[str, Any], max_memory: in
     arrays) exceeds ``max_memory`` (None: the default limit). ``headers``: the batches' arrays
     by key, or anything with ``shape`` and ``nbytes`` (the ``.npy`` headers, read before the
     file is decompressed); ``engine``: the engine's name."""
-    from .memory import reduce_hint, replay_estimate
 
     parts = replay_estimate(plan, headers, engine=engine, init_bytes=init_bytes)
     require_memory(parts.total, max_memory, process=parts.process,

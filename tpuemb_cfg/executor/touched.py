@@ -14,10 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..errors import UsageError
 from .checkpoint import damaged_checkpoint
 from .partial import rows_key, values_key
 from .plan import Plan, TablePlan
 from .state import slot_key, table_key
+from .storage import LocalStorage
 
 if TYPE_CHECKING:
     from .core import Executor
@@ -123,7 +125,6 @@ def touched_state(executor: Executor, touched: TouchedRows) -> dict[str, Any]:
     """The partial state file of ``executor``'s tables: per table its touched rows and their
     values in the table and every slot (module docstring), the values as :class:`RowsOf` of the
     live arrays (nothing is copied whole, and no untouched default row is computed)."""
-    from .storage import LocalStorage
 
     storage = executor.storage
     out: dict[str, Any] = {}
@@ -157,7 +158,6 @@ def saved_state(executor: Executor, touched: TouchedRows, which: str) -> dict[st
         return touched_state(executor, touched)
     if which == "none":
         return {}
-    from ..errors import UsageError
 
     raise UsageError(f"unknown tables output {which!r}; expected one of "
                      + ", ".join(TABLE_OUTPUTS))

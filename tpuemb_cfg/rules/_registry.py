@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from tpuemb_cfg.derived import derive
 from tpuemb_cfg.model import SEVERITY_RANK, Diagnostic, Severity
+from tpuemb_cfg.sparsecore.feed import stack
 
 if TYPE_CHECKING:
     from tpuemb_cfg.derived import Derived
@@ -241,7 +242,6 @@ class SparseCoreContext(_Reporter):
     def stacking(self) -> Stacking | None:
         """The stacks both references would build from :attr:`config` (computed once)."""
         if self._stacking is None and self.stacking_error is None:
-            from tpuemb_cfg.sparsecore.feed import stack
 
             try:
                 self._stacking = stack(self.config)

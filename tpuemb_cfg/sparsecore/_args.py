@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from tpuemb_cfg.errors import described
+from tpuemb_cfg.sparsecore.config import SparseCoreConfig
+from tpuemb_cfg.sparsecore.stacking import Stacking
 
 __all__ = ["check_bool", "check_config_type", "check_int", "check_limit_pairs", "check_mapping",
            "check_preprocess", "check_stacking", "check_str", "found"]
@@ -28,9 +30,6 @@ def _fail(function: str, name: str, expected: str, value: Any, fix: str = "") ->
 
 def check_stacking(function: str, value: Any, name: str = "stacking") -> None:
     """``value`` is a :class:`~tpuemb_cfg.sparsecore.stacking.Stacking`."""
-    from tpuemb_cfg.sparsecore.config import SparseCoreConfig
-    from tpuemb_cfg.sparsecore.stacking import Stacking
-
     if not isinstance(value, Stacking):
         fix = "pass sparsecore.stack(config)" if isinstance(value, SparseCoreConfig) else ""
         raise _fail(function, name, "a Stacking (sparsecore.stack(config))", value, fix)
@@ -38,9 +37,6 @@ def check_stacking(function: str, value: Any, name: str = "stacking") -> None:
 
 def check_config_type(function: str, value: Any, name: str = "config") -> None:
     """``value`` is a :class:`~tpuemb_cfg.sparsecore.config.SparseCoreConfig`."""
-    from tpuemb_cfg.sparsecore.config import SparseCoreConfig
-    from tpuemb_cfg.sparsecore.stacking import Stacking
-
     if not isinstance(value, SparseCoreConfig):
         fix = ("a Stacking is already stacked: pass the SparseCoreConfig it was made from"
                if isinstance(value, Stacking) else

@@ -25,7 +25,6 @@ structure: dict keys sorted), as the API conversion gives them.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -34,6 +33,7 @@ from tpuemb_cfg.base.sparsecore_defaults import (
     DEFAULT_MAX_IDS_PER_PARTITION,
     DEFAULT_MAX_UNIQUE_IDS_PER_PARTITION,
 )
+from tpuemb_cfg.sparsecore import jte
 from tpuemb_cfg.sparsecore._args import check_config_type, found
 from tpuemb_cfg.sparsecore.checks import check_config
 from tpuemb_cfg.sparsecore.config import SparseCoreConfig, SparseCoreTable
@@ -228,7 +228,6 @@ def stack(config: SparseCoreConfig) -> Stacking:
     if config.mode == "tensorflow":
         return _tensorflow_stacking(check_config(config))
     if config.mode == "jax":
-        jte = importlib.import_module("tpuemb_cfg.sparsecore.jte")
         result: Stacking = jte.stack_config(config)
         return result
     raise ValueError(f"unknown stacking mode {config.mode!r}: expected 'tensorflow' or 'jax'")

@@ -21,8 +21,11 @@ from typing import TYPE_CHECKING, Any
 
 from tpuemb_cfg.algorithms import slot_names
 from tpuemb_cfg.base.sparsecore_defaults import DEFAULT_MAX_IDS_PER_PARTITION
+from tpuemb_cfg.errors import printable, printable_values
+from tpuemb_cfg.sparsecore import feed
 from tpuemb_cfg.sparsecore.checks import check_layouts
 from tpuemb_cfg.sparsecore.config import Origin, SparseCoreConfig
+from tpuemb_cfg.sparsecore.feed import tensorflow_layouts
 from tpuemb_cfg.sparsecore.stacking import Stack, Stacking
 from tpuemb_cfg.units import format_size
 
@@ -72,9 +75,8 @@ def layouts_of(config: SparseCoreConfig) -> tuple[SparseCoreTableLayouts, Stacki
     """``config``'s layouts and stacking: TensorFlow's stacker output as ``TPUEmbeddingV2`` feeds
     it (``mode="tensorflow"``), or jax-tpu-embedding's stacks written as layouts
     (:func:`layouts_from_stacking`)."""
-    from tpuemb_cfg.sparsecore.feed import stack, tensorflow_layouts
 
-    stacking = stack(config)
+    stacking = feed.stack(config)
     if config.mode == "tensorflow":
         return tensorflow_layouts(config), stacking
     return layouts_from_stacking(stacking), stacking
@@ -324,7 +326,6 @@ def _per_unit(entry: dict[str, Any]) -> str:
 def format_sparsecore_summary(summary: dict[str, Any], title: str) -> str:
     """The summary as text, one block per stack (names, paths and values with their control
     characters escaped: :func:`~tpuemb_cfg.errors.printable`)."""
-    from tpuemb_cfg.errors import printable, printable_values
 
     summary, title = printable_values(summary), printable(title)
     from_file = summary["api"] is None  # a layouts file: no optimizer, combiner or limits

@@ -27,6 +27,7 @@ from typing import Any
 
 from ..._interrupt import kept as _signals_kept  # ray.init must not keep its SIGTERM handler
 from ...errors import UsageError, parameter
+from ...units import format_size
 from .runtime_env import actor_runtime_env
 
 #: Set in the driver of a Ray Job (``ray job submit``): the job's configuration, runtime_env
@@ -349,7 +350,6 @@ class JoinedRunningCluster(UserWarning):
 def describe_cluster(ray: Any) -> str:
     """The connected cluster in a few words: its address, alive nodes, CPUs and the memory
     its nodes offer actors (Ray's ``memory`` resource)."""
-    from ...units import format_size
 
     nodes = [n for n in ray.nodes() if n.get("Alive")]
     cpus = sum(float(n.get("Resources", {}).get("CPU", 0)) for n in nodes)

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ...errors import parameter
+from ...layout import TableLayout
 from ...units import format_size
 
 if TYPE_CHECKING:
@@ -347,7 +348,6 @@ def plan_hosts(plan: Plan, hosts: int, nodes: Sequence[Node], *,
     layout: each host's rows of every table, ``host.shard_bytes``), suggesting another number
     of hosts when they do not fit: what ``RayStorage`` checks before it starts an actor, and
     what ``tpuemb simulate --backend ray --dry-run`` shows."""
-    from ...layout import TableLayout
     from .host import shard_bytes_all
 
     def estimates_of(count: int) -> list[int]:

@@ -12,6 +12,7 @@ import numpy as np
 
 from ...errors import UsageError
 from ...errors import parameter as arg
+from ...units import format_size
 from .connection import (
     disconnect,
     drop_idle,
@@ -43,7 +44,6 @@ class Lifecycle(Transport):
     def _check_limit(self, limit: int, what: str, fix: str) -> None:
         """Refuse a host whose actor (its rows and its process) needs more than ``limit``
         bytes (``max_memory``), naming the number of hosts that fits."""
-        from ...units import format_size
 
         # What the actor holds, not what it reserves: the floor of a reservation
         # (``placement.ROWS_FLOOR``) is for reusing actors, not memory in use.
