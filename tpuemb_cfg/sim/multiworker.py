@@ -58,6 +58,7 @@ from ..executor import Executor, FeatureInput, Placement, RunOptions
 from ..executor.memory import Estimate
 from ..executor.plan import Plan
 from ..executor.prepared import Prepared
+from ..executor.storage import choose_backend
 from ..executor.touched import TouchedRows, saved_state
 from .accumulators import IndexedSlices, WouldBlock
 from .options import MAX_WORKERS, DelayModel, SyntheticOptions, WorkerOptions
@@ -144,7 +145,7 @@ class MultiWorkerRun:
         self.delay = workers.delay_model
         self.seed = options.seed
         self.num_workers = int(workers.workers)
-        self._tables_here = placement.backend != "ray"
+        self._tables_here = choose_backend(placement.backend).in_process
         self.max_memory = options.memory_limit if self._tables_here else None
         self.max_staleness = workers.max_staleness
         self.replicas_to_aggregate = workers.replicas

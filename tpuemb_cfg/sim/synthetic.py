@@ -60,6 +60,7 @@ from ..executor.nonfinite import NonFinite
 from ..executor.plan import Plan, TablePlan
 from ..executor.prepared import Prepared
 from ..executor.rates import spec_learning_rates
+from ..executor.storage import choose_backend
 from ..executor.touched import TouchedRows, saved_state
 from ..executor.workload import (
     IdDistribution,
@@ -371,7 +372,7 @@ class SyntheticRun:
         self.touched = TouchedRows(self.plan)
         # The run's own memory check (``run``) counts the history too; with the Ray backend the
         # tables live in the actors and this process holds the history only.
-        self._tables_here = placement.backend != "ray"
+        self._tables_here = choose_backend(placement.backend).in_process
         self.max_memory = options.memory_limit if self._tables_here else None
         # A custom combiner's name carries hash(fn) as TensorFlow's does, which changes from
         # process to process: it counts as "custom" so that --resume in a new process works.
