@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 __all__ = ["LOCAL", "TOOLS", "BackendTools", "backend_options", "backend_tools"]

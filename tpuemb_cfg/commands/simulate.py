@@ -56,7 +56,7 @@ _WORKERS = ("workers", "replicas_to_aggregate", "max_staleness", "init_tokens", 
 @keras_backend_option
 @simulate_options
 @click.pass_context
-def simulate(ctx: click.Context, **o: Any) -> None:
+def simulate(ctx: click.Context, /, **o: Any) -> None:
     """Run the configured training updates of CONFIG on the CPU, in float32.
 
     \b

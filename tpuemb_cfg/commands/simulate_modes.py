@@ -190,7 +190,8 @@ def _one(run: Any, quiet: bool) -> dict[str, Any]:
                 began = log.clock()
                 _write(run, result, outputs)
     log.outputs(_written(run), log.clock() - began)  # committed with the set
-    return result.summary
+    summary: dict[str, Any] = result.summary
+    return summary
 
 
 def sparsecore(run: Any, *, as_json: bool, quiet: bool) -> None:
