@@ -86,7 +86,7 @@ def test_a_resumed_run_ends_where_the_whole_run_does(tmp_path: Path) -> None:
                                            checkpoint_every=2))
     first.start()
     saved: list[dict[str, Any]] = []
-    first.run(checkpoint=lambda: saved.append(first.checkpoint_arrays()))  # type: ignore[attr-defined]
+    first.run(checkpoint=lambda: saved.append(first.checkpoint_arrays()))
     assert len(saved) == 1
     np.savez(checkpoint, **saved[0])  # the caller writes the file
     run, result, seen = _run(str(TINY), RunRequest(steps=4, seed=2, tables="all",
@@ -102,6 +102,8 @@ def test_a_multi_worker_run_is_the_commands(tmp_path: Path) -> None:
                     str(tmp_path / "cli"))
     run, result, seen = _run(str(TINY), RunRequest(steps=3, workers=2))
     assert run.kind == "workers" and run.unit == "gradient event"
+    with pytest.raises(InputError, match="a workers run keeps no checkpoint"):
+        run.checkpoint_arrays()
     assert seen[-1] == run.total == 2 * 2 * 3
     assert result.summary == _without(cli, "config", "out_dir")
 

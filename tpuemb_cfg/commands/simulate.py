@@ -28,6 +28,7 @@ from tpuemb_cfg.commands.simulate_options import (
     config_errors,
     engine_option,
     given,
+    option_name,
     parse_size,
     ray_runtime_env,
     refuse_given,
@@ -171,10 +172,8 @@ def _session(request: Any, dry_run: bool) -> contextlib.AbstractContextManager[N
 
 def _check_workers(ctx: click.Context, o: dict[str, Any]) -> None:
     """The multi-worker options, before anything is read."""
-    wrong = [n for n in ("checkpoint_every", "resume", "save_batches", *_REPLAY_ONLY)
-             if given(ctx, n)]
-    names = [{"init_path": "--init", "out_path": "--out"}.get(n, "--" + n.replace("_", "-"))
-             for n in wrong]
+    names = [option_name(n) for n in ("checkpoint_every", "resume", "save_batches",
+                                      *_REPLAY_ONLY) if given(ctx, n)]
     if o["save_batches"] is not None and "--save-batches" not in names:  # from a --spec
         names.append("--save-batches")
     if names:
@@ -218,8 +217,7 @@ def _synthetic(config: str | None, request: Any, o: dict[str, Any]) -> None:
 def _sparsecore(ctx: click.Context, o: dict[str, Any], base: Any, spec: Any) -> None:
     """A SparseCore spec: the options checked, the outputs checked before anything is read,
     then the replay (``--batches``) or the synthetic run, or the plan (``--dry-run``)."""
-    wrong = [n for n in _SPARSECORE_REFUSED if given(ctx, n)]
-    names = ["--combiner" if n == "combiners" else "--" + n.replace("_", "-") for n in wrong]
+    names = [option_name(n) for n in _SPARSECORE_REFUSED if given(ctx, n)]
     if given(ctx, "backend") and o["backend"] != "local":
         names.append("--backend " + o["backend"])
     if spec is not None:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpuemb_cfg.backends.tools import BackendTools, backend_tools
+from tpuemb_cfg.errors import InputError
 from tpuemb_cfg.limits import available_memory
 from tpuemb_cfg.run.files import Anchored
 from tpuemb_cfg.run.request import RunRequest
@@ -112,6 +113,12 @@ class Run:
     def result(self) -> RunResult:
         """The run's summary and the arrays its outputs hold."""
         raise NotImplementedError
+
+    def checkpoint_arrays(self) -> dict[str, Any]:
+        """The full state of the run now, what a checkpoint file holds (a synthetic run on one
+        worker: the others keep no checkpoint)."""
+        raise InputError(f"a {self.kind} run keeps no checkpoint: only a synthetic run on one "
+                         "worker does")
 
     def detail(self) -> str:
         """What a progress line shows after the rate."""

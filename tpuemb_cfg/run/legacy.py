@@ -38,11 +38,9 @@ class _Legacy(Run):
         return note
 
 
-class SyntheticMode(_Legacy):
-    """One worker on synthetic data: resumed from and checkpointed to ``request.checkpoint``,
-    its batches handed to ``on_batch``."""
+class _Synthetic(_Legacy):
+    """A run on synthetic data: its plan, and the tables file of its result."""
 
-    kind = "synthetic"
     sim: Any = None
 
     def plan(self, *, machine_memory: Callable[[], int | None] = available_memory,
@@ -50,6 +48,23 @@ class SyntheticMode(_Legacy):
         plan, info = synthetic_plan(self.prepared, self.request, self.label,
                                     self.backend.in_process)
         return self._with_backend_plan(info, plan, machine_memory, say)
+
+    def _state(self, summary: dict[str, Any], state: Any) -> dict[str, Any] | None:
+        """``state`` as the tables file holds it (``tables``: all, touched rows, or none)."""
+        tables = self.request.tables
+        summary["tables_written"] = tables
+        if tables == "touched":
+            summary["rows_written"] = {
+                table.name: int(len(state[f"table/{table.name}/rows"]))
+                for table in self.prepared.plan.tables}
+        return dict(state) if tables != "none" else None
+
+
+class SyntheticMode(_Synthetic):
+    """One worker on synthetic data: resumed from and checkpointed to ``request.checkpoint``,
+    its batches handed to ``on_batch``."""
+
+    kind = "synthetic"
 
     def start(self) -> None:
         from tpuemb_cfg.executor.core import CHECKPOINT_REMEDY
@@ -109,18 +124,8 @@ class SyntheticMode(_Legacy):
             plot=plot))
         return RunResult(summary, self._state(summary, state))
 
-    def _state(self, summary: dict[str, Any], state: Any) -> dict[str, Any] | None:
-        """``state`` as the tables file holds it (``tables``: all, touched rows, or none)."""
-        tables = self.request.tables
-        summary["tables_written"] = tables
-        if tables == "touched":
-            summary["rows_written"] = {
-                table.name: int(len(state[f"table/{table.name}/rows"]))
-                for table in self.prepared.plan.tables}
-        return dict(state) if tables != "none" else None
 
-
-class WorkersMode(SyntheticMode):
+class WorkersMode(_Synthetic):
     """Several workers feeding one chief on synthetic data (no checkpoints)."""
 
     kind = "workers"
