@@ -126,9 +126,14 @@ def test_the_plan_of_a_replay_reads_only_headers(tmp_path: Path) -> None:
     code, output = run_simulate(str(TINY), "--steps", "2", "--save-batches", str(batches),
                                 "--out-dir", str(tmp_path / "run"), "--quiet")
     assert code == 0, output
-    cli = _cli_json(str(TINY), "--batches", str(batches), "--dry-run")
-    info = open_run(str(TINY), RunRequest(batches=str(batches))).plan()
-    assert info == cli and info["steps"] == 2
+    cli = _cli_json(str(TINY), "--batches", str(batches), "--dry-run", "--max-memory", "1G")
+    info = open_run(str(TINY), RunRequest(batches=str(batches), max_memory="1G")).plan()
+    # the estimate counts this process's measured memory, which moves between two calls
+    memory, shown = info.pop("memory"), cli.pop("memory")
+    assert info == cli and info["steps"] == 2 and info["batches_bytes"] > 0
+    assert memory["limit_bytes"] == shown["limit_bytes"] == 1 << 30
+    assert (memory["estimate"]["tables_and_slots_bytes"]
+            == shown["estimate"]["tables_and_slots_bytes"] == 16 * 2 * 4)
 
 
 def test_a_sparsecore_run_is_the_commands(tmp_path: Path) -> None:

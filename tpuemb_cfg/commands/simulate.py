@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from tpuemb_cfg import units
+from tpuemb_cfg.backends.tools import backend_tools
 from tpuemb_cfg.commands import simulate_modes as modes
 from tpuemb_cfg.commands.flags import keras_backend_option
 from tpuemb_cfg.commands.simulate_options import (
@@ -38,6 +39,7 @@ from tpuemb_cfg.commands.simulate_options import (
 )
 from tpuemb_cfg.errors import UsageError
 from tpuemb_cfg.limits import available_memory
+from tpuemb_cfg.run import BUILT_IN, RunRequest, open_run, run_kind
 
 __all__ = ["available_memory", "backend_option", "engine_option", "parse_size", "ray_runtime_env",
            "seed_option", "simulate"]
@@ -73,9 +75,7 @@ def simulate(ctx: click.Context, /, **o: Any) -> None:
     SparseCore spec (docs/sparsecore/simulate.md): limits, id dropping, their cost:
       tpuemb simulate SPEC.py [--batches B.npz --out O.npz] [--compare-dropping]
     """
-    from tpuemb_cfg.backends.tools import backend_tools
     from tpuemb_cfg.commands._progress import log_every
-    from tpuemb_cfg.run import RunRequest, run_kind
 
     # None: the library's default, 80% of the memory available (--backend ray: what the
     # cluster's nodes have available); its refusal says so and suggests what works.
@@ -133,7 +133,7 @@ def simulate(ctx: click.Context, /, **o: Any) -> None:
         if not dry_run:
             check_replay_outputs(config, spec, batches, o["init_path"], o["out_path"])
         with config_errors(config), _session(request, dry_run):
-            run = _open(config, request)
+            run = open_run(config, request)
             if dry_run:
                 modes.print_plan(run, o["as_json"], available_memory)
             else:
@@ -154,17 +154,9 @@ def simulate(ctx: click.Context, /, **o: Any) -> None:
         _synthetic(config, request, o)
 
 
-def _open(config: str | None, request: Any) -> Any:
-    from tpuemb_cfg.run import open_run
-
-    return open_run(config, request)
-
-
 def _session(request: Any, dry_run: bool) -> contextlib.AbstractContextManager[None]:
     """The backend's session of a run. None for a ``--dry-run``: nothing runs (with
     ``--backend ray`` its plan joins the cluster only to read its nodes)."""
-    from tpuemb_cfg.backends.tools import backend_tools
-
     if dry_run:
         return contextlib.nullcontext()
     return backend_tools(request.backend).session(request.placement)
@@ -196,7 +188,6 @@ def _synthetic(config: str | None, request: Any, o: dict[str, Any]) -> None:
     """A synthetic run (one worker or several): opened in the backend's session, then run
     (or its plan printed)."""
     from tpuemb_cfg.commands._outputs import require_matplotlib
-    from tpuemb_cfg.run import BUILT_IN
 
     dry_run = o["dry_run"]
     with config_errors(config if config is not None else BUILT_IN), _session(request, dry_run):
@@ -206,7 +197,7 @@ def _synthetic(config: str | None, request: Any, o: dict[str, Any]) -> None:
         if request.resume and not dry_run and not os.path.exists(os.path.abspath(checkpoint)):
             raise UsageError(f"--resume: no checkpoint at {checkpoint}; run with "
                              "--checkpoint-every N first, or drop --resume")
-        run = _open(config, request)
+        run = open_run(config, request)
         if dry_run:
             with run.named_as_typed():
                 modes.print_plan(run, o["as_json"], available_memory)
@@ -251,7 +242,7 @@ def _sparsecore(ctx: click.Context, o: dict[str, Any], base: Any, spec: Any) -> 
                       compare_dropping=o["compare_dropping"],
                       allow_id_dropping=o["allow_id_dropping"])
     with config_errors(config):
-        run = _open(config, request)
+        run = open_run(config, request)
         if dry_run:
             modes.print_plan(run, o["as_json"])
         else:
