@@ -69,7 +69,8 @@ LAYERS: tuple[dict[str, tuple[str, ...]], ...] = (
         "backends": ("tpuemb_cfg.backends",), "sim": ("tpuemb_cfg.sim",),
         "plan": ("tpuemb_cfg.planner",),
     },
-    {"session": ("tpuemb_cfg.session", "tpuemb_cfg.spec_check", "tpuemb_cfg.bench")},
+    {"session": ("tpuemb_cfg.session", "tpuemb_cfg.spec_check", "tpuemb_cfg.bench",
+                 "tpuemb_cfg.run")},
     {"cli": (
         "tpuemb_cfg.commands", "tpuemb_cfg.cli", "tpuemb_cfg.__main__", "tpuemb_cfg.simulate",
         "tpuemb_cfg",

@@ -62,6 +62,7 @@ if TYPE_CHECKING:
         TPUEmbeddingConfiguration,
         TPUEmbeddingError,
     )
+    from tpuemb_cfg.run import RunRequest, open_run
     from tpuemb_cfg.session import validate
 
 _OPTIMIZATION = "tpuemb_cfg.proto.optimization_parameters_pb2"
@@ -88,6 +89,8 @@ _LAZY: dict[str, str] = {
     "load": "tpuemb_cfg.io",
     "validate": "tpuemb_cfg.session",
     "Diagnostic": "tpuemb_cfg.model",
+    "open_run": "tpuemb_cfg.run",
+    "RunRequest": "tpuemb_cfg.run",
 }
 
 __all__ = [
@@ -117,6 +120,7 @@ __all__ = [
     "ProximalAdagradParameters",
     "ProximalYogiParameters",
     "RmsPropParameters",
+    "RunRequest",
     "SimulatedQuantization",
     "StateVariableSpecification",
     "StochasticGradientDescentParameters",
@@ -129,6 +133,7 @@ __all__ = [
     "as_config",
     "dump",
     "load",
+    "open_run",
     "validate",
 ]
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -34,7 +34,11 @@ from .sim import multiworker, synthetic
 from .sim.options import DelayModel, SyntheticOptions, WorkerOptions
 from .sim.schedules import Schedule
 
-__all__ = ["Executor", "MultiWorkerRun", "SyntheticRun", "replay"]
+if TYPE_CHECKING:
+    from .run import Run, RunRequest, RunResult, open_run
+
+__all__ = ["Executor", "MultiWorkerRun", "Run", "RunRequest", "RunResult", "SyntheticRun",
+           "open_run", "replay"]
 
 Combiners = str | Sequence[str] | Mapping[int, str] | None
 
@@ -200,3 +204,17 @@ class MultiWorkerRun(multiworker.MultiWorkerRun):
                              strict_finite=strict_finite)
         placement = make_placement(backend, shards=shards, ray_address=ray_address)
         super().__init__(prepared, options, placement, data=data, workers=several)
+
+
+#: The run layer's entry (every mode of ``tpuemb simulate`` as one call), loaded on first use.
+_RUN_LAYER = ("Run", "RunRequest", "RunResult", "open_run")
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _RUN_LAYER:
+        raise AttributeError(f"module 'tpuemb_cfg.facade' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module("tpuemb_cfg.run"), name)
+    globals()[name] = value
+    return value

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from .sparsecore.stacking import Stacking
 
 __all__ = ["Prepared", "is_sparsecore_spec", "open_plan", "place_plan_findings", "plan",
-           "prepare", "prepare_sparsecore", "refuse_errors", "validate",
+           "prepare", "prepare_sparsecore", "refuse_errors", "source_kind", "validate",
            "with_combiner_arguments"]
 
 Combiners = str | Sequence[str] | Mapping[int, str] | None
@@ -282,12 +282,13 @@ def open_plan(source: Any, ids: str | Sequence[str], *, options: Any = None,
     from .planner.planning import Planner
 
     config: Any
-    if isinstance(source, str | os.PathLike) and is_sparsecore_spec(source):
+    kind = source_kind(source)
+    if kind == "sparsecore" and isinstance(source, str | os.PathLike):
         from .embedding.sparsecore import load_sparsecore_spec
 
         config = load_sparsecore_spec(os.fspath(source)).config
         schema = sparsecore_schema(config)
-    elif type(source).__name__ == "SparseCoreConfig":
+    elif kind == "sparsecore":
         config = source
         schema = sparsecore_schema(config)
     else:
@@ -350,6 +351,15 @@ def plan(source: Any, ids: str | Sequence[str], *, options: Any = None, fmt: str
             else getattr(source, "path", None))
     result.findings = place_plan_findings(planner, result.findings, path)
     return result
+
+
+def source_kind(source: Any) -> str:
+    """``sparsecore`` for a SparseCore spec file or ``SparseCoreConfig`` (run by
+    :func:`prepare_sparsecore`), else ``legacy`` (run by :func:`prepare`): the one place that
+    tells them apart; everything after dispatches on this kind."""
+    if isinstance(source, str | os.PathLike):
+        return "sparsecore" if is_sparsecore_spec(source) else "legacy"
+    return "sparsecore" if type(source).__name__ == "SparseCoreConfig" else "legacy"
 
 
 def is_sparsecore_spec(path: str | os.PathLike[str]) -> bool:

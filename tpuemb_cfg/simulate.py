@@ -1,7 +1,8 @@
-"""The simulator's public API in one place: the executor, replay and the synthetic and
-multi-worker runs of any configuration (``tpuemb_cfg.facade``: a path, bytes, a message, a
-compiled spec), their option records and the multi-worker aggregation objects
-(``tpuemb_cfg.sim``).
+"""The simulator's public API in one place: the run layer (``open_run``, ``RunRequest``,
+``Run``, ``RunResult``: every mode of ``tpuemb simulate`` as a library call, ``tpuemb_cfg.run``),
+the executor, replay and the synthetic and multi-worker runs of any configuration
+(``tpuemb_cfg.facade``: a path, bytes, a message, a compiled spec), their option records and
+the multi-worker aggregation objects (``tpuemb_cfg.sim``).
 
 Names are loaded lazily so that importing this module costs nothing until one is used.
 """
@@ -12,6 +13,10 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
+    "open_run": "tpuemb_cfg.run",
+    "RunRequest": "tpuemb_cfg.run",
+    "Run": "tpuemb_cfg.run",
+    "RunResult": "tpuemb_cfg.run",
     "Executor": "tpuemb_cfg.facade",
     "replay": "tpuemb_cfg.facade",
     "SyntheticRun": "tpuemb_cfg.facade",

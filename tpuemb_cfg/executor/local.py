@@ -19,6 +19,7 @@ import numpy as np
 
 from ..errors import UsageError
 from .engines import Engine
+from .hooks import RunHooks
 from .initial import called_tables, initial_state
 from .memory import library_estimate, reduce_hint, require_memory
 from .plan import Plan
@@ -38,7 +39,7 @@ StorageFactory = Callable[[Plan, dict[str, np.ndarray], Engine], RowStorage]
 
 
 @dataclass(frozen=True)
-class LocalBackend:
+class LocalBackend(RunHooks):
     """Tables in this process, in the storage ``factory`` makes (default ``LocalStorage``; a
     factory's storage, which offers the calls of ``RowStorage``, is reached through
     ``BasicStorage``)."""

@@ -91,8 +91,8 @@ from .state import Pending, slot_key, table_key
 
 __all__ = [
     "BACKENDS", "Backend", "BasicStorage", "LiveArrays", "LocalStorage", "RowStorage",
-    "RowUpdate", "Storage", "StorageRequest", "choose_backend", "load_checked", "placement",
-    "refuse_settings", "register_backend", "rows_of",
+    "RowUpdate", "Storage", "StorageRequest", "backend_options", "choose_backend", "load_checked",
+    "placement", "refuse_settings", "register_backend", "rows_of",
 ]
 
 #: ``fn(params, slots, rows, grad)``: update ``rows`` (None: every row) of the arrays in place.
@@ -205,6 +205,24 @@ class Backend(Protocol):
 
     def open(self, request: StorageRequest) -> Storage: ...
 
+    # What a run asks besides the storage (``executor.hooks.RunHooks``: the local answers).
+    @property
+    def options(self) -> tuple[str, ...]: ...
+
+    def runtime_env(self, text: str | None) -> dict[str, Any] | None: ...
+
+    def read_state(self) -> Callable[..., Any]: ...
+
+    def plan(self, plan: Any, placement: Any, limit: int | None,
+             machine_memory: Callable[[], int | None],
+             say: Callable[[Any], str] = str) -> dict[str, Any] | None: ...
+
+    def plan_lines(self, shown: Mapping[str, Any]) -> list[str]: ...
+
+    def lost(self, hint: str | Callable[[], str]) -> AbstractContextManager[None]: ...
+
+    def phase(self, name: str) -> AbstractContextManager[None]: ...
+
 
 #: The storage backends by name: ``"module:attribute"`` of a :class:`Backend`, imported when
 #: chosen (``choose_backend``).
@@ -233,6 +251,14 @@ def choose_backend(backend: str | object) -> Backend:
     module, _, attribute = target.partition(":")
     found: Backend = getattr(importlib.import_module(module), attribute)
     return found
+
+
+def backend_options() -> dict[str, str]:
+    """Every option only one backend reads (``ray_address``, ...), with that backend's name."""
+    owners: dict[str, str] = {}
+    for name in BACKENDS:
+        owners.update(dict.fromkeys(choose_backend(name).options, name))
+    return owners
 
 
 def placement(backend: str | object = "local", **settings: Any) -> Placement:

@@ -86,6 +86,7 @@ from .connection import (
     ray_session,
 )
 from .deadlines import deadline_scale
+from .describe import RayTools
 from .errors import PHASES, HeadLost, NoAnswer, NodeLost, ShardLost
 from .host import (
     Arena,
@@ -468,7 +469,7 @@ class RayStorage(Lifecycle):
 
 
 @dataclass(frozen=True)
-class RayBackend:
+class RayBackend(RayTools):
     """Opens a :class:`RayStorage` (``storage.BACKENDS["ray"]``): the placement's options
     (:class:`~tpuemb_cfg.backends.ray.options.RayOptions`: ``shards``, ``ray_address``,
     ``runtime_env`` and ``ship``); ``max_memory`` is each host actor's limit, its process

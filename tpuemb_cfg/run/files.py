@@ -1,0 +1,63 @@
+"""The paths of a run, anchored where it started, and the headers of an ``.npz`` file."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from tpuemb_cfg.errors import InputError
+
+__all__ = ["Anchored", "npz_headers"]
+
+
+class Anchored:
+    """The paths a run reads and its caller writes, anchored to the folder the run started in.
+
+    Code the run executes (a Python spec, a custom optimizer or combiner) may call
+    ``os.chdir``: every file is read and written by its absolute path, taken before any such
+    code runs, so outputs land where the user asked and the messages stay true.
+    ``self[path]`` is the absolute path of ``path`` as typed; errors raised inside
+    :meth:`named_as_typed` name the file as typed.
+    """
+
+    def __init__(self, *paths: str | None) -> None:
+        self._real = {p: os.path.abspath(p) for p in paths if p is not None and p != "-"}
+
+    def __getitem__(self, path: str) -> str:
+        return self._real.get(path, path)
+
+    @contextlib.contextmanager
+    def named_as_typed(self) -> Iterator[None]:
+        typed = {real: path for path, real in self._real.items()}
+        try:
+            yield
+        except InputError as exc:
+            if exc.path in typed:
+                exc.path = typed[exc.path]
+            raise
+
+
+class _HeadersRead(Exception):
+    """The headers of an ``.npz`` file are read: stop before any array data."""
+
+
+def npz_headers(path: str, check: Callable[[Any], object] | None = None) -> dict[str, Any]:
+    """The ``.npy`` headers of every member of ``path`` by key (``npzio.read_npz``'s checks,
+    then ``check(headers)``), without decompressing any array."""
+    from tpuemb_cfg.npzio import read_npz
+
+    found: dict[str, Any] = {}
+
+    def keep(headers: Any) -> None:
+        if check is not None:
+            check(headers)
+        found.update(headers)
+        raise _HeadersRead
+
+    try:
+        read_npz(path, check_keys=keep)
+    except _HeadersRead:
+        pass
+    return found
