@@ -14,8 +14,9 @@ The session (``session.source_kind``) tells a SparseCore spec from a legacy conf
 once; the request's fields choose the rest (``RunRequest.mode``). The backend the tables live
 on is asked for what it adds (each ``Backend`` is also ``executor.hooks.RunHooks``): its
 session, its plan, how a lost host is reported. Nothing here draws progress or writes a
-file: ``tpuemb simulate`` shows and writes what a run returns. Errors are ``InputError`` (a bad request, a bad input file),
-``UsageError`` (what cannot be run as asked) and ``NumericalError``.
+file: ``tpuemb simulate`` shows and writes what a run returns. Errors are ``InputError`` (a
+bad request, a bad input file), ``UsageError`` (what cannot be run as asked) and
+``NumericalError``.
 """
 
 from __future__ import annotations
