@@ -29,6 +29,7 @@ from .executor.replay import replay as replay_prepared
 from .executor.storage import LocalStorage, choose_backend
 from .executor.storage import placement as make_placement
 from .executor.workload import IdDistribution, SequenceLengths
+from .run import Run, RunRequest, RunResult, open_run
 from .session import prepare
 from .sim import multiworker, synthetic
 from .sim.options import DelayModel, SyntheticOptions, WorkerOptions
@@ -205,16 +206,3 @@ class MultiWorkerRun(multiworker.MultiWorkerRun):
         placement = make_placement(backend, shards=shards, ray_address=ray_address)
         super().__init__(prepared, options, placement, data=data, workers=several)
 
-
-#: The run layer's entry (every mode of ``tpuemb simulate`` as one call), loaded on first use.
-_RUN_LAYER = ("Run", "RunRequest", "RunResult", "open_run")
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _RUN_LAYER:
-        raise AttributeError(f"module 'tpuemb_cfg.facade' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module("tpuemb_cfg.run"), name)
-    globals()[name] = value
-    return value

@@ -28,8 +28,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from . import validator
+from .derived import derive
 from .errors import InputError
 from .executor.prepared import Prepared
+from .locations import scan_locations, wanted_paths
+from .sparsecore.checks import check_config
+from .sparsecore.feed import stack
+from .spec_check import is_spec, sparsecore_position, validate_sparsecore, validate_spec
+from .validator import place, run_rules, selected_rules, sort_key, validate_source
 
 if TYPE_CHECKING:
     from .derived import Derived
@@ -64,7 +71,6 @@ def prepare(source: Any, *, combiners: Combiners = None, check: bool = True) -> 
     parsed and for what the executor cannot run (``build_plan``), ``UsageError`` for bad
     combiners.
     """
-    from .derived import derive
     from .executor.plan import build_plan
 
     if isinstance(source, Prepared):
@@ -94,7 +100,6 @@ def prepare(source: Any, *, combiners: Combiners = None, check: bool = True) -> 
         path = parsed.path
         derived = derive(config)
         if check:
-            from .validator import selected_rules, validate_source
 
             diagnostics = tuple(validate_source(parsed, selected_rules(), derived=derived))
     else:
@@ -114,7 +119,6 @@ def prepare(source: Any, *, combiners: Combiners = None, check: bool = True) -> 
 def _validated(config: TPUEmbeddingConfiguration, derived: Derived) -> tuple[Diagnostic, ...]:
     """The findings of the default rules on the message ``config`` (``validator.validate``'s),
     from the quantities ``derived`` from it, which the plan is built from too."""
-    from .validator import run_rules, selected_rules, sort_key
 
     return tuple(sorted(run_rules(config, selected_rules(), derived=derived), key=sort_key))
 
@@ -131,7 +135,6 @@ def _prepare_compiled(
     """A ``CompiledConfig``: its message, validated, planned with its combiners, bag sizes and
     custom optimizers and combiners (whose Python callables the executor runs,
     ``executor.custom``) unless ``combiners`` overrides the combiners."""
-    from .derived import derive
     from .embedding.custom import CustomOptimizer
     from .executor.plan import build_plan
 
@@ -250,15 +253,12 @@ def validate(
     (:mod:`tpuemb_cfg.spec_check`); a SparseCore spec or ``SparseCoreConfig`` is checked by the
     SparseCore rules (``SC``).
     """
-    from . import validator
 
     if type(config_or_path).__name__ == "SparseCoreConfig":  # the SC rules, at its spec lines
-        from .spec_check import validate_sparsecore
 
         rules = validator.selected_rules(select, ignore, show_derived=show_derived)
         return validate_sparsecore(config_or_path, rules, severity=severity, options=options)
     if isinstance(config_or_path, str | os.PathLike):
-        from .spec_check import is_spec, validate_spec
 
         if is_spec(config_or_path):  # compiled; findings placed in the spec
             rules = validator.selected_rules(select, ignore, show_derived=show_derived)
@@ -306,7 +306,6 @@ def place_plan_findings(planner: Any, findings: Sequence[Diagnostic],
         return list(findings)
     if planner.kind == "sparsecore":
         from .embedding.spec import read_spec_text
-        from .spec_check import sparsecore_position
 
         try:
             text = read_spec_text(path)
@@ -324,9 +323,7 @@ def place_plan_findings(planner: Any, findings: Sequence[Diagnostic],
         return [replace(d, path=path) for d in findings]
     with open(path, encoding="utf-8-sig", errors="replace") as handle:
         text = handle.read()
-    from .locations import scan_locations, wanted_paths
     from .proto.tpu_embedding_configuration_pb2 import TPUEmbeddingConfiguration
-    from .validator import place
 
     locations = scan_locations(text, TPUEmbeddingConfiguration.DESCRIPTOR,
                                wanted=wanted_paths(d.field_path for d in findings))
@@ -398,7 +395,6 @@ def prepare_sparsecore(source: Any, *, stacking: Stacking | None = None,
     config, compiled = (source.config, source.compiled) if hasattr(source, "compiled") else (
         source, None)
     if path is None:  # a configuration the library was given: the spec loader's checks
-        from .sparsecore.checks import check_config
 
         try:
             config = check_config(config)
@@ -442,7 +438,6 @@ def prepare_sparsecore(source: Any, *, stacking: Stacking | None = None,
               for f, p in zip(config.features, plan.features, strict=True)]
     prepared = replace(prepared, plan=plan.with_bags(counts))
     if stacking is None:
-        from .sparsecore.feed import stack
 
         stacking = stack(config)
     return SparseCoreSetup(config, stacking, replace(prepared, path=path), tuple(combiners),

@@ -18,6 +18,8 @@ import click
 
 from tpuemb_cfg import units
 from tpuemb_cfg.commands import simulate_modes as modes
+from tpuemb_cfg.commands._outputs import require_matplotlib
+from tpuemb_cfg.commands._progress import log_every
 from tpuemb_cfg.commands.flags import keras_backend_option
 from tpuemb_cfg.commands.simulate_options import (
     SPEC_KEY,
@@ -75,7 +77,6 @@ def simulate(ctx: click.Context, /, **o: Any) -> None:
     SparseCore spec (docs/sparsecore/simulate.md): limits, id dropping, their cost:
       tpuemb simulate SPEC.py [--batches B.npz --out O.npz] [--compare-dropping]
     """
-    from tpuemb_cfg.commands._progress import log_every
 
     # None: the library's default, 80% of the memory available (--backend ray: what the
     # cluster's nodes have available); its refusal says so and suggests what works.
@@ -187,7 +188,6 @@ def _check_workers(ctx: click.Context, o: dict[str, Any]) -> None:
 def _synthetic(config: str | None, request: Any, o: dict[str, Any]) -> None:
     """A synthetic run (one worker or several): opened in the backend's session, then run
     (or its plan printed)."""
-    from tpuemb_cfg.commands._outputs import require_matplotlib
 
     dry_run = o["dry_run"]
     with config_errors(config if config is not None else BUILT_IN), _session(request, dry_run):

@@ -10,12 +10,16 @@ import os
 from pathlib import Path
 from typing import Any
 
+from tpuemb_cfg.atomic import OutputSet
+from tpuemb_cfg.commands._outputs import batches_file, require_disk_space, write_run
 from tpuemb_cfg.commands._progress import RunLog
 from tpuemb_cfg.commands.flags import echo
 from tpuemb_cfg.commands.simulate_options import say
 from tpuemb_cfg.errors import OutputError
 from tpuemb_cfg.limits import available_memory
+from tpuemb_cfg.npzio import atomic_write_npz
 from tpuemb_cfg.run import Run
+from tpuemb_cfg.sim.report import run_text, workers_text
 
 __all__ = ["print_plan", "replay", "sparsecore", "synthetic"]
 
@@ -35,7 +39,6 @@ def _combiner_note(run: Run) -> None:
 
 def replay(run: Run, *, as_json: bool, quiet: bool) -> None:
     """``--batches B.npz --out O.npz``: replay the steps, write O.npz, print the summary."""
-    from tpuemb_cfg.npzio import atomic_write_npz
 
     request = run.request
     out_path, lost = request.out, "a replay writes nothing before its end: run it again"
@@ -60,7 +63,6 @@ def replay(run: Run, *, as_json: bool, quiet: bool) -> None:
 def synthetic(run: Run, *, as_json: bool, quiet: bool) -> None:
     """A synthetic run on one worker or several: run with progress, write OUT_DIR/tables.npz
     (as ``--tables`` says) and summary.json (and the plot), print the summary."""
-    from tpuemb_cfg.sim.report import run_text, workers_text
 
     with run.named_as_typed():
         summary = _several(run, quiet) if run.kind == "workers" else _one(run, quiet)
@@ -77,7 +79,6 @@ def synthetic(run: Run, *, as_json: bool, quiet: bool) -> None:
 def _write(run: Run, result: Any, outputs: Any) -> None:
     """OUT_DIR's files of a synthetic run: tables.npz, summary.json and the plot
     (``outputs``: the ``OutputSet`` they are staged in, None: written at once)."""
-    from tpuemb_cfg.commands._outputs import write_run
 
     request = run.request
     out_dir, plot = str(request.out_dir), request.plot
@@ -128,7 +129,6 @@ class _Checkpoints:
         self.saved = [run.step] if request.resume else []  # the step of the checkpoint resumed
 
     def save(self) -> None:
-        from tpuemb_cfg.npzio import atomic_write_npz
 
         try:
             self.real_dir.mkdir(parents=True, exist_ok=True)
@@ -159,8 +159,6 @@ def _unsaved_hint(checkpoint: Path, *, resume: bool) -> str:
 def _one(run: Any, quiet: bool) -> dict[str, Any]:
     """One worker: the synthetic run (resumed, checkpointed, its batches streamed), its files
     written; its summary."""
-    from tpuemb_cfg.atomic import OutputSet
-    from tpuemb_cfg.commands._outputs import batches_file, require_disk_space
 
     request = run.request
     save_batches = request.save_batches
@@ -208,7 +206,6 @@ def sparsecore(run: Any, *, as_json: bool, quiet: bool) -> None:
         result = run.result()
         source = "synthetic data"
         if request.batches is not None:
-            from tpuemb_cfg.npzio import atomic_write_npz
 
             out = str(request.out)
             with log.timed() as took:
@@ -221,7 +218,6 @@ def sparsecore(run: Any, *, as_json: bool, quiet: bool) -> None:
               f"(SparseCore, {config.api}; {config.topology.describe()}, seed "
               f"{request.options.seed})")
     if request.out_dir is not None:
-        from tpuemb_cfg.commands._outputs import write_run
 
         summary_dir = Path(request.out_dir)
         real = Path(run.where(request.out_dir))

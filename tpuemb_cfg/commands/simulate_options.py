@@ -12,8 +12,12 @@ from typing import Any, TypeVar
 import click
 
 from tpuemb_cfg import units
+from tpuemb_cfg.atomic import check_outputs
+from tpuemb_cfg.commands._outputs import check_run_outputs
 from tpuemb_cfg.commands.flags import cli_message
 from tpuemb_cfg.errors import InputError, NumericalError, UsageError
+from tpuemb_cfg.limits import total_memory
+from tpuemb_cfg.units import format_size
 
 __all__ = ["SPEC_KEY", "backend_option", "check_placement", "check_replay_outputs",
            "check_synthetic_outputs", "config_errors", "engine_option", "given", "option_name",
@@ -105,8 +109,6 @@ def refuse_given(ctx: click.Context, names: Sequence[str], text: str) -> None:
 def _refuse_beyond_machine(limit: int) -> None:
     """An explicit --max-memory above this machine's physical memory would only trade a clear
     refusal for the kernel's out-of-memory kill: refuse it."""
-    from tpuemb_cfg.limits import total_memory
-    from tpuemb_cfg.units import format_size
 
     total = total_memory()
     if total is not None and limit > total:
@@ -142,7 +144,6 @@ def _read(config: str | None, spec: Any, *more: tuple[str, str | None]) -> list[
 def check_replay_outputs(config: str, spec: Any, batches: str, init: str | None,
                          out: str) -> None:
     """Before anything is read: ``--out`` is a writable ``.npz`` path and no input."""
-    from tpuemb_cfg.atomic import check_outputs
 
     if out == "-":
         raise UsageError("--out -: a replay writes an .npz archive; give its file name (O.npz)")
@@ -155,8 +156,6 @@ def check_synthetic_outputs(config: str | None, spec: Any, out_dir: Path, plot: 
                             save_batches: str | None = None) -> None:
     """Before anything is read: every file of a synthetic run can be written and is no input
     (``--resume`` reads OUT_DIR/checkpoint.npz, which later checkpoints replace by design)."""
-    from tpuemb_cfg.atomic import check_outputs
-    from tpuemb_cfg.commands._outputs import check_run_outputs
 
     checkpoint = str(out_dir / "checkpoint.npz")
     inputs = _read(config, spec, ("--resume", checkpoint if resume else None))

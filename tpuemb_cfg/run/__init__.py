@@ -27,7 +27,10 @@ from typing import Any
 from tpuemb_cfg.errors import InputError
 from tpuemb_cfg.run.base import Progress, Run, RunResult
 from tpuemb_cfg.run.files import Anchored
+from tpuemb_cfg.run.legacy import ReplayRun, SyntheticMode, WorkersMode
 from tpuemb_cfg.run.request import RunRequest
+from tpuemb_cfg.run.sparsecore import SparseCoreMode
+from tpuemb_cfg.session import prepare, prepare_sparsecore, source_kind, with_combiner_arguments
 
 __all__ = ["BUILT_IN", "Progress", "Run", "RunRequest", "RunResult", "open_run", "run_kind"]
 
@@ -38,7 +41,6 @@ BUILT_IN = "<built-in example>"
 def run_kind(source: Any) -> str:
     """``sparsecore`` or ``legacy``: which runs ``source`` takes (``session.source_kind``; a
     missing source is the built-in example, legacy)."""
-    from tpuemb_cfg.session import source_kind
 
     return "legacy" if source is None else source_kind(source)
 
@@ -62,8 +64,6 @@ def open_run(source: Any, request: RunRequest | None = None) -> Run:
     real = Anchored(request.batches, request.init, request.out, request.out_dir,
                     request.checkpoint, request.plot, request.save_batches)
     if kind == "sparsecore":
-        from tpuemb_cfg.run.sparsecore import SparseCoreMode
-        from tpuemb_cfg.session import prepare_sparsecore
 
         _refuse_for_sparsecore(request)
         with real.named_as_typed():
@@ -72,8 +72,6 @@ def open_run(source: Any, request: RunRequest | None = None) -> Run:
     if request.compare_dropping or request.allow_id_dropping is not None:
         raise InputError("RunRequest compare_dropping and allow_id_dropping apply to "
                          "SparseCore specs only (docs/sparsecore/simulate.md)")
-    from tpuemb_cfg.run.legacy import ReplayRun, SyntheticMode, WorkersMode
-    from tpuemb_cfg.session import prepare, with_combiner_arguments
 
     mode = request.mode
     if mode == "replay" and source is None:

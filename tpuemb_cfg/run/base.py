@@ -12,6 +12,7 @@ from tpuemb_cfg.executor.storage import Backend, choose_backend
 from tpuemb_cfg.limits import available_memory
 from tpuemb_cfg.run.files import Anchored
 from tpuemb_cfg.run.request import RunRequest
+from tpuemb_cfg.sim.report import plan_text
 
 __all__ = ["Progress", "Run", "RunResult"]
 
@@ -82,7 +83,6 @@ class Run:
 
     def plan_text(self, info: dict[str, Any]) -> str:
         """The text of :meth:`plan`'s ``info``."""
-        from tpuemb_cfg.sim.report import plan_text
 
         lines = plan_text(info).split("\n")
         backend = info.get(self.backend.name)

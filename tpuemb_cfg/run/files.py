@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from tpuemb_cfg.errors import InputError
+from tpuemb_cfg.npzio import read_npz
 
 __all__ = ["Anchored", "npz_headers"]
 
@@ -46,7 +47,6 @@ class _HeadersRead(Exception):
 def npz_headers(path: str, check: Callable[[Any], object] | None = None) -> dict[str, Any]:
     """The ``.npy`` headers of every member of ``path`` by key (``npzio.read_npz``'s checks,
     then ``check(headers)``), without decompressing any array."""
-    from tpuemb_cfg.npzio import read_npz
 
     found: dict[str, Any] = {}
 

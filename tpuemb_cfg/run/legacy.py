@@ -8,11 +8,18 @@ from dataclasses import replace
 from typing import Any
 
 from tpuemb_cfg.errors import UsageError
+from tpuemb_cfg.executor.core import CHECKPOINT_REMEDY
+from tpuemb_cfg.executor.engines import get_engine
+from tpuemb_cfg.executor.replay import parse_steps, replay, require_replay_memory
 from tpuemb_cfg.limits import available_memory
+from tpuemb_cfg.npzio import read_npz
 from tpuemb_cfg.run.base import Progress, Run, RunResult
 from tpuemb_cfg.run.files import Anchored, npz_headers
 from tpuemb_cfg.run.plans import replay_plan, synthetic_plan
 from tpuemb_cfg.run.request import RunRequest
+from tpuemb_cfg.sim.multiworker import MultiWorkerRun
+from tpuemb_cfg.sim.options import WorkerOptions
+from tpuemb_cfg.sim.synthetic import SyntheticRun
 
 __all__ = ["ReplayRun", "SyntheticMode", "WorkersMode", "memory_report"]
 
@@ -67,8 +74,6 @@ class SyntheticMode(_Synthetic):
     kind = "synthetic"
 
     def start(self) -> None:
-        from tpuemb_cfg.executor.core import CHECKPOINT_REMEDY
-        from tpuemb_cfg.sim.synthetic import SyntheticRun
 
         request = self.request
         with self.named_as_typed():
@@ -132,8 +137,6 @@ class WorkersMode(_Synthetic):
     unit = "gradient event"
 
     def start(self) -> None:
-        from tpuemb_cfg.sim.multiworker import MultiWorkerRun
-        from tpuemb_cfg.sim.options import WorkerOptions
 
         request = self.request
         several = request.several
@@ -180,9 +183,6 @@ class ReplayRun(_Legacy):
     def start(self) -> None:
         """B.npz and I.npz read, after their ``.npy`` headers said the replay fits
         (``max_memory``) and B.npz holds the replay contract's keys."""
-        from tpuemb_cfg.executor.engines import get_engine
-        from tpuemb_cfg.executor.replay import parse_steps, require_replay_memory
-        from tpuemb_cfg.npzio import read_npz
 
         request = self.request
         batches_path, init_path = request.batches, request.init
@@ -213,7 +213,6 @@ class ReplayRun(_Legacy):
     def run(self, progress: Progress | None = None, *,
             checkpoint: Callable[[], None] | None = None,
             on_batch: Callable[[int, Any], None] | None = None) -> None:
-        from tpuemb_cfg.executor.replay import replay
 
         request = self.request
         tables: dict[str, dict[str, Any]] = {}

@@ -10,8 +10,15 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from tpuemb_cfg.executor.engines import get_engine
+from tpuemb_cfg.executor.memory import RunShape, replay_estimate, step_ids
+from tpuemb_cfg.executor.replay import parse_steps
+from tpuemb_cfg.limits import default_memory_limit
 from tpuemb_cfg.run.files import Anchored, npz_headers
 from tpuemb_cfg.run.request import RunRequest
+from tpuemb_cfg.sim import multiworker
+from tpuemb_cfg.sim.options import WorkerOptions
+from tpuemb_cfg.sim.synthetic import SyntheticData, run_estimate
 
 __all__ = ["memory_plan", "replay_plan", "synthetic_plan", "table_info"]
 
@@ -27,7 +34,6 @@ def table_info(table: Any) -> dict[str, Any]:
 def memory_plan(estimate: Any, limit: int | None) -> dict[str, Any]:
     """A plan's ``memory``: the estimate's parts and the limit it is held against (given, or
     80% of the memory available plus the process)."""
-    from tpuemb_cfg.limits import default_memory_limit
 
     default = limit is None
     if default:
@@ -42,9 +48,6 @@ def synthetic_plan(prepared: Any, request: RunRequest, label: str,
                    in_process: bool) -> tuple[Any, dict[str, Any]]:
     """A synthetic run's plan (one worker, or the chief of several), and the plan of its
     tables; ``in_process``: whether the backend keeps the tables in this process."""
-    from tpuemb_cfg.executor.engines import get_engine
-    from tpuemb_cfg.executor.memory import RunShape, step_ids
-    from tpuemb_cfg.sim.synthetic import SyntheticData, run_estimate
 
     plan = prepared.plan
     steps, options = request.steps, request.options
@@ -85,9 +88,6 @@ def synthetic_plan(prepared: Any, request: RunRequest, label: str,
 def _workers_plan(prepared: Any, request: RunRequest, workers: dict[str, Any],
                   in_process: bool) -> tuple[Any, Any, dict[str, Any]]:
     """A multi-worker plan (the chief's), memory estimate and run lines."""
-    from tpuemb_cfg.executor.engines import get_engine
-    from tpuemb_cfg.sim import multiworker
-    from tpuemb_cfg.sim.options import WorkerOptions
 
     plan = multiworker.for_chief(prepared).plan
     count = workers["workers"]
@@ -112,9 +112,6 @@ def replay_plan(prepared: Any, request: RunRequest, label: str, real: Anchored,
                 in_process: bool) -> dict[str, Any]:
     """A replay's plan and memory estimate from the batches' ``.npy`` headers (no array is
     decompressed)."""
-    from tpuemb_cfg.executor.engines import get_engine
-    from tpuemb_cfg.executor.memory import replay_estimate
-    from tpuemb_cfg.executor.replay import parse_steps
 
     batches_path, init_path = request.batches, request.init
     assert batches_path is not None

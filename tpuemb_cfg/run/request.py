@@ -17,6 +17,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tpuemb_cfg.errors import InputError
+from tpuemb_cfg.executor.options import RunOptions
+from tpuemb_cfg.executor.storage import placement
+from tpuemb_cfg.executor.workload import parse_ids, parse_sequence_lengths
+from tpuemb_cfg.sim.options import SyntheticOptions
 
 __all__ = ["BAG_SIZES", "TABLES", "RunRequest"]
 
@@ -87,10 +91,6 @@ class RunRequest:
     _records: Any = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        from tpuemb_cfg.executor.options import RunOptions
-        from tpuemb_cfg.executor.storage import placement
-        from tpuemb_cfg.executor.workload import parse_ids, parse_sequence_lengths
-        from tpuemb_cfg.sim.options import SyntheticOptions
 
         object.__setattr__(self, "combiners", tuple(self.combiners))
         # The library's records, made (and their values checked) once.

@@ -7,10 +7,13 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from tpuemb_cfg.executor.replay import parse_steps
 from tpuemb_cfg.limits import available_memory
+from tpuemb_cfg.npzio import read_npz
 from tpuemb_cfg.run.base import Progress, Run, RunResult
 from tpuemb_cfg.run.files import Anchored
 from tpuemb_cfg.run.request import RunRequest
+from tpuemb_cfg.sim.synthetic import SyntheticData
 
 __all__ = ["SparseCoreMode"]
 
@@ -53,10 +56,7 @@ class SparseCoreMode(Run):
     def start(self) -> None:
         """I.npz read, the run made, B.npz read (its keys checked from the ``.npy`` headers,
         before any array is decompressed)."""
-        from tpuemb_cfg.executor.replay import parse_steps
-        from tpuemb_cfg.npzio import read_npz
         from tpuemb_cfg.sim.sparsecore.run import SparseCoreRun
-        from tpuemb_cfg.sim.synthetic import SyntheticData
 
         request = self.request
         with self.named_as_typed():

@@ -54,7 +54,7 @@ from ..errors import InputError, NumericalError, UsageError
 from ..errors import parameter as arg
 from ..executor import Executor, FeatureInput, Placement, RunOptions, memory
 from ..executor.bags import bag_lengths
-from ..executor.core import damaged_checkpoint
+from ..executor.core import damaged_checkpoint, require_memory
 from ..executor.counter import stream_key
 from ..executor.memory import Estimate, RunShape, describe, reduce_hint
 from ..executor.nonfinite import NonFinite
@@ -453,7 +453,6 @@ class SyntheticRun:
         ``tables`` - the caller's ``saved_state(tables)`` at the end - and ``plot`` add) would
         exceed the memory limit (``max_memory``; default 80% of the memory available).
         """
-        from ..executor.core import require_memory
 
         steps = operator.index(steps)
         parts = self.memory_estimate(steps, tables=tables,

@@ -15,10 +15,14 @@ import os
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from tpuemb_cfg.backends.ray import connection
+from tpuemb_cfg.backends.ray import placement as places
 from tpuemb_cfg.backends.ray.errors import ShardLost
 from tpuemb_cfg.backends.ray.options import RayOptions
+from tpuemb_cfg.backends.ray.runtime_env import parse_runtime_env
 from tpuemb_cfg.errors import UsageError, printable
 from tpuemb_cfg.executor.hooks import RunHooks
+from tpuemb_cfg.npzio import map_npz
 from tpuemb_cfg.units import format_size
 
 __all__ = ["RayTools", "plan_lines"]
@@ -34,13 +38,11 @@ class RayTools(RunHooks):
         starts."""
         if text is None:
             return None
-        from tpuemb_cfg.backends.ray.runtime_env import parse_runtime_env
 
         return parse_runtime_env(text)
 
     def read_state(self) -> Callable[..., Any]:
         """The hosts receive a state file a block at a time: it is mapped, not read."""
-        from tpuemb_cfg.npzio import map_npz
 
         return map_npz
 
@@ -50,7 +52,6 @@ class RayTools(RunHooks):
         """Each host actor's rows, estimate, reservation and node (``placement.plan_hosts``);
         ``machine_memory()``: this machine's available memory, the node of a local Ray
         instance; ``say``: how the refusal of a plan that does not fit is worded."""
-        from tpuemb_cfg.backends.ray import placement as places
 
         options = placement.options if isinstance(placement.options, RayOptions) else RayOptions()
         hosts = int(options.shards if options.shards is not None else plan.num_hosts)
@@ -61,7 +62,6 @@ class RayTools(RunHooks):
             nodes = [places.machine_node(available)] if available is not None else []
             where = "this machine (the local Ray instance a run starts; Ray was not started)"
         else:
-            from tpuemb_cfg.backends.ray import connection
 
             with connection.ray_session(options.ray_address):
                 ray = connection.import_ray()
