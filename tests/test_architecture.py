@@ -939,11 +939,6 @@ def test_platform_readers_import_base(module: str) -> None:
 
 #: The packages that may know a backend by name: the backends themselves.
 BACKEND_PACKAGES = ("tpuemb_cfg.backends",)
-#: Modules outside the backends still testing ``backend == "ray"``, being rewritten onto the
-#: backend descriptor (issue 35: the run layer and the bench commands); none may be added.
-NAME_TESTS_PENDING = frozenset({
-    "tpuemb_cfg.commands.simulate", "tpuemb_cfg.commands.bench",
-})
 
 
 def _outside_backends() -> list[tuple[str, ast.AST]]:
@@ -1005,7 +1000,7 @@ def test_no_storage_is_probed_outside_the_backends() -> None:
 
 def test_no_backend_is_known_by_name_outside_the_backends() -> None:
     wrong = [f"{module}:{line}" for module, tree in _outside_backends()
-             if module not in NAME_TESTS_PENDING for line in backend_name_tests(tree)]
+             for line in backend_name_tests(tree)]
     assert not wrong, ('a comparison with "ray" (ask the backend descriptor instead: '
                        "storage.choose_backend(name).in_process, .errors, .session ...):\n"
                        + "\n".join(wrong))

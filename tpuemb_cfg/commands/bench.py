@@ -14,10 +14,10 @@ from tpuemb_cfg.commands.simulate import (
     backend_option,
     engine_option,
     parse_size,
-    ray_runtime_env,
     seed_option,
 )
 from tpuemb_cfg.errors import UsageError
+from tpuemb_cfg.executor.storage import choose_backend
 
 __all__ = ["bench"]
 
@@ -75,11 +75,12 @@ def bench(  # noqa: PLR0913  (a click command: one parameter per option)
     workload = Workload(vocab=vocab, dim=dim, ids=ids, zipf=zipf, optimizer=optimizer,
                         steps=steps, seed=seed)
     limit = parse_size(max_memory) if max_memory is not None else None
-    if backend != "ray" and (runtime_env is not None or no_ship):
+    chosen = choose_backend(backend)
+    if chosen.in_process and (runtime_env is not None or no_ship):
         raise UsageError("--runtime-env and --no-ship apply to --backend ray only")
-    actor_env = ray_runtime_env(runtime_env) if backend == "ray" else None
+    actor_env = chosen.runtime_env(runtime_env)
     check_memory(workload, limit)  # before anything is allocated, on either backend
-    if backend == "ray":
+    if not chosen.in_process:  # the tables on the backend's host processes
         from tpuemb_cfg import bench_ray
 
         scaled = bench_ray.run(workload, shards=shards, engine=engine, address=ray_address,
