@@ -6,11 +6,12 @@ computed ``exponential_decay`` in float64 and a simulation spec in float32, and 
 schedule (0.1, times 0.96 every 7 steps) gave different rates at 183 of 200 steps. Reference
 values: TensorFlow 2.21's, stored by ``tests/data/tf/generate_schedules.py``
 (``schedules.json``: ``exponential``, 0.1 times 0.96 every 100 steps, and
-``exponential_staircase``, 0.5 times 0.3 every 37 steps, floored). The issue's own schedule is
-not among the stored cases; for it (and its staircase twin) the reference is TensorFlow's
-formula evaluated independently here: ``p = float32(step) / float32(decay_steps)``, the power
-``float32(rate) ^ p`` to 50 digits (``decimal``) rounded to float32 once, times
-``float32(initial)`` in float32.
+``exponential_staircase``, 0.5 times 0.3 every 37 steps, floored) and, for the issue's own
+schedule and its staircase twin, ``tests/data/tf/generate_exponential_decay.py``
+(``exponential_decay.json``: ``issue35``, ``issue35_staircase``). Each case is also checked
+against TensorFlow's formula evaluated independently here: ``p = float32(step) /
+float32(decay_steps)``, the power ``float32(rate) ^ p`` to 50 digits (``decimal``) rounded to
+float32 once, times ``float32(initial)`` in float32.
 """
 
 from __future__ import annotations
@@ -40,17 +41,18 @@ F32 = np.float32
 STEPS = 200
 TWO_TABLES = str(DATA / "multiworker" / "two_tables.pbtxt")  # dynamic tags 0 and 1
 
-#: (initial, decay rate, decay steps, staircase, the stored TensorFlow case or None).
+#: (initial, decay rate, decay steps, staircase, the stored TensorFlow case: file, name).
 CASES = [
-    (0.1, 0.96, 7, False, None),  # the issue's schedule
-    (0.1, 0.96, 7, True, None),
-    (0.1, 0.96, 100, False, "exponential"),
-    (0.5, 0.3, 37, True, "exponential_staircase"),
+    (0.1, 0.96, 7, False, ("exponential_decay.json", "issue35")),  # the issue's schedule
+    (0.1, 0.96, 7, True, ("exponential_decay.json", "issue35_staircase")),
+    (0.1, 0.96, 100, False, ("schedules.json", "exponential")),
+    (0.5, 0.3, 37, True, ("schedules.json", "exponential_staircase")),
 ]
 
 
-def _tensorflow(name: str) -> np.ndarray:
-    path = DATA / "tf" / "schedules.json"
+def _tensorflow(stored: tuple[str, str]) -> np.ndarray:
+    file, name = stored
+    path = DATA / "tf" / file
     require_data(path)
     case = next(c for c in json.loads(path.read_text())["cases"] if c["name"] == name)
     return np.array(case["values"][:STEPS], dtype=F32)
@@ -116,10 +118,12 @@ def _bits(values: np.ndarray) -> list[int]:
 @pytest.mark.parametrize(("initial", "rate", "decay_steps", "staircase", "stored"), CASES)
 def test_model_and_simulation_specs_send_tensorflows_rates(
         tmp_path: Path, initial: float, rate: float, decay_steps: int, staircase: bool,
-        stored: str | None) -> None:
+        stored: tuple[str, str]) -> None:
     model = _model_rates(initial, rate, decay_steps, staircase)
     simulation = _simulation_rates(tmp_path, initial, rate, decay_steps, staircase)
-    expected = _tensorflow(stored) if stored else _formula(initial, rate, decay_steps, staircase)
+    expected = _tensorflow(stored)
+    # TensorFlow's values are its formula's, rounded once (an independent reading of them)
+    assert _bits(_formula(initial, rate, decay_steps, staircase)) == _bits(expected)
     for column in range(model.shape[1]):
         assert _bits(model[:, column]) == _bits(expected), column
     assert _bits(simulation) == _bits(expected)
