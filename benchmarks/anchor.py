@@ -1,6 +1,6 @@
 """The anchor benchmark with its yardsticks: ``tpuemb bench``'s figures and what they mean.
 
-``tpuemb bench`` (``tpuemb_cfg.bench``, installed with the package) times the public
+``tpuemb bench`` (``tpuemb_cfg.run.bench``, installed with the package) times the public
 ``Executor.step`` and the update alone on the anchor workload. This script runs the same
 workload, on the same arrays, and adds the yardsticks that say how good those figures are:
 
@@ -45,10 +45,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run from a checkout: the package next to this folder
     sys.path.insert(0, str(ROOT))
 
-from tpuemb_cfg import bench  # noqa: E402
 from tpuemb_cfg.algorithms.table import BENCHMARK, BENCHMARK_DEFAULT  # noqa: E402
 from tpuemb_cfg.algorithms.update import UpdateContext  # noqa: E402
-from tpuemb_cfg.errors import UsageError  # noqa: E402
+from tpuemb_cfg.base.errors import UsageError  # noqa: E402
+from tpuemb_cfg.run import bench  # noqa: E402
 
 F32 = np.float32
 #: The copy-bandwidth probe's two arrays.
@@ -133,7 +133,7 @@ def warm_start(engine: str = "numba", optimizer: str = BENCHMARK_DEFAULT) -> flo
     (with the kernels already in the cache: what every new process pays)."""
     code = (
         "import time; start = time.perf_counter()\n"
-        "from tpuemb_cfg.bench import tiny_step\n"
+        "from tpuemb_cfg.run.bench import tiny_step\n"
         f"tiny_step({optimizer!r}, {engine!r})\n"
         "print(time.perf_counter() - start)\n"
     )

@@ -68,7 +68,7 @@ def _leaves(structure: Any) -> list[Any]:
 def worker(arguments: dict[str, Any]) -> dict[str, Any]:
     """One measured run in this process (the child side)."""
     from tpuemb_cfg.executor.memory import memory_estimate
-    from tpuemb_cfg.io import load
+    from tpuemb_cfg.formats.io import load
     from tpuemb_cfg.session import prepare
     from tpuemb_cfg.simulate import SyntheticRun
 

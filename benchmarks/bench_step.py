@@ -50,7 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import anchor  # noqa: E402  (benchmarks/anchor.py, next to this script)
 
-from tpuemb_cfg import bench  # noqa: E402
+from tpuemb_cfg.run import bench  # noqa: E402
 
 LR = bench.LEARNING_RATE
 OPTIMIZERS = tuple(bench.OPTIMIZERS)

@@ -93,9 +93,9 @@ def main() -> None:
     from google.protobuf import text_format
 
     from tpuemb_cfg import TPUEmbeddingConfiguration
-    from tpuemb_cfg.io import read_source
-    from tpuemb_cfg.report import FileReport, render
-    from tpuemb_cfg.validator import selected_rules, validate_source
+    from tpuemb_cfg.formats.io import read_source
+    from tpuemb_cfg.validation.report import FileReport, render
+    from tpuemb_cfg.validation.validator import selected_rules, validate_source
 
     text = generate(args.tables, args.features)
     rules = selected_rules()

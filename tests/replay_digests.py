@@ -51,7 +51,7 @@ def _report(digest: Any, step: int, reports: dict[str, Any]) -> None:
 def replay_digests(engine: str, backend: str, shards: int | None) -> dict[str, str]:
     from tpuemb_cfg import load
     from tpuemb_cfg.executor import parse_combiners
-    from tpuemb_cfg.npzio import read_npz
+    from tpuemb_cfg.formats.npzio import read_npz
     from tpuemb_cfg.simulate import replay
 
     out: dict[str, str] = {}

@@ -20,7 +20,7 @@ from click.testing import CliRunner, Result
 
 from tpuemb_cfg.cli import main
 from tpuemb_cfg.rules import RULES
-from tpuemb_cfg.validator import validate
+from tpuemb_cfg.validation.validator import validate
 
 #: The top-level scalars of the validation API, CLI and --fix configs.
 HEADER = "mode: TRAINING\nnum_hosts: 1\nnum_tensor_cores: 8\n"

@@ -9,10 +9,11 @@ from collections.abc import Callable
 
 import pytest
 
-from tpuemb_cfg import algorithms, derived
+from tpuemb_cfg import algorithms
 from tpuemb_cfg import embedding as emb
 from tpuemb_cfg.embedding.errors import EmbeddingConfigError
 from tpuemb_cfg.embedding.extra_optimizers import BY_ALGORITHM
+from tpuemb_cfg.model import derived
 from tpuemb_cfg.rules import RULES
 from tpuemb_cfg.rules import hyperparameters as hp
 

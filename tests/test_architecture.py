@@ -43,24 +43,11 @@ PACKAGE = ROOT / "tpuemb_cfg"
 
 #: Lowest first. Each layer is {group: module prefixes}; a module takes the longest prefix.
 LAYERS: tuple[dict[str, tuple[str, ...]], ...] = (
-    {"base": (
-        "tpuemb_cfg.proto", "tpuemb_cfg.schema", "tpuemb_cfg.errors", "tpuemb_cfg.units",
-        "tpuemb_cfg.numerics", "tpuemb_cfg._streams", "tpuemb_cfg._interrupt",
-        "tpuemb_cfg.usercode", "tpuemb_cfg.protoutil", "tpuemb_cfg.version", "tpuemb_cfg.lazy",
-        "tpuemb_cfg.base",
-    )},
-    {"io": (
-        "tpuemb_cfg.atomic", "tpuemb_cfg.io", "tpuemb_cfg.npzio", "tpuemb_cfg.limits",
-        "tpuemb_cfg.locations",
-    )},
+    {"base": ("tpuemb_cfg.proto", "tpuemb_cfg.base")},
+    {"io": ("tpuemb_cfg.formats",)},
     {"algorithms": ("tpuemb_cfg.algorithms",)},
-    {"model": (
-        "tpuemb_cfg.derived", "tpuemb_cfg.layout", "tpuemb_cfg.model", "tpuemb_cfg.sparsecore",
-    )},
-    {"validate": (
-        "tpuemb_cfg.validator", "tpuemb_cfg.rules", "tpuemb_cfg.fix", "tpuemb_cfg.report",
-        "tpuemb_cfg.settings", "tpuemb_cfg.inspect_summary",
-    )},
+    {"model": ("tpuemb_cfg.model", "tpuemb_cfg.sparsecore")},
+    {"validate": ("tpuemb_cfg.validation", "tpuemb_cfg.rules")},
     {
         "compile": ("tpuemb_cfg.embedding",),
         "run": ("tpuemb_cfg.executor",),
@@ -69,8 +56,7 @@ LAYERS: tuple[dict[str, tuple[str, ...]], ...] = (
         "backends": ("tpuemb_cfg.backends",), "sim": ("tpuemb_cfg.sim",),
         "plan": ("tpuemb_cfg.planner",),
     },
-    {"session": ("tpuemb_cfg.session", "tpuemb_cfg.spec_check", "tpuemb_cfg.bench",
-                 "tpuemb_cfg.run")},
+    {"session": ("tpuemb_cfg.session", "tpuemb_cfg.spec_check", "tpuemb_cfg.run")},
     {"cli": (
         "tpuemb_cfg.commands", "tpuemb_cfg.cli", "tpuemb_cfg.__main__", "tpuemb_cfg.simulate",
         "tpuemb_cfg",
@@ -264,7 +250,8 @@ class _Collector(ast.NodeVisitor):
                 self._add(sub, node.lineno)
                 self.bound[alias.asname or alias.name] = sub
             elif origin in MODULES:
-                self._add(origin, node.lineno, alias.name if alias.name.startswith("_") else None)
+                self._add(origin, node.lineno, alias.name if alias.name.startswith("_")
+                          and not alias.name.startswith("__") else None)
 
     def visit_Call(self, node: ast.Call) -> None:
         target = _dynamic_name(node, self.module)
@@ -312,22 +299,23 @@ def test_collector_sees_every_route() -> None:
     source = (
         "import importlib\n"
         "from typing import TYPE_CHECKING\n"
-        "from tpuemb_cfg import units\n"
+        "from tpuemb_cfg.base import units\n"
         "if TYPE_CHECKING:\n"
-        "    from tpuemb_cfg.io import Source\n"
+        "    from tpuemb_cfg.formats.io import Source\n"
         "def f(name):\n"
-        "    from tpuemb_cfg import npzio\n"
-        "    importlib.import_module('tpuemb_cfg.limits')\n"
+        "    from tpuemb_cfg.formats import npzio\n"
+        "    importlib.import_module('tpuemb_cfg.formats.limits')\n"
         "    importlib.import_module(name)\n"
-        "    return __import__('tpuemb_cfg.atomic')\n"
+        "    return __import__('tpuemb_cfg.formats.atomic')\n"
         "M = importlib.import_module(f'{__package__}.version')\n"
     )
-    collector = _Collector("tpuemb_cfg.errors")
+    collector = _Collector("tpuemb_cfg.base.errors")
     collector.visit(ast.parse(source))
     assert [(i.target, i.kind, i.deferred) for i in collector.found] == [
-        ("tpuemb_cfg.units", MODULE_LEVEL, False), ("tpuemb_cfg.io", TYPING, False),
-        ("tpuemb_cfg.npzio", IN_FUNCTION, True), ("tpuemb_cfg.limits", DYNAMIC, True),
-        ("tpuemb_cfg.atomic", DYNAMIC, True), ("tpuemb_cfg.version", DYNAMIC, False),
+        ("tpuemb_cfg.base.units", MODULE_LEVEL, False), ("tpuemb_cfg.formats.io", TYPING, False),
+        ("tpuemb_cfg.formats.npzio", IN_FUNCTION, True),
+        ("tpuemb_cfg.formats.limits", DYNAMIC, True),
+        ("tpuemb_cfg.formats.atomic", DYNAMIC, True), ("tpuemb_cfg.base.version", DYNAMIC, False),
     ]
 
 
@@ -477,10 +465,10 @@ def test_heavy_modules_are_found() -> None:
     engine imports NumPy, and its package the generated messages; the error classes and the
     unit grammar import nothing heavy."""
     loads = heavy_loads()
-    assert loads["tpuemb_cfg.npzio"] == {"numpy"}
-    assert loads["tpuemb_cfg.io"] == {"google.protobuf"}
+    assert loads["tpuemb_cfg.formats.npzio"] == {"numpy"}
+    assert loads["tpuemb_cfg.formats.io"] == {"google.protobuf"}
     assert "numpy" in loads["tpuemb_cfg.executor.engines.numpy"]
-    assert loads["tpuemb_cfg.errors"] == loads["tpuemb_cfg.units"] == frozenset()
+    assert loads["tpuemb_cfg.base.errors"] == loads["tpuemb_cfg.base.units"] == frozenset()
 
 
 def _defers_heavy(imp: _Import) -> bool:
@@ -900,7 +888,7 @@ def test_the_fact_scan_finds_each_kind_of_copy() -> None:
 #: The modules that read the platform table or the SparseCore defaults (a new chip kind is one
 #: record in base/platform.py; these pick it up).
 PLATFORM_READERS = (
-    "tpuemb_cfg.derived",  # TPU_DEVICE_MEMORY (SIZE004, --tpu)
+    "tpuemb_cfg.model.derived",  # TPU_DEVICE_MEMORY (SIZE004, --tpu)
     "tpuemb_cfg.sparsecore.topology",  # CHIPS, ChipKind, chip_kind, DEFAULT_SPARSE_CORES
     "tpuemb_cfg.sparsecore.stacker",  # byte and row limits, messages
     "tpuemb_cfg.sparsecore.feed",  # TensorFlow's default limits
@@ -1029,3 +1017,54 @@ def test_no_cycle_in_the_run_layer_counting_typing_and_local_imports() -> None:
 
     loops = sorted(f"{a} -> {b}" for a in list(edges) for b in edges[a] if reaches(b, a))
     assert not loops, "imports that close a loop:\n" + "\n".join(loops)
+
+
+# -- the floors as folders (issue 35) ------------------------------------------------------------
+
+#: The package root: the public face (the lazy package, the command, ``errors``' old path through
+#: the alias table, the simulator's API) and the session / run layer. Everything else lives in a
+#: folder named for its floor (base, formats, model, validation, ...).
+ROOT_MODULES = frozenset({
+    "tpuemb_cfg", "tpuemb_cfg.__main__", "tpuemb_cfg._moved", "tpuemb_cfg.cli",
+    "tpuemb_cfg.facade", "tpuemb_cfg.session", "tpuemb_cfg.simulate", "tpuemb_cfg.spec_check",
+})
+
+
+def _moved_table() -> dict[str, str]:
+    """``_moved.MOVED`` read from the source (nothing is imported)."""
+    tree = ast.parse((PACKAGE / "_moved.py").read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", "") == "MOVED":
+            assert node.value is not None
+            table = ast.literal_eval(node.value)
+            assert isinstance(table, dict)
+            return table
+    raise AssertionError("tpuemb_cfg/_moved.py defines no MOVED table")
+
+
+def test_the_root_holds_the_public_face_and_the_run_layer() -> None:
+    root = {module for module, path in MODULES.items()
+            if path.parent == PACKAGE and path.name != "__init__.py" or module == "tpuemb_cfg"}
+    assert root == ROOT_MODULES, (f"new at the root: {sorted(root - ROOT_MODULES)}; gone: "
+                                  f"{sorted(ROOT_MODULES - root)}")
+
+
+def test_every_old_path_leads_to_a_module_and_none_is_used_inside() -> None:
+    moved = _moved_table()
+    assert moved, "the alias table is empty"
+    for old, new in moved.items():
+        assert new in MODULES, f"{old} -> {new}: no such module"
+        assert old not in MODULES, f"{old} exists again beside its alias"
+    wrong = []
+    for path in sorted([*PACKAGE.rglob("*.py"), *(ROOT / "tests").glob("*.py")]):
+        if path.name.endswith("_pb2.py") or path == PACKAGE / "_moved.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            wrong += [f"{path.relative_to(ROOT)}:{node.lineno} imports {name} (now {moved[name]})"
+                      for name in names if name in moved]
+    assert not wrong, "old module paths imported (use the new ones):\n" + "\n".join(wrong)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from conftest import EXAMPLES
 
+from tpuemb_cfg.base.errors import InputError, UsageError, parameter
 from tpuemb_cfg.commands.flags import FLAGS, cli_message
-from tpuemb_cfg.errors import InputError, UsageError, parameter
 from tpuemb_cfg.simulate import MultiWorkerRun
 
 
@@ -48,7 +48,7 @@ def test_multiworker_refusals_name_the_python_parameter() -> None:
 def test_rule_selectors_name_select_and_ignore() -> None:
     from conftest import run_cli
 
-    from tpuemb_cfg.validator import selected_rules
+    from tpuemb_cfg.validation.validator import selected_rules
 
     with pytest.raises(UsageError, match="^ignore 'NOPE' matches no rule"):
         selected_rules(ignore="NOPE")

@@ -127,7 +127,7 @@ SERVER_MODULES: dict[str, tuple[str, ...]] = {
     "commands": (),
     "executor": ("tpuemb_cfg.executor.core", "tpuemb_cfg.executor.engines.numpy",
                  "tpuemb_cfg.executor.engines.numba", "tpuemb_cfg.sim", "tpuemb_cfg.session",
-                 "tpuemb_cfg.inspect_summary", "tpuemb_cfg.embedding"),
+                 "tpuemb_cfg.validation.inspect_summary", "tpuemb_cfg.embedding"),
 }
 SERVER_OF = {"simulate": "executor", "inspect": "executor", "compile": "executor"}
 OUT_STATES = ("new", "onto-input", "readonly-dir", "directory")

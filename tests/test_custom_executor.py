@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from conftest import ROOT, adagrad, run_cli, sgd, total
 
+from tpuemb_cfg.base.errors import InputError
 from tpuemb_cfg.embedding import (
     SGD,
     Adagrad,
@@ -23,7 +24,6 @@ from tpuemb_cfg.embedding import (
     TableConfig,
     build_config,
 )
-from tpuemb_cfg.errors import InputError
 from tpuemb_cfg.executor.custom import CustomError
 from tpuemb_cfg.session import prepare, with_combiner_arguments
 from tpuemb_cfg.simulate import Executor

@@ -161,8 +161,8 @@ def test_the_install_page_repeats_the_readme_word_for_word() -> None:
 
 def test_the_rule_page_has_every_registered_rule() -> None:
     import tpuemb_cfg.commands.validate  # noqa: F401  (what `tpuemb rules` lists)
-    from tpuemb_cfg.fix import FIXES
     from tpuemb_cfg.rules import RULES
+    from tpuemb_cfg.validation.fix import FIXES
 
     page = _docs_pages().rules_page()
     headings = re.findall(r"^### (\S+)$", page, re.MULTILINE)

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from tpuemb_cfg import bench
 from tpuemb_cfg.cli import main
+from tpuemb_cfg.run import bench
 
 ROOT = Path(__file__).resolve().parents[1]
 KEYS = {"sec_per_step", "update_sec_per_step", "unique_ids", "peak_rss_bytes", "compile_sec",

@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 from conftest import EXAMPLES, run_cli
 
-from tpuemb_cfg.derived import derive, device_share
 from tpuemb_cfg.embedding.spec import load_spec
-from tpuemb_cfg.io import load
+from tpuemb_cfg.formats.io import load
+from tpuemb_cfg.model.derived import derive, device_share
 from tpuemb_cfg.session import prepare
 
 MODELS = EXAMPLES / "models"
@@ -60,7 +60,7 @@ def test_dcnv2_mlperf_sizes() -> None:
     assert bags == {"0": 3, "10": 3, "11": 8, "19": 12, "1": 2, "20": 100, "21": 27, "22": 10,
                     "9": 7}
     derived = derive(config)
-    from tpuemb_cfg.derived import host_sizes
+    from tpuemb_cfg.model.derived import host_sizes
 
     largest = max(r.estimate_bytes for r in host_sizes(config, derived))
     assert round(largest / 2**30) == 73  # GiB per host, as the issue measured

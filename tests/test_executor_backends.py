@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 
 from tpuemb_cfg.backends.ray.options import RayOptions
-from tpuemb_cfg.errors import UsageError
+from tpuemb_cfg.base.errors import UsageError
 from tpuemb_cfg.executor import Executor, Placement, RunOptions, core
 from tpuemb_cfg.executor import storage as storage_module
 from tpuemb_cfg.executor.local import LOCAL
-from tpuemb_cfg.layout import TableLayout, host_of
+from tpuemb_cfg.model.layout import TableLayout, host_of
 from tpuemb_cfg.session import prepare
 from tpuemb_cfg.simulate import Executor as PublicExecutor
 

@@ -18,7 +18,7 @@ from conftest import OPTIMIZER_CASES, optimizer_case_names, require_data
 import tpuemb_cfg
 from tpuemb_cfg.cli import main
 from tpuemb_cfg.executor import parse_combiners
-from tpuemb_cfg.npzio import read_npz
+from tpuemb_cfg.formats.npzio import read_npz
 from tpuemb_cfg.simulate import replay
 
 CASES_ROOT = OPTIMIZER_CASES

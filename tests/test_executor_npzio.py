@@ -1,4 +1,4 @@
-"""tpuemb_cfg.npzio: reproducible, atomic .npz files and readable errors."""
+"""tpuemb_cfg.formats.npzio: reproducible, atomic .npz files and readable errors."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tpuemb_cfg.errors import InputError
-from tpuemb_cfg.npzio import atomic_write_npz, npz_bytes, read_npz
+from tpuemb_cfg.base.errors import InputError
+from tpuemb_cfg.formats.npzio import atomic_write_npz, npz_bytes, read_npz
 
 
 def test_round_trip_is_byte_reproducible(tmp_path: Path) -> None:

@@ -21,10 +21,10 @@ from conftest import ROOT, golden, run_cli
 from google.protobuf.message import Message
 
 import tpuemb_cfg
-from tpuemb_cfg import io
-from tpuemb_cfg.errors import InputError, UsageError
+from tpuemb_cfg.base.errors import InputError, UsageError
 from tpuemb_cfg.executor import plan
-from tpuemb_cfg.npzio import read_npz
+from tpuemb_cfg.formats import io
+from tpuemb_cfg.formats.npzio import read_npz
 from tpuemb_cfg.session import Prepared, prepare
 from tpuemb_cfg.simulate import Executor, replay
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import tpuemb_cfg
-from tpuemb_cfg.errors import InputError
+from tpuemb_cfg.base.errors import InputError
 from tpuemb_cfg.executor import FeatureInput
 from tpuemb_cfg.executor.engines import numpy as kernels
 from tpuemb_cfg.simulate import Executor

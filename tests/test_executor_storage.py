@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import tpuemb_cfg
-from tpuemb_cfg.errors import InputError
+from tpuemb_cfg.base.errors import InputError
 from tpuemb_cfg.executor.engines import Engine
 from tpuemb_cfg.executor.plan import Plan
 from tpuemb_cfg.executor.state import slot_key, table_key

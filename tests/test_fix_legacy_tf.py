@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 from conftest import EXAMPLES, ROOT, golden
 
-from tpuemb_cfg.fix import fix_source
-from tpuemb_cfg.io import load, read_source
-from tpuemb_cfg.validator import validate
+from tpuemb_cfg.formats.io import load, read_source
+from tpuemb_cfg.validation.fix import fix_source
+from tpuemb_cfg.validation.validator import validate
 
 DATA = ROOT / "tests" / "data" / "legacy"
 EXPECTED: dict[str, Any] = json.loads((DATA / "expected_rewrites.json").read_text())["cases"]

@@ -10,7 +10,7 @@ from conftest import golden
 
 from tpuemb_cfg import StateVariableSpecification, TPUEmbeddingConfiguration, load
 from tpuemb_cfg.cli import main
-from tpuemb_cfg.io import serialize
+from tpuemb_cfg.formats.io import serialize
 
 SUFFIX = {"binary": "binpb", "text": "pbtxt", "json": "json"}
 

@@ -21,10 +21,10 @@ import pytest
 from conftest import OPTIMIZER_CASES, optimizer_case_names
 
 import tpuemb_cfg
-from tpuemb_cfg.errors import InputError
+from tpuemb_cfg.base.errors import InputError
 from tpuemb_cfg.executor import parse_combiners
 from tpuemb_cfg.executor.engines import Engine, get_engine
-from tpuemb_cfg.npzio import read_npz
+from tpuemb_cfg.formats.npzio import read_npz
 from tpuemb_cfg.simulate import Executor, replay
 
 pytest.importorskip("numba")

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import tpuemb_cfg
-from tpuemb_cfg.errors import InputError
+from tpuemb_cfg.base.errors import InputError
 from tpuemb_cfg.executor.counter import stream_key
 from tpuemb_cfg.sim import kernels
 from tpuemb_cfg.simulate import Executor

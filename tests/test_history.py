@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tpuemb_cfg.io import load
+from tpuemb_cfg.formats.io import load
 from tpuemb_cfg.sim.history import LIMIT, History
 from tpuemb_cfg.sim.synthetic import history_bytes
 from tpuemb_cfg.simulate import SyntheticRun

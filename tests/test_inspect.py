@@ -8,7 +8,7 @@ from pathlib import Path
 
 from conftest import EXAMPLES, run_cli
 
-from tpuemb_cfg.inspect_summary import format_summary, summarize
+from tpuemb_cfg.validation.inspect_summary import format_summary, summarize
 
 INVALID = """\
 table_descriptor { name: "t" vocabulary_size: 10 dimension: 8 optimization_parameters {
@@ -78,7 +78,7 @@ def test_host_lines_do_not_repeat() -> None:
     )
     features = "".join(f"feature_descriptor {{ table_id: {i} input_shape: 64 }}\n"
                        for i in range(26))
-    from tpuemb_cfg.io import load
+    from tpuemb_cfg.formats.io import load
 
     config = load((tables + "num_hosts: 16 num_tensor_cores: 64\n" + features).encode(), "text")
     summary = summarize(config)

@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from tpuemb_cfg import _interrupt, atomic, cli
+from tpuemb_cfg import cli
+from tpuemb_cfg.base import interrupt as _interrupt
+from tpuemb_cfg.formats import atomic
 
 
 def test_the_interrupt_report_removes_unowned_temporaries(tmp_path: Path) -> None:

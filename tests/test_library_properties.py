@@ -35,7 +35,7 @@ from hypothesis import strategies as st
 from test_sparsecore_entry_args import CONFIG, STACKING  # 1 table, 4 chips x 2 SparseCores
 
 from tpuemb_cfg import sparsecore as sc
-from tpuemb_cfg.errors import TpuembError
+from tpuemb_cfg.base.errors import TpuembError
 from tpuemb_cfg.sparsecore import jte
 
 EXAMPLES_COUNT = int(os.environ.get("TPUEMB_PROPERTY_EXAMPLES", "60"))
@@ -282,7 +282,7 @@ def test_plan_refuses_what_it_cannot_use(  # noqa: PLR0913 - one per argument
 
 def test_a_value_shown_in_a_message_is_short_however_deep() -> None:
     """``errors.shown``: what every refusal above prints of the value it was given."""
-    from tpuemb_cfg.errors import shown
+    from tpuemb_cfg.base.errors import shown
 
     looped: list[Any] = []
     looped.append(looped)

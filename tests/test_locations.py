@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tpuemb_cfg import TPUEmbeddingConfiguration
-from tpuemb_cfg.locations import parent_path, scan_locations
+from tpuemb_cfg.formats.locations import parent_path, scan_locations
 
 TEXT = """\
 # comment with table_descriptor { inside

@@ -15,7 +15,7 @@ from tpuemb_cfg.executor.memory import (
     memory_estimate,
 )
 from tpuemb_cfg.executor.workload import parse_ids
-from tpuemb_cfg.io import load
+from tpuemb_cfg.formats.io import load
 from tpuemb_cfg.session import prepare
 from tpuemb_cfg.sim import synthetic
 
@@ -221,7 +221,7 @@ def test_a_runs_json_reports_the_estimate(tmp_path: Path) -> None:
 
 def test_a_refusal_suggests_only_what_the_machine_can_do(tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    from tpuemb_cfg import limits
+    from tpuemb_cfg.formats import limits
 
     monkeypatch.setattr(limits, "total_memory", lambda: 2 * 2**30)
     monkeypatch.setattr(limits, "available_memory", lambda meminfo="": 2**30)
@@ -326,7 +326,7 @@ def test_a_replay_dry_run_reads_only_the_headers(tmp_path: Path) -> None:
     import numpy as np
 
     from tpuemb_cfg.executor.memory import BASE_PROCESS, REPLAY_STEP_BYTES
-    from tpuemb_cfg.npzio import atomic_write_npz
+    from tpuemb_cfg.formats.npzio import atomic_write_npz
 
     path = tmp_path / "c.pbtxt"
     path.write_text(ONE % (1000, 16, "adagrad { }", ""))

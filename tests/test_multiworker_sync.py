@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tpuemb_cfg.errors import UsageError
+from tpuemb_cfg.base.errors import UsageError
 from tpuemb_cfg.executor.plan import build_plan
 from tpuemb_cfg.session import prepare
 from tpuemb_cfg.sim.multiworker import DelayModel, chief_config, for_chief

@@ -26,10 +26,10 @@ import pytest
 from conftest import DATA
 from test_robustness import one_line, run
 
-from tpuemb_cfg import limits
-from tpuemb_cfg.errors import NumericalError
+from tpuemb_cfg.base.errors import NumericalError
 from tpuemb_cfg.executor.nonfinite import NonFiniteWarning
-from tpuemb_cfg.io import load
+from tpuemb_cfg.formats import limits
+from tpuemb_cfg.formats.io import load
 from tpuemb_cfg.simulate import Executor
 
 CASE = DATA / "tf" / "nonfinite"

@@ -10,7 +10,7 @@ from decimal import Decimal, localcontext
 import numpy as np
 import pytest
 
-from tpuemb_cfg import numerics
+from tpuemb_cfg.base import numerics
 from tpuemb_cfg.executor.engines import numpy as reference
 
 F32 = np.float32

@@ -18,7 +18,8 @@ from types import FrameType
 import numpy as np
 import pytest
 
-from tpuemb_cfg import _interrupt, errors
+from tpuemb_cfg.base import errors
+from tpuemb_cfg.base import interrupt as _interrupt
 from tpuemb_cfg.embedding import _checks, pbvalues
 from tpuemb_cfg.sparsecore import _args
 from tpuemb_cfg.sparsecore import checks as sc_checks

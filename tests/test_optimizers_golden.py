@@ -20,7 +20,7 @@ import pytest
 from conftest import GOLDEN, golden
 
 from tpuemb_cfg.executor.optimizers import UpdateContext, get
-from tpuemb_cfg.io import load
+from tpuemb_cfg.formats.io import load
 
 TF_CASES = sorted(p.name for p in (GOLDEN / "optimizers" / "tf").glob("*/")) or ["(none)"]
 SPEC_CASES = sorted(p.name for p in (GOLDEN / "optimizers" / "spec").glob("*/")) or ["(none)"]

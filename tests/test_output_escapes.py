@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from conftest import run_cli, zipf_sample
 
-from tpuemb_cfg.errors import printable, printable_json
+from tpuemb_cfg.base.errors import printable, printable_json
 
 ROOT = Path(__file__).resolve().parents[1]
 

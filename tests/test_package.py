@@ -124,3 +124,24 @@ def test_a_library_import_leaves_sigint_alone() -> None:
             "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)")
     out = _run("-c", code)
     assert out.returncode == 0 and out.stdout.strip() == "True", out.stderr
+
+
+def test_a_moved_module_keeps_its_old_path_for_a_release() -> None:
+    """``import tpuemb_cfg.io`` and ``from tpuemb_cfg.errors import InputError`` (documented
+    paths before the root was grouped into folders) give the very module at its new home."""
+    code = (
+        "import importlib, sys\n"
+        "from tpuemb_cfg._moved import MOVED\n"
+        "from tpuemb_cfg.errors import InputError\n"
+        "from tpuemb_cfg.base.errors import InputError as Home\n"
+        "assert InputError is Home\n"
+        "for old, new in MOVED.items():\n"
+        "    assert importlib.import_module(old) is importlib.import_module(new), old\n"
+        "    assert sys.modules[old] is sys.modules[new], old\n"
+        "import tpuemb_cfg\n"
+        "assert tpuemb_cfg.io is sys.modules['tpuemb_cfg.formats.io']\n"
+        "print(len(MOVED))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert int(out.stdout) >= 20

@@ -118,7 +118,7 @@ def test_gate_and_compare_parsing() -> None:
     assert parse_gate([]) == Gate() and str(parse_gate(["drops"])) == "drops"
     compare = parse_compare(["hosts=2,4", "topology=v6e-8", "stacking", "strategy"])
     assert (compare.hosts, compare.topologies, compare.stacking) == ((2, 4), ("v6e-8",), True)
-    from tpuemb_cfg.errors import UsageError
+    from tpuemb_cfg.base.errors import UsageError
 
     for bad in ("ooms", "imbalance>0.5", "imbalance>x"):
         with pytest.raises(UsageError, match="--fail-on"):

@@ -225,7 +225,7 @@ def test_npz_bad_input(tmp_path: Path) -> None:
                             "outside table 'b': ids must be in [0, 10)")
     del arrays["s1/f1/ids"]
     np.savez(path, **arrays)
-    from tpuemb_cfg.errors import InputError
+    from tpuemb_cfg.base.errors import InputError
 
     with pytest.raises(InputError, match="step 1 skips feature 1"):
         open_sample(str(path), SCHEMA)
@@ -238,7 +238,7 @@ def test_too_small_a_sample_and_unknown_formats(tmp_path: Path) -> None:
     path = tmp_path / "s.parquet"
     _parquet(path, ROWS[:3])
     assert "gives 3 bag(s) of feature 'f0', fewer than one configured batch of 4" in _error(path)
-    from tpuemb_cfg.errors import UsageError
+    from tpuemb_cfg.base.errors import UsageError
 
     (tmp_path / "s.csv").write_text("1,2\n")
     with pytest.raises(SampleError, match="extension '.csv'"):
@@ -250,7 +250,7 @@ def test_too_small_a_sample_and_unknown_formats(tmp_path: Path) -> None:
 def test_missing_pyarrow_names_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 
-    from tpuemb_cfg.errors import UsageError
+    from tpuemb_cfg.base.errors import UsageError
 
     path = tmp_path / "s.parquet"
     _parquet(path, ROWS)

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from conftest import run_cli
 
+from tpuemb_cfg.base.errors import InputError
 from tpuemb_cfg.embedding.sparsecore import load_sparsecore_spec
-from tpuemb_cfg.errors import InputError
 from tpuemb_cfg.planner.limits import LimitOptions, findings, limits, suggest_limit
 from tpuemb_cfg.planner.load import (
     LoadOptions,

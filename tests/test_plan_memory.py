@@ -17,10 +17,10 @@ from conftest import ADAM_AND_MOMENTUM_TABLES, EXAMPLES
 from raycluster import ray_cluster  # noqa: F401  (the fixture)
 
 import tpuemb_cfg
-from tpuemb_cfg.errors import UsageError
-from tpuemb_cfg.io import read_source
+from tpuemb_cfg.base.errors import UsageError
+from tpuemb_cfg.base.schema import ShardingStrategy
+from tpuemb_cfg.formats.io import read_source
 from tpuemb_cfg.planner.memory import legacy_memory, memory_findings, sparsecore_memory
-from tpuemb_cfg.schema import ShardingStrategy
 from tpuemb_cfg.sparsecore.config import (
     SparseCoreConfig,
     SparseCoreFeature,

@@ -186,7 +186,7 @@ GIB = 1 << 30
 def test_counts_beyond_memory_are_refused_naming_the_option(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: tuple[str, ...],
         label: str) -> None:
-    from tpuemb_cfg import limits
+    from tpuemb_cfg.formats import limits
 
     monkeypatch.setattr(limits, "available_memory", lambda meminfo="": 8 * GIB)
     _sample(tmp_path / "day.parquet")
@@ -205,7 +205,7 @@ def test_parquet_bomb_is_refused_from_its_metadata(tmp_path: Path,
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from tpuemb_cfg import limits
+    from tpuemb_cfg.formats import limits
 
     monkeypatch.setattr(limits, "available_memory", lambda meminfo="": 80 << 20)
     path = tmp_path / "bomb.parquet"
@@ -224,7 +224,7 @@ def test_parquet_bomb_is_refused_from_its_metadata(tmp_path: Path,
 
 def test_npz_bomb_is_refused_from_its_headers(tmp_path: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    from tpuemb_cfg import limits
+    from tpuemb_cfg.formats import limits
 
     monkeypatch.setattr(limits, "available_memory", lambda meminfo="": 80 << 20)
     arrays: dict[str, np.ndarray] = {}
@@ -329,7 +329,7 @@ def test_plan_options_are_checked_by_field(tmp_path: Path) -> None:
             ({"hosts": 0}, ValueError, "PlanOptions.hosts: expected at least 1 host")):
         with pytest.raises(error, match=words.replace("(", r"\(")):
             PlanOptions(**kwargs)
-    from tpuemb_cfg.errors import UsageError
+    from tpuemb_cfg.base.errors import UsageError
 
     with pytest.raises(UsageError) as info:
         parse_gate("oom,dropz")
@@ -395,7 +395,7 @@ def test_extra_sample_columns_are_ignored_and_listed(tmp_path: Path, fmt: str) -
 
 def test_sparsecore_hosts_beyond_memory_are_refused(tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    from tpuemb_cfg import limits
+    from tpuemb_cfg.formats import limits
 
     monkeypatch.setattr(limits, "available_memory", lambda meminfo="": 8 * GIB)
     spec = tmp_path / "tight.py"

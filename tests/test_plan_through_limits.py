@@ -303,7 +303,7 @@ def test_simulate_step_over_a_limit_names_a_setting_the_api_reads(tmp_path: Path
     """tpuemb simulate fails a TensorFlow-mode step over a limit as TensorFlow does; its fix is
     the API's own setting: TensorFlow's max_ids_per_table key (4 ids of row 0 from one
     SparseCore: raise it to 4), and for keras-rs on TensorFlow none (300 > 256)."""
-    from tpuemb_cfg.errors import InputError
+    from tpuemb_cfg.base.errors import InputError
     from tpuemb_cfg.executor.batch import FeatureInput
     from tpuemb_cfg.executor.options import RunOptions
     from tpuemb_cfg.session import prepare_sparsecore

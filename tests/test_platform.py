@@ -26,7 +26,7 @@ from tpuemb_cfg.base.platform import (
     sparsecore_chips,
 )
 from tpuemb_cfg.base.sparsecore_defaults import DEFAULT_MAX_IDS_PER_PARTITION
-from tpuemb_cfg.derived import TPU_DEVICE_MEMORY
+from tpuemb_cfg.model.derived import TPU_DEVICE_MEMORY
 from tpuemb_cfg.sparsecore.topology import CHIPS, parse_topology
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -138,8 +138,8 @@ def test_a_new_chip_kind_is_one_record(tmp_path: Path) -> None:
         platform.PLATFORMS = (*platform.PLATFORMS, new)
         from click.testing import CliRunner
         from tpuemb_cfg.cli import main
-        from tpuemb_cfg.derived import TPU_DEVICE_MEMORY
-        from tpuemb_cfg.settings import parse_tpu
+        from tpuemb_cfg.model.derived import TPU_DEVICE_MEMORY
+        from tpuemb_cfg.validation.settings import parse_tpu
         from tpuemb_cfg.sparsecore.topology import CHIPS, parse_topology, chip_kind
         from tpuemb_cfg.rules._facts import FACTS
         runner = CliRunner()

@@ -26,11 +26,11 @@ import pytest
 from click.testing import CliRunner, Result
 from conftest import EXAMPLES, ROOT
 
+from tpuemb_cfg.base.errors import UsageError
+from tpuemb_cfg.base.units import format_size
 from tpuemb_cfg.cli import main
 from tpuemb_cfg.commands import _progress
 from tpuemb_cfg.commands._progress import LOG_EVERY, RunLog, format_duration, log_every
-from tpuemb_cfg.errors import UsageError
-from tpuemb_cfg.units import format_size
 
 STAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ) tpuemb simulate: (.*)$")
 

@@ -22,7 +22,7 @@ from raycluster import ray_cluster, same_reports, same_state  # noqa: F401  (the
 
 import tpuemb_cfg
 from tpuemb_cfg.executor import parse_combiners
-from tpuemb_cfg.npzio import npz_bytes, read_npz
+from tpuemb_cfg.formats.npzio import npz_bytes, read_npz
 from tpuemb_cfg.simulate import Executor, MultiWorkerRun, SyntheticRun, replay
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")

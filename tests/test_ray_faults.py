@@ -37,10 +37,10 @@ from tpuemb_cfg.backends.ray.storage import (
     RayStorage,
     ShardLost,
 )
-from tpuemb_cfg.errors import UsageError
+from tpuemb_cfg.base.errors import UsageError
 from tpuemb_cfg.executor.engines import get_engine
 from tpuemb_cfg.executor.plan import build_plan
-from tpuemb_cfg.npzio import npz_bytes
+from tpuemb_cfg.formats.npzio import npz_bytes
 from tpuemb_cfg.simulate import Executor, SyntheticRun
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")

@@ -11,12 +11,12 @@ import pytest
 
 import tpuemb_cfg
 from tpuemb_cfg.backends.ray.host import PipelineRef, Shard, fitting_hosts, shard_bytes
-from tpuemb_cfg.errors import InputError
+from tpuemb_cfg.base.errors import InputError
 from tpuemb_cfg.executor.optimizers import UpdateContext
 from tpuemb_cfg.executor.pipeline import RowPipeline
 from tpuemb_cfg.executor.state import check_given
-from tpuemb_cfg.layout import TableLayout, host_of
-from tpuemb_cfg.npzio import npz_bytes
+from tpuemb_cfg.formats.npzio import npz_bytes
+from tpuemb_cfg.model.layout import TableLayout, host_of
 from tpuemb_cfg.simulate import Executor
 
 # ------------------------------------------------------------------------------------------------

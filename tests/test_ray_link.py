@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from tpuemb_cfg.backends.ray.link import HostRaised, Link, LinkLost, Listener
-from tpuemb_cfg.errors import InputError
+from tpuemb_cfg.base.errors import InputError
 
 TOKEN = b"0123456789abcdef"
 

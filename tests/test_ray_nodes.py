@@ -83,7 +83,7 @@ def results(backend: str, out: Path) -> None:
     test for ``local`` and, in a driver process on the cluster, for ``ray``."""
     import tpuemb_cfg
     from tpuemb_cfg.executor import parse_combiners
-    from tpuemb_cfg.npzio import atomic_write_npz, read_npz
+    from tpuemb_cfg.formats.npzio import atomic_write_npz, read_npz
     from tpuemb_cfg.simulate import SyntheticRun, replay
 
     out.mkdir(parents=True, exist_ok=True)

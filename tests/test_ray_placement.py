@@ -33,9 +33,9 @@ from tpuemb_cfg.backends.ray.placement import (
     suggest_shards,
 )
 from tpuemb_cfg.backends.ray.storage import RayStorage
-from tpuemb_cfg.errors import UsageError
+from tpuemb_cfg.base.errors import UsageError
+from tpuemb_cfg.base.units import format_size
 from tpuemb_cfg.simulate import Executor
-from tpuemb_cfg.units import format_size
 
 MiB = 1 << 20
 QUICKSTART = str(ROOT / "examples" / "quickstart.pbtxt")

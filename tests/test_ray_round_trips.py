@@ -15,7 +15,7 @@ from raycluster import ray_cluster  # noqa: F401  (the fixture)
 
 import tpuemb_cfg
 from tpuemb_cfg.backends.ray.storage import PLACEMENT_ENV, SHARED_MEMORY_ENV, RayStorage
-from tpuemb_cfg.errors import NumericalError, UsageError
+from tpuemb_cfg.base.errors import NumericalError, UsageError
 from tpuemb_cfg.simulate import Executor
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")

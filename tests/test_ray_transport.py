@@ -18,9 +18,9 @@ from conftest import ADAM_AND_MOMENTUM_TABLES
 from raycluster import ray_cluster, same_reports, same_state  # noqa: F401  (the fixture)
 
 import tpuemb_cfg
-from tpuemb_cfg import numerics
 from tpuemb_cfg.backends.ray.host import Arena, PipelineRef, Shard
 from tpuemb_cfg.backends.ray.storage import LINK_ENV, SHARED_MEMORY_ENV, RayStorage
+from tpuemb_cfg.base import numerics
 from tpuemb_cfg.executor.optimizers import UpdateContext
 from tpuemb_cfg.session import prepare
 from tpuemb_cfg.simulate import Executor, SyntheticRun
@@ -92,7 +92,7 @@ def test_reads_and_updates_of_other_rows_stay_identical(transport: str) -> None:
             if step == 2:
                 bad = [g.copy() for g in grads]
                 bad[2][0, 0] = np.nan
-                with pytest.raises(tpuemb_cfg.errors.InputError):
+                with pytest.raises(tpuemb_cfg.base.errors.InputError):
                     executor.send_gradients(bad, [0.01], dedup)
                 activations, dedup = executor.recv_activations(batch)
             executor.send_gradients(grads, [0.01], dedup)

@@ -5,7 +5,7 @@ exactly one line on stderr, no traceback, the inputs' bytes unchanged and nothin
 The `simulate` and `bench` commands and the library's Executor are covered in
 test_robustness_simulate.py; this module covers convert, fmt, validate (and --fix), compile,
 inspect, the top-level command, `python cli.py`, the library's load/dump and the shared output
-mechanisms in tpuemb_cfg.atomic.
+mechanisms in tpuemb_cfg.formats.atomic.
 """
 
 from __future__ import annotations
@@ -26,11 +26,12 @@ from click.testing import CliRunner, Result
 from conftest import EXAMPLES, ROOT
 
 import tpuemb_cfg
-from tpuemb_cfg import InputError, UsageError, atomic
+from tpuemb_cfg import InputError, UsageError
+from tpuemb_cfg.base.errors import OutputError
 from tpuemb_cfg.cli import main
-from tpuemb_cfg.errors import OutputError
-from tpuemb_cfg.limits import MAX_DEPTH
-from tpuemb_cfg.npzio import read_npz
+from tpuemb_cfg.formats import atomic
+from tpuemb_cfg.formats.limits import MAX_DEPTH
+from tpuemb_cfg.formats.npzio import read_npz
 from tpuemb_cfg.proto.tpu_embedding_configuration_pb2 import TPUEmbeddingConfiguration
 
 QUICKSTART = (EXAMPLES / "quickstart.pbtxt").read_text()
@@ -613,7 +614,7 @@ def test_a_signal_inside_an_import_exits_at_once(monkeypatch: pytest.MonkeyPatch
     """A first Ctrl-C that lands in the import system (e.g. the module lock's weakref callback,
     where a raised KeyboardInterrupt would be printed as "Exception ignored" with a traceback)
     ends the command at once with the one line; anywhere else it unwinds."""
-    from tpuemb_cfg import _interrupt
+    from tpuemb_cfg.base import interrupt as _interrupt
 
     class Exited(Exception):
         pass
@@ -639,15 +640,16 @@ def test_a_signal_inside_an_import_exits_at_once(monkeypatch: pytest.MonkeyPatch
 
 def test_exit_now_while_the_writer_module_is_still_being_imported(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """A signal during the import of ``tpuemb_cfg.atomic`` finds the module without its
+    """A signal during the import of ``tpuemb_cfg.formats.atomic`` finds the module without its
     functions: ``exit_now`` still prints the one line and exits 130, no AttributeError."""
     import types
 
-    from tpuemb_cfg import _interrupt
+    from tpuemb_cfg.base import interrupt as _interrupt
 
     exits: list[int] = []
     written: list[bytes] = []
-    monkeypatch.setitem(sys.modules, "tpuemb_cfg.atomic", types.ModuleType("tpuemb_cfg.atomic"))
+    monkeypatch.setitem(sys.modules, "tpuemb_cfg.formats.atomic",
+                        types.ModuleType("tpuemb_cfg.formats.atomic"))
     monkeypatch.setattr(_interrupt.os, "write", lambda fd, data: written.append(data) or len(data))
 
     def fake_exit(code: int) -> None:

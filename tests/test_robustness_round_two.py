@@ -23,7 +23,7 @@ from conftest import ROOT
 from test_robustness import QUICKSTART, SPEC, one_line, run, snapshot
 
 from tpuemb_cfg import InputError
-from tpuemb_cfg.npzio import read_npz
+from tpuemb_cfg.formats.npzio import read_npz
 
 TINY = (ROOT / "tests" / "data" / "multiworker" / "tiny.pbtxt").read_text()
 

@@ -3,8 +3,8 @@ input never cost data and never print a traceback.
 
 One test (at least) per kind of mistake, each asserting the exact behaviour: the exit status,
 exactly one line on stderr, no traceback, the inputs' bytes unchanged and nothing written. The
-other commands and the shared mechanisms (tpuemb_cfg.atomic) are covered in test_robustness.py,
-whose helpers this module reuses.
+other commands and the shared mechanisms (tpuemb_cfg.formats.atomic) are covered in
+test_robustness.py, whose helpers this module reuses.
 """
 
 from __future__ import annotations
@@ -22,12 +22,13 @@ import pytest
 from conftest import ROOT
 from test_robustness import one_line, refused, run
 
-from tpuemb_cfg import UsageError, limits, load, simulate
-from tpuemb_cfg.bench import Workload, check_memory, memory_needed
+from tpuemb_cfg import UsageError, load, simulate
 from tpuemb_cfg.commands import _outputs
 from tpuemb_cfg.commands.simulate import parse_size
 from tpuemb_cfg.executor.memory import memory_estimate
-from tpuemb_cfg.npzio import read_npz
+from tpuemb_cfg.formats import limits
+from tpuemb_cfg.formats.npzio import read_npz
+from tpuemb_cfg.run.bench import Workload, check_memory, memory_needed
 from tpuemb_cfg.session import prepare
 from tpuemb_cfg.sim.multiworker import MAX_WORKERS, MultiWorkerRun  # the runs the CLI makes
 from tpuemb_cfg.sim.synthetic import SyntheticRun
@@ -403,7 +404,7 @@ def test_random_bytes_as_batches_say_what_they_are(work: Path) -> None:
 
 def test_max_memory_beyond_the_machine_is_refused_before_any_work(tmp_path: Path) -> None:
     """Issue 16: an explicit --max-memory is checked against the machine's physical memory."""
-    from tpuemb_cfg.limits import total_memory
+    from tpuemb_cfg.formats.limits import total_memory
 
     total = total_memory()
     if total is None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from rulecheck import config, family_tests, text_findings
 
-from tpuemb_cfg.validator import validate
+from tpuemb_cfg.validation.validator import validate
 
 T = "table_descriptor[0].optimization_parameters"
 STATUS = f"{T}.gradient_accumulation_status"

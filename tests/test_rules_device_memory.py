@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from rulecheck import invoke, text_findings, write_config
 
-from tpuemb_cfg.derived import TPU_DEVICE_MEMORY
-from tpuemb_cfg.validator import validate
+from tpuemb_cfg.model.derived import TPU_DEVICE_MEMORY
+from tpuemb_cfg.validation.validator import validate
 
 ROW = 128 * 4 * 3
 

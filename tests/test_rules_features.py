@@ -6,8 +6,8 @@ from pathlib import Path
 
 from rulecheck import positions, validate_text
 
-from tpuemb_cfg.derived import derive
-from tpuemb_cfg.io import load
+from tpuemb_cfg.formats.io import load
+from tpuemb_cfg.model.derived import derive
 
 HEAD = "mode: TRAINING\nnum_hosts: 1\nnum_tensor_cores: 8\n"
 OPT = "optimization_parameters { learning_rate { constant: 0.1 } adagrad { } }"

@@ -19,7 +19,7 @@ from rulecheck import config, family_tests, text_findings
 from tpuemb_cfg.proto.tpu_embedding_configuration_pb2 import TPUEmbeddingConfiguration
 from tpuemb_cfg.rules import RULES
 from tpuemb_cfg.rules.common import fmt
-from tpuemb_cfg.validator import run_rules, validate
+from tpuemb_cfg.validation.validator import run_rules, validate
 
 T = "table_descriptor[0].optimization_parameters"
 

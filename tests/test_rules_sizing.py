@@ -13,7 +13,7 @@ import pytest
 from rulecheck import text_findings
 
 from tpuemb_cfg.rules import RULES
-from tpuemb_cfg.validator import validate
+from tpuemb_cfg.validation.validator import validate
 
 ADAM_TABLE = """\
 table_descriptor {

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from rulecheck import positions, validate_text
 
-from tpuemb_cfg.validator import validate
+from tpuemb_cfg.validation.validator import validate
 
 # Lines 1-3; table i (0-based) then occupies lines 4 + 10 i .. 13 + 10 i.
 HEAD = "mode: TRAINING\nnum_hosts: 1\nnum_tensor_cores: 8\n"

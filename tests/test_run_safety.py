@@ -26,13 +26,16 @@ import pytest
 from conftest import ROOT
 from test_robustness import QUICKSTART, SPEC, one_line, refused, run, snapshot
 
-from tpuemb_cfg import InputError, UsageError, limits, load, settings, units
+from tpuemb_cfg import InputError, UsageError, load
+from tpuemb_cfg.base import units
+from tpuemb_cfg.base.errors import NumericalError
 from tpuemb_cfg.commands.simulate import parse_size
-from tpuemb_cfg.errors import NumericalError
-from tpuemb_cfg.npzio import atomic_write_npz, read_npz
+from tpuemb_cfg.formats import limits
+from tpuemb_cfg.formats.npzio import atomic_write_npz, read_npz
 from tpuemb_cfg.sim.history import LIMIT
 from tpuemb_cfg.sim.synthetic import SyntheticData, history_bytes
 from tpuemb_cfg.simulate import Executor, MultiWorkerRun, SyntheticRun
+from tpuemb_cfg.validation import settings
 
 TINY = (ROOT / "tests" / "data" / "multiworker" / "tiny.pbtxt").read_text()
 HUGE = TINY.replace("vocabulary_size: 16", "vocabulary_size: 100000000000").replace(

@@ -1,4 +1,4 @@
-"""``tpuemb_cfg.schema`` states each enum's numbers once; here they meet the descriptors."""
+"""``tpuemb_cfg.base.schema`` states each enum's numbers once; here they meet the descriptors."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tpuemb_cfg import schema
+from tpuemb_cfg.base import schema
 from tpuemb_cfg.proto import optimization_parameters_pb2 as opt
 from tpuemb_cfg.proto import tpu_embedding_configuration_pb2 as tec
 
@@ -37,7 +37,7 @@ def test_name_maps() -> None:
 
 def test_importing_schema_loads_no_generated_module() -> None:
     code = (
-        "import sys, tpuemb_cfg.schema; "
+        "import sys, tpuemb_cfg.base.schema; "
         "print(sorted(m for m in sys.modules if m.endswith('_pb2')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from conftest import run_simulate
 
-from tpuemb_cfg.errors import InputError, UsageError
+from tpuemb_cfg.base.errors import InputError, UsageError
 from tpuemb_cfg.sim.schedules import Schedule
 from tpuemb_cfg.sim.spec import load_spec
 from tpuemb_cfg.simulate import SyntheticRun

@@ -121,8 +121,8 @@ def test_config_is_parsed_validated_and_planned_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: tuple[str, ...]
 ) -> None:
     import tpuemb_cfg.executor.plan as plan_module
-    import tpuemb_cfg.io as io_module
-    import tpuemb_cfg.validator as validator_module
+    import tpuemb_cfg.formats.io as io_module
+    import tpuemb_cfg.validation.validator as validator_module
 
     calls: dict[str, int] = {}
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from conftest import EXAMPLES, run_cli
 
+from tpuemb_cfg.base.errors import InputError
 from tpuemb_cfg.embedding import (
     SGD,
     CustomCombiner,
@@ -18,9 +19,8 @@ from tpuemb_cfg.embedding import (
     TableConfig,
     build_config,
 )
-from tpuemb_cfg.errors import InputError
 from tpuemb_cfg.executor import FeatureInput
-from tpuemb_cfg.io import serialize
+from tpuemb_cfg.formats.io import serialize
 from tpuemb_cfg.session import prepare, with_combiner_arguments
 from tpuemb_cfg.simulate import Executor
 

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from conftest import run_cli
 
+from tpuemb_cfg.base.errors import InputError
 from tpuemb_cfg.embedding import (
     FTRL,
     SGD,
@@ -38,7 +39,6 @@ from tpuemb_cfg.embedding.sparsecore import (
     tensorflow_config,
 )
 from tpuemb_cfg.embedding.sparsecore_group import group_key, optimizer_key
-from tpuemb_cfg.errors import InputError
 from tpuemb_cfg.sparsecore.topology import Topology
 
 DATA = Path(__file__).parent / "data" / "sparsecore"

@@ -493,7 +493,7 @@ def test_a_configuration_built_by_hand_meets_the_same_checks(edit: dict[str, Any
     error; validate reports it as PARSE001; the simulation's setup refuses it (InputError)."""
     from dataclasses import replace
 
-    from tpuemb_cfg.errors import InputError
+    from tpuemb_cfg.base.errors import InputError
     from tpuemb_cfg.session import prepare_sparsecore, validate
     from tpuemb_cfg.sparsecore.feed import stack
 

@@ -23,9 +23,7 @@ from typing import Any
 import pytest
 from rulecheck import invoke
 
-from tpuemb_cfg.fix import KeyPlace, KeyRenameAt, locate_limit_key, rename_spec_keys
 from tpuemb_cfg.model import Diagnostic
-from tpuemb_cfg.report import FileReport, render
 from tpuemb_cfg.rules import RULES
 from tpuemb_cfg.rules.sparsecore import KeyRename, limit_key_renames
 from tpuemb_cfg.sparsecore.config import (
@@ -38,7 +36,9 @@ from tpuemb_cfg.sparsecore.config import (
 from tpuemb_cfg.sparsecore.stacking import Stack, StackedTable, Stacking
 from tpuemb_cfg.sparsecore.topology import Topology
 from tpuemb_cfg.spec_check import validate_sparsecore
-from tpuemb_cfg.validator import run_rules, run_sparsecore_rules, selected_rules
+from tpuemb_cfg.validation.fix import KeyPlace, KeyRenameAt, locate_limit_key, rename_spec_keys
+from tpuemb_cfg.validation.report import FileReport, render
+from tpuemb_cfg.validation.validator import run_rules, run_sparsecore_rules, selected_rules
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "sparsecore"
 SC_IDS = sorted(r for r in RULES if r.startswith("SC"))
@@ -123,7 +123,7 @@ def test_a_clean_configuration_has_no_finding_in_either_mode() -> None:
 
 
 def test_sparsecore_rules_do_not_run_on_a_tpu_embedding_configuration() -> None:
-    from tpuemb_cfg.io import load
+    from tpuemb_cfg.formats.io import load
 
     message = load(str(EXAMPLES.parent / "quickstart.pbtxt"))
     assert run_rules(message, selected_rules("SC")) == []

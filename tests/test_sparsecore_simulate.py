@@ -29,7 +29,7 @@ import numpy as np
 import pytest
 from conftest import run_simulate
 
-from tpuemb_cfg.errors import InputError
+from tpuemb_cfg.base.errors import InputError
 from tpuemb_cfg.executor import FeatureInput
 from tpuemb_cfg.executor.core import Executor
 from tpuemb_cfg.executor.options import RunOptions

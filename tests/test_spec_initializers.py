@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 from conftest import DATA, require_data, run_simulate
 
+from tpuemb_cfg.base.errors import InputError
 from tpuemb_cfg.embedding import (
     SGD,
     ConstantInitializer,
@@ -31,14 +32,13 @@ from tpuemb_cfg.embedding import (
     build_config,
 )
 from tpuemb_cfg.embedding.initializers import TRUNCATED_STD, resolve
-from tpuemb_cfg.errors import InputError
 from tpuemb_cfg.executor import FeatureInput
 from tpuemb_cfg.executor.counter import normal_rows
 from tpuemb_cfg.executor.initial import initial_state
 from tpuemb_cfg.executor.initializers import table_rows
 from tpuemb_cfg.executor.state import initial_table_rows
-from tpuemb_cfg.layout import TableLayout
 from tpuemb_cfg.model import TableInit
+from tpuemb_cfg.model.layout import TableLayout
 from tpuemb_cfg.session import prepare
 from tpuemb_cfg.simulate import Executor
 

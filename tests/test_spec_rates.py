@@ -25,7 +25,8 @@ import numpy as np
 import pytest
 from conftest import DATA, require_data, run_simulate
 
-from tpuemb_cfg import numerics
+from tpuemb_cfg.base import numerics
+from tpuemb_cfg.base.errors import InputError, NumericalError
 from tpuemb_cfg.embedding import (
     SGD,
     Adagrad,
@@ -36,7 +37,6 @@ from tpuemb_cfg.embedding import (
     build_config,
     from_keras,
 )
-from tpuemb_cfg.errors import InputError, NumericalError
 from tpuemb_cfg.executor import FeatureInput
 from tpuemb_cfg.session import prepare
 from tpuemb_cfg.simulate import Executor, MultiWorkerRun, SyntheticRun

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import tpuemb_cfg
-from tpuemb_cfg.errors import InputError
+from tpuemb_cfg.base.errors import InputError
 from tpuemb_cfg.executor.aligned import ALIGNMENT, aligned_empty, is_aligned
 from tpuemb_cfg.executor.nonfinite import NonFiniteWarning
 from tpuemb_cfg.simulate import Executor
@@ -99,7 +99,7 @@ def test_deduplicate_matches_numpy_on_both_paths_at_random() -> None:
 
 
 def test_both_de_duplications_agree_on_the_anchor_ids() -> None:
-    from tpuemb_cfg.bench import zipf_ids
+    from tpuemb_cfg.run.bench import zipf_ids
 
     ids = zipf_ids(1_000_000, 65_536, 1.05, 0)
     assert ids.max() < numba_step._BITMAP_IDS_PER_ID * ids.shape[0]  # the bitmap path

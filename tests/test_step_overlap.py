@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 import tpuemb_cfg
-from tpuemb_cfg.errors import InputError
+from tpuemb_cfg.base.errors import InputError
 from tpuemb_cfg.simulate import Executor
 
 numba = pytest.importorskip("numba")

@@ -10,7 +10,7 @@ import pytest
 
 from tpuemb_cfg.embedding import SGD, FeatureConfig, TableConfig, build_config
 from tpuemb_cfg.executor.bags import expected_ids_per_bag
-from tpuemb_cfg.io import load
+from tpuemb_cfg.formats.io import load
 from tpuemb_cfg.session import prepare
 from tpuemb_cfg.sim.synthetic import SyntheticData
 
@@ -95,7 +95,7 @@ def test_ids_are_zipf_over_each_table() -> None:
 
 
 def test_unknown_distribution_is_refused() -> None:
-    from tpuemb_cfg.errors import UsageError
+    from tpuemb_cfg.base.errors import UsageError
 
     plan = prepare(compiled()).plan
     with pytest.raises(UsageError, match="expected one of auto, fixed, uniform"):

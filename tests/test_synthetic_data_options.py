@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from conftest import run_cli
 
+from tpuemb_cfg.base.errors import UsageError
 from tpuemb_cfg.embedding import SGD, FeatureConfig, TableConfig, build_config
-from tpuemb_cfg.errors import UsageError
 from tpuemb_cfg.executor.memory import RunShape, step_ids
 from tpuemb_cfg.executor.workload import (
     IdDistribution,
@@ -18,7 +18,7 @@ from tpuemb_cfg.executor.workload import (
     parse_ids,
     parse_sequence_lengths,
 )
-from tpuemb_cfg.io import load
+from tpuemb_cfg.formats.io import load
 from tpuemb_cfg.session import prepare
 from tpuemb_cfg.sim import kernels
 from tpuemb_cfg.sim.synthetic import SyntheticData

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from conftest import run_simulate
 
-from tpuemb_cfg.errors import InputError
+from tpuemb_cfg.base.errors import InputError
 from tpuemb_cfg.executor.initial import initial_state
 from tpuemb_cfg.session import prepare
 from tpuemb_cfg.simulate import Executor

@@ -21,7 +21,7 @@ from conftest import run_cli
 
 from tpuemb_cfg import embedding as emb
 from tpuemb_cfg import validate
-from tpuemb_cfg.io import serialize
+from tpuemb_cfg.formats.io import serialize
 from tpuemb_cfg.proto.tpu_embedding_configuration_pb2 import TPUEmbeddingConfiguration
 
 UTILS = tfcases.load("utils_cases.json")
@@ -128,7 +128,7 @@ PROGRAM_BINARY = tfcases.DATA / "user_program.binpb"
 
 
 def test_user_program_parses_with_element_types_by_name() -> None:
-    from tpuemb_cfg.io import load
+    from tpuemb_cfg.formats.io import load
 
     config = load(str(PROGRAM_TEXT))
     assert config.SerializeToString() == PROGRAM_BINARY.read_bytes()
@@ -141,7 +141,7 @@ def test_user_program_validates_and_the_program_rules_run() -> None:
     diagnostics = validate(str(PROGRAM_TEXT))
     assert not [d for d in diagnostics if str(getattr(d.severity, "value", d.severity)) == "error"]
     # The arity rules read the program: breaking its signature is reported.
-    from tpuemb_cfg.io import load
+    from tpuemb_cfg.formats.io import load
 
     config = load(str(PROGRAM_TEXT))
     del config.table_descriptor[0].optimization_parameters.user_defined_program.program \
@@ -176,7 +176,7 @@ def test_user_program_text_is_already_formatted() -> None:
 
 def test_unknown_element_type_numbers_survive_text() -> None:
     """An element type a newer XLA adds (a number this schema does not name) round-trips."""
-    from tpuemb_cfg.io import load
+    from tpuemb_cfg.formats.io import load
 
     config = load(str(PROGRAM_BINARY))
     program = config.table_descriptor[1].optimization_parameters.user_defined_program.program

@@ -12,11 +12,11 @@ from conftest import EXAMPLES, GOLDEN, require_data
 from rulecheck import CLEAN, NUM_HOSTS_ZERO, write_config
 
 from tpuemb_cfg import TPUEmbeddingConfiguration
-from tpuemb_cfg.derived import derive, host_sizes
-from tpuemb_cfg.errors import UsageError
-from tpuemb_cfg.io import load
+from tpuemb_cfg.base.errors import UsageError
+from tpuemb_cfg.formats.io import load
+from tpuemb_cfg.model.derived import derive, host_sizes
 from tpuemb_cfg.rules import RULES, Context, Diagnostic, rule
-from tpuemb_cfg.validator import selected_rules, validate
+from tpuemb_cfg.validation.validator import selected_rules, validate
 
 BROKEN = """\
 mode: TRAINING
@@ -185,8 +185,8 @@ def test_golden_configs_never_crash_a_rule() -> None:
 def test_validate_does_not_import_numpy(tmp_path: Path) -> None:
     path = write_config(tmp_path, BROKEN)
     code = (
-        "import sys, tpuemb_cfg.validator, tpuemb_cfg.commands.validate\n"
-        f"tpuemb_cfg.validator.validate({path!r}, show_derived=True)\n"
+        "import sys, tpuemb_cfg.validation.validator, tpuemb_cfg.commands.validate\n"
+        f"tpuemb_cfg.validation.validator.validate({path!r}, show_derived=True)\n"
         "assert 'numpy' not in sys.modules, 'numpy was imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -9,7 +9,7 @@ from xml.etree import ElementTree as ET
 
 from rulecheck import CLEAN, NUM_HOSTS_ZERO, invoke, write_config
 
-from tpuemb_cfg.io import load
+from tpuemb_cfg.formats.io import load
 from tpuemb_cfg.rules import RULES
 
 # num_hosts 0 (error, 2:1), cores 3 vs hosts 2 would warn; here: an error and a warning.

@@ -6,10 +6,10 @@ from pathlib import Path
 
 from rulecheck import HEADER, adagrad_table, invoke, write_file
 
-from tpuemb_cfg.derived import derive
-from tpuemb_cfg.fix import fix_source
-from tpuemb_cfg.io import load, read_source
-from tpuemb_cfg.validator import validate
+from tpuemb_cfg.formats.io import load, read_source
+from tpuemb_cfg.model.derived import derive
+from tpuemb_cfg.validation.fix import fix_source
+from tpuemb_cfg.validation.validator import validate
 
 TAGS = (
     "# tags 0, 1 and 3: 3 must become 2\n"
@@ -216,13 +216,13 @@ def test_fix_unparsable_file_reports_parse_error(tmp_path: Path) -> None:
 
 
 def test_fix_that_cannot_be_written_is_exit_2(tmp_path: Path, monkeypatch) -> None:
-    import tpuemb_cfg.fix
-    from tpuemb_cfg.errors import InputError
+    import tpuemb_cfg.validation.fix
+    from tpuemb_cfg.base.errors import InputError
 
     def refuse(source, fixes=None):  # type: ignore[no-untyped-def]
         raise InputError("the fixed file would not parse back", path=source.path)
 
-    monkeypatch.setattr(tpuemb_cfg.fix, "fix_source", refuse)
+    monkeypatch.setattr(tpuemb_cfg.validation.fix, "fix_source", refuse)
     path = write_file(tmp_path, TAGS)
     result = invoke("validate", "--fix", str(path))
     assert result.exit_code == 2

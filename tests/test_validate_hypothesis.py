@@ -16,14 +16,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tpuemb_cfg import TPUEmbeddingConfiguration
+from tpuemb_cfg.base.errors import InputError
 from tpuemb_cfg.cli import main
-from tpuemb_cfg.derived import derive, host_sizes
-from tpuemb_cfg.errors import InputError
-from tpuemb_cfg.fix import fix_source
-from tpuemb_cfg.io import read_source
-from tpuemb_cfg.report import FORMATS, FileReport, render
+from tpuemb_cfg.formats.io import read_source
+from tpuemb_cfg.model.derived import derive, host_sizes
 from tpuemb_cfg.rules import Diagnostic
-from tpuemb_cfg.validator import validate
+from tpuemb_cfg.validation.fix import fix_source
+from tpuemb_cfg.validation.report import FORMATS, FileReport, render
+from tpuemb_cfg.validation.validator import validate
 
 FD = FieldDescriptor
 INT32 = st.one_of(
@@ -199,8 +199,8 @@ def _same_positions(text: str) -> None:
     """Locating findings element by element (or, for an unusual top level, in one stream of
     the whole text) places every finding where the full scan does, and sees the same
     suppression comments."""
-    from tpuemb_cfg.locations import scan_locations
-    from tpuemb_cfg.validator import (
+    from tpuemb_cfg.formats.locations import scan_locations
+    from tpuemb_cfg.validation.validator import (
         _locate,
         _locate_in_whole_text,
         _position,

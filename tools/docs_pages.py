@@ -59,8 +59,8 @@ def _explanation(text: str) -> list[str]:
 def rules_page() -> str:
     """The page of every registered validation rule."""
     import tpuemb_cfg.commands.validate  # noqa: F401  (the module of `rules` and `explain`)
-    from tpuemb_cfg.fix import fixes_for
     from tpuemb_cfg.rules import RULES  # every rule registered by then
+    from tpuemb_cfg.validation.fix import fixes_for
 
     entries = [RULES[rule_id] for rule_id in sorted(RULES)]
     out = [

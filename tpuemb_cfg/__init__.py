@@ -15,18 +15,21 @@ from __future__ import annotations
 # First, before any other import: as the `tpuemb` command, Ctrl-C exits quietly (130) while the
 # command starts (a KeyboardInterrupt inside an import would print a traceback). The module
 # imports only what Python has loaded already; a library import changes nothing.
-from tpuemb_cfg._interrupt import guard_start as _guard_start
+from tpuemb_cfg.base.interrupt import guard_start as _guard_start
 
 _guard_start()
 
 import importlib  # noqa: E402 - after the Ctrl-C guard
 from typing import TYPE_CHECKING, Any  # noqa: E402
 
-from tpuemb_cfg.errors import InputError, TpuembError, UsageError  # noqa: E402
-from tpuemb_cfg.version import __version__  # noqa: E402
+from tpuemb_cfg._moved import install as _install_moved  # noqa: E402
+from tpuemb_cfg.base.errors import InputError, TpuembError, UsageError  # noqa: E402
+from tpuemb_cfg.base.version import __version__  # noqa: E402
+
+_install_moved()  # the old module paths (one release)
 
 if TYPE_CHECKING:
-    from tpuemb_cfg.io import as_config, dump, load
+    from tpuemb_cfg.formats.io import as_config, dump, load
     from tpuemb_cfg.model import Diagnostic
     from tpuemb_cfg.proto.optimization_parameters_pb2 import (
         AdadeltaParameters,
@@ -84,9 +87,9 @@ _LAZY: dict[str, str] = {
     )},
     "TPUEmbeddingConfiguration": _CONFIGURATION,
     "TPUEmbeddingError": _CONFIGURATION,
-    "as_config": "tpuemb_cfg.io",
-    "dump": "tpuemb_cfg.io",
-    "load": "tpuemb_cfg.io",
+    "as_config": "tpuemb_cfg.formats.io",
+    "dump": "tpuemb_cfg.formats.io",
+    "load": "tpuemb_cfg.formats.io",
     "validate": "tpuemb_cfg.session",
     "Diagnostic": "tpuemb_cfg.model",
     "open_run": "tpuemb_cfg.run",

@@ -4,15 +4,15 @@ Start-up matters in pre-commit hooks: `tpuemb validate` must not pay for NumPy o
 each family of commands lives in its own module under tpuemb_cfg.commands and is imported on use.
 This module holds no logic of its own beyond turning library errors into exit codes:
 0 success, 1 findings (validate) or a difference (--check), 2 unreadable input, an unwritable
-output (a file, or standard output/error: :mod:`tpuemb_cfg._streams`) or bad usage, 128 + N
+output (a file, or standard output/error: :mod:`tpuemb_cfg.base.streams`) or bad usage, 128 + N
 stopped by signal N (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP).
 
 **Ctrl-C at any moment** prints one line and exits 130, with no traceback and no partial output
-(:mod:`tpuemb_cfg._interrupt`): while the command starts, SIGINT exits at once; once it runs, the
-first Ctrl-C raises ``KeyboardInterrupt`` (every ``with`` block removes its temporary files) and is
-caught here; a second one exits at once. SIGTERM and SIGHUP take the same path (``Terminated``, a
-``KeyboardInterrupt``). In-process callers (``CliRunner``, ``main(args=[...])``) keep Python's own
-signal handling; only the ``KeyboardInterrupt`` conversion applies to them.
+(:mod:`tpuemb_cfg.base.interrupt`): while the command starts, SIGINT exits at once; once it runs,
+the first Ctrl-C raises ``KeyboardInterrupt`` (every ``with`` block removes its temporary files)
+and is caught here; a second one exits at once. SIGTERM and SIGHUP take the same path
+(``Terminated``, a ``KeyboardInterrupt``). In-process callers (``CliRunner``, ``main(args=[...])``)
+keep Python's own signal handling; only the ``KeyboardInterrupt`` conversion applies to them.
 """
 
 from __future__ import annotations
@@ -26,9 +26,11 @@ from typing import Any, NoReturn
 
 import click
 
-from tpuemb_cfg import __version__, _interrupt, _streams, missing_dependency
+from tpuemb_cfg import __version__, missing_dependency
+from tpuemb_cfg.base import interrupt as _interrupt
+from tpuemb_cfg.base import streams as _streams
+from tpuemb_cfg.base.errors import TpuembError, printable
 from tpuemb_cfg.commands.flags import cli_message, echo
-from tpuemb_cfg.errors import TpuembError, printable
 
 # command name -> (module, attribute, one-line help shown in `tpuemb --help`)
 COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -62,7 +64,7 @@ def _interrupted(exc: KeyboardInterrupt) -> NoReturn:
     # A signal between a temporary file's creation and the ``with`` block that owns it (or
     # between that block and the set that stages it) leaves the file to no one: remove every
     # temporary output still registered.
-    remove = getattr(sys.modules.get("tpuemb_cfg.atomic"), "remove_temporaries", None)
+    remove = getattr(sys.modules.get("tpuemb_cfg.formats.atomic"), "remove_temporaries", None)
     if remove is not None:
         remove()
     try:
@@ -156,7 +158,7 @@ class LazyGroup(click.Group):
         """Run the command; as the `tpuemb` process (``args`` None), also own SIGINT, SIGTERM
         and SIGHUP.
 
-        Standard output and error are guarded (:mod:`tpuemb_cfg._streams`): a write that fails
+        Standard output and error are guarded (:mod:`tpuemb_cfg.base.streams`): a write that fails
         is one line and status 2, also when it fails in the final flush.
         """
         self._process = args is None

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .errors import UsageError
+from tpuemb_cfg.base.errors import UsageError
+
 from .executor import core
 from .executor.engines import Engine, get_engine
 from .executor.local import StorageFactory, custom_backend

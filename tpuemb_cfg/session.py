@@ -28,18 +28,26 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from . import validator
-from .derived import derive
-from .errors import InputError
+from tpuemb_cfg.base.errors import InputError
+from tpuemb_cfg.formats.locations import scan_locations, wanted_paths
+from tpuemb_cfg.model.derived import derive
+from tpuemb_cfg.validation import validator
+from tpuemb_cfg.validation.validator import (
+    place,
+    run_rules,
+    selected_rules,
+    sort_key,
+    validate_source,
+)
+
 from .executor.prepared import Prepared
-from .locations import scan_locations, wanted_paths
 from .sparsecore.checks import check_config
 from .sparsecore.feed import stack
 from .spec_check import is_spec, sparsecore_position, validate_sparsecore, validate_spec
-from .validator import place, run_rules, selected_rules, sort_key, validate_source
 
 if TYPE_CHECKING:
-    from .derived import Derived
+    from tpuemb_cfg.model.derived import Derived
+
     from .executor.plan import Plan
     from .proto.tpu_embedding_configuration_pb2 import TPUEmbeddingConfiguration
     from .rules import Diagnostic, Severity
@@ -93,7 +101,7 @@ def prepare(source: Any, *, combiners: Combiners = None, check: bool = True) -> 
     if _is_compiled(source):
         return _prepare_compiled(source, path, combiners, check)
     if isinstance(source, str | os.PathLike):
-        from .io import read_source
+        from tpuemb_cfg.formats.io import read_source
 
         parsed = read_source(source)
         config = parsed.message
@@ -103,7 +111,7 @@ def prepare(source: Any, *, combiners: Combiners = None, check: bool = True) -> 
 
             diagnostics = tuple(validate_source(parsed, selected_rules(), derived=derived))
     else:
-        from .io import as_config
+        from tpuemb_cfg.formats.io import as_config
 
         config = as_config(source)
         derived = derive(config)
@@ -248,8 +256,8 @@ def validate(
     """``tpuemb_cfg.validate``: every finding of a configuration, sorted by file, line, column
     and rule.
 
-    Takes what :func:`tpuemb_cfg.validator.validate` takes (the arguments are its) and a path
-    to a ``.py``/``.toml`` spec, which is compiled and its findings placed in the spec
+    Takes what :func:`tpuemb_cfg.validation.validator.validate` takes (the arguments are its) and a
+    path to a ``.py``/``.toml`` spec, which is compiled and its findings placed in the spec
     (:mod:`tpuemb_cfg.spec_check`); a SparseCore spec or ``SparseCoreConfig`` is checked by the
     SparseCore rules (``SC``).
     """
@@ -317,7 +325,7 @@ def place_plan_findings(planner: Any, findings: Sequence[Diagnostic],
             out.append(replace(d, path=path) if found is None
                        else replace(d, path=path, line=found[0], column=found[1]))
         return out
-    from .io import TEXT_SUFFIXES
+    from tpuemb_cfg.formats.io import TEXT_SUFFIXES
 
     if not path.lower().endswith(TEXT_SUFFIXES):
         return [replace(d, path=path) for d in findings]

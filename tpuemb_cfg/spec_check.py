@@ -28,19 +28,31 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from tpuemb_cfg.errors import InputError
-from tpuemb_cfg.fix import KeyPlace, KeyRenameAt, SpecFix, locate_limit_key, rename_spec_keys
-from tpuemb_cfg.locations import DISABLE, Locations, parent_path
+from tpuemb_cfg.base.errors import InputError
+from tpuemb_cfg.formats.locations import DISABLE, Locations, parent_path
 from tpuemb_cfg.rules import Diagnostic
 from tpuemb_cfg.rules.sparsecore import limit_key_renames
 from tpuemb_cfg.sparsecore.checks import check_config
 from tpuemb_cfg.sparsecore.feed import stack
-from tpuemb_cfg.validator import parse_error, place, run_rules, run_sparsecore_rules, sort_key
+from tpuemb_cfg.validation.fix import (
+    KeyPlace,
+    KeyRenameAt,
+    SpecFix,
+    locate_limit_key,
+    rename_spec_keys,
+)
+from tpuemb_cfg.validation.validator import (
+    parse_error,
+    place,
+    run_rules,
+    run_sparsecore_rules,
+    sort_key,
+)
 
 if TYPE_CHECKING:
     from tpuemb_cfg.embedding import CompiledConfig
-    from tpuemb_cfg.fix import SpecFix
     from tpuemb_cfg.rules import Rule, Severity
+    from tpuemb_cfg.validation.fix import SpecFix
 
 __all__ = ["SPEC_SUFFIXES", "CompiledSpec", "compile_spec", "fix_sparsecore_spec",
            "is_sparsecore_spec", "is_spec", "validate_sparsecore", "validate_sparsecore_spec",

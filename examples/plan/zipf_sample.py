@@ -92,7 +92,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1024, help="rows per step of an .npz")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    from tpuemb_cfg.errors import TpuembError
+    from tpuemb_cfg.base.errors import TpuembError
 
     try:
         columns = zipf_columns(schema_of(args.config), args.rows, exponent=args.exponent,

@@ -13,7 +13,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..numerics import pow64
+from tpuemb_cfg.base.numerics import pow64
+
 from .update import ONE, ZERO, F, Quad, hyper_tuple, register_element, sign
 
 

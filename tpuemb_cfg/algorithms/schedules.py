@@ -11,7 +11,7 @@ Float32, as TensorFlow computes them. A Keras schedule converts its parameters t
 and computes its value with one TensorFlow op after another, each rounded to float32. The
 functions here do the same operations in the same order on NumPy float32 scalars (``+ - * /``,
 ``floor``, ``ceil``, ``min`` and comparisons, exact in IEEE 754) and use the executor's own
-``pow32``, ``cos32`` and ``log32`` (``tpuemb_cfg.numerics``: correctly rounded but for values
+``pow32``, ``cos32`` and ``log32`` (``tpuemb_cfg.base.numerics``: correctly rounded but for values
 within 1e-15 of a rounding boundary, and the same bits on every machine) where TensorFlow calls
 its ``pow``, ``cos`` and ``log`` kernels. So the value at a step is TensorFlow's float32
 (``tests/data/tf/schedules.json`` holds TensorFlow 2.21's values for steps 0..N; the tests compare
@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import numerics
+from tpuemb_cfg.base import numerics
 
 __all__ = ["SCHEDULE_FUNCTIONS", "cosine", "cosine_restarts", "exponential", "exponential_decay",
            "inverse_time", "piecewise", "piecewise_constant", "polynomial", "warmup_cosine",

@@ -52,7 +52,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from ..numerics import pow32
+from tpuemb_cfg.base.numerics import pow32
+
 from .base import Algorithm, Slot
 from .table import ALGORITHMS
 

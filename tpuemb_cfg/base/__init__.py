@@ -1,3 +1,5 @@
-"""The lowest layer: modules that import nothing from the rest of the package (standard library
-only), such as the TPU platform table (:mod:`tpuemb_cfg.base.platform`) and the SparseCore defaults
-(:mod:`tpuemb_cfg.base.sparsecore_defaults`)."""
+"""The base layer: the errors users see, the units they type, float32 numerics, the TPU platform
+table (:mod:`tpuemb_cfg.base.platform`) and the SparseCore defaults
+(:mod:`tpuemb_cfg.base.sparsecore_defaults`), the enum numbers, interrupts and standard streams.
+Nothing here imports a module above it.
+"""

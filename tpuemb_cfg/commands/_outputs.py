@@ -6,8 +6,8 @@ the touched rows: ``--tables``), ``OUT_DIR/summary.json`` (the summary, with ``c
 ``out_dir`` added), the ``--plot`` image (PNG, SVG or PDF, from its extension) and the
 ``--save-batches`` file (each step's batch streamed in as the run goes, :func:`batches_file`).
 :func:`check_run_outputs` checks them all before the run starts; :func:`write_run` writes them
-together at its end, as one :class:`~tpuemb_cfg.atomic.OutputSet` (with the batches staged in
-the same set): all of them or, when anything fails (a full disk, the plot, Ctrl-C), none, and
+together at its end, as one :class:`~tpuemb_cfg.formats.atomic.OutputSet` (with the batches staged
+in the same set): all of them or, when anything fails (a full disk, the plot, Ctrl-C), none, and
 never through a predictable temporary name.
 """
 
@@ -21,14 +21,14 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from tpuemb_cfg.atomic import OutputSet, check_outputs
-from tpuemb_cfg.errors import UsageError, printable
-from tpuemb_cfg.units import format_size
+from tpuemb_cfg.base.errors import UsageError, printable
+from tpuemb_cfg.base.units import format_size
+from tpuemb_cfg.formats.atomic import OutputSet, check_outputs
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from tpuemb_cfg.atomic import OutputSet
+    from tpuemb_cfg.formats.atomic import OutputSet
 
 __all__ = ["PLOT_FORMATS", "batches_file", "check_plot", "check_run_outputs",
            "require_disk_space", "require_matplotlib", "status_line", "write_run"]
@@ -149,7 +149,7 @@ def write_run(out_dir: Path, summary: dict[str, Any], state: Mapping[str, np.nda
     none of them (staged in ``outputs`` when given: with the files staged there before, such
     as the ``--save-batches`` file, committed by its owner); return the path of
     ``tables.npz``."""
-    from tpuemb_cfg.npzio import write_npz
+    from tpuemb_cfg.formats.npzio import write_npz
 
     summary["config"] = config_label
     summary["out_dir"] = str(shown_dir if shown_dir is not None else out_dir)
@@ -176,7 +176,7 @@ def batches_file(outputs: OutputSet, path: str | None
     if path is None:
         yield None
         return
-    from tpuemb_cfg.npzio import NpzWriter
+    from tpuemb_cfg.formats.npzio import NpzWriter
 
     with outputs.open(path) as handle, NpzWriter(handle) as writer:
         def on_batch(step: int, arrays: Mapping[str, np.ndarray]) -> None:

@@ -31,8 +31,8 @@ from typing import TextIO
 
 import click
 
-from tpuemb_cfg.errors import UsageError, printable
-from tpuemb_cfg.units import format_size
+from tpuemb_cfg.base.errors import UsageError, printable
+from tpuemb_cfg.base.units import format_size
 
 __all__ = ["LOG_EVERY", "LOG_EVERY_ENV", "RunLog", "format_duration", "log_every"]
 

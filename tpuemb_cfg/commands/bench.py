@@ -1,4 +1,5 @@
-"""`tpuemb bench`: time the executor on the anchor workload (``tpuemb_cfg.bench`` does the work)."""
+"""`tpuemb bench`: time the executor on the anchor workload (``tpuemb_cfg.run.bench`` does the
+work)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ from typing import Any
 
 import click
 
-from tpuemb_cfg import units
 from tpuemb_cfg.algorithms.table import BENCHMARK, BENCHMARK_DEFAULT
+from tpuemb_cfg.base import units
+from tpuemb_cfg.base.errors import UsageError
 from tpuemb_cfg.commands.flags import echo
 from tpuemb_cfg.commands.simulate import (
     backend_option,
@@ -16,7 +18,6 @@ from tpuemb_cfg.commands.simulate import (
     parse_size,
     seed_option,
 )
-from tpuemb_cfg.errors import UsageError
 from tpuemb_cfg.executor.storage import choose_backend
 
 __all__ = ["bench"]
@@ -70,7 +71,7 @@ def bench(  # noqa: PLR0913  (a click command: one parameter per option)
     memory-traffic limits, TensorFlow's and PyTorch's steps) are in the repository's
     benchmarks/ (docs/performance.md).
     """
-    from tpuemb_cfg.bench import Workload, check_memory, run
+    from tpuemb_cfg.run.bench import Workload, check_memory, run
 
     workload = Workload(vocab=vocab, dim=dim, ids=ids, zipf=zipf, optimizer=optimizer,
                         steps=steps, seed=seed)
@@ -81,7 +82,7 @@ def bench(  # noqa: PLR0913  (a click command: one parameter per option)
     actor_env = chosen.runtime_env(runtime_env)
     check_memory(workload, limit)  # before anything is allocated, on either backend
     if not chosen.in_process:  # the tables on the backend's host processes
-        from tpuemb_cfg import bench_ray
+        from tpuemb_cfg.run import bench_ray
 
         scaled = bench_ray.run(workload, shards=shards, engine=engine, address=ray_address,
                                runtime_env=actor_env, ship=not no_ship)

@@ -15,14 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from tpuemb_cfg.atomic import check_outputs
+from tpuemb_cfg.base.errors import InputError, TpuembError, UsageError, printable, printable_json
 from tpuemb_cfg.commands.flags import echo, keras_backend_option
-from tpuemb_cfg.errors import InputError, TpuembError, UsageError, printable, printable_json
-from tpuemb_cfg.limits import read_input
-from tpuemb_cfg.report import FileReport, format_text
+from tpuemb_cfg.formats.atomic import check_outputs
+from tpuemb_cfg.formats.limits import read_input
 from tpuemb_cfg.rules import SEVERITY_RANK
 from tpuemb_cfg.session import prepare, validate
-from tpuemb_cfg.settings import common_folder, load_settings
 from tpuemb_cfg.sparsecore.summary import (
     format_sparsecore_summary,
     layouts_of,
@@ -30,7 +28,9 @@ from tpuemb_cfg.sparsecore.summary import (
     summarize_sparsecore,
 )
 from tpuemb_cfg.spec_check import compile_spec, is_spec, validate_spec
-from tpuemb_cfg.validator import selected_rules, validate_source
+from tpuemb_cfg.validation.report import FileReport, format_text
+from tpuemb_cfg.validation.settings import common_folder, load_settings
+from tpuemb_cfg.validation.validator import selected_rules, validate_source
 
 if TYPE_CHECKING:
     from tpuemb_cfg.embedding import CompiledConfig
@@ -42,7 +42,7 @@ FORMATS = ["text", "binary", "json"]
 def _render(compiled: CompiledConfig, spec_path: str, fmt: str) -> bytes:
     """The output file's bytes; text output starts with a comment naming the spec and the tags."""
     from tpuemb_cfg.embedding.tag_table import tag_table_lines
-    from tpuemb_cfg.io import serialize
+    from tpuemb_cfg.formats.io import serialize
 
     data = serialize(compiled.config, fmt)
     if fmt != "text":
@@ -62,7 +62,7 @@ def _as_text(data: bytes, fmt: str, message_type: Any = None) -> list[str]:
         return data.decode("utf-8", errors="replace").splitlines(keepends=True)
     from google.protobuf import text_format
 
-    from tpuemb_cfg.io import load
+    from tpuemb_cfg.formats.io import load
 
     message = load(data, fmt) if message_type is None else load(data, fmt,
                                                                 message_type=message_type)
@@ -72,7 +72,7 @@ def _as_text(data: bytes, fmt: str, message_type: Any = None) -> list[str]:
 def _render_layouts(layouts: Any, spec_path: str, fmt: str) -> bytes:
     """The bytes of a ``SparseCoreTableLayouts``; text output starts with a comment naming the
     spec."""
-    from tpuemb_cfg.io import serialize
+    from tpuemb_cfg.formats.io import serialize
 
     data = serialize(layouts, fmt)
     if fmt != "text":
@@ -140,7 +140,7 @@ def compile_(spec: str, output: str, to_format: str | None, check: bool,  # noqa
       tpuemb compile ranking.toml -o ranking.pbtxt --check    # in CI
     """
     from tpuemb_cfg.embedding.tag_table import tag_table_lines
-    from tpuemb_cfg.io import atomic_write_bytes, detect_format, normalize_format
+    from tpuemb_cfg.formats.io import atomic_write_bytes, detect_format, normalize_format
 
     if check and output == "-":
         raise UsageError("--check needs the file to compare with: -o OUT")
@@ -187,7 +187,7 @@ def compile_(spec: str, output: str, to_format: str | None, check: bool,  # noqa
 def _compile_sparsecore(spec: str, target: str, fmt: str, *, check: bool, shown: str) -> None:
     """``compile --sparsecore``: the layouts of the SparseCore spec, written or checked."""
     from tpuemb_cfg.embedding.sparsecore import load_sparsecore_spec
-    from tpuemb_cfg.io import atomic_write_bytes
+    from tpuemb_cfg.formats.io import atomic_write_bytes
 
     if not spec.endswith(".py"):
         raise InputError("--sparsecore takes a Python SparseCore spec (.py: sparse_core_config, "
@@ -268,8 +268,8 @@ def inspect(config: str, as_json: bool) -> None:
     and the findings point at the spec's lines.
     """
     from tpuemb_cfg.embedding.sparsecore import is_sparsecore_spec
-    from tpuemb_cfg.inspect_summary import format_summary, summarize
-    from tpuemb_cfg.io import read_source
+    from tpuemb_cfg.formats.io import read_source
+    from tpuemb_cfg.validation.inspect_summary import format_summary, summarize
 
     if is_sparsecore_spec(config):
         _inspect_sparsecore(config, as_json)
@@ -343,7 +343,7 @@ def _inspect_sparsecore(spec: str, as_json: bool) -> None:
 def _inspect_layouts(path: str, as_json: bool) -> bool:
     """``inspect`` of a ``SparseCoreTableLayouts`` file (``compile --sparsecore``'s output, text
     or JSON; binary is read as a configuration). False when ``path`` is not one."""
-    from tpuemb_cfg.io import detect_format, load
+    from tpuemb_cfg.formats.io import detect_format, load
     from tpuemb_cfg.proto.sparse_core_layout_pb2 import SparseCoreTableLayouts
 
     if path == "-" or detect_format(path) == "binary":

@@ -5,9 +5,9 @@ The library names its own parameters in its messages (``errors.parameter``: ``wo
 CLI prints the option a user typed instead (``--workers``), through :func:`cli_message`.
 
 Text a command prints (reports, errors, notes, warnings, progress) goes through :func:`echo`
-(or :func:`tpuemb_cfg.errors.printable` where it is written otherwise): table and feature
+(or :func:`tpuemb_cfg.base.errors.printable` where it is written otherwise): table and feature
 names, paths and option values are shown with their control characters escaped (``\\x1b``),
-never sent to the terminal. JSON is written by :func:`~tpuemb_cfg.errors.printable_json`.
+never sent to the terminal. JSON is written by :func:`~tpuemb_cfg.base.errors.printable_json`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 
 import click
 
-from tpuemb_cfg.errors import TpuembError, printable, printable_json
+from tpuemb_cfg.base.errors import TpuembError, printable, printable_json
 
 __all__ = ["FLAGS", "LINES", "cli_message", "echo", "keras_backend_option", "printable_json"]
 

@@ -6,12 +6,12 @@ also what TensorFlow-side tooling writes, so a formatted file diffs cleanly agai
 Comments are kept: a comment on a line of its own stays in front of the field that followed it, a
 comment at the end of a field's line stays on that field's line; comments with no field after them
 move to the end of the file. A ``# tpuemb: disable=ID`` at the end of a line silences the findings
-of every field that starts on that line (:mod:`tpuemb_cfg.validator`), so it is copied onto each
-of them, each now on a line of its own.
+of every field that starts on that line (:mod:`tpuemb_cfg.validation.validator`), so it is copied
+onto each of them, each now on a line of its own.
 
 A UTF-8 byte-order mark stays. ``fmt -`` is a filter (an editor's "format buffer"): it always
 writes the text. A file with several hard links is not rewritten
-(:func:`tpuemb_cfg.atomic.refuse_hard_linked` says why and what to do).
+(:func:`tpuemb_cfg.formats.atomic.refuse_hard_linked` says why and what to do).
 """
 
 from __future__ import annotations
@@ -22,17 +22,17 @@ from collections.abc import Callable, Mapping
 
 import click
 
-from tpuemb_cfg.atomic import check_outputs, refuse_hard_linked
+from tpuemb_cfg.base.errors import InputError, UsageError
 from tpuemb_cfg.commands.flags import echo
-from tpuemb_cfg.errors import InputError, UsageError
-from tpuemb_cfg.io import (
+from tpuemb_cfg.formats.atomic import check_outputs, refuse_hard_linked
+from tpuemb_cfg.formats.io import (
     atomic_write_bytes,
     detect_format,
     normalize_format,
     read_source,
     serialize,
 )
-from tpuemb_cfg.locations import DISABLE, parent_path, scan_locations, tokenize
+from tpuemb_cfg.formats.locations import DISABLE, parent_path, scan_locations, tokenize
 from tpuemb_cfg.proto.tpu_embedding_configuration_pb2 import TPUEmbeddingConfiguration
 
 FORMATS = ["text", "binary", "json"]

@@ -19,18 +19,18 @@ from typing import IO, Any
 
 import click
 
-from tpuemb_cfg.atomic import OutputSet, check_outputs
+from tpuemb_cfg.base.errors import InputError, UsageError, printable, printable_json
 from tpuemb_cfg.base.platform import chip_names, sparsecore_chips
+from tpuemb_cfg.base.units import parse_size
 from tpuemb_cfg.commands._outputs import _PLOT_METADATA, check_plot, require_matplotlib
 from tpuemb_cfg.commands.flags import LINES, keras_backend_option
-from tpuemb_cfg.errors import InputError, UsageError, printable, printable_json
+from tpuemb_cfg.formats.atomic import OutputSet, check_outputs
 from tpuemb_cfg.planner.checks import number_problem
 from tpuemb_cfg.planner.inputs import sample_files
 from tpuemb_cfg.planner.planning import PlanOptions, format_text, parse_compare, parse_gate
-from tpuemb_cfg.report import FileReport, format_sarif
 from tpuemb_cfg.rules import RULES, all_rules
 from tpuemb_cfg.session import open_plan, place_plan_findings
-from tpuemb_cfg.units import parse_size
+from tpuemb_cfg.validation.report import FileReport, format_sarif
 
 #: Without a terminal, a progress line at most this often (seconds).
 LINE_EVERY = 10.0

@@ -16,7 +16,8 @@ from typing import Any
 
 import click
 
-from tpuemb_cfg import units
+from tpuemb_cfg.base import units
+from tpuemb_cfg.base.errors import UsageError
 from tpuemb_cfg.commands import simulate_modes as modes
 from tpuemb_cfg.commands._outputs import require_matplotlib
 from tpuemb_cfg.commands._progress import log_every
@@ -38,9 +39,8 @@ from tpuemb_cfg.commands.simulate_options import (
     simulate_options,
     source_of,
 )
-from tpuemb_cfg.errors import UsageError
 from tpuemb_cfg.executor.storage import choose_backend
-from tpuemb_cfg.limits import available_memory
+from tpuemb_cfg.formats.limits import available_memory
 from tpuemb_cfg.run import BUILT_IN, RunRequest, open_run, run_kind
 
 __all__ = ["available_memory", "backend_option", "engine_option", "parse_size", "ray_runtime_env",

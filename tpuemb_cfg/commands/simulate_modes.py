@@ -10,14 +10,14 @@ import os
 from pathlib import Path
 from typing import Any
 
-from tpuemb_cfg.atomic import OutputSet
+from tpuemb_cfg.base.errors import OutputError
 from tpuemb_cfg.commands._outputs import batches_file, require_disk_space, write_run
 from tpuemb_cfg.commands._progress import RunLog
 from tpuemb_cfg.commands.flags import echo
 from tpuemb_cfg.commands.simulate_options import say
-from tpuemb_cfg.errors import OutputError
-from tpuemb_cfg.limits import available_memory
-from tpuemb_cfg.npzio import atomic_write_npz
+from tpuemb_cfg.formats.atomic import OutputSet
+from tpuemb_cfg.formats.limits import available_memory
+from tpuemb_cfg.formats.npzio import atomic_write_npz
 from tpuemb_cfg.run import Run
 from tpuemb_cfg.sim.report import run_text, workers_text
 

@@ -11,13 +11,13 @@ from typing import Any, TypeVar
 
 import click
 
-from tpuemb_cfg import units
-from tpuemb_cfg.atomic import check_outputs
+from tpuemb_cfg.base import units
+from tpuemb_cfg.base.errors import InputError, NumericalError, UsageError
+from tpuemb_cfg.base.units import format_size
 from tpuemb_cfg.commands._outputs import check_run_outputs
 from tpuemb_cfg.commands.flags import cli_message
-from tpuemb_cfg.errors import InputError, NumericalError, UsageError
-from tpuemb_cfg.limits import total_memory
-from tpuemb_cfg.units import format_size
+from tpuemb_cfg.formats.atomic import check_outputs
+from tpuemb_cfg.formats.limits import total_memory
 
 __all__ = ["SPEC_KEY", "backend_option", "check_placement", "check_replay_outputs",
            "check_synthetic_outputs", "config_errors", "engine_option", "given", "option_name",

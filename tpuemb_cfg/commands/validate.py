@@ -14,18 +14,18 @@ from typing import Any
 
 import click
 
-from tpuemb_cfg.atomic import refuse_hard_linked
+from tpuemb_cfg.base.errors import InputError, UsageError
 from tpuemb_cfg.base.platform import legacy_chips
 from tpuemb_cfg.commands._outputs import status_line
 from tpuemb_cfg.commands.flags import cli_message, echo, keras_backend_option
-from tpuemb_cfg.errors import InputError, UsageError
-from tpuemb_cfg.fix import fix_source, fixes_for
-from tpuemb_cfg.io import Source, atomic_write_bytes, read_source
-from tpuemb_cfg.report import FORMATS, FileReport, render_chunks
+from tpuemb_cfg.formats.atomic import refuse_hard_linked
+from tpuemb_cfg.formats.io import Source, atomic_write_bytes, read_source
 from tpuemb_cfg.rules import RULES, SEVERITY_RANK, Diagnostic
-from tpuemb_cfg.settings import Settings, common_folder, load_settings, parse_tpu
 from tpuemb_cfg.spec_check import fix_sparsecore_spec, is_sparsecore_spec, is_spec, validate_spec
-from tpuemb_cfg.validator import PARSE_RULE, parse_error, selected_rules, validate_source
+from tpuemb_cfg.validation.fix import fix_source, fixes_for
+from tpuemb_cfg.validation.report import FORMATS, FileReport, render_chunks
+from tpuemb_cfg.validation.settings import Settings, common_folder, load_settings, parse_tpu
+from tpuemb_cfg.validation.validator import PARSE_RULE, parse_error, selected_rules, validate_source
 
 
 def tpu_option(value: str) -> str:

@@ -9,9 +9,9 @@ from __future__ import annotations
 import operator
 from typing import Any
 
+from tpuemb_cfg.base.errors import shown
 from tpuemb_cfg.embedding import pbvalues
 from tpuemb_cfg.embedding.errors import EmbeddingConfigError, EmbeddingTypeError
-from tpuemb_cfg.errors import shown
 
 #: A short ``repr`` of a received value for an error message: the package's one helper.
 show = shown

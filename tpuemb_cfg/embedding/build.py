@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tpuemb_cfg.base.schema import Mode
 from tpuemb_cfg.embedding import _checks as chk
 from tpuemb_cfg.embedding import keras_rs, pbvalues
 from tpuemb_cfg.embedding.bagsizes import ids_per_bag
@@ -35,8 +36,7 @@ from tpuemb_cfg.embedding.shapes import (
     to_shape,
 )
 from tpuemb_cfg.embedding.tables import FeatureConfig, TableConfig
-from tpuemb_cfg.schema import Mode
-from tpuemb_cfg.validator import validate
+from tpuemb_cfg.validation.validator import validate
 
 if TYPE_CHECKING:
     from tpuemb_cfg.proto.tpu_embedding_configuration_pb2 import TPUEmbeddingConfiguration

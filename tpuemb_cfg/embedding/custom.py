@@ -38,10 +38,10 @@ from typing import Any
 
 import numpy as np
 
+from tpuemb_cfg.base.usercode import user_value
 from tpuemb_cfg.embedding import _checks as chk
 from tpuemb_cfg.embedding.equality import ValueEquality
 from tpuemb_cfg.embedding.optimizers import Optimizer, TagOf
-from tpuemb_cfg.usercode import user_value
 
 
 class CustomOptimizer(Optimizer):

@@ -42,13 +42,13 @@ import numbers
 from collections.abc import Mapping
 from typing import Any
 
+from tpuemb_cfg.base.errors import InputError
 from tpuemb_cfg.embedding.tables import (
     ConstantInitializer,
     RowIdInitializer,
     TruncatedNormalInitializer,
 )
 from tpuemb_cfg.embedding.tag_table import describe_callable
-from tpuemb_cfg.errors import InputError
 from tpuemb_cfg.model import TableInit
 
 __all__ = ["TRUNCATED_STD", "resolve"]

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from tpuemb_cfg.base.usercode import tree_leaves
 from tpuemb_cfg.embedding.errors import EmbeddingConfigError, EmbeddingTypeError
-from tpuemb_cfg.usercode import tree_leaves
 
 
 def _sorted_items(mapping: Mapping[Any, Any], path: str) -> list[tuple[Any, Any]]:

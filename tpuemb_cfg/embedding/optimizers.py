@@ -29,11 +29,11 @@ from typing import Any, ClassVar
 
 from tpuemb_cfg.algorithms import ALGORITHMS, slot_names
 from tpuemb_cfg.algorithms.table import ADAM_BETA_1, ADAM_BETA_2
+from tpuemb_cfg.base.schema import AccumulationStatus, PackingStatus, value_names
 from tpuemb_cfg.embedding import _checks as chk
 from tpuemb_cfg.embedding import origins, pbvalues
 from tpuemb_cfg.embedding.equality import ValueEquality
 from tpuemb_cfg.embedding.errors import EmbeddingOverflowError
-from tpuemb_cfg.schema import AccumulationStatus, PackingStatus, value_names
 
 #: Maps a dynamic input (a learning-rate callable or a step counter) to its tag.
 TagOf = Callable[[Any], int]

@@ -38,12 +38,12 @@ import operator
 from collections.abc import Mapping
 from typing import Any
 
+from tpuemb_cfg.base.errors import shown
 from tpuemb_cfg.embedding.errors import (
     EmbeddingConfigError,
     EmbeddingOverflowError,
     EmbeddingTypeError,
 )
-from tpuemb_cfg.errors import shown
 
 #: A short ``repr`` of a received value for an error message: the package's one helper.
 show = shown

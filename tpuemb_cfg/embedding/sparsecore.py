@@ -35,6 +35,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
+from tpuemb_cfg.base.errors import InputError
 from tpuemb_cfg.embedding import _checks as chk
 from tpuemb_cfg.embedding import keras_rs, keras_rs_jax, origins
 from tpuemb_cfg.embedding.build import _input_shapes, build_config
@@ -46,7 +47,6 @@ from tpuemb_cfg.embedding.nest import flatten_with_paths
 from tpuemb_cfg.embedding.shapes import to_shape
 from tpuemb_cfg.embedding.sparsecore_group import CallableNumbers, group_key
 from tpuemb_cfg.embedding.spec import check_spec_file, read_spec_text, run_python_spec
-from tpuemb_cfg.errors import InputError
 from tpuemb_cfg.sparsecore import jte
 from tpuemb_cfg.sparsecore.checks import LimitCallableError, check_config
 from tpuemb_cfg.sparsecore.config import (
@@ -682,7 +682,7 @@ def load_sparsecore_spec(path: Any, *, keras_backend: str | None = None) -> Spar
       ``use_short_stack_names``, ``stack_to_max_ids_per_partition``,
       ``stack_to_max_unique_ids_per_partition``.
 
-    Raises :class:`~tpuemb_cfg.errors.InputError` with the spec's path and the line of the
+    Raises :class:`~tpuemb_cfg.base.errors.InputError` with the spec's path and the line of the
     setting at fault (or of the features) when the spec cannot be run or converted."""
 
     name = check_spec_file(path)

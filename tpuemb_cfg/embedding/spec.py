@@ -7,7 +7,7 @@ optionally ``optimizer``, ``num_hosts``, ``num_replicas``, ``num_cores_per_repli
 ``tpuemb_cfg.embedding``. Whatever the file does becomes one error naming it: an exception of any
 kind (``sys.exit``, a ``BaseException`` subclass of its own; Ctrl-C still interrupts) and a call
 of ``os._exit``, which would otherwise end tpuemb at once with nothing written and nothing said
-(:mod:`tpuemb_cfg.usercode`).
+(:mod:`tpuemb_cfg.base.usercode`).
 
 **TOML spec**: the same content declared as data (``docs/compile.md`` has the full reference)::
 
@@ -32,7 +32,7 @@ of ``os._exit``, which would otherwise end tpuemb at once with nothing written a
     [features.user_id]                  # the feature name defaults to the key
     table = "user"
 
-Errors become :class:`~tpuemb_cfg.errors.InputError` with the spec's path and, where it can be
+Errors become :class:`~tpuemb_cfg.base.errors.InputError` with the spec's path and, where it can be
 found, the line and column of the offending entry.
 """
 
@@ -52,6 +52,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
+from tpuemb_cfg.base.errors import InputError
+from tpuemb_cfg.base.usercode import ExitCalled, exit_guard
 from tpuemb_cfg.embedding import optimizers as opt
 from tpuemb_cfg.embedding.build import CompiledConfig, build_config
 from tpuemb_cfg.embedding.errors import ConfigValidationError
@@ -65,9 +67,7 @@ from tpuemb_cfg.embedding.tables import (
     TableConfig,
     TruncatedNormalInitializer,
 )
-from tpuemb_cfg.errors import InputError
-from tpuemb_cfg.limits import max_input_bytes, too_large
-from tpuemb_cfg.usercode import ExitCalled, exit_guard
+from tpuemb_cfg.formats.limits import max_input_bytes, too_large
 
 _T = TypeVar("_T")
 
@@ -112,7 +112,7 @@ def _one_line(text: str) -> str:
 
 def load_spec(path: str | os.PathLike[str]) -> Spec:
     """Read a ``.py`` or ``.toml`` spec (by extension), within the input size limit
-    (:func:`tpuemb_cfg.limits.max_input_bytes`)."""
+    (:func:`tpuemb_cfg.formats.limits.max_input_bytes`)."""
     name = check_spec_file(path)
     if name.endswith(".toml"):
         return _load_toml(name)
@@ -134,7 +134,7 @@ def read_spec_text(path: str | os.PathLike[str]) -> str:
 
 def check_spec_file(path: str | os.PathLike[str]) -> str:
     """``path`` as a string, once it is known to be a file within the input size limit
-    (:func:`tpuemb_cfg.limits.max_input_bytes`); :class:`InputError` otherwise."""
+    (:func:`tpuemb_cfg.formats.limits.max_input_bytes`); :class:`InputError` otherwise."""
 
     name = os.fspath(path)
     if not Path(name).is_file():

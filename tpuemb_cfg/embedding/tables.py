@@ -11,12 +11,12 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from tpuemb_cfg.base.schema import COMBINERS
 from tpuemb_cfg.embedding import _checks as chk
 from tpuemb_cfg.embedding import origins, pbvalues
 from tpuemb_cfg.embedding.custom import CustomCombiner
 from tpuemb_cfg.embedding.errors import EmbeddingOverflowError
 from tpuemb_cfg.embedding.shapes import Shape, shape_repr, to_shape
-from tpuemb_cfg.schema import COMBINERS
 
 if TYPE_CHECKING:
     import numpy as np

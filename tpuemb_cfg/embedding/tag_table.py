@@ -9,9 +9,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from tpuemb_cfg.base.errors import printable
 from tpuemb_cfg.embedding.keras import KerasSchedule
 from tpuemb_cfg.embedding.schedules import Schedule
-from tpuemb_cfg.errors import printable
 
 __all__ = ["describe_callable", "tag_table_lines"]
 
@@ -35,7 +35,7 @@ def describe_callable(fn: Any) -> str:
 
 def tag_table_lines(compiled: Any) -> list[str]:
     """``tag k -> tables a, b -> schedule`` for every dynamic input of a compiled spec; each
-    line printable (:func:`~tpuemb_cfg.errors.printable`: it is also a comment line of the
+    line printable (:func:`~tpuemb_cfg.base.errors.printable`: it is also a comment line of the
     compiled file, which a line break in a table name would end)."""
 
     if not compiled.dynamic_learning_rates:

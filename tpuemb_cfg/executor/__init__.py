@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tpuemb_cfg.lazy import lazy_exports
+from tpuemb_cfg.base.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .batch import FeatureInput

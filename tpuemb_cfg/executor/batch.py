@@ -12,7 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InputError
+from tpuemb_cfg.base.errors import InputError
+
 from .plan import FeaturePlan, Plan, TablePlan
 
 __all__ = [

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import InputError
+from tpuemb_cfg.base.errors import InputError
 
 if TYPE_CHECKING:
     from .plan import Plan

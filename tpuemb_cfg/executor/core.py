@@ -26,7 +26,8 @@ from typing import Any, Concatenate, NamedTuple, ParamSpec, TypeVar
 
 import numpy as np
 
-from ..errors import InputError, NumericalError, UsageError
+from tpuemb_cfg.base.errors import InputError, NumericalError, UsageError
+
 from .batch import (
     CheckedFeature,
     FeatureInput,

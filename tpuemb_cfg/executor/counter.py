@@ -70,7 +70,7 @@ from typing import Any
 
 import numpy as np
 
-from ..numerics import log64
+from tpuemb_cfg.base.numerics import log64
 
 __all__ = [
     "LAYER_F",

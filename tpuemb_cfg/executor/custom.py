@@ -42,9 +42,10 @@ from typing import Any
 
 import numpy as np
 
+from tpuemb_cfg.base.errors import InputError
+from tpuemb_cfg.base.usercode import ExitCalled, exit_guard, user_value
+
 from ..algorithms import Slot
-from ..errors import InputError
-from ..usercode import ExitCalled, exit_guard, user_value
 from .optimizers import NoHyper, Optimizer, UpdateContext
 from .warn import warn_once
 
@@ -78,7 +79,7 @@ def _show(values: Any, count: int = 4) -> str:
 def _call(what: str, fn: Callable[..., Any], *args: Any) -> Any:
     """``fn(*args)``; whatever it raises (``SystemExit`` and other ``BaseException`` subclasses
     included, not Ctrl-C) and a call of ``os._exit`` become a ``CustomError`` naming ``what``
-    (``tpuemb_cfg.usercode``)."""
+    (``tpuemb_cfg.base.usercode``)."""
     try:
         with exit_guard() as exits:
             result = fn(*args)

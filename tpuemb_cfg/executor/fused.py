@@ -23,8 +23,9 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
-from .. import numerics
-from ..errors import InputError
+from tpuemb_cfg.base import numerics
+from tpuemb_cfg.base.errors import InputError
+
 from .batch import CheckedFeature
 from .batch import key as batch_key
 from .custom import custom_gains

@@ -15,7 +15,7 @@ import contextlib
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from ..npzio import read_npz
+from tpuemb_cfg.formats.npzio import read_npz
 
 __all__ = ["RunHooks"]
 

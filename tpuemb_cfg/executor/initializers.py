@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import InputError
+from tpuemb_cfg.base.errors import InputError
+from tpuemb_cfg.base.usercode import ExitCalled, exit_guard
+
 from ..model import TableInit
-from ..usercode import ExitCalled, exit_guard
 from . import counter
 
 __all__ = ["TableInit", "called_table", "table_rows"]

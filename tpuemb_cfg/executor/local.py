@@ -17,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import UsageError
+from tpuemb_cfg.base.errors import UsageError
+
 from .engines import Engine
 from .hooks import RunHooks
 from .initial import called_tables, initial_state

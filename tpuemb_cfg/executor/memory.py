@@ -83,9 +83,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from .. import limits, units
-from ..errors import UsageError, parameter
-from ..units import format_size
+from tpuemb_cfg.base import units
+from tpuemb_cfg.base.errors import UsageError, parameter
+from tpuemb_cfg.base.units import format_size
+from tpuemb_cfg.formats import limits
+
 from .bags import expected_ids_per_bag
 from .engines.availability import jit_disabled
 from .route import step_route

@@ -32,10 +32,11 @@ from typing import Any
 
 import numpy as np
 
+from tpuemb_cfg.base.errors import InputError
+from tpuemb_cfg.base.errors import parameter as arg
+from tpuemb_cfg.base.numerics import pow32 as _pow32
+
 from ..algorithms import update as helpers
-from ..errors import InputError
-from ..errors import parameter as arg
-from ..numerics import pow32 as _pow32
 from .fused import stacked
 
 __all__ = ["NonFinite", "NonFiniteWarning", "diagnose", "first_nonfinite", "loaded",

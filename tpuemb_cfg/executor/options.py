@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .. import units
+from tpuemb_cfg.base import units
 
 if TYPE_CHECKING:
     from .engines import Engine

@@ -31,7 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InputError
+from tpuemb_cfg.base.errors import InputError
+
 from .plan import Plan, TablePlan
 from .state import Pending, initial_slot_rows, initial_table_rows, slot_key, table_key
 

@@ -13,11 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..derived import Derived, derive
-from ..errors import InputError, UsageError
-from ..errors import parameter as arg
+from tpuemb_cfg.base.errors import InputError, UsageError
+from tpuemb_cfg.base.errors import parameter as arg
+from tpuemb_cfg.base.schema import COMBINERS, MODE_NAMES, ShardingStrategy
+from tpuemb_cfg.model.derived import Derived, derive
+
 from ..model import TableInit
-from ..schema import COMBINERS, MODE_NAMES, ShardingStrategy
 from .custom import OPTIMIZER_NAME, combiner_plan, optimizer_record
 from .optimizers import Optimizer, get, unsupported
 
@@ -294,7 +295,7 @@ def build_plan(
 ) -> Plan:
     """The plan of ``config`` (a ``TPUEmbeddingConfiguration``), with one combiner per feature.
 
-    ``derived``: the quantities the validator derived from ``config`` (``tpuemb_cfg.derived``:
+    ``derived``: the quantities the validator derived from ``config`` (``tpuemb_cfg.model.derived``:
     the effective features, the tag uses, accumulation; derived here when not given). The
     configuration is expected to be valid (``session.prepare`` refuses the validator's errors
     first); what the validator checks is not checked again.

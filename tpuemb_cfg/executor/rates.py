@@ -37,8 +37,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import InputError
-from ..usercode import ExitCalled, exit_guard
+from tpuemb_cfg.base.errors import InputError
+from tpuemb_cfg.base.usercode import ExitCalled, exit_guard
 
 if TYPE_CHECKING:
     from .plan import Plan

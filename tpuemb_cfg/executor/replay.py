@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import InputError
+from tpuemb_cfg.base.errors import InputError
+
 from .batch import FeatureInput, check_learning_rates
 from .core import Executor
 from .engines import get_engine

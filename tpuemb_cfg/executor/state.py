@@ -19,7 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InputError
+from tpuemb_cfg.base.errors import InputError
+
 from .aligned import aligned_empty
 from .counter import normal_rows
 from .initializers import table_rows

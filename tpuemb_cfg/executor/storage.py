@@ -82,7 +82,8 @@ from typing import Any, Protocol, cast
 
 import numpy as np
 
-from ..errors import UsageError
+from tpuemb_cfg.base.errors import UsageError
+
 from .engines import Engine
 from .initial import initial_state as make_initial_state
 from .options import Placement, RunOptions

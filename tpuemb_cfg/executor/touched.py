@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import UsageError
+from tpuemb_cfg.base.errors import UsageError
+
 from .checkpoint import damaged_checkpoint
 from .partial import rows_key, values_key
 from .plan import Plan, TablePlan

@@ -39,9 +39,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import UsageError
-from ..errors import parameter as arg
-from ..numerics import pow64
+from tpuemb_cfg.base.errors import UsageError
+from tpuemb_cfg.base.errors import parameter as arg
+from tpuemb_cfg.base.numerics import pow64
 
 __all__ = [
     "DEFAULT_IDS",

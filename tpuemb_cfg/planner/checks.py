@@ -19,9 +19,9 @@ import operator
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from tpuemb_cfg.errors import InputError, UsageError, shown
-from tpuemb_cfg.limits import default_memory_limit
-from tpuemb_cfg.units import format_size, size_argument
+from tpuemb_cfg.base.errors import InputError, UsageError, shown
+from tpuemb_cfg.base.units import format_size, size_argument
+from tpuemb_cfg.formats.limits import default_memory_limit
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance

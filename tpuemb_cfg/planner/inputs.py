@@ -59,11 +59,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from ..errors import InputError, UsageError
+from tpuemb_cfg.base.errors import InputError, UsageError
+from tpuemb_cfg.base.units import format_size
+from tpuemb_cfg.formats.limits import default_memory_limit
+from tpuemb_cfg.formats.npzio import NpzMembers, check_total
+
 from ..executor.replay import feature_of, parse_steps
-from ..limits import default_memory_limit
-from ..npzio import NpzMembers, check_total
-from ..units import format_size
 from .parquet import bad_column, row_group_bytes, row_group_place
 from .tfrecord import compression, crc32c, crc32c_many, mask, masked_crc32c, write_tfrecord
 

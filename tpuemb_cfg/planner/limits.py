@@ -38,8 +38,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tpuemb_cfg.base.errors import InputError
 from tpuemb_cfg.base.sparsecore_defaults import DEFAULT_MAX_IDS_PER_CHIP_PER_SAMPLE
-from tpuemb_cfg.errors import InputError
 from tpuemb_cfg.model import Diagnostic
 from tpuemb_cfg.planner.load import Batch, JsonRecord, LoadReport, StepCounts
 from tpuemb_cfg.rules.plan import (

@@ -3,7 +3,7 @@ SparseCore (after stacking and rotation), per step, streamed in memory independe
 sample's length (docs/plan/load-and-limits.md states every definition).
 
 **Units.** A *unit* is what serves lookups: a host of the legacy layout (spec section 8, the
-host of a row from :func:`tpuemb_cfg.layout.host_of`), or a SparseCore partition (id ``x`` of
+host of a row from :func:`tpuemb_cfg.model.layout.host_of`), or a SparseCore partition (id ``x`` of
 a table with rotation ``col_shift`` goes to partition ``(x + col_shift) mod N``, preprocessing's
 step 2).
 
@@ -41,8 +41,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from tpuemb_cfg.errors import InputError
-from tpuemb_cfg.layout import host_of
+from tpuemb_cfg.base.errors import InputError
+from tpuemb_cfg.model.layout import host_of
 
 if TYPE_CHECKING:
     from tpuemb_cfg.executor.plan import Plan
@@ -539,7 +539,7 @@ def host_counter(tables: Sequence[LoadTable], *, hosts: int,
                  strategies: Sequence[str] = STRATEGIES,
                  options: LoadOptions | None = None) -> LoadCounter:
     """A counter of ids per host under each sharding strategy (``"MOD"``, ``"DIV_DEFAULT"``),
-    hosts from :func:`tpuemb_cfg.layout.host_of`."""
+    hosts from :func:`tpuemb_cfg.model.layout.host_of`."""
     if hosts < 1:
         raise ValueError(f"the load per host needs at least 1 host, got {hosts}")
     layouts: dict[str, list[UnitMap]] = {}

@@ -52,18 +52,18 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from tpuemb_cfg.algorithms import ALGORITHMS
-from tpuemb_cfg.derived import derive, host_sizes
-from tpuemb_cfg.errors import UsageError
-from tpuemb_cfg.errors import parameter as arg
-from tpuemb_cfg.layout import TableLayout
+from tpuemb_cfg.base.errors import UsageError
+from tpuemb_cfg.base.errors import parameter as arg
+from tpuemb_cfg.base.schema import Mode, ShardingStrategy
 from tpuemb_cfg.model import Diagnostic
+from tpuemb_cfg.model.derived import derive, host_sizes
+from tpuemb_cfg.model.layout import TableLayout
 from tpuemb_cfg.rules.plan import OverMemory, plan_findings
-from tpuemb_cfg.schema import Mode, ShardingStrategy
 from tpuemb_cfg.sparsecore.summary import stack_bytes_per_sparse_core, stack_optimizer
 
 if TYPE_CHECKING:
-    from tpuemb_cfg.derived import Derived
-    from tpuemb_cfg.layout import TableLayout
+    from tpuemb_cfg.model.derived import Derived
+    from tpuemb_cfg.model.layout import TableLayout
     from tpuemb_cfg.proto.tpu_embedding_configuration_pb2 import TPUEmbeddingConfiguration
     from tpuemb_cfg.sparsecore.config import SparseCoreConfig
     from tpuemb_cfg.sparsecore.stacking import Stack, Stacking

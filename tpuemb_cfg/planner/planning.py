@@ -34,7 +34,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
-from tpuemb_cfg.errors import UsageError
+from tpuemb_cfg.base.errors import UsageError
+from tpuemb_cfg.base.schema import ShardingStrategy
+from tpuemb_cfg.base.units import format_size
 from tpuemb_cfg.model import Diagnostic
 from tpuemb_cfg.planner.checks import (
     check_legacy_hosts,
@@ -70,11 +72,9 @@ from tpuemb_cfg.planner.memory import (
 )
 from tpuemb_cfg.rules import RULES
 from tpuemb_cfg.rules.plan import LoadImbalance, plan_findings
-from tpuemb_cfg.schema import ShardingStrategy
 from tpuemb_cfg.sparsecore.feed import stack
 from tpuemb_cfg.sparsecore.topology import parse_topology
-from tpuemb_cfg.units import format_size
-from tpuemb_cfg.validator import run_rules
+from tpuemb_cfg.validation.validator import run_rules
 
 if TYPE_CHECKING:
     from tpuemb_cfg.executor.prepared import Prepared

@@ -30,7 +30,7 @@ from tpuemb_cfg.base.sparsecore_defaults import (
     DEFAULT_MAX_IDS_PER_PARTITION,
     VARIABLE_SHARD_BYTES_LIMIT,
 )
-from tpuemb_cfg.units import format_size
+from tpuemb_cfg.base.units import format_size
 
 F = TypeVar("F", bound=Callable[..., object])
 

@@ -8,12 +8,12 @@ in the sections every built-in rule has (as ruff documents its rules): ``## What
 then the catalogue section it enforces (``Spec: validation-rules.md section 2.1``).
 
 A rule reads the configuration (``ctx.config``) and the quantities derived from it once per
-validation (``ctx.derived``, see :mod:`tpuemb_cfg.derived`), and yields one diagnostic per finding
-through :meth:`Context.diag`, which fills in the rule's id and severity. Rules never raise on odd
-input: every other defect of the configuration may be present at the same time (a ``table_id`` out
-of range, a missing ``optimization_parameters``, an undeclared enum number). The validator still
-guards each rule, turning an unexpected exception into an internal-error diagnostic so that one
-broken rule never hides the findings of the others.
+validation (``ctx.derived``, see :mod:`tpuemb_cfg.model.derived`), and yields one diagnostic per
+finding through :meth:`Context.diag`, which fills in the rule's id and severity. Rules never raise
+on odd input: every other defect of the configuration may be present at the same time (a
+``table_id`` out of range, a missing ``optimization_parameters``, an undeclared enum number). The
+validator still guards each rule, turning an unexpected exception into an internal-error diagnostic
+so that one broken rule never hides the findings of the others.
 
 Registering your own rule::
 
@@ -47,12 +47,12 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from tpuemb_cfg.derived import derive
 from tpuemb_cfg.model import SEVERITY_RANK, Diagnostic, Severity
+from tpuemb_cfg.model.derived import derive
 from tpuemb_cfg.sparsecore.feed import stack
 
 if TYPE_CHECKING:
-    from tpuemb_cfg.derived import Derived
+    from tpuemb_cfg.model.derived import Derived
     from tpuemb_cfg.proto.tpu_embedding_configuration_pb2 import TPUEmbeddingConfiguration
     from tpuemb_cfg.sparsecore.config import SparseCoreConfig
     from tpuemb_cfg.sparsecore.stacking import Stacking
@@ -177,8 +177,8 @@ class Context(_Reporter):
     """What a rule sees: the configuration, its derived quantities, and helpers.
 
     ``options`` carries project settings a rule may read (``memory_budget_bytes``: an int per-host
-    budget or ``None``; see :mod:`tpuemb_cfg.settings`). One context is shared by all rules of one
-    validation; the validator sets ``current_rule`` before running each rule.
+    budget or ``None``; see :mod:`tpuemb_cfg.validation.settings`). One context is shared by all
+    rules of one validation; the validator sets ``current_rule`` before running each rule.
     """
 
     def __init__(

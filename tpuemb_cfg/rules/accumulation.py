@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from tpuemb_cfg.algorithms import ALGORITHMS, checked_by
+from tpuemb_cfg.base.schema import AccumulationStatus
 from tpuemb_cfg.model import Diagnostic
 from tpuemb_cfg.rules._registry import Context, rule
 from tpuemb_cfg.rules.common import (
@@ -20,7 +21,6 @@ from tpuemb_cfg.rules.common import (
     table_diag,
     undeclared_value,
 )
-from tpuemb_cfg.schema import AccumulationStatus
 
 #: TensorFlow's kMaxAuxiliaryParameterCount: slots + 1 must fit for accumulation to be supported,
 #: and parameters + slots + accumulator must not exceed it by more than one.

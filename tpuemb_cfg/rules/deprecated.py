@@ -6,8 +6,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from tpuemb_cfg.algorithms import checked_by
+from tpuemb_cfg.base.protoutil import is_repeated
 from tpuemb_cfg.model import Diagnostic
-from tpuemb_cfg.protoutil import is_repeated
 from tpuemb_cfg.rules._registry import Context, rule
 from tpuemb_cfg.rules.common import algorithm_tables
 

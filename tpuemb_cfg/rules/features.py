@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from tpuemb_cfg.derived import INT32_MAX
 from tpuemb_cfg.model import Diagnostic
+from tpuemb_cfg.model.derived import INT32_MAX
 from tpuemb_cfg.rules._registry import Context, rule
 from tpuemb_cfg.rules.common import duplicate_names
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from tpuemb_cfg.algorithms import ALGORITHMS, checked_by, constraints
+from tpuemb_cfg.base.protoutil import is_repeated
 from tpuemb_cfg.model import Diagnostic
-from tpuemb_cfg.protoutil import is_repeated
 from tpuemb_cfg.rules._registry import Context, rule
 from tpuemb_cfg.rules.common import (
     algorithm_tables,

@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from tpuemb_cfg.base.units import format_size
 from tpuemb_cfg.model import Diagnostic
 from tpuemb_cfg.rules._registry import RULES, PlanContext, Rule, rule
-from tpuemb_cfg.units import format_size
 
 __all__ = ["LimitDrops", "LoadImbalance", "OverMemory", "PlanFact", "SuggestedDrops",
            "plan_findings", "plan_rules"]

@@ -7,13 +7,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from tpuemb_cfg.algorithms import ALGORITHMS, checked_by
-from tpuemb_cfg.derived import (
+from tpuemb_cfg.base.schema import HotIdStatus, PackingStatus
+from tpuemb_cfg.model import Diagnostic
+from tpuemb_cfg.model.derived import (
     PACKABLE_ALGORITHMS,
     PACKABLE_DIMENSIONS,
     packing_effective,
     program_arity,
 )
-from tpuemb_cfg.model import Diagnostic
 from tpuemb_cfg.rules._registry import Context, rule
 from tpuemb_cfg.rules.common import (
     algorithm_tables,
@@ -24,7 +25,6 @@ from tpuemb_cfg.rules.common import (
     table_diag,
     undeclared_value,
 )
-from tpuemb_cfg.schema import HotIdStatus, PackingStatus
 
 
 def arity_valid(inputs: int, outputs: int) -> bool:

@@ -15,18 +15,18 @@ default: with no generation chosen (``tpu = "v4"`` under ``[tool.tpuemb]``, or `
 budget is the largest device memory of any generation, so it warns exactly when the tables fit on
 no TPU at all, and never about a configuration some TPU can hold.
 
-The numbers come from :mod:`tpuemb_cfg.derived`; these rules only present them.
+The numbers come from :mod:`tpuemb_cfg.model.derived`; these rules only present them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-from tpuemb_cfg.derived import TPU_DEVICE_MEMORY, HostRange, device_share, host_sizes
+from tpuemb_cfg.base.units import format_size
 from tpuemb_cfg.model import Diagnostic
+from tpuemb_cfg.model.derived import TPU_DEVICE_MEMORY, HostRange, device_share, host_sizes
 from tpuemb_cfg.rules._facts import platform_doc
 from tpuemb_cfg.rules._registry import Context, rule
-from tpuemb_cfg.units import format_size
 
 
 def human_bytes(n: int) -> str:

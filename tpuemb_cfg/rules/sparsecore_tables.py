@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from tpuemb_cfg.algorithms.table import SPARSECORE
+from tpuemb_cfg.base.units import format_size
 from tpuemb_cfg.model import Diagnostic
 from tpuemb_cfg.rules._facts import platform_doc
 from tpuemb_cfg.rules._registry import SparseCoreContext, rule
@@ -28,7 +29,6 @@ from tpuemb_cfg.rules._sparsecore_common import (
     _setting,
     _table,
 )
-from tpuemb_cfg.units import format_size
 
 if TYPE_CHECKING:
     from tpuemb_cfg.sparsecore.config import SparseCoreConfig, SparseCoreTable

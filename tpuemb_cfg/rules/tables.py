@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from tpuemb_cfg.base.schema import MODE_NAMES, SHARDING_NAMES, Mode
 from tpuemb_cfg.model import Diagnostic
 from tpuemb_cfg.rules._registry import Context, rule
 from tpuemb_cfg.rules.common import duplicate_names
-from tpuemb_cfg.schema import MODE_NAMES, SHARDING_NAMES, Mode
 
 
 def _tables_below_one(ctx: Context, field: str) -> Iterator[Diagnostic]:

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 from tpuemb_cfg.algorithms import ALGORITHMS
-from tpuemb_cfg.derived import TagUse
 from tpuemb_cfg.model import Diagnostic
+from tpuemb_cfg.model.derived import TagUse
 from tpuemb_cfg.rules._registry import Context, rule
 
 _FIX = "tpuemb validate --fix renumbers the tags and prints the old -> new mapping"

@@ -24,7 +24,7 @@ from __future__ import annotations
 import importlib.resources
 from typing import Any
 
-from tpuemb_cfg.errors import InputError
+from tpuemb_cfg.base.errors import InputError
 from tpuemb_cfg.run.base import Progress, Run, RunResult
 from tpuemb_cfg.run.files import Anchored
 from tpuemb_cfg.run.legacy import ReplayRun, SyntheticMode, WorkersMode
@@ -117,7 +117,7 @@ def _refuse_for_sparsecore(request: RunRequest) -> None:
 
 def _default_config() -> Any:
     """The built-in example configuration (``tpuemb_cfg/data/default_config.pbtxt``)."""
-    from tpuemb_cfg.io import load
+    from tpuemb_cfg.formats.io import load
 
     resource = importlib.resources.files("tpuemb_cfg.data") / "default_config.pbtxt"
     return load(resource.read_bytes(), "text")

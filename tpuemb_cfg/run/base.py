@@ -7,9 +7,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from tpuemb_cfg.errors import InputError
+from tpuemb_cfg.base.errors import InputError
 from tpuemb_cfg.executor.storage import Backend, choose_backend
-from tpuemb_cfg.limits import available_memory
+from tpuemb_cfg.formats.limits import available_memory
 from tpuemb_cfg.run.files import Anchored
 from tpuemb_cfg.run.request import RunRequest
 from tpuemb_cfg.sim.report import plan_text

@@ -7,8 +7,8 @@ import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from tpuemb_cfg.errors import InputError
-from tpuemb_cfg.npzio import read_npz
+from tpuemb_cfg.base.errors import InputError
+from tpuemb_cfg.formats.npzio import read_npz
 
 __all__ = ["Anchored", "npz_headers"]
 

@@ -7,12 +7,12 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from tpuemb_cfg.errors import UsageError
+from tpuemb_cfg.base.errors import UsageError
 from tpuemb_cfg.executor.core import CHECKPOINT_REMEDY
 from tpuemb_cfg.executor.engines import get_engine
 from tpuemb_cfg.executor.replay import parse_steps, replay, require_replay_memory
-from tpuemb_cfg.limits import available_memory
-from tpuemb_cfg.npzio import read_npz
+from tpuemb_cfg.formats.limits import available_memory
+from tpuemb_cfg.formats.npzio import read_npz
 from tpuemb_cfg.run.base import Progress, Run, RunResult
 from tpuemb_cfg.run.files import Anchored, npz_headers
 from tpuemb_cfg.run.plans import replay_plan, synthetic_plan

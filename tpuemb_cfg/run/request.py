@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tpuemb_cfg.errors import InputError
+from tpuemb_cfg.base.errors import InputError
 from tpuemb_cfg.executor.options import RunOptions
 from tpuemb_cfg.executor.storage import placement
 from tpuemb_cfg.executor.workload import parse_ids, parse_sequence_lengths

@@ -8,8 +8,8 @@ from dataclasses import replace
 from typing import Any
 
 from tpuemb_cfg.executor.replay import parse_steps
-from tpuemb_cfg.limits import available_memory
-from tpuemb_cfg.npzio import read_npz
+from tpuemb_cfg.formats.limits import available_memory
+from tpuemb_cfg.formats.npzio import read_npz
 from tpuemb_cfg.run.base import Progress, Run, RunResult
 from tpuemb_cfg.run.files import Anchored
 from tpuemb_cfg.run.request import RunRequest

@@ -40,8 +40,9 @@ from typing import Any
 
 import numpy as np
 
+from tpuemb_cfg.base.numerics import pow64, pow_core, row_sumsq, total
+
 from ..executor.counter import G, mix
-from ..numerics import _pow, pow64, row_sumsq, total
 
 __all__ = [
     "RANK",
@@ -107,7 +108,7 @@ def zipf_ids(u: np.ndarray, vocab: int, multiplier: int, offset: int,
 
 def _zipf_general(u: np.ndarray, vocab: int, multiplier: int, offset: int,
                   exponent: float) -> np.ndarray:
-    """``zipf_ids`` for an exponent other than 1.1: the power through ``numerics._pow``."""
+    """``zipf_ids`` for an exponent other than 1.1: the power through ``numerics.pow_core``."""
     a = 1.0 - exponent
     top = vocab + 1.0
     # a = 0 (S = 1): x = (V + 1)^u; else x = y^(1/a), y = 1 - u (1 - (V + 1)^a).
@@ -118,7 +119,8 @@ def _zipf_general(u: np.ndarray, vocab: int, multiplier: int, offset: int,
         return kernels.zipf_general(  # type: ignore[no-any-return]
             u, vocab, a == 0.0, base, power, multiplier, offset)
     with np.errstate(all="ignore"):
-        x = _pow(np.full_like(u, top), u) if a == 0.0 else _pow(1.0 - u * base, np.float64(power))
+        x = (pow_core(np.full_like(u, top), u) if a == 0.0
+             else pow_core(1.0 - u * base, np.float64(power)))
     x = np.where((x > top) | np.isnan(x), top, x)  # rounding, or a huge power: the last rank
     rank = np.clip(np.floor(x).astype(np.int64) - 1, 0, vocab - 1)
     return (rank * multiplier + offset) % vocab

@@ -52,8 +52,9 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..errors import NumericalError, UsageError
-from ..errors import parameter as arg
+from tpuemb_cfg.base.errors import NumericalError, UsageError
+from tpuemb_cfg.base.errors import parameter as arg
+
 from ..executor import Executor, FeatureInput, Placement, RunOptions, memory
 from ..executor.core import require_memory
 from ..executor.memory import Estimate, RunShape, describe, step_ids

@@ -15,9 +15,10 @@ from typing import Literal
 
 import numpy as np
 
-from .. import units
-from ..errors import UsageError
-from ..errors import parameter as arg
+from tpuemb_cfg.base import units
+from tpuemb_cfg.base.errors import UsageError
+from tpuemb_cfg.base.errors import parameter as arg
+
 from ..executor.workload import (
     IdDistribution,
     SequenceLengths,

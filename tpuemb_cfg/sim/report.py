@@ -11,8 +11,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from tpuemb_cfg.errors import printable, printable_values
-from tpuemb_cfg.units import format_size
+from tpuemb_cfg.base.errors import printable, printable_values
+from tpuemb_cfg.base.units import format_size
 
 __all__ = ["plan_text", "run_text", "workers_text"]
 

@@ -13,8 +13,9 @@ from typing import Literal
 
 import numpy as np
 
+from tpuemb_cfg.base.errors import UsageError
+
 from ..algorithms.schedules import exponential_decay, piecewise_constant
-from ..errors import UsageError
 
 __all__ = ["Schedule", "ScheduleKind", "check_schedule_tags"]
 

@@ -21,10 +21,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from .. import units
-from ..errors import InputError, UsageError
+from tpuemb_cfg.base import units
+from tpuemb_cfg.base.errors import InputError, UsageError
+from tpuemb_cfg.formats.locations import scan_locations
+
 from ..executor.workload import parse_ids, parse_sequence_lengths
-from ..locations import scan_locations
 from .multiworker import MAX_WORKERS
 from .schedules import Schedule
 
@@ -66,7 +67,8 @@ def load_spec(path: str | os.PathLike[str]) -> LoadedSpec:
     Relative paths in the spec (``out_dir``, the replay files) are resolved against the spec
     file's folder, so the spec works from any working directory.
     """
-    from ..io import read_source
+    from tpuemb_cfg.formats.io import read_source
+
     from ..proto.simulation_pb2 import SimulationSpec
 
     source = read_source(path, message_type=SimulationSpec)

@@ -48,10 +48,11 @@ from typing import Any
 
 import numpy as np
 
-from .. import units
+from tpuemb_cfg.base import units
+from tpuemb_cfg.base.errors import InputError, NumericalError, UsageError
+from tpuemb_cfg.base.errors import parameter as arg
+
 from ..algorithms.adam import bias_corrected_rate
-from ..errors import InputError, NumericalError, UsageError
-from ..errors import parameter as arg
 from ..executor import Executor, FeatureInput, Placement, RunOptions, memory
 from ..executor.bags import bag_lengths
 from ..executor.core import damaged_checkpoint, require_memory

@@ -14,7 +14,7 @@ Names load on first use, so importing this package costs nothing.
 
 from __future__ import annotations
 
-from tpuemb_cfg.lazy import lazy_exports
+from tpuemb_cfg.base.lazy import lazy_exports
 
 # Public name -> defining module (PEP 562 lazy attributes).
 _LAZY = {

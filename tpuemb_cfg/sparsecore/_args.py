@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from tpuemb_cfg.errors import described
+from tpuemb_cfg.base.errors import described
 from tpuemb_cfg.sparsecore.config import SparseCoreConfig
 from tpuemb_cfg.sparsecore.stacking import Stacking
 

@@ -41,7 +41,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from tpuemb_cfg.errors import shown
+from tpuemb_cfg.base.errors import shown
 from tpuemb_cfg.sparsecore.config import (
     Origin,
     SparseCoreConfig,

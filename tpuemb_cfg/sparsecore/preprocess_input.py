@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from tpuemb_cfg.base.errors import TpuembError
 from tpuemb_cfg.base.sparsecore_defaults import MAX_MINIBATCHES, theoretical_coo_buffer
-from tpuemb_cfg.errors import TpuembError
 from tpuemb_cfg.sparsecore.stacking import FeatureSlot, Stack, Stacking
 
 __all__ = [

@@ -20,14 +20,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tpuemb_cfg.algorithms import slot_names
+from tpuemb_cfg.base.errors import printable, printable_values
 from tpuemb_cfg.base.sparsecore_defaults import DEFAULT_MAX_IDS_PER_PARTITION
-from tpuemb_cfg.errors import printable, printable_values
+from tpuemb_cfg.base.units import format_size
 from tpuemb_cfg.sparsecore import feed
 from tpuemb_cfg.sparsecore.checks import check_layouts
 from tpuemb_cfg.sparsecore.config import Origin, SparseCoreConfig
 from tpuemb_cfg.sparsecore.feed import tensorflow_layouts
 from tpuemb_cfg.sparsecore.stacking import Stack, Stacking
-from tpuemb_cfg.units import format_size
 
 if TYPE_CHECKING:
     from tpuemb_cfg.proto.sparse_core_layout_pb2 import SparseCoreTableLayouts
@@ -325,7 +325,7 @@ def _per_unit(entry: dict[str, Any]) -> str:
 
 def format_sparsecore_summary(summary: dict[str, Any], title: str) -> str:
     """The summary as text, one block per stack (names, paths and values with their control
-    characters escaped: :func:`~tpuemb_cfg.errors.printable`)."""
+    characters escaped: :func:`~tpuemb_cfg.base.errors.printable`)."""
 
     summary, title = printable_values(summary), printable(title)
     from_file = summary["api"] is None  # a layouts file: no optimizer, combiner or limits

@@ -1,6 +1,6 @@
 """``tpuemb bench --backend ray``: one table's step on Ray host actors against one process.
 
-:func:`run` takes a prepared one-table configuration (``tpuemb_cfg.bench_ray`` makes the one of
+:func:`run` takes a prepared one-table configuration (``tpuemb_cfg.run.bench_ray`` makes the one of
 ``tpuemb bench``'s workload), laid out over its ``num_hosts`` hosts (MOD or DIV_DEFAULT), and
 the step's batch. Measured in the same run, steps alternating between the two executors so
 that both see the same machine load:
@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ...errors import UsageError
+from tpuemb_cfg.base.errors import UsageError
+
 from ...executor.core import Executor
 from ...executor.options import Placement, RunOptions
 from .connection import connect, disconnect, import_ray

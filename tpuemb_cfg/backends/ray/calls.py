@@ -15,10 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import TpuembError
+from tpuemb_cfg.base.errors import TpuembError
+from tpuemb_cfg.model.layout import HostRows, TableLayout
+
 from ...executor.engines import Engine
 from ...executor.plan import Plan, TablePlan
-from ...layout import HostRows, TableLayout
 from .connection import first_line, head_address, head_unreachable
 from .deadlines import DEADLINE_SCALE_ENV, POLL_SECONDS, Work, seconds
 from .errors import HeadLost, NoAnswer, NodeLost, ShardLost

@@ -25,9 +25,12 @@ import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from ..._interrupt import kept as _signals_kept  # ray.init must not keep its SIGTERM handler
-from ...errors import UsageError, parameter
-from ...units import format_size
+from tpuemb_cfg.base.errors import UsageError, parameter
+from tpuemb_cfg.base.interrupt import (
+    kept as _signals_kept,  # ray.init must not keep its SIGTERM handler
+)
+from tpuemb_cfg.base.units import format_size
+
 from .runtime_env import actor_runtime_env
 
 #: Set in the driver of a Ray Job (``ray job submit``): the job's configuration, runtime_env

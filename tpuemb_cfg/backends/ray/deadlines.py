@@ -32,7 +32,7 @@ import math
 import os
 from dataclasses import dataclass
 
-from ...errors import UsageError
+from tpuemb_cfg.base.errors import UsageError
 
 __all__ = [
     "ACTOR_SECONDS",

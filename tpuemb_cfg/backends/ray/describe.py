@@ -20,10 +20,10 @@ from tpuemb_cfg.backends.ray import placement as places
 from tpuemb_cfg.backends.ray.errors import ShardLost
 from tpuemb_cfg.backends.ray.options import RayOptions
 from tpuemb_cfg.backends.ray.runtime_env import parse_runtime_env
-from tpuemb_cfg.errors import UsageError, printable
+from tpuemb_cfg.base.errors import UsageError, printable
+from tpuemb_cfg.base.units import format_size
 from tpuemb_cfg.executor.hooks import RunHooks
-from tpuemb_cfg.npzio import map_npz
-from tpuemb_cfg.units import format_size
+from tpuemb_cfg.formats.npzio import map_npz
 
 __all__ = ["RayTools", "plan_lines"]
 

@@ -4,7 +4,7 @@ naming the phase of the run, :data:`PHASES`) and the causes the storage's waits 
 
 from __future__ import annotations
 
-from ...errors import TpuembError
+from tpuemb_cfg.base.errors import TpuembError
 
 __all__ = ["PHASES", "HeadLost", "NoAnswer", "NodeLost", "ShardLost"]
 

@@ -40,6 +40,8 @@ from typing import Any
 
 import numpy as np
 
+from tpuemb_cfg.model.layout import TableLayout
+
 from ...executor import state
 from ...executor.engines import get_engine
 from ...executor.optimizers import UpdateContext
@@ -47,7 +49,6 @@ from ...executor.pipeline import RowPipeline
 from ...executor.plan import Plan, TablePlan
 from ...executor.state import slot_key, table_key
 from ...executor.storage import RowUpdate
-from ...layout import TableLayout
 from .link import Listener, dumps
 
 __all__ = ["STALL_ENV", "Arena", "PipelineRef", "Shard", "call", "call_many", "fitting_hosts",

@@ -43,9 +43,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ...errors import parameter
-from ...layout import TableLayout
-from ...units import format_size
+from tpuemb_cfg.base.errors import parameter
+from tpuemb_cfg.base.units import format_size
+from tpuemb_cfg.model.layout import TableLayout
 
 if TYPE_CHECKING:
     from ...executor.plan import Plan

@@ -32,8 +32,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ...errors import InputError, UsageError, parameter, printable
-from ...limits import format_size, json_too_deep, line_col, max_input_bytes, read_input
+from tpuemb_cfg.base.errors import InputError, UsageError, parameter, printable
+from tpuemb_cfg.formats.limits import (
+    format_size,
+    json_too_deep,
+    line_col,
+    max_input_bytes,
+    read_input,
+)
 
 __all__ = ["EXCLUDES", "MAX_NESTING", "actor_runtime_env", "check_runtime_env", "package_dir",
            "parse_runtime_env"]

@@ -10,9 +10,10 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import UsageError
-from ...errors import parameter as arg
-from ...units import format_size
+from tpuemb_cfg.base.errors import UsageError
+from tpuemb_cfg.base.errors import parameter as arg
+from tpuemb_cfg.base.units import format_size
+
 from .connection import (
     disconnect,
     drop_idle,

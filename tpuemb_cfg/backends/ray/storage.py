@@ -66,9 +66,11 @@ from typing import Any
 
 import numpy as np
 
-from ... import numerics
-from ...errors import UsageError
-from ...errors import parameter as arg
+from tpuemb_cfg.base import numerics
+from tpuemb_cfg.base.errors import UsageError
+from tpuemb_cfg.base.errors import parameter as arg
+from tpuemb_cfg.model.layout import HostRows, TableLayout
+
 from ...executor.engines import Engine
 from ...executor.initial import called_tables
 from ...executor.partial import expand_partial
@@ -76,7 +78,6 @@ from ...executor.pipeline import RowPipeline
 from ...executor.plan import Plan
 from ...executor.state import check_given, slot_key, table_key
 from ...executor.storage import RowUpdate, StorageRequest
-from ...layout import HostRows, TableLayout
 from .calls import NODE_ID_CHARS, PARALLEL_BYTES, WHOLE_METHODS, Submitted
 from .connection import (
     actor_env,

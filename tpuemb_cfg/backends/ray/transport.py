@@ -11,7 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from ...layout import HostRows
+from tpuemb_cfg.model.layout import HostRows
+
 from .calls import HostCalls, Submitted
 from .deadlines import Work
 from .host import Arena, Place, Positions

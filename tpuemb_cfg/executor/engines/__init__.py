@@ -22,7 +22,8 @@ from __future__ import annotations
 import importlib
 from dataclasses import replace
 
-from ...errors import UsageError
+from tpuemb_cfg.base.errors import UsageError
+
 from ..warn import warn_once
 from .availability import NumbaUnavailable, jit_disabled
 from .base import Engine

@@ -40,7 +40,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ... import numerics
+from tpuemb_cfg.base import numerics
+
 from . import numba_step
 from . import numpy as reference
 from .base import Engine

@@ -1,6 +1,6 @@
 """``numerics`` in compiled code: the same functions, the same bits.
 
-``pow32`` is the very code of ``numerics._pow`` (its code object, compiled with the scalar
+``pow32`` is the very code of ``numerics.pow_core`` (its code object, compiled with the scalar
 versions of the helpers ``numerics`` swaps: a bit cast for ``_bits`` / ``_from_bits``, a
 conditional expression for ``_where``, ``np.int64`` for ``_int``), rounded to float32 once.
 ``row_sumsq`` is ``numerics.row_sumsq`` for one row of a table against a saved copy: eight
@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from ... import numerics
+from tpuemb_cfg.base import numerics
+
 from .jit import bits_float, float_bits, lanes_sumsq, njit
 
 __all__ = ["pow32", "pow64", "row_sumsq"]
@@ -45,21 +46,21 @@ def _twin(function: Any) -> Any:
     return twin
 
 
-_twin(numerics._log)
-_twin(numerics._exp)
-_pow = _twin(numerics._pow)
+_twin(numerics.log_core)
+_twin(numerics.exp_core)
+pow_core = _twin(numerics.pow_core)
 
 
 @njit(inline="always")
 def pow32(x: np.float32, y: np.float32) -> np.float32:
     """float32 ``x ** y``: ``numerics.pow32`` for one value."""
-    return np.float32(_pow(np.float64(x), np.float64(y)))
+    return np.float32(pow_core(np.float64(x), np.float64(y)))
 
 
 @njit(inline="always")
 def pow64(x: float, y: float) -> float:
     """float64 ``x ** y``: ``numerics.pow64`` for one value (``pow32`` before rounding)."""
-    return _pow(np.float64(x), np.float64(y))  # type: ignore[no-any-return]
+    return pow_core(np.float64(x), np.float64(y))  # type: ignore[no-any-return]
 
 
 @njit(inline="always")

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ... import numerics
+from tpuemb_cfg.base import numerics
+
 from .. import counter
 from .jit import njit
 from .numba_numerics import pow64, row_sumsq

@@ -15,8 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from ... import numerics
-from ...layout import host_of  # spec section 8, stated once
+from tpuemb_cfg.base import numerics
+from tpuemb_cfg.model.layout import host_of  # spec section 8, stated once
+
 from .base import Engine
 
 __all__ = [

@@ -28,12 +28,13 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from tpuemb_cfg.base.errors import InputError
+from tpuemb_cfg.base.schema import AccumulationStatus, Mode
+
 from ...algorithms.base import REQUIRED
 from ...algorithms.table import SPARSECORE, get
-from ...errors import InputError
 from ...executor.rates import tag_rates
 from ...proto.tpu_embedding_configuration_pb2 import TPUEmbeddingConfiguration
-from ...schema import AccumulationStatus, Mode
 from ...sparsecore.config import SparseCoreConfig, SparseCoreTable
 
 if TYPE_CHECKING:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ...errors import printable, printable_values
-from ...units import format_size
+from tpuemb_cfg.base.errors import printable, printable_values
+from tpuemb_cfg.base.units import format_size
 
 __all__ = ["plan_text", "run_text"]
 

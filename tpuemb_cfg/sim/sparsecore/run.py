@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ...errors import InputError
+from tpuemb_cfg.base.errors import InputError
+
 from ...executor.batch import CheckedFeature, FeatureInput, check_batch
 from ...executor.core import Executor, require_memory
 from ...executor.engines import get_engine

@@ -21,6 +21,7 @@ from tpuemb_cfg.base.sparsecore_defaults import (
     DEFAULT_MAX_IDS_PER_PARTITION,
     DEFAULT_MAX_UNIQUE_IDS_PER_PARTITION,
 )
+from tpuemb_cfg.base.usercode import tree_leaves
 from tpuemb_cfg.sparsecore._args import found
 from tpuemb_cfg.sparsecore.checks import check_config, check_quantization, flag
 from tpuemb_cfg.sparsecore.config import (
@@ -38,7 +39,6 @@ from tpuemb_cfg.sparsecore.topology import (
     chip_kind,
     sparse_cores_per_device_text,
 )
-from tpuemb_cfg.usercode import tree_leaves
 
 __all__ = ["describe_optimizer", "feature_specs_to_config", "leaves", "sparse_cores_per_device",
            "stacking_of"]

@@ -25,7 +25,7 @@ import re
 from collections.abc import Callable
 from fractions import Fraction
 
-from tpuemb_cfg.errors import shown
+from tpuemb_cfg.base.errors import shown
 
 __all__ = ["MAX_INT64", "MAX_SEED", "MAX_SIZE", "SEED_HELP", "SIZE_HELP", "format_size",
            "parse_seed", "parse_size", "seed_argument", "size_argument"]

@@ -15,14 +15,14 @@ from typing import Any
 
 import numpy as np
 
-from .backends.ray import benchmark
-from .backends.ray.options import RayOptions
-from .bench import OPTIMIZERS, Workload, config_text, zipf_ids
-from .errors import UsageError
-from .errors import parameter as arg
-from .executor.options import Placement
-from .io import load
-from .session import prepare
+from tpuemb_cfg.backends.ray import benchmark
+from tpuemb_cfg.backends.ray.options import RayOptions
+from tpuemb_cfg.base.errors import UsageError
+from tpuemb_cfg.base.errors import parameter as arg
+from tpuemb_cfg.executor.options import Placement
+from tpuemb_cfg.formats.io import load
+from tpuemb_cfg.run.bench import OPTIMIZERS, Workload, config_text, zipf_ids
+from tpuemb_cfg.session import prepare
 
 __all__ = ["run"]
 

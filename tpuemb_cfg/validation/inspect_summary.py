@@ -1,8 +1,8 @@
 """What ``tpuemb inspect`` shows: a configuration as tables, features, tags and bytes.
 
 The derived numbers (slots, state variables, tag uses, bytes per table and per host) come from
-:mod:`tpuemb_cfg.derived`, the validator's single source for ``validation-rules.md`` section 1;
-this module only arranges them, as a JSON-ready dict (:func:`summarize`) and as text
+:mod:`tpuemb_cfg.model.derived`, the validator's single source for ``validation-rules.md`` section
+1; this module only arranges them, as a JSON-ready dict (:func:`summarize`) and as text
 (:func:`format_summary`). Floats are shown as the float32 values the file holds, in their shortest
 round-trip form (``0.1``, not ``0.10000000149011612``).
 """
@@ -13,11 +13,11 @@ import struct
 from typing import TYPE_CHECKING, Any
 
 from tpuemb_cfg.algorithms import ALGORITHMS
-from tpuemb_cfg.derived import derive, host_sizes
-from tpuemb_cfg.errors import printable, printable_values
-from tpuemb_cfg.io import as_config
-from tpuemb_cfg.schema import ACCUMULATION_NAMES, MODE_NAMES, SHARDING_NAMES, PackingStatus
-from tpuemb_cfg.units import format_size
+from tpuemb_cfg.base.errors import printable, printable_values
+from tpuemb_cfg.base.schema import ACCUMULATION_NAMES, MODE_NAMES, SHARDING_NAMES, PackingStatus
+from tpuemb_cfg.base.units import format_size
+from tpuemb_cfg.formats.io import as_config
+from tpuemb_cfg.model.derived import derive, host_sizes
 
 if TYPE_CHECKING:
     from tpuemb_cfg.proto.optimization_parameters_pb2 import OptimizationParameters
@@ -254,7 +254,7 @@ def _table(rows: list[list[str]], header: list[str]) -> list[str]:
 
 def format_summary(summary: dict[str, Any], title: str = "") -> str:
     """The text form of :func:`summarize`'s result (names escaped for the terminal:
-    :func:`~tpuemb_cfg.errors.printable`)."""
+    :func:`~tpuemb_cfg.base.errors.printable`)."""
 
     s = printable_values(summary)
     title = printable(title)

@@ -29,10 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-from tpuemb_cfg import units
-from tpuemb_cfg.derived import TPU_DEVICE_MEMORY
-from tpuemb_cfg.errors import InputError
+from tpuemb_cfg.base import units
+from tpuemb_cfg.base.errors import InputError
 from tpuemb_cfg.model import SEVERITY_RANK, Severity
+from tpuemb_cfg.model.derived import TPU_DEVICE_MEMORY
 
 
 @dataclass
@@ -51,7 +51,7 @@ class Settings:
 
 def parse_size(value: object, *, path: str | None = None, key: str = "memory-budget") -> int:
     """Bytes from an int or a string such as ``"16GiB"`` / ``"512M"``: the one size grammar of
-    :func:`tpuemb_cfg.units.parse_size` (binary units; ``"16GB"`` is 16 GiB)."""
+    :func:`tpuemb_cfg.base.units.parse_size` (binary units; ``"16GB"`` is 16 GiB)."""
     try:
         return units.parse_size(value)
     except (TypeError, ValueError) as exc:

@@ -21,10 +21,10 @@ summation orders, written once:
     float32 cosine and natural logarithm of float32 ``x`` (the learning-rate schedules Keras
     computes in float32, ``tpuemb_cfg.embedding.keras_schedules``), the same way: float64 from
     exact operations (``cos``: ``x`` reduced by a three-part pi/2, then the Taylor series of
-    ``cos``/``sin`` on [-pi/4, pi/4]; ``log``: ``_log`` below), rounded to float32 once; ``cos64``
-    and ``log64`` are the float64 values for Python scalars. Relative error of the float64 value
-    below 1e-15 (``cos``: for ``|x| < 2^20``, beyond which the reduction loses bits; the values
-    stay the same everywhere).
+    ``cos``/``sin`` on [-pi/4, pi/4]; ``log``: ``log_core`` below), rounded to float32 once;
+    ``cos64`` and ``log64`` are the float64 values for Python scalars. Relative error of the
+    float64 value below 1e-15 (``cos``: for ``|x| < 2^20``, beyond which the reduction loses bits;
+    the values stay the same everywhere).
 ``row_sumsq(a, b)`` / ``total(values)``
     the squared Euclidean length of each row of a float32 difference, and a sum of such values:
     the report's update norm and the synthetic loss. Each float32 difference is squared in
@@ -100,7 +100,7 @@ def _int(x: Any) -> Any:
 # -- the shared code ---------------------------------------------------------------------------
 
 
-def _log(x: Any) -> Any:
+def log_core(x: Any) -> Any:
     """Natural logarithm of a positive, finite, normal float64 ``x``.
 
     ``x = m 2^e`` with ``m`` in [sqrt(1/2), sqrt(2)); ``log x = e ln2 + 2 atanh(s)``,
@@ -122,7 +122,7 @@ def _log(x: Any) -> Any:
     return ef * _LN2_HI + ((s + s) * p + ef * _LN2_LO)
 
 
-def _exp(z: Any) -> Any:
+def exp_core(z: Any) -> Any:
     """``e^z`` for float64 ``z`` in [-708, 708]: ``z = n ln2 + r``, ``|r| <= ln2 / 2``,
     ``e^z = 2^n e^r``, the Taylor series of ``e^r`` by Horner's rule."""
     n = np.floor(z * _INV_LN2 + 0.5)
@@ -134,16 +134,16 @@ def _exp(z: Any) -> Any:
     return p * _from_bits((_int(n) + 1023) << 52)
 
 
-def _pow(x: Any, y: Any) -> Any:
+def pow_core(x: Any, y: Any) -> Any:
     """float64 ``x ** y`` with C99's special cases (Annex F.9.4.4), ``|x| ** y`` through
-    ``_log`` and ``_exp``; below ``e^-708`` it gives 0 (the callers round to float32, or use it
-    for constants)."""
+    ``log_core`` and ``exp_core``; below ``e^-708`` it gives 0 (the callers round to float32, or
+    use it for constants)."""
     ax = abs(x)
     ay = abs(y)
     regular = (ax > 0.0) & (ax < _INF) & (ay < _INF)  # both finite (NaN compares false), x != 0
-    z = y * _log(_where(regular, ax, 1.0))
+    z = y * log_core(_where(regular, ax, 1.0))
     z = _where(regular, z, 0.0)
-    magnitude = _exp(_where(z > _EXPONENT_LIMIT, _EXPONENT_LIMIT,
+    magnitude = exp_core(_where(z > _EXPONENT_LIMIT, _EXPONENT_LIMIT,
                             _where(z < -_EXPONENT_LIMIT, -_EXPONENT_LIMIT, z)))
     magnitude = _where(z > _EXPONENT_LIMIT, _INF, _where(z < -_EXPONENT_LIMIT, 0.0, magnitude))
     integral = np.floor(y) == y  # false for NaN and +-inf
@@ -199,7 +199,8 @@ def pow32(x: Any, y: Any) -> Any:
     """float32 ``x ** y`` (module docstring): arrays or scalars, broadcast as NumPy does; the
     result is float32 (a NumPy scalar for scalar inputs)."""
     with np.errstate(all="ignore"):
-        result = _pow(np.asarray(x, dtype=F32).astype(F64), np.asarray(y, dtype=F32).astype(F64))
+        result = pow_core(np.asarray(x, dtype=F32).astype(F64),
+                          np.asarray(y, dtype=F32).astype(F64))
         out = np.asarray(result).astype(F32)
     return out[()] if out.ndim == 0 else out
 
@@ -207,7 +208,7 @@ def pow32(x: Any, y: Any) -> Any:
 def pow64(x: float, y: float) -> float:
     """float64 ``x ** y`` of Python numbers through the same code (``pow32`` before rounding)."""
     with np.errstate(all="ignore"):
-        return float(_pow(np.asarray(x, dtype=F64), np.asarray(y, dtype=F64)))
+        return float(pow_core(np.asarray(x, dtype=F64), np.asarray(y, dtype=F64)))
 
 
 def cos64(x: Any) -> Any:
@@ -233,9 +234,9 @@ def log64(x: Any) -> Any:
     regular = (x > 0.0) & (x < _INF)
     with np.errstate(all="ignore"):
         if regular.all():
-            value = _log(x)
+            value = log_core(x)
         else:
-            value = _log(np.where(regular, x, 1.0))
+            value = log_core(np.where(regular, x, 1.0))
             value = np.where(regular, value, np.where(x == 0.0, -_INF,
                                                       np.where(x == _INF, _INF, np.nan)))
     return float(value) if value.ndim == 0 else value

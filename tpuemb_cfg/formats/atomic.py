@@ -9,10 +9,10 @@ Every command that writes files follows the same two steps, and this module hold
                      [("CONFIG", config), ("--batches", batches)],
                      suffixes={plot: (".png", ".svg", ".pdf")})
 
-   It raises :class:`~tpuemb_cfg.errors.UsageError` (one line naming both paths) when an output
+   It raises :class:`~tpuemb_cfg.base.errors.UsageError` (one line naming both paths) when an output
    is the same file as an input - after resolving symbolic links, and hard links by device and
    inode - or as another output, or has an extension outside ``suffixes``; and
-   :class:`~tpuemb_cfg.errors.OutputError` when the output's folder does not exist (with
+   :class:`~tpuemb_cfg.base.errors.OutputError` when the output's folder does not exist (with
    ``make_dirs=True``: when no existing ancestor is a writable folder), is not a folder or is not
    writable, or when the output is a folder or a read-only file. ``-`` (stdin/stdout) is skipped.
    Items are paths or ``(label, path)`` pairs; the label (an option name) appears in messages.
@@ -26,7 +26,7 @@ Every command that writes files follows the same two steps, and this module hold
          with OutputSet(make_dirs=True) as outputs:      # make_dirs: --out-dir may not exist
              outputs.write_bytes(out_dir / "summary.json", text.encode())
              with outputs.open(out_dir / "tables.npz") as handle:   # streamed
-                 tpuemb_cfg.npzio.write_npz(handle, arrays)
+                 tpuemb_cfg.formats.npzio.write_npz(handle, arrays)
              with outputs.open(plot_path) as handle:
                  figure.savefig(handle, format="svg")            # format from the extension
          # all files are renamed into place here; an exception inside the block removes them
@@ -39,8 +39,8 @@ Every command that writes files follows the same two steps, and this module hold
    file it points to is replaced and the link stays. An existing output that is not a regular file
    (``/dev/null``, a FIFO) is written directly, and ``/dev/stdout``, ``/dev/stderr`` and
    ``/dev/fd/N`` through the process's own descriptor (so ``>>`` appends). Every ``OSError``
-   becomes one :class:`~tpuemb_cfg.errors.OutputError` line naming the output. SIGINT, SIGTERM and
-   SIGHUP are blocked while an :class:`OutputSet` renames its files, so a signal cannot split
+   becomes one :class:`~tpuemb_cfg.base.errors.OutputError` line naming the output. SIGINT, SIGTERM
+   and SIGHUP are blocked while an :class:`OutputSet` renames its files, so a signal cannot split
    the set.
 
 :func:`remove_temporaries` deletes the temporary files still being written; the CLI calls it when
@@ -60,8 +60,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from tpuemb_cfg import _interrupt
-from tpuemb_cfg.errors import OutputError, UsageError
+from tpuemb_cfg.base import interrupt as _interrupt
+from tpuemb_cfg.base.errors import OutputError, UsageError
 
 PathLike = str | os.PathLike[str]
 #: A path, or ``(label, path)`` where the label (e.g. ``--out``) is shown in messages.

@@ -41,16 +41,16 @@ from typing import Any
 
 import numpy as np
 
-from . import units
-from .algorithms.table import BENCHMARK, BENCHMARK_DEFAULT
-from .errors import UsageError
-from .errors import parameter as arg
-from .executor import Executor, RunOptions
-from .executor.core import require_memory
-from .executor.engines import get_engine
-from .executor.memory import memory_estimate
-from .io import load
-from .session import prepare
+from tpuemb_cfg.algorithms.table import BENCHMARK, BENCHMARK_DEFAULT
+from tpuemb_cfg.base import units
+from tpuemb_cfg.base.errors import UsageError
+from tpuemb_cfg.base.errors import parameter as arg
+from tpuemb_cfg.executor import Executor, RunOptions
+from tpuemb_cfg.executor.core import require_memory
+from tpuemb_cfg.executor.engines import get_engine
+from tpuemb_cfg.executor.memory import memory_estimate
+from tpuemb_cfg.formats.io import load
+from tpuemb_cfg.session import prepare
 
 __all__ = [
     "OPTIMIZERS",
@@ -275,8 +275,8 @@ def warm_up(engine: str, optimizer: str) -> tuple[str, str | None, float, bool]:
     if chosen.name == "numba":
         from numba.core.registry import CPUDispatcher
 
-        from .executor.engines import numba as numba_engine
-        from .executor.engines import numba_init, numba_step, numba_update
+        from tpuemb_cfg.executor.engines import numba as numba_engine
+        from tpuemb_cfg.executor.engines import numba_init, numba_step, numba_update
 
         tiny_step(optimizer, engine)
         tiny_step(BENCHMARK_DEFAULT, engine)  # the kernels of steps with other optimizers

@@ -1,12 +1,13 @@
 """Reading and writing configurations in text (pbtxt), binary and JSON form.
 
 Everything that reads user input goes through :func:`read_source`, which turns every kind of bad
-input into one :class:`~tpuemb_cfg.errors.InputError` with a location: line and column for text and
-JSON, a byte offset for binary. Everything that writes goes through :func:`atomic_write_bytes`
-(:mod:`tpuemb_cfg.atomic`), so an interrupted run never leaves a half-written file behind.
+input into one :class:`~tpuemb_cfg.base.errors.InputError` with a location: line and column for
+text and JSON, a byte offset for binary. Everything that writes goes through
+:func:`atomic_write_bytes` (:mod:`tpuemb_cfg.formats.atomic`), so an interrupted run never leaves a
+half-written file behind.
 
-Two limits (:mod:`tpuemb_cfg.limits`) keep hostile or mistaken input from exhausting memory or
-the stack: an input size cap (default 256 MiB, ``TPUEMB_MAX_INPUT``), read in bounded chunks, and
+Two limits (:mod:`tpuemb_cfg.formats.limits`) keep hostile or mistaken input from exhausting memory
+or the stack: an input size cap (default 256 MiB, ``TPUEMB_MAX_INPUT``), read in bounded chunks, and
 a nesting limit (99 levels below the top-level message, the deepest every protobuf runtime reads
 back in every format): deeper input is a parse error at its line and column or byte offset, and
 :func:`serialize` refuses to write a deeper message, so nothing tpuemb writes is unreadable.
@@ -32,9 +33,10 @@ from google.protobuf import descriptor as _descriptor
 from google.protobuf import json_format, text_format
 from google.protobuf.message import DecodeError, Message
 
-from tpuemb_cfg import atomic
-from tpuemb_cfg.errors import InputError, UsageError
-from tpuemb_cfg.limits import (
+from tpuemb_cfg.base.errors import InputError, UsageError
+from tpuemb_cfg.base.protoutil import is_repeated
+from tpuemb_cfg.formats import atomic
+from tpuemb_cfg.formats.limits import (
     MAX_DEPTH,
     check_json_depth,
     check_text_depth,
@@ -44,7 +46,6 @@ from tpuemb_cfg.limits import (
     too_deep_path,
 )
 from tpuemb_cfg.proto.tpu_embedding_configuration_pb2 import TPUEmbeddingConfiguration
-from tpuemb_cfg.protoutil import is_repeated
 
 Format = Literal["text", "binary", "json"]
 
@@ -741,7 +742,7 @@ def serialize(message: Message, fmt: str) -> bytes:
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (:func:`tpuemb_cfg.atomic.write_bytes`).
+    """Write ``data`` to ``path`` atomically (:func:`tpuemb_cfg.formats.atomic.write_bytes`).
 
     ``-`` writes to stdout; a symbolic link is written through; an OS error is an OutputError.
     """

@@ -11,16 +11,17 @@ or respect them.
   parser one fewer, on upb and the pure-Python runtime alike, so 99 is the deepest depth that
   round-trips in every format. Deeper text or JSON is refused at the line and column of the
   bracket that crosses the limit (a pre-scan, before protobuf's recursive parsers could exhaust
-  the stack), deeper binary at the byte offset of the field (:func:`tpuemb_cfg.io.check_wire`),
-  and :func:`too_deep_path` lets writers refuse a deeper message built in code.
+  the stack), deeper binary at the byte offset of the field
+  (:func:`tpuemb_cfg.formats.io.check_wire`), and :func:`too_deep_path` lets writers refuse a
+  deeper message built in code.
 
 - **Memory.** A simulation refuses to start when its estimate exceeds the memory limit: the one
   given (``--max-memory``, ``max_memory=``), else :data:`MEMORY_SHARE` of the memory available
   (:func:`default_memory_limit`, from ``MemAvailable`` of ``/proc/meminfo``); the refusal
   suggests a limit that would admit the run (:func:`suggest_memory`).
 
-Sizes are read by :func:`tpuemb_cfg.units.parse_size` and shown by
-:func:`tpuemb_cfg.units.format_size`, the one grammar of every option that takes a size.
+Sizes are read by :func:`tpuemb_cfg.base.units.parse_size` and shown by
+:func:`tpuemb_cfg.base.units.format_size`, the one grammar of every option that takes a size.
 """
 
 from __future__ import annotations
@@ -34,10 +35,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from tpuemb_cfg.errors import InputError, UsageError
-from tpuemb_cfg.protoutil import is_repeated
-from tpuemb_cfg.units import format_size as format_size  # re-exported beside the limits
-from tpuemb_cfg.units import parse_size
+from tpuemb_cfg.base.errors import InputError, UsageError
+from tpuemb_cfg.base.protoutil import is_repeated
+from tpuemb_cfg.base.units import format_size as format_size  # re-exported beside the limits
+from tpuemb_cfg.base.units import parse_size
 
 #: Messages may nest this many levels below the top-level message (see the module docstring).
 MAX_DEPTH = 99

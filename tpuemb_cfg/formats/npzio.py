@@ -4,10 +4,10 @@
 the same inputs write different bytes. ``atomic_write_npz`` writes the same ``.npy`` members
 (``numpy.lib.format``) with a fixed timestamp and sorted member order, into a temporary file in
 the destination directory that replaces the destination only once it is complete: a reader sees
-either the old file or the new one, never a partial file (:mod:`tpuemb_cfg.atomic`; a symbolic
-link is written through). ``numpy.load`` reads the result. :func:`write_npz` streams the same
-bytes into any handle, e.g. one of an :class:`~tpuemb_cfg.atomic.OutputSet`; a value with
-``npy_chunks()`` (a table the Ray backend's hosts hold) is written a block of rows at a time,
+either the old file or the new one, never a partial file (:mod:`tpuemb_cfg.formats.atomic`; a
+symbolic link is written through). ``numpy.load`` reads the result. :func:`write_npz` streams the
+same bytes into any handle, e.g. one of an :class:`~tpuemb_cfg.formats.atomic.OutputSet`; a value
+with ``npy_chunks()`` (a table the Ray backend's hosts hold) is written a block of rows at a time,
 never whole in memory.
 
 :func:`read_npz` looks at the first bytes before handing the file to NumPy, so that random bytes
@@ -30,10 +30,10 @@ from typing import IO, Any
 
 import numpy as np
 
-from .atomic import atomic_output
-from .errors import InputError
-from .limits import default_memory_limit, read_errors
-from .units import format_size
+from tpuemb_cfg.base.errors import InputError
+from tpuemb_cfg.base.units import format_size
+from tpuemb_cfg.formats.atomic import atomic_output
+from tpuemb_cfg.formats.limits import default_memory_limit, read_errors
 
 __all__ = ["NpyHeader", "NpzMembers", "NpzWriter", "atomic_write_npz", "check_total", "map_npz",
            "npz_bytes", "read_npz", "write_npz"]

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from tpuemb_cfg.protoutil import is_repeated
+from tpuemb_cfg.base.protoutil import is_repeated
 
 _TOKEN = re.compile(
     r"""

@@ -75,7 +75,7 @@ def exit_now(signum: int | None = None, frame: Any = None) -> NoReturn:
     number = SIGINT if signum is None else signum
     # A module still being imported (a signal inside the import system) has no function yet,
     # and then no temporary file of its own either.
-    remove = getattr(sys.modules.get("tpuemb_cfg.atomic"), "remove_temporaries", None)
+    remove = getattr(sys.modules.get("tpuemb_cfg.formats.atomic"), "remove_temporaries", None)
     if remove is not None:
         remove()
     try:

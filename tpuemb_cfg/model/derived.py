@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar, overload
 
 from tpuemb_cfg.algorithms import ALGORITHMS
 from tpuemb_cfg.base.platform import legacy_chips
-from tpuemb_cfg.schema import AccumulationStatus, PackingStatus
+from tpuemb_cfg.base.schema import AccumulationStatus, PackingStatus
 
 if TYPE_CHECKING:
     from tpuemb_cfg.proto.tpu_embedding_configuration_pb2 import TPUEmbeddingConfiguration

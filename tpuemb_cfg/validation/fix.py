@@ -30,15 +30,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tpuemb_cfg.derived import INT32_MAX, derive
-from tpuemb_cfg.errors import InputError
-from tpuemb_cfg.locations import scan_locations, tokenize
+from tpuemb_cfg.base.errors import InputError
+from tpuemb_cfg.base.schema import AccumulationStatus
+from tpuemb_cfg.formats.locations import scan_locations, tokenize
+from tpuemb_cfg.model.derived import INT32_MAX, derive
 from tpuemb_cfg.rules.sparsecore import LIMIT_SETTINGS
-from tpuemb_cfg.schema import AccumulationStatus
 
 if TYPE_CHECKING:
-    from tpuemb_cfg.io import Source
-    from tpuemb_cfg.locations import Token
+    from tpuemb_cfg.formats.io import Source
+    from tpuemb_cfg.formats.locations import Token
     from tpuemb_cfg.proto.tpu_embedding_configuration_pb2 import TPUEmbeddingConfiguration
 
 @dataclass
@@ -371,7 +371,7 @@ def fix_source(source: Source, fixes: Iterable[str] | None = None) -> FixResult:
     Raises :class:`InputError` when the fixed file would not parse back to the fixed message
     (nothing must then be written).
     """
-    from tpuemb_cfg.io import serialize
+    from tpuemb_cfg.formats.io import serialize
 
     original = source.message
     fixed = type(original)()
@@ -418,7 +418,7 @@ def fix_source(source: Source, fixes: Iterable[str] | None = None) -> FixResult:
 
 
 def _parses_to(data: bytes, fmt: str, expected: bytes, message_type: Any) -> bool:
-    from tpuemb_cfg.io import parse_bytes
+    from tpuemb_cfg.formats.io import parse_bytes
 
     message = message_type()
     try:

@@ -18,17 +18,17 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from tpuemb_cfg.errors import InputError, UsageError, parameter, shorten_quoted
-from tpuemb_cfg.locations import DISABLE, iter_tokens, scan_locations, wanted_paths
-from tpuemb_cfg.protoutil import is_repeated
+from tpuemb_cfg.base.errors import InputError, UsageError, parameter, shorten_quoted
+from tpuemb_cfg.base.protoutil import is_repeated
+from tpuemb_cfg.formats.locations import DISABLE, iter_tokens, scan_locations, wanted_paths
 from tpuemb_cfg.rules import Context, Diagnostic, Rule, Severity, SparseCoreContext, all_rules
 
 if TYPE_CHECKING:
     from google.protobuf.descriptor import Descriptor
 
-    from tpuemb_cfg.derived import Derived
-    from tpuemb_cfg.io import Source
-    from tpuemb_cfg.locations import Locations
+    from tpuemb_cfg.formats.io import Source
+    from tpuemb_cfg.formats.locations import Locations
+    from tpuemb_cfg.model.derived import Derived
     from tpuemb_cfg.proto.tpu_embedding_configuration_pb2 import TPUEmbeddingConfiguration
     from tpuemb_cfg.sparsecore.config import SparseCoreConfig
     from tpuemb_cfg.sparsecore.stacking import Stacking
@@ -219,12 +219,12 @@ def place(
 # ancestors) costs more memory than the file. A finding only needs the positions inside the
 # top-level element it is about (one table, one feature), so the text is read as a sequence of
 # top-level elements with a quick pass that looks only at strings, comments and brackets, and the
-# full scanner (tpuemb_cfg.locations) runs on each element that holds findings, in the order of
-# the text, its positions let go of once the element's findings have theirs. Anything unusual at
-# the top level (list syntax, extensions) falls back to scanning the whole text.
+# full scanner (tpuemb_cfg.formats.locations) runs on each element that holds findings, in the
+# order of the text, its positions let go of once the element's findings have theirs. Anything
+# unusual at the top level (list syntax, extensions) falls back to scanning the whole text.
 
 # Strings as unrolled loops: a repeated alternation costs regex memory per character (see
-# tpuemb_cfg.locations), which for a multi-megabyte string is hundreds of megabytes.
+# tpuemb_cfg.formats.locations), which for a multi-megabyte string is hundreds of megabytes.
 _INNER = re.compile(
     r"""\"[^"\\\n]*(?:\\.[^"\\\n]*)*"|'[^'\\\n]*(?:\\.[^'\\\n]*)*'|#[^\n]*|[{}<>]"""
 )
@@ -426,7 +426,7 @@ def _element_members(name: str, i: int, k: int, following: array[int],
 def _locate_in_whole_text(text: str, descriptor: Descriptor,
                           field_paths: Sequence[str]) -> _Placed:
     """:func:`_locate` by one scan of the whole text, recording only what the paths may be
-    placed at (:func:`~tpuemb_cfg.locations.wanted_paths`)."""
+    placed at (:func:`~tpuemb_cfg.formats.locations.wanted_paths`)."""
 
     locations = scan_locations(text, descriptor, wanted=wanted_paths(field_paths))
     starts = array("q", [0])
@@ -567,7 +567,7 @@ def validate(
     """
     rules = selected_rules(select, ignore, show_derived=show_derived)
     if isinstance(config_or_path, str | os.PathLike):
-        from tpuemb_cfg.io import read_source
+        from tpuemb_cfg.formats.io import read_source
 
         try:
             source = read_source(config_or_path)
@@ -577,7 +577,7 @@ def validate(
             name = os.fspath(config_or_path)
             return [parse_error(InputError(str(exc).removeprefix(f"{name}: "), path=name))]
         return validate_source(source, rules, severity=severity, options=options)
-    from tpuemb_cfg.io import as_config
+    from tpuemb_cfg.formats.io import as_config
 
     try:
         config = as_config(config_or_path)

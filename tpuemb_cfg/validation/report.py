@@ -17,9 +17,9 @@ from typing import Any
 from urllib.parse import quote
 from xml.etree import ElementTree as ET
 
-from tpuemb_cfg.errors import printable, printable_json
+from tpuemb_cfg.base.errors import printable, printable_json
+from tpuemb_cfg.base.version import __version__
 from tpuemb_cfg.rules import RULES, SEVERITY_RANK, Diagnostic, all_rules
-from tpuemb_cfg.version import __version__
 
 FORMATS = ("text", "json", "sarif", "github", "junit")
 

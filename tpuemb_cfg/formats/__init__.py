@@ -1,0 +1,3 @@
+"""Formats and locations: configurations in text, binary and JSON, npz files,
+outputs written atomically, input limits and text positions.
+"""
