@@ -102,8 +102,10 @@ def test_a_process_reads_its_own_resident_memory() -> None:
     assert 0 < before["uss"] <= before["pss"] <= before["rss"] and before["rows"] == 0
     block = np.ones(64 * MiB, dtype=np.uint8)  # 64 MiB of this process's own, touched pages
     after = Shard().memory()
+    # Within a few MiB below too: in the suite's long-lived process other threads (Ray's, the
+    # fork server's readers) may free pages or share them with a child meanwhile (seen: 63.97 MiB).
     for key in ("rss", "uss"):
-        assert 64 * MiB <= after[key] - before[key] < 80 * MiB, (key, before, after)
+        assert 60 * MiB <= after[key] - before[key] < 80 * MiB, (key, before, after)
     del block
 
 
