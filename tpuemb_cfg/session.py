@@ -32,13 +32,6 @@ from tpuemb_cfg.base.errors import InputError
 from tpuemb_cfg.formats.locations import scan_locations, wanted_paths
 from tpuemb_cfg.model.derived import derive
 from tpuemb_cfg.validation import validator
-from tpuemb_cfg.validation.validator import (
-    place,
-    run_rules,
-    selected_rules,
-    sort_key,
-    validate_source,
-)
 
 from .executor.prepared import Prepared
 from .sparsecore.checks import check_config
@@ -109,7 +102,8 @@ def prepare(source: Any, *, combiners: Combiners = None, check: bool = True) -> 
         derived = derive(config)
         if check:
 
-            diagnostics = tuple(validate_source(parsed, selected_rules(), derived=derived))
+            diagnostics = tuple(validator.validate_source(parsed, validator.selected_rules(),
+                                                          derived=derived))
     else:
         from tpuemb_cfg.formats.io import as_config
 
@@ -128,7 +122,8 @@ def _validated(config: TPUEmbeddingConfiguration, derived: Derived) -> tuple[Dia
     """The findings of the default rules on the message ``config`` (``validator.validate``'s),
     from the quantities ``derived`` from it, which the plan is built from too."""
 
-    return tuple(sorted(run_rules(config, selected_rules(), derived=derived), key=sort_key))
+    found = validator.run_rules(config, validator.selected_rules(), derived=derived)
+    return tuple(sorted(found, key=validator.sort_key))
 
 
 def _is_compiled(source: Any) -> bool:
@@ -335,7 +330,7 @@ def place_plan_findings(planner: Any, findings: Sequence[Diagnostic],
 
     locations = scan_locations(text, TPUEmbeddingConfiguration.DESCRIPTOR,
                                wanted=wanted_paths(d.field_path for d in findings))
-    return place(findings, path=path, locations=locations)
+    return validator.place(findings, path=path, locations=locations)
 
 
 def plan(source: Any, ids: str | Sequence[str], *, options: Any = None, fmt: str | None = None,

@@ -22,7 +22,8 @@ from tpuemb_cfg.formats.atomic import refuse_hard_linked
 from tpuemb_cfg.formats.io import Source, atomic_write_bytes, read_source
 from tpuemb_cfg.rules import RULES, SEVERITY_RANK, Diagnostic
 from tpuemb_cfg.spec_check import fix_sparsecore_spec, is_sparsecore_spec, is_spec, validate_spec
-from tpuemb_cfg.validation.fix import fix_source, fixes_for
+from tpuemb_cfg.validation import fix as fixes_module
+from tpuemb_cfg.validation.fix import fixes_for
 from tpuemb_cfg.validation.report import FORMATS, FileReport, render_chunks
 from tpuemb_cfg.validation.settings import Settings, common_folder, load_settings, parse_tpu
 from tpuemb_cfg.validation.validator import PARSE_RULE, parse_error, selected_rules, validate_source
@@ -51,9 +52,8 @@ def _lines(data: bytes) -> list[str]:
 
 def _fix_file(source: Source, fixes: set[str], *, diff: bool) -> tuple[list[str], bool]:
     """Apply (or, with ``diff``, show) the fixes of one file; returns the messages to print and
-    whether the file was rewritten."""
-
-    result = fix_source(source, fixes)
+    whether the file was rewritten (``fixes_module.fix_source``: looked up when called)."""
+    result = fixes_module.fix_source(source, fixes)
     notes = list(result.notes)
     if not result.changed:
         return notes, False

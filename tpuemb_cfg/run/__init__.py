@@ -24,13 +24,13 @@ from __future__ import annotations
 import importlib.resources
 from typing import Any
 
+from tpuemb_cfg import session
 from tpuemb_cfg.base.errors import InputError
 from tpuemb_cfg.run.base import Progress, Run, RunResult
 from tpuemb_cfg.run.files import Anchored
 from tpuemb_cfg.run.legacy import ReplayRun, SyntheticMode, WorkersMode
 from tpuemb_cfg.run.request import RunRequest
 from tpuemb_cfg.run.sparsecore import SparseCoreMode
-from tpuemb_cfg.session import prepare, prepare_sparsecore, source_kind, with_combiner_arguments
 
 __all__ = ["BUILT_IN", "Progress", "Run", "RunRequest", "RunResult", "open_run", "run_kind"]
 
@@ -42,7 +42,7 @@ def run_kind(source: Any) -> str:
     """``sparsecore`` or ``legacy``: which runs ``source`` takes (``session.source_kind``; a
     missing source is the built-in example, legacy)."""
 
-    return "legacy" if source is None else source_kind(source)
+    return "legacy" if source is None else session.source_kind(source)
 
 
 def open_run(source: Any, request: RunRequest | None = None) -> Run:
@@ -67,7 +67,7 @@ def open_run(source: Any, request: RunRequest | None = None) -> Run:
 
         _refuse_for_sparsecore(request)
         with real.named_as_typed():
-            setup = prepare_sparsecore(source)  # a spec's code may chdir: paths anchored
+            setup = session.prepare_sparsecore(source)  # a spec's code may chdir: paths anchored
         return SparseCoreMode(setup, request, label, real)
     if request.compare_dropping or request.allow_id_dropping is not None:
         raise InputError("RunRequest compare_dropping and allow_id_dropping apply to "
@@ -79,8 +79,8 @@ def open_run(source: Any, request: RunRequest | None = None) -> Run:
                          "were recorded for (source)")
     with real.named_as_typed():
         # One parse of the file: diagnostics get line:column and suppressions, then the plan.
-        prepared = prepare(source if source is not None else _default_config())
-        prepared = with_combiner_arguments(prepared, request.combiners)
+        prepared = session.prepare(source if source is not None else _default_config())
+        prepared = session.with_combiner_arguments(prepared, request.combiners)
         if request.bag_sizes != "auto" and mode != "replay":
             prepared = _with_bags(prepared, request.bag_sizes)
     if mode == "replay":
