@@ -59,12 +59,16 @@ _BACKGROUND = "test_reproducible.py::test_golden_replays_give_the_same_bytes_und
 #: to start, die and be noticed): when the session runs them beside other tests, each group runs
 #: in one pytest process of its own started at collection (``TPUEMB_FOREGROUND=1`` there), beside
 #: the suite, and each of their items here waits for that process and reports the outcome it
-#: recorded (``--junitxml``): the same tests, with the same checks, off the critical path.
+#: recorded (``--junitxml``): the same tests, with the same checks, off the critical path. The
+#: multi-node tests are two groups of about a minute each (mostly waiting), not one of two: the
+#: lost head (a cluster of its own) with the shipping and operating tests, the rest of
+#: ``test_ray_nodes`` on its module's cluster. An item is in the first group naming it.
 _OWN_PROCESS = (
     ("test_cli_properties.py::test_every_command_under_every_input_is_safe",
      "test_cli_properties.py::test_the_ray_options_under_any_value_are_refused_in_one_line",
      "test_readme.py::"),
-    ("test_ray_nodes.py::", "test_ray_ship.py::", "test_ray_operate.py::"),
+    ("test_ray_nodes.py::test_a_lost_head_", "test_ray_ship.py::", "test_ray_operate.py::"),
+    ("test_ray_nodes.py::",),
 )
 _FOREGROUND = "TPUEMB_FOREGROUND"
 _own_runs: dict[int, dict[str, Any]] = {}  # per group: its process, log and outcomes
@@ -107,6 +111,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             group = [item for item in apart if _group(item) == index]
             if group:
                 _start_apart(session, index, group)
+                for item in group:
+                    _no_fixtures_here(item)
     for item in session.items:
         if item.nodeid.endswith(_BACKGROUND) and GOLDEN.joinpath("optimizers").is_dir():
             item.module.start_settings()  # type: ignore[attr-defined]
@@ -124,6 +130,13 @@ def _start_apart(session: pytest.Session, group: int, items: list[pytest.Item]) 
                             command, cwd=session.config.rootpath,
                             env={**os.environ, _FOREGROUND: "1"}, stdout=log,
                             stderr=subprocess.STDOUT)}
+
+
+def _no_fixtures_here(item: pytest.Item) -> None:
+    """An item whose own process runs it sets up none of its fixtures here: its outcome is read
+    from that process's report, and setting them up here too would start a second copy of what
+    they start (Ray nodes, fork servers) for nothing."""
+    item.setup = lambda: None  # type: ignore[method-assign]
 
 
 def _own_outcomes(run: dict[str, Any]) -> dict[tuple[str, str], tuple[str, str]]:
