@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import pytest
 from click.testing import CliRunner, Result
+from hypothesis import settings
 
 from tpuemb_cfg.cli import main
 
@@ -31,6 +32,54 @@ from tpuemb_cfg.cli import main
 # machine sets (an empty KERAS_HOME: no keras.json). Subprocesses inherit it.
 os.environ.pop("KERAS_BACKEND", None)
 os.environ["KERAS_HOME"] = tempfile.mkdtemp(prefix="tpuemb-keras-home-")
+
+# ------------------------------------------------------------------------------------------------
+# Test profiles (docs/testing.md)
+
+#: The suite's two profiles: ``default`` (what ``pytest`` and CI run: each property test's own
+#: example count, the short one) and ``long`` (before a release: every property test runs
+#: ``LONG_EXAMPLES`` examples, or the count its own call of ``examples`` gives, at random rather
+#: than derandomized). Chosen by ``TPUEMB_TEST_PROFILE=long`` or hypothesis' own
+#: ``--hypothesis-profile=long`` (which pytest applies after this file is read, before any test
+#: module is).
+PROFILE_ENV = "TPUEMB_TEST_PROFILE"
+PROFILES = ("default", "long")
+#: Examples per property test in the long profile, unless the test names its own.
+LONG_EXAMPLES = 2000
+#: Examples of every ``examples(...)`` call of a property test, whatever the profile (the
+#: release check's ``TPUEMB_PROPERTY_EXAMPLES=10000``; README, docs/testing.md).
+EXAMPLES_ENV = "TPUEMB_PROPERTY_EXAMPLES"
+
+settings.register_profile("default", deadline=None)
+settings.register_profile("long", deadline=None, max_examples=LONG_EXAMPLES, derandomize=False)
+if os.environ.get(PROFILE_ENV, "default") not in PROFILES:
+    raise pytest.UsageError(f"{PROFILE_ENV}={os.environ[PROFILE_ENV]!r}: the profiles are "
+                            f"{', '.join(PROFILES)}")
+settings.load_profile(os.environ.get(PROFILE_ENV, "default"))
+
+
+def long_profile() -> bool:
+    """Whether the long profile is loaded (``TPUEMB_TEST_PROFILE=long`` or
+    ``--hypothesis-profile=long``)."""
+    return settings.get_current_profile_name() == "long"
+
+
+def examples(default: int, long: int = LONG_EXAMPLES) -> int:
+    """A property test's example count: ``default`` in the default profile, ``long`` in the
+    long one, ``TPUEMB_PROPERTY_EXAMPLES`` in either when it is set. Read when the test module
+    is imported (after the profile is chosen)."""
+    given = os.environ.get(EXAMPLES_ENV)
+    if given:
+        return int(given)
+    return max(default, long) if long_profile() else default
+
+
+def derandomized(count: int) -> bool:
+    """Whether a property test of ``count`` examples draws the same ones on every run: in the
+    default profile, up to 300 (CI's runs are reproducible); never in the long one (each release
+    check explores anew)."""
+    return not long_profile() and count <= 300
+
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
@@ -59,12 +108,16 @@ _BACKGROUND = "test_reproducible.py::test_golden_replays_give_the_same_bytes_und
 #: to start, die and be noticed): when the session runs them beside other tests, each group runs
 #: in one pytest process of its own started at collection (``TPUEMB_FOREGROUND=1`` there), beside
 #: the suite, and each of their items here waits for that process and reports the outcome it
-#: recorded (``--junitxml``): the same tests, with the same checks, off the critical path.
+#: recorded (``--junitxml``): the same tests, with the same checks, off the critical path. The
+#: multi-node tests are two groups of about a minute each (mostly waiting), not one of two: the
+#: lost head (a cluster of its own) with the shipping and operating tests, the rest of
+#: ``test_ray_nodes`` on its module's cluster. An item is in the first group naming it.
 _OWN_PROCESS = (
     ("test_cli_properties.py::test_every_command_under_every_input_is_safe",
      "test_cli_properties.py::test_the_ray_options_under_any_value_are_refused_in_one_line",
      "test_readme.py::"),
-    ("test_ray_nodes.py::", "test_ray_ship.py::", "test_ray_operate.py::"),
+    ("test_ray_nodes.py::test_a_lost_head_", "test_ray_ship.py::", "test_ray_operate.py::"),
+    ("test_ray_nodes.py::",),
 )
 _FOREGROUND = "TPUEMB_FOREGROUND"
 _own_runs: dict[int, dict[str, Any]] = {}  # per group: its process, log and outcomes
@@ -107,6 +160,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             group = [item for item in apart if _group(item) == index]
             if group:
                 _start_apart(session, index, group)
+                for item in group:
+                    _no_fixtures_here(item)
     for item in session.items:
         if item.nodeid.endswith(_BACKGROUND) and GOLDEN.joinpath("optimizers").is_dir():
             item.module.start_settings()  # type: ignore[attr-defined]
@@ -122,8 +177,16 @@ def _start_apart(session: pytest.Session, group: int, items: list[pytest.Item]) 
     _own_runs[group] = {"folder": folder, "report": report, "log": log,
                         "process": subprocess.Popen(
                             command, cwd=session.config.rootpath,
-                            env={**os.environ, _FOREGROUND: "1"}, stdout=log,
+                            env={**os.environ, _FOREGROUND: "1",
+                                 PROFILE_ENV: settings.get_current_profile_name()}, stdout=log,
                             stderr=subprocess.STDOUT)}
+
+
+def _no_fixtures_here(item: pytest.Item) -> None:
+    """An item whose own process runs it sets up none of its fixtures here: its outcome is read
+    from that process's report, and setting them up here too would start a second copy of what
+    they start (Ray nodes, fork servers) for nothing."""
+    item.setup = lambda: None  # type: ignore[method-assign]
 
 
 def _own_outcomes(run: dict[str, Any]) -> dict[tuple[str, str], tuple[str, str]]:

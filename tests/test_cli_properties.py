@@ -25,12 +25,13 @@ ends as the command's own process would, and no example sees another's), or, wit
 A second property covers the Ray options (``--runtime-env``, ``--ray-address``, ``--shards``,
 ``--no-ship`` of ``simulate`` and ``bench --backend ray``) under arbitrary values, at an address
 where nothing answers: exit 2 and one line (or click's usage block), never a traceback, no file
-changed, Ray never started; 100 examples by default, ``TPUEMB_PROPERTY_EXAMPLES`` when set.
+changed, Ray never started.
 
-Profiles: ``TPUEMB_PROPERTY_EXAMPLES`` examples (default 300: what CI runs);
-the long profile, run before a release, is
+Profiles (docs/testing.md): 120 examples of the first property and 40 of the second in the
+default profile (what ``pytest`` and CI run, derandomized); 10,000 of each in the long one, run
+before a release (``TPUEMB_PROPERTY_EXAMPLES`` sets the count of both in either):
 
-    TPUEMB_PROPERTY_EXAMPLES=10000 .venv/bin/python -m pytest -q tests/test_cli_properties.py
+    TPUEMB_TEST_PROFILE=long .venv/bin/python -m pytest -q tests/test_cli_properties.py
 """
 
 from __future__ import annotations
@@ -47,13 +48,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from conftest import EXAMPLES, ROOT
+from conftest import EXAMPLES, ROOT, derandomized, examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-EXAMPLES_COUNT = int(os.environ.get("TPUEMB_PROPERTY_EXAMPLES", "300"))
-#: The Ray options' examples: 100 by default (CI), as many as the others when the profile says.
-RAY_EXAMPLES_COUNT = int(os.environ.get("TPUEMB_PROPERTY_EXAMPLES", "100"))
+EXAMPLES_COUNT = examples(120, long=10_000)
+#: The Ray options' examples: 40 by default (CI), as many as the others when the profile says.
+RAY_EXAMPLES_COUNT = examples(40, long=10_000)
 SUBPROCESS = os.environ.get("TPUEMB_PROPERTY_SUBPROCESS") == "1"
 MEMORY_CAP = 6 << 30  # address space of one command (numba reserves some for its compiler)
 DOCUMENTED_EXITS = {0, 1, 2}
@@ -364,7 +365,8 @@ cases = st.builds(
 )
 
 
-@settings(max_examples=EXAMPLES_COUNT, deadline=None, derandomize=EXAMPLES_COUNT <= 300,
+@settings(max_examples=EXAMPLES_COUNT, deadline=None,
+          derandomize=derandomized(EXAMPLES_COUNT),
           suppress_health_check=[HealthCheck.too_slow])
 @given(case=cases)
 def test_every_command_under_every_input_is_safe(case: Case) -> None:
@@ -498,7 +500,7 @@ def closed_port() -> Iterator[int]:
 
 
 @settings(max_examples=RAY_EXAMPLES_COUNT, deadline=None,
-          derandomize=EXAMPLES_COUNT <= 300, suppress_health_check=[
+          derandomize=derandomized(EXAMPLES_COUNT), suppress_health_check=[
               HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_the_ray_options_under_any_value_are_refused_in_one_line(

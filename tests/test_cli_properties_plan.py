@@ -17,10 +17,10 @@ configuration. Properties, whatever happened:
 - no input changed (the configuration, every sample file), whatever the output path;
 - a failed command (exit 2) leaves no file behind; any other creates only its outputs.
 
-Profiles as in ``test_cli_properties.py``: ``TPUEMB_PROPERTY_EXAMPLES`` examples (default 120,
-what CI runs); the long profile, run before a release, is
+Profiles as in ``test_cli_properties.py`` (docs/testing.md): 50 examples in the default
+profile (what ``pytest`` and CI run), 10,000 in the long one, run before a release:
 
-    TPUEMB_PROPERTY_EXAMPLES=10000 .venv/bin/python -m pytest -q tests/test_cli_properties_plan.py
+    TPUEMB_TEST_PROFILE=long .venv/bin/python -m pytest -q tests/test_cli_properties_plan.py
 """
 
 from __future__ import annotations
@@ -37,11 +37,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import derandomized, examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_cli_properties import ForkServer, _snapshot
 
-EXAMPLES_COUNT = int(os.environ.get("TPUEMB_PROPERTY_EXAMPLES", "120"))
+EXAMPLES_COUNT = examples(50, long=10_000)
 MEMORY_CAP = 6 << 30
 DOCUMENTED_EXITS = {0, 1, 2}
 ESC = "\x1b]0;pwned\x07\x1b[31m\u009b2J\u009d0;x\u009c"
@@ -386,7 +387,8 @@ cases = st.builds(
 )
 
 
-@settings(max_examples=EXAMPLES_COUNT, deadline=None, derandomize=EXAMPLES_COUNT <= 300,
+@settings(max_examples=EXAMPLES_COUNT, deadline=None,
+          derandomize=derandomized(EXAMPLES_COUNT),
           suppress_health_check=[HealthCheck.too_slow])
 @given(case=cases)
 def test_plan_and_sparsecore_specs_under_every_input_are_safe(case: Case) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -51,7 +52,7 @@ def _leaves(node: Any) -> list[FeatureConfig]:
     return [node]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(_structures())
 def test_build_config_invariants(structure: Any) -> None:
     leaves = _leaves(structure)

@@ -11,11 +11,11 @@ Each argument is its right value or a hostile one: None, bools, huge and negativ
 NaN and infinities, text, bytes, lists, dicts, NumPy arrays and scalars, deep nesting, and the
 library's own objects in the wrong place (a ``SparseCoreConfig`` for its ``Stacking``).
 
-Profiles: ``TPUEMB_PROPERTY_EXAMPLES`` examples per property (default 60: what CI runs, as
-``tests/test_cli_properties.py`` reads the same variable); the long profile, run before a
-release, is
+Profiles (docs/testing.md): 60 examples per property in the default profile (what ``pytest``
+and CI run), 10,000 in the long one, run before a release (``TPUEMB_PROPERTY_EXAMPLES`` sets the
+count in either):
 
-    TPUEMB_PROPERTY_EXAMPLES=10000 .venv/bin/python -m pytest -q tests/test_library_properties.py
+    TPUEMB_TEST_PROFILE=long .venv/bin/python -m pytest -q tests/test_library_properties.py
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import EXAMPLES, zipf_sample
+from conftest import EXAMPLES, derandomized, examples, zipf_sample
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from test_sparsecore_entry_args import CONFIG, STACKING  # 1 table, 4 chips x 2 SparseCores
@@ -38,9 +38,9 @@ from tpuemb_cfg import sparsecore as sc
 from tpuemb_cfg.base.errors import TpuembError
 from tpuemb_cfg.sparsecore import jte
 
-EXAMPLES_COUNT = int(os.environ.get("TPUEMB_PROPERTY_EXAMPLES", "60"))
+EXAMPLES_COUNT = examples(60, long=10_000)
 SETTINGS = settings(max_examples=EXAMPLES_COUNT, deadline=None,
-                    derandomize=EXAMPLES_COUNT <= 300,
+                    derandomize=derandomized(EXAMPLES_COUNT),
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                            HealthCheck.function_scoped_fixture])
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 from click.testing import CliRunner
-from conftest import EXAMPLES, ROOT
+from conftest import EXAMPLES, ROOT, examples
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -29,7 +29,7 @@ import tpuemb_cfg
 from tpuemb_cfg.cli import main
 
 QUICKSTART = (EXAMPLES / "quickstart.pbtxt").read_text()
-SETTINGS = settings(max_examples=30, deadline=None,
+SETTINGS = settings(max_examples=examples(30), deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 NAMES = st.sampled_from(["c.pbtxt", "c.json", "c.binpb", "c.pb", "c.cfg", "c", "c.txt"])
@@ -197,7 +197,7 @@ def test_inspect(name: str, content: bytes, as_json: bool, via: str) -> None:
 # simulate and bench: random bytes as every input file, random option values within fast bounds
 
 TINY = (ROOT / "tests" / "data" / "multiworker" / "tiny.pbtxt").read_text()
-RUN_SETTINGS = settings(max_examples=25, deadline=None,
+RUN_SETTINGS = settings(max_examples=examples(25), deadline=None,
                         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 

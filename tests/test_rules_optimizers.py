@@ -11,7 +11,7 @@ import struct
 from pathlib import Path
 
 import pytest
-from conftest import golden
+from conftest import examples, golden
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rulecheck import config, family_tests, text_findings
@@ -496,7 +496,7 @@ def test_families_never_crash_on_mutated_binary() -> None:
     seeds = [s for s in seeds if s]
     rules = [RULES[r] for r in sorted(RULES) if r.startswith(tuple(FAMILIES))]
 
-    @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+    @settings(max_examples=examples(60), deadline=None, suppress_health_check=list(HealthCheck))
     @given(st.sampled_from(seeds), st.data())
     def check(seed: bytes, data: st.DataObject) -> None:
         raw = bytearray(seed)

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import tfcases
+from conftest import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -159,7 +160,7 @@ def test_every_random_case_matches_tensorflow(name: str) -> None:
     assert sum(explained.values()) <= len(cases) // 20, explained
 
 
-@settings(max_examples=200, deadline=None, derandomize=True,
+@settings(max_examples=examples(200), deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(CASES))
 def test_random_case_hypothesis(case: dict[str, Any]) -> None:

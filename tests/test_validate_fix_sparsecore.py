@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rulecheck import invoke
@@ -132,7 +133,7 @@ def test_the_finding_is_placed_at_the_key_the_spec_passed(tmp_path: Path) -> Non
 _NOISE = st.sampled_from(["", "# user\n", '"user"\n', "x = {'user': 1}\n", "# é ‮\n"])
 
 
-@settings(max_examples=25, deadline=None, derandomize=True,
+@settings(max_examples=examples(25), deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(newline=st.sampled_from(["\n", "\r\n", "\r"]), bom=st.booleans(),
        quote=st.sampled_from(['"', "'"]),

@@ -9,7 +9,7 @@ from typing import Any
 from xml.etree import ElementTree
 
 from click.testing import CliRunner
-from conftest import EXAMPLES
+from conftest import EXAMPLES, examples
 from google.protobuf import text_format
 from google.protobuf.descriptor import FieldDescriptor
 from hypothesis import HealthCheck, given, settings
@@ -90,7 +90,7 @@ def configs(draw: st.DrawFn) -> TPUEmbeddingConfiguration:
     return config
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(configs())
 def test_random_messages_give_only_diagnostics(config: TPUEmbeddingConfiguration) -> None:
     derived = derive(config)
@@ -108,7 +108,7 @@ def test_random_messages_give_only_diagnostics(config: TPUEmbeddingConfiguration
             ElementTree.fromstring(output.split("\n", 1)[1])
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(configs())
 def test_random_binary_files_exit_1_or_2_and_fix_safely(config: TPUEmbeddingConfiguration) -> None:
     with tempfile.TemporaryDirectory() as folder:
@@ -164,7 +164,7 @@ def mutated(draw: st.DrawFn) -> str:
     return text
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mutated(), st.sampled_from(FORMATS))
 def test_mutated_text_never_tracebacks(text: str, fmt: str) -> None:
     with tempfile.TemporaryDirectory() as folder:
@@ -225,13 +225,13 @@ def _same_positions(text: str) -> None:
                 assert placed.comments[k] == full.line_comments.get(where[0]), path
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mutated())
 def test_partial_locations_match_full_scan_on_mutated_text(text: str) -> None:
     _same_positions(text)
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(30), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(configs(), st.booleans())
 def test_partial_locations_match_full_scan_on_printed_messages(
     config: TPUEmbeddingConfiguration, one_line: bool

@@ -10,6 +10,7 @@ import warnings
 
 import numpy as np
 import pytest
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -361,7 +362,7 @@ def test_float64_keeps_what_float32_loses() -> None:
 finite32 = st.floats(min_value=-(2.0**100), max_value=2.0**100, allow_nan=False, width=32)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.lists(st.lists(finite32, min_size=3, max_size=3), min_size=1, max_size=8))
 def test_mean_is_float32_arrival_order_sum_over_count(grads: list[list[float]]) -> None:
     acc = ConditionalAccumulator(shape=[3])
@@ -567,7 +568,7 @@ sparse_grads = st.lists(
     st.dictionaries(st.integers(0, 5), finite32, max_size=6), min_size=1, max_size=6)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(sparse_grads)
 def test_sparse_mean_is_per_row_float32_sum_over_row_count(grads: list[dict[int, float]]) -> None:
     acc = SparseConditionalAccumulator(shape=[6, 1])
