@@ -12,10 +12,36 @@ message that says so instead of an error about generated files.
 
 from __future__ import annotations
 
-# First, before any other import: as the `tpuemb` command, Ctrl-C exits quietly (130) while the
-# command starts (a KeyboardInterrupt inside an import would print a traceback). The module
-# imports only what Python has loaded already; a library import changes nothing.
-from tpuemb_cfg.base.interrupt import guard_start as _guard_start
+
+def _guard_start() -> None:
+    """When this process is the `tpuemb` command, make Ctrl-C exit quietly (130) at once.
+
+    The first statement of the package, before any import of it, even of
+    :mod:`tpuemb_cfg.base.interrupt` (an import is a window in which a ``KeyboardInterrupt``
+    prints a traceback: the test of Ctrl-C at every instant of start-up found one). Uses only
+    modules Python has loaded already (``_signal`` is the C module). A library import changes
+    nothing; :mod:`tpuemb_cfg.base.interrupt` takes over once the command runs (its ``message``
+    is the same line).
+    """
+    import _signal
+    import os
+    import sys
+
+    argv = list(getattr(sys, "orig_argv", ()))
+    by_module = any(a == "-m" and b == "tpuemb_cfg" for a, b in zip(argv, argv[1:], strict=False))
+    script = os.path.basename(getattr(sys.modules.get("__main__"), "__file__", None) or "")
+    if not (by_module or "-mtpuemb_cfg" in argv or script in ("tpuemb", "tpuemb.exe")):
+        return
+
+    def exit_now(signum: int, frame: object) -> None:
+        os.write(2, b"tpuemb: interrupted; no output file was left half-written\n")
+        os._exit(130)
+
+    try:
+        _signal.signal(_signal.SIGINT, exit_now)
+    except ValueError:  # not the main thread
+        pass
+
 
 _guard_start()
 

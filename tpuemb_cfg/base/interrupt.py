@@ -3,11 +3,12 @@ Ctrl-C, 143 for SIGTERM, 129 for SIGHUP), no traceback, no partial output, no te
 
 Two phases (see :mod:`tpuemb_cfg.cli`):
 
-- **start-up**: the first statement of ``tpuemb_cfg/__init__.py`` (:func:`guard_start`) makes SIGINT
-  exit at once when the process is the `tpuemb` command (the console script, or ``python -m
-  tpuemb_cfg``): nothing has been written yet, and a ``KeyboardInterrupt`` raised inside an import
-  would print a traceback. A library import changes nothing. (SIGTERM and SIGHUP keep their
-  default action there, which ends the process before it has written anything.)
+- **start-up**: the first statement of ``tpuemb_cfg/__init__.py`` (``_guard_start``, written
+  there because it must run before any import, this module's included) makes SIGINT exit at once
+  when the process is the `tpuemb` command (the console script, or ``python -m tpuemb_cfg``):
+  nothing has been written yet, and a ``KeyboardInterrupt`` raised inside an import would print a
+  traceback. A library import changes nothing. (SIGTERM and SIGHUP keep their default action
+  there, which ends the process before it has written anything.)
 - **running**: the CLI sets :func:`raise_once` for the three signals: the first one raises
   ``KeyboardInterrupt`` (SIGINT) or :class:`Terminated`, a subclass carrying the signal number
   (SIGTERM, SIGHUP), so every ``with`` block unwinds and removes its temporary files - the same
@@ -19,11 +20,10 @@ Two more sections a signal must respect, also here: :func:`held` (a set of renam
 cut in half: ``atomic.OutputSet``) and :func:`kept` (a library call that replaces the handlers,
 ``ray.init``: the command's are set again after it).
 
-This module is the one home of the signal handling: the package's ``__init__`` calls
-:func:`guard_start`, the CLI :func:`install` and :func:`raise_once`, ``atomic`` :func:`held`,
-the Ray connection :func:`kept`. It imports only modules Python has loaded before any line of
-tpuemb runs (``os``, ``sys`` and the C module ``_signal``; ``signal`` would build its enums), so
-``__init__`` can import it first.
+This module is the one home of the signal handling once the command runs: the CLI calls
+:func:`install` and :func:`raise_once`, ``atomic`` :func:`held`, the Ray connection :func:`kept`.
+It imports only modules Python has loaded before any line of tpuemb runs (``os``, ``sys`` and the
+C module ``_signal``; ``signal`` would build its enums).
 
 Before the first line of tpuemb runs, Python's own start-up (the interpreter and ``site``) answers
 Ctrl-C itself; no program can change that window.
@@ -220,19 +220,3 @@ def install(handler: Any) -> Any:
     except ValueError:  # signal handlers can only be set in the main thread
         return None
     return previous
-
-
-def guard_start() -> None:
-    """When this process is the `tpuemb` command, make Ctrl-C exit quietly (130) at once
-    (:func:`exit_now`): the first statement of the package's ``__init__``, before any other
-    import, because a ``KeyboardInterrupt`` inside an import would print a traceback. A library
-    import changes nothing; :func:`raise_once` takes over once the command runs."""
-    argv = list(getattr(sys, "orig_argv", ()))
-    by_module = any(a == "-m" and b == "tpuemb_cfg" for a, b in zip(argv, argv[1:], strict=False))
-    script = os.path.basename(getattr(sys.modules.get("__main__"), "__file__", None) or "")
-    if not (by_module or "-mtpuemb_cfg" in argv or script in ("tpuemb", "tpuemb.exe")):
-        return
-    try:
-        _signal.signal(SIGINT, exit_now)
-    except ValueError:  # not the main thread
-        pass
