@@ -280,7 +280,26 @@ def rows_of(whole: np.ndarray, rows: np.ndarray, engine: Engine) -> np.ndarray:
     return taken
 
 
-class LocalStorage:
+class Unqueued:
+    """The declared calls of a storage that neither batches reads nor queues updates: every
+    read costs the same (nothing to prefetch) and every update is made when asked for."""
+
+    def prefetch(self, requests: Sequence[tuple[str, np.ndarray]]) -> None:
+        """Nothing to batch: each ``gather`` reads."""
+
+    @property
+    def queues_updates(self) -> bool:
+        """Updates are made when asked for, one table at a time."""
+        return False
+
+    def flush(self) -> None:
+        """Nothing is queued."""
+
+    def discard(self, tables: Sequence[str]) -> None:
+        """Nothing is queued (``queues_updates`` is False: never called)."""
+
+
+class LocalStorage(Unqueued):
     """Every table and slot as a NumPy array of this process, worked on by ``engine``.
 
     ``arrays``: the state-file keys of ``initial.initial_state`` (the arrays are kept, not copied).
@@ -354,20 +373,6 @@ class LocalStorage:
         """Replace every table and slot by ``given``, checked exactly (``load_checked``)."""
         load_checked(self, self._plan, given, source)
 
-    def prefetch(self, requests: Sequence[tuple[str, np.ndarray]]) -> None:
-        """Every read costs the same here: nothing to batch."""
-
-    @property
-    def queues_updates(self) -> bool:
-        """Updates are made when asked for, one table at a time."""
-        return False
-
-    def flush(self) -> None:
-        """Nothing is queued."""
-
-    def discard(self, tables: Sequence[str]) -> None:
-        """Nothing is queued (``queues_updates`` is False: never called)."""
-
     def live(self) -> LocalStorage:
         """The arrays live in this process: ``local`` and ``live_params``."""
         return self
@@ -398,7 +403,7 @@ def load_checked(storage: RowStorage, plan: Plan, given: Mapping[str, Any],
     storage.load(make_initial_state(plan, given, 0, source, True))
 
 
-class BasicStorage:
+class BasicStorage(Unqueued):
     """A :class:`Storage` of a :class:`RowStorage` (a user's factory's, ``custom_backend``):
     its seven calls, and the others as a storage in this process without live arrays has them
     (no batching, no queue; given arrays checked here)."""
@@ -433,19 +438,6 @@ class BasicStorage:
 
     def load_given(self, given: Mapping[str, Any], *, source: str | None = None) -> None:
         load_checked(self.inner, self._plan, given, source)
-
-    def prefetch(self, requests: Sequence[tuple[str, np.ndarray]]) -> None:
-        """No batching: each ``gather`` reads."""
-
-    @property
-    def queues_updates(self) -> bool:
-        return False
-
-    def flush(self) -> None:
-        """Nothing is queued."""
-
-    def discard(self, tables: Sequence[str]) -> None:
-        """Nothing is queued."""
 
     def live(self) -> None:
         """No live arrays: the executor gathers copies."""
