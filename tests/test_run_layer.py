@@ -173,6 +173,12 @@ def test_a_run_that_will_not_fit_is_refused_before_allocating() -> None:
      "RunRequest: workers apply to synthetic runs, not to a replay of batches"),
     (None, {"init": "i.npz"}, "RunRequest init: only a replay of batches starts from given"),
     (None, {"max_staleness": -1}, "RunRequest max_staleness=-1: expected 0 or more"),
+    # the library refuses what --workers and --replicas-to-aggregate refuse (once, workers=0
+    # ran one worker)
+    (None, {"workers": 0}, "RunRequest workers=0: expected a whole number, at least 1"),
+    (None, {"workers": 2, "replicas_to_aggregate": 0},
+     "RunRequest replicas_to_aggregate=0: expected a whole number, at least 1"),
+    (None, {"workers": 1.5}, "RunRequest workers=1.5: expected a whole number, at least 1"),
 ])
 def test_a_bad_request_is_refused_with_input_error(source: Any, request_: dict[str, Any],
                                                    message: str) -> None:

@@ -109,17 +109,7 @@ class RunRequest:
 
     def _check(self) -> None:
         """The values no mode can run, refused with ``InputError`` naming the field."""
-        def wrong(name: str, value: object, expected: str) -> InputError:
-            return InputError(f"RunRequest {name}={value!r}: expected {expected}")
-
-        if not isinstance(self.steps, int) or isinstance(self.steps, bool) or self.steps < 1:
-            raise wrong("steps", self.steps, "a whole number of steps, at least 1")
-        if self.tables not in TABLES:
-            raise wrong("tables", self.tables, " or ".join(TABLES))
-        if self.bag_sizes not in BAG_SIZES:
-            raise wrong("bag_sizes", self.bag_sizes, " or ".join(BAG_SIZES))
-        if self.checkpoint_every is not None and self.checkpoint_every < 1:
-            raise wrong("checkpoint_every", self.checkpoint_every, "at least 1 step")
+        self._check_values()
         if (self.resume or self.checkpoint_every is not None) and self.checkpoint is None:
             raise InputError("RunRequest: resume and checkpoint_every need checkpoint (the "
                              "path of the checkpoint file)")
@@ -141,8 +131,29 @@ class RunRequest:
         if self.save_batches is not None and self.resume:
             raise InputError("RunRequest: save_batches cannot be combined with resume (the "
                              "steps before the checkpoint are not in this process)")
+
+    def _check_values(self) -> None:
+        """Each field's own range, as the command's options have it."""
+        def wrong(name: str, value: object, expected: str) -> InputError:
+            return InputError(f"RunRequest {name}={value!r}: expected {expected}")
+
+        def whole(value: object) -> bool:
+            return isinstance(value, int) and not isinstance(value, bool)
+
+        if not whole(self.steps) or self.steps < 1:
+            raise wrong("steps", self.steps, "a whole number of steps, at least 1")
+        if self.tables not in TABLES:
+            raise wrong("tables", self.tables, " or ".join(TABLES))
+        if self.bag_sizes not in BAG_SIZES:
+            raise wrong("bag_sizes", self.bag_sizes, " or ".join(BAG_SIZES))
+        if self.checkpoint_every is not None and self.checkpoint_every < 1:
+            raise wrong("checkpoint_every", self.checkpoint_every, "at least 1 step")
         if self.max_staleness is not None and self.max_staleness < 0:
             raise wrong("max_staleness", self.max_staleness, "0 or more")
+        for name in ("workers", "replicas_to_aggregate"):  # as --workers/--replicas-to-aggregate
+            value = getattr(self, name)
+            if value is not None and (not whole(value) or value < 1):
+                raise wrong(name, value, "a whole number, at least 1")
 
     @property
     def options(self) -> Any:
