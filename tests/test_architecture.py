@@ -630,12 +630,11 @@ def _registered_ids() -> set[str]:
     return found
 
 
-def test_every_finding_id_has_one_registry() -> None:
-    """Each finding id a module names in code (a string, not a docstring or comment) is a rule
-    of the one registry (``tpuemb_cfg.rules``): validate's, SparseCore's and plan's alike."""
-    registered = _registered_ids()
-    assert {"PARSE001", "TAG002", "SC001", "PLAN004", "PLAN021"} <= registered
-    missing: dict[str, set[str]] = defaultdict(set)
+@functools.cache
+def emitted_finding_ids() -> dict[str, frozenset[str]]:
+    """Each id-shaped word of a string in code (not a docstring or comment) -> the modules
+    naming it: the ids a command can emit (``tests/test_findings_registry.py`` reads it too)."""
+    found: dict[str, set[str]] = defaultdict(set)
     for module, path in MODULES.items():
         tree = ast.parse(path.read_text(encoding="utf-8"))
         docstrings = _docstring_ids(tree)
@@ -643,10 +642,21 @@ def test_every_finding_id_has_one_registry() -> None:
             if (isinstance(node, ast.Constant) and isinstance(node.value, str)
                     and id(node) not in docstrings):
                 for word in FINDING_ID.findall(node.value):
-                    if word not in registered and word not in NOT_FINDING_IDS:
-                        missing[word].add(module)
+                    found[word].add(module)
+    return {word: frozenset(modules) for word, modules in found.items()}
+
+
+def test_every_finding_id_has_one_registry() -> None:
+    """Each finding id a module names in code (a string, not a docstring or comment) is a rule
+    of the one registry (``tpuemb_cfg.rules``): validate's, SparseCore's and plan's alike."""
+    registered = _registered_ids()
+    assert {"PARSE001", "TAG002", "SC001", "PLAN004", "PLAN021"} <= registered
+    missing = {word: modules for word, modules in emitted_finding_ids().items()
+               if word not in registered and word not in NOT_FINDING_IDS}
     assert not missing, "finding ids named in code but registered by no rule:\n" + "\n".join(
         f"{word}: {', '.join(sorted(modules))}" for word, modules in sorted(missing.items()))
+
+
 #: Learning-rate schedules and Adam's bias correction: each is written once (issue 35), in its
 #: home module; no other module defines a function or class of these names (Keras' class names
 #: in snake case included). Every spec that declares a schedule (a model spec, a TOML spec, a

@@ -10,55 +10,23 @@ raises an error rather than reporting a finding; ``noqa: BLE001`` is ruff's).
 
 from __future__ import annotations
 
-import ast
 import json
-import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import run_cli, zipf_sample
+from test_architecture import NOT_FINDING_IDS, emitted_finding_ids
 
 from tpuemb_cfg.rules import RULES, all_rules
 from tpuemb_cfg.rules.plan import LimitDrops, LoadImbalance, OverMemory, plan_findings
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGE = ROOT / "tpuemb_cfg"
 QUICKSTART = str(ROOT / "examples" / "quickstart.pbtxt")
 
-#: A rule id as the registry accepts it (``_registry._ID_RE``), as a word.
-ID_WORD = re.compile(r"\b[A-Z][A-Z_]*[0-9]{3}\b")
-#: Id-shaped strings that are no finding: the id a diagnostic made outside any rule carries.
-NOT_FINDINGS = {"UNKNOWN000"}
-
-
-def _docstrings(tree: ast.AST) -> set[int]:
-    found: set[int] = set()
-    for node in ast.walk(tree):
-        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
-                and node.body and isinstance(node.body[0], ast.Expr)
-                and isinstance(node.body[0].value, ast.Constant)):
-            found.add(id(node.body[0].value))
-    return found
-
-
-def emitted_ids() -> dict[str, set[str]]:
-    """Each id-shaped word in a (non-docstring) string of the package -> the modules."""
-    found: dict[str, set[str]] = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
-        if path.name.endswith("_pb2.py"):
-            continue
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        docs = _docstrings(tree)
-        for node in ast.walk(tree):
-            if (isinstance(node, ast.Constant) and isinstance(node.value, str)
-                    and id(node) not in docs):
-                for word in ID_WORD.findall(node.value):
-                    found.setdefault(word, set()).add(str(path.relative_to(ROOT)))
-    return found
-
-
-EMITTED = emitted_ids()
+#: Each id-shaped word of a string in the package's code -> the modules naming it (the one scan,
+#: ``test_architecture.emitted_finding_ids``; ids in docstrings and comments are references).
+EMITTED = emitted_finding_ids()
 
 
 def test_the_scan_finds_every_family() -> None:
@@ -66,11 +34,12 @@ def test_the_scan_finds_every_family() -> None:
     for rule_id in ("PLAN001", "PLAN004", "PLAN010", "PLAN011", "PLAN020", "PLAN021",
                     "TBL010", "PARSE001", "SC001", "TAG002"):
         assert rule_id in EMITTED, rule_id
-    assert "tpuemb_cfg/planner/limits.py" not in EMITTED.get("CTOR013", set())
+    assert "tpuemb_cfg.planner.limits" not in EMITTED.get("CTOR013", set())
 
 
 def test_every_emitted_id_is_registered() -> None:
-    missing = {i: sorted(m) for i, m in EMITTED.items() if i not in RULES and i not in NOT_FINDINGS}
+    missing = {i: sorted(m) for i, m in EMITTED.items()
+               if i not in RULES and i not in NOT_FINDING_IDS}
     assert not missing, f"finding ids used in code but not registered: {missing}"
 
 
