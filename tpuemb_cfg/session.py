@@ -101,7 +101,6 @@ def prepare(source: Any, *, combiners: Combiners = None, check: bool = True) -> 
         path = parsed.path
         derived = derive(config)
         if check:
-
             diagnostics = tuple(validator.validate_source(parsed, validator.selected_rules(),
                                                           derived=derived))
     else:
@@ -121,7 +120,6 @@ def prepare(source: Any, *, combiners: Combiners = None, check: bool = True) -> 
 def _validated(config: TPUEmbeddingConfiguration, derived: Derived) -> tuple[Diagnostic, ...]:
     """The findings of the default rules on the message ``config`` (``validator.validate``'s),
     from the quantities ``derived`` from it, which the plan is built from too."""
-
     found = validator.run_rules(config, validator.selected_rules(), derived=derived)
     return tuple(sorted(found, key=validator.sort_key))
 
@@ -256,13 +254,10 @@ def validate(
     (:mod:`tpuemb_cfg.spec_check`); a SparseCore spec or ``SparseCoreConfig`` is checked by the
     SparseCore rules (``SC``).
     """
-
     if type(config_or_path).__name__ == "SparseCoreConfig":  # the SC rules, at its spec lines
-
         rules = validator.selected_rules(select, ignore, show_derived=show_derived)
         return validate_sparsecore(config_or_path, rules, severity=severity, options=options)
     if isinstance(config_or_path, str | os.PathLike):
-
         if is_spec(config_or_path):  # compiled; findings placed in the spec
             rules = validator.selected_rules(select, ignore, show_derived=show_derived)
             return validate_spec(config_or_path, rules, severity=severity, options=options)
@@ -398,7 +393,6 @@ def prepare_sparsecore(source: Any, *, stacking: Stacking | None = None,
     config, compiled = (source.config, source.compiled) if hasattr(source, "compiled") else (
         source, None)
     if path is None:  # a configuration the library was given: the spec loader's checks
-
         try:
             config = check_config(config)
         except (ValueError, TypeError) as exc:
@@ -441,7 +435,6 @@ def prepare_sparsecore(source: Any, *, stacking: Stacking | None = None,
               for f, p in zip(config.features, plan.features, strict=True)]
     prepared = replace(prepared, plan=plan.with_bags(counts))
     if stacking is None:
-
         stacking = stack(config)
     return SparseCoreSetup(config, stacking, replace(prepared, path=path), tuple(combiners),
                            tuple(record.notes), path)

@@ -197,7 +197,6 @@ def _locations(compiled: CompiledConfig, place: Callable[[Any], tuple[int, int] 
 
 def _placed(locations: Locations, field_path: str) -> tuple[int, int] | None:
     """The position of ``field_path`` or of its nearest placed ancestor, or ``None``."""
-
     path = field_path
     while path:
         found = locations.get(path)
@@ -229,7 +228,6 @@ def validate_spec(
     """Compile the spec ``path`` (unless ``compiled`` is given) and validate the configuration;
     findings are placed in the spec (see the module docstring). A spec that cannot be compiled
     gives one ``PARSE001`` diagnostic, as an unreadable configuration does."""
-
     name = os.fspath(path)
     if compiled is None and is_sparsecore_spec(name):
         return validate_sparsecore_spec(name, rules, severity=severity, options=options)
@@ -314,7 +312,6 @@ def validate_sparsecore(
     ``# tpuemb: disable=ID`` on those lines honoured. A finding with no line keeps its field
     path and says so. A configuration with a value the front door refuses
     (``sparsecore.checks.check_config``) is one ``PARSE001``, as a spec with one is."""
-
     try:
         config = check_config(config)
     except (ValueError, TypeError) as exc:
@@ -337,7 +334,6 @@ def _validate_checked(  # noqa: PLR0913 - validate_sparsecore's arguments
     stacking: Any = None,
 ) -> list[Diagnostic]:
     """:func:`validate_sparsecore` of a configuration the front door has checked."""
-
     found = run_sparsecore_rules(config, rules, options=options, stacking=stacking)
     name = path if path is not None else config.origin.path
     text = _spec_text(name)

@@ -108,7 +108,6 @@ def parse_seed(value: object) -> int:
 
 def _argument(parse: Callable[[object], int], value: object, name: str) -> int:
     """``parse(value)`` with its ``TypeError``/``ValueError`` naming the argument."""
-
     try:
         return parse(value)
     except TypeError as exc:

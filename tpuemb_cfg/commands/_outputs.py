@@ -104,7 +104,6 @@ def check_run_outputs(out_dir: Path, plot: str | None, inputs: list[tuple[str, s
     ``OUT_DIR/summary.json`` (OUT_DIR is created when missing), the ``--plot`` file, whose
     folder must exist and whose extension must be one of :data:`PLOT_FORMATS`, and the
     ``--save-batches`` file (an ``.npz`` whose folder exists)."""
-
     if plot == "-":  # check_outputs leaves "-" (standard output) alone
         check_plot(plot)
     if save_batches == "-":
@@ -128,7 +127,6 @@ def check_plot(plot: str) -> None:
     """Refuse a ``--plot`` path that cannot take the image, before any work: ``-``, a folder
     that does not exist, an extension outside :data:`PLOT_FORMATS`, or a name that is only an
     extension (``.png``: a hidden file without a name, whose suffix Python reads as empty)."""
-
     if plot == "-":  # check_outputs leaves "-" (standard output) alone
         raise UsageError("--plot -: the plot is an image file; give its name (FILE.png, "
                          "FILE.svg or FILE.pdf)")

@@ -155,7 +155,6 @@ def compile_(spec: str, output: str, to_format: str | None, check: bool,  # noqa
                  "(SparseCoreTableLayouts); without it, TPUEmbedding's configuration",
                  err=True)
     if not check:
-
         check_outputs([("-o", output)], [("SPEC", spec)])
     # Anchored before the spec runs: whatever folder its code moves to, OUT is the file named
     # from the folder the command started in (messages keep the name as typed).

@@ -54,7 +54,6 @@ def _size(value: str | None, option: str) -> int | None:
 
 def _in_range(ctx: click.Context, param: click.Parameter, value: float) -> float:
     """``--quantile`` and ``--headroom``: finite and in their range (``planner.checks``)."""
-
     problem = number_problem(str(param.name), value)
     if problem is not None:
         raise click.BadParameter(problem)
@@ -88,7 +87,6 @@ def _progress(total: int, unit: str, quiet: bool) -> Iterator[Callable[[int], No
 
 def render(result: Any, fmt: str, path: str) -> str:
     """The plan as ``fmt``: the text report, the JSON document, or SARIF findings."""
-
     if fmt == "json":
         return printable_json(result.to_json(), indent=2) + "\n"
     if fmt == "sarif":  # the plan's rules and validate's it reports (TBL010), all registered
@@ -135,7 +133,6 @@ def _check_outputs(config: str, ids: tuple[str, ...], ids_format: str | None,
                    output: str | None, plot: str | None) -> None:
     """Before any work: no output is an input (the configuration, every --ids path and every
     sample file inside an --ids folder) or another output; the plot's name and format."""
-
     inputs = [("CONFIG", config), *(("--ids", p) for p in ids)]
     inputs += [("--ids", name) for p in ids if Path(p).is_dir()
                for name in sample_files(p, ids_format)]
@@ -202,7 +199,6 @@ def plan(config: str, ids: tuple[str, ...], ids_format: str | None,  # noqa: PLR
     SparseCore spec (.py). Exit status: 0 the gate passed, 1 it failed (--fail-on), 2 bad
     input or options, 130 interrupted.
     """
-
     options = PlanOptions(
         topology=topology, hosts=hosts, host_memory_bytes=_size(host_memory, "--host-memory"),
         hbm_bytes=_size(hbm, "--hbm"), quantile=quantile, headroom=headroom,
@@ -222,7 +218,6 @@ def plan(config: str, ids: tuple[str, ...], ids_format: str | None,  # noqa: PLR
 
 def _write(text: str, output: str | None, result: Any, plot: str | None) -> None:
     """The report and the plot: each written whole or not at all."""
-
     if output is None and plot is None:
         click.echo(text, nl=False)
         return

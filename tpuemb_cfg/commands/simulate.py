@@ -188,7 +188,6 @@ def _check_workers(ctx: click.Context, o: dict[str, Any]) -> None:
 def _synthetic(config: str | None, request: Any, o: dict[str, Any]) -> None:
     """A synthetic run (one worker or several): opened in the backend's session, then run
     (or its plan printed)."""
-
     dry_run = o["dry_run"]
     with config_errors(config if config is not None else BUILT_IN), _session(request, dry_run):
         if request.plot is not None and not dry_run:

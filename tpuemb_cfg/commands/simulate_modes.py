@@ -39,7 +39,6 @@ def _combiner_note(run: Run) -> None:
 
 def replay(run: Run, *, as_json: bool, quiet: bool) -> None:
     """``--batches B.npz --out O.npz``: replay the steps, write O.npz, print the summary."""
-
     request = run.request
     out_path, lost = request.out, "a replay writes nothing before its end: run it again"
     assert out_path is not None
@@ -63,7 +62,6 @@ def replay(run: Run, *, as_json: bool, quiet: bool) -> None:
 def synthetic(run: Run, *, as_json: bool, quiet: bool) -> None:
     """A synthetic run on one worker or several: run with progress, write OUT_DIR/tables.npz
     (as ``--tables`` says) and summary.json (and the plot), print the summary."""
-
     with run.named_as_typed():
         summary = _several(run, quiet) if run.kind == "workers" else _one(run, quiet)
         out_dir = Path(str(run.request.out_dir))
@@ -79,7 +77,6 @@ def synthetic(run: Run, *, as_json: bool, quiet: bool) -> None:
 def _write(run: Run, result: Any, outputs: Any) -> None:
     """OUT_DIR's files of a synthetic run: tables.npz, summary.json and the plot
     (``outputs``: the ``OutputSet`` they are staged in, None: written at once)."""
-
     request = run.request
     out_dir, plot = str(request.out_dir), request.plot
     write_run(Path(run.where(out_dir)), result.summary, result.state, run.label,
@@ -159,7 +156,6 @@ def _unsaved_hint(checkpoint: Path, *, resume: bool) -> str:
 def _one(run: Any, quiet: bool) -> dict[str, Any]:
     """One worker: the synthetic run (resumed, checkpointed, its batches streamed), its files
     written; its summary."""
-
     request = run.request
     save_batches = request.save_batches
     log = RunLog.for_stderr(quiet)
@@ -206,7 +202,6 @@ def sparsecore(run: Any, *, as_json: bool, quiet: bool) -> None:
         result = run.result()
         source = "synthetic data"
         if request.batches is not None:
-
             out = str(request.out)
             with log.timed() as took:
                 atomic_write_npz(run.where(out), result.out)
@@ -218,7 +213,6 @@ def sparsecore(run: Any, *, as_json: bool, quiet: bool) -> None:
               f"(SparseCore, {config.api}; {config.topology.describe()}, seed "
               f"{request.options.seed})")
     if request.out_dir is not None:
-
         summary_dir = Path(request.out_dir)
         real = Path(run.where(request.out_dir))
         log = RunLog.for_stderr(quiet)

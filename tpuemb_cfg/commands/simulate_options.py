@@ -109,7 +109,6 @@ def refuse_given(ctx: click.Context, names: Sequence[str], text: str) -> None:
 def _refuse_beyond_machine(limit: int) -> None:
     """An explicit --max-memory above this machine's physical memory would only trade a clear
     refusal for the kernel's out-of-memory kill: refuse it."""
-
     total = total_memory()
     if total is not None and limit > total:
         raise UsageError(
@@ -144,7 +143,6 @@ def _read(config: str | None, spec: Any, *more: tuple[str, str | None]) -> list[
 def check_replay_outputs(config: str, spec: Any, batches: str, init: str | None,
                          out: str) -> None:
     """Before anything is read: ``--out`` is a writable ``.npz`` path and no input."""
-
     if out == "-":
         raise UsageError("--out -: a replay writes an .npz archive; give its file name (O.npz)")
     check_outputs([("--out", out)], _read(config, spec, ("--batches", batches), ("--init", init)))
@@ -156,7 +154,6 @@ def check_synthetic_outputs(config: str | None, spec: Any, out_dir: Path, plot: 
                             save_batches: str | None = None) -> None:
     """Before anything is read: every file of a synthetic run can be written and is no input
     (``--resume`` reads OUT_DIR/checkpoint.npz, which later checkpoints replace by design)."""
-
     checkpoint = str(out_dir / "checkpoint.npz")
     inputs = _read(config, spec, ("--resume", checkpoint if resume else None))
     check_run_outputs(out_dir, plot, inputs, tables=tables, save_batches=save_batches)

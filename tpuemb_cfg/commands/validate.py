@@ -31,7 +31,6 @@ from tpuemb_cfg.validation.validator import PARSE_RULE, parse_error, selected_ru
 
 def tpu_option(value: str) -> str:
     """``--tpu GEN`` checked (``UsageError`` naming the known generations)."""
-
     try:
         return parse_tpu(value)
     except InputError as exc:
@@ -93,7 +92,6 @@ def _fix_sparsecore_spec(path: str, *, diff: bool) -> bool:
     """SC001's key renames in a SparseCore spec (written, or shown with ``diff``); returns
     whether the file could not be written. A spec that cannot be loaded is left to the
     validation below (PARSE001)."""
-
     try:
         with open(path, "rb") as handle:
             before = handle.read()
@@ -228,7 +226,6 @@ def validate(  # noqa: PLR0913  (a click command: one parameter per option)
     fix_failed = False
     unchanged: dict[str, Source] = {}  # files --fix read and left as they were: not read again
     if fix:
-
         if "-" in files:
             raise UsageError("--fix cannot rewrite standard input; pass file names")
         fixes = fixes_for(r.id for r in rules)

@@ -158,7 +158,6 @@ def to_topology(value: Any, owner: str = "topology") -> Topology:
 def _algorithm(optimizer: Any) -> str:
     """The proto oneof name of ``optimizer`` (tpuemb's class attribute, or TensorFlow's class
     matched by name to tpuemb's); ``"custom"`` for a custom optimizer; else the class name."""
-
     if isinstance(optimizer, CustomOptimizer) or type(optimizer).__name__ == "CustomOptimizer":
         return "custom"
     name = getattr(type(optimizer), "algorithm", None)
@@ -295,7 +294,6 @@ def tensorflow_config(
 
 def _given_input_shapes(feature_config: Any, shapes: Any) -> dict[str, tuple[int, ...]]:
     """``per_replica_input_shapes`` by feature path (a ragged axis, ``None``, as 0)."""
-
     flat = flatten_with_paths(feature_config)
     out = {}
     for (path, _), (_, raw) in zip(flat, _input_shapes(feature_config, shapes, len(flat)),
@@ -407,7 +405,6 @@ def keras_rs_config(  # noqa: PLR0913  (the layer's arguments, the slice and the
     limits kept beside TensorFlow's defaults, ``limits_dropped_by_conversion=True``. JAX
     (:mod:`~tpuemb_cfg.embedding.keras_rs_jax`): mode ``"jax"``, jax-tpu-embedding's stacking,
     each stack limited by the largest of its tables' limits, ids always dropped."""
-
     backend = keras_rs_jax.choose_backend(override=keras_backend)
     return _keras_rs_config(feature_config, optimizer, to_topology(topology), table_stacking,
                             provenance or Provenance(), backend)
@@ -535,7 +532,6 @@ def _foreign(obj: Any) -> bool:
     """keras-rs' and jax-tpu-embedding's objects, whose constructors cannot call
     :func:`origins.record`: tables (``embedding_dim``), features (``table`` or ``table_spec``)
     and jax-tpu-embedding's optimizer specs."""
-
     if keras_rs.is_table(obj) or keras_rs.is_feature(obj):
         return True
     if hasattr(obj, "table_spec") and hasattr(obj, "output_shape"):
@@ -564,7 +560,6 @@ def _spec_topology(namespace: Mapping[str, Any], jax: bool) -> Topology:
 def _legacy(namespace: Mapping[str, Any], topology: Topology) -> CompiledConfig | None:
     """``build_config`` on the spec's TensorFlow or keras-rs objects (not validated), or
     ``None`` when it refuses them."""
-
     try:
         return build_config(namespace["feature_config"], namespace.get("optimizer"),
                             num_hosts=topology.hosts, num_replicas=topology.num_partitions,
@@ -578,7 +573,6 @@ def _jax_config(namespace: Mapping[str, Any], topology: Topology,
     """jax-tpu-embedding's ``feature_specs`` as a :class:`SparseCoreConfig`
     (:func:`tpuemb_cfg.sparsecore.jte.feature_specs_to_config`), each record placed at the spec
     line that built its object."""
-
     arguments = {k: namespace[k] for k in JAX_ARGUMENTS if k in namespace}
     specs = jte.leaves(namespace["feature_specs"])
     _refuse_repeated(specs)
@@ -642,7 +636,6 @@ def _convert(namespace: Mapping[str, Any], provenance: Provenance
     feature_config = namespace["feature_config"]
     optimizer = namespace.get("optimizer")
     if any(keras_rs.is_feature(leaf) for _, leaf in flatten_with_paths(feature_config)):
-
         backend = choose_backend(namespace.get("keras_backend"))
         config = _keras_rs_config(feature_config, optimizer, topology,
                                   namespace.get("table_stacking", "auto"), provenance, backend)
@@ -684,7 +677,6 @@ def load_sparsecore_spec(path: Any, *, keras_backend: str | None = None) -> Spar
 
     Raises :class:`~tpuemb_cfg.base.errors.InputError` with the spec's path and the line of the
     setting at fault (or of the features) when the spec cannot be run or converted."""
-
     name = check_spec_file(path)
     if not name.endswith(".py"):
         raise InputError("a SparseCore spec is a Python file (.py)", path=name)
@@ -718,7 +710,6 @@ def _call_limits(config: SparseCoreConfig) -> None:
     """Call jax's limit callables as stacking will (once per stack), so that one that raises or
     returns a non-int is refused with the spec rather than inside each command; other stacking
     failures are the rules' (SC017)."""
-
     if config.mode != "jax" or (config.stack_to_max_ids_per_partition is None
                                 and config.stack_to_max_unique_ids_per_partition is None):
         return

@@ -135,7 +135,6 @@ def read_spec_text(path: str | os.PathLike[str]) -> str:
 def check_spec_file(path: str | os.PathLike[str]) -> str:
     """``path`` as a string, once it is known to be a file within the input size limit
     (:func:`tpuemb_cfg.formats.limits.max_input_bytes`); :class:`InputError` otherwise."""
-
     name = os.fspath(path)
     if not Path(name).is_file():
         raise InputError("no such spec file", path=name)

@@ -23,7 +23,6 @@ def describe_callable(fn: Any) -> str:
     :class:`~tpuemb_cfg.embedding.keras.KerasSchedule` shows its name and formula; a function or
     bound method its qualified name and where it is defined (file name and line).
     """
-
     if isinstance(fn, Schedule | KerasSchedule):
         return f"{fn.name} = {fn.describe()}"
     name = getattr(fn, "__qualname__", None) or type(fn).__qualname__
@@ -37,7 +36,6 @@ def tag_table_lines(compiled: Any) -> list[str]:
     """``tag k -> tables a, b -> schedule`` for every dynamic input of a compiled spec; each
     line printable (:func:`~tpuemb_cfg.base.errors.printable`: it is also a comment line of the
     compiled file, which a line break in a table name would end)."""
-
     if not compiled.dynamic_learning_rates:
         return ["dynamic learning rates: none (every table has a constant learning rate)"]
     k = len(compiled.dynamic_learning_rates)

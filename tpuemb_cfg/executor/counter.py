@@ -263,7 +263,6 @@ def gaussian_rows(
 ) -> np.ndarray:
     """float32 [len(rows), dimension]: normal values of ``mean`` and ``stddev``, not truncated
     (the polar method, module docstring)."""
-
     rows = np.asarray(rows, dtype=np.int64).reshape(-1)
     key = stream_key(seed, table)
     element = _elements(rows, dimension)

@@ -272,7 +272,6 @@ def _unique(shape: RunShape, vocabulary: int, ids: float) -> float:
 def numba_available() -> bool:
     """Whether numba can be imported and runs compiled (``NUMBA_DISABLE_JIT`` unset), without
     importing it: then a synthetic run loads it whatever the engine."""
-
     return importlib.util.find_spec("numba") is not None and not jit_disabled()
 
 
@@ -307,7 +306,6 @@ def _resident(table_bytes: int, rows: int, touched: float, huge: bool) -> float:
 
 def _compiled_step(plan: Plan, table: TablePlan, engine: str) -> bool:
     """Whether the numba engine's compiled step runs ``table`` (``route.step_route``)."""
-
     return step_route(plan, table, compiled=engine == "numba").forward
 
 
@@ -469,7 +467,6 @@ def reduce_hint(parts: Estimate, *, steps: int | None = None, tables: str = "non
     step = parts.steady + parts.peak
     largest = max(parts.state, step, parts.history)
     if steps and largest == parts.history:
-
         return (f"run fewer steps (each keeps about "
                 f"{format_size(parts.history // max(steps, 1))} of history)")
     if largest == step:
@@ -487,7 +484,6 @@ def describe(parts: Estimate) -> str:
 
 def describe_parts(parts: dict[str, int]) -> str:
     """:func:`describe` of ``Estimate.as_dict()``'s figures."""
-
     items = [("process", "process_bytes"), ("tables and slots", "tables_and_slots_bytes"),
              ("step", "step_bytes"), ("pipelining", "pipelining_bytes"),
              ("history", "history_bytes"), ("writing outputs", "outputs_bytes"),
@@ -529,7 +525,6 @@ def require_memory(
     machine has that much memory; else a larger machine or (``scale_out``: the run can use it)
     the Ray backend on several.
     """
-
     limit = max_memory if max_memory is not None else limits.default_memory_limit()
     compared = needed if max_memory is not None else needed - process
     if limit is None or compared <= limit:

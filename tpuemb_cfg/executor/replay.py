@@ -124,7 +124,6 @@ def require_replay_memory(plan: Plan, headers: Mapping[str, Any], max_memory: in
     arrays) exceeds ``max_memory`` (None: the default limit). ``headers``: the batches' arrays
     by key, or anything with ``shape`` and ``nbytes`` (the ``.npy`` headers, read before the
     file is decompressed); ``engine``: the engine's name."""
-
     parts = replay_estimate(plan, headers, engine=engine, init_bytes=init_bytes)
     require_memory(parts.total, max_memory, process=parts.process,
                    counted="the process, tables, slots, a step's working arrays, the batches "

@@ -126,7 +126,6 @@ def touched_state(executor: Executor, touched: TouchedRows) -> dict[str, Any]:
     """The partial state file of ``executor``'s tables: per table its touched rows and their
     values in the table and every slot (module docstring), the values as :class:`RowsOf` of the
     live arrays (nothing is copied whole, and no untouched default row is computed)."""
-
     storage = executor.storage
     out: dict[str, Any] = {}
     remote = None if isinstance(storage, LocalStorage) else storage.arrays()

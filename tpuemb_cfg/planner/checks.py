@@ -85,7 +85,6 @@ def check_units(label: str, units: int, *, what: str, layouts: int, load: LoadOp
                 tables: int = 1) -> None:
     """Refuse ``units`` (hosts or SparseCores, from ``label``: an option and its value) whose
     load counters (``layouts`` of them) would take more than the memory a plan may use."""
-
     limit = default_memory_limit()
     if limit is None:
         return
@@ -228,7 +227,6 @@ def check_sparsecore_variants(variants: list[tuple[str, Any, bool]], options: Pl
 def _refuse(label: str, message: str, origin: Any) -> None:
     """An error about a variant: at the spec's line (``origin``, when it has one), else naming
     the option (``label``)."""
-
     if origin is not None and getattr(origin, "line", None) is not None:
         raise InputError(message, path=origin.path, line=origin.line)
     raise UsageError(f"{label}: {message}")

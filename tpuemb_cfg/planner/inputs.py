@@ -426,7 +426,6 @@ def _npz_steps(members: NpzMembers, schema: SampleSchema,
                ignored: set[str] | None = None) -> list[Any]:
     """The steps' inputs of the configured features; the keys of feature indexes past them
     are left out (``ignored``: gets those ``f{i}``)."""
-
     count = len(schema.features)
     headers = {}
     for key, header in members.headers.items():
@@ -452,7 +451,6 @@ READ_LIMIT = (f"the memory one read may take here (1/{SAMPLE_COPIES} of 80% of t
 def _read_limit() -> int | None:
     """The bytes one read (a ``B.npz`` step, a Parquet row group) may take once decompressed:
     a :data:`SAMPLE_COPIES`-th of the memory a run may use (None: unknown, no limit)."""
-
     limit = default_memory_limit()
     return None if limit is None else limit // SAMPLE_COPIES
 
@@ -536,7 +534,6 @@ def _parquet_file(path: str, schema: SampleSchema) -> Any:
 def _probe_parquet(paths: Sequence[str], schema: SampleSchema) -> tuple[str, int]:
     """The rows of the files, each row group's configured columns held against
     :func:`_read_limit` from the file's metadata (``parquet.row_group_bytes``), nothing read."""
-
     limit = _read_limit()
     rows = 0
     for path in paths:

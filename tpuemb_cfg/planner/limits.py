@@ -202,7 +202,6 @@ def _runner(stacking: Stacking, options: LimitOptions) -> Runner:
         features = {name: (ids[0], ids[1]) for name, ids in batch.items()}
         weights = {name: (ids[2], ids[1]) for name, ids in batch.items() if ids[2] is not None}
         if stacking.mode == "tensorflow":
-
             return preprocess_tensorflow(
                 stacking, features, weights or None, local_devices=local, global_devices=chips,
                 sparse_cores_per_device=cores, allow_id_dropping=True,

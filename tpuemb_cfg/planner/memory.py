@@ -223,7 +223,6 @@ def _host_parts(tables: Sequence[_Table], layouts: Sequence[TableLayout], host: 
 
 def _first_host_bytes(tables: Sequence[_Table], hosts: int) -> int:
     """Host 0's bytes among ``hosts``: it holds ceil(V / N) rows of every table, the most."""
-
     return sum(TableLayout(t.vocabulary, hosts, True).rows_of(0) * t.dimension * F32
                * t.arrays() for t in tables)
 
@@ -267,7 +266,6 @@ def legacy_memory(config: TPUEmbeddingConfiguration, *, hosts: int | None = None
     ``host_memory_bytes`` is each host's memory (None: unknown, no finding). ``breakdown``:
     the TPU devices' share of the tables (level ``"chip"``, one unit per tensor core) against
     ``device_memory_bytes`` (``derived.TPU_DEVICE_MEMORY`` has each generation's)."""
-
     count = max(int(config.num_hosts), 1) if hosts is None else int(hosts)
     if count < 1:
         raise UsageError(f"{arg('hosts')} {count}: a table needs at least one host")
@@ -310,7 +308,6 @@ def _devices(config: TPUEmbeddingConfiguration, derived: Derived,
     ``ceil(bytes / devices)`` of the host's ``state`` (tables, slots and gradient accumulators,
     TensorFlow's state variables) and ``padding`` (rows padded to 8 floats, or packed). None
     when there are fewer tensor cores than hosts."""
-
     hosts = derived.num_hosts or 1
     per_host = int(config.num_tensor_cores) // hosts
     if per_host < 1:
@@ -372,7 +369,6 @@ def _check_limits(stacking: Stacking, limits: Mapping[str, tuple[int, int]]) -> 
 def _stack_parts(config: SparseCoreConfig, stacking: Stacking, stack: Stack,
                  limits: Mapping[str, tuple[int, int]]) -> list[dict[str, int]]:
     """Per SparseCore, the stack's parts."""
-
     n, s = stacking.num_sparse_cores, stacking.sparse_cores_per_partition
     _, slots = stack_optimizer(config, stack)
     allocated = stack_bytes_per_sparse_core(stacking, stack, slots)
@@ -392,7 +388,6 @@ def _stack_parts(config: SparseCoreConfig, stacking: Stacking, stack: Stack,
 
 def _table_bytes_per_chip(config: SparseCoreConfig, stacking: Stacking) -> dict[str, int]:
     """Each table's padded rows on a chip, with its slots: P_t / N x W x 4 x (1 + S_o) x S."""
-
     n, s = stacking.num_sparse_cores, stacking.sparse_cores_per_partition
     sizes = {}
     for stack in stacking.stacks:

@@ -363,7 +363,6 @@ class Planner:
     def _legacy_counts(self) -> list[int]:
         """The host counts a legacy plan counts (the configured first), each checked against
         the memory before the sample is read (``planner.checks``)."""
-
         prepared: Prepared = self.config  # type: ignore[assignment]
         opts = self.options
         hosts = self._legacy_hosts()
@@ -578,7 +577,6 @@ def _cores_left_out(prepared: Prepared, hosts: int) -> list[Diagnostic]:
     topology may differ from ``num_hosts``): the per-chip memory spreads a host's rows over
     ``num_tensor_cores // hosts`` devices, so the cores beyond ``hosts`` times that are left
     out; the hint says how many."""
-
     config = prepared.config
     if hosts != config.num_hosts:
         config = with_hosts(config, hosts)

@@ -242,7 +242,6 @@ class SparseCoreContext(_Reporter):
     def stacking(self) -> Stacking | None:
         """The stacks both references would build from :attr:`config` (computed once)."""
         if self._stacking is None and self.stacking_error is None:
-
             try:
                 self._stacking = stack(self.config)
             except (ValueError, ArithmeticError, KeyError) as exc:

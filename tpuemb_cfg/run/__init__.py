@@ -41,7 +41,6 @@ BUILT_IN = "<built-in example>"
 def run_kind(source: Any) -> str:
     """``sparsecore`` or ``legacy``: which runs ``source`` takes (``session.source_kind``; a
     missing source is the built-in example, legacy)."""
-
     return "legacy" if source is None else session.source_kind(source)
 
 
@@ -64,7 +63,6 @@ def open_run(source: Any, request: RunRequest | None = None) -> Run:
     real = Anchored(request.batches, request.init, request.out, request.out_dir,
                     request.checkpoint, request.plot, request.save_batches)
     if kind == "sparsecore":
-
         _refuse_for_sparsecore(request)
         with real.named_as_typed():
             setup = session.prepare_sparsecore(source)  # a spec's code may chdir: paths anchored

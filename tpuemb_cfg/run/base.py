@@ -83,7 +83,6 @@ class Run:
 
     def plan_text(self, info: dict[str, Any]) -> str:
         """The text of :meth:`plan`'s ``info``."""
-
         lines = plan_text(info).split("\n")
         backend = info.get(self.backend.name)
         if backend is not None:

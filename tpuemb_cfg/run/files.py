@@ -47,7 +47,6 @@ class _HeadersRead(Exception):
 def npz_headers(path: str, check: Callable[[Any], object] | None = None) -> dict[str, Any]:
     """The ``.npy`` headers of every member of ``path`` by key (``npzio.read_npz``'s checks,
     then ``check(headers)``), without decompressing any array."""
-
     found: dict[str, Any] = {}
 
     def keep(headers: Any) -> None:

@@ -183,7 +183,6 @@ class ReplayRun(_Legacy):
     def start(self) -> None:
         """B.npz and I.npz read, after their ``.npy`` headers said the replay fits
         (``max_memory``) and B.npz holds the replay contract's keys."""
-
         request = self.request
         batches_path, init_path = request.batches, request.init
         assert batches_path is not None

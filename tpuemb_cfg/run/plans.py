@@ -34,7 +34,6 @@ def table_info(table: Any) -> dict[str, Any]:
 def memory_plan(estimate: Any, limit: int | None) -> dict[str, Any]:
     """A plan's ``memory``: the estimate's parts and the limit it is held against (given, or
     80% of the memory available plus the process)."""
-
     default = limit is None
     if default:
         available = default_memory_limit()
@@ -48,7 +47,6 @@ def synthetic_plan(prepared: Any, request: RunRequest, label: str,
                    in_process: bool) -> tuple[Any, dict[str, Any]]:
     """A synthetic run's plan (one worker, or the chief of several), and the plan of its
     tables; ``in_process``: whether the backend keeps the tables in this process."""
-
     plan = prepared.plan
     steps, options = request.steps, request.options
     engine = get_engine(options.engine).name
@@ -88,7 +86,6 @@ def synthetic_plan(prepared: Any, request: RunRequest, label: str,
 def _workers_plan(prepared: Any, request: RunRequest, workers: dict[str, Any],
                   in_process: bool) -> tuple[Any, Any, dict[str, Any]]:
     """A multi-worker plan (the chief's), memory estimate and run lines."""
-
     plan = multiworker.for_chief(prepared).plan
     count = workers["workers"]
     stale = workers.get("max_staleness")
@@ -112,7 +109,6 @@ def replay_plan(prepared: Any, request: RunRequest, label: str, real: Anchored,
                 in_process: bool) -> dict[str, Any]:
     """A replay's plan and memory estimate from the batches' ``.npy`` headers (no array is
     decompressed)."""
-
     batches_path, init_path = request.batches, request.init
     assert batches_path is not None
     plan = prepared.plan

@@ -252,7 +252,6 @@ class MultiWorkerRun:
 
     def _require_memory(self, steps: int, *, tables: str = "all", plot: bool = False) -> None:
         """Refuse a run beyond the memory limit (``max_memory``) before its first gradient."""
-
         parts = self.memory_estimate(steps, tables=tables, plot=plot)
         require_memory(
             parts.total, self.max_memory,
@@ -501,7 +500,6 @@ def run_estimate(plan: Plan, steps: int, workers: WorkerOptions, *, engine: str 
     every gradient and update (:data:`GRADIENT_BYTES` per gradient, :data:`TABLE_GRADIENT_BYTES`
     more per table: losses, events, decisions, the per-update figures and the summary made of
     them). ``local`` False (the Ray backend): the tables and their step live in the actors."""
-
     data = data or SyntheticOptions()
     count = workers.workers
     gradients = count * max(steps, 1)

@@ -168,7 +168,6 @@ def _schedules(spec: SimulationSpec, fail: _Fail) -> tuple[Schedule, ...]:
 def _synthetic_options(synthetic: SyntheticWorkload, fail: _Fail,
                        resolve: _Resolve) -> dict[str, Any]:
     """The options of ``workload.synthetic``, each checked in its option's grammar."""
-
     options: dict[str, Any] = {}
     where = "workload.synthetic."
     checks: dict[Literal["ids", "sequence_lengths"], Callable[[str, str], object]] = {

@@ -454,7 +454,6 @@ class SyntheticRun:
         ``tables`` - the caller's ``saved_state(tables)`` at the end - and ``plot`` add) would
         exceed the memory limit (``max_memory``; default 80% of the memory available).
         """
-
         steps = operator.index(steps)
         parts = self.memory_estimate(steps, tables=tables,
                                      checkpoints=bool(checkpoint_every), plot=plot)

@@ -75,7 +75,6 @@ def layouts_of(config: SparseCoreConfig) -> tuple[SparseCoreTableLayouts, Stacki
     """``config``'s layouts and stacking: TensorFlow's stacker output as ``TPUEmbeddingV2`` feeds
     it (``mode="tensorflow"``), or jax-tpu-embedding's stacks written as layouts
     (:func:`layouts_from_stacking`)."""
-
     stacking = feed.stack(config)
     if config.mode == "tensorflow":
         return tensorflow_layouts(config), stacking
@@ -326,7 +325,6 @@ def _per_unit(entry: dict[str, Any]) -> str:
 def format_sparsecore_summary(summary: dict[str, Any], title: str) -> str:
     """The summary as text, one block per stack (names, paths and values with their control
     characters escaped: :func:`~tpuemb_cfg.base.errors.printable`)."""
-
     summary, title = printable_values(summary), printable(title)
     from_file = summary["api"] is None  # a layouts file: no optimizer, combiner or limits
     backend = (f" on Keras' {summary['keras_backend']} backend (chosen by "

@@ -255,7 +255,6 @@ def _table(rows: list[list[str]], header: list[str]) -> list[str]:
 def format_summary(summary: dict[str, Any], title: str = "") -> str:
     """The text form of :func:`summarize`'s result (names escaped for the terminal:
     :func:`~tpuemb_cfg.base.errors.printable`)."""
-
     s = printable_values(summary)
     title = printable(title)
     lines: list[str] = []

@@ -60,7 +60,6 @@ def parse_size(value: object, *, path: str | None = None, key: str = "memory-bud
 
 def parse_tpu(value: object, *, path: str | None = None, key: str = "tpu") -> str:
     """A known TPU generation name (``"v4"``, ``"V5e"`` -> ``"v5e"``) for SIZE004."""
-
     if isinstance(value, str) and value.strip().lower() in TPU_DEVICE_MEMORY:
         return value.strip().lower()
     raise InputError(

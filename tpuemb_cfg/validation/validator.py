@@ -296,7 +296,6 @@ def _top_elements(text: str) -> Iterator[tuple[str, int, int]]:
 def _line_comments(text: str, first: int) -> list[str] | None:
     """The comments of the line that starts at offset ``first`` (read as a stream: the line may
     be the whole file)."""
-
     last = text.find("\n", first)
     last = len(text) if last < 0 else last
     if text.find("#", first, last) < 0:  # most lines: no comment to look for
@@ -334,7 +333,6 @@ def _locate_by_element(text: str, descriptor: Descriptor,
                        field_paths: Sequence[str]) -> _Placed:
     """:func:`_locate`, scanning only the top-level elements that hold a path (raises
     :class:`_Unusual` for a text or path this does not handle)."""
-
     count = len(field_paths)
     placed = _Placed(count)
     first, following = _paths_by_element(descriptor, field_paths)
@@ -427,7 +425,6 @@ def _locate_in_whole_text(text: str, descriptor: Descriptor,
                           field_paths: Sequence[str]) -> _Placed:
     """:func:`_locate` by one scan of the whole text, recording only what the paths may be
     placed at (:func:`~tpuemb_cfg.formats.locations.wanted_paths`)."""
-
     locations = scan_locations(text, descriptor, wanted=wanted_paths(field_paths))
     starts = array("q", [0])
     starts.extend(m.end() for m in re.finditer("\n", text))

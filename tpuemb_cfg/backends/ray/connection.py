@@ -353,7 +353,6 @@ class JoinedRunningCluster(UserWarning):
 def describe_cluster(ray: Any) -> str:
     """The connected cluster in a few words: its address, alive nodes, CPUs and the memory
     its nodes offer actors (Ray's ``memory`` resource)."""
-
     nodes = [n for n in ray.nodes() if n.get("Alive")]
     cpus = sum(float(n.get("Resources", {}).get("CPU", 0)) for n in nodes)
     memory = sum(int(n.get("Resources", {}).get("memory", 0)) for n in nodes)

@@ -43,7 +43,6 @@ class RayTools(RunHooks):
 
     def read_state(self) -> Callable[..., Any]:
         """The hosts receive a state file a block at a time: it is mapped, not read."""
-
         return map_npz
 
     def plan(self, plan: Any, placement: Any, limit: int | None,
@@ -52,7 +51,6 @@ class RayTools(RunHooks):
         """Each host actor's rows, estimate, reservation and node (``placement.plan_hosts``);
         ``machine_memory()``: this machine's available memory, the node of a local Ray
         instance; ``say``: how the refusal of a plan that does not fit is worded."""
-
         options = placement.options if isinstance(placement.options, RayOptions) else RayOptions()
         hosts = int(options.shards if options.shards is not None else plan.num_hosts)
         address = options.ray_address or os.environ.get("RAY_ADDRESS") or None

@@ -106,7 +106,6 @@ def preprocess_dropper(setup: SparseCoreSetup, allow_id_dropping: bool) -> Dropp
     names = [f.name for f in config.features]
     devices = config.topology.devices
     if setup.stacking.mode == "tensorflow":
-
         def run(features: Any, weights: Any) -> Any:
             return preprocess_tensorflow(
                 setup.stacking, features, weights, local_devices=devices, global_devices=devices,
@@ -142,7 +141,6 @@ def preprocess_dropper(setup: SparseCoreSetup, allow_id_dropping: bool) -> Dropp
 def _limit_failure(setup: SparseCoreSetup, exc: TensorFlowLimitError) -> str:
     """TensorFlow's failure of a step over a limit, its fix in a setting the spec's API reads
     (``sparsecore.advice``: keras-rs on TensorFlow cannot set the limits at all)."""
-
     stack = setup.stacking.stack(str(exc.stack))
     pair = (stack.max_ids_per_partition, stack.max_unique_ids_per_partition)
     advice = limit_advice(setup.config, stack.name, tuple(t.name for t in stack.tables), pair)
