@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tpuemb_cfg.base.errors import InputError
+from tpuemb_cfg.base.errors import InputError, shown
 from tpuemb_cfg.executor.options import RunOptions
 from tpuemb_cfg.executor.storage import placement
 from tpuemb_cfg.executor.workload import parse_ids, parse_sequence_lengths
@@ -146,10 +146,16 @@ class RunRequest:
             raise wrong("tables", self.tables, " or ".join(TABLES))
         if self.bag_sizes not in BAG_SIZES:
             raise wrong("bag_sizes", self.bag_sizes, " or ".join(BAG_SIZES))
-        if self.checkpoint_every is not None and self.checkpoint_every < 1:
+        if self.checkpoint_every is not None and (not whole(self.checkpoint_every)
+                                                  or self.checkpoint_every < 1):
             raise wrong("checkpoint_every", self.checkpoint_every, "at least 1 step")
-        if self.max_staleness is not None and self.max_staleness < 0:
+        if self.max_staleness is not None and (not whole(self.max_staleness)
+                                               or self.max_staleness < 0):
             raise wrong("max_staleness", self.max_staleness, "0 or more")
+        if not all(isinstance(name, str) for name in self.combiners):
+            bad = next(name for name in self.combiners if not isinstance(name, str))
+            raise InputError(f"RunRequest combiners: expected combiner names (sum, mean, "
+                             f"sqrtn), found {shown(bad)}")
         for name in ("workers", "replicas_to_aggregate"):  # as --workers/--replicas-to-aggregate
             value = getattr(self, name)
             if value is not None and (not whole(value) or value < 1):
