@@ -103,12 +103,15 @@ class FeatureBatch(NamedTuple):
 @dataclass(frozen=True)
 class SampleFeature:
     """A configured feature: its name in the sample, its table, the table's vocabulary (ids
-    must be in ``[0, vocabulary)``) and the bags of one configured (global) batch."""
+    must be in ``[0, vocabulary)``), the bags of one configured (global) batch and, when the
+    configuration says, the ids one bag holds (``ids_per_bag``: a spec's input shape, as
+    MLPerf's multi-hot lengths; not checked against the sample, which may hold ragged bags)."""
 
     name: str
     table: str
     vocabulary: int
     bags: int
+    ids_per_bag: int | None = None
 
 
 @dataclass(frozen=True)
@@ -126,7 +129,7 @@ def legacy_schema(plan: Plan) -> SampleSchema:
     """The replay contract's features ``f0``, ``f1``, ... of an executor plan."""
     return SampleSchema(tuple(
         SampleFeature(f"f{f.index}", plan.tables[f.table].name, plan.tables[f.table].vocabulary,
-                      plan.num_cores * int(np.prod(f.input_shape)))
+                      plan.num_cores * int(np.prod(f.input_shape)), f.ids_per_bag)
         for f in plan.features))
 
 
@@ -136,7 +139,8 @@ def sparsecore_schema(config: SparseCoreConfig) -> SampleSchema:
     per_replica = config.mode != "jax"  # jax (and keras-rs on JAX): global shapes
     return SampleSchema(tuple(
         SampleFeature(f.name, f.table, vocab[f.table],
-                      f.samples * (config.topology.num_partitions if per_replica else 1))
+                      f.samples * (config.topology.num_partitions if per_replica else 1),
+                      f.ids_per_bag)
         for f in config.features))
 
 
