@@ -262,9 +262,9 @@ def decode(path: str, schema: SampleSchema, stats: SampleStats, first: int,
 
 def read_tfrecord(path: str, schema: SampleSchema, stats: SampleStats,
                   tick: Tick) -> Iterator[dict[str, FeatureBatch]]:
-    """The file's records in windows of :func:`rows_per_read` records, each a chunk of the configured
-    features' bags: compiled (:mod:`planner.tfrecord_kernels`) where numba is available, else
-    (and for every window the kernels do not decode) the reference."""
+    """The file's records in windows of :func:`rows_per_read` records, each a chunk of the
+    configured features' bags: compiled (:mod:`planner.tfrecord_kernels`) where numba is
+    available, else (and for every window the kernels do not decode) the reference."""
     try:
         from . import tfrecord_kernels
     except ImportError:  # numba missing or switched off (NUMBA_DISABLE_JIT)
@@ -334,8 +334,8 @@ class _Compiled:
                 tick(int(lengths.sum()) + 16 * len(lengths))
 
     def _windows(self) -> Iterator[tuple[Any, ...]]:
-        """(first, buffer, data starts, lengths, the file offset of buffer[0]) per window, or the reference's windows from
-        the first one the framing kernel refuses."""
+        """(first, buffer, data starts, lengths, the file offset of ``buffer[0]``) per window,
+        or the reference's windows from the first one the framing kernel refuses."""
         size = os.path.getsize(self.path)
         window = rows_per_read(self.schema)
         starts = np.empty(window, dtype=np.int64)

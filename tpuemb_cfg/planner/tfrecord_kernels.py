@@ -30,6 +30,8 @@ reported, protobuf decides).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ..executor.engines.jit import njit
@@ -59,7 +61,7 @@ def crc_tables() -> np.ndarray:
 
 
 @njit(cache=True, nogil=True)
-def _crc32c(buf, start, length, t):  # type: ignore[no-untyped-def]
+def _crc32c(buf: np.ndarray, start: int, length: int, t: np.ndarray) -> Any:
     crc = np.int64(0xFFFFFFFF)
     p = start
     end = start + length
@@ -77,19 +79,20 @@ def _crc32c(buf, start, length, t):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True, nogil=True)
-def _masked(buf, start, length, t):  # type: ignore[no-untyped-def]
+def _masked(buf: np.ndarray, start: int, length: int, t: np.ndarray) -> Any:
     crc = _crc32c(buf, start, length, t)
     return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
 
 
 @njit(cache=True, nogil=True)
-def _u32(buf, p):  # type: ignore[no-untyped-def]
+def _u32(buf: np.ndarray, p: int) -> Any:
     return (np.int64(buf[p]) | (np.int64(buf[p + 1]) << 8) | (np.int64(buf[p + 2]) << 16)
             | (np.int64(buf[p + 3]) << 24))
 
 
 @njit(cache=True, nogil=True)
-def frame(buf, pos, base, size, window, n, starts, lengths, t):  # type: ignore[no-untyped-def]
+def frame(buf: np.ndarray, pos: int, base: int, size: int, window: int, n: int,
+          starts: np.ndarray, lengths: np.ndarray, t: np.ndarray) -> tuple[int, int, int]:
     """Frame records of ``buf[pos:]`` (``buf[0]`` is byte ``base`` of a file of ``size``
     bytes) into ``starts``/``lengths`` (data start in ``buf``, data length) from slot ``n``
     until ``window`` records: ``(n, pos, stop)`` with stop FULL, END (the file's end), MORE
@@ -121,7 +124,7 @@ def frame(buf, pos, base, size, window, n, starts, lengths, t):  # type: ignore[
 
 
 @njit(cache=True, nogil=True)
-def _length(buf, p, end):  # type: ignore[no-untyped-def]
+def _length(buf: np.ndarray, p: int, end: int) -> Any:
     """A length varint at ``p`` (at most 5 bytes) whose field ends by ``end``: (length, the
     position after it), or (-1, -1)."""
     value = np.int64(0)
@@ -139,7 +142,7 @@ def _length(buf, p, end):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True, nogil=True)
-def _skip_varint(buf, p, end):  # type: ignore[no-untyped-def]
+def _skip_varint(buf: np.ndarray, p: int, end: int) -> int:
     """The position after the int64 varint at ``p`` (ending by ``end``), or -1."""
     for i in range(10):
         if p + i >= end:
@@ -153,7 +156,7 @@ def _skip_varint(buf, p, end):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True, nogil=True)
-def _int64s(buf, a, b):  # type: ignore[no-untyped-def]
+def _int64s(buf: np.ndarray, a: int, b: int) -> int:
     """The ids an ``Int64List`` in ``buf[a:b]`` holds, or -1: the general form (packed runs
     and unpacked fields in any order), a varint at a time."""
     p = a
@@ -182,20 +185,20 @@ def _int64s(buf, a, b):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True, nogil=True)
-def _packed(buf, a, b):  # type: ignore[no-untyped-def]
+def _packed(buf: np.ndarray, a: int, b: int) -> int:
     """The varints of a packed run ``buf[a:b]``, or -1 when its last byte continues: each
     varint ends at its one byte below 0x80, so they are counted without being decoded (a
     varint of more than ten bytes is found by :func:`fill`)."""
     n = 0
     for i in range(a, b):
-        n += np.int64(buf[i] < 0x80)
+        n += int(buf[i] < 0x80)
     if b > a and buf[b - 1] >= 0x80:
         return -1
     return n
 
 
 @njit(cache=True, nogil=True)
-def _list(buf, a, b, regions, r, k):  # type: ignore[no-untyped-def]
+def _list(buf: np.ndarray, a: int, b: int, regions: np.ndarray, r: int, k: int) -> int:
     """The ids of the ``Int64List`` in ``buf[a:b]`` (or -1), where :func:`fill` finds them
     noted in ``regions[r, k]``: one packed run (its bytes, kind 0) or the general form (the
     list's bytes, kind 1)."""
@@ -215,7 +218,7 @@ def _list(buf, a, b, regions, r, k):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True, nogil=True)
-def _other_list(buf, a, b):  # type: ignore[no-untyped-def]
+def _other_list(buf: np.ndarray, a: int, b: int) -> bool:
     """Whether a ``Feature`` in ``buf[a:b]`` of a feature not configured is one list of the
     canonical layout (nothing is read from it)."""
     if a == b:
@@ -241,7 +244,7 @@ def _other_list(buf, a, b):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True, nogil=True)
-def _name(buf, a, b, names, offsets):  # type: ignore[no-untyped-def]
+def _name(buf: np.ndarray, a: int, b: int, names: np.ndarray, offsets: np.ndarray) -> int:
     """The index of the key ``buf[a:b]`` in the name table, or -1."""
     for k in range(offsets.shape[0] - 1):
         s = offsets[k]
@@ -258,7 +261,8 @@ def _name(buf, a, b, names, offsets):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True, nogil=True)
-def _record(buf, s, e, names, offsets, configured, counts, regions, r):  # type: ignore[no-untyped-def]
+def _record(buf: np.ndarray, s: int, e: int, names: np.ndarray, offsets: np.ndarray,
+            configured: int, counts: np.ndarray, regions: np.ndarray, r: int) -> int:
     """count() for record ``r`` in ``buf[s:e]``: 0, _REFER or UNKNOWN."""
     for k in range(configured):
         counts[r, k] = -1
@@ -316,7 +320,9 @@ def _record(buf, s, e, names, offsets, configured, counts, regions, r):  # type:
 
 
 @njit(cache=True, nogil=True)
-def count(buf, starts, lengths, names, offsets, configured, counts, regions):  # type: ignore[no-untyped-def]
+def count(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray, names: np.ndarray,
+          offsets: np.ndarray, configured: int, counts: np.ndarray,
+          regions: np.ndarray) -> tuple[int, int]:
     """Check every record ``buf[starts[r]:starts[r] + lengths[r]]`` and count its ids per
     configured feature (``counts[r, k]``; the ``Int64List``'s bytes in ``regions[r, k]``):
     ``(-1, 0)``, or the first record the kernels do not decode and why (``_REFER`` or
@@ -331,7 +337,7 @@ def count(buf, starts, lengths, names, offsets, configured, counts, regions):  #
 
 
 @njit(cache=True, nogil=True)
-def _decode_packed(buf, a, b, out, at):  # type: ignore[no-untyped-def]
+def _decode_packed(buf: np.ndarray, a: int, b: int, out: np.ndarray, at: int) -> int:
     """Decode the packed varints of ``buf[a:b]`` into ``out[at:]``, without a branch on the
     data: every byte adds its seven bits and stores the value so far; a last byte (below
     0x80) moves on to the next slot and starts a new value. -1 when a varint has more than
@@ -346,7 +352,7 @@ def _decode_packed(buf, a, b, out, at):  # type: ignore[no-untyped-def]
         top |= shift
         value |= (byte & np.uint64(0x7F)) << (shift & np.uint64(63))
         out[at] = value
-        at += 1 - np.int64(more)
+        at += 1 - int(more)
         value *= more
         shift = (shift + np.uint64(7)) * more
     if top >= np.uint64(56):
@@ -359,7 +365,7 @@ def _decode_packed(buf, a, b, out, at):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True, nogil=True)
-def _decode_general(buf, a, b, out, at):  # type: ignore[no-untyped-def]
+def _decode_general(buf: np.ndarray, a: int, b: int, out: np.ndarray, at: int) -> int:
     """Decode an ``Int64List`` of the general form (checked by :func:`_int64s`)."""
     p = a
     while p < b:
@@ -376,7 +382,7 @@ def _decode_general(buf, a, b, out, at):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True, nogil=True)
-def _decode_general_run(buf, a, b, out, at):  # type: ignore[no-untyped-def]
+def _decode_general_run(buf: np.ndarray, a: int, b: int, out: np.ndarray, at: int) -> int:
     p = a
     while p < b:
         value = np.uint64(0)
@@ -394,7 +400,8 @@ def _decode_general_run(buf, a, b, out, at):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True, nogil=True)
-def fill(buf, regions, counts, firsts, out):  # type: ignore[no-untyped-def]
+def fill(buf: np.ndarray, regions: np.ndarray, counts: np.ndarray, firsts: np.ndarray,
+         out: np.ndarray) -> int:
     """Decode the ids count() found: feature ``k``'s ids of record ``r`` go to ``out`` from
     ``firsts[k] + sum(counts[:r, k])`` on, as ``uint64`` (an int64's two's complement): -1,
     or a record with a varint of more than 64 bits (protobuf decides)."""
