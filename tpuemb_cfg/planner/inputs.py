@@ -17,12 +17,15 @@ Formats (chosen by extension, :data:`FORMATS`):
   step is read at a time. For a SparseCore configuration ``f{i}`` is the spec's ``i``-th feature.
 - **Parquet** (``.parquet``, ``.pq``; pyarrow, the optional extra ``[plan]``): one column per
   configured feature, named as the feature, of type ``list<integer>`` (a bag per row) or
-  ``integer`` (one id per row); a null is an empty bag. Read a record batch at a time.
+  ``integer`` (one id per row); a null is an empty bag. Read a record batch at a time
+  (:func:`~planner.samples.rows_per_read` rows); a list column without nulls is taken from
+  Arrow's buffers (the ids without a copy, the row splits from the list offsets).
 - **TFRecord** (``.tfrecord``, ``.tfrecords``, ``.tfr``) of ``tf.train.Example``: one
   ``int64_list`` feature per configured feature (absent from a record: an error; empty: an
   empty bag). The framing (little-endian uint64 length, masked CRC32C of the length, the data,
-  masked CRC32C of the data) is read here and both CRCs are verified (:func:`crc32c`);
-  messages are decoded with tpuemb's own copy of ``example.proto`` (no TensorFlow).
+  masked CRC32C of the data) is read by :mod:`planner.tfrecord` and both CRCs are verified
+  (:func:`crc32c`); messages are decoded with tpuemb's own copy of ``example.proto`` (no
+  TensorFlow), in compiled kernels where numba is available (:mod:`planner.tfrecord_kernels`).
 
 **Extra columns** (a Parquet column or TFRecord feature named as no configured feature, a
 ``B.npz`` feature index past the configured ones) are not read and are listed in

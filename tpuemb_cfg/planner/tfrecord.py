@@ -1,7 +1,16 @@
-"""TFRecord's framing for ``tpuemb plan``'s samples (:mod:`planner.inputs` reads the records):
-CRC-32C (Castagnoli), masked as TensorFlow masks it, vectorised over a window of records; the
-writer (TensorFlow's ``TFRecordWriter`` bytes); and what compression a file that is no
-TFRecord was written with."""
+"""TFRecord samples for ``tpuemb plan`` (:mod:`planner.inputs` opens them): CRC-32C (Castagnoli),
+masked as TensorFlow masks it; the writer (TensorFlow's ``TFRecordWriter`` bytes); what
+compression a file that is no TFRecord was written with; and the reader.
+
+The reader reads a window of :func:`~planner.samples.rows_per_read` records at a time. The
+**reference** (:func:`read_tfrecord_reference`: :func:`frames` and :func:`decode`) frames the
+records in Python, checks both CRCs vectorised over the window (:func:`crc32c_many`) and
+decodes each record with protobuf's parser; it says every error. :func:`read_tfrecord` runs the
+compiled kernels of :mod:`planner.tfrecord_kernels` where numba is available (imported here
+lazily, so nothing else pays for numba) and hands each window they do not decode to the
+reference, from the window's first record, so errors, their records and the windows' contents
+are the reference's (``tests/test_tfrecord_compiled.py`` compares the two).
+"""
 
 from __future__ import annotations
 
