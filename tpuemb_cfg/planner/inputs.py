@@ -17,12 +17,15 @@ Formats (chosen by extension, :data:`FORMATS`):
   step is read at a time. For a SparseCore configuration ``f{i}`` is the spec's ``i``-th feature.
 - **Parquet** (``.parquet``, ``.pq``; pyarrow, the optional extra ``[plan]``): one column per
   configured feature, named as the feature, of type ``list<integer>`` (a bag per row) or
-  ``integer`` (one id per row); a null is an empty bag. Read a record batch at a time.
+  ``integer`` (one id per row); a null is an empty bag. Read a record batch at a time
+  (:func:`~planner.samples.rows_per_read` rows); a list column without nulls is taken from
+  Arrow's buffers (the ids without a copy, the row splits from the list offsets).
 - **TFRecord** (``.tfrecord``, ``.tfrecords``, ``.tfr``) of ``tf.train.Example``: one
   ``int64_list`` feature per configured feature (absent from a record: an error; empty: an
   empty bag). The framing (little-endian uint64 length, masked CRC32C of the length, the data,
-  masked CRC32C of the data) is read here and both CRCs are verified (:func:`crc32c`);
-  messages are decoded with tpuemb's own copy of ``example.proto`` (no TensorFlow).
+  masked CRC32C of the data) is read by :mod:`planner.tfrecord` and both CRCs are verified
+  (:func:`crc32c`); messages are decoded with tpuemb's own copy of ``example.proto`` (no
+  TensorFlow), in compiled kernels where numba is available (:mod:`planner.tfrecord_kernels`).
 
 **Extra columns** (a Parquet column or TFRecord feature named as no configured feature, a
 ``B.npz`` feature index past the configured ones) are not read and are listed in
@@ -51,22 +54,30 @@ from __future__ import annotations
 
 import itertools
 import os
-import struct
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tpuemb_cfg.base.errors import InputError, UsageError
+from tpuemb_cfg.base.errors import UsageError
 from tpuemb_cfg.base.units import format_size
 from tpuemb_cfg.formats.limits import default_memory_limit
 from tpuemb_cfg.formats.npzio import NpzMembers, check_total
 
 from ..executor.replay import feature_of, parse_steps
 from .parquet import bad_column, row_group_bytes, row_group_place
-from .tfrecord import compression, crc32c, crc32c_many, mask, masked_crc32c, write_tfrecord
+from .samples import (
+    FeatureBatch,
+    SampleError,
+    SampleFeature,
+    SampleSchema,
+    SampleStats,
+    Tick,
+    check_batch,
+    rows_per_read,
+)
+from .tfrecord import crc32c, masked_crc32c, probe_tfrecord, read_tfrecord, write_tfrecord
 
 if TYPE_CHECKING:
     from ..executor.plan import Plan
@@ -83,50 +94,15 @@ FORMATS: dict[str, str] = {
     ".npz": "npz", ".parquet": "parquet", ".pq": "parquet",
     ".tfrecord": "tfrecord", ".tfrecords": "tfrecord", ".tfr": "tfrecord",
 }
-#: Rows a Parquet record batch or a TFRecord window holds at most (bounded memory).
-ROWS_PER_READ = 8192
 _PLAN_EXTRA = "pip install 'tpuemb[plan]'"
 
-
-class FeatureBatch(NamedTuple):
-    """One feature's bags: int64 ids, int64 row splits, float32 weights or None (1.0)."""
-
-    values: np.ndarray
-    row_splits: np.ndarray
-    weights: np.ndarray | None = None
-
-    @property
-    def bags(self) -> int:
-        return int(self.row_splits.shape[0] - 1)
-
-
-@dataclass(frozen=True)
-class SampleFeature:
-    """A configured feature: its name in the sample, its table, the table's vocabulary (ids
-    must be in ``[0, vocabulary)``) and the bags of one configured (global) batch."""
-
-    name: str
-    table: str
-    vocabulary: int
-    bags: int
-
-
-@dataclass(frozen=True)
-class SampleSchema:
-    """The features a sample must give, in configuration order."""
-
-    features: tuple[SampleFeature, ...]
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        return tuple(f.name for f in self.features)
 
 
 def legacy_schema(plan: Plan) -> SampleSchema:
     """The replay contract's features ``f0``, ``f1``, ... of an executor plan."""
     return SampleSchema(tuple(
         SampleFeature(f"f{f.index}", plan.tables[f.table].name, plan.tables[f.table].vocabulary,
-                      plan.num_cores * int(np.prod(f.input_shape)))
+                      plan.num_cores * int(np.prod(f.input_shape)), f.ids_per_bag)
         for f in plan.features))
 
 
@@ -136,110 +112,10 @@ def sparsecore_schema(config: SparseCoreConfig) -> SampleSchema:
     per_replica = config.mode != "jax"  # jax (and keras-rs on JAX): global shapes
     return SampleSchema(tuple(
         SampleFeature(f.name, f.table, vocab[f.table],
-                      f.samples * (config.topology.num_partitions if per_replica else 1))
+                      f.samples * (config.topology.num_partitions if per_replica else 1),
+                      f.ids_per_bag)
         for f in config.features))
 
-
-class SampleError(InputError):
-    """Bad sample input: ``where`` names the key, column or record inside ``path``."""
-
-    def __init__(self, message: str, *, path: str, where: str | None = None) -> None:
-        super().__init__(message, path=path)
-        self.where = where
-
-    def location(self) -> str:
-        path = self.path if self.path is not None else "<input>"
-        return path if self.where is None else f"{path}: {self.where}"
-
-
-@dataclass
-class SampleStats:
-    """What was read: per feature the sample's bags and ids, the configured batches made, and
-    the bags left over at the end (not used)."""
-
-    format: str
-    files: tuple[str, ...]
-    #: distinct bag counts of the sample's own batches per feature (``B.npz``; rows: empty)
-    sample_batch_bags: dict[str, set[int]] = field(default_factory=dict)
-    bags_read: dict[str, int] = field(default_factory=dict)
-    ids_read: dict[str, int] = field(default_factory=dict)
-    batches: int = 0
-    leftover_bags: dict[str, int] = field(default_factory=dict)
-    rescaled: bool = False
-    #: the sample's columns (Parquet), features (TFRecord) or feature indexes (``B.npz``: the
-    #: keys ``s{s}/f{i}/...`` past the configured features) that are no configured feature:
-    #: not read, listed once in the report
-    ignored: set[str] = field(default_factory=set)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "format": self.format, "files": list(self.files),
-            "sample_batch_bags": {k: sorted(v) for k, v in self.sample_batch_bags.items()},
-            "bags_read": dict(self.bags_read), "ids_read": dict(self.ids_read),
-            "batches": self.batches, "leftover_bags": dict(self.leftover_bags),
-            "rescaled": self.rescaled, "ignored": sorted(self.ignored),
-        }
-
-
-# --- checks shared by every format --------------------------------------------------------------
-
-def _check(feature: SampleFeature, values: Any, row_splits: Any, weights: Any, *, path: str,
-           where: str, at: Callable[[int], tuple[str, str]] | None = None) -> FeatureBatch:
-    """One feature's arrays as a trusted ``FeatureBatch``: integer 1-D ids in the table, row
-    splits from 0 to nnz and non-decreasing, finite float32 weights, one per id. ``at(i)``:
-    the (where, position) of the bag holding id ``i`` (rows and records; default: ``where``
-    and "index i")."""
-    values = np.asarray(values)
-    if values.dtype.kind not in "iu" and not (values.size == 0 and values.dtype.kind == "f"):
-        raise SampleError(f"ids of dtype {values.dtype} found, expected integers (int64)",
-                          path=path, where=where)
-    if values.ndim != 1:
-        raise SampleError(f"ids of shape {values.shape} found, expected a 1-D array",
-                          path=path, where=where)
-    if values.size:
-        low, high = int(values.min()), int(values.max())
-        if low < 0 or high >= feature.vocabulary:
-            bad = low if low < 0 else high
-            index = int(np.flatnonzero(values == bad)[0])
-            place, position = (where, f"index {index}") if at is None else at(index)
-            raise SampleError(
-                f"id {bad} at {position} of feature {feature.name!r} is outside table "
-                f"{feature.table!r}: ids must be in [0, {feature.vocabulary})",
-                path=path, where=place)
-    ids = values.astype(np.int64, copy=False)
-    nnz = ids.shape[0]
-    if row_splits is None:
-        splits = np.arange(nnz + 1, dtype=np.int64)
-    else:
-        splits = np.asarray(row_splits)
-        if splits.dtype.kind not in "iu" or splits.ndim != 1:
-            raise SampleError(f"row_splits of dtype {splits.dtype}, shape {splits.shape} found, "
-                              "expected a 1-D integer array", path=path, where=where)
-        splits = splits.astype(np.int64, copy=False)
-        if splits.shape[0] < 1 or splits[0] != 0 or splits[-1] != nnz:
-            raise SampleError(
-                f"row_splits must start at 0 and end at the number of ids ({nnz}); found "
-                f"{splits[:1].tolist()} ... {splits[-1:].tolist()} (length {splits.shape[0]})",
-                path=path, where=where)
-        steps = np.diff(splits)
-        if (steps < 0).any():
-            i = int(np.flatnonzero(steps < 0)[0]) + 1
-            raise SampleError(f"row_splits must be non-decreasing; index {i} holds "
-                              f"{int(splits[i])} after {int(splits[i - 1])}",
-                              path=path, where=where)
-    checked = None
-    if weights is not None:
-        checked = np.asarray(weights)
-        if checked.dtype != np.float32 or checked.shape != (nnz,):
-            raise SampleError(f"weights of dtype {checked.dtype}, shape {checked.shape} found, "
-                              f"expected float32 ({nnz},): one weight per id",
-                              path=path, where=where)
-        bad = ~np.isfinite(checked)
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            raise SampleError(f"weights must be finite; found {checked[i]} at index {i}",
-                              path=path, where=where)
-    return FeatureBatch(ids, splits, checked)
 
 
 # --- rescaling ----------------------------------------------------------------------------------
@@ -417,9 +293,6 @@ def _format_of(name: str) -> str:
     return FORMATS[ext]
 
 
-Tick = Callable[[int], None]
-
-
 # --- replay B.npz -------------------------------------------------------------------------------
 
 def _npz_steps(members: NpzMembers, schema: SampleSchema,
@@ -484,7 +357,7 @@ def _read_npz(path: str, schema: SampleSchema, stats: SampleStats,
                           for name, present in (("ids", given.ids),
                                                 ("row_splits", given.row_splits),
                                                 ("weights", given.weights))]
-                batch = _check(feature, *arrays, path=path, where=f"key s{step}/f{f}")
+                batch = check_batch(feature, *arrays, path=path, where=f"key s{step}/f{f}")
                 stats.sample_batch_bags.setdefault(feature.name, set()).add(batch.bags)
                 chunk[feature.name] = batch
             yield chunk
@@ -559,26 +432,36 @@ def _parquet_column(column: Any, feature: SampleFeature, path: str,
     import pyarrow.compute as pc
 
     where = f"column {feature.name}"
-    if pa.types.is_list(column.type) or pa.types.is_large_list(column.type):
+    listed = pa.types.is_list(column.type) or pa.types.is_large_list(column.type)
+    if listed and not column.null_count and not column.values.null_count:
+        # no null bag and no null id: the ids and row splits are Arrow's own buffers (no copy
+        # of the ids; the offsets, int32 or int64, rebased to 0 as int64)
+        offsets = column.offsets.to_numpy()
+        first = int(offsets[0])
+        values = column.values.slice(first, int(offsets[-1]) - first).to_numpy()
+        splits = offsets.astype(np.int64) - first if first or offsets.dtype != np.int64 \
+            else offsets
+    elif listed:
         lengths = pc.fill_null(pc.list_value_length(column), 0).to_numpy(zero_copy_only=False)
         flat = column.flatten()
     else:
         lengths = np.where(column.is_null().to_numpy(zero_copy_only=False), 0, 1)
         flat = column.drop_null()
-    if flat.null_count:
-        bag = int(np.searchsorted(np.cumsum(lengths),
-                                  np.flatnonzero(flat.is_null().to_numpy(zero_copy_only=False))[0],
-                                  side="right"))
-        raise SampleError(f"a null id in row {first_row + bag}: expected integer ids (a missing "
-                          "bag is a null list, not a null inside one)", path=path, where=where)
-    splits = np.zeros(len(lengths) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=splits[1:])
-    values = flat.to_numpy(zero_copy_only=False)
+    if not listed or column.null_count or column.values.null_count:
+        if flat.null_count:
+            nulls = np.flatnonzero(flat.is_null().to_numpy(zero_copy_only=False))
+            bag = int(np.searchsorted(np.cumsum(lengths), nulls[0], side="right"))
+            raise SampleError(f"a null id in row {first_row + bag}: expected integer ids (a "
+                              "missing bag is a null list, not a null inside one)", path=path,
+                              where=where)
+        splits = np.zeros(len(lengths) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=splits[1:])
+        values = flat.to_numpy(zero_copy_only=False)
 
     def at(index: int) -> tuple[str, str]:
         return where, f"row {first_row + int(np.searchsorted(splits, index, side='right')) - 1}"
 
-    return _check(feature, values, splits, None, path=path, where=where, at=at)
+    return check_batch(feature, values, splits, None, path=path, where=where, at=at)
 
 
 def _read_parquet(path: str, schema: SampleSchema, stats: SampleStats,
@@ -589,9 +472,10 @@ def _read_parquet(path: str, schema: SampleSchema, stats: SampleStats,
     stats.ignored.update(set(handle.schema_arrow.names) - set(schema.names))
     metadata = handle.metadata
     row = 0
+    rows = rows_per_read(schema)
     for group in range(metadata.num_row_groups):
         where = row_group_place(metadata, group, row)
-        batches = handle.iter_batches(batch_size=ROWS_PER_READ, row_groups=[group],
+        batches = handle.iter_batches(batch_size=rows, row_groups=[group],
                                       columns=list(schema.names))
         while True:
             try:
@@ -599,7 +483,7 @@ def _read_parquet(path: str, schema: SampleSchema, stats: SampleStats,
             except StopIteration:
                 break
             except (OSError, pa.ArrowException) as exc:
-                column = bad_column(handle, group, schema.names, ROWS_PER_READ)
+                column = bad_column(handle, group, schema.names, rows)
                 raise SampleError(f"cannot read the data ({exc}): a corrupt or truncated "
                                   "Parquet file; write it again", path=path,
                                   where=where if column is None else f"{where}, column {column}"
@@ -610,169 +494,11 @@ def _read_parquet(path: str, schema: SampleSchema, stats: SampleStats,
             tick(record_batch.num_rows)
 
 
-# --- TFRecord -----------------------------------------------------------------------------------
-
-def _probe_tfrecord(paths: Sequence[str], schema: SampleSchema) -> tuple[str, int]:
-    for path in paths:
-        with open(path, "rb") as handle:
-            kind = compression(handle.read(12))
-        if kind is not None:
-            raise SampleError(
-                f"a {kind}-compressed file (TFRecordOptions compression_type {kind.upper()!r}): "
-                "TFRecord files are read uncompressed; decompress it first "
-                f"({'gunzip' if kind == 'gzip' else 'zlib.decompress'}) or write it "
-                "uncompressed", path=path)
-    return "bytes", sum(os.path.getsize(p) for p in paths)
-
-
-#: Bytes read from a TFRecord file at a time (a record larger than this is read whole).
-_CHUNK = 1 << 22
-
-
-def _frames(path: str, window: int) -> Iterator[tuple[int, list[bytes], list[int]]]:
-    """(index of the first record, records' data, their byte offsets) per window of at most
-    ``window`` records, every CRC verified. The file is read :data:`_CHUNK` bytes at a time and
-    the frames cut from memory. A length that runs past the end of the file is reported before
-    its data is read (its own CRC first: a wrong one means no TFRecord)."""
-    index = 0
-    size = os.path.getsize(path)
-    with open(path, "rb") as handle:
-        buffer, base, pos = b"", 0, 0  # buffer[pos] is byte base + pos of the file
-
-        def fill(need: int) -> None:
-            nonlocal buffer, base, pos
-            if len(buffer) - pos < need:
-                buffer = buffer[pos:] + handle.read(max(_CHUNK, need))
-                base, pos = base + pos, 0
-
-        while True:
-            heads: list[bytes] = []
-            datas: list[bytes] = []
-            offsets: list[int] = []
-            crcs: list[int] = []
-            while len(datas) < window:
-                fill(12)
-                if pos == len(buffer):
-                    break
-                offset = base + pos
-                where = f"record {index + len(datas)} (byte {offset})"
-                if len(buffer) - pos < 12:
-                    raise SampleError(f"the file ends {len(buffer) - pos} byte(s) into a record's "
-                                      "12-byte header: a truncated file", path=path, where=where)
-                head = buffer[pos:pos + 12]
-                (length,) = struct.unpack_from("<Q", buffer, pos)
-                if offset + 16 + length > size:
-                    _bad_header(path, head, where)
-                    raise SampleError(
-                        f"the record declares {length} bytes of data but the file ends "
-                        f"{size - offset - 12} bytes after its header: a truncated file",
-                        path=path, where=where)
-                fill(16 + length)
-                heads.append(head)
-                datas.append(buffer[pos + 12:pos + 12 + length])
-                offsets.append(offset)
-                crcs.append(struct.unpack_from("<I", buffer, pos + 12 + length)[0])
-                pos += 16 + length
-            if not datas:
-                return
-            _verify(path, index, heads, datas, offsets, crcs)
-            yield index, datas, offsets
-            index += len(datas)
-
-
-def _bad_header(path: str, head: bytes, where: str) -> None:
-    """Raise when the length's own CRC is wrong (the length is then not to be trusted)."""
-    expected = masked_crc32c(head[:8])
-    found = struct.unpack("<I", head[8:12])[0]
-    if found != expected:
-        raise SampleError(
-            f"the CRC of the length is 0x{found:08x}, expected 0x{expected:08x}: not a TFRecord "
-            "file, or a corrupted one", path=path, where=where)
-
-
-def _verify(path: str, first: int, heads: list[bytes], datas: list[bytes], offsets: list[int],
-            crcs: list[int]) -> None:
-    """Check both masked CRCs of every record of a window, vectorised."""
-    lengths = np.array([len(d) for d in datas], dtype=np.int64)
-    blob = np.frombuffer(b"".join(h[:8] for h in heads) + b"".join(datas), dtype=np.uint8)
-    n = len(datas)
-    starts = np.concatenate([np.arange(n, dtype=np.int64) * 8,
-                             8 * n + np.concatenate([[0], np.cumsum(lengths)[:-1]])])
-    sums = mask(crc32c_many(blob, starts.astype(np.int64),
-                              np.concatenate([np.full(n, 8, np.int64), lengths])))
-    found_len = np.array([struct.unpack("<I", h[8:12])[0] for h in heads], dtype=np.uint32)
-    found_data = np.array(crcs, dtype=np.uint32)
-    for i in np.flatnonzero((sums[:n] != found_len) | (sums[n:] != found_data)):
-        which, found, expected = (("length", found_len[i], sums[i]) if sums[i] != found_len[i]
-                                  else ("data", found_data[i], sums[n + i]))
-        raise SampleError(
-            f"the CRC of the {which} is 0x{int(found):08x}, expected 0x{int(expected):08x}: a "
-            "corrupted file (or not a TFRecord file)", path=path,
-            where=f"record {first + int(i)} (byte {offsets[int(i)]})")
-
-
-def _read_tfrecord(path: str, schema: SampleSchema, stats: SampleStats,
-                   tick: Tick) -> Iterator[dict[str, FeatureBatch]]:
-    from google.protobuf.message import DecodeError
-
-    from ..proto.example_pb2 import Example
-
-    for first, datas, offsets in _frames(path, ROWS_PER_READ):
-        columns: dict[str, list[Any]] = {f.name: [] for f in schema.features}
-        named = list(columns.items())
-        for i, data in enumerate(datas):
-            try:
-                features = Example.FromString(data).features.feature
-            except DecodeError as exc:
-                raise SampleError(f"not a tf.train.Example ({exc})", path=path,
-                                  where=f"record {first + i} (byte {offsets[i]})") from None
-            if len(features) > len(named):
-                stats.ignored.update(k for k in features if k not in columns)
-            for name, column in named:
-                if name not in features:  # (indexing a message map would add the key)
-                    _bad_feature(path, f"record {first + i} (byte {offsets[i]})", features, name)
-                ids = features[name].int64_list.value
-                if not ids and features[name].WhichOneof("kind") not in ("int64_list", None):
-                    _bad_feature(path, f"record {first + i} (byte {offsets[i]})", features, name)
-                column.append(ids)
-        chunk = {}
-        for f in schema.features:
-            lists = columns[f.name]
-            splits = np.zeros(len(lists) + 1, dtype=np.int64)
-            np.cumsum([len(v) for v in lists], out=splits[1:])
-            values = np.fromiter(itertools.chain.from_iterable(lists), dtype=np.int64,
-                                 count=int(splits[-1]))
-            chunk[f.name] = _check(f, values, splits, None, path=path, where=f"feature {f.name}",
-                                   at=_record_of(first, offsets, splits))
-        yield chunk
-        tick(sum(len(d) + 16 for d in datas))
-
-
-def _bad_feature(path: str, where: str, features: Any, name: str) -> None:
-    """Raise for feature ``name`` of a record: missing, or not an ``int64_list``."""
-    if name not in features:
-        have = ", ".join(sorted(features)) or "no feature"
-        raise SampleError(f"feature {name!r} is missing (the record has {have}); expected one "
-                          "int64_list feature per configured feature", path=path, where=where)
-    raise SampleError(f"feature {name!r} is a {features[name].WhichOneof('kind')}, expected an "
-                      "int64_list of ids", path=path, where=where)
-
-
-def _record_of(first: int, offsets: Sequence[int],
-               splits: np.ndarray) -> Callable[[int], tuple[str, str]]:
-    """Where id ``index`` of a window's column is: its record and its position there."""
-    def at(index: int) -> tuple[str, str]:
-        record = int(np.searchsorted(splits, index, side="right")) - 1
-        return (f"record {first + record} (byte {offsets[record]})",
-                f"position {index - int(splits[record])}")
-
-    return at
-
 
 _READERS: dict[str, Callable[[str, SampleSchema, SampleStats, Tick],
                              Iterator[dict[str, FeatureBatch]]]] = {
-    "npz": _read_npz, "parquet": _read_parquet, "tfrecord": _read_tfrecord,
+    "npz": _read_npz, "parquet": _read_parquet, "tfrecord": read_tfrecord,
 }
 _PROBES: dict[str, Callable[[Sequence[str], SampleSchema], tuple[str, int]]] = {
-    "npz": _probe_npz, "parquet": _probe_parquet, "tfrecord": _probe_tfrecord,
+    "npz": _probe_npz, "parquet": _probe_parquet, "tfrecord": probe_tfrecord,
 }
