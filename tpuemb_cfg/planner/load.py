@@ -310,6 +310,15 @@ class StepCounts:
         index = int(np.searchsorted(cumulative, min(k, self.steps)))
         return min(_bucket_upper(index), int(self.max[unit]))
 
+    def steps_above(self, ceiling: IntArray) -> IntArray | None:
+        """The steps whose count exceeds ``ceiling`` in some unit (``ceiling`` one value per
+        unit), in order; None when that is not known: past ``capacity`` steps only the
+        histogram is kept, so None as soon as some unit's maximum exceeds its ceiling."""
+        if self._hist is None:
+            out: IntArray = np.flatnonzero((self._rows[:self.steps] > ceiling).any(axis=1))
+            return out
+        return None if bool((self.max > ceiling).any()) else np.zeros(0, np.int64)
+
     def distribution(self, unit: int) -> Distribution:
         steps = max(self.steps, 1)
         return Distribution(float(self.total[unit]) / steps, self.quantile(unit, 0.5),
