@@ -349,16 +349,23 @@ class _Heavy:
         if self.exact:
             self.dense[ids] += counts
             return
-        keys = np.concatenate([self.keys, ids])
-        both = np.concatenate([self.counts, counts])
-        uniq, inverse = np.unique(keys, return_inverse=True)
-        summed = np.bincount(inverse, weights=both).astype(np.int64)
+        # ``ids`` (the step's distinct ids, ascending) and the k counters (ascending) merged by
+        # a binary search of the counters in the step's ids: no sort of the step's ids again
+        summed = counts.astype(np.int64)  # a copy: the caller's counts stay
+        uniq = ids
+        if self.keys.shape[0]:
+            at = np.minimum(np.searchsorted(ids, self.keys), max(ids.shape[0] - 1, 0))
+            hit = (ids[at] == self.keys) if ids.shape[0] else np.zeros(self.keys.shape, bool)
+            summed[at[hit]] += self.counts[hit]
+            uniq = np.concatenate([ids, self.keys[~hit]])
+            summed = np.concatenate([summed, self.counts[~hit]])
         if uniq.shape[0] > self.k:
             cut = np.partition(summed, uniq.shape[0] - self.k - 1)[uniq.shape[0] - self.k - 1]
             summed -= cut
             keep = summed > 0
             uniq, summed = uniq[keep], summed[keep]
-        self.keys, self.counts = uniq, summed
+        order = np.argsort(uniq, kind="stable")  # at most k + (the step's distinct ids if none cut)
+        self.keys, self.counts = uniq[order], summed[order]
 
     def _top_exact(self, top: int) -> IntArray:
         """The ``top`` most counted ids (ties: smaller id first; ids never seen left out), by
