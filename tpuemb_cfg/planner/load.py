@@ -496,7 +496,7 @@ class LoadCounter:
             raise InputError(f"step {self.steps}, table {table.name!r}: id {bad} is outside "
                              f"[0, {table.vocabulary}); the sample's ids must be rows of the "
                              "configured table - check the feature order or the vocabulary")
-        if table.vocabulary <= 4 * values.size:
+        if table.vocabulary <= values.size:  # a scan of V rows costs about a sort of V ids
             dense = np.bincount(values, minlength=table.vocabulary)
             uniq = np.flatnonzero(dense)
             return uniq, dense[uniq]
