@@ -31,6 +31,7 @@ the SparseCores that received too many (TensorFlow's error names them: ``Sparse 
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -188,12 +189,20 @@ class LimitsReport(JsonRecord):
 
 Runner = Callable[[Batch, Mapping[str, tuple[int, int]]], "PreprocessedBatch"]
 
+#: What the limits pass asks of the preprocessing besides its defaults: only the statistics
+#: and the per-id ``dropped`` flags are read here, never the CSR arrays (at the current limits of
+#: a large slice 100 MB or more per batch, and most of the time). The compiled preprocessing
+#: (issue 36 item 1) skips them with ``csr=False``; a ``preprocess`` without that option builds
+#: them (the same statistics and flags).
+_STATISTICS_ONLY: dict[str, Any] = (
+    {"csr": False} if "csr" in inspect.signature(preprocess).parameters else {})
+
 
 def _runner(stacking: Stacking, options: LimitOptions) -> Runner:
     """The exact preprocessing of a batch with dropping on, at given limits: a whole-slice batch
     (local = global devices, as ``tpuemb simulate`` runs it), or one host's
     (``options.local_devices`` of the global devices, as jax-tpu-embedding and TensorFlow
-    preprocess on each host)."""
+    preprocess on each host). The one place the limits pass calls the preprocessing."""
     chips = stacking.num_partitions
     local = chips if options.local_devices is None else options.local_devices
     cores = stacking.sparse_cores_per_partition
@@ -209,14 +218,16 @@ def _runner(stacking: Stacking, options: LimitOptions) -> Runner:
                 max_ids_per_chip_per_sample=options.max_ids_per_chip_per_sample)
         return preprocess(stacking, features, weights or None, local_devices=local,
                           global_devices=chips, sparse_cores_per_device=cores,
-                          allow_id_dropping=True, has_leading_dimension=False, limits=limits)
+                          allow_id_dropping=True, has_leading_dimension=False, limits=limits,
+                          **_STATISTICS_ONLY)
 
     return run
 
 
 class _DropCounter:
     """Ids and dropped ids per table at one limit set; the steps each stack fails and the
-    SparseCores it overfills there (TensorFlow mode)."""
+    SparseCores it overfills there (TensorFlow mode). State: a few integers per table and stack
+    and at most the partitions per stack, whatever the sample's length."""
 
     def __init__(self, stacking: Stacking) -> None:
         self.table_of = {f.name: f.table for f in stacking.features}
@@ -230,34 +241,56 @@ class _DropCounter:
         #: per stack (theoretical maximum, allocated) COO buffer, as the preprocessing sized it
         self.buffers: dict[str, tuple[int, int]] = {}
 
-    def add(self, batch: Batch, step: _Step) -> None:
+    def _lost(self, batch: Batch, step: _Step) -> dict[str, tuple[int, int]]:
+        """Per feature of the stacking: (its ids, the ones lost) in this step."""
         result, failing = step.result, step.failing
-        total = 0
+        out = {}
         for name, (values, _, _) in batch.items():
-            table = self.table_of.get(name)
-            if table is None:
+            if name not in self.table_of:
                 continue
             n = int(np.asarray(values).shape[0])
-            total += n
-            self.ids[table] = self.ids.get(table, 0) + n
             if self.stack_of[name] in failing:  # the step fails: the stack's ids are lost
                 lost = n
             elif result is None:
                 lost = 0
             else:
                 mask = result.stacks[self.stack_of[name]].dropped.get(name)
-                lost = int(mask.sum()) if mask is not None else 0
-            self.dropped[table] = self.dropped.get(table, 0) + lost
-        for stack, cores in failing.items():
+                lost = int(np.count_nonzero(mask)) if mask is not None else 0
+            out[name] = (n, lost)
+        return out
+
+    def add(self, batch: Batch, step: _Step, *, instead_of: _Step | None = None) -> None:
+        """Count one step; ``instead_of``: the same step as already counted (its ids and its
+        drops there), whose drops this outcome replaces."""
+        lost = self._lost(batch, step)
+        before = self._lost(batch, instead_of) if instead_of is not None else {}
+        total = 0
+        for name, (n, dropped) in lost.items():
+            table = self.table_of[name]
+            total += n
+            if instead_of is None:
+                self.ids[table] = self.ids.get(table, 0) + n
+            self.dropped[table] = (self.dropped.get(table, 0) + dropped
+                                   - before.get(name, (0, 0))[1])
+        for stack, cores in step.failing.items():
             self.failed[stack] = self.failed.get(stack, 0) + 1
             self.over.setdefault(stack, set()).update(cores)
-        if failing:
+        if step.failing:
             self.failed_steps += 1
             self.ids_in_failed_steps += total
-        if result is not None and not self.buffers:
+        if step.result is not None and not self.buffers:
             self.buffers = {name: (s.theoretical_max_coo_buffer_size,
                                    s.coo_buffer_size_per_device)
-                            for name, s in result.stacks.items()}
+                            for name, s in step.result.stacks.items()}
+
+    def copy(self, stacking: Stacking, *, drops: bool) -> _DropCounter:
+        """A counter of ``stacking`` with this one's ids and buffers (and drops: ``drops``),
+        no failed step."""
+        out = _DropCounter(stacking)
+        out.ids = dict(self.ids)
+        out.dropped = dict(self.dropped) if drops else dict.fromkeys(self.ids, 0)
+        out.buffers = dict(self.buffers)
+        return out
 
     def drops(self, stack: Stack) -> tuple[TableDrops, ...]:
         return tuple(TableDrops(t.name, self.ids.get(t.name, 0), self.dropped.get(t.name, 0))
@@ -302,14 +335,36 @@ def _run(run: Runner, stacking: Stacking, batch: Batch, limits: Mapping[str, tup
     return _Step(result, failing)
 
 
+#: The per-step statistics pass 1 keeps per stack (``StepCounts`` columns): the most ids and
+#: distinct ids one SparseCore sends a partition, the most buffer room one device and one
+#: SparseCore need.
+_IDS, _UNIQUE, _DEVICE_ROOM, _CORE_ROOM = range(4)
+
+
+def _statistics(result: PreprocessedBatch, cores: int) -> dict[str, np.ndarray]:
+    """Per stack, the four statistics of one step (:data:`_IDS` ...)."""
+    out = {}
+    for name, s in result.stacks.items():
+        room = np.asarray(s.required_buffer_size_per_sc, np.int64).reshape(-1, cores)
+        out[name] = np.array([int(s.max_ids_per_partition.max(initial=0)),
+                              int(s.max_unique_ids_per_partition.max(initial=0)),
+                              int(room.sum(axis=1).max(initial=0)),
+                              int(room.max(initial=0))], np.int64)
+    return out
+
+
 def limits(stacking: Stacking, batches: Callable[[], Iterable[Batch]] | Iterable[Batch], *,
            options: LimitOptions | None = None) -> LimitsReport:
     """Observed maxima, suggested limits and drops at the current and suggested limits.
 
-    ``batches``: the sample's batches, iterated twice when ``options.suggest`` (the suggested
-    limits are known after one pass): a callable giving a fresh iterable, or an iterable that
-    starts over when iterated again (a list, ``planner.inputs.Sample``); a one-shot iterator is
-    refused then.
+    ``batches``: the sample's batches, read once, and again for the steps whose statistics
+    exceed the suggested limits when ``options.suggest`` (:func:`_suggested_drops`; the
+    suggested limits are known after one pass): a callable giving a fresh iterable, or an
+    iterable that starts over when iterated again (a list, ``planner.inputs.Sample``); a
+    one-shot iterator is refused then.
+
+    Memory: O(stacks x (exact_steps + partitions) + tables) for the state, plus one step's
+    batch and preprocessing, whatever the sample's length.
     """
     options = options or LimitOptions()
     start: Callable[[], Iterable[Batch]]
@@ -329,8 +384,10 @@ def limits(stacking: Stacking, batches: Callable[[], Iterable[Batch]] | Iterable
     names = [s.name for s in stacking.stacks]
     current = {s.name: (s.max_ids_per_partition, s.max_unique_ids_per_partition)
                for s in stacking.stacks}
-    per_step = {name: StepCounts(3, options.exact_steps) for name in names}
+    per_step = {name: StepCounts(4, options.exact_steps) for name in names}
     drops_now = _DropCounter(stacking)
+    # TensorFlow mode: the drops of the limit-free run, which is every limit set's run
+    free = _DropCounter(stacking) if stacking.mode == "tensorflow" else None
     steps = 0
     for batch in start():
         outcome = _run(run, stacking, batch, current, steps)
@@ -338,43 +395,88 @@ def limits(stacking: Stacking, batches: Callable[[], Iterable[Batch]] | Iterable
         result = outcome.result
         if result is None:  # a limit failed the step before any statistics: run without them
             result = run(batch, {n: (_UNLIMITED, _UNLIMITED) for n in names})
-        for name, s in result.stacks.items():
-            per_step[name].add(np.array([
-                int(s.max_ids_per_partition.max(initial=0)),
-                int(s.max_unique_ids_per_partition.max(initial=0)),
-                int(s.required_buffer_size_per_sc.reshape(
-                    -1, stacking.sparse_cores_per_partition).sum(axis=1).max(initial=0))],
-                np.int64))
+        if free is not None:
+            free.add(batch, _Step(result, {}))
+        for name, row in _statistics(result, stacking.sparse_cores_per_partition).items():
+            per_step[name].add(row)
         steps += 1
     if steps == 0:
         raise InputError("the sample has no batches: the limits need at least one step")
     suggested: dict[str, tuple[int, int]] = {}
     for name in names:
-        q_ids = per_step[name].quantile(0, options.quantile)
-        q_unique = per_step[name].quantile(1, options.quantile)
+        q_ids = per_step[name].quantile(_IDS, options.quantile)
+        q_unique = per_step[name].quantile(_UNIQUE, options.quantile)
         ids = suggest_limit(q_ids, headroom=options.headroom, multiple=options.multiple)
         unique = suggest_limit(q_unique, headroom=options.headroom, multiple=options.multiple)
         suggested[name] = (ids, min(unique, ids))
-    drops_then: _DropCounter | None = None
-    if options.suggest:
-        adjusted = _without_stale_buffers(stacking, suggested)
-        run_then = _runner(adjusted, options)
-        drops_then = _DropCounter(adjusted)
-        for step, batch in enumerate(start()):
-            drops_then.add(batch, _run(run_then, adjusted, batch, suggested, step))
+    drops_then = (_suggested_drops(stacking, start, options, suggested, per_step,
+                                   free or drops_now) if options.suggest else None)
     out = []
     for stack in stacking.stacks:
         counts = per_step[stack.name]
         out.append(StackLimits(
-            stack.name, tuple(t.name for t in stack.tables), int(counts.max[0]),
-            int(counts.max[1]), counts.quantile(0, options.quantile),
-            counts.quantile(1, options.quantile), int(counts.max[2]),
+            stack.name, tuple(t.name for t in stack.tables), int(counts.max[_IDS]),
+            int(counts.max[_UNIQUE]), counts.quantile(_IDS, options.quantile),
+            counts.quantile(_UNIQUE, options.quantile), int(counts.max[_DEVICE_ROOM]),
             _limit_set(stack, current[stack.name], drops_now),
             _limit_set(stack, suggested[stack.name], drops_then)
             if drops_then else None))
     return LimitsReport(stacking.mode, steps, options.quantile, options.headroom, tuple(out),
                         drops_now.failed_steps, drops_now.ids_in_failed_steps,
                         options.local_devices or stacking.num_partitions, options.host_index)
+
+
+def _suggested_drops(stacking: Stacking, start: Callable[[], Iterable[Batch]],
+                     options: LimitOptions, suggested: Mapping[str, tuple[int, int]],
+                     per_step: Mapping[str, StepCounts], first: _DropCounter) -> _DropCounter:
+    """The drops at the suggested limits, preprocessing again only the steps that can drop
+    differently from what pass 1 already knows (docs/plan/load-and-limits.md, "Once per
+    variant").
+
+    A step whose statistics are within a stack's limits loses nothing to them, and one whose
+    SparseCores each need at most their share of the COO buffer (``coo_buffer_size_per_device
+    / S``) loses nothing to the buffer either: at the suggested limits such a step drops no id
+    (jax-tpu-embedding's rules; TensorFlow's run is the limit-free one at every limit set, so
+    there it drops what pass 1's run dropped, ``first``). Pass 1's per-step statistics are
+    exact, so only the steps above the suggested limits (or buffer) run again, with the
+    sample read again only if there is one; past ``exact_steps`` steps only their maxima are
+    kept, and when those exceed a limit every later step runs again.
+    """
+    adjusted = _without_stale_buffers(stacking, suggested)
+    jax = stacking.mode != "tensorflow"
+    out = first.copy(adjusted, drops=not jax)
+    ceilings = {}
+    for stack in adjusted.stacks:
+        ids, unique = suggested[stack.name]
+        room = _UNLIMITED
+        if jax:
+            try:
+                theoretical, size = buffer_sizes(
+                    stack, global_devices=adjusted.num_partitions,
+                    sparse_cores_per_device=adjusted.sparse_cores_per_partition,
+                    max_ids_per_partition=ids)
+            except ValueError as exc:  # as the preprocessing would refuse the first step
+                raise InputError(f"step 0 of the sample: {exc}") from None
+            out.buffers[stack.name] = (theoretical, size)
+            room = size // adjusted.sparse_cores_per_partition
+        ceilings[stack.name] = np.array([ids, unique, _UNLIMITED, room], np.int64)
+    again: set[int] = set()
+    every = False  # past exact_steps: which steps exceed is not known, so all of them run
+    for name, counts in per_step.items():
+        above = counts.steps_above(ceilings[name])
+        if above is None:
+            every = True
+        else:
+            again.update(int(k) for k in above)
+    if not again and not every:
+        return out
+    run = _runner(adjusted, options)
+    nothing = _Step(None, {})  # a jax-tpu-embedding step within the limits: no drop
+    for step, batch in enumerate(start()):
+        if every or step in again:
+            outcome = _run(run, adjusted, batch, suggested, step)
+            out.add(batch, outcome, instead_of=nothing if jax else _Step(outcome.result, {}))
+    return out
 
 
 def _without_stale_buffers(stacking: Stacking,

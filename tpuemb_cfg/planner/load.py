@@ -310,6 +310,15 @@ class StepCounts:
         index = int(np.searchsorted(cumulative, min(k, self.steps)))
         return min(_bucket_upper(index), int(self.max[unit]))
 
+    def steps_above(self, ceiling: IntArray) -> IntArray | None:
+        """The steps whose count exceeds ``ceiling`` in some unit (``ceiling`` one value per
+        unit), in order; None when that is not known: past ``capacity`` steps only the
+        histogram is kept, so None as soon as some unit's maximum exceeds its ceiling."""
+        if self._hist is None:
+            out: IntArray = np.flatnonzero((self._rows[:self.steps] > ceiling).any(axis=1))
+            return out
+        return None if bool((self.max > ceiling).any()) else np.zeros(0, np.int64)
+
     def distribution(self, unit: int) -> Distribution:
         steps = max(self.steps, 1)
         return Distribution(float(self.total[unit]) / steps, self.quantile(unit, 0.5),
@@ -340,16 +349,23 @@ class _Heavy:
         if self.exact:
             self.dense[ids] += counts
             return
-        keys = np.concatenate([self.keys, ids])
-        both = np.concatenate([self.counts, counts])
-        uniq, inverse = np.unique(keys, return_inverse=True)
-        summed = np.bincount(inverse, weights=both).astype(np.int64)
+        # ``ids`` (the step's distinct ids, ascending) and the k counters (ascending) merged by
+        # a binary search of the counters in the step's ids: no sort of the step's ids again
+        summed = counts.astype(np.int64)  # a copy: the caller's counts stay
+        uniq = ids
+        if self.keys.shape[0]:
+            at = np.minimum(np.searchsorted(ids, self.keys), max(ids.shape[0] - 1, 0))
+            hit = (ids[at] == self.keys) if ids.shape[0] else np.zeros(self.keys.shape, bool)
+            summed[at[hit]] += self.counts[hit]
+            uniq = np.concatenate([ids, self.keys[~hit]])
+            summed = np.concatenate([summed, self.counts[~hit]])
         if uniq.shape[0] > self.k:
             cut = np.partition(summed, uniq.shape[0] - self.k - 1)[uniq.shape[0] - self.k - 1]
             summed -= cut
             keep = summed > 0
             uniq, summed = uniq[keep], summed[keep]
-        self.keys, self.counts = uniq, summed
+        order = np.argsort(uniq, kind="stable")  # at most k + (the step's distinct ids if none cut)
+        self.keys, self.counts = uniq[order], summed[order]
 
     def _top_exact(self, top: int) -> IntArray:
         """The ``top`` most counted ids (ties: smaller id first; ids never seen left out), by
@@ -480,7 +496,7 @@ class LoadCounter:
             raise InputError(f"step {self.steps}, table {table.name!r}: id {bad} is outside "
                              f"[0, {table.vocabulary}); the sample's ids must be rows of the "
                              "configured table - check the feature order or the vocabulary")
-        if table.vocabulary <= 4 * values.size:
+        if table.vocabulary <= values.size:  # a scan of V rows costs about a sort of V ids
             dense = np.bincount(values, minlength=table.vocabulary)
             uniq = np.flatnonzero(dense)
             return uniq, dense[uniq]

@@ -9,11 +9,18 @@ suggested limits and the drops the exact preprocessing counts at both). Everythi
 over the sample (:mod:`planner.inputs`); the sample is read
 
 - once for a legacy configuration: every host count and strategy is counted in that pass;
-- for a SparseCore configuration, twice for the configuration as given (the second pass runs
-  the preprocessing at the suggested limits) and once more per what-if variant with its own
-  stacking (``stacking``, ``topology=``; a TensorFlow spec on another chip count also has its
-  own global batch); a ``hosts=`` variant changes only the hosts' memory and reuses the load
-  and limits of the configuration as given.
+- for a SparseCore configuration, once for the configuration as given (the load counters and
+  the preprocessing at the current limits in one pass; the drops at the suggested limits follow
+  from that pass's statistics, and only the steps above the suggested limits, when some are, are
+  read and preprocessed again: :func:`planner.limits.limits`) and once more per what-if variant
+  with its own stacking (``stacking``, ``topology=``; a TensorFlow spec on another chip count
+  also has its own global batch); a ``hosts=`` variant changes only the hosts' memory and
+  reuses the load and limits of the configuration as given.
+
+Memory: the counters and the limits' state are fixed by the configuration (units x
+``exact_steps``, tables x units, the heavy-hitter counts, stacks x partitions), never by the
+sample's length; on top of them one step's batch and its preprocessing
+(docs/plan/load-and-limits.md, "Memory").
 
 **What-if variants** (:func:`parse_compare`): ``hosts=N[,M...]`` (legacy: each host count under
 both strategies; SparseCore: the hosts' memory), ``topology=KIND-N[,...]`` (SparseCore:
@@ -286,7 +293,8 @@ Progress = Callable[[int], None]
 
 class Planner:
     """The plan of one configuration and sample. ``passes``: how often :meth:`run` reads the
-    sample (for a progress bar: ``passes x sample.progress_total``)."""
+    whole sample (for a progress bar: ``passes x sample.progress_total``; the steps above the
+    suggested limits read again, if any, are not counted)."""
 
     def __init__(self, config: Prepared | SparseCoreConfig, sample: Sample,
                  options: PlanOptions | None = None) -> None:
@@ -304,7 +312,7 @@ class Planner:
         if self.kind == "sparsecore":
             self._sc = self._sparsecore_variants()
             self._stackings = check_sparsecore_variants(self._sc, self.options, _stack)
-            self.passes = 1 + sum(1 for *_, same in self._sc if not same)
+            self.passes = sum(1 for *_, same in self._sc if not same)
         else:
             self._legacy_counts()
 
@@ -468,7 +476,7 @@ class Planner:
 
 class _Stream:
     """The sample as ``limits`` reads it: a callable giving a fresh pass; the first pass also
-    feeds the load counter. ``schema``: the variant's (its global batch)."""
+    feeds the load counter (one read for both). ``schema``: the variant's (its global batch)."""
 
     def __init__(self, sample: Sample, schema: SampleSchema, counter: LoadCounter) -> None:
         self.sample = Sample(sample.paths, schema, sample.format)
@@ -479,7 +487,8 @@ class _Stream:
 
     def __call__(self) -> Iterator[Mapping[str, FeatureBatch]]:
         self.calls += 1
-        if self.calls > 1:
+        if self.calls > 1:  # the steps above the suggested limits: beyond the progress bar
+            self.sample.on_progress = None
             yield from self.sample
             return
         for batch in self.sample:
