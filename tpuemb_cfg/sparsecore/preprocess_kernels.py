@@ -48,6 +48,7 @@ from tpuemb_cfg.sparsecore.preprocess_input import (
     _Options,
 )
 from tpuemb_cfg.sparsecore.preprocess_stack import (
+    _csr_zeros,
     _entries,
     _layout,
     _merge,
@@ -96,8 +97,8 @@ def _sort_segment(src: Any, dst: Any, lo: int, hi: int, shift: int, key_bits: in
     """``src[lo:hi]`` sorted into ``dst[lo:hi]`` by bits ``shift .. shift + key_bits - 1`` of
     each value, stably (``src`` is scratch afterwards): insertion sort when short (the values
     are distinct and their low bits ascend, so sorting whole values is the stable order), else
-    least-significant-digit radix passes whose digit width suits the length (all digits'
-    counts in one pass; a digit all values share is skipped)."""
+    least-significant-digit radix passes whose number suits the length (all digits' counts in
+    one pass; a digit all values share is skipped)."""
     size = hi - lo
     if size <= 24:
         for i in range(lo, hi):
@@ -108,10 +109,16 @@ def _sort_segment(src: Any, dst: Any, lo: int, hi: int, shift: int, key_bits: in
                 j -= 1
             dst[j] = value
         return
-    width = 4  # about log2(size) - 1, within 4..11
-    while width < 11 and np.int64(4) << width <= size:
-        width += 1
-    passes = (key_bits + width - 1) // width
+    # The fewest passes for which a pass's buckets cost little beside its values: each pass
+    # moves ``size`` values (a few ns each) and clears and sums 2^width counts (under one).
+    passes, best = 1, -1
+    for p in range(1, key_bits + 1):
+        w = (key_bits + p - 1) // p
+        if w > 16:
+            continue
+        cost = p * (6 * size + (np.int64(1) << w))
+        if best < 0 or cost < best:
+            passes, best = p, cost
     width = (key_bits + passes - 1) // passes
     buckets = np.int64(1) << width
     mask = buckets - 1
@@ -326,9 +333,7 @@ class Compiled:
         written = _room(kept, sizes.coo_size // opts.sparse_cores, opts)
         drops += int(kept.sum() - written.sum())
         pointers, base = _layout(written, sizes.coo_size, opts)
-        total = opts.local_devices * sizes.coo_size if csr else 0
-        arrays = (np.zeros(total, np.int32), np.zeros(total, np.int32),
-                  np.zeros(total, np.float32), np.zeros(total, bool), np.zeros(total, bool))
+        arrays = _csr_zeros(opts.local_devices * sizes.coo_size if csr else 0)
         ids = self.key.shape[0]
         dropped = np.empty(ids, bool) if drops else np.zeros(ids, bool)
         _fill(self.key, self.bits, self.splits, self.feat, self.core_start, self.seg,
