@@ -11,21 +11,24 @@ is set (``base.jit_availability``).
   ``$XDG_CACHE_HOME/tpuemb/numba``, else ``~/.cache/tpuemb/numba``. numba keys every entry by the
   source file's path and modification time and the CPU, so installs and machines do not clash.
 - **Threads.** ``threads()`` is numba's thread count, so ``NUMBA_NUM_THREADS`` and
-  ``numba.set_num_threads`` choose how many threads compiled work uses (the executor's own
-  thread pool, and ``prange`` loops).
+  ``numba.set_num_threads`` choose how many threads compiled work uses; ``each_chunk`` runs
+  serial ``nogil`` kernels over chunks of the work on that many threads (SparseCore
+  preprocessing; the executor has its own pool, ``engines.numba_update``).
 - ``fma32(a, b, c)``: ``a x b + c`` rounded once to float32 (C's ``fmaf``), in compiled code.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, cast
 
 from .jit_availability import JIT_DISABLED_REASON, NumbaUnavailable, jit_disabled
 
-__all__ = ["cache_dir", "fma32", "njit", "prange", "threads"]
+__all__ = ["cache_dir", "each_chunk", "fma32", "njit", "threads"]
 
 
 def cache_dir() -> Path:
@@ -46,7 +49,7 @@ if not _USER_SET_CACHE:
 
 import numba  # noqa: E402
 from llvmlite import ir  # noqa: E402
-from numba import config, njit, prange, types  # noqa: E402
+from numba import config, njit, types  # noqa: E402
 from numba.core import cgutils  # noqa: E402
 from numba.extending import intrinsic  # noqa: E402
 
@@ -63,6 +66,41 @@ def threads() -> int:
     """How many threads compiled work may use: numba's thread count (``NUMBA_NUM_THREADS``,
     ``numba.set_num_threads``)."""
     return max(1, int(numba.get_num_threads()))
+
+
+_pool: ThreadPoolExecutor | None = None
+
+
+def each_chunk(count: int, work: Callable[[int, int], None], *, per_thread: int = 4) -> None:
+    """``work(lo, hi)`` over chunks covering ``0..count``, on ``threads()`` threads, the calling
+    thread among them; ``work`` calls kernels that release the GIL.
+
+    About ``per_thread`` chunks per thread, each thread taking the next chunk when it is done
+    with its last, so a thread the system delays (other processes on the machine) holds back
+    one chunk rather than a fixed share; idle pool threads sleep instead of spinning (as
+    numba's OpenMP ``prange`` threads do between loops, taking the processor from the thread
+    that goes on). ``work`` must give the same result whichever thread runs a chunk."""
+    global _pool
+    workers = min(threads(), count)
+    if workers <= 1:
+        if count:
+            work(0, count)
+        return
+    size = max(1, count // (workers * per_thread))
+    starts = itertools.count(0, size)  # ``next`` is atomic: each chunk goes to one thread
+
+    def run() -> None:
+        for lo in starts:
+            if lo >= count:
+                return
+            work(lo, min(lo + size, count))
+
+    if _pool is None or _pool._max_workers < workers - 1:
+        _pool = ThreadPoolExecutor(max_workers=workers - 1, thread_name_prefix="tpuemb-jit")
+    futures = [_pool.submit(run) for _ in range(workers - 1)]
+    run()
+    for future in futures:
+        future.result()
 
 
 @intrinsic

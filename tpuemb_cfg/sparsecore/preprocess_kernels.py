@@ -6,8 +6,9 @@ Import this module only through ``preprocessing._kernels``: it imports numba (``
 which ``import tpuemb_cfg`` and ``tpuemb validate`` must never pay for.
 
 Each local SparseCore ``c`` reads rows ``c b_f .. (c+1) b_f - 1`` of every feature ``f`` of the
-stack and nothing else, and writes its own slice of every output, so the SparseCores run on
-numba's threads (``prange``) and the result does not depend on how many there are. Per
+stack and nothing else, and writes its own slice of every output, so chunks of SparseCores run
+on numba's thread count of threads (``base.jit.each_chunk``: serial ``nogil`` kernels, each
+thread taking the next chunk when free) and the result does not depend on how many there are. Per
 SparseCore, in its slice of flat arrays (the stack's ids laid out SparseCore after SparseCore):
 
 1. **Count** its ids per partition (one pass over the ids).
@@ -38,7 +39,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from tpuemb_cfg.base.jit import fma32, njit, prange
+from tpuemb_cfg.base.jit import each_chunk, fma32, njit
 from tpuemb_cfg.sparsecore.preprocess_input import (
     _INT32_MAX,
     BoolArray,
@@ -193,111 +194,135 @@ def _sort_core(c: int, values: Any, splits: Any, weights: Any, feat: Any, n: int
     return count
 
 
-@njit(parallel=True, cache=True, error_model="numpy")
-def _sort_merge(values: Any, splits: Any, weights: Any, feat: Any, n: int,  # noqa: PLR0913
-                shift_n: int, combiner: int, unit: bool, bits: int, column_bits: int,
-                core_start: Any,
-                dropping: bool, max_ids: int, max_unique: int, key: Any, spare: Any,
-                sample: Any, gain: Any, m_column: Any, m_sample: Any, m_gain: Any, m_count: Any,
-                m_new: Any, seg: Any, m_start: Any, entries: Any, distinct: Any, kept: Any,
-                limit_drops: Any) -> None:
-    """Steps 1-3 for every local SparseCore, one per ``prange`` iteration (module docstring);
-    the merged entries of SparseCore ``c`` from ``core_start[c]``, run after run."""
+@njit(nogil=True, cache=True, error_model="numpy")
+def _merge_core(c: int, values: Any, splits: Any, weights: Any, feat: Any,  # noqa: PLR0913
+                n: int, shift_n: int, combiner: int, unit: bool, bits: int, column_bits: int,
+                core_start: Any, dropping: bool, max_ids: int, max_unique: int, key: Any,
+                spare: Any, sample: Any, gain: Any, m_column: Any, m_sample: Any, m_gain: Any,
+                m_count: Any, m_new: Any, seg: Any, m_start: Any, entries: Any, distinct: Any,
+                kept: Any, limit_drops: Any) -> None:
+    """Steps 1-3 for SparseCore ``c``: :func:`_sort_core`, then each partition's sorted keys
+    merged, counted and (with ``dropping``) cut to the kept prefix."""
     mask = (np.int64(1) << bits) - 1
     one = np.float32(1.0)
-    for c in prange(core_start.shape[0] - 1):
-        start = core_start[c]
-        count = _sort_core(c, values, splits, weights, feat, n, shift_n, combiner, unit, bits,
-                           column_bits, start, key, spare, sample, gain, seg)
-        m = start
-        drops = 0
-        for p in range(n):
-            m_start[c, p] = m
-            first = m
-            prev_column, prev_sample = np.int64(-1), np.int64(-1)
-            unique = 0
-            for i in range(seg[c, p], seg[c, p] + count[p]):
-                k = key[i]
-                column, local = k >> bits, k & mask
-                s = np.int64(sample[start + local])
-                g = one if unit else gain[start + local]
-                if column == prev_column and s == prev_sample:
-                    m_gain[m - 1] += g
-                    m_count[m - 1] += 1
-                    continue
-                m_column[m] = column
-                m_sample[m] = s
-                m_gain[m] = g
-                m_count[m] = 1
-                m_new[m] = column != prev_column
-                unique += column != prev_column
-                prev_column, prev_sample = column, s
-                m += 1
-            entries[c, p] = m - first
-            distinct[c, p] = unique
-            kept[c, p] = m - first
-            if dropping:
-                rank, unique_rank, keep = 0, 0, 0
-                for q in range(first, m):
-                    rank += 1
-                    unique_rank += m_new[q]
-                    if rank <= max_ids and unique_rank <= max_unique:
-                        keep += 1
-                    else:
-                        drops += m_count[q]
-                kept[c, p] = keep
-        limit_drops[c] = drops
+    start = core_start[c]
+    count = _sort_core(c, values, splits, weights, feat, n, shift_n, combiner, unit, bits,
+                       column_bits, start, key, spare, sample, gain, seg)
+    m = start
+    drops = 0
+    for p in range(n):
+        m_start[c, p] = m
+        first = m
+        prev_column, prev_sample = np.int64(-1), np.int64(-1)
+        unique = 0
+        for i in range(seg[c, p], seg[c, p] + count[p]):
+            k = key[i]
+            column, local = k >> bits, k & mask
+            s = np.int64(sample[start + local])
+            g = one if unit else gain[start + local]
+            if column == prev_column and s == prev_sample:
+                m_gain[m - 1] += g
+                m_count[m - 1] += 1
+                continue
+            m_column[m] = column
+            m_sample[m] = s
+            m_gain[m] = g
+            m_count[m] = 1
+            m_new[m] = column != prev_column
+            unique += column != prev_column
+            prev_column, prev_sample = column, s
+            m += 1
+        entries[c, p] = m - first
+        distinct[c, p] = unique
+        kept[c, p] = m - first
+        if dropping:
+            rank, unique_rank, keep = 0, 0, 0
+            for q in range(first, m):
+                rank += 1
+                unique_rank += m_new[q]
+                if rank <= max_ids and unique_rank <= max_unique:
+                    keep += 1
+                else:
+                    drops += m_count[q]
+            kept[c, p] = keep
+    limit_drops[c] = drops
 
 
-@njit(parallel=True, cache=True, error_model="numpy")
-def _fill(key: Any, bits: int, splits: Any, feat: Any, core_start: Any,  # noqa: PLR0913
-          seg: Any, m_start: Any, entries: Any, m_column: Any, m_sample: Any, m_gain: Any,
-          m_count: Any, written: Any, base: Any, write_csr: bool, flags: bool,
-          embedding_ids: Any,
-          sample_ids: Any, gains: Any, valid: Any, padded: Any, lost: Any,
-          dropped: Any) -> None:
-    """Step 4 for every local SparseCore: each run's first ``written`` entries at ``base`` and
-    the padding after them up to a multiple of 8 (when ``write_csr``), and the drop flag of
-    every raw id (its entry's rank in the run reaches ``written``) when ``flags``: first by
-    local position (``lost``, the SparseCore's slice), then copied feature by feature to the
-    input order. Without ``flags`` (nothing dropped) ``dropped`` is left alone."""
+@njit(nogil=True, cache=True, error_model="numpy")
+def _sort_merge(lo: int, hi: int, values: Any, splits: Any, weights: Any,  # noqa: PLR0913
+                feat: Any, n: int, shift_n: int, combiner: int, unit: bool, bits: int,
+                column_bits: int, core_start: Any, dropping: bool, max_ids: int,
+                max_unique: int, key: Any, spare: Any, sample: Any, gain: Any, m_column: Any,
+                m_sample: Any, m_gain: Any, m_count: Any, m_new: Any, seg: Any, m_start: Any,
+                entries: Any, distinct: Any, kept: Any, limit_drops: Any) -> None:
+    """Steps 1-3 for the local SparseCores ``lo .. hi - 1`` (module docstring); the merged
+    entries of SparseCore ``c`` from ``core_start[c]``, run after run."""
+    for c in range(lo, hi):
+        _merge_core(c, values, splits, weights, feat, n, shift_n, combiner, unit, bits,
+                    column_bits, core_start, dropping, max_ids, max_unique, key, spare, sample,
+                    gain, m_column, m_sample, m_gain, m_count, m_new, seg, m_start, entries,
+                    distinct, kept, limit_drops)
+
+
+@njit(nogil=True, cache=True, error_model="numpy")
+def _fill_core(c: int, key: Any, bits: int, splits: Any, feat: Any,  # noqa: PLR0913
+               core_start: Any, seg: Any, m_start: Any, entries: Any, m_column: Any,
+               m_sample: Any, m_gain: Any, m_count: Any, written: Any, base: Any,
+               write_csr: bool, flags: bool, embedding_ids: Any, sample_ids: Any, gains: Any,
+               valid: Any, padded: Any, lost: Any, dropped: Any) -> None:
+    """Step 4 for SparseCore ``c`` (:func:`_fill`)."""
     mask = (np.int64(1) << bits) - 1
     nan = np.float32(np.nan)
     pad = np.int32(_INT32_MAX)
-    n = written.shape[1]
-    for c in prange(written.shape[0]):
-        start = core_start[c]
-        for p in range(n):
-            w = written[c, p]
-            m = m_start[c, p]
-            if write_csr:
-                at = base[c, p]
-                for i in range(w):
-                    embedding_ids[at + i] = m_column[m + i]
-                    sample_ids[at + i] = m_sample[m + i]
-                    gains[at + i] = m_gain[m + i]
-                    valid[at + i] = True
-                for i in range(at + w, (at + w + 7) // 8 * 8):
-                    embedding_ids[i] = pad
-                    sample_ids[i] = pad
-                    gains[i] = nan
-                    padded[i] = True
-            if not flags:
-                continue
-            i = seg[c, p]
-            for q in range(entries[c, p]):
-                flag = q >= w
-                for _ in range(m_count[m + q]):
-                    lost[start + (key[i] & mask)] = flag
-                    i += 1
+    start = core_start[c]
+    for p in range(written.shape[1]):
+        w = written[c, p]
+        m = m_start[c, p]
+        if write_csr:
+            at = base[c, p]
+            for i in range(w):
+                embedding_ids[at + i] = m_column[m + i]
+                sample_ids[at + i] = m_sample[m + i]
+                gains[at + i] = m_gain[m + i]
+                valid[at + i] = True
+            for i in range(at + w, (at + w + 7) // 8 * 8):
+                embedding_ids[i] = pad
+                sample_ids[i] = pad
+                gains[i] = nan
+                padded[i] = True
         if not flags:
             continue
-        local = start
-        for f in range(feat.shape[0]):
-            v0, s0, per_core = feat[f, _VALUES], feat[f, _SPLITS], feat[f, _PER_CORE]
-            for j in range(v0 + splits[s0 + c * per_core], v0 + splits[s0 + (c + 1) * per_core]):
-                dropped[j] = lost[local]
-                local += 1
+        i = seg[c, p]
+        for q in range(entries[c, p]):
+            flag = q >= w
+            for _ in range(m_count[m + q]):
+                lost[start + (key[i] & mask)] = flag
+                i += 1
+    if not flags:
+        return
+    local = start
+    for f in range(feat.shape[0]):
+        v0, s0, per_core = feat[f, _VALUES], feat[f, _SPLITS], feat[f, _PER_CORE]
+        for j in range(v0 + splits[s0 + c * per_core], v0 + splits[s0 + (c + 1) * per_core]):
+            dropped[j] = lost[local]
+            local += 1
+
+
+@njit(nogil=True, cache=True, error_model="numpy")
+def _fill(lo: int, hi: int, key: Any, bits: int, splits: Any, feat: Any,  # noqa: PLR0913
+          core_start: Any, seg: Any, m_start: Any, entries: Any, m_column: Any, m_sample: Any,
+          m_gain: Any, m_count: Any, written: Any, base: Any, write_csr: bool, flags: bool,
+          embedding_ids: Any, sample_ids: Any, gains: Any, valid: Any, padded: Any, lost: Any,
+          dropped: Any) -> None:
+    """Step 4 for the local SparseCores ``lo .. hi - 1``: each run's first ``written`` entries
+    at ``base`` and the padding after them up to a multiple of 8 (when ``write_csr``), and the
+    drop flag of every raw id (its entry's rank in the run reaches ``written``) when ``flags``:
+    first by local position (``lost``, the SparseCore's slice), then copied feature by feature
+    to the input order. Without ``flags`` (nothing dropped) ``dropped`` is left alone."""
+    for c in range(lo, hi):
+        _fill_core(c, key, bits, splits, feat, core_start, seg, m_start, entries, m_column,
+                   m_sample, m_gain, m_count, written, base, write_csr, flags, embedding_ids,
+                   sample_ids, gains, valid, padded, lost, dropped)
 
 
 @dataclass
@@ -336,10 +361,11 @@ class Compiled:
         arrays = _csr_zeros(opts.local_devices * sizes.coo_size if csr else 0)
         ids = self.key.shape[0]
         dropped = np.empty(ids, bool) if drops else np.zeros(ids, bool)
-        _fill(self.key, self.bits, self.splits, self.feat, self.core_start, self.seg,
-              self.m_start, self.entries, self.m_column, self.m_sample, self.m_gain,
-              self.m_count, written, np.ascontiguousarray(base, np.int64), csr, drops > 0,
-              *arrays, np.empty(ids if drops else 0, bool), dropped)
+        args = (self.key, self.bits, self.splits, self.feat, self.core_start, self.seg,
+                self.m_start, self.entries, self.m_column, self.m_sample, self.m_gain,
+                self.m_count, written, np.ascontiguousarray(base, np.int64), csr, drops > 0,
+                *arrays, np.empty(ids if drops else 0, bool), dropped)
+        each_chunk(self.entries.shape[0], lambda lo, hi: _fill(lo, hi, *args))
         out = _shaped(pointers, *arrays, opts=opts) if csr else _no_csr(opts)
         return _result(stack, sizes, stats, drops, out, _per_feature(dropped, slots, inputs))
 
@@ -410,12 +436,13 @@ def sort_merge(stack: Stack, slots: Sequence[FeatureSlot], inputs: Mapping[str, 
                    np.zeros(cores, np.int64))
     combiner = _COMBINER[stack.combiner]
     unit = combiner == 0 and weights.shape[0] == 0
-    _sort_merge(values, splits, weights, feat, n, shift_n, combiner, unit, bits,
-                column_bits, core_start, opts.allow_id_dropping, sizes.max_ids,
-                sizes.max_unique, out.key, np.empty(total, np.int64), np.empty(total, np.int32),
-                np.empty(0 if unit else total, np.float32), out.m_column, out.m_sample, out.m_gain,
-                out.m_count, out.m_new, out.seg, out.m_start, out.entries, out.distinct,
-                out.kept, out.limit_drops)
+    args = (values, splits, weights, feat, n, shift_n, combiner, unit, bits, column_bits,
+            core_start, opts.allow_id_dropping, sizes.max_ids, sizes.max_unique, out.key,
+            np.empty(total, np.int64), np.empty(total, np.int32),
+            np.empty(0 if unit else total, np.float32), out.m_column, out.m_sample, out.m_gain,
+            out.m_count, out.m_new, out.seg, out.m_start, out.entries, out.distinct, out.kept,
+            out.limit_drops)
+    each_chunk(cores, lambda lo, hi: _sort_merge(lo, hi, *args))
     return out
 
 
