@@ -117,7 +117,7 @@ def _sort_segment(src: Any, dst: Any, lo: int, hi: int, shift: int, key_bits: in
         w = (key_bits + p - 1) // p
         if w > 16:
             continue
-        cost = p * (6 * size + (np.int64(1) << w))
+        cost = p * (6 * size + (1 << w))
         if best < 0 or cost < best:
             passes, best = p, cost
     width = (key_bits + passes - 1) // passes
@@ -146,7 +146,7 @@ def _sort_segment(src: Any, dst: Any, lo: int, hi: int, shift: int, key_bits: in
 
 
 @njit(nogil=True, cache=True, error_model="numpy")
-def _sort_core(c: int, values: Any, splits: Any, weights: Any, feat: Any, n: int,  # noqa: PLR0913
+def _sort_core(c: int, values: Any, splits: Any, weights: Any, feat: Any, n: int,
                shift_n: int, combiner: int, unit: bool, bits: int, column_bits: int, start: int,
                key: Any, spare: Any, sample: Any, gain: Any, seg: Any) -> Any:
     """Steps 1-2 for SparseCore ``c``, whose slice starts at ``start``: its ids counted per
@@ -195,7 +195,7 @@ def _sort_core(c: int, values: Any, splits: Any, weights: Any, feat: Any, n: int
 
 
 @njit(nogil=True, cache=True, error_model="numpy")
-def _merge_core(c: int, values: Any, splits: Any, weights: Any, feat: Any,  # noqa: PLR0913
+def _merge_core(c: int, values: Any, splits: Any, weights: Any, feat: Any,
                 n: int, shift_n: int, combiner: int, unit: bool, bits: int, column_bits: int,
                 core_start: Any, dropping: bool, max_ids: int, max_unique: int, key: Any,
                 spare: Any, sample: Any, gain: Any, m_column: Any, m_sample: Any, m_gain: Any,
@@ -249,7 +249,7 @@ def _merge_core(c: int, values: Any, splits: Any, weights: Any, feat: Any,  # no
 
 
 @njit(nogil=True, cache=True, error_model="numpy")
-def _sort_merge(lo: int, hi: int, values: Any, splits: Any, weights: Any,  # noqa: PLR0913
+def _sort_merge(lo: int, hi: int, values: Any, splits: Any, weights: Any,
                 feat: Any, n: int, shift_n: int, combiner: int, unit: bool, bits: int,
                 column_bits: int, core_start: Any, dropping: bool, max_ids: int,
                 max_unique: int, key: Any, spare: Any, sample: Any, gain: Any, m_column: Any,
@@ -265,7 +265,7 @@ def _sort_merge(lo: int, hi: int, values: Any, splits: Any, weights: Any,  # noq
 
 
 @njit(nogil=True, cache=True, error_model="numpy")
-def _fill_core(c: int, key: Any, bits: int, splits: Any, feat: Any,  # noqa: PLR0913
+def _fill_core(c: int, key: Any, bits: int, splits: Any, feat: Any,
                core_start: Any, seg: Any, m_start: Any, entries: Any, m_column: Any,
                m_sample: Any, m_gain: Any, m_count: Any, written: Any, base: Any,
                write_csr: bool, flags: bool, embedding_ids: Any, sample_ids: Any, gains: Any,
@@ -309,7 +309,7 @@ def _fill_core(c: int, key: Any, bits: int, splits: Any, feat: Any,  # noqa: PLR
 
 
 @njit(nogil=True, cache=True, error_model="numpy")
-def _fill(lo: int, hi: int, key: Any, bits: int, splits: Any, feat: Any,  # noqa: PLR0913
+def _fill(lo: int, hi: int, key: Any, bits: int, splits: Any, feat: Any,
           core_start: Any, seg: Any, m_start: Any, entries: Any, m_column: Any, m_sample: Any,
           m_gain: Any, m_count: Any, written: Any, base: Any, write_csr: bool, flags: bool,
           embedding_ids: Any, sample_ids: Any, gains: Any, valid: Any, padded: Any, lost: Any,
@@ -347,7 +347,7 @@ class Compiled:
     kept: IntArray
     limit_drops: IntArray
 
-    def finish(self, stack: Stack, slots: Sequence[FeatureSlot],  # noqa: PLR0913
+    def finish(self, stack: Stack, slots: Sequence[FeatureSlot],
                inputs: Mapping[str, _Feature], opts: _Options, sizes: _Sizes, stats: _Stats,
                csr: bool) -> PreprocessedStack:
         """Steps 6-7 (drops, the CSR arrays, the drop flags): ``preprocess_stack._finish``."""
@@ -361,10 +361,11 @@ class Compiled:
         arrays = _csr_zeros(opts.local_devices * sizes.coo_size if csr else 0)
         ids = self.key.shape[0]
         dropped = np.empty(ids, bool) if drops else np.zeros(ids, bool)
-        args = (self.key, self.bits, self.splits, self.feat, self.core_start, self.seg,
-                self.m_start, self.entries, self.m_column, self.m_sample, self.m_gain,
-                self.m_count, written, np.ascontiguousarray(base, np.int64), csr, drops > 0,
-                *arrays, np.empty(ids if drops else 0, bool), dropped)
+        args: tuple[Any, ...] = (
+            self.key, self.bits, self.splits, self.feat, self.core_start, self.seg,
+            self.m_start, self.entries, self.m_column, self.m_sample, self.m_gain, self.m_count,
+            written, np.ascontiguousarray(base, np.int64), csr, drops > 0, *arrays,
+            np.empty(ids if drops else 0, bool), dropped)
         each_chunk(self.entries.shape[0], lambda lo, hi: _fill(lo, hi, *args))
         out = _shaped(pointers, *arrays, opts=opts) if csr else _no_csr(opts)
         return _result(stack, sizes, stats, drops, out, _per_feature(dropped, slots, inputs))
