@@ -128,6 +128,21 @@ def test_without_csr_the_statistics_and_flags_stay(source: str) -> None:
                 assert stack.embedding_ids.size == stack.row_pointers.size == 0
 
 
+@pytest.mark.parametrize("layout", ["samples beside the keys", "numpy for wide keys"])
+def test_the_layouts_of_large_batches(monkeypatch: pytest.MonkeyPatch, layout: str) -> None:
+    """A batch whose (embedding id, sample, position) keys would pass 63 bits keeps its
+    samples beside the keys; one whose (embedding id, position) would, runs the NumPy code:
+    both forced here on the stored batches."""
+    from tpuemb_cfg.sparsecore import preprocess_kernels
+
+    if layout == "samples beside the keys":
+        monkeypatch.setattr(preprocess_kernels, "_PACK_SAMPLES", False)
+    else:
+        monkeypatch.setattr(preprocess_kernels, "_KEY_BITS", 0)
+    for case in list(_cases().values())[::4]:
+        _engines_agree(lambda engine, case=case: _stored(case, engine))
+
+
 # ---------------------------------------------------------------- random stackings
 
 _WEIGHTS = np.array([1.0, 0.5, 2.0, 0.0, -1.5, np.nan, np.inf, -np.inf, 3e38, 1e-40],

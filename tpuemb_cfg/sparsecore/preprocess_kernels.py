@@ -69,6 +69,10 @@ __all__ = ["Compiled", "sort_merge"]
 
 I32Array = npt.NDArray[np.int32]
 _COMBINER = {"sum": 0, "mean": 1, "sqrtn": 2}
+#: The bits of a sort key (the tests lower it, and clear ``_PACK_SAMPLES``, to run the layouts
+#: a large batch takes: samples beside the keys, or the NumPy code).
+_KEY_BITS = 63
+_PACK_SAMPLES = True
 # The columns of the per-feature table the kernels read.
 _VALUES, _SPLITS, _PER_CORE, _SHIFT, _COLUMN, _SAMPLE, _WEIGHTS = range(7)
 
@@ -147,14 +151,17 @@ def _sort_segment(src: Any, dst: Any, lo: int, hi: int, shift: int, key_bits: in
 
 @njit(nogil=True, cache=True, error_model="numpy")
 def _sort_core(c: int, values: Any, splits: Any, weights: Any, feat: Any, n: int,
-               shift_n: int, combiner: int, unit: bool, bits: int, column_bits: int, start: int,
-               key: Any, spare: Any, sample: Any, gain: Any, seg: Any) -> Any:
+               shift_n: int, combiner: int, unit: bool, bits: int, sample_bits: int,
+               column_bits: int, start: int, key: Any, spare: Any, sample: Any, gain: Any,
+               seg: Any) -> Any:
     """Steps 1-2 for SparseCore ``c``, whose slice starts at ``start``: its ids counted per
-    partition (returned), then per id its sample and gain by local position and the key
-    ``embedding id << bits | local position`` into its partition's segment (``seg[c]``) of
-    ``spare`` in input order, and each segment sorted by embedding id into ``key``: the order
-    (partition, embedding id, position) of the reference's stable sort. With ``unit`` gains
-    (``sum`` without weights: every gain is 1) no gain is written."""
+    partition (returned), then per id its gain by local position and the key
+    ``embedding id | sample | local position`` (``sample_bits`` and ``bits`` wide) into its
+    partition's segment (``seg[c]``) of ``spare`` in input order, and each segment sorted by
+    embedding id into ``key``: the order (partition, embedding id, position) of the
+    reference's stable sort (samples ascend with positions). With ``unit`` gains (``sum``
+    without weights: every gain is 1) no gain is written; with ``sample_bits`` 0 (the three do
+    not fit 63 bits) the samples go to ``sample`` by local position instead."""
     one = np.float32(1.0)
     count = np.zeros(n, np.int64)
     for f in range(feat.shape[0]):
@@ -185,21 +192,27 @@ def _sort_core(c: int, values: Any, splits: Any, weights: Any, feat: Any, n: int
                 i = start + local
                 if not unit:
                     gain[i] = w if combiner == 0 else w / d
-                sample[i] = r + sample0
-                spare[at[p]] = (((x >> shift_n) + column0) << bits) | local
+                if sample_bits:
+                    spare[at[p]] = ((((((x >> shift_n) + column0) << sample_bits) |
+                                      (r + sample0)) << bits) | local)
+                else:
+                    sample[i] = r + sample0
+                    spare[at[p]] = (((x >> shift_n) + column0) << bits) | local
                 at[p] += 1
                 local += 1
     for p in range(n):
-        _sort_segment(spare, key, seg[c, p], seg[c, p] + count[p], bits, column_bits)
+        _sort_segment(spare, key, seg[c, p], seg[c, p] + count[p], bits + sample_bits,
+                      column_bits)
     return count
 
 
 @njit(nogil=True, cache=True, error_model="numpy")
 def _merge_core(c: int, values: Any, splits: Any, weights: Any, feat: Any,
-                n: int, shift_n: int, combiner: int, unit: bool, bits: int, column_bits: int,
-                core_start: Any, dropping: bool, max_ids: int, max_unique: int, key: Any,
-                spare: Any, sample: Any, gain: Any, m_column: Any, m_sample: Any, m_gain: Any,
-                m_count: Any, m_new: Any, seg: Any, m_start: Any, entries: Any, distinct: Any,
+                n: int, shift_n: int, combiner: int, unit: bool, bits: int, sample_bits: int,
+                column_bits: int, core_start: Any, dropping: bool, max_ids: int,
+                max_unique: int, key: Any, spare: Any, sample: Any, gain: Any, m_column: Any,
+                m_sample: Any, m_gain: Any, m_count: Any, m_new: Any, seg: Any, m_start: Any,
+                entries: Any, distinct: Any,
                 kept: Any, limit_drops: Any) -> None:
     """Steps 1-3 for SparseCore ``c``: :func:`_sort_core`, then each partition's sorted keys
     merged, counted and (with ``dropping``) cut to the kept prefix."""
@@ -207,7 +220,8 @@ def _merge_core(c: int, values: Any, splits: Any, weights: Any, feat: Any,
     one = np.float32(1.0)
     start = core_start[c]
     count = _sort_core(c, values, splits, weights, feat, n, shift_n, combiner, unit, bits,
-                       column_bits, start, key, spare, sample, gain, seg)
+                       sample_bits, column_bits, start, key, spare, sample, gain, seg)
+    sample_mask = (np.int64(1) << sample_bits) - 1
     m = start
     drops = 0
     for p in range(n):
@@ -217,8 +231,8 @@ def _merge_core(c: int, values: Any, splits: Any, weights: Any, feat: Any,
         unique = 0
         for i in range(seg[c, p], seg[c, p] + count[p]):
             k = key[i]
-            column, local = k >> bits, k & mask
-            s = np.int64(sample[start + local])
+            column, local = k >> (bits + sample_bits), k & mask
+            s = (k >> bits) & sample_mask if sample_bits else np.int64(sample[start + local])
             g = one if unit else gain[start + local]
             if column == prev_column and s == prev_sample:
                 m_gain[m - 1] += g
@@ -251,7 +265,7 @@ def _merge_core(c: int, values: Any, splits: Any, weights: Any, feat: Any,
 @njit(nogil=True, cache=True, error_model="numpy")
 def _sort_merge(lo: int, hi: int, values: Any, splits: Any, weights: Any,
                 feat: Any, n: int, shift_n: int, combiner: int, unit: bool, bits: int,
-                column_bits: int, core_start: Any, dropping: bool, max_ids: int,
+                sample_bits: int, column_bits: int, core_start: Any, dropping: bool, max_ids: int,
                 max_unique: int, key: Any, spare: Any, sample: Any, gain: Any, m_column: Any,
                 m_sample: Any, m_gain: Any, m_count: Any, m_new: Any, seg: Any, m_start: Any,
                 entries: Any, distinct: Any, kept: Any, limit_drops: Any) -> None:
@@ -259,9 +273,9 @@ def _sort_merge(lo: int, hi: int, values: Any, splits: Any, weights: Any,
     entries of SparseCore ``c`` from ``core_start[c]``, run after run."""
     for c in range(lo, hi):
         _merge_core(c, values, splits, weights, feat, n, shift_n, combiner, unit, bits,
-                    column_bits, core_start, dropping, max_ids, max_unique, key, spare, sample,
-                    gain, m_column, m_sample, m_gain, m_count, m_new, seg, m_start, entries,
-                    distinct, kept, limit_drops)
+                    sample_bits, column_bits, core_start, dropping, max_ids, max_unique, key,
+                    spare, sample, gain, m_column, m_sample, m_gain, m_count, m_new, seg,
+                    m_start, entries, distinct, kept, limit_drops)
 
 
 @njit(nogil=True, cache=True, error_model="numpy")
@@ -422,8 +436,11 @@ def sort_merge(stack: Stack, slots: Sequence[FeatureSlot], inputs: Mapping[str, 
     bits = max(1, int(per_core_ids.max(initial=1) - 1).bit_length())
     column_bits = max(1, top_column.bit_length())
     shift_n = n.bit_length() - 1
-    if bits + column_bits > 63:
+    if bits + column_bits > _KEY_BITS:
         return _merge(_entries(stack, slots, inputs, opts), n)
+    sample_bits = max(1, samples_at - 1).bit_length()  # samples in the key when they fit
+    if bits + sample_bits + column_bits > _KEY_BITS or not _PACK_SAMPLES:
+        sample_bits = 0
     values = _joined([f.values for f in features], np.int64)
     splits = _joined([f.row_splits for f in features], np.int64)
     weights = _joined([f.weights for f in features if f.weights is not None], np.float32)
@@ -437,9 +454,9 @@ def sort_merge(stack: Stack, slots: Sequence[FeatureSlot], inputs: Mapping[str, 
                    np.zeros(cores, np.int64))
     combiner = _COMBINER[stack.combiner]
     unit = combiner == 0 and weights.shape[0] == 0
-    args = (values, splits, weights, feat, n, shift_n, combiner, unit, bits, column_bits,
-            core_start, opts.allow_id_dropping, sizes.max_ids, sizes.max_unique, out.key,
-            np.empty(total, np.int64), np.empty(total, np.int32),
+    args = (values, splits, weights, feat, n, shift_n, combiner, unit, bits, sample_bits,
+            column_bits, core_start, opts.allow_id_dropping, sizes.max_ids, sizes.max_unique,
+            out.key, np.empty(total, np.int64), np.empty(0 if sample_bits else total, np.int32),
             np.empty(0 if unit else total, np.float32), out.m_column, out.m_sample, out.m_gain,
             out.m_count, out.m_new, out.seg, out.m_start, out.entries, out.distinct, out.kept,
             out.limit_drops)
