@@ -71,7 +71,7 @@ def threads() -> int:
 _pool: ThreadPoolExecutor | None = None
 
 
-def each_chunk(count: int, work: Callable[[int, int], None], *, per_thread: int = 4) -> None:
+def each_chunk(count: int, work: Callable[[int, int], None], *, per_thread: int = 8) -> None:
     """``work(lo, hi)`` over chunks covering ``0..count``, on ``threads()`` threads, the calling
     thread among them; ``work`` calls kernels that release the GIL.
 

@@ -114,14 +114,14 @@ def _sort_segment(src: Any, dst: Any, lo: int, hi: int, shift: int, key_bits: in
                 j -= 1
             dst[j] = value
         return
-    # The fewest passes for which a pass's buckets cost little beside its values: each pass
-    # moves ``size`` values (a few ns each) and clears and sums 2^width counts (under one).
+    # The number of passes with the least work: each pass moves ``size`` values (reading and
+    # writing each: weight 6) and allocates, clears, scans and sums 2^width counts (weight 4).
     passes, best = 1, -1
     for p in range(1, key_bits + 1):
         w = (key_bits + p - 1) // p
         if w > 16:
             continue
-        cost = p * (6 * size + (1 << w))
+        cost = p * (6 * size + 4 * (1 << w))
         if best < 0 or cost < best:
             passes, best = p, cost
     width = (key_bits + passes - 1) // passes
