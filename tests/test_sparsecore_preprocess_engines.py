@@ -10,7 +10,11 @@ several hosts); ``csr=False`` keeps every statistic and drop flag.
 from __future__ import annotations
 
 import contextlib
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -222,3 +226,31 @@ def test_random_stackings_give_the_same_bytes(seed: int, devices: int, cores: in
         with np.errstate(all="ignore"):
             full = preprocess(stacking, features, weights or None, engine="numpy", **options)
         _same(expected, full, csr=False)
+
+
+def test_without_numba_the_numpy_engine_runs_with_one_warning() -> None:
+    """``NUMBA_DISABLE_JIT`` (as a missing numba): ``engine="numba"`` warns once and gives
+    NumPy's bytes."""
+    script = (
+        "import warnings, numpy as np\n"
+        "from tpuemb_cfg.sparsecore.preprocessing import preprocess\n"
+        "from tpuemb_cfg.sparsecore.stacking import FeatureSlot, Stack, StackedTable, Stacking\n"
+        "t = StackedTable('t', 64, 8, 64, 8, 0, 0)\n"
+        "s = Stacking('jax', 1, 2, (Stack('t', (t,), '', 'mean', 8, 256, 256),),\n"
+        "             (FeatureSlot('f', 't', 't', 0, 0, 0, 8),))\n"
+        "ids = {'f': np.arange(16).reshape(8, 2) % 5}\n"
+        "with warnings.catch_warnings(record=True) as seen:\n"
+        "    warnings.simplefilter('always')\n"
+        "    a = preprocess(s, ids, local_devices=1).stacks['t']\n"
+        "    preprocess(s, ids, local_devices=1)\n"
+        "b = preprocess(s, ids, local_devices=1, engine='numpy').stacks['t']\n"
+        "print(len(seen), 'NUMBA_DISABLE_JIT' in str(seen[0].message),\n"
+        "      a.gains.tobytes() == b.gains.tobytes(), a.sample_ids.tobytes() == "
+        "b.sample_ids.tobytes())\n")
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "NUMBA_DISABLE_JIT": "1",
+           "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env=env, check=False, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1", "True", "True", "True"]
