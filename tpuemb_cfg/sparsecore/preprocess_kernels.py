@@ -8,26 +8,31 @@ which ``import tpuemb_cfg`` and ``tpuemb validate`` must never pay for.
 Each local SparseCore ``c`` reads rows ``c b_f .. (c+1) b_f - 1`` of every feature ``f`` of the
 stack and nothing else, and writes its own slice of every output, so chunks of SparseCores run
 on numba's thread count of threads (``base.jit.each_chunk``: serial ``nogil`` kernels, each
-thread taking the next chunk when free) and the result does not depend on how many there are. Per
-SparseCore, in its slice of flat arrays (the stack's ids laid out SparseCore after SparseCore):
+thread taking the next chunk when free) and the result does not depend on how many there are.
+Per SparseCore, in its slice of flat arrays (the stack's ids laid out SparseCore after
+SparseCore):
 
 1. **Count** its ids per partition (one pass over the ids).
 2. **Scatter** (a counting sort by partition): per row the gain denominator (sum, or sum of
-   squares by ``fma32``, left to right in float32), then per id its sample, gain and input
-   index by its local position, and the key ``embedding id << bits | local position`` into
-   its partition's segment. The keys are distinct, so sorting them (``ndarray.sort`` within
-   each partition's segment, which stays in cache) gives the order (partition, embedding id,
-   input position) of the reference's stable sort.
+   squares by ``fma32``, left to right in float32), then per id its gain by its local position
+   (none for ``sum`` without weights: every gain is 1) and the key ``embedding id | sample |
+   local position`` into its partition's segment, in input order. The keys are distinct and
+   their low bits ascend in input order, so sorting each segment by embedding id, stably
+   (:func:`_sort_segment`: insertion sort when short, else radix passes; the segment stays in
+   cache), gives the order (partition, embedding id, input position) of the reference's
+   stable sort. When the three do not fit 63 bits the sample is kept beside the key, by local
+   position; when embedding id and position alone do not, the stack runs the NumPy code.
 3. **Merge** each partition's sorted keys: neighbours with equal (embedding id, sample) merge
    (gains added in order, float32), counting entries and distinct ids (the statistics) and,
    with ``allow_id_dropping``, the kept prefix of each run (entry rank within ``max_ids`` and
    distinct rank within ``max_unique``: both ranks grow along the run, so what is kept is a
    prefix) and the raw ids dropped by the limits.
 
-Then the buffer room of each run (``preprocess_stack._room``) and the layout
+Then the limit check, the buffer room of each run (``preprocess_stack._room``) and the layout
 (``preprocess_stack._layout``) are computed on the ``[SparseCores, N]`` counts with NumPy, and
+
 4. **Fill** writes, per SparseCore, each run's written entries and padding into the CSR arrays
-   (skipped with ``csr=False``) and every raw id's drop flag.
+   (skipped with ``csr=False``) and, when anything was dropped, every raw id's drop flag.
 """
 
 from __future__ import annotations
