@@ -268,15 +268,113 @@ def _merge_core(c: int, values: Any, splits: Any, weights: Any, feat: Any,
 
 
 @njit(nogil=True, cache=True, error_model="numpy")
+def _merge_direct_core(c: int, values: Any, splits: Any, weights: Any, feat: Any, n: int,
+                       shift_n: int, combiner: int, unit: bool, bits: int, sample_bits: int,
+                       column_bits: int, core_start: Any, dropping: bool, max_ids: int,
+                       max_unique: int, key: Any, spare: Any, sample: Any, gain: Any, seg: Any,
+                       capacity: int, write_csr: bool, csr: Any, lost: Any, entries: Any,
+                       distinct: Any, kept: Any, limit_drops: Any) -> None:
+    """Steps 1-4 for SparseCore ``c`` without minibatching, in one pass after the sort: its
+    runs are laid out one after the other in its own ``capacity`` slots, so whether an entry
+    is written is known when it opens (it is kept while its rank and distinct rank are within
+    the limits, a prefix; it fits while its rank is within the room its run starts with,
+    ``capacity - sum of roundup8(kept)`` of the runs before, as ``preprocess_stack._room``
+    computes it), and each entry goes to the CSR arrays ``csr`` when it closes, each raw id's
+    drop flag to ``lost`` by local position."""
+    mask = (np.int64(1) << bits) - 1
+    one = np.float32(1.0)
+    nan = np.float32(np.nan)
+    pad = np.int32(_INT32_MAX)
+    embedding_ids, sample_ids, gains, valid, padded = csr
+    start = core_start[c]
+    count = _sort_core(c, values, splits, weights, feat, n, shift_n, combiner, unit, bits,
+                       sample_bits, column_bits, start, key, spare, sample, gain, seg)
+    sample_mask = (np.int64(1) << sample_bits) - 1
+    first_slot = c * capacity
+    begin = 0  # the run's first slot within the SparseCore's segment
+    drops = 0
+    for p in range(n):
+        room = capacity - begin
+        opened, unique, keep = 0, 0, 0
+        prev_column, prev_sample = np.int64(-1), np.int64(-1)
+        total = np.float32(0.0)
+        kept_now = written_now = False
+        for i in range(seg[c, p], seg[c, p] + count[p]):
+            k = key[i]
+            column, local = k >> (bits + sample_bits), k & mask
+            s = (k >> bits) & sample_mask if sample_bits else np.int64(sample[start + local])
+            g = one if unit else gain[start + local]
+            if column == prev_column and s == prev_sample:
+                total += g
+            else:
+                if written_now and write_csr:
+                    at = first_slot + begin + opened - 1
+                    embedding_ids[at] = prev_column
+                    sample_ids[at] = prev_sample
+                    gains[at] = total
+                    valid[at] = True
+                opened += 1
+                unique += column != prev_column
+                kept_now = not dropping or (opened <= max_ids and unique <= max_unique)
+                keep += kept_now
+                written_now = kept_now and opened <= room
+                prev_column, prev_sample = column, s
+                total = g
+            drops += not kept_now
+            lost[start + local] = not written_now
+        if written_now and write_csr:
+            at = first_slot + begin + opened - 1
+            embedding_ids[at] = prev_column
+            sample_ids[at] = prev_sample
+            gains[at] = total
+            valid[at] = True
+        entries[c, p] = opened
+        distinct[c, p] = unique
+        kept[c, p] = keep
+        if write_csr:
+            end = first_slot + begin + min(keep, max(0, room))
+            for i in range(end, (end + 7) // 8 * 8):
+                embedding_ids[i] = pad
+                sample_ids[i] = pad
+                gains[i] = nan
+                padded[i] = True
+        begin += (keep + 7) // 8 * 8
+    limit_drops[c] = drops
+
+
+@njit(nogil=True, cache=True, error_model="numpy")
+def _flags(lo: int, hi: int, splits: Any, feat: Any, core_start: Any, lost: Any,
+           dropped: Any) -> None:
+    """The drop flags of SparseCores ``lo .. hi - 1`` from local positions (``lost``) to the
+    input order, feature by feature."""
+    for c in range(lo, hi):
+        local = core_start[c]
+        for f in range(feat.shape[0]):
+            v0, s0, per_core = feat[f, _VALUES], feat[f, _SPLITS], feat[f, _PER_CORE]
+            for j in range(v0 + splits[s0 + c * per_core],
+                           v0 + splits[s0 + (c + 1) * per_core]):
+                dropped[j] = lost[local]
+                local += 1
+
+
+@njit(nogil=True, cache=True, error_model="numpy")
 def _sort_merge(lo: int, hi: int, values: Any, splits: Any, weights: Any,
                 feat: Any, n: int, shift_n: int, combiner: int, unit: bool, bits: int,
                 sample_bits: int, column_bits: int, core_start: Any, dropping: bool, max_ids: int,
                 max_unique: int, key: Any, spare: Any, sample: Any, gain: Any, m_column: Any,
                 m_sample: Any, m_gain: Any, m_count: Any, m_new: Any, seg: Any, m_start: Any,
-                entries: Any, distinct: Any, kept: Any, limit_drops: Any) -> None:
+                entries: Any, distinct: Any, kept: Any, limit_drops: Any, direct: bool,
+                capacity: int, write_csr: bool, csr: Any, lost: Any) -> None:
     """Steps 1-3 for the local SparseCores ``lo .. hi - 1`` (module docstring); the merged
-    entries of SparseCore ``c`` from ``core_start[c]``, run after run."""
+    entries of SparseCore ``c`` from ``core_start[c]``, run after run; with ``direct`` (no
+    minibatching) step 4 too, without the merged entries (:func:`_merge_direct_core`)."""
     for c in range(lo, hi):
+        if direct:
+            _merge_direct_core(c, values, splits, weights, feat, n, shift_n, combiner, unit,
+                               bits, sample_bits, column_bits, core_start, dropping, max_ids,
+                               max_unique, key, spare, sample, gain, seg, capacity, write_csr,
+                               csr, lost, entries, distinct, kept, limit_drops)
+            continue
         _merge_core(c, values, splits, weights, feat, n, shift_n, combiner, unit, bits,
                     sample_bits, column_bits, core_start, dropping, max_ids, max_unique, key,
                     spare, sample, gain, m_column, m_sample, m_gain, m_count, m_new, seg,
@@ -365,6 +463,9 @@ class Compiled:
     distinct: IntArray
     kept: IntArray
     limit_drops: IntArray
+    #: without minibatching: the CSR arrays already written (flat; empty without ``csr``) and
+    #: each raw id's drop flag by local position (:func:`_merge_direct_core`); else None
+    direct: tuple[tuple[npt.NDArray[Any], ...], BoolArray] | None = None
 
     def finish(self, stack: Stack, slots: Sequence[FeatureSlot],
                inputs: Mapping[str, _Feature], opts: _Options, sizes: _Sizes, stats: _Stats,
@@ -377,6 +478,16 @@ class Compiled:
         written = _room(kept, sizes.coo_size // opts.sparse_cores, opts)
         drops += int(kept.sum() - written.sum())
         pointers, base = _layout(written, sizes.coo_size, opts)
+        if self.direct is not None:
+            arrays, lost = self.direct
+            ids = self.key.shape[0]
+            dropped = np.empty(ids, bool) if drops else np.zeros(ids, bool)
+            if drops:
+                each_chunk(self.entries.shape[0], lambda lo, hi: _flags(
+                    lo, hi, self.splits, self.feat, self.core_start, lost, dropped))
+            out = _shaped(pointers, *arrays, opts=opts) if csr else _no_csr(opts)
+            return _result(stack, sizes, stats, drops, out,
+                           _per_feature(dropped, slots, inputs))
         arrays = _csr_zeros(opts.local_devices * sizes.coo_size if csr else 0)
         ids = self.key.shape[0]
         dropped = np.empty(ids, bool) if drops else np.zeros(ids, bool)
@@ -413,8 +524,9 @@ class Compiled:
 
 
 def sort_merge(stack: Stack, slots: Sequence[FeatureSlot], inputs: Mapping[str, _Feature],
-               opts: _Options, sizes: _Sizes) -> Compiled | _Merged:
-    """Steps 1-3 of one stack (the limits of ``sizes`` for the kept prefixes). A stack whose
+               opts: _Options, sizes: _Sizes, csr: bool = True) -> Compiled | _Merged:
+    """Steps 1-3 of one stack (the limits of ``sizes`` for the kept prefixes), and without
+    minibatching step 4 as well (the CSR arrays only with ``csr``). A stack whose
     keys (partition, embedding id, local position) would not fit 63 bits (never for int32 ids,
     fewer than 2^20 SparseCores and 2^12 ids per SparseCore and partition... in practice: a
     vocabulary and a per-SparseCore batch whose bits add up past 63) runs the NumPy code."""
@@ -450,13 +562,19 @@ def sort_merge(stack: Stack, slots: Sequence[FeatureSlot], inputs: Mapping[str, 
     splits = _joined([f.row_splits for f in features], np.int64)
     weights = _joined([f.weights for f in features if f.weights is not None], np.float32)
     total = values.shape[0]
+    direct = not opts.minibatching
+    merged = 0 if direct else total  # the merged entries' arrays, for _fill or merged()
     out = Compiled(splits, feat, core_start, bits, np.empty(total, np.int64),
                    np.zeros((cores, n), np.int64), np.zeros((cores, n), np.int64),
-                   np.empty(total, np.int32), np.empty(total, np.int32),
-                   np.empty(total, np.float32), np.empty(total, np.int32),
-                   np.empty(total, bool), np.zeros((cores, n), np.int64),
+                   np.empty(merged, np.int32), np.empty(merged, np.int32),
+                   np.empty(merged, np.float32), np.empty(merged, np.int32),
+                   np.empty(merged, bool), np.zeros((cores, n), np.int64),
                    np.zeros((cores, n), np.int64), np.zeros((cores, n), np.int64),
                    np.zeros(cores, np.int64))
+    if direct:
+        out.direct = (_csr_zeros(opts.local_devices * sizes.coo_size if csr else 0),
+                      np.empty(total, bool))
+    arrays, lost = out.direct if out.direct is not None else (_csr_zeros(0), np.empty(0, bool))
     combiner = _COMBINER[stack.combiner]
     unit = combiner == 0 and weights.shape[0] == 0
     args = (values, splits, weights, feat, n, shift_n, combiner, unit, bits, sample_bits,
@@ -464,7 +582,7 @@ def sort_merge(stack: Stack, slots: Sequence[FeatureSlot], inputs: Mapping[str, 
             out.key, np.empty(total, np.int64), np.empty(0 if sample_bits else total, np.int32),
             np.empty(0 if unit else total, np.float32), out.m_column, out.m_sample, out.m_gain,
             out.m_count, out.m_new, out.seg, out.m_start, out.entries, out.distinct, out.kept,
-            out.limit_drops)
+            out.limit_drops, direct, sizes.coo_size // opts.sparse_cores, csr, arrays, lost)
     each_chunk(cores, lambda lo, hi: _sort_merge(lo, hi, *args))
     return out
 

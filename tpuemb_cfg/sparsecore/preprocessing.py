@@ -199,7 +199,8 @@ def preprocess(  # noqa: PLR0913 - the issue's signature, mirroring jax-tpu-embe
     sizes = {stack.name: _check_stack(stack, opts) for stack in stacking.stacks}
     kernels = _kernels(engine)
     counted = {stack.name: _count(stack, stacking.features_of(stack.name), inputs, opts,
-                                  sizes[stack.name], kernels) for stack in stacking.stacks}
+                                  sizes[stack.name], kernels, csr)
+               for stack in stacking.stacks}
     if opts.minibatching and _split_needed(stacking, counted, sizes):
         return _preprocess_split(stacking, inputs, opts, sizes, counted, csr)
     stacks = {stack.name: _finish(stack, stacking.features_of(stack.name), inputs, opts,
