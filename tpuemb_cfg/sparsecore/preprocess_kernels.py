@@ -28,11 +28,14 @@ SparseCore):
    distinct rank within ``max_unique``: both ranks grow along the run, so what is kept is a
    prefix) and the raw ids dropped by the limits.
 
-Then the limit check, the buffer room of each run (``preprocess_stack._room``) and the layout
-(``preprocess_stack._layout``) are computed on the ``[SparseCores, N]`` counts with NumPy, and
+4. **Fill**: each run's written entries and padding into the CSR arrays (skipped with
+   ``csr=False``) and every raw id's drop flag. Without minibatching the merge does it
+   (:func:`_merge_direct_core`: a SparseCore's runs fill its own slots one after the other, so
+   an entry's fate is known when it opens); with minibatching (a device's SparseCores share
+   one sequence) :func:`_fill` does, after the room of each run is known.
 
-4. **Fill** writes, per SparseCore, each run's written entries and padding into the CSR arrays
-   (skipped with ``csr=False``) and, when anything was dropped, every raw id's drop flag.
+The limit check, the buffer room of each run (``preprocess_stack._room``) and the row pointers
+(``preprocess_stack._layout``) are computed on the ``[SparseCores, N]`` counts with NumPy.
 """
 
 from __future__ import annotations
