@@ -85,11 +85,11 @@ from typing import TYPE_CHECKING, Any
 
 from tpuemb_cfg.base import units
 from tpuemb_cfg.base.errors import UsageError, parameter
+from tpuemb_cfg.base.jit_availability import jit_disabled
 from tpuemb_cfg.base.units import format_size
 from tpuemb_cfg.formats import limits
 
 from .bags import expected_ids_per_bag
-from .engines.availability import jit_disabled
 from .route import step_route
 from .workload import (
     DEFAULT_IDS,

@@ -61,7 +61,7 @@ def _compiled(elements: int) -> Any:
         return None
     try:
         from .engines import numba_init
-    except ImportError:  # numba missing or NUMBA_DISABLE_JIT set (engines.availability)
+    except ImportError:  # numba missing or NUMBA_DISABLE_JIT set (base.jit_availability)
         return None
     return numba_init
 

@@ -67,7 +67,7 @@ ZIPF_EXPONENT = 1.1
 @functools.cache
 def compiled() -> Any:
     """The compiled kernels (``executor.engines.numba_sim``), or None without numba (or with
-    ``NUMBA_DISABLE_JIT``: ``executor.engines.availability``)."""
+    ``NUMBA_DISABLE_JIT``: ``base.jit_availability``)."""
     try:
         from ..executor.engines import numba_sim
     except ImportError:

@@ -23,7 +23,10 @@ from tpuemb_cfg.sparsecore.preprocess_stack import (
     _Csr,
     _fill,
     _Merged,
+    _no_csr,
     _padding,
+    _per_feature,
+    _result,
     _Sizes,
     _Stats,
 )
@@ -201,12 +204,16 @@ def _check_bucket_limits(stack: Stack, b: _Bucketed, size: _Sizes, opts: _Option
 
 
 def _preprocess_split(stacking: Stacking, inputs: Mapping[str, _Feature], opts: _Options,
-                      sizes: Mapping[str, _Sizes],
-                      counted: Mapping[str, tuple[_Merged, _Stats]]) -> PreprocessedBatch:
+                      sizes: Mapping[str, _Sizes], counted: Mapping[str, tuple[Any, _Stats]],
+                      csr: bool = True) -> PreprocessedBatch:
     """jax-tpu-embedding's second pass: every stack's entries bucketed, a bucket above a
     limit aborts (without ``allow_id_dropping``), the split chosen over all stacks, then each
     stack dropped per bucket and laid out by minibatches. The statistics stay the first
-    pass's (the whole batch, as without minibatching)."""
+    pass's (the whole batch, as without minibatching). The compiled engine's first pass is
+    turned into :class:`_Merged` (its ``merged()``) and this NumPy pass runs on it; without
+    ``csr`` the CSR arrays are left empty (:func:`_no_csr`)."""
+    counted = {name: (m if isinstance(m, _Merged) else m.merged(), stats)
+               for name, (m, stats) in counted.items()}
     split = np.zeros(MINIBATCHES - 1, bool)
     bucketed: dict[str, _Bucketed] = {}
     for stack in stacking.stacks:
@@ -219,7 +226,7 @@ def _preprocess_split(stacking: Stacking, inputs: Mapping[str, _Feature], opts: 
     minibatch = _minibatch_of_bucket(split)
     stacks = {stack.name: _finish_split(stack, stacking.features_of(stack.name), inputs, opts,
                                         sizes[stack.name], counted[stack.name],
-                                        bucketed[stack.name], minibatch)
+                                        bucketed[stack.name], minibatch, csr)
               for stack in stacking.stacks}
     return PreprocessedBatch(stacks=stacks, num_minibatches=int(minibatch[-1]) + 1)
 
@@ -236,9 +243,9 @@ def _rank_in_groups(flags: BoolArray, group: IntArray) -> IntArray:
     return rank
 
 
-def _finish_split(stack: Stack, slots: Sequence[FeatureSlot], inputs: Mapping[str, _Feature],
+def _finish_split(stack: Stack, slots: Sequence[FeatureSlot], inputs: Mapping[str, _Feature],  # noqa: PLR0913
                   opts: _Options, size: _Sizes, counted: tuple[_Merged, _Stats], b: _Bucketed,
-                  minibatch: IntArray) -> PreprocessedStack:
+                  minibatch: IntArray, csr: bool = True) -> PreprocessedStack:
     m, stats = counted
     limit_drops = 0
     sel = b.order
@@ -248,30 +255,15 @@ def _finish_split(stack: Stack, slots: Sequence[FeatureSlot], inputs: Mapping[st
         keep = (rank <= size.max_ids) & (unique_rank <= size.max_unique)
         limit_drops = int(m.count[sel[~keep]].sum())
         sel = sel[keep]
-    csr, written = _csr_split(m, _Minibatched(sel, minibatch[b.bucket[sel]],
-                                              int(minibatch[-1]) + 1), size.coo_size, opts)
+    arrays, written = _csr_split(m, _Minibatched(sel, minibatch[b.bucket[sel]],
+                                                 int(minibatch[-1]) + 1), size.coo_size, opts)
     kept = np.zeros(m.run.shape[0], bool)
     kept[written] = True
     dropped_raw = np.empty(m.order.shape[0], bool)
     dropped_raw[m.order] = ~kept[m.group]
-    per_feature: dict[str, BoolArray] = {}
-    start = 0
-    for slot in slots:
-        count = inputs[slot.name].values.shape[0]
-        per_feature[slot.name] = dropped_raw[start:start + count]
-        start += count
     buffer_drops = sel.shape[0] - written.shape[0]
-    return PreprocessedStack(
-        stack=stack.name,
-        max_ids_per_partition=stats.max_ids,
-        max_unique_ids_per_partition=stats.max_unique,
-        required_buffer_size_per_sc=stats.required,
-        id_drop_count=limit_drops + buffer_drops,
-        coo_buffer_size_per_device=size.coo_size,
-        row_pointers=csr.row_pointers, embedding_ids=csr.embedding_ids,
-        sample_ids=csr.sample_ids, gains=csr.gains, valid_mask=csr.valid_mask,
-        padding_mask=csr.padding_mask, dropped=per_feature,
-        theoretical_max_coo_buffer_size=size.theoretical)
+    return _result(stack, size, stats, limit_drops + buffer_drops,
+                   arrays if csr else _no_csr(opts), _per_feature(dropped_raw, slots, inputs))
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ and the CSR buffer."""
 
 from __future__ import annotations
 
+import mmap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -56,14 +57,40 @@ def _check_stack(stack: Stack, opts: _Options) -> _Sizes:
 
 
 def _count(stack: Stack, slots: Sequence[FeatureSlot], inputs: Mapping[str, _Feature],
-           opts: _Options, sizes: _Sizes) -> tuple[_Merged, _Stats]:
+           opts: _Options, sizes: _Sizes, kernels: Any = None,
+           csr: bool = True) -> tuple[Any, _Stats]:
     """Steps 1-6, then the limit check when ids may not be dropped (with minibatching an
-    exceeded limit means a split instead: :func:`_preprocess_split`)."""
-    merged = _merge(_entries(stack, slots, inputs, opts), opts.num_sparse_cores)
-    stats = _statistics(merged, opts)
+    exceeded limit means a split instead: :func:`_preprocess_split`).
+
+    ``kernels`` is the compiled engine (``preprocess_kernels``) or None (this module's NumPy);
+    the first value returned is a :class:`_Merged` from NumPy, the compiled engine's own record
+    (with ``finish`` and ``merged``) from the kernels, which may write the CSR arrays (when
+    ``csr``) already."""
+    for slot in slots:
+        _check_rows(stack, slot, inputs[slot.name], opts)
+    if kernels is None:
+        merged: Any = _merge(_entries(stack, slots, inputs, opts), opts.num_sparse_cores)
+        stats = _statistics(merged, opts)
+    else:
+        merged = kernels.sort_merge(stack, slots, inputs, opts, sizes, csr)
+        stats = (_statistics(merged, opts) if isinstance(merged, _Merged) else
+                 _stats_of_counts(merged.entries, merged.distinct, opts))
     if not opts.allow_id_dropping and not opts.minibatching:
         _check_limits(stack, stats, sizes.max_ids, sizes.max_unique, opts)
     return merged, stats
+
+
+def _check_rows(stack: Stack, slot: FeatureSlot, feature: _Feature, opts: _Options) -> None:
+    """Each SparseCore takes an equal slice of a feature's rows (step 1)."""
+    if feature.rows % opts.local_sparse_cores:
+        raise SparseCoreInputError(
+            f"feature {slot.name!r} (stacked table {stack.name!r}): its batch of "
+            f"{feature.rows} rows does not divide into {opts.local_devices} local devices "
+            f"x {opts.sparse_cores} SparseCores; each SparseCore takes an equal slice of "
+            f"rows - use a batch that is a multiple of {opts.local_sparse_cores} "
+            "(jax-tpu-embedding aborts when a device's rows do not divide by its SparseCores, "
+            "and ignores the rows left over when the batch does not divide by the devices)",
+            reason="batch", stack=stack.name)
 
 
 def _split_needed(stacking: Stacking, counted: Mapping[str, tuple[_Merged, _Stats]],
@@ -80,31 +107,47 @@ def _split_needed(stacking: Stacking, counted: Mapping[str, tuple[_Merged, _Stat
 
 
 def _finish(stack: Stack, slots: Sequence[FeatureSlot], inputs: Mapping[str, _Feature],
-            opts: _Options, sizes: _Sizes, merged: _Merged, stats: _Stats) -> PreprocessedStack:
-    """Steps 7-9: drops, the CSR arrays and the per-id drop flags."""
-    max_ids, max_unique = sizes.max_ids, sizes.max_unique
-    theoretical, coo_size = sizes.theoretical, sizes.coo_size
-    kept = _drop(merged, stats, max_ids, max_unique, coo_size // opts.sparse_cores, opts)
-    csr = _csr(merged, kept, coo_size, opts)
+            opts: _Options, sizes: _Sizes, merged: Any, stats: _Stats,
+            csr: bool = True) -> PreprocessedStack:
+    """Steps 7-9: drops, the CSR arrays (without ``csr``: empty, :func:`_no_csr`) and the
+    per-id drop flags."""
+    if not isinstance(merged, _Merged):  # the compiled engine's record
+        result: PreprocessedStack = merged.finish(stack, slots, inputs, opts, sizes, stats, csr)
+        return result
+    kept = _drop(merged, stats, sizes.max_ids, sizes.max_unique,
+                 sizes.coo_size // opts.sparse_cores, opts)
     dropped_raw = np.empty(merged.order.shape[0], bool)
     dropped_raw[merged.order] = ~kept.keep[merged.group]
+    return _result(stack, sizes, stats, kept.drop_count,
+                   _csr(merged, kept, sizes.coo_size, opts) if csr else _no_csr(opts),
+                   _per_feature(dropped_raw, slots, inputs))
+
+
+def _per_feature(dropped_raw: BoolArray, slots: Sequence[FeatureSlot],
+                 inputs: Mapping[str, _Feature]) -> dict[str, BoolArray]:
+    """The drop flags of the stack's ids (features laid end to end) cut per feature."""
     per_feature: dict[str, BoolArray] = {}
     start = 0
     for slot in slots:
         n = inputs[slot.name].values.shape[0]
         per_feature[slot.name] = dropped_raw[start:start + n]
         start += n
+    return per_feature
+
+
+def _result(stack: Stack, sizes: _Sizes, stats: _Stats, drop_count: int, csr: _Csr,
+            dropped: dict[str, BoolArray]) -> PreprocessedStack:
     return PreprocessedStack(
         stack=stack.name,
         max_ids_per_partition=stats.max_ids,
         max_unique_ids_per_partition=stats.max_unique,
         required_buffer_size_per_sc=stats.required,
-        id_drop_count=kept.drop_count,
-        coo_buffer_size_per_device=coo_size,
+        id_drop_count=drop_count,
+        coo_buffer_size_per_device=sizes.coo_size,
         row_pointers=csr.row_pointers, embedding_ids=csr.embedding_ids,
         sample_ids=csr.sample_ids, gains=csr.gains, valid_mask=csr.valid_mask,
-        padding_mask=csr.padding_mask, dropped=per_feature,
-        theoretical_max_coo_buffer_size=theoretical)
+        padding_mask=csr.padding_mask, dropped=dropped,
+        theoretical_max_coo_buffer_size=sizes.theoretical)
 
 
 @dataclass(frozen=True)
@@ -129,15 +172,6 @@ def _entries(stack: Stack, slots: Sequence[FeatureSlot], inputs: Mapping[str, _F
     offset = 0
     for slot in slots:
         feature = inputs[slot.name]
-        if feature.rows % cores:
-            raise SparseCoreInputError(
-                f"feature {slot.name!r} (stacked table {stack.name!r}): its batch of "
-                f"{feature.rows} rows does not divide into {opts.local_devices} local devices "
-                f"x {opts.sparse_cores} SparseCores; each SparseCore takes an equal slice of "
-                f"rows - use a batch that is a multiple of {cores} (jax-tpu-embedding aborts "
-                "when a device's rows do not divide by its SparseCores, and ignores the rows "
-                "left over when the batch does not divide by the devices)",
-                reason="batch", stack=stack.name)
         per_core = feature.rows // cores
         lengths = np.diff(feature.row_splits)
         row = np.repeat(np.arange(feature.rows, dtype=np.int64), lengths)
@@ -298,9 +332,16 @@ class _Stats:
 def _statistics(m: _Merged, opts: _Options) -> _Stats:
     """Step 5: counts per (SparseCore, partition) run, the per-device maxima and the required
     buffer ``sum_p roundup8(count)`` per SparseCore."""
+    runs = opts.local_sparse_cores * opts.num_sparse_cores
+    return _stats_of_counts(np.bincount(m.run, minlength=runs),
+                            np.bincount(m.run[m.new_column], minlength=runs), opts)
+
+
+def _stats_of_counts(entries: IntArray, distinct: IntArray, opts: _Options) -> _Stats:
+    """:class:`_Stats` of the merged entries and distinct embedding ids per run."""
     n, cores = opts.num_sparse_cores, opts.local_sparse_cores
-    entries = np.bincount(m.run, minlength=cores * n).reshape(cores, n)
-    distinct = np.bincount(m.run[m.new_column], minlength=cores * n).reshape(cores, n)
+    entries = entries.reshape(cores, n)
+    distinct = distinct.reshape(cores, n)
     shape = (opts.local_devices, opts.sparse_cores, n)
     return _Stats(entries, distinct,
                   entries.reshape(shape).max(axis=1).astype(np.int32),
@@ -364,20 +405,27 @@ def _drop(m: _Merged, stats: _Stats, max_ids: int, max_unique: int, capacity: in
         keep = (rank <= max_ids) & (unique_rank <= max_unique)
         drop_count += int(m.count[~keep].sum())
     kept = np.bincount(m.run[keep], minlength=runs).reshape(stats.entries.shape)
-    # Partition p starts at sum_{q<p} roundup8(kept_q): while that is within the room the run
-    # keeps min(kept, room); past it nothing fits (the room is a multiple of 8). With
-    # minibatching (one minibatch) a device's SparseCores write one after the other into the
-    # device's whole buffer, so the sums run over the device's (SparseCore, partition) runs.
-    per_row = opts.sparse_cores if opts.minibatching else 1  # SparseCores sharing a sequence
-    rows: IntArray = kept.reshape(opts.local_sparse_cores // per_row, -1)
-    room = capacity * per_row
-    start = np.cumsum(_round8(rows), axis=1) - _round8(rows)
-    written = np.clip(room - start, 0, rows).reshape(kept.shape)
+    written = _room(kept, capacity, opts)
     if int(written.sum()) < int(kept.sum()):
         fits = _rank_in_run(keep, m.run, runs) <= written.reshape(-1)[m.run]
         drop_count += int((keep & ~fits).sum())
         keep &= fits
     return _Kept(keep, written, drop_count)
+
+
+def _room(kept: IntArray, capacity: int, opts: _Options) -> IntArray:
+    """The entries each (SparseCore, partition) run writes of the ``kept`` ``[cores, N]``.
+
+    Partition p starts at sum_{q<p} roundup8(kept_q): while that is within the room the run
+    keeps min(kept, room); past it nothing fits (the room is a multiple of 8). With
+    minibatching (one minibatch) a device's SparseCores write one after the other into the
+    device's whole buffer, so the sums run over the device's (SparseCore, partition) runs."""
+    per_row = opts.sparse_cores if opts.minibatching else 1  # SparseCores sharing a sequence
+    rows: IntArray = kept.reshape(opts.local_sparse_cores // per_row, -1)
+    room = capacity * per_row
+    start = np.cumsum(_round8(rows), axis=1) - _round8(rows)
+    written: IntArray = np.clip(room - start, 0, rows).reshape(kept.shape)
+    return written
 
 
 @dataclass(frozen=True)
@@ -391,13 +439,30 @@ class _Csr:
 
 
 def _csr(m: _Merged, kept: _Kept, coo_size: int, opts: _Options) -> _Csr:
-    """Per device ``S`` segments of ``coo_size / S`` entries; SparseCore s writes partition p
+    """The CSR arrays (:func:`_layout`, :func:`_fill`) of the kept entries."""
+    pointers, base = _layout(kept.written, coo_size, opts)
+    # The kept entries, in sorted order, are each run's written entries in turn.
+    every = bool(kept.keep.all())
+    runs, column, sample, gain = (a if every else a[kept.keep]
+                                  for a in (m.run, m.column, m.sample, m.gain))
+    flat = kept.written.reshape(-1)
+    first = np.cumsum(flat) - flat
+    where = base.reshape(-1)[runs] - first[runs]
+    where += np.arange(runs.shape[0], dtype=np.int64)
+    ends = base.reshape(-1) + flat  # each run's end in the flat buffer of all devices
+    return _fill(pointers, (where, column, sample, gain), _padding(ends),
+                 opts.local_devices * coo_size, opts)
+
+
+def _layout(written: IntArray, coo_size: int, opts: _Options) -> tuple[IntArray, IntArray]:
+    """The row pointers and each run's first slot in the flat buffer of all local devices.
+
+    Per device ``S`` segments of ``coo_size / S`` entries; SparseCore s writes partition p
     from ``start[p] = sum_{q<p} roundup8(written_q)`` and its row-pointer slot p holds the end;
     slots N..max(N, 8)-1 repeat roundup8 of the last end. The slots from each run's end to the
     next multiple of 8 are padding (:func:`_fill`); the slots never written are 0."""
     n, cores, devices = opts.num_sparse_cores, opts.local_sparse_cores, opts.local_devices
     capacity = coo_size // opts.sparse_cores
-    written = kept.written
     if opts.minibatching:  # one sequence per device, pointers absolute (see the docs)
         by_device = _round8(written).reshape(devices, -1)
         start = (np.cumsum(by_device, axis=1) - by_device).reshape(cores, n)
@@ -415,17 +480,15 @@ def _csr(m: _Merged, kept: _Kept, coo_size: int, opts: _Options) -> _Csr:
         pointers = np.concatenate(
             [pointers, np.zeros((devices, (MINIBATCHES - 1) * slots * opts.sparse_cores),
                                 np.int64)], axis=1)
-    # The kept entries, in sorted order, are each run's written entries in turn.
-    every = bool(kept.keep.all())
-    runs, column, sample, gain = (a if every else a[kept.keep]
-                                  for a in (m.run, m.column, m.sample, m.gain))
-    flat = written.reshape(-1)
-    first = np.cumsum(flat) - flat
-    where = base.reshape(-1)[runs] - first[runs]
-    where += np.arange(runs.shape[0], dtype=np.int64)
-    ends = base.reshape(-1) + flat  # each run's end in the flat buffer of all devices
-    return _fill(pointers, (where, column, sample, gain), _padding(ends), devices * coo_size,
-                 opts)
+    return pointers, base
+
+
+def _no_csr(opts: _Options) -> _Csr:
+    """What ``preprocess(..., csr=False)`` returns for the CSR arrays: each empty (size 0 in
+    the layout's last dimension), with the dtypes of the real ones."""
+    shape = (opts.local_devices, 0) if opts.has_leading_dimension else (0,)
+    return _Csr(np.zeros(shape, np.int32), np.zeros(shape, np.int32), np.zeros(shape, np.int32),
+                np.zeros(shape, np.float32), np.zeros(shape, bool), np.zeros(shape, bool))
 
 
 def _padding(ends: IntArray) -> IntArray:
@@ -445,11 +508,7 @@ def _fill(pointers: IntArray, entries: tuple[npt.NDArray[Any], ...], padding: In
     slots as jax-tpu-embedding writes them (embedding and sample id 2^31 - 1, gain NaN), the
     slots it never writes 0 (it leaves them uninitialised)."""
     where, column, sample, gain = entries
-    embedding_ids = np.zeros(total, np.int32)
-    sample_ids = np.zeros(total, np.int32)
-    gains = np.zeros(total, np.float32)
-    valid = np.zeros(total, bool)
-    padded = np.zeros(total, bool)
+    embedding_ids, sample_ids, gains, valid, padded = _csr_zeros(total)
     embedding_ids[padding] = _INT32_MAX
     sample_ids[padding] = _INT32_MAX
     gains[padding] = np.nan
@@ -458,7 +517,36 @@ def _fill(pointers: IntArray, entries: tuple[npt.NDArray[Any], ...], padding: In
     sample_ids[where] = sample
     gains[where] = gain
     valid[where] = True
+    return _shaped(pointers, embedding_ids, sample_ids, gains, valid, padded, opts=opts)
+
+
+def _csr_zeros(total: int) -> tuple[npt.NDArray[Any], ...]:
+    """The five flat CSR arrays of ``total`` slots, zero: embedding ids, sample ids, gains,
+    valid and padding masks (:func:`_zeros`)."""
+    return (_zeros(total, np.int32), _zeros(total, np.int32), _zeros(total, np.float32),
+            _zeros(total, np.bool_), _zeros(total, np.bool_))
+
+
+def _zeros(count: int, dtype: type) -> npt.NDArray[Any]:
+    """``np.zeros(count, dtype)``, in an anonymous memory map when large.
+
+    A COO buffer is sized for the limits (``max_ids_per_partition`` 8,192 on 32 devices x 2
+    SparseCores: 33M slots per array) while a batch writes a few percent of it, at the start of
+    each SparseCore's segment. NumPy asks the kernel for transparent huge pages on arrays of 4
+    MB and more; touching one byte of a huge page then zeroes all 2 MB of it, and with
+    ``defrag=madvise`` (the usual setting) may first compact memory: 0.1-1.5 s for the five
+    arrays of that buffer, against 0.02 s in 4 KB pages, which only the written slots fault in.
+    Below 32 MiB (the C library's largest threshold for serving an allocation from its own
+    mapping) ``np.zeros`` is kept: its memory may be reused from the heap, without faults.
+    """
+    dt = np.dtype(dtype)
+    if count * dt.itemsize < 32 << 20:
+        return np.zeros(count, dt)
+    return np.frombuffer(mmap.mmap(-1, count * dt.itemsize), dt, count=count)
+
+
+def _shaped(pointers: IntArray, *arrays: npt.NDArray[Any], opts: _Options) -> _Csr:
+    """The CSR arrays in the layout asked for (``has_leading_dimension``), pointers as int32."""
     shape = (opts.local_devices, -1) if opts.has_leading_dimension else (-1,)
-    return _Csr(pointers.astype(np.int32).reshape(shape), embedding_ids.reshape(shape),
-                sample_ids.reshape(shape), gains.reshape(shape), valid.reshape(shape),
-                padded.reshape(shape))
+    ids, samples, gains, valid, padded = (a.reshape(shape) for a in arrays)
+    return _Csr(pointers.astype(np.int32).reshape(shape), ids, samples, gains, valid, padded)

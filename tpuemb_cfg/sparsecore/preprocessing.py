@@ -35,13 +35,26 @@ SparseCores in the slice, ``L`` local devices and ``S`` SparseCores per device:
 8. **Minibatches.** With minibatching, a batch above a limit is split instead of checked
    (the section "minibatches" below; the statistics stay those of steps 1-5).
 
-Everything is vectorised NumPy: one sort of packed int64 keys per stacked table, the rest
-``bincount`` and cumulative sums; the only Python loops run over positions within a row or a
-merged entry (the float32 left-to-right sums) and over stacks and features.
+Two engines compute the same bits (``engine=``, :data:`ENGINES`):
+
+- ``numba`` (the default): steps 1-7 in compiled kernels (``preprocess_kernels``), each
+  SparseCore's slice of the batch on its own thread (numba's thread count): a counting sort of
+  its ids by partition, a sort of packed (embedding id, position) keys within each partition,
+  one pass that merges, sums gains and counts, and one pass that writes the CSR arrays and the
+  drop flags. A SparseCore's work depends on no other's, so any thread count gives the same
+  bytes. Without numba (or with ``NUMBA_DISABLE_JIT``) it warns once and runs ``numpy``.
+- ``numpy``: the readable reference, vectorised NumPy: one sort of packed int64 keys per
+  stacked table, the rest ``bincount`` and cumulative sums; the only Python loops run over
+  positions within a row or a merged entry (the float32 left-to-right sums) and over stacks
+  and features.
+
+A split into several minibatches (step 8) runs the NumPy code on either engine's merged
+entries. TensorFlow's mode has the NumPy engine only.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, Literal
@@ -75,10 +88,36 @@ from tpuemb_cfg.sparsecore.tf_preprocess import preprocess_tensorflow
 # through preprocess_input (it never imports this module).
 
 __all__ = [
-    "COMBINERS", "MINIBATCHES", "SparseCoreBufferError", "SparseCoreInputError",
-    "SparseCoreLimitError", "SparseCoreUnsupportedError", "buffer_sizes", "highway_hash_int32",
-    "preprocess",
+    "COMBINERS", "DEFAULT_ENGINE", "ENGINES", "MINIBATCHES", "SparseCoreBufferError",
+    "SparseCoreInputError", "SparseCoreLimitError", "SparseCoreUnsupportedError",
+    "buffer_sizes", "highway_hash_int32", "preprocess",
 ]
+
+
+#: The preprocessing engines (the executor's names: ``numba`` compiled, ``numpy`` the reference).
+ENGINES = ("numba", "numpy")
+DEFAULT_ENGINE = "numba"
+
+_warned: set[str] = set()  # fallback reasons already shown in this process
+
+
+def _kernels(engine: str) -> Any:
+    """The compiled kernels for ``engine`` (``preprocess_kernels``), or None for NumPy: the one
+    place the preprocessing engine is chosen. ``numba`` without an importable numba (or with
+    ``NUMBA_DISABLE_JIT``: ``base.jit_availability``) warns once per process and runs NumPy."""
+    if engine == "numpy":
+        return None
+    try:
+        from tpuemb_cfg.sparsecore import preprocess_kernels
+    except ImportError as exc:
+        reason = (f"SparseCore preprocessing: the numba engine cannot be imported ({exc}); "
+                  "running the NumPy engine instead (same results, slower); install numba, "
+                  "or pass engine='numpy' to silence this")
+        if reason not in _warned:
+            _warned.add(reason)
+            warnings.warn(reason, RuntimeWarning, stacklevel=3)
+        return None
+    return preprocess_kernels
 
 
 def preprocess(  # noqa: PLR0913 - the issue's signature, mirroring jax-tpu-embedding's
@@ -94,6 +133,8 @@ def preprocess(  # noqa: PLR0913 - the issue's signature, mirroring jax-tpu-embe
     limits: Mapping[str, tuple[int, int]] | None = None,
     mode: Literal["jax", "tensorflow"] = "jax",
     enable_minibatching: bool = False,
+    engine: str = DEFAULT_ENGINE,
+    csr: bool = True,
 ) -> PreprocessedBatch:
     """Preprocess one host's batch for every stacked table of ``stacking``.
 
@@ -114,14 +155,26 @@ def preprocess(  # noqa: PLR0913 - the issue's signature, mirroring jax-tpu-embe
     :class:`SparseCoreBufferError` on a buffer size it aborts on, and
     :class:`SparseCoreInputError` on input it would accept silently but wrongly (negative ids,
     ids outside the vocabulary, float ids, weights of another shape, unknown combiners).
+
+    ``engine`` is ``"numba"`` (compiled, the default) or ``"numpy"`` (the reference); both
+    give the same bytes (module docstring). With ``csr=False`` the CSR arrays are not built:
+    ``row_pointers``, ``embedding_ids``, ``sample_ids``, ``gains``, ``valid_mask`` and
+    ``padding_mask`` come back empty (size 0 in their last dimension, same dtypes), and the
+    statistics, drop counts and per-id ``dropped`` flags are those of ``csr=True`` (what
+    ``tpuemb plan``'s limits pass reads; the CSR arrays of a large slice are 100 MB or more per
+    batch). TensorFlow's mode ignores both (NumPy, CSR always built).
     """
     check_preprocess("preprocess", stacking, features, weights, local_devices=local_devices,
                      global_devices=global_devices,
                      sparse_cores_per_device=sparse_cores_per_device, limits=limits,
                      flags={"allow_id_dropping": allow_id_dropping,
                             "has_leading_dimension": has_leading_dimension,
-                            "enable_minibatching": enable_minibatching})
+                            "enable_minibatching": enable_minibatching, "csr": csr})
     check_str("preprocess", "mode", mode, ("jax", "tensorflow"))
+    check_str("preprocess", "engine", engine, ENGINES)
+    if engine not in ENGINES:
+        raise SparseCoreInputError(f"unknown preprocessing engine {engine!r}: expected "
+                                   f"{' or '.join(map(repr, ENGINES))}", reason="engine")
     if mode == "tensorflow":
         return preprocess_tensorflow(
             stacking, features, weights, local_devices=local_devices,
@@ -144,11 +197,13 @@ def preprocess(  # noqa: PLR0913 - the issue's signature, mirroring jax-tpu-embe
     # Every stack's buffer is sized before any id is looked at, as jax-tpu-embedding does (a
     # bad suggestion is reported even when another stack's limits would fail too).
     sizes = {stack.name: _check_stack(stack, opts) for stack in stacking.stacks}
+    kernels = _kernels(engine)
     counted = {stack.name: _count(stack, stacking.features_of(stack.name), inputs, opts,
-                                  sizes[stack.name]) for stack in stacking.stacks}
+                                  sizes[stack.name], kernels, csr)
+               for stack in stacking.stacks}
     if opts.minibatching and _split_needed(stacking, counted, sizes):
-        return _preprocess_split(stacking, inputs, opts, sizes, counted)
+        return _preprocess_split(stacking, inputs, opts, sizes, counted, csr)
     stacks = {stack.name: _finish(stack, stacking.features_of(stack.name), inputs, opts,
-                                  sizes[stack.name], *counted.pop(stack.name))
+                                  sizes[stack.name], *counted.pop(stack.name), csr=csr)
               for stack in stacking.stacks}
     return PreprocessedBatch(stacks=stacks, num_minibatches=1)

@@ -12,7 +12,7 @@ Two engines compute the same step (spec ``optimizers.md``) behind one interface 
 
 ``get_engine("numba")`` imports numba only then (``import tpuemb_cfg`` and ``tpuemb validate``
 never do); when the numba engine cannot be imported (numba missing, or ``NUMBA_DISABLE_JIT`` set:
-``engines.availability``) it warns once per process (``RuntimeWarning``: why, and how to fix
+``base.jit_availability``) it warns once per process (``RuntimeWarning``: why, and how to fix
 it) and returns the NumPy engine, whose ``name`` says ``numpy`` and whose ``fallback`` holds the
 message.
 """
@@ -23,9 +23,9 @@ import importlib
 from dataclasses import replace
 
 from tpuemb_cfg.base.errors import UsageError
+from tpuemb_cfg.base.jit_availability import NumbaUnavailable, jit_disabled
 
 from ..warn import warn_once
-from .availability import NumbaUnavailable, jit_disabled
 from .base import Engine
 from .numpy import ENGINE as NUMPY
 

@@ -1,16 +1,8 @@
-"""numba, imported with the project's cache directory, and the helpers every kernel module uses.
+"""numba (through ``base.jit``: the cache directory, ``ImportError`` without numba or with
+``NUMBA_DISABLE_JIT``) and the helpers every executor kernel module uses.
 
-Every compiled module imports ``njit`` from here, never from numba directly, so the cache
-directory below is in place before the first kernel is decorated, and importing any of them
-raises ``ImportError`` when numba is missing or ``NUMBA_DISABLE_JIT`` is set
-(``engines.availability``):
+Every executor kernel module imports ``njit`` from here, never from numba directly:
 
-- **Cache directory.** Kernels are compiled with ``cache=True``; numba would write the cache
-  next to the source, which fails silently in a read-only install (site-packages of a system
-  Python, a container image) and then every process pays the whole compilation again. Unless
-  the user set ``NUMBA_CACHE_DIR``, the cache lives in the user's cache directory:
-  ``$XDG_CACHE_HOME/tpuemb/numba``, else ``~/.cache/tpuemb/numba``. numba keys every entry by the
-  source file's path and modification time and the CPU, so installs and machines do not clash.
 - **Threads.** The kernels are serial ``nogil`` functions (no ``parallel=True`` loop: those
   compile several times slower); ``numba_update.run_ranges`` and ``parallel`` split the work
   over ``threads()`` threads, numba's thread count, so ``NUMBA_NUM_THREADS`` and
@@ -28,55 +20,21 @@ raises ``ImportError`` when numba is missing or ``NUMBA_DISABLE_JIT`` is set
 
 from __future__ import annotations
 
-import os
 import platform
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, cast
 
-from .availability import JIT_DISABLED_REASON, NumbaUnavailable, jit_disabled
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from tpuemb_cfg.base.jit import cache_dir, njit, threads
 
 __all__ = [
     "STREAMING", "STREAM_LANES", "bits_float", "cache_dir", "float_bits", "njit", "popcount",
     "prefetch", "prefetch_once", "store_fence", "stream_row", "threads",
 ]
-
-
-def cache_dir() -> Path:
-    """Where compiled kernels are cached: ``NUMBA_CACHE_DIR``, else the user's cache directory."""
-    given = os.environ.get("NUMBA_CACHE_DIR")
-    if given:
-        return Path(given)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "tpuemb" / "numba"
-
-
-if jit_disabled():  # the environment says so: numba is not imported just to look
-    raise NumbaUnavailable(JIT_DISABLED_REASON)
-
-_USER_SET_CACHE = bool(os.environ.get("NUMBA_CACHE_DIR"))
-if not _USER_SET_CACHE:
-    os.environ["NUMBA_CACHE_DIR"] = str(cache_dir())
-
-import numba  # noqa: E402
-from llvmlite import ir  # noqa: E402
-from numba import config, njit, types  # noqa: E402
-from numba.core import cgutils  # noqa: E402
-from numba.extending import intrinsic  # noqa: E402
-
-if jit_disabled():  # numba's configuration says so (``.numba_config.yaml``)
-    raise NumbaUnavailable(JIT_DISABLED_REASON)
-
-if not _USER_SET_CACHE:
-    # numba may have been imported before us and read its configuration without the variable;
-    # the cache locator reads ``config.CACHE_DIR`` when each kernel is decorated.
-    config.CACHE_DIR = str(cache_dir())  # type: ignore[attr-defined]
-
-
-def threads() -> int:
-    """How many threads compiled work may use: numba's thread count (``NUMBA_NUM_THREADS``,
-    ``numba.set_num_threads``)."""
-    return max(1, int(numba.get_num_threads()))
 
 
 def _row_pointer(context: Any, builder: Any, array_type: Any, array: Any, row: Any

@@ -4,13 +4,14 @@ available".
 ``NUMBA_DISABLE_JIT=1`` (numba's debugging switch) makes every ``@njit`` function plain Python.
 The compiled kernels cannot run that way: they use LLVM intrinsics (prefetches, ``popcount``,
 streaming stores) that exist only in compiled code, and their loops over every id and row would
-take hours in the interpreter. So tpuemb treats the switch as a missing numba: ``engines.jit``,
-through which every compiled module imports numba, raises :class:`NumbaUnavailable` (an
-``ImportError``) when the switch is on, as ``import numba`` raises one when numba is not
+take hours in the interpreter. So tpuemb treats the switch as a missing numba: ``base.jit``,
+through which every compiled module imports numba (the executor's ``engines.jit`` and
+SparseCore preprocessing's ``sparsecore.preprocess_kernels``), raises :class:`NumbaUnavailable`
+(an ``ImportError``) when the switch is on, as ``import numba`` raises one when numba is not
 installed. Whoever imports a compiled module catches ``ImportError`` and runs the NumPy code,
-with the same bits: ``engines.get_engine("numba")`` warns once and gives the NumPy engine, and
-the default rows and the synthetic data are computed by their NumPy code. ``--engine numpy`` is
-unaffected.
+with the same bits: ``engines.get_engine("numba")`` warns once and gives the NumPy engine, as
+``sparsecore.preprocess(engine="numba")`` does, and the default rows and the synthetic data are
+computed by their NumPy code. ``--engine numpy`` is unaffected.
 
 The switch is read from the environment (numba's own parsing: an integer, non-zero is on) and,
 once numba is imported, from ``numba.config`` (which also holds a ``.numba_config.yaml``

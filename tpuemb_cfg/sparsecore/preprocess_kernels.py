@@ -1,0 +1,599 @@
+"""The ``numba`` engine of SparseCore preprocessing: steps 1-7 of
+:mod:`tpuemb_cfg.sparsecore.preprocessing` in compiled kernels, the same bytes as the NumPy
+reference (``preprocess_stack``) at any thread count.
+
+Import this module only through ``preprocessing._kernels``: it imports numba (``base.jit``),
+which ``import tpuemb_cfg`` and ``tpuemb validate`` must never pay for.
+
+Each local SparseCore ``c`` reads rows ``c b_f .. (c+1) b_f - 1`` of every feature ``f`` of the
+stack and nothing else, and writes its own slice of every output, so chunks of SparseCores run
+on numba's thread count of threads (``base.jit.each_chunk``: serial ``nogil`` kernels, each
+thread taking the next chunk when free) and the result does not depend on how many there are.
+Per SparseCore, in its slice of flat arrays (the stack's ids laid out SparseCore after
+SparseCore):
+
+1. **Count** its ids per partition (one pass over the ids).
+2. **Scatter** (a counting sort by partition): per row the gain denominator (sum, or sum of
+   squares by ``fma32``, left to right in float32), then per id its gain by its local position
+   (none for ``sum`` without weights: every gain is 1) and the key ``embedding id | sample |
+   local position`` into its partition's segment, in input order. The keys are distinct and
+   their low bits ascend in input order, so sorting each segment by embedding id, stably
+   (:func:`_sort_segment`: insertion sort when short, else radix passes; the segment stays in
+   cache), gives the order (partition, embedding id, input position) of the reference's
+   stable sort. When the three do not fit 63 bits the sample is kept beside the key, by local
+   position; when embedding id and position alone do not, the stack runs the NumPy code.
+3. **Merge** each partition's sorted keys: neighbours with equal (embedding id, sample) merge
+   (gains added in order, float32), counting entries and distinct ids (the statistics) and,
+   with ``allow_id_dropping``, the kept prefix of each run (entry rank within ``max_ids`` and
+   distinct rank within ``max_unique``: both ranks grow along the run, so what is kept is a
+   prefix) and the raw ids dropped by the limits.
+
+4. **Fill**: each run's written entries and padding into the CSR arrays (skipped with
+   ``csr=False``) and every raw id's drop flag. Without minibatching the merge does it
+   (:func:`_merge_direct_core`: a SparseCore's runs fill its own slots one after the other, so
+   an entry's fate is known when it opens); with minibatching (a device's SparseCores share
+   one sequence) :func:`_fill` does, after the room of each run is known.
+
+The limit check, the buffer room of each run (``preprocess_stack._room``) and the row pointers
+(``preprocess_stack._layout``) are computed on the ``[SparseCores, N]`` counts with NumPy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from tpuemb_cfg.base.jit import each_chunk, fma32, njit
+from tpuemb_cfg.sparsecore.preprocess_input import (
+    _INT32_MAX,
+    BoolArray,
+    F32Array,
+    IntArray,
+    _Feature,
+    _Options,
+)
+from tpuemb_cfg.sparsecore.preprocess_stack import (
+    _csr_zeros,
+    _entries,
+    _layout,
+    _merge,
+    _Merged,
+    _no_csr,
+    _per_feature,
+    _result,
+    _room,
+    _shaped,
+    _Sizes,
+    _Stats,
+)
+from tpuemb_cfg.sparsecore.results import PreprocessedStack
+from tpuemb_cfg.sparsecore.stacking import FeatureSlot, Stack
+
+__all__ = ["Compiled", "sort_merge"]
+
+I32Array = npt.NDArray[np.int32]
+_COMBINER = {"sum": 0, "mean": 1, "sqrtn": 2}
+#: The bits of a sort key (the tests lower it, and clear ``_PACK_SAMPLES``, to run the layouts
+#: a large batch takes: samples beside the keys, or the NumPy code).
+_KEY_BITS = 63
+_PACK_SAMPLES = True
+# The columns of the per-feature table the kernels read.
+_VALUES, _SPLITS, _PER_CORE, _SHIFT, _COLUMN, _SAMPLE, _WEIGHTS = range(7)
+
+
+@njit(nogil=True, cache=True, error_model="numpy")
+def _denominator(weights: Any, has_w: bool, w_at: int, a: int, b: int, combiner: int) -> Any:
+    """The row's gain denominator: 1 (sum), its weight sum (mean) or the square root of its
+    sum of squares by fused multiply-adds (sqrtn), in float32 left to right from 0; weight
+    ``j + w_at`` is id ``j``'s, and without weights (``has_w`` false) each id weighs 1."""
+    one = np.float32(1.0)
+    total = np.float32(0.0)
+    if combiner == 0:
+        return one
+    for j in range(a, b):
+        w = weights[j + w_at] if has_w else one
+        if combiner == 1:
+            total += w
+        else:
+            total = fma32(w, w, total)
+    if combiner == 2:
+        return np.sqrt(total)
+    return total
+
+
+@njit(nogil=True, cache=True, error_model="numpy")
+def _sort_segment(src: Any, dst: Any, lo: int, hi: int, shift: int, key_bits: int) -> None:
+    """``src[lo:hi]`` sorted into ``dst[lo:hi]`` by bits ``shift .. shift + key_bits - 1`` of
+    each value, stably (``src`` is scratch afterwards): insertion sort when short (the values
+    are distinct and their low bits ascend, so sorting whole values is the stable order), else
+    least-significant-digit radix passes whose number suits the length (all digits' counts in
+    one pass; a digit all values share is skipped)."""
+    size = hi - lo
+    if size <= 24:
+        for i in range(lo, hi):
+            value = src[i]
+            j = i
+            while j > lo and dst[j - 1] > value:
+                dst[j] = dst[j - 1]
+                j -= 1
+            dst[j] = value
+        return
+    # The number of passes with the least work: each pass moves ``size`` values (reading and
+    # writing each: weight 6) and allocates, clears, scans and sums 2^width counts (weight 4).
+    passes, best = 1, -1
+    for p in range(1, key_bits + 1):
+        w = (key_bits + p - 1) // p
+        if w > 16:
+            continue
+        cost = p * (6 * size + 4 * (1 << w))
+        if best < 0 or cost < best:
+            passes, best = p, cost
+    width = (key_bits + passes - 1) // passes
+    buckets = np.int64(1) << width
+    mask = buckets - 1
+    counts = np.zeros((passes, buckets), np.int64)
+    for i in range(lo, hi):
+        value = src[i] >> shift
+        for d in range(passes):
+            counts[d, (value >> (d * width)) & mask] += 1
+    in_dst = False
+    for d in range(passes):
+        if counts[d].max() == size:
+            continue
+        at = lo
+        for b in range(buckets):
+            at, counts[d, b] = at + counts[d, b], at
+        a, b = (dst, src) if in_dst else (src, dst)
+        for i in range(lo, hi):
+            digit = ((a[i] >> shift) >> (d * width)) & mask
+            b[counts[d, digit]] = a[i]
+            counts[d, digit] += 1
+        in_dst = not in_dst
+    if not in_dst:
+        dst[lo:hi] = src[lo:hi]
+
+
+@njit(nogil=True, cache=True, error_model="numpy")
+def _sort_core(c: int, values: Any, splits: Any, weights: Any, feat: Any, n: int,
+               shift_n: int, combiner: int, unit: bool, bits: int, sample_bits: int,
+               column_bits: int, start: int, key: Any, spare: Any, sample: Any, gain: Any,
+               seg: Any) -> Any:
+    """Steps 1-2 for SparseCore ``c``, whose slice starts at ``start``: its ids counted per
+    partition (returned), then per id its gain by local position and the key
+    ``embedding id | sample | local position`` (``sample_bits`` and ``bits`` wide) into its
+    partition's segment (``seg[c]``) of ``spare`` in input order, and each segment sorted by
+    embedding id into ``key``: the order (partition, embedding id, position) of the
+    reference's stable sort (samples ascend with positions). With ``unit`` gains (``sum``
+    without weights: every gain is 1) no gain is written; with ``sample_bits`` 0 (the three do
+    not fit 63 bits) the samples go to ``sample`` by local position instead."""
+    one = np.float32(1.0)
+    count = np.zeros(n, np.int64)
+    for f in range(feat.shape[0]):
+        v0, s0, per_core, shift = feat[f, _VALUES], feat[f, _SPLITS], feat[f, _PER_CORE], \
+            feat[f, _SHIFT]
+        for j in range(v0 + splits[s0 + c * per_core], v0 + splits[s0 + (c + 1) * per_core]):
+            count[(values[j] + shift) & (n - 1)] += 1
+    at = np.empty(n, np.int64)
+    total = start
+    for p in range(n):
+        at[p] = total
+        seg[c, p] = total
+        total += count[p]
+    local = 0
+    for f in range(feat.shape[0]):
+        v0, s0, per_core, shift = feat[f, _VALUES], feat[f, _SPLITS], feat[f, _PER_CORE], \
+            feat[f, _SHIFT]
+        column0, sample0, w0 = feat[f, _COLUMN], feat[f, _SAMPLE], feat[f, _WEIGHTS]
+        has_w, w_at = w0 >= 0, w0 - v0
+        for r in range(per_core):
+            a = v0 + splits[s0 + c * per_core + r]
+            b = v0 + splits[s0 + c * per_core + r + 1]
+            d = _denominator(weights, has_w, w_at, a, b, combiner)
+            for j in range(a, b):
+                x = values[j]
+                w = weights[j + w_at] if has_w else one
+                p = (x + shift) & (n - 1)
+                i = start + local
+                if not unit:
+                    gain[i] = w if combiner == 0 else w / d
+                if sample_bits:
+                    spare[at[p]] = ((((((x >> shift_n) + column0) << sample_bits) |
+                                      (r + sample0)) << bits) | local)
+                else:
+                    sample[i] = r + sample0
+                    spare[at[p]] = (((x >> shift_n) + column0) << bits) | local
+                at[p] += 1
+                local += 1
+    for p in range(n):
+        _sort_segment(spare, key, seg[c, p], seg[c, p] + count[p], bits + sample_bits,
+                      column_bits)
+    return count
+
+
+@njit(nogil=True, cache=True, error_model="numpy")
+def _merge_core(c: int, values: Any, splits: Any, weights: Any, feat: Any,
+                n: int, shift_n: int, combiner: int, unit: bool, bits: int, sample_bits: int,
+                column_bits: int, core_start: Any, dropping: bool, max_ids: int,
+                max_unique: int, key: Any, spare: Any, sample: Any, gain: Any, m_column: Any,
+                m_sample: Any, m_gain: Any, m_count: Any, m_new: Any, seg: Any, m_start: Any,
+                entries: Any, distinct: Any,
+                kept: Any, limit_drops: Any) -> None:
+    """Steps 1-3 for SparseCore ``c``: :func:`_sort_core`, then each partition's sorted keys
+    merged, counted and (with ``dropping``) cut to the kept prefix."""
+    mask = (np.int64(1) << bits) - 1
+    one = np.float32(1.0)
+    start = core_start[c]
+    count = _sort_core(c, values, splits, weights, feat, n, shift_n, combiner, unit, bits,
+                       sample_bits, column_bits, start, key, spare, sample, gain, seg)
+    sample_mask = (np.int64(1) << sample_bits) - 1
+    m = start
+    drops = 0
+    for p in range(n):
+        m_start[c, p] = m
+        first = m
+        prev_column, prev_sample = np.int64(-1), np.int64(-1)
+        unique = 0
+        for i in range(seg[c, p], seg[c, p] + count[p]):
+            k = key[i]
+            column, local = k >> (bits + sample_bits), k & mask
+            s = (k >> bits) & sample_mask if sample_bits else np.int64(sample[start + local])
+            g = one if unit else gain[start + local]
+            if column == prev_column and s == prev_sample:
+                m_gain[m - 1] += g
+                m_count[m - 1] += 1
+                continue
+            m_column[m] = column
+            m_sample[m] = s
+            m_gain[m] = g
+            m_count[m] = 1
+            m_new[m] = column != prev_column
+            unique += column != prev_column
+            prev_column, prev_sample = column, s
+            m += 1
+        entries[c, p] = m - first
+        distinct[c, p] = unique
+        kept[c, p] = m - first
+        if dropping:
+            rank, unique_rank, keep = 0, 0, 0
+            for q in range(first, m):
+                rank += 1
+                unique_rank += m_new[q]
+                if rank <= max_ids and unique_rank <= max_unique:
+                    keep += 1
+                else:
+                    drops += m_count[q]
+            kept[c, p] = keep
+    limit_drops[c] = drops
+
+
+@njit(nogil=True, cache=True, error_model="numpy")
+def _merge_direct_core(c: int, values: Any, splits: Any, weights: Any, feat: Any, n: int,
+                       shift_n: int, combiner: int, unit: bool, bits: int, sample_bits: int,
+                       column_bits: int, core_start: Any, dropping: bool, max_ids: int,
+                       max_unique: int, key: Any, spare: Any, sample: Any, gain: Any, seg: Any,
+                       capacity: int, write_csr: bool, csr: Any, lost: Any, entries: Any,
+                       distinct: Any, kept: Any, limit_drops: Any) -> None:
+    """Steps 1-4 for SparseCore ``c`` without minibatching, in one pass after the sort: its
+    runs are laid out one after the other in its own ``capacity`` slots, so whether an entry
+    is written is known when it opens (it is kept while its rank and distinct rank are within
+    the limits, a prefix; it fits while its rank is within the room its run starts with,
+    ``capacity - sum of roundup8(kept)`` of the runs before, as ``preprocess_stack._room``
+    computes it), and each entry goes to the CSR arrays ``csr`` when it closes, each raw id's
+    drop flag to ``lost`` by local position."""
+    mask = (np.int64(1) << bits) - 1
+    one = np.float32(1.0)
+    nan = np.float32(np.nan)
+    pad = np.int32(_INT32_MAX)
+    embedding_ids, sample_ids, gains, valid, padded = csr
+    start = core_start[c]
+    count = _sort_core(c, values, splits, weights, feat, n, shift_n, combiner, unit, bits,
+                       sample_bits, column_bits, start, key, spare, sample, gain, seg)
+    sample_mask = (np.int64(1) << sample_bits) - 1
+    first_slot = c * capacity
+    begin = 0  # the run's first slot within the SparseCore's segment
+    drops = 0
+    for p in range(n):
+        room = capacity - begin
+        opened, unique, keep = 0, 0, 0
+        prev_column, prev_sample = np.int64(-1), np.int64(-1)
+        total = np.float32(0.0)
+        kept_now = written_now = False
+        for i in range(seg[c, p], seg[c, p] + count[p]):
+            k = key[i]
+            column, local = k >> (bits + sample_bits), k & mask
+            s = (k >> bits) & sample_mask if sample_bits else np.int64(sample[start + local])
+            g = one if unit else gain[start + local]
+            if column == prev_column and s == prev_sample:
+                total += g
+            else:
+                if written_now and write_csr:
+                    at = first_slot + begin + opened - 1
+                    embedding_ids[at] = prev_column
+                    sample_ids[at] = prev_sample
+                    gains[at] = total
+                    valid[at] = True
+                opened += 1
+                unique += column != prev_column
+                kept_now = not dropping or (opened <= max_ids and unique <= max_unique)
+                keep += kept_now
+                written_now = kept_now and opened <= room
+                prev_column, prev_sample = column, s
+                total = g
+            drops += not kept_now
+            lost[start + local] = not written_now
+        if written_now and write_csr:
+            at = first_slot + begin + opened - 1
+            embedding_ids[at] = prev_column
+            sample_ids[at] = prev_sample
+            gains[at] = total
+            valid[at] = True
+        entries[c, p] = opened
+        distinct[c, p] = unique
+        kept[c, p] = keep
+        if write_csr:
+            end = first_slot + begin + min(keep, max(0, room))
+            for i in range(end, (end + 7) // 8 * 8):
+                embedding_ids[i] = pad
+                sample_ids[i] = pad
+                gains[i] = nan
+                padded[i] = True
+        begin += (keep + 7) // 8 * 8
+    limit_drops[c] = drops
+
+
+@njit(nogil=True, cache=True, error_model="numpy")
+def _flags(lo: int, hi: int, splits: Any, feat: Any, core_start: Any, lost: Any,
+           dropped: Any) -> None:
+    """The drop flags of SparseCores ``lo .. hi - 1`` from local positions (``lost``) to the
+    input order, feature by feature."""
+    for c in range(lo, hi):
+        local = core_start[c]
+        for f in range(feat.shape[0]):
+            v0, s0, per_core = feat[f, _VALUES], feat[f, _SPLITS], feat[f, _PER_CORE]
+            for j in range(v0 + splits[s0 + c * per_core],
+                           v0 + splits[s0 + (c + 1) * per_core]):
+                dropped[j] = lost[local]
+                local += 1
+
+
+@njit(nogil=True, cache=True, error_model="numpy")
+def _sort_merge(lo: int, hi: int, values: Any, splits: Any, weights: Any,
+                feat: Any, n: int, shift_n: int, combiner: int, unit: bool, bits: int,
+                sample_bits: int, column_bits: int, core_start: Any, dropping: bool, max_ids: int,
+                max_unique: int, key: Any, spare: Any, sample: Any, gain: Any, m_column: Any,
+                m_sample: Any, m_gain: Any, m_count: Any, m_new: Any, seg: Any, m_start: Any,
+                entries: Any, distinct: Any, kept: Any, limit_drops: Any, direct: bool,
+                capacity: int, write_csr: bool, csr: Any, lost: Any) -> None:
+    """Steps 1-3 for the local SparseCores ``lo .. hi - 1`` (module docstring); the merged
+    entries of SparseCore ``c`` from ``core_start[c]``, run after run; with ``direct`` (no
+    minibatching) step 4 too, without the merged entries (:func:`_merge_direct_core`)."""
+    for c in range(lo, hi):
+        if direct:
+            _merge_direct_core(c, values, splits, weights, feat, n, shift_n, combiner, unit,
+                               bits, sample_bits, column_bits, core_start, dropping, max_ids,
+                               max_unique, key, spare, sample, gain, seg, capacity, write_csr,
+                               csr, lost, entries, distinct, kept, limit_drops)
+            continue
+        _merge_core(c, values, splits, weights, feat, n, shift_n, combiner, unit, bits,
+                    sample_bits, column_bits, core_start, dropping, max_ids, max_unique, key,
+                    spare, sample, gain, m_column, m_sample, m_gain, m_count, m_new, seg,
+                    m_start, entries, distinct, kept, limit_drops)
+
+
+@njit(nogil=True, cache=True, error_model="numpy")
+def _fill_core(c: int, key: Any, bits: int, splits: Any, feat: Any,
+               core_start: Any, seg: Any, m_start: Any, entries: Any, m_column: Any,
+               m_sample: Any, m_gain: Any, m_count: Any, written: Any, base: Any,
+               write_csr: bool, flags: bool, embedding_ids: Any, sample_ids: Any, gains: Any,
+               valid: Any, padded: Any, lost: Any, dropped: Any) -> None:
+    """Step 4 for SparseCore ``c`` (:func:`_fill`)."""
+    mask = (np.int64(1) << bits) - 1
+    nan = np.float32(np.nan)
+    pad = np.int32(_INT32_MAX)
+    start = core_start[c]
+    for p in range(written.shape[1]):
+        w = written[c, p]
+        m = m_start[c, p]
+        if write_csr:
+            at = base[c, p]
+            for i in range(w):
+                embedding_ids[at + i] = m_column[m + i]
+                sample_ids[at + i] = m_sample[m + i]
+                gains[at + i] = m_gain[m + i]
+                valid[at + i] = True
+            for i in range(at + w, (at + w + 7) // 8 * 8):
+                embedding_ids[i] = pad
+                sample_ids[i] = pad
+                gains[i] = nan
+                padded[i] = True
+        if not flags:
+            continue
+        i = seg[c, p]
+        for q in range(entries[c, p]):
+            flag = q >= w
+            for _ in range(m_count[m + q]):
+                lost[start + (key[i] & mask)] = flag
+                i += 1
+    if not flags:
+        return
+    local = start
+    for f in range(feat.shape[0]):
+        v0, s0, per_core = feat[f, _VALUES], feat[f, _SPLITS], feat[f, _PER_CORE]
+        for j in range(v0 + splits[s0 + c * per_core], v0 + splits[s0 + (c + 1) * per_core]):
+            dropped[j] = lost[local]
+            local += 1
+
+
+@njit(nogil=True, cache=True, error_model="numpy")
+def _fill(lo: int, hi: int, key: Any, bits: int, splits: Any, feat: Any,
+          core_start: Any, seg: Any, m_start: Any, entries: Any, m_column: Any, m_sample: Any,
+          m_gain: Any, m_count: Any, written: Any, base: Any, write_csr: bool, flags: bool,
+          embedding_ids: Any, sample_ids: Any, gains: Any, valid: Any, padded: Any, lost: Any,
+          dropped: Any) -> None:
+    """Step 4 for the local SparseCores ``lo .. hi - 1``: each run's first ``written`` entries
+    at ``base`` and the padding after them up to a multiple of 8 (when ``write_csr``), and the
+    drop flag of every raw id (its entry's rank in the run reaches ``written``) when ``flags``:
+    first by local position (``lost``, the SparseCore's slice), then copied feature by feature
+    to the input order. Without ``flags`` (nothing dropped) ``dropped`` is left alone."""
+    for c in range(lo, hi):
+        _fill_core(c, key, bits, splits, feat, core_start, seg, m_start, entries, m_column,
+                   m_sample, m_gain, m_count, written, base, write_csr, flags, embedding_ids,
+                   sample_ids, gains, valid, padded, lost, dropped)
+
+
+@dataclass
+class Compiled:
+    """One stack after steps 1-3 in the compiled engine: the flat arrays of :func:`_sort_merge`
+    and the ``[SparseCores, N]`` counts (``entries``, ``distinct``: the statistics)."""
+
+    splits: IntArray
+    feat: IntArray
+    core_start: IntArray
+    bits: int
+    key: IntArray
+    seg: IntArray
+    m_start: IntArray
+    m_column: I32Array
+    m_sample: I32Array
+    m_gain: F32Array
+    m_count: I32Array
+    m_new: BoolArray
+    entries: IntArray
+    distinct: IntArray
+    kept: IntArray
+    limit_drops: IntArray
+    #: without minibatching: the CSR arrays already written (flat; empty without ``csr``) and
+    #: each raw id's drop flag by local position (:func:`_merge_direct_core`); else None
+    direct: tuple[tuple[npt.NDArray[Any], ...], BoolArray] | None = None
+
+    def finish(self, stack: Stack, slots: Sequence[FeatureSlot],
+               inputs: Mapping[str, _Feature], opts: _Options, sizes: _Sizes, stats: _Stats,
+               csr: bool) -> PreprocessedStack:
+        """Steps 6-7 (drops, the CSR arrays, the drop flags): ``preprocess_stack._finish``."""
+        if opts.allow_id_dropping:
+            kept, drops = self.kept, int(self.limit_drops.sum())
+        else:
+            kept, drops = self.entries, 0
+        written = _room(kept, sizes.coo_size // opts.sparse_cores, opts)
+        drops += int(kept.sum() - written.sum())
+        pointers, base = _layout(written, sizes.coo_size, opts)
+        if self.direct is not None:
+            arrays, lost = self.direct
+            ids = self.key.shape[0]
+            dropped = np.empty(ids, bool) if drops else np.zeros(ids, bool)
+            if drops:
+                each_chunk(self.entries.shape[0], lambda lo, hi: _flags(
+                    lo, hi, self.splits, self.feat, self.core_start, lost, dropped))
+            out = _shaped(pointers, *arrays, opts=opts) if csr else _no_csr(opts)
+            return _result(stack, sizes, stats, drops, out,
+                           _per_feature(dropped, slots, inputs))
+        arrays = _csr_zeros(opts.local_devices * sizes.coo_size if csr else 0)
+        ids = self.key.shape[0]
+        dropped = np.empty(ids, bool) if drops else np.zeros(ids, bool)
+        args: tuple[Any, ...] = (
+            self.key, self.bits, self.splits, self.feat, self.core_start, self.seg,
+            self.m_start, self.entries, self.m_column, self.m_sample, self.m_gain, self.m_count,
+            written, np.ascontiguousarray(base, np.int64), csr, drops > 0, *arrays,
+            np.empty(ids if drops else 0, bool), dropped)
+        each_chunk(self.entries.shape[0], lambda lo, hi: _fill(lo, hi, *args))
+        out = _shaped(pointers, *arrays, opts=opts) if csr else _no_csr(opts)
+        return _result(stack, sizes, stats, drops, out, _per_feature(dropped, slots, inputs))
+
+    def merged(self) -> _Merged:
+        """The same entries as the NumPy engine's :class:`_Merged` (for the minibatch split)."""
+        cores, n = self.entries.shape
+        mask = (1 << self.bits) - 1
+        order = np.empty(self.key.shape[0], np.int64)
+        pick = []
+        for c in range(cores):
+            lo, hi = int(self.core_start[c]), int(self.core_start[c + 1])
+            raw = [np.arange(v0 + self.splits[s0 + c * per_core],
+                             v0 + self.splits[s0 + (c + 1) * per_core], dtype=np.int64)
+                   for v0, s0, per_core in self.feat[:, [_VALUES, _SPLITS, _PER_CORE]]]
+            raw_of_local = np.concatenate(raw) if raw else np.zeros(0, np.int64)
+            order[lo:hi] = raw_of_local[self.key[lo:hi] & mask]
+            pick.append(np.arange(lo, lo + int(self.entries[c].sum()), dtype=np.int64))
+        which = np.concatenate(pick) if pick else np.zeros(0, np.int64)
+        count = self.m_count[which].astype(np.int64)
+        return _Merged(order, np.repeat(np.arange(which.shape[0], dtype=np.int64), count), count,
+                       np.repeat(np.arange(cores * n, dtype=np.int64), self.entries.reshape(-1)),
+                       self.m_column[which].astype(np.int64),
+                       self.m_sample[which].astype(np.int64), self.m_gain[which],
+                       self.m_new[which])
+
+
+def sort_merge(stack: Stack, slots: Sequence[FeatureSlot], inputs: Mapping[str, _Feature],
+               opts: _Options, sizes: _Sizes, csr: bool = True) -> Compiled | _Merged:
+    """Steps 1-3 of one stack (the limits of ``sizes`` for the kept prefixes), and without
+    minibatching step 4 as well (the CSR arrays only with ``csr``). A stack whose
+    keys (partition, embedding id, local position) would not fit 63 bits (never for int32 ids,
+    fewer than 2^20 SparseCores and 2^12 ids per SparseCore and partition... in practice: a
+    vocabulary and a per-SparseCore batch whose bits add up past 63) runs the NumPy code."""
+    n, cores = opts.num_sparse_cores, opts.local_sparse_cores
+    features = [inputs[slot.name] for slot in slots]
+    vocab = {t.name: t.vocabulary_size for t in stack.tables}
+    feat = np.zeros((len(slots), 7), np.int64)
+    per_core_ids = np.zeros(cores, np.int64)
+    values_at = splits_at = weights_at = samples_at = 0
+    top_column = 0
+    for f, (slot, feature) in enumerate(zip(slots, features, strict=True)):
+        per_core = feature.rows // cores
+        feat[f] = (values_at, splits_at, per_core, slot.col_shift, slot.col_offset // n,
+                   samples_at, weights_at if feature.weights is not None else -1)
+        samples_at += per_core
+        if per_core:
+            per_core_ids += np.diff(feature.row_splits[::per_core])
+        top_column = max(top_column, (vocab[slot.table] - 1) // n + slot.col_offset // n)
+        values_at += feature.values.shape[0]
+        splits_at += feature.row_splits.shape[0]
+        weights_at += 0 if feature.weights is None else feature.weights.shape[0]
+    core_start = np.zeros(cores + 1, np.int64)
+    np.cumsum(per_core_ids, out=core_start[1:])
+    bits = max(1, int(per_core_ids.max(initial=1) - 1).bit_length())
+    column_bits = max(1, top_column.bit_length())
+    shift_n = n.bit_length() - 1
+    if bits + column_bits > _KEY_BITS:
+        return _merge(_entries(stack, slots, inputs, opts), n)
+    sample_bits = max(1, samples_at - 1).bit_length()  # samples in the key when they fit
+    if bits + sample_bits + column_bits > _KEY_BITS or not _PACK_SAMPLES:
+        sample_bits = 0
+    values = _joined([f.values for f in features], np.int64)
+    splits = _joined([f.row_splits for f in features], np.int64)
+    weights = _joined([f.weights for f in features if f.weights is not None], np.float32)
+    total = values.shape[0]
+    direct = not opts.minibatching
+    merged = 0 if direct else total  # the merged entries' arrays, for _fill or merged()
+    out = Compiled(splits, feat, core_start, bits, np.empty(total, np.int64),
+                   np.zeros((cores, n), np.int64), np.zeros((cores, n), np.int64),
+                   np.empty(merged, np.int32), np.empty(merged, np.int32),
+                   np.empty(merged, np.float32), np.empty(merged, np.int32),
+                   np.empty(merged, bool), np.zeros((cores, n), np.int64),
+                   np.zeros((cores, n), np.int64), np.zeros((cores, n), np.int64),
+                   np.zeros(cores, np.int64))
+    if direct:
+        out.direct = (_csr_zeros(opts.local_devices * sizes.coo_size if csr else 0),
+                      np.empty(total, bool))
+    arrays, lost = out.direct if out.direct is not None else (_csr_zeros(0), np.empty(0, bool))
+    combiner = _COMBINER[stack.combiner]
+    unit = combiner == 0 and weights.shape[0] == 0
+    args = (values, splits, weights, feat, n, shift_n, combiner, unit, bits, sample_bits,
+            column_bits, core_start, opts.allow_id_dropping, sizes.max_ids, sizes.max_unique,
+            out.key, np.empty(total, np.int64), np.empty(0 if sample_bits else total, np.int32),
+            np.empty(0 if unit else total, np.float32), out.m_column, out.m_sample, out.m_gain,
+            out.m_count, out.m_new, out.seg, out.m_start, out.entries, out.distinct, out.kept,
+            out.limit_drops, direct, sizes.coo_size // opts.sparse_cores, csr, arrays, lost)
+    each_chunk(cores, lambda lo, hi: _sort_merge(lo, hi, *args))
+    return out
+
+
+def _joined(arrays: list[Any], dtype: type) -> npt.NDArray[Any]:
+    """The arrays end to end (the one array itself when alone, without a copy)."""
+    if len(arrays) == 1:
+        return np.ascontiguousarray(arrays[0], dtype)
+    if not arrays:
+        return np.zeros(0, dtype)
+    return np.concatenate(arrays).astype(dtype, copy=False)
