@@ -31,7 +31,6 @@ the SparseCores that received too many (TensorFlow's error names them: ``Sparse 
 
 from __future__ import annotations
 
-import inspect
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -189,15 +188,6 @@ class LimitsReport(JsonRecord):
 
 Runner = Callable[[Batch, Mapping[str, tuple[int, int]]], "PreprocessedBatch"]
 
-#: What the limits pass asks of the preprocessing besides its defaults: only the statistics
-#: and the per-id ``dropped`` flags are read here, never the CSR arrays (at the current limits of
-#: a large slice 100 MB or more per batch, and most of the time). The compiled preprocessing
-#: (issue 36 item 1) skips them with ``csr=False``; a ``preprocess`` without that option builds
-#: them (the same statistics and flags).
-_STATISTICS_ONLY: dict[str, Any] = (
-    {"csr": False} if "csr" in inspect.signature(preprocess).parameters else {})
-
-
 def _runner(stacking: Stacking, options: LimitOptions) -> Runner:
     """The exact preprocessing of a batch with dropping on, at given limits: a whole-slice batch
     (local = global devices, as ``tpuemb simulate`` runs it), or one host's
@@ -219,7 +209,7 @@ def _runner(stacking: Stacking, options: LimitOptions) -> Runner:
         return preprocess(stacking, features, weights or None, local_devices=local,
                           global_devices=chips, sparse_cores_per_device=cores,
                           allow_id_dropping=True, has_leading_dimension=False, limits=limits,
-                          **_STATISTICS_ONLY)
+                          csr=False)  # only the statistics and the ``dropped`` flags are read
 
     return run
 
