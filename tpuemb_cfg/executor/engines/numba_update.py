@@ -170,6 +170,13 @@ def _drive(
     summed = np.empty((1, dim), dtype=np.float32)
     zero = np.zeros((1, dim), dtype=np.float32)
     grouped = occurrences[0].shape[0] > 0
+    if not dense and not grouped:  # the usual case: touched row i's gradient is grad[i]
+        for i in range(start, stop):
+            if i + _AHEAD < stop:  # scattered rows: start loading one a few rows on
+                _prefetch_row(params, s0, s1, s2, slots, rows[i + _AHEAD])
+            norms[i] = _row(op, params, s0, s1, s2, rows[i], grad, i, lr, clips, decay,
+                            has_decay, h, slots, before, lanes)
+        return 0.0
     # Dense: every row r of start:stop, k walking the sorted touched rows alongside; lazy: the
     # touched rows k = start:stop themselves.
     k = int(np.searchsorted(rows, start)) if dense else start
@@ -177,16 +184,20 @@ def _drive(
         if not dense and i + _AHEAD < stop:  # scattered rows: start loading one a few rows on
             _prefetch_row(params, s0, s1, s2, slots, rows[i + _AHEAD])
         r = i if dense else rows[i]
-        source, gi = zero, 0  # an untouched row of a dense table: a zero gradient
+        # Each case calls ``_row`` with its own gradient array: one array chosen at run time
+        # kept the compiler from vectorising the row (the update 2.5-3x slower).
         if k < rows.shape[0] and rows[k] == r:
             if grouped:
                 _sum_occurrences(occurrences, k, summed)
-                source = summed
+                norms[i] = _row(op, params, s0, s1, s2, r, summed, 0, lr, clips, decay,
+                                has_decay, h, slots, before, lanes)
             else:
-                source, gi = grad, k
+                norms[i] = _row(op, params, s0, s1, s2, r, grad, k, lr, clips, decay,
+                                has_decay, h, slots, before, lanes)
             k += 1
-        norms[i] = _row(op, params, s0, s1, s2, r, source, gi, lr, clips, decay, has_decay, h,
-                        slots, before, lanes)
+        else:  # an untouched row of a dense table: a zero gradient
+            norms[i] = _row(op, params, s0, s1, s2, r, zero, 0, lr, clips, decay, has_decay,
+                            h, slots, before, lanes)
     return 0.0
 
 
