@@ -12,7 +12,6 @@ and last (its spread says how steady the machine was). The phases:
 - ``backprop``: back-propagation and the duplicate sum with the input check on the sums;
 - ``overlap``: the forward pass alongside de-duplication and back-propagation
   (``fused.forward_backprop``, what the step runs);
-- ``keep``: the rows kept before the update for the diagnosis of a non-finite result;
 - ``update``: the fused update with the update norm (``fused.update_table``);
 - ``report``: the per-step report (``records.table_report``).
 
@@ -86,7 +85,6 @@ def phases(steps: int, threads: int | None) -> dict[str, Any]:
     time("overlap", lambda: forward_backprop(
         fused, live, ex.plan.tables, [given], grads, {},
         lambda t, g, u, i: ex._record(t, g, u, i, (Partial(None, u, i, None),), True)))
-    time("keep", lambda: ex._kept.keep(table, unique, params=True))
     summed, _ = fused.backprop(grads[0], rec.sample, rec.gains, rec.inverse, unique.shape[0])
     lr = np.float32(bench.LEARNING_RATE)
     time("update", lambda: update_table(fused, live, table, rec, summed, lr,

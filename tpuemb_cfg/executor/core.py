@@ -578,13 +578,13 @@ class Executor:
             for table in self.plan.tables:
                 record = dedup.tables[table.name]
                 if table.name in fused_grads:
-                    self._kept.keep(table, record.unique_ids if table.lazy else None,
-                                    params=True)
                     assert self._live is not None  # fused tables run on live arrays
-                    squared = update_table(
+                    squared, kept = update_table(
                         self._fused, self._live, table, record, fused_grads[table.name],
                         self._learning_rate(table, rates), UpdateContext(self.step_index, dynamic),
                     )
+                    if kept is not None and not math.isfinite(squared):
+                        self._kept.put(table, kept[0], kept[1:])
                     report = self.last_report.get(table.name)
                     if report is not None:
                         report.rows_updated = record.unique_ids.size if table.lazy else (
