@@ -13,7 +13,8 @@ of the change, which is the report's ``update_norm`` without another pass.
 ``Executor.step``, which has the gradients before the forward pass, runs the two halves at once
 (``forward_backprop``): the forward pass of every table on the calling thread, reading each
 occurrence's row by its id (no de-duplication needed), while another thread de-duplicates and
-back-propagates; the update, the only write to the tables, comes after both.
+back-propagates (with one thread, the two in turn); the update, the only write to the tables,
+comes after both.
 """
 
 from __future__ import annotations
