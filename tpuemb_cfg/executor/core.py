@@ -450,9 +450,8 @@ class Executor:
             for f, c, g in zip(table.features, given.feats, given.gains_list, strict=True):
                 stop = start + c.ids.shape[0]
                 if fused is not None:
-                    # Rows read by id: the same rows as by ``inverse``, so the same sums
-                    # (numba_step.lookup); by ``inverse`` the pass and back-propagation after
-                    # it ran 2-3x slower on the anchor.
+                    # By id: the same rows and sums as by ``inverse``, which ran the pass and
+                    # back-propagation after it 2-3x slower (numba_step.lookup).
                     activations[f] = fused.lookup(rows, c.ids, None, g, c.row_splits)
                 else:
                     activations[f] = self.engine.gather_combine(
