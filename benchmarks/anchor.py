@@ -1,19 +1,15 @@
 """The anchor benchmark with its yardsticks: ``tpuemb bench``'s figures and what they mean.
 
 ``tpuemb bench`` (``tpuemb_cfg.run.bench``, installed with the package) times the public
-``Executor.step`` and the update alone on the anchor workload. This script runs the same
-workload, on the same arrays, and adds the yardsticks that say how good those figures are:
+``Executor.step`` and the update alone on the anchor workload, against their memory-traffic
+limits (``bench.traffic_limit``: the bytes a step must move, at the copy bandwidth measured in the
+run, ``bench.copy_bandwidth``), with the load before and after. This script runs the same
+workload, on the same arrays, with the same limits, and adds the yardsticks that say more:
 
 - **naive step** (``naive_sec_per_step``): the same update written the obvious NumPy way
   (``np.unique``, ``np.add.at``, fancy indexing, the family's NumPy update); before the update is
   timed, one update is checked against it on copies of the touched rows
   (``step_check_max_abs_diff``), so a benchmark that times the wrong thing shows;
-- **memory-traffic limits**: the bytes a step must move divided by the machine's copy bandwidth
-  (``np.copyto`` of a 64 MiB array, best of several, counting the bytes read plus the bytes
-  written). The whole step (``limit_sec_per_step``): every touched row of the table and of each
-  slot read and written once, the activation gradients read once, the activations written
-  once; the update (``update_limit_sec_per_step``): the touched rows and slots read and written
-  once, the gradient rows read once;
 - **warm start** (``warm_start_sec``): a fresh process importing tpuemb and running a tiny step
   with the kernels in the cache, the cost a user pays for every new process;
 - **multi-feature** (``--multi-feature``): three tables (together the same vocabulary), eight
@@ -34,7 +30,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -51,30 +46,16 @@ from tpuemb_cfg.base.errors import UsageError  # noqa: E402
 from tpuemb_cfg.run import bench  # noqa: E402
 
 F32 = np.float32
-#: The copy-bandwidth probe's two arrays.
-PROBE_BYTES = 128 << 20
 
 
 def yardstick_bytes(w: bench.Workload) -> int:
     """What the yardsticks add to ``bench.memory_needed``: the activations, the naive step's
-    gathered rows and sums (three more ``ids x dim`` float32 arrays) and the bandwidth probe."""
-    return 12 * w.ids * w.dim + PROBE_BYTES
+    gathered rows and sums (three more ``ids x dim`` float32 arrays)."""
+    return 12 * w.ids * w.dim
 
 
 # ------------------------------------------------------------------------------------------------
 # Yardsticks
-
-
-def copy_bandwidth(nbytes: int = PROBE_BYTES // 2, repeats: int = 7) -> float:
-    """Bytes moved per second by ``np.copyto`` (read + write), best of ``repeats``."""
-    source = np.ones(nbytes // 4, dtype=F32)
-    target = np.empty_like(source)
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        np.copyto(target, source)
-        best = min(best, time.perf_counter() - start)
-    return 2 * nbytes / best
 
 
 def naive_step(
@@ -206,40 +187,34 @@ def run(w: bench.Workload | None = None, *, engine: str = "numba",
         raise UsageError(f"--multi-feature needs --vocab 3 or more (three tables share it); got "
                          f"{w.vocab}")
     bench.check_memory(w, max_memory, extra_bytes=yardstick_bytes(w))
-    bandwidth = copy_bandwidth()
     name, note, compile_sec, compiled = bench.warm_up(engine, w.optimizer)
     warm_sec = warm_start(engine, w.optimizer)
     used_threads = bench.set_threads(threads) if name == "numba" else 1
-    a = bench.anchor(w, engine)
-    step_sec = bench.median_time(a.step, w.steps)
-    unique_ids, step_check = check_step(w.optimizer, a.table, a.slots, a.ids, a.grads, a.update)
-    update_sec = bench.median_time(a.update, w.steps)
-    naive = functools.partial(naive_step, w.optimizer, a.table, a.slots, a.ids, a.grads)
-    naive_sec = bench.median_time(naive, w.steps)
-    row_bytes = w.dim * 4
-    update_limit_bytes = 2 * unique_ids * row_bytes * (1 + len(a.slots)) + w.ids * row_bytes
-    limit_bytes = update_limit_bytes + w.ids * row_bytes  # the activations, written once
-    state_bytes = a.executor.plan.state_bytes()
-    setup_sec = a.setup_sec
-    del a, naive  # free the anchor table before the multi-feature tables
+
+    def timed() -> tuple[bench.Anchor, float, tuple[int, float], float, float]:
+        a = bench.anchor(w, engine)
+        step_sec = bench.median_time(a.step, w.steps)
+        checked = check_step(w.optimizer, a.table, a.slots, a.ids, a.grads, a.update)
+        update_sec = bench.median_time(a.update, w.steps)
+        naive = functools.partial(naive_step, w.optimizer, a.table, a.slots, a.ids, a.grads)
+        return a, step_sec, checked, update_sec, bench.median_time(naive, w.steps)
+
+    (a, step_sec, (unique_ids, step_check), update_sec, naive_sec), machine = (
+        bench.measured(timed))
+    state_bytes, setup_sec, slots = a.executor.plan.state_bytes(), a.setup_sec, len(a.slots)
+    del a  # free the anchor table before the multi-feature tables
     out = bench.BenchResult(
         engine=name, workload=w, threads=used_threads, unique_ids=unique_ids,
         sec_per_step=step_sec, update_sec_per_step=update_sec, compile_sec=compile_sec,
         kernels_compiled=compiled, peak_rss_bytes=bench.peak_rss(), state_bytes=state_bytes,
-        setup_sec=setup_sec, engine_note=note,
+        setup_sec=setup_sec, limit=bench.traffic_limit(unique_ids, w.ids, w.dim, slots),
+        machine=machine, engine_note=note,
     ).as_json()
     out.update({
         "naive_sec_per_step": naive_sec,
-        "limit_sec_per_step": limit_bytes / bandwidth,
-        "update_limit_sec_per_step": update_limit_bytes / bandwidth,
         "step_check_max_abs_diff": step_check,
         "warm_start_sec": warm_sec,
         "naive_over_update": naive_sec / update_sec,
-        "step_over_limit": step_sec / (limit_bytes / bandwidth),
-        "update_over_limit": update_sec / (update_limit_bytes / bandwidth),
-        "limit_bytes": limit_bytes,
-        "update_limit_bytes": update_limit_bytes,
-        "copy_bandwidth_bytes_per_sec": bandwidth,
     })
     if with_multi_feature:
         out["multi_feature"] = multi_feature(w, engine)
@@ -254,40 +229,19 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:8.2f} ms"
 
 
-def _mb(count: float) -> str:
-    return f"{count / 1e6:.0f} MB"
-
-
 def text(r: dict[str, Any]) -> str:
-    """The report of :func:`run`'s result, one figure a line."""
+    """The report of :func:`run`'s result: ``tpuemb bench``'s lines (``bench.report_lines``),
+    then the yardsticks', one figure a line."""
     w = r["workload"]
     lines = [
         f"anchor benchmark: {w['optimizer']}, {w['vocab']:,} x {w['dim']} float32 table, "
         f"{w['ids']:,} ids per step (Zipf {w['zipf']}), {r['unique_ids']:,} unique; engine "
-        f"{r['engine']}, {r['threads']} thread(s); median of {w['steps']} steps"
-    ]
-    if "engine_note" in r:
-        lines.append(f"note: {r['engine_note']}")
-    lines += [
-        f"  Executor.step (checks, forward, backward, update, report) {_ms(r['sec_per_step'])}"
-        f"   {r['ids_per_sec'] / 1e6:.1f} M ids/s; {r['step_over_limit']:.1f}x its "
-        "memory-traffic limit",
-        f"  update alone (dedup + duplicate sum + row update)          "
-        f"{_ms(r['update_sec_per_step'])}   {r['naive_over_update']:.1f}x faster than naive, "
-        f"{r['update_over_limit']:.1f}x its limit",
+        f"{r['engine']}, {r['threads']} thread(s); median of {w['steps']} steps",
+        *bench.report_lines(r),
         f"  naive NumPy update (np.unique + np.add.at)                 "
-        f"{_ms(r['naive_sec_per_step'])}",
-        f"  memory-traffic limit of the step                           "
-        f"{_ms(r['limit_sec_per_step'])}   {_mb(r['limit_bytes'])} at "
-        f"{r['copy_bandwidth_bytes_per_sec'] / 1e9:.1f} GB/s copy bandwidth",
-        f"  memory-traffic limit of the update                         "
-        f"{_ms(r['update_limit_sec_per_step'])}   {_mb(r['update_limit_bytes'])}",
-        f"  peak RSS {_mb(r['peak_rss_bytes'])} for {_mb(r['state_bytes'])} of tables and slots "
-        f"({r['peak_rss_over_state']:.2f}x; target 1.3x + 200 MB = "
-        f"{_mb(r['peak_rss_target_bytes'])})",
-        f"  first call: kernels {'compiled' if r['kernels_compiled'] else 'loaded from cache'} "
-        f"in {r['compile_sec']:.2f} s (not in the steps); a new process starts in "
-        f"{r['warm_start_sec']:.2f} s",
+        f"{_ms(r['naive_sec_per_step'])}   {r['naive_over_update']:.1f}x the update",
+        f"  a new process starts in {r['warm_start_sec']:.2f} s (importing tpuemb and one tiny "
+        "step, kernels in the cache)",
     ]
     multi = r.get("multi_feature")
     if multi:

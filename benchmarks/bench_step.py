@@ -252,6 +252,7 @@ def one_run(w: bench.Workload, engine: str, pythons: dict[str, str | None],
         "naive_numpy_update": ours["naive_sec_per_step"],
         "step_limit": ours["limit_sec_per_step"],
         "update_limit": ours["update_limit_sec_per_step"],
+        "copy_bandwidth_bytes_per_sec": ours["copy_bandwidth_bytes_per_sec"],
         "peak_rss_over_state": ours["peak_rss_over_state"],
         "peak_rss_bytes": ours["peak_rss_bytes"],
         "state_bytes": ours["state_bytes"],
@@ -362,6 +363,11 @@ def text(out: dict[str, Any]) -> str:
                 shown = _span(r[key])
                 if key in FRAMEWORKS:
                     shown += f"  ({_span(r[f'{key}_over_tpuemb_step'], 1, 'x')} tpuemb's step)"
+                if key == "tpuemb_step":
+                    shown += f"  ({_span(r['tpuemb_step_over_limit'], 1, 'x')} its limit)"
+                if key == "step_limit":
+                    shown += (f"  at {_span(r['copy_bandwidth_bytes_per_sec'], 1e-9, ' GB/s')}"
+                              " copy bandwidth")
             lines.append(f"  {label:24s} {shown}")
     return "\n".join(lines)
 

@@ -19,9 +19,12 @@ from tpuemb_cfg.run import bench
 
 ROOT = Path(__file__).resolve().parents[1]
 KEYS = {"sec_per_step", "update_sec_per_step", "unique_ids", "peak_rss_bytes", "compile_sec",
-        "kernels_compiled", "engine", "state_bytes", "threads", "workload"}
-YARDSTICK_KEYS = {"naive_sec_per_step", "limit_sec_per_step", "update_limit_sec_per_step",
-                  "limit_bytes", "update_limit_bytes", "warm_start_sec", "step_check_max_abs_diff"}
+        "kernels_compiled", "engine", "state_bytes", "threads", "workload",
+        "limit_sec_per_step", "update_limit_sec_per_step", "limit_bytes", "update_limit_bytes",
+        "step_over_limit", "update_over_limit", "copy_bandwidth_bytes_per_sec",
+        "copy_bandwidth_before_bytes_per_sec", "copy_bandwidth_after_bytes_per_sec",
+        "load_before", "load_after"}
+YARDSTICK_KEYS = {"naive_sec_per_step", "warm_start_sec", "step_check_max_abs_diff"}
 
 
 def _anchor() -> ModuleType:
@@ -36,14 +39,31 @@ def _anchor() -> ModuleType:
 
 
 @pytest.fixture
-def anchor(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+def bandwidth(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``bench.copy_bandwidth`` (128 MB allocated and copied 7 times, twice a run) gives 1e9
+    bytes a second, so the limits are bytes / 1e9 exactly."""
+    monkeypatch.setattr(bench, "copy_bandwidth", lambda *args, **kwargs: 1e9)
+
+
+@pytest.fixture
+def anchor(monkeypatch: pytest.MonkeyPatch, bandwidth: None) -> ModuleType:
     """``benchmarks/anchor.py`` without its two machine yardsticks: ``warm_start`` (a fresh
-    Python process importing tpuemb, about a second) and ``copy_bandwidth`` (128 MB allocated
-    and copied 7 times) give fixed numbers, so the limits are bytes / 1e9 exactly."""
+    Python process importing tpuemb, about a second) and the copy bandwidth give fixed
+    numbers."""
     module = _anchor()
     monkeypatch.setattr(module, "warm_start", lambda engine="numba", optimizer="": 1.0)
-    monkeypatch.setattr(module, "copy_bandwidth", lambda *args, **kwargs: 1e9)
     return module
+
+
+def test_traffic_limit_by_hand() -> None:
+    """3 unique ids among 5 (one per bag), dimension 2 (rows of 8 bytes), one slot: the update
+    reads and writes 3 rows of the table and 3 of the slot (2 * 3 * 8 * 2 = 96 bytes) and reads
+    5 gradient rows (40); the step also writes 5 activation rows (40)."""
+    assert bench.traffic_limit(3, 5, 2, 1) == bench.TrafficLimit(step_bytes=176, update_bytes=136)
+    # SGD (no slot), the anchor's shape: 21,685 unique of 65,536 ids, 256-byte rows
+    limit = bench.traffic_limit(21_685, 65_536, 64, 0)
+    assert limit.update_bytes == 2 * 21_685 * 256 + 65_536 * 256
+    assert limit.step_bytes == limit.update_bytes + 65_536 * 256
 
 
 def test_zipf_ids_anchor_workload() -> None:
@@ -75,7 +95,7 @@ def test_naive_step_adagrad_by_hand() -> None:
 
 
 @pytest.mark.parametrize("engine", ["numpy", "numba"])
-def test_bench_json(engine: str) -> None:
+def test_bench_json(engine: str, bandwidth: None) -> None:
     if engine == "numba":
         pytest.importorskip("numba")
     result = CliRunner().invoke(main, [
@@ -91,9 +111,18 @@ def test_bench_json(engine: str) -> None:
     assert report["workload"] == {"vocab": 2000, "dim": 8, "ids": 600, "zipf": 1.05,
                                   "optimizer": "adagrad", "steps": 2, "seed": 0}
     assert report["sec_per_step"] > 0 and report["update_sec_per_step"] > 0
+    # The limits (Adagrad: one slot) at the bandwidth fixed at 1e9 bytes a second
+    limit = bench.traffic_limit(report["unique_ids"], 600, 8, 1)
+    assert (report["limit_bytes"], report["update_limit_bytes"]) == (
+        limit.step_bytes, limit.update_bytes)
+    assert report["copy_bandwidth_bytes_per_sec"] == 1e9
+    assert report["limit_sec_per_step"] == limit.step_bytes / 1e9
+    assert report["update_limit_sec_per_step"] == limit.update_bytes / 1e9
+    assert report["step_over_limit"] == report["sec_per_step"] / report["limit_sec_per_step"]
+    assert report["load_before"] >= 0 and report["load_after"] >= 0
 
 
-def test_bench_text() -> None:
+def test_bench_text(bandwidth: None) -> None:
     result = CliRunner().invoke(main, [
         "bench", "--vocab", "300", "--dim", "4", "--ids", "100", "--steps", "1",
         "--engine", "numpy", "--optimizer", "ftrl",
@@ -102,7 +131,14 @@ def test_bench_text() -> None:
     lines = result.output.splitlines()
     assert lines[0].startswith("tpuemb bench: ftrl, 300 x 4 float32 table, 100 ids per step")
     assert "Executor.step (checks, forward, backward, update, report)" in lines[1]
-    assert "update alone" in lines[2] and "peak RSS" in lines[3] and "first call" in lines[4]
+    assert "x its memory-traffic limit" in lines[1]
+    assert "update alone" in lines[2] and "x its limit" in lines[2]
+    assert "memory-traffic limit of the step" in lines[3]
+    assert "at 1.0 GB/s copy bandwidth" in lines[3]
+    assert "memory-traffic limit of the update" in lines[4]
+    assert lines[5].startswith("  machine: copy bandwidth 1.0 GB/s before the steps, 1.0 after")
+    assert "load" in lines[5]
+    assert "peak RSS" in lines[6] and "first call" in lines[7]
 
 
 @pytest.mark.parametrize("optimizer", sorted(bench.OPTIMIZERS))
@@ -152,6 +188,7 @@ def test_anchor_yardsticks(anchor: ModuleType) -> None:
     assert report["update_limit_bytes"] == 2 * unique * 32 * 2 + 600 * 32
     assert report["limit_bytes"] == report["update_limit_bytes"] + 600 * 32
     assert report["limit_sec_per_step"] == report["limit_bytes"] / 1e9
+    assert report["copy_bandwidth_bytes_per_sec"] == 1e9
     assert report["warm_start_sec"] == 1.0
     assert report["step_check_max_abs_diff"] <= 1e-6
     # 8 features of max(600 // 84, 1) = 7 bags of 1 to 20 ids each

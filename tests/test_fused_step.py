@@ -19,6 +19,7 @@ import pytest
 import tpuemb_cfg
 from tpuemb_cfg.base.errors import InputError
 from tpuemb_cfg.executor.counter import stream_key
+from tpuemb_cfg.executor.optimizers import UpdateContext
 from tpuemb_cfg.sim import kernels
 from tpuemb_cfg.simulate import Executor
 
@@ -76,6 +77,27 @@ def test_report_can_be_skipped() -> None:
     executor = Executor(_config(), report=False)
     executor.step(_batch(np.ones((3, 4), np.float32)))
     assert executor.last_report == {}
+
+
+def test_the_fused_update_keeps_the_rows_whose_change_is_not_finite_only() -> None:
+    """What a non-finite result is diagnosed from: the compiled update writes a touched row's
+    parameters and slots before the update into the kept arrays only when the row's change is
+    not finite (no copy of every touched row in a step that stays finite)."""
+    executor = Executor(_config(dim=8), seed=1)
+    table = executor.plan.tables[0]
+    rows = np.array([0, 2, 3])
+    params, slots = executor.storage.live().local("t", rows)
+    before = [params[rows].copy(), *(slot[rows].copy() for slot in slots)]
+    grad = np.full((3, 8), 0.5, np.float32)
+    grad[1, 3] = np.inf  # row 2: accumulator inf, parameter -inf / inf = NaN
+    kept = tuple(np.full((3, 8), 7.0, np.float32) for _ in range(1 + len(slots)))
+    norms = executor._fused.update(table, params, slots, rows, grad, np.float32(0.1),
+                                   UpdateContext(0, ()), kept)
+    assert np.isfinite(norms[[0, 2]]).all() and not np.isfinite(norms[1])
+    assert np.isnan(params[2, 3]) and len(kept) == 2
+    for array, was in zip(kept, before, strict=True):
+        np.testing.assert_array_equal(array[1], was[1])  # the non-finite row, as it was
+        assert (array[[0, 2]] == 7.0).all()  # the finite rows: not written
 
 
 def test_frequency_estimator_is_fused() -> None:

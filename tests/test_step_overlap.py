@@ -2,11 +2,12 @@
 
 With the numba engine, tables in this process and two threads or more, ``step`` forms the
 activations on the calling thread (rows read by id) while another thread de-duplicates and
-back-propagates, then updates (``fused.forward_backprop``). These tests check that this path
-runs (``Executor.overlapped_steps``), gives the same bits as the sequential path (the same
-executor with the overlap switched off, and with one thread) and the NumPy engine's numbers
-within 1e-6, and that a refused step leaves every table, slot, the step number and the report
-untouched with the sequential path's message.
+back-propagates, then updates (``fused.forward_backprop``; with one thread the two halves run
+one after the other). These tests check that this path runs (``Executor.overlapped_steps``),
+gives the same bits as the sequential path (the same executor with the overlap switched off)
+and with one thread, and the NumPy engine's numbers within 1e-6, and that a refused step
+leaves every table, slot, the step number and the report untouched with the sequential path's
+message.
 """
 
 from __future__ import annotations
@@ -161,7 +162,7 @@ def test_overlapped_step_is_bit_identical_and_matches_numpy(optimizer: str) -> N
         _close(value, numpy_state[key], key)
 
 
-def test_one_thread_runs_the_sequential_path_with_the_same_bits() -> None:
+def test_one_thread_runs_the_two_halves_in_turn_with_the_same_bits() -> None:
     _needs_two_threads()
     config = _config("adagrad")
     overlapped = Executor(config, combiners=COMBINERS, seed=5)
@@ -169,11 +170,16 @@ def test_one_thread_runs_the_sequential_path_with_the_same_bits() -> None:
     numba.set_num_threads(1)
     serial = Executor(config, combiners=COMBINERS, seed=5)
     want, want_reports = _run(serial)
-    assert overlapped.overlapped_steps == 3 and serial.overlapped_steps == 0
-    for a, b in zip(got, want, strict=True):
-        assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
-    assert got_reports == want_reports
+    sequential = _sequential(Executor(config, combiners=COMBINERS, seed=5))
+    plain, plain_reports = _run(sequential)
+    assert overlapped.overlapped_steps == serial.overlapped_steps == 3
+    assert sequential.overlapped_steps == 0
+    for a, b, c in zip(got, want, plain, strict=True):
+        assert all(np.array_equal(x, y) and np.array_equal(x, z)
+                   for x, y, z in zip(a, b, c, strict=True))
+    assert got_reports == want_reports == plain_reports
     _identical(_state(overlapped), _state(serial))
+    _identical(_state(overlapped), _state(sequential))
 
 
 def test_pending_default_rows_are_computed_before_the_forward_pass_reads_them() -> None:

@@ -66,10 +66,14 @@ def bench(  # noqa: PLR0913  (a click command: one parameter per option)
     """Time one training step of a VOCAB x DIM float32 table for IDS Zipf-distributed ids.
 
     Prints the median seconds of the public Executor.step (checks, forward pass, backward
-    pass, update, report) and of the update alone, with the unique ids, peak memory and the
-    first-call cost of the numba kernels. The yardsticks (the naive NumPy step, the
-    memory-traffic limits, TensorFlow's and PyTorch's steps) are in the repository's
-    benchmarks/ (docs/performance.md).
+    pass, update, report) and of the update alone, each against its memory-traffic limit:
+    the bytes it must move (every touched row of the table and its slots read and written
+    once, the activation gradients read once, and for the step the activations written once)
+    at the machine's copy bandwidth, measured in the same run before and after the steps.
+    Beside them: the bandwidth, the load (1-minute average) before and after, the unique
+    ids, peak memory and the first-call cost of the numba kernels. --json carries every
+    figure. The other yardsticks (the naive NumPy step, TensorFlow's and PyTorch's steps)
+    are in the repository's benchmarks/ (docs/performance.md).
     """
     from tpuemb_cfg.run.bench import Workload, check_memory, run
 
@@ -131,24 +135,8 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:8.2f} ms"
 
 
-def _mb(count: float) -> str:
-    return f"{count / 1e6:.0f} MB"
-
-
 def _text(r: dict[str, Any]) -> str:
-    lines = [_headline(r, ids=f" (Zipf {r['workload']['zipf']})",
-                       engine=f", {r['threads']} thread(s)")]
-    if "engine_note" in r:
-        lines.append(f"note: {r['engine_note']}")
-    lines += [
-        f"  Executor.step (checks, forward, backward, update, report) {_ms(r['sec_per_step'])}"
-        f"   {r['ids_per_sec'] / 1e6:.1f} M ids/s",
-        f"  update alone (dedup + duplicate sum + row update)          "
-        f"{_ms(r['update_sec_per_step'])}",
-        f"  peak RSS {_mb(r['peak_rss_bytes'])} for {_mb(r['state_bytes'])} of tables and slots "
-        f"({r['peak_rss_over_state']:.2f}x; target 1.3x + 200 MB = "
-        f"{_mb(r['peak_rss_target_bytes'])})",
-        f"  first call: kernels {'compiled' if r['kernels_compiled'] else 'loaded from cache'} "
-        f"in {r['compile_sec']:.2f} s (not in the steps)",
-    ]
-    return "\n".join(lines)
+    from tpuemb_cfg.run.bench import report_lines
+
+    return "\n".join([_headline(r, ids=f" (Zipf {r['workload']['zipf']})",
+                                engine=f", {r['threads']} thread(s)"), *report_lines(r)])

@@ -191,7 +191,8 @@ class Executor:
                         for f in self.plan.features]
         # ``step`` overlaps forward and back-propagation (``fused.forward_backprop``, which
         # computes a ``LocalStorage``'s pending rows) when the compiled step does every table
-        # and there are threads for it; ``overlapped_steps`` counts those steps.
+        # (with one thread the two run one after the other on that route);
+        # ``overlapped_steps`` counts those steps.
         self._overlap = self._live is not None and all(
             route.backward for route in self._routes.values())
         self.overlapped_steps = 0
@@ -356,7 +357,7 @@ class Executor:
         previous = self.last_report
         try:
             computed = None
-            if grads is not None and self._overlap and self._fused.threads() > 1:
+            if grads is not None and self._overlap:
                 activations, dedup, computed = self._forward_backprop(checked.features, grads,
                                                                       source)
             else:
@@ -449,8 +450,9 @@ class Executor:
             for f, c, g in zip(table.features, given.feats, given.gains_list, strict=True):
                 stop = start + c.ids.shape[0]
                 if fused is not None:
-                    activations[f] = fused.lookup(rows, unique, inverse[start:stop], g,
-                                                  c.row_splits)
+                    # By id: the same rows and sums as by ``inverse``, which ran the pass and
+                    # back-propagation after it 2-3x slower (numba_step.lookup).
+                    activations[f] = fused.lookup(rows, c.ids, None, g, c.row_splits)
                 else:
                     activations[f] = self.engine.gather_combine(
                         rows, inverse[start:stop], g, c.row_splits
@@ -578,13 +580,13 @@ class Executor:
             for table in self.plan.tables:
                 record = dedup.tables[table.name]
                 if table.name in fused_grads:
-                    self._kept.keep(table, record.unique_ids if table.lazy else None,
-                                    params=True)
                     assert self._live is not None  # fused tables run on live arrays
-                    squared = update_table(
+                    squared, kept = update_table(
                         self._fused, self._live, table, record, fused_grads[table.name],
                         self._learning_rate(table, rates), UpdateContext(self.step_index, dynamic),
                     )
+                    if kept is not None and not math.isfinite(squared):
+                        self._kept.put(table, kept[0], kept[1:])
                     report = self.last_report.get(table.name)
                     if report is not None:
                         report.rows_updated = record.unique_ids.size if table.lazy else (

@@ -13,7 +13,8 @@ of the change, which is the report's ``update_norm`` without another pass.
 ``Executor.step``, which has the gradients before the forward pass, runs the two halves at once
 (``forward_backprop``): the forward pass of every table on the calling thread, reading each
 occurrence's row by its id (no de-duplication needed), while another thread de-duplicates and
-back-propagates; the update, the only write to the tables, comes after both.
+back-propagates (with one thread, the two in turn); the update, the only write to the tables,
+comes after both.
 """
 
 from __future__ import annotations
@@ -150,12 +151,20 @@ def backprop_tables(
 def update_table(
     fused: CompiledStep, storage: LiveArrays, table: TablePlan, record: Deduplicated, grad: Any,
     lr: np.float32, ctx: UpdateContext,
-) -> float:
+) -> tuple[float, tuple[np.ndarray, ...] | None]:
     """Spec sections 4 and 6 for ``table`` from ``grad`` (its ``backprop_tables`` result), in
     place in the storage's live arrays (every row for a non-lazy table); returns the squared
-    Euclidean norm of the parameters' change."""
-    params, slots = storage.local(table.name, record.unique_ids if table.lazy else None)
-    return numerics.total(fused.update(table, params, slots, record.unique_ids, grad, lr, ctx))
+    Euclidean norm of the parameters' change and, for a lazy table, the touched rows'
+    parameters then slots before the update, as [rows, D] arrays that hold them only for the
+    rows whose change is not finite (the update writes nothing else there; None for a non-lazy
+    table): what a non-finite result is diagnosed from (``kept.KeptRows``)."""
+    rows = record.unique_ids if table.lazy else None
+    params, slots = storage.local(table.name, rows)
+    kept = None if rows is None else tuple(
+        np.empty((rows.shape[0], table.dimension), dtype=F32) for _ in range(1 + len(slots)))
+    squared = numerics.total(fused.update(table, params, slots, record.unique_ids, grad, lr, ctx,
+                                          kept))
+    return squared, kept
 
 
 def forward_backprop(

@@ -16,28 +16,34 @@ of the vocabulary, so popular ids are scattered over the table (about 21,800 uni
   (the engine's ``deduplicate`` and ``backprop_sum``, then ``Executor.apply_row_gradients``);
 - **first call** (``compile_sec``): importing numba and loading (or compiling, when the cache is
   cold: ``kernels_compiled``) every kernel the steps use, apart from the steps;
-- **peak RSS**: the process's high-water mark (``getrusage``), against the tables plus slots.
+- **peak RSS**: the process's high-water mark (``getrusage``), against the tables plus slots;
+- **memory-traffic limits** (:func:`traffic_limit`, the one model of them): the bytes the step
+  and the update must move, divided by the machine's **copy bandwidth** measured in the same
+  run (:func:`copy_bandwidth`: ``np.copyto`` of 64 MiB, best of 7, before and after the steps),
+  so ``step_over_limit`` says how far the step is from what memory allows on this machine;
+- **load**: the 1-minute load average (``os.getloadavg``) before and after, so a figure from a
+  busy machine says so.
 
 Before anything is allocated, :func:`check_memory` refuses (``UsageError``) a workload whose
 estimate (:func:`memory_needed`) would not fit in ``max_memory`` (default: 80% of the memory
 available), naming a ``vocab`` that fits and a ``max_memory`` that admits it.
 
-The yardsticks that say what the figures mean - the naive NumPy step, the memory-traffic limits
-at the machine's copy bandwidth, a fresh process's warm start, the multi-feature step, and
-TensorFlow's and PyTorch's steps - are benchmark machinery, in the repository's ``benchmarks/``
-(``benchmarks/anchor.py`` builds on this module; docs/performance.md).
+The other yardsticks - the naive NumPy step, a fresh process's warm start, the multi-feature
+step, and TensorFlow's and PyTorch's steps - are benchmark machinery, in the repository's
+``benchmarks/`` (``benchmarks/anchor.py`` builds on this module; docs/performance.md).
 """
 
 from __future__ import annotations
 
 import math
+import os
 import resource
 import statistics
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -54,24 +60,34 @@ from tpuemb_cfg.session import prepare
 
 __all__ = [
     "OPTIMIZERS",
+    "PROBE_BYTES",
     "Anchor",
     "BenchResult",
+    "Machine",
+    "TrafficLimit",
     "Workload",
     "anchor",
     "check_memory",
     "check_workload",
     "config_text",
+    "copy_bandwidth",
+    "measured",
     "median_time",
     "memory_needed",
     "peak_rss",
+    "report_lines",
     "run",
     "set_threads",
+    "traffic_limit",
     "warm_up",
     "zipf_ids",
 ]
 
 F32 = np.float32
 LEARNING_RATE = 0.01
+#: Bytes of the copy-bandwidth probe's two arrays (:func:`copy_bandwidth`).
+PROBE_BYTES = 128 << 20
+_T = TypeVar("_T")
 
 # The optimizers the benchmark knows, as configuration text: every one with a TensorFlow sparse
 # CPU kernel (the algorithm table's ``BENCHMARK``).
@@ -93,6 +109,71 @@ class Workload:
     seed: int = 0
 
 
+@dataclass(frozen=True)
+class TrafficLimit:
+    """The bytes one anchor step must move between memory and the processor
+    (:func:`traffic_limit`): the whole step's and the update's."""
+
+    step_bytes: int
+    update_bytes: int
+
+
+def traffic_limit(unique_ids: int, bags: int, dim: int, slots: int) -> TrafficLimit:
+    """The memory-traffic model of one step of a one-id-per-bag feature (``bags`` ids, of which
+    ``unique_ids`` distinct) on a float32 table of dimension ``dim`` with ``slots`` slots.
+
+    The update must read and write every touched row of the table and of each slot once
+    (``2 * unique_ids * row * (1 + slots)``, ``row = 4 * dim`` bytes) and read the activation
+    gradients once (``bags * row``); the whole step also writes the activations once
+    (``bags * row``). Nothing else is counted: the ids, the de-duplication and the summed
+    gradients are small or stay in the caches. Divided by the copy bandwidth, a time no
+    implementation can beat on that machine.
+    """
+    row = 4 * dim
+    update = 2 * unique_ids * row * (1 + slots) + bags * row
+    return TrafficLimit(step_bytes=update + bags * row, update_bytes=update)
+
+
+def copy_bandwidth(nbytes: int = PROBE_BYTES // 2, repeats: int = 7) -> float:
+    """Bytes moved per second by ``np.copyto`` of ``nbytes`` (read + written, so twice
+    ``nbytes`` per copy), the best of ``repeats``: the machine's copy bandwidth, which the
+    memory-traffic limits divide by."""
+    source = np.ones(nbytes // 4, dtype=F32)
+    target = np.empty_like(source)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        np.copyto(target, source)
+        best = min(best, time.perf_counter() - start)
+    return 2 * nbytes / best
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What the figures of a run depend on besides the code: the copy bandwidth measured before
+    and after the steps (bytes per second; the limits use the higher) and the 1-minute load
+    average before and after (``os.getloadavg``; it counts the benchmark's own threads)."""
+
+    bandwidth_before: float
+    bandwidth_after: float
+    load_before: float
+    load_after: float
+
+    @property
+    def bandwidth(self) -> float:
+        return max(self.bandwidth_before, self.bandwidth_after)
+
+
+def measured(fn: Callable[[], _T]) -> tuple[_T, Machine]:
+    """``fn()`` and the :class:`Machine` it ran on: the load and the copy bandwidth measured
+    right before and right after it."""
+    load_before = os.getloadavg()[0]
+    bandwidth_before = copy_bandwidth()
+    result = fn()
+    bandwidth_after = copy_bandwidth()
+    return result, Machine(bandwidth_before, bandwidth_after, load_before, os.getloadavg()[0])
+
+
 @dataclass
 class BenchResult:
     """All figures of one run; ``as_json`` is what ``tpuemb bench --json`` prints."""
@@ -108,11 +189,21 @@ class BenchResult:
     peak_rss_bytes: int
     state_bytes: int
     setup_sec: float
+    limit: TrafficLimit
+    machine: Machine
     engine_note: str | None = None
 
     @property
     def ids_per_sec(self) -> float:
         return self.workload.ids / self.sec_per_step
+
+    @property
+    def limit_sec_per_step(self) -> float:
+        return self.limit.step_bytes / self.machine.bandwidth
+
+    @property
+    def update_limit_sec_per_step(self) -> float:
+        return self.limit.update_bytes / self.machine.bandwidth
 
     def as_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -130,6 +221,17 @@ class BenchResult:
             "threads": self.threads,
             "setup_sec": self.setup_sec,
             "workload": asdict(self.workload),
+            "limit_bytes": self.limit.step_bytes,
+            "update_limit_bytes": self.limit.update_bytes,
+            "limit_sec_per_step": self.limit_sec_per_step,
+            "update_limit_sec_per_step": self.update_limit_sec_per_step,
+            "step_over_limit": self.sec_per_step / self.limit_sec_per_step,
+            "update_over_limit": self.update_sec_per_step / self.update_limit_sec_per_step,
+            "copy_bandwidth_bytes_per_sec": self.machine.bandwidth,
+            "copy_bandwidth_before_bytes_per_sec": self.machine.bandwidth_before,
+            "copy_bandwidth_after_bytes_per_sec": self.machine.bandwidth_after,
+            "load_before": self.machine.load_before,
+            "load_after": self.machine.load_after,
         }
         if self.engine_note:
             out["engine_note"] = self.engine_note
@@ -196,8 +298,9 @@ def memory_needed(workload: Workload, extra_bytes: int = 0) -> int:
     """Estimated peak bytes of :func:`run` for ``workload``: the executor's estimate of the
     anchor table (table, slots, a step's working arrays: ``memory.memory_estimate``), the id
     sampler's float64 CDF and int64 permutation of the vocabulary (16 bytes a row), the
-    ``ids x dim`` float32 gradients, and the timings (a Python float per step); plus
-    ``extra_bytes`` (what a caller measures besides, e.g. ``benchmarks/anchor.py``'s yardsticks)."""
+    ``ids x dim`` float32 gradients, the copy-bandwidth probe (``PROBE_BYTES``) and the timings
+    (a Python float per step); plus ``extra_bytes`` (what a caller measures besides, e.g.
+    ``benchmarks/anchor.py``'s yardsticks)."""
     return _anchor_bytes(workload.vocab, workload) + _fixed_bytes(workload) + extra_bytes
 
 
@@ -208,7 +311,8 @@ def _anchor_bytes(vocab: int, w: Workload) -> int:
 
 
 def _fixed_bytes(w: Workload) -> int:
-    return 4 * w.ids * w.dim + 32 * w.steps  # the gradients; the steps' times: one float each
+    # the gradients, the bandwidth probe, the steps' times (one float each)
+    return 4 * w.ids * w.dim + PROBE_BYTES + 32 * w.steps
 
 
 def check_memory(w: Workload, max_memory: int | None = None, extra_bytes: int = 0) -> None:
@@ -354,14 +458,18 @@ def run(workload: Workload = Workload(), *, engine: str = "numba", threads: int 
     check_memory(w, max_memory)
     name, note, compile_sec, compiled = warm_up(engine, w.optimizer)
     used_threads = set_threads(threads) if name == "numba" else 1
-    a = anchor(w, engine)
-    step_sec = median_time(a.step, w.steps)
-    update_sec = median_time(a.update, w.steps)
+
+    def timed() -> tuple[Anchor, float, float]:
+        a = anchor(w, engine)
+        return a, median_time(a.step, w.steps), median_time(a.update, w.steps)
+
+    (a, step_sec, update_sec), machine = measured(timed)
+    unique_ids = int(np.unique(a.ids).shape[0])
     return BenchResult(
         engine=name,
         workload=w,
         threads=used_threads,
-        unique_ids=int(np.unique(a.ids).shape[0]),
+        unique_ids=unique_ids,
         sec_per_step=step_sec,
         update_sec_per_step=update_sec,
         compile_sec=compile_sec,
@@ -369,5 +477,46 @@ def run(workload: Workload = Workload(), *, engine: str = "numba", threads: int 
         peak_rss_bytes=peak_rss(),
         state_bytes=a.executor.plan.state_bytes(),
         setup_sec=a.setup_sec,
+        limit=traffic_limit(unique_ids, w.ids, w.dim, len(a.slots)),
+        machine=machine,
         engine_note=note,
     )
+
+
+# ------------------------------------------------------------------------------------------------
+# The report
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:8.2f} ms"
+
+
+def _mb(count: float) -> str:
+    return f"{count / 1e6:.0f} MB"
+
+
+def report_lines(r: dict[str, Any]) -> list[str]:
+    """The figures of :meth:`BenchResult.as_json` ``r``, one a line, each timed figure beside
+    its memory-traffic limit, then the machine they were measured on (copy bandwidth, load)."""
+    lines = [f"note: {r['engine_note']}"] if "engine_note" in r else []
+    return lines + [
+        f"  Executor.step (checks, forward, backward, update, report) {_ms(r['sec_per_step'])}"
+        f"   {r['ids_per_sec'] / 1e6:.1f} M ids/s; {r['step_over_limit']:.1f}x its "
+        "memory-traffic limit",
+        f"  update alone (dedup + duplicate sum + row update)          "
+        f"{_ms(r['update_sec_per_step'])}   {r['update_over_limit']:.1f}x its limit",
+        f"  memory-traffic limit of the step                           "
+        f"{_ms(r['limit_sec_per_step'])}   {_mb(r['limit_bytes'])} at "
+        f"{r['copy_bandwidth_bytes_per_sec'] / 1e9:.1f} GB/s copy bandwidth",
+        f"  memory-traffic limit of the update                         "
+        f"{_ms(r['update_limit_sec_per_step'])}   {_mb(r['update_limit_bytes'])}",
+        f"  machine: copy bandwidth {r['copy_bandwidth_before_bytes_per_sec'] / 1e9:.1f} GB/s "
+        f"before the steps, {r['copy_bandwidth_after_bytes_per_sec'] / 1e9:.1f} after (the "
+        f"limits use the higher); load {r['load_before']:.2f} before, {r['load_after']:.2f} "
+        "after (1-minute average)",
+        f"  peak RSS {_mb(r['peak_rss_bytes'])} for {_mb(r['state_bytes'])} of tables and slots "
+        f"({r['peak_rss_over_state']:.2f}x; target 1.3x + 200 MB = "
+        f"{_mb(r['peak_rss_target_bytes'])})",
+        f"  first call: kernels {'compiled' if r['kernels_compiled'] else 'loaded from cache'} "
+        f"in {r['compile_sec']:.2f} s (not in the steps)",
+    ]

@@ -8,8 +8,6 @@ Every executor kernel module imports ``njit`` from here, never from numba direct
   over ``threads()`` threads, numba's thread count, so ``NUMBA_NUM_THREADS`` and
   ``numba.set_num_threads`` still choose it.
 - ``prefetch(array, row)``: an LLVM prefetch of a row, for kernels reading scattered rows.
-- ``prefetch_once(array, row)``: the same for a row read once (a streaming pass), which should
-  not displace what the larger caches hold.
 - ``popcount(word)``: the bits set in a ``uint64`` (the bitmap de-duplication).
 - ``stream_row(out, row, values)`` and ``store_fence()``: streaming (non-temporal) stores of a
   whole row, for kernels writing a large output nobody reads in the same pass (the forward
@@ -33,7 +31,7 @@ from tpuemb_cfg.base.jit import cache_dir, njit, threads
 
 __all__ = [
     "STREAMING", "STREAM_LANES", "bits_float", "cache_dir", "float_bits", "njit", "popcount",
-    "prefetch", "prefetch_once", "store_fence", "stream_row", "threads",
+    "prefetch", "store_fence", "stream_row", "threads",
 ]
 
 
@@ -52,9 +50,19 @@ def _row_pointer(context: Any, builder: Any, array_type: Any, array: Any, row: A
     return pointer, shape
 
 
-def _prefetch_codegen(locality: int) -> Callable[..., Any]:
-    """LLVM's ``prefetch`` of the first four cache lines (256 bytes) of ``array[row]``, for
-    reading, with temporal ``locality`` (3: keep in every cache level; 0: used once)."""
+@intrinsic
+def _prefetch(typingctx: Any, array: Any, row: Any) -> Any:
+    """Ask the CPU to start loading the first four cache lines (256 bytes) of ``array[row]`` (a
+    C-contiguous 2-D array) into its caches, without waiting (LLVM's ``prefetch`` for reading,
+    kept in every cache level, which never faults; no effect on results).
+
+    Kernels that read rows at scattered positions (a table's touched rows) issue it a few rows
+    ahead, so the memory latency of the next rows overlaps the work on this one instead of
+    stalling it: the hardware prefetcher only follows sequential addresses. (Rows read in
+    increasing order need none: a non-temporal prefetch of the gradient rows back-propagation
+    reads in order, ``prefetchnta``, made that pass twice as slow on an Intel Xeon,
+    ``docs/performance.md``.)
+    """
 
     def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
         pointer, _ = _row_pointer(context, builder, sig.args[0], args[0], args[1])
@@ -65,39 +73,16 @@ def _prefetch_codegen(locality: int) -> Callable[..., Any]:
             "llvm.prefetch.p0i8",
         )
         address = builder.bitcast(pointer, byte)
-        for offset in (0, 64, 128, 192):  # read, the locality asked for, data cache
+        for offset in (0, 64, 128, 192):  # read, every cache level, data cache
             line = builder.gep(address, [i32(offset)])
-            builder.call(function, [line, i32(0), i32(locality), i32(1)])
+            builder.call(function, [line, i32(0), i32(3), i32(1)])
         return context.get_dummy_value()
 
-    return codegen
-
-
-@intrinsic
-def _prefetch_once(typingctx: Any, array: Any, row: Any) -> Any:
-    """As ``_prefetch``, for a row read once (``prefetchnta`` on x86-64): it is brought close to
-    the core without displacing what the larger caches hold, such as a sum the same pass
-    writes and the next pass reads."""
-    return types.void(array, types.intp), _prefetch_codegen(0)
-
-
-@intrinsic
-def _prefetch(typingctx: Any, array: Any, row: Any) -> Any:
-    """Ask the CPU to start loading the first four cache lines (256 bytes) of ``array[row]`` (a
-    C-contiguous 2-D array) into its caches, without waiting (LLVM's ``prefetch``, which never
-    faults; no effect on results).
-
-    Kernels that read rows at scattered positions (a table's touched rows) issue it a few rows
-    ahead, so the memory latency of the next rows overlaps the work on this one instead of
-    stalling it: the hardware prefetcher only follows sequential addresses.
-    """
-    return types.void(array, types.intp), _prefetch_codegen(3)
+    return types.void(array, types.intp), codegen
 
 
 #: ``prefetch(array, row)`` in compiled code (``_prefetch``).
 prefetch = cast(Callable[[Any, Any], None], _prefetch)
-#: ``prefetch_once(array, row)`` in compiled code (``_prefetch_once``).
-prefetch_once = cast(Callable[[Any, Any], None], _prefetch_once)
 
 
 #: Whether ``stream_row`` and ``store_fence`` may be used: on x86-64, where LLVM turns an aligned

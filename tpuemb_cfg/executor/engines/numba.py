@@ -228,12 +228,14 @@ def _hyper(table: TablePlan, ctx: UpdateContext | None) -> tuple[float, ...]:
 def fused_update(
     table: TablePlan, params: np.ndarray, slots: tuple[np.ndarray, ...], rows: np.ndarray,
     grad: np.ndarray | Occurrences, lr: np.float32, ctx: UpdateContext | None = None,
+    kept: tuple[np.ndarray, ...] | None = None,
 ) -> np.ndarray:
     """Spec 6.1-6.4 on ``rows`` of ``table`` (every row, the others with a zero gradient, when
     the table is not lazy), in place; returns per updated row the squared length of its
     parameters' change (``numerics.row_sumsq``; ``numerics.total`` of it is the squared update
     norm). ``grad``: the rows' summed gradient, or their ``Occurrences`` (spec section 4 fused
-    in)."""
+    in). ``kept``: a lazy table's arrays receiving the values before the update of the rows
+    whose change is not finite (``numba_update.update``)."""
     g_lo, g_hi = _bounds(table.clip_gradients)
     w_lo, w_hi = _bounds(table.clip_weights)
     lr = F32(lr)
@@ -241,7 +243,7 @@ def fused_update(
     kind = kind_of(table.optimizer.name, table.hyper)
     return update(
         kind, params, slots, rows, grad, lr, (g_lo, g_hi, w_lo, w_hi),
-        F32(decay), bool(table.weight_decay != 0), _hyper(table, ctx), not table.lazy,
+        F32(decay), bool(table.weight_decay != 0), _hyper(table, ctx), not table.lazy, kept,
     )
 
 

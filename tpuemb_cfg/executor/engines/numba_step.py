@@ -54,7 +54,6 @@ from .jit import (
     njit,
     popcount,
     prefetch,
-    prefetch_once,
     store_fence,
     stream_row,
 )
@@ -66,7 +65,6 @@ F32 = np.float32
 _ZERO = np.float32(0.0)
 _EMPTY = np.int64(-1)
 _AHEAD = 8  # rows or bags: how far ahead scattered rows are prefetched
-_AHEAD_ONCE = 16  # gradient rows read once: how far ahead they are prefetched
 # ``deduplicate``: a bitmap (1 bit per possible id) when the ids are below this many per id of
 # the batch; its 32 bytes per id at most are the hash table's size (2n to 4n slots of 16 bytes)
 _BITMAP_IDS_PER_ID = 256
@@ -376,8 +374,6 @@ def _backprop(
     for j in range(count):
         if j + _AHEAD < count:  # the sums are scattered; ``sample`` only increases
             prefetch(out, inverse[j + _AHEAD])
-        if j + _AHEAD_ONCE < count:
-            prefetch_once(d_activations, sample[j + _AHEAD_ONCE])
         u = inverse[j]
         g = gains[j]
         b = sample[j]
