@@ -310,6 +310,47 @@ def test_ctrl_c_mid_multi_worker_run_writes_nothing(work: Path,
             words=("tpuemb: interrupted",))
 
 
+def test_ctrl_c_inside_a_compiled_call_is_an_interrupt(work: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A signal whose handler raises while numba's dispatcher calls back into Python comes out
+    as ``SystemError: ... returned a result with an exception set`` caused by the
+    ``KeyboardInterrupt`` (seen once in the real command below): still 130 and one line."""
+    def interrupted(self: MultiWorkerRun, worker: int) -> None:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as exc:
+            raise SystemError("CPUDispatcher(<function deduplicate>) returned a result with an "
+                              "exception set") from exc
+
+    monkeypatch.setattr(MultiWorkerRun, "_start", interrupted)
+    refused(work, "simulate", "c.pbtxt", "--workers", "2", "--out-dir", "o", code=130,
+            words=("tpuemb: interrupted",))
+
+
+def test_a_system_error_not_caused_by_a_signal_is_not_an_interrupt(
+        work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    from tpuemb_cfg.base.interrupt import wrapped
+    from tpuemb_cfg.cli import main
+
+    def broken(self: MultiWorkerRun, worker: int) -> None:
+        raise SystemError("a real bug")
+
+    monkeypatch.setattr(MultiWorkerRun, "_start", broken)
+    result = CliRunner().invoke(main, ["simulate", "c.pbtxt", "--workers", "2", "--out-dir", "o"])
+    assert isinstance(result.exception, SystemError), result.output  # a bug stays a bug
+    looped = SystemError("a cycle")
+    looped.__context__ = ValueError("inner")
+    looped.__context__.__context__ = looped
+    assert wrapped(looped) is None
+    cause = KeyboardInterrupt()
+    chained = SystemError("outer")
+    chained.__cause__ = RuntimeError("middle")
+    chained.__cause__.__context__ = cause
+    assert wrapped(chained) is cause
+
+
 def test_ctrl_c_of_the_real_command_mid_run(tmp_path: Path) -> None:
     """A real SIGINT while `tpuemb simulate` runs: 130, one line, no partial output; the
     checkpoints it wrote are complete."""

@@ -138,6 +138,11 @@ class LazyGroup(click.Group):
             raise
         except KeyboardInterrupt as exc:
             _interrupted(exc)
+        except SystemError as exc:  # a signal raised inside C code calling back into Python
+            interrupt = _interrupt.wrapped(exc)
+            if interrupt is None:
+                raise
+            _interrupted(interrupt)
         except MemoryError as exc:  # the estimates refuse first; this is what they missed
             click.echo(f"tpuemb: out of memory ({str(exc) or 'MemoryError'}); reduce the sizes "
                        "(vocabulary_size, dimension, --workers, --vocab) or free memory and run "
@@ -176,6 +181,11 @@ class LazyGroup(click.Group):
                 return result
         except KeyboardInterrupt as exc:
             _interrupted(exc)
+        except SystemError as exc:
+            interrupt = _interrupt.wrapped(exc)
+            if interrupt is None:
+                raise
+            _interrupted(interrupt)
         except _streams.StreamError as exc:  # a usage message, or the final flush
             _stream_failed(exc, self._process)
         finally:

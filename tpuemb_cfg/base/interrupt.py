@@ -116,6 +116,21 @@ def received(exc: KeyboardInterrupt) -> int:
     return _received if _received is not None else SIGINT
 
 
+def wrapped(exc: BaseException) -> KeyboardInterrupt | None:
+    """The ``KeyboardInterrupt`` that ``exc`` stands for, if any: a signal whose handler raises
+    while C code is calling back into Python (numba's dispatcher loading a kernel, for one)
+    comes out as ``SystemError: ... returned a result with an exception set`` with the
+    ``KeyboardInterrupt`` as its cause; such an error is the signal, not a bug."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, KeyboardInterrupt):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
 class deferred:  # noqa: N801 - used as ``with deferred():``, like a function
     """A section a signal must not cut in half (a temporary file created but not yet registered
     for removal; a set of renames): :func:`raise_once` records a signal that arrives inside it
