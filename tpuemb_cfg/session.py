@@ -284,7 +284,7 @@ def open_plan(source: Any, ids: str | Sequence[str], *, options: Any = None,
     if kind == "sparsecore" and isinstance(source, str | os.PathLike):
         from .embedding.sparsecore import load_sparsecore_spec
 
-        config = load_sparsecore_spec(os.fspath(source)).config
+        config = load_sparsecore_spec(os.fspath(source), legacy=False).config
         schema = sparsecore_schema(config)
     elif kind == "sparsecore":
         config = source

@@ -444,7 +444,7 @@ def fix_sparsecore_spec(path: str | os.PathLike[str]) -> SpecFix:
     from tpuemb_cfg.embedding.sparsecore import load_sparsecore_spec
 
     name = os.fspath(path)
-    config = load_sparsecore_spec(name).config
+    config = load_sparsecore_spec(name, legacy=False).config
     with open(name, "rb") as handle:
         data = handle.read()
     try:

@@ -617,7 +617,7 @@ def _refuse_repeated(specs: list[Any]) -> None:
         names.add(name if isinstance(name, str) else None)
 
 
-def _convert(namespace: Mapping[str, Any], provenance: Provenance
+def _convert(namespace: Mapping[str, Any], provenance: Provenance, legacy: bool
              ) -> tuple[SparseCoreConfig, CompiledConfig | None]:
 
     jax = "feature_specs" in namespace
@@ -645,7 +645,7 @@ def _convert(namespace: Mapping[str, Any], provenance: Provenance
                                    provenance=provenance,
                                    per_replica_input_shapes=namespace.get(
                                        "per_replica_input_shapes"))
-    return config, _legacy(namespace, topology)
+    return config, _legacy(namespace, topology) if legacy else None
 
 
 def _culprit(message: str, assigned: Mapping[str, int]) -> str:
@@ -661,7 +661,8 @@ def _culprit(message: str, assigned: Mapping[str, int]) -> str:
     return features
 
 
-def load_sparsecore_spec(path: Any, *, keras_backend: str | None = None) -> SparseCoreSpec:
+def load_sparsecore_spec(path: Any, *, keras_backend: str | None = None,
+                         legacy: bool = True) -> SparseCoreSpec:
     """Run the SparseCore spec ``path`` and convert what it defines (docs/sparsecore/apis.md):
 
     - TensorFlow: ``feature_config``, optional ``optimizer``, ``sparse_core_config`` (a
@@ -674,6 +675,9 @@ def load_sparsecore_spec(path: Any, *, keras_backend: str | None = None) -> Spar
       ``num_sc_per_device``), optional ``activation_mem_bytes_limit``,
       ``use_short_stack_names``, ``stack_to_max_ids_per_partition``,
       ``stack_to_max_unique_ids_per_partition``.
+
+    ``legacy=False`` leaves :attr:`SparseCoreSpec.compiled` None (for a caller that needs only
+    the SparseCore configuration, such as ``tpuemb plan``: the protobuf message is not loaded).
 
     Raises :class:`~tpuemb_cfg.base.errors.InputError` with the spec's path and the line of the
     setting at fault (or of the features) when the spec cannot be run or converted."""
@@ -695,7 +699,7 @@ def load_sparsecore_spec(path: Any, *, keras_backend: str | None = None) -> Spar
 
     try:
         with origins.deriving(sites), using_keras_backend(keras_backend, "keras_backend"):
-            config, compiled = _convert(namespace, provenance)
+            config, compiled = _convert(namespace, provenance, legacy)
         _call_limits(config)
     except (ValueError, TypeError) as exc:
         message = " ".join(str(exc).split())

@@ -19,17 +19,17 @@ from typing import TYPE_CHECKING
 from tpuemb_cfg.base.lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from .batch import FeatureInput
     from .core import Executor
     from .options import Placement, RunOptions
     from .plan import COMBINERS, parse_combiners
     from .records import DeduplicationData, Partial, TableDeduplication, TableReport
+    from .replay_keys import FeatureInput
     from .storage import LocalStorage, Storage
 
 # Public name -> the module that defines it, loaded on first use (PEP 562): importing a light
 # submodule (``executor.prepared``) does not load NumPy and the engines.
 _LAZY = {
-    "FeatureInput": "batch",
+    "FeatureInput": "replay_keys",
     "DeduplicationData": "records", "Executor": "core", "Partial": "records",
     "TableDeduplication": "records", "TableReport": "records",
     "COMBINERS": "plan", "parse_combiners": "plan",

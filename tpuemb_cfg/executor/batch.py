@@ -15,6 +15,7 @@ import numpy as np
 from tpuemb_cfg.base.errors import InputError
 
 from .plan import FeaturePlan, Plan, TablePlan
+from .replay_keys import FeatureInput
 
 __all__ = [
     "CheckedFeature",
@@ -28,21 +29,6 @@ __all__ = [
 ]
 
 F32 = np.float32
-
-
-@dataclass(frozen=True)
-class FeatureInput:
-    """One feature's arrays for one step (the replay contract's ``s{step}/f{f}/...`` keys).
-
-    ``ids`` int [nnz]; ``row_splits`` int [batch + 1] (None: one id per sample); ``weights``
-    float [nnz] (None: 1.0); ``grad`` float [batch, dim], the loss gradient with respect to the
-    feature's activation (needed by ``Executor.step`` only).
-    """
-
-    ids: Any
-    row_splits: Any = None
-    weights: Any = None
-    grad: Any = None
 
 
 @dataclass(frozen=True)

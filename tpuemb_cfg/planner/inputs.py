@@ -13,8 +13,9 @@ Formats (chosen by extension, :data:`FORMATS`):
 - **replay ``B.npz``** (``.npz``): the replay contract's ``s{s}/f{f}/ids``, ``row_splits`` and
   ``weights``; ``grad`` and ``learning_rates`` are allowed and never decompressed. The keys and
   every member's header are checked when the file is opened (``npzio.NpzMembers``,
-  ``executor.replay.parse_steps``: unexpected keys, gaps, a step that skips a feature), then one
-  step is read at a time. For a SparseCore configuration ``f{i}`` is the spec's ``i``-th feature.
+  ``executor.replay_keys.parse_steps``: unexpected keys, gaps, a step that skips a feature),
+  then one step is read at a time. For a SparseCore configuration ``f{i}`` is the spec's ``i``-th
+  feature.
 - **Parquet** (``.parquet``, ``.pq``; pyarrow, the optional extra ``[plan]``): one column per
   configured feature, named as the feature, of type ``list<integer>`` (a bag per row) or
   ``integer`` (one id per row); a null is an empty bag. Read a record batch at a time
@@ -65,7 +66,7 @@ from tpuemb_cfg.base.units import format_size
 from tpuemb_cfg.formats.limits import default_memory_limit
 from tpuemb_cfg.formats.npzio import NpzMembers, check_total
 
-from ..executor.replay import feature_of, parse_steps
+from ..executor.replay_keys import feature_of, parse_steps
 from .parquet import bad_column, row_group_bytes, row_group_place
 from .samples import (
     FeatureBatch,
@@ -429,7 +430,6 @@ def _probe_parquet(paths: Sequence[str], schema: SampleSchema) -> tuple[str, int
 def _parquet_column(column: Any, feature: SampleFeature, path: str,
                     first_row: int) -> FeatureBatch:
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     where = f"column {feature.name}"
     listed = pa.types.is_list(column.type) or pa.types.is_large_list(column.type)
@@ -442,6 +442,8 @@ def _parquet_column(column: Any, feature: SampleFeature, path: str,
         splits = offsets.astype(np.int64) - first if first or offsets.dtype != np.int64 \
             else offsets
     elif listed:
+        import pyarrow.compute as pc  # 30-50 ms to import: only a sample with null bags needs it
+
         lengths = pc.fill_null(pc.list_value_length(column), 0).to_numpy(zero_copy_only=False)
         flat = column.flatten()
     else:

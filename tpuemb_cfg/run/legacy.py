@@ -10,7 +10,8 @@ from typing import Any
 from tpuemb_cfg.base.errors import UsageError
 from tpuemb_cfg.executor.core import CHECKPOINT_REMEDY
 from tpuemb_cfg.executor.engines import get_engine
-from tpuemb_cfg.executor.replay import parse_steps, replay, require_replay_memory
+from tpuemb_cfg.executor.replay import replay, require_replay_memory
+from tpuemb_cfg.executor.replay_keys import parse_steps
 from tpuemb_cfg.formats.limits import available_memory
 from tpuemb_cfg.formats.npzio import read_npz
 from tpuemb_cfg.run.base import Progress, Run, RunResult

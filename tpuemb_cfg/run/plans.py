@@ -12,7 +12,7 @@ from typing import Any
 
 from tpuemb_cfg.executor.engines import get_engine
 from tpuemb_cfg.executor.memory import RunShape, replay_estimate, step_ids
-from tpuemb_cfg.executor.replay import parse_steps
+from tpuemb_cfg.executor.replay_keys import parse_steps
 from tpuemb_cfg.formats.limits import default_memory_limit
 from tpuemb_cfg.run.files import Anchored, npz_headers
 from tpuemb_cfg.run.request import RunRequest

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from tpuemb_cfg.executor.replay import parse_steps
+from tpuemb_cfg.executor.replay_keys import parse_steps
 from tpuemb_cfg.formats.limits import available_memory
 from tpuemb_cfg.formats.npzio import read_npz
 from tpuemb_cfg.run.base import Progress, Run, RunResult
