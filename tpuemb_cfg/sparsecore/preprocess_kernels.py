@@ -69,6 +69,7 @@ from tpuemb_cfg.sparsecore.preprocess_stack import (
     _shaped,
     _Sizes,
     _Stats,
+    _zeros,
 )
 from tpuemb_cfg.sparsecore.results import PreprocessedStack
 from tpuemb_cfg.sparsecore.stacking import FeatureSlot, Stack
@@ -275,8 +276,8 @@ def _merge_direct_core(c: int, values: Any, splits: Any, weights: Any, feat: Any
                        shift_n: int, combiner: int, unit: bool, bits: int, sample_bits: int,
                        column_bits: int, core_start: Any, dropping: bool, max_ids: int,
                        max_unique: int, key: Any, spare: Any, sample: Any, gain: Any, seg: Any,
-                       capacity: int, write_csr: bool, csr: Any, lost: Any, entries: Any,
-                       distinct: Any, kept: Any, limit_drops: Any) -> None:
+                       capacity: int, write_csr: bool, csr: Any, lost: Any, dropped: Any,
+                       entries: Any, distinct: Any, kept: Any, limit_drops: Any) -> None:
     """Steps 1-4 for SparseCore ``c`` without minibatching, in one pass after the sort: its
     runs are laid out one after the other in its own ``capacity`` slots, so whether an entry
     is written is known when it opens (it is kept while its rank and distinct rank are within
@@ -289,13 +290,14 @@ def _merge_direct_core(c: int, values: Any, splits: Any, weights: Any, feat: Any
     nan = np.float32(np.nan)
     pad = np.int32(_INT32_MAX)
     embedding_ids, sample_ids, gains, valid, padded = csr
-    start = core_start[c]
+    start = 0  # the scratch arrays hold this SparseCore's ids only
     count = _sort_core(c, values, splits, weights, feat, n, shift_n, combiner, unit, bits,
                        sample_bits, column_bits, start, key, spare, sample, gain, seg)
     sample_mask = (np.int64(1) << sample_bits) - 1
     first_slot = c * capacity
     begin = 0  # the run's first slot within the SparseCore's segment
     drops = 0
+    any_lost = False
     for p in range(n):
         room = capacity - begin
         opened, unique, keep = 0, 0, 0
@@ -324,7 +326,8 @@ def _merge_direct_core(c: int, values: Any, splits: Any, weights: Any, feat: Any
                 prev_column, prev_sample = column, s
                 total = g
             drops += not kept_now
-            lost[start + local] = not written_now
+            lost[local] = not written_now
+            any_lost |= not written_now
         if written_now and write_csr:
             at = first_slot + begin + opened - 1
             embedding_ids[at] = prev_column
@@ -343,6 +346,8 @@ def _merge_direct_core(c: int, values: Any, splits: Any, weights: Any, feat: Any
                 padded[i] = True
         begin += (keep + 7) // 8 * 8
     limit_drops[c] = drops
+    if any_lost:  # else its flags stay the zeros they were allocated as
+        _flags(c, c + 1, splits, feat, core_start - core_start[c], lost, dropped)
 
 
 @njit(nogil=True, cache=True, error_model="numpy")
@@ -371,13 +376,22 @@ def _sort_merge(lo: int, hi: int, values: Any, splits: Any, weights: Any,
     """Steps 1-3 for the local SparseCores ``lo .. hi - 1`` (module docstring); the merged
     entries of SparseCore ``c`` from ``core_start[c]``, run after run; with ``direct`` (no
     minibatching) step 4 too, without the merged entries (:func:`_merge_direct_core`)."""
-    for c in range(lo, hi):
-        if direct:
+    if direct:  # scratch for one SparseCore at a time, reused (it stays in cache)
+        most = 0
+        for c in range(lo, hi):
+            most = max(most, core_start[c + 1] - core_start[c])
+        key_c, spare_c, lost_c = np.empty(most, np.int64), np.empty(most, np.int64), \
+            np.empty(most, np.bool_)
+        sample_c = np.empty(0 if sample_bits else most, np.int32)
+        gain_c = np.empty(0 if unit else most, np.float32)
+        for c in range(lo, hi):
             _merge_direct_core(c, values, splits, weights, feat, n, shift_n, combiner, unit,
                                bits, sample_bits, column_bits, core_start, dropping, max_ids,
-                               max_unique, key, spare, sample, gain, seg, capacity, write_csr,
-                               csr, lost, entries, distinct, kept, limit_drops)
-            continue
+                               max_unique, key_c, spare_c, sample_c, gain_c, seg, capacity,
+                               write_csr, csr, lost_c, lost, entries, distinct, kept,
+                               limit_drops)
+        return
+    for c in range(lo, hi):
         _merge_core(c, values, splits, weights, feat, n, shift_n, combiner, unit, bits,
                     sample_bits, column_bits, core_start, dropping, max_ids, max_unique, key,
                     spare, sample, gain, m_column, m_sample, m_gain, m_count, m_new, seg,
@@ -467,7 +481,7 @@ class Compiled:
     kept: IntArray
     limit_drops: IntArray
     #: without minibatching: the CSR arrays already written (flat; empty without ``csr``) and
-    #: each raw id's drop flag by local position (:func:`_merge_direct_core`); else None
+    #: each raw id's drop flag in input order (:func:`_merge_direct_core`); else None
     direct: tuple[tuple[npt.NDArray[Any], ...], BoolArray] | None = None
 
     def finish(self, stack: Stack, slots: Sequence[FeatureSlot],
@@ -481,13 +495,8 @@ class Compiled:
         written = _room(kept, sizes.coo_size // opts.sparse_cores, opts)
         drops += int(kept.sum() - written.sum())
         pointers, base = _layout(written, sizes.coo_size, opts)
-        if self.direct is not None:
-            arrays, lost = self.direct
-            ids = self.key.shape[0]
-            dropped = np.empty(ids, bool) if drops else np.zeros(ids, bool)
-            if drops:
-                each_chunk(self.entries.shape[0], lambda lo, hi: _flags(
-                    lo, hi, self.splits, self.feat, self.core_start, lost, dropped))
+        if self.direct is not None:  # the kernels wrote the drop flags already
+            arrays, dropped = self.direct
             out = _shaped(pointers, *arrays, opts=opts) if csr else _no_csr(opts)
             return _result(stack, sizes, stats, drops, out,
                            _per_feature(dropped, slots, inputs))
@@ -567,23 +576,25 @@ def sort_merge(stack: Stack, slots: Sequence[FeatureSlot], inputs: Mapping[str, 
     total = values.shape[0]
     direct = not opts.minibatching
     merged = 0 if direct else total  # the merged entries' arrays, for _fill or merged()
-    out = Compiled(splits, feat, core_start, bits, np.empty(total, np.int64),
+    out = Compiled(splits, feat, core_start, bits, np.empty(merged, np.int64),
                    np.zeros((cores, n), np.int64), np.zeros((cores, n), np.int64),
                    np.empty(merged, np.int32), np.empty(merged, np.int32),
                    np.empty(merged, np.float32), np.empty(merged, np.int32),
                    np.empty(merged, bool), np.zeros((cores, n), np.int64),
                    np.zeros((cores, n), np.int64), np.zeros((cores, n), np.int64),
                    np.zeros(cores, np.int64))
-    if direct:
+    if direct:  # the drop flags zero but where the kernels drop (their pages faulted only there)
         out.direct = (_csr_zeros(opts.local_devices * sizes.coo_size if csr else 0),
-                      np.empty(total, bool))
+                      _zeros(total, np.bool_))
     arrays, lost = out.direct if out.direct is not None else (_csr_zeros(0), np.empty(0, bool))
     combiner = _COMBINER[stack.combiner]
     unit = combiner == 0 and weights.shape[0] == 0
+    scratch = 0 if direct else total  # without minibatching each chunk has its own
     args = (values, splits, weights, feat, n, shift_n, combiner, unit, bits, sample_bits,
             column_bits, core_start, opts.allow_id_dropping, sizes.max_ids, sizes.max_unique,
-            out.key, np.empty(total, np.int64), np.empty(0 if sample_bits else total, np.int32),
-            np.empty(0 if unit else total, np.float32), out.m_column, out.m_sample, out.m_gain,
+            out.key, np.empty(scratch, np.int64),
+            np.empty(0 if sample_bits else scratch, np.int32),
+            np.empty(0 if unit else scratch, np.float32), out.m_column, out.m_sample, out.m_gain,
             out.m_count, out.m_new, out.seg, out.m_start, out.entries, out.distinct, out.kept,
             out.limit_drops, direct, sizes.coo_size // opts.sparse_cores, csr, arrays, lost)
     each_chunk(cores, lambda lo, hi: _sort_merge(lo, hi, *args))
