@@ -41,7 +41,7 @@ The limit check, the buffer room of each run (``preprocess_stack._room``) and th
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -565,12 +565,16 @@ def sort_merge(stack: Stack, slots: Sequence[FeatureSlot], inputs: Mapping[str, 
     bits = max(1, int(per_core_ids.max(initial=1) - 1).bit_length())
     column_bits = max(1, top_column.bit_length())
     shift_n = n.bit_length() - 1
-    if bits + column_bits > _KEY_BITS:
-        return _merge(_entries(stack, slots, inputs, opts), n)
+    if bits + column_bits > _KEY_BITS:  # the NumPy code, on int64 ids
+        wide = {slot.name: replace(inputs[slot.name],
+                                   values=inputs[slot.name].values.astype(np.int64))
+                for slot in slots}
+        return _merge(_entries(stack, slots, wide, opts), n)
     sample_bits = max(1, samples_at - 1).bit_length()  # samples in the key when they fit
     if bits + sample_bits + column_bits > _KEY_BITS or not _PACK_SAMPLES:
         sample_bits = 0
-    values = _joined([f.values for f in features], np.int64)
+    narrow = all(f.values.dtype == np.int32 for f in features)  # compiled for int32 and int64
+    values = _joined([f.values for f in features], np.int32 if narrow else np.int64)
     splits = _joined([f.row_splits for f in features], np.int64)
     weights = _joined([f.weights for f in features if f.weights is not None], np.float32)
     total = values.shape[0]

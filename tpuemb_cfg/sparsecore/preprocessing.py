@@ -193,11 +193,11 @@ def preprocess(  # noqa: PLR0913 - the issue's signature, mirroring jax-tpu-embe
             f"{opts.local_devices} < global_devices {opts.global_devices}): the hosts agree on "
             "the minibatches through jax-tpu-embedding's all_reduce_interface, which tpuemb "
             "does not model; preprocess one host's whole slice, or without minibatching")
-    inputs = _read_features(stacking, features, weights)
+    kernels = _kernels(engine)
+    inputs = _read_features(stacking, features, weights, int32=kernels is not None)
     # Every stack's buffer is sized before any id is looked at, as jax-tpu-embedding does (a
     # bad suggestion is reported even when another stack's limits would fail too).
     sizes = {stack.name: _check_stack(stack, opts) for stack in stacking.stacks}
-    kernels = _kernels(engine)
     counted = {stack.name: _count(stack, stacking.features_of(stack.name), inputs, opts,
                                   sizes[stack.name], kernels, csr)
                for stack in stacking.stacks}
