@@ -107,55 +107,20 @@ def _denominator(weights: Any, has_w: bool, w_at: int, a: int, b: int, combiner:
 
 
 @njit(nogil=True, cache=True, error_model="numpy")
-def _sort_segment(src: Any, dst: Any, lo: int, hi: int, shift: int, key_bits: int) -> None:
-    """``src[lo:hi]`` sorted into ``dst[lo:hi]`` by bits ``shift .. shift + key_bits - 1`` of
-    each value, stably (``src`` is scratch afterwards): insertion sort when short (the values
-    are distinct and their low bits ascend, so sorting whole values is the stable order), else
-    least-significant-digit radix passes whose number suits the length (all digits' counts in
-    one pass; a digit all values share is skipped)."""
-    size = hi - lo
-    if size <= 24:
-        for i in range(lo, hi):
-            value = src[i]
-            j = i
-            while j > lo and dst[j - 1] > value:
-                dst[j] = dst[j - 1]
-                j -= 1
-            dst[j] = value
-        return
-    # The number of passes with the least work: each pass moves ``size`` values (reading and
-    # writing each: weight 6) and allocates, clears, scans and sums 2^width counts (weight 4).
+def _digits(size: int, key_bits: int) -> tuple[int, int]:
+    """The (passes, width) of a least-significant-digit radix sort of ``size`` values by
+    ``key_bits`` bits with the least work: each pass moves ``size`` values (reading and
+    writing each: weight 6) and clears, scans and sums ``2^width`` counts (weight 4); at most
+    2^11 counts a digit (they stay in the first-level cache)."""
     passes, best = 1, -1
     for p in range(1, key_bits + 1):
         w = (key_bits + p - 1) // p
-        if w > 16:
+        if w > 11:
             continue
         cost = p * (6 * size + 4 * (1 << w))
         if best < 0 or cost < best:
             passes, best = p, cost
-    width = (key_bits + passes - 1) // passes
-    buckets = np.int64(1) << width
-    mask = buckets - 1
-    counts = np.zeros((passes, buckets), np.int64)
-    for i in range(lo, hi):
-        value = src[i] >> shift
-        for d in range(passes):
-            counts[d, (value >> (d * width)) & mask] += 1
-    in_dst = False
-    for d in range(passes):
-        if counts[d].max() == size:
-            continue
-        at = lo
-        for b in range(buckets):
-            at, counts[d, b] = at + counts[d, b], at
-        a, b = (dst, src) if in_dst else (src, dst)
-        for i in range(lo, hi):
-            digit = ((a[i] >> shift) >> (d * width)) & mask
-            b[counts[d, digit]] = a[i]
-            counts[d, digit] += 1
-        in_dst = not in_dst
-    if not in_dst:
-        dst[lo:hi] = src[lo:hi]
+    return passes, (key_bits + passes - 1) // passes
 
 
 @njit(nogil=True, cache=True, error_model="numpy")
@@ -164,26 +129,52 @@ def _sort_core(c: int, values: Any, splits: Any, weights: Any, feat: Any, n: int
                column_bits: int, start: int, key: Any, spare: Any, sample: Any, gain: Any,
                seg: Any) -> Any:
     """Steps 1-2 for SparseCore ``c``, whose slice starts at ``start``: its ids counted per
-    partition (returned), then per id its gain by local position and the key
-    ``embedding id | sample | local position`` (``sample_bits`` and ``bits`` wide) into its
-    partition's segment (``seg[c]``) of ``spare`` in input order, and each segment sorted by
+    partition (returned, and each partition's first slot in ``seg[c]``), per id its gain by
+    local position, and the keys ``partition | embedding id | sample | local position``
+    (``shift_n``, ``column_bits``, ``sample_bits`` and ``bits`` wide) sorted by partition and
     embedding id into ``key``: the order (partition, embedding id, position) of the
-    reference's stable sort (samples ascend with positions). With ``unit`` gains (``sum``
-    without weights: every gain is 1) no gain is written; with ``sample_bits`` 0 (the three do
+    reference's stable sort (samples ascend with positions). The sort is a least-significant-
+    digit radix sort (:func:`_digits`) of the SparseCore's keys: one pass counts every digit
+    (and the partitions), the first pass builds the keys from the ids in input order, each
+    later pass moves them between ``spare`` and ``key`` (a digit all keys share is skipped),
+    so the keys are written and read a few times in cache. With ``unit`` gains (``sum``
+    without weights: every gain is 1) no gain is written; with ``sample_bits`` 0 (the four do
     not fit 63 bits) the samples go to ``sample`` by local position instead."""
     one = np.float32(1.0)
+    below = bits + sample_bits
+    size = 0
+    for f in range(feat.shape[0]):
+        s0, per_core = feat[f, _SPLITS], feat[f, _PER_CORE]
+        size += splits[s0 + (c + 1) * per_core] - splits[s0 + c * per_core]
+    passes, width = _digits(size, shift_n + column_bits)
+    mask = (np.int64(1) << width) - 1
+    counts = np.zeros((passes, np.int64(1) << width), np.int64)
     count = np.zeros(n, np.int64)
     for f in range(feat.shape[0]):
         v0, s0, per_core, shift = feat[f, _VALUES], feat[f, _SPLITS], feat[f, _PER_CORE], \
             feat[f, _SHIFT]
+        column0 = feat[f, _COLUMN]
         for j in range(v0 + splits[s0 + c * per_core], v0 + splits[s0 + (c + 1) * per_core]):
-            count[(values[j] + shift) & (n - 1)] += 1
-    at = np.empty(n, np.int64)
+            x = values[j]
+            p = (x + shift) & (n - 1)
+            v = (p << column_bits) | ((x >> shift_n) + column0)
+            count[p] += 1
+            for d in range(passes):
+                counts[d, (v >> (d * width)) & mask] += 1
     total = start
     for p in range(n):
-        at[p] = total
         seg[c, p] = total
         total += count[p]
+    moves = 1  # the passes that move keys: the first always (it builds them)
+    for d in range(passes):
+        if d and counts[d].max() == size:
+            counts[d, 0] = -1  # skipped
+            continue
+        moves += d > 0
+        at = start
+        for b in range(counts.shape[1]):
+            at, counts[d, b] = at + counts[d, b], at
+    into = key if moves % 2 == 1 else spare  # the last pass writes ``key``
     local = 0
     for f in range(feat.shape[0]):
         v0, s0, per_core, shift = feat[f, _VALUES], feat[f, _SPLITS], feat[f, _PER_CORE], \
@@ -193,25 +184,34 @@ def _sort_core(c: int, values: Any, splits: Any, weights: Any, feat: Any, n: int
         for r in range(per_core):
             a = v0 + splits[s0 + c * per_core + r]
             b = v0 + splits[s0 + c * per_core + r + 1]
-            d = _denominator(weights, has_w, w_at, a, b, combiner)
+            den = _denominator(weights, has_w, w_at, a, b, combiner)
             for j in range(a, b):
                 x = values[j]
                 w = weights[j + w_at] if has_w else one
-                p = (x + shift) & (n - 1)
+                v = (((x + shift) & (n - 1)) << column_bits) | ((x >> shift_n) + column0)
                 i = start + local
                 if not unit:
-                    gain[i] = w if combiner == 0 else w / d
+                    gain[i] = w if combiner == 0 else w / den
                 if sample_bits:
-                    spare[at[p]] = ((((((x >> shift_n) + column0) << sample_bits) |
-                                      (r + sample0)) << bits) | local)
+                    k = (((v << sample_bits) | (r + sample0)) << bits) | local
                 else:
                     sample[i] = r + sample0
-                    spare[at[p]] = (((x >> shift_n) + column0) << bits) | local
-                at[p] += 1
+                    k = (v << bits) | local
+                digit = v & mask
+                into[counts[0, digit]] = k
+                counts[0, digit] += 1
                 local += 1
-    for p in range(n):
-        _sort_segment(spare, key, seg[c, p], seg[c, p] + count[p], bits + sample_bits,
-                      column_bits)
+    in_key = moves % 2 == 1
+    for d in range(1, passes):
+        if counts[d, 0] < 0:
+            continue
+        src, dst = (key, spare) if in_key else (spare, key)
+        for i in range(start, start + size):
+            k = src[i]
+            digit = (k >> (below + d * width)) & mask
+            dst[counts[d, digit]] = k
+            counts[d, digit] += 1
+        in_key = not in_key
     return count
 
 
@@ -226,6 +226,7 @@ def _merge_core(c: int, values: Any, splits: Any, weights: Any, feat: Any,
     """Steps 1-3 for SparseCore ``c``: :func:`_sort_core`, then each partition's sorted keys
     merged, counted and (with ``dropping``) cut to the kept prefix."""
     mask = (np.int64(1) << bits) - 1
+    column_mask = (np.int64(1) << column_bits) - 1
     one = np.float32(1.0)
     start = core_start[c]
     count = _sort_core(c, values, splits, weights, feat, n, shift_n, combiner, unit, bits,
@@ -240,7 +241,7 @@ def _merge_core(c: int, values: Any, splits: Any, weights: Any, feat: Any,
         unique = 0
         for i in range(seg[c, p], seg[c, p] + count[p]):
             k = key[i]
-            column, local = k >> (bits + sample_bits), k & mask
+            column, local = (k >> (bits + sample_bits)) & column_mask, k & mask
             s = (k >> bits) & sample_mask if sample_bits else np.int64(sample[start + local])
             g = one if unit else gain[start + local]
             if column == prev_column and s == prev_sample:
@@ -289,6 +290,7 @@ def _merge_direct_core(c: int, values: Any, splits: Any, weights: Any, feat: Any
     one = np.float32(1.0)
     nan = np.float32(np.nan)
     pad = np.int32(_INT32_MAX)
+    column_mask = (np.int64(1) << column_bits) - 1
     embedding_ids, sample_ids, gains, valid, padded = csr
     start = 0  # the scratch arrays hold this SparseCore's ids only
     count = _sort_core(c, values, splits, weights, feat, n, shift_n, combiner, unit, bits,
@@ -306,7 +308,7 @@ def _merge_direct_core(c: int, values: Any, splits: Any, weights: Any, feat: Any
         kept_now = written_now = False
         for i in range(seg[c, p], seg[c, p] + count[p]):
             k = key[i]
-            column, local = k >> (bits + sample_bits), k & mask
+            column, local = (k >> (bits + sample_bits)) & column_mask, k & mask
             s = (k >> bits) & sample_mask if sample_bits else np.int64(sample[start + local])
             g = one if unit else gain[start + local]
             if column == prev_column and s == prev_sample:
@@ -565,13 +567,13 @@ def sort_merge(stack: Stack, slots: Sequence[FeatureSlot], inputs: Mapping[str, 
     bits = max(1, int(per_core_ids.max(initial=1) - 1).bit_length())
     column_bits = max(1, top_column.bit_length())
     shift_n = n.bit_length() - 1
-    if bits + column_bits > _KEY_BITS:  # the NumPy code, on int64 ids
+    if bits + shift_n + column_bits > _KEY_BITS:  # the NumPy code, on int64 ids
         wide = {slot.name: replace(inputs[slot.name],
                                    values=inputs[slot.name].values.astype(np.int64))
                 for slot in slots}
         return _merge(_entries(stack, slots, wide, opts), n)
     sample_bits = max(1, samples_at - 1).bit_length()  # samples in the key when they fit
-    if bits + sample_bits + column_bits > _KEY_BITS or not _PACK_SAMPLES:
+    if bits + sample_bits + shift_n + column_bits > _KEY_BITS or not _PACK_SAMPLES:
         sample_bits = 0
     narrow = all(f.values.dtype == np.int32 for f in features)  # compiled for int32 and int64
     values = _joined([f.values for f in features], np.int32 if narrow else np.int64)
