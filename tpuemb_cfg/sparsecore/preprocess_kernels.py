@@ -74,7 +74,7 @@ from tpuemb_cfg.sparsecore.preprocess_stack import (
 from tpuemb_cfg.sparsecore.results import PreprocessedStack
 from tpuemb_cfg.sparsecore.stacking import FeatureSlot, Stack
 
-__all__ = ["Compiled", "sort_merge"]
+__all__ = ["Compiled", "sort_merge", "sort_merge_stacks"]
 
 I32Array = npt.NDArray[np.int32]
 _COMBINER = {"sum": 0, "mean": 1, "sqrtn": 2}
@@ -539,7 +539,37 @@ class Compiled:
 
 def sort_merge(stack: Stack, slots: Sequence[FeatureSlot], inputs: Mapping[str, _Feature],
                opts: _Options, sizes: _Sizes, csr: bool = True) -> Compiled | _Merged:
-    """Steps 1-3 of one stack (the limits of ``sizes`` for the kept prefixes), and without
+    """Steps 1-3 of one stack (:func:`sort_merge_stacks`)."""
+    return sort_merge_stacks([(stack, slots, sizes)], inputs, opts, csr)[0]
+
+
+def sort_merge_stacks(items: Sequence[tuple[Stack, Sequence[FeatureSlot], _Sizes]],
+                      inputs: Mapping[str, _Feature], opts: _Options,
+                      csr: bool = True) -> list[Compiled | _Merged]:
+    """Steps 1-3 of each ``(stack, its features, its sizes)``, the SparseCores of every stack
+    in one pass of the threads (``each_chunk``; one wait, however many stacks)."""
+    outs, jobs = [], []
+    for stack, slots, sizes in items:
+        out, args = _prepare(stack, slots, inputs, opts, sizes, csr)
+        outs.append(out)
+        if args is not None:
+            jobs.append(args)
+    cores = opts.local_sparse_cores
+
+    def work(lo: int, hi: int) -> None:
+        for job in range(lo // cores, (hi - 1) // cores + 1):
+            first = job * cores
+            _sort_merge(max(lo, first) - first, min(hi, first + cores) - first, *jobs[job])
+
+    each_chunk(len(jobs) * cores, work)
+    return outs
+
+
+def _prepare(stack: Stack, slots: Sequence[FeatureSlot], inputs: Mapping[str, _Feature],
+             opts: _Options, sizes: _Sizes,
+             csr: bool) -> tuple[Compiled | _Merged, tuple[Any, ...] | None]:
+    """One stack's record and the arguments of :func:`_sort_merge` for it (None: done
+    already). Steps 1-3 (the limits of ``sizes`` for the kept prefixes), and without
     minibatching step 4 as well (the CSR arrays only with ``csr``). A stack whose
     keys (partition, embedding id, local position) would not fit 63 bits (never for int32 ids,
     fewer than 2^20 SparseCores and 2^12 ids per SparseCore and partition... in practice: a
@@ -571,7 +601,7 @@ def sort_merge(stack: Stack, slots: Sequence[FeatureSlot], inputs: Mapping[str, 
         wide = {slot.name: replace(inputs[slot.name],
                                    values=inputs[slot.name].values.astype(np.int64))
                 for slot in slots}
-        return _merge(_entries(stack, slots, wide, opts), n)
+        return _merge(_entries(stack, slots, wide, opts), n), None
     sample_bits = max(1, samples_at - 1).bit_length()  # samples in the key when they fit
     if bits + sample_bits + shift_n + column_bits > _KEY_BITS or not _PACK_SAMPLES:
         sample_bits = 0
@@ -603,8 +633,7 @@ def sort_merge(stack: Stack, slots: Sequence[FeatureSlot], inputs: Mapping[str, 
             np.empty(0 if unit else scratch, np.float32), out.m_column, out.m_sample, out.m_gain,
             out.m_count, out.m_new, out.seg, out.m_start, out.entries, out.distinct, out.kept,
             out.limit_drops, direct, sizes.coo_size // opts.sparse_cores, csr, arrays, lost)
-    each_chunk(cores, lambda lo, hi: _sort_merge(lo, hi, *args))
-    return out
+    return out, args
 
 
 def _joined(arrays: list[Any], dtype: type) -> npt.NDArray[Any]:

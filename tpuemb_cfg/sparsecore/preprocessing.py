@@ -75,7 +75,13 @@ from tpuemb_cfg.sparsecore.preprocess_input import (
 from tpuemb_cfg.sparsecore.preprocess_minibatch import _minibatch_of_bucket as _minibatch_of_bucket
 from tpuemb_cfg.sparsecore.preprocess_minibatch import _preprocess_split, highway_hash_int32
 from tpuemb_cfg.sparsecore.preprocess_minibatch import _split_nodes as _split_nodes
-from tpuemb_cfg.sparsecore.preprocess_stack import _check_stack, _count, _finish, _split_needed
+from tpuemb_cfg.sparsecore.preprocess_stack import (
+    _check_rows,
+    _check_stack,
+    _count,
+    _finish,
+    _split_needed,
+)
 from tpuemb_cfg.sparsecore.preprocess_stack import _fma32 as _fma32
 from tpuemb_cfg.sparsecore.preprocess_stack import _sort as _sort
 from tpuemb_cfg.sparsecore.results import PreprocessedBatch
@@ -198,8 +204,17 @@ def preprocess(  # noqa: PLR0913 - the issue's signature, mirroring jax-tpu-embe
     # Every stack's buffer is sized before any id is looked at, as jax-tpu-embedding does (a
     # bad suggestion is reported even when another stack's limits would fail too).
     sizes = {stack.name: _check_stack(stack, opts) for stack in stacking.stacks}
+    compiled: dict[str, Any] = {}
+    if kernels is not None:  # every stack's SparseCores in one pass of the threads
+        for stack in stacking.stacks:
+            for slot in stacking.features_of(stack.name):
+                _check_rows(stack, slot, inputs[slot.name], opts)
+        done = kernels.sort_merge_stacks(
+            [(stack, stacking.features_of(stack.name), sizes[stack.name])
+             for stack in stacking.stacks], inputs, opts, csr)
+        compiled = {stack.name: out for stack, out in zip(stacking.stacks, done, strict=True)}
     counted = {stack.name: _count(stack, stacking.features_of(stack.name), inputs, opts,
-                                  sizes[stack.name], kernels, csr)
+                                  sizes[stack.name], kernels, csr, compiled.get(stack.name))
                for stack in stacking.stacks}
     if opts.minibatching and _split_needed(stacking, counted, sizes):
         return _preprocess_split(stacking, inputs, opts, sizes, counted, csr)
