@@ -311,31 +311,27 @@ def _merge_direct_core(c: int, values: Any, splits: Any, weights: Any, feat: Any
             column, local = (k >> (bits + sample_bits)) & column_mask, k & mask
             s = (k >> bits) & sample_mask if sample_bits else np.int64(sample[start + local])
             g = one if unit else gain[start + local]
-            if column == prev_column and s == prev_sample:
-                total += g
-            else:
-                if written_now and write_csr:
-                    at = first_slot + begin + opened - 1
-                    embedding_ids[at] = prev_column
-                    sample_ids[at] = prev_sample
-                    gains[at] = total
-                    valid[at] = True
-                opened += 1
-                unique += column != prev_column
-                kept_now = not dropping or (opened <= max_ids and unique <= max_unique)
-                keep += kept_now
-                written_now = kept_now and opened <= room
-                prev_column, prev_sample = column, s
-                total = g
+            # Few branches (equal neighbours come unpredictably): an entry's rank, distinct
+            # rank and fate change only when it opens, and its slot is rewritten with the
+            # running sum at every id it merges, the last time with the whole sum.
+            other = column != prev_column
+            opens = other | (s != prev_sample)
+            opened += opens
+            unique += other
+            total = g if opens else total + g
+            kept_now = not dropping or (opened <= max_ids and unique <= max_unique)
+            keep += kept_now & opens
+            written_now = kept_now and opened <= room
+            prev_column, prev_sample = column, s
+            if written_now and write_csr:
+                at = first_slot + begin + opened - 1
+                embedding_ids[at] = column
+                sample_ids[at] = s
+                gains[at] = total
+                valid[at] = True
             drops += not kept_now
             lost[local] = not written_now
             any_lost |= not written_now
-        if written_now and write_csr:
-            at = first_slot + begin + opened - 1
-            embedding_ids[at] = prev_column
-            sample_ids[at] = prev_sample
-            gains[at] = total
-            valid[at] = True
         entries[c, p] = opened
         distinct[c, p] = unique
         kept[c, p] = keep
