@@ -6,22 +6,25 @@ Import this module only through ``preprocessing._kernels``: it imports numba (``
 which ``import tpuemb_cfg`` and ``tpuemb validate`` must never pay for.
 
 Each local SparseCore ``c`` reads rows ``c b_f .. (c+1) b_f - 1`` of every feature ``f`` of the
-stack and nothing else, and writes its own slice of every output, so chunks of SparseCores run
-on numba's thread count of threads (``base.jit.each_chunk``: serial ``nogil`` kernels, each
+stack and nothing else, and writes its own slice of every output, so the SparseCores of every
+stack run in one pass of numba's thread count of threads (:func:`sort_merge_stacks`,
+``base.jit.each_chunk``: serial ``nogil`` kernels over chunks of (stack, SparseCore), each
 thread taking the next chunk when free) and the result does not depend on how many there are.
-Per SparseCore, in its slice of flat arrays (the stack's ids laid out SparseCore after
-SparseCore):
+Ids are read as given when int32 (else int64), without a copy. Per SparseCore, without
+minibatching in scratch arrays of its own that each thread reuses (they stay in cache and fault
+no pages), with minibatching in its slice of flat arrays (the stack's ids laid out SparseCore
+after SparseCore):
 
-1. **Count** its ids per partition (one pass over the ids).
-2. **Scatter** (a counting sort by partition): per row the gain denominator (sum, or sum of
-   squares by ``fma32``, left to right in float32), then per id its gain by its local position
-   (none for ``sum`` without weights: every gain is 1) and the key ``embedding id | sample |
-   local position`` into its partition's segment, in input order. The keys are distinct and
-   their low bits ascend in input order, so sorting each segment by embedding id, stably
-   (:func:`_sort_segment`: insertion sort when short, else radix passes; the segment stays in
-   cache), gives the order (partition, embedding id, input position) of the reference's
-   stable sort. When the three do not fit 63 bits the sample is kept beside the key, by local
-   position; when embedding id and position alone do not, the stack runs the NumPy code.
+1. **Count** (one pass over the ids): per partition, and every digit of the sort below.
+2. **Sort** (:func:`_sort_core`): a least-significant-digit radix sort of the keys
+   ``partition | embedding id | sample | local position`` by (partition, embedding id), its
+   first pass building the keys from the ids in input order: per row the gain denominator
+   (sum, or sum of squares by ``fma32``, left to right in float32), per id its gain by local
+   position (none for ``sum`` without weights: every gain is 1). The keys are distinct and
+   their low bits ascend in input order, so the stable sort gives the order (partition,
+   embedding id, input position) of the reference's stable sort. When the four do not fit 63
+   bits the sample is kept beside the key, by local position; when partition, embedding id and
+   position alone do not, the stack runs the NumPy code.
 3. **Merge** each partition's sorted keys: neighbours with equal (embedding id, sample) merge
    (gains added in order, float32), counting entries and distinct ids (the statistics) and,
    with ``allow_id_dropping``, the kept prefix of each run (entry rank within ``max_ids`` and
@@ -31,8 +34,9 @@ SparseCore):
 4. **Fill**: each run's written entries and padding into the CSR arrays (skipped with
    ``csr=False``) and every raw id's drop flag. Without minibatching the merge does it
    (:func:`_merge_direct_core`: a SparseCore's runs fill its own slots one after the other, so
-   an entry's fate is known when it opens); with minibatching (a device's SparseCores share
-   one sequence) :func:`_fill` does, after the room of each run is known.
+   an entry's fate is known when it opens), and writes the drop flags in input order; with
+   minibatching (a device's SparseCores share one sequence) :func:`_fill` does, after the
+   room of each run is known.
 
 The limit check, the buffer room of each run (``preprocess_stack._room``) and the row pointers
 (``preprocess_stack._layout``) are computed on the ``[SparseCores, N]`` counts with NumPy.

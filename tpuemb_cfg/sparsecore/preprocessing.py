@@ -37,12 +37,13 @@ SparseCores in the slice, ``L`` local devices and ``S`` SparseCores per device:
 
 Two engines compute the same bits (``engine=``, :data:`ENGINES`):
 
-- ``numba`` (the default): steps 1-7 in compiled kernels (``preprocess_kernels``), each
-  SparseCore's slice of the batch on its own thread (numba's thread count): a counting sort of
-  its ids by partition, a sort of packed (embedding id, position) keys within each partition,
-  one pass that merges, sums gains and counts, and one pass that writes the CSR arrays and the
-  drop flags. A SparseCore's work depends on no other's, so any thread count gives the same
-  bytes. Without numba (or with ``NUMBA_DISABLE_JIT``) it warns once and runs ``numpy``.
+- ``numba`` (the default): steps 1-7 in compiled kernels (``preprocess_kernels``), the
+  SparseCores of every stack shared out over numba's thread count of threads: per SparseCore
+  one pass counting, a radix sort of packed (partition, embedding id, sample, position) keys
+  built from the ids in its first pass, and one pass that merges, sums gains, counts and
+  writes the CSR arrays and the drop flags. A SparseCore's work depends on no other's, so any
+  thread count gives the same bytes. Without numba (or with ``NUMBA_DISABLE_JIT``) it warns
+  once and runs ``numpy``.
 - ``numpy``: the readable reference, vectorised NumPy: one sort of packed int64 keys per
   stacked table, the rest ``bincount`` and cumulative sums; the only Python loops run over
   positions within a row or a merged entry (the float32 left-to-right sums) and over stacks
