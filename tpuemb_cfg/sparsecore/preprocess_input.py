@@ -215,8 +215,10 @@ def _options(stacking: Stacking, local_devices: int, global_devices: int | None,
 
 
 def _read_features(stacking: Stacking, features: Mapping[str, Ids],
-                   weights: Mapping[str, Any] | None) -> dict[str, _Feature]:
-    """Every feature of the stacking as flat arrays, its ids checked against its table."""
+                   weights: Mapping[str, Any] | None, *,
+                   int32: bool = False) -> dict[str, _Feature]:
+    """Every feature of the stacking as flat arrays, its ids checked against its table: int64,
+    or with ``int32`` int32 ids kept as given (the compiled engine reads either; no copy)."""
     names = [f.name for f in stacking.features]
     missing = [n for n in names if n not in features]
     if missing:
@@ -233,22 +235,25 @@ def _read_features(stacking: Stacking, features: Mapping[str, Ids],
     vocab = {t.name: t.vocabulary_size for s in stacking.stacks for t in s.tables}
     out = {}
     for slot in stacking.features:
-        feature = _flatten(slot.name, features[slot.name], (weights or {}).get(slot.name))
+        feature = _flatten(slot.name, features[slot.name], (weights or {}).get(slot.name),
+                           int32=int32)
         _check_ids(slot, feature.values, vocab[slot.table])
         out[slot.name] = feature
     return out
 
 
 def _flatten(name: str, ids: Ids, weights: Any, *,
-             error: type[SparseCoreInputError] = SparseCoreInputError) -> _Feature:
-    """A feature's ids and weights as flat arrays with row splits (dense or ragged input); bad
-    input raises ``error`` (TensorFlow's mode reads batches with this too)."""
+             error: type[SparseCoreInputError] = SparseCoreInputError,
+             int32: bool = False) -> _Feature:
+    """A feature's ids and weights as flat arrays with row splits (dense or ragged input; ids
+    int64, or int32 ones kept with ``int32``); bad input raises ``error`` (TensorFlow's mode
+    reads batches with this too)."""
     if isinstance(ids, tuple):
         if len(ids) != 2:
             raise error(
                 f"feature {name!r}: a ragged feature is a pair (values, row_splits), got a "
                 f"tuple of {len(ids)}", reason="ids")
-        values = _int_array(name, ids[0], "values", error)
+        values = _int_array(name, ids[0], "values", error, int32)
         splits = _int_array(name, ids[1], "row_splits", error)
         if values.ndim != 1 or splits.ndim != 1 or splits.shape[0] < 1 or splits[0] != 0 or \
                 splits[-1] != values.shape[0] or np.any(np.diff(splits) < 0):
@@ -258,7 +263,7 @@ def _flatten(name: str, ids: Ids, weights: Any, *,
                 f"{int(splits[-1]) if splits.size else None}", reason="ids")
         shape: tuple[int, ...] = values.shape
     else:
-        dense = _int_array(name, ids, "ids", error)
+        dense = _int_array(name, ids, "ids", error, int32)
         if dense.ndim != 2:
             raise error(
                 f"feature {name!r}: dense ids must be 2-D [batch, ids per row], got shape "
@@ -270,9 +275,11 @@ def _flatten(name: str, ids: Ids, weights: Any, *,
     return _Feature(values, _weights(name, weights, shape, splits, error), splits)
 
 
-def _int_array(name: str, value: Any, what: str,
-               error: type[SparseCoreInputError]) -> IntArray:
+def _int_array(name: str, value: Any, what: str, error: type[SparseCoreInputError],
+               int32: bool = False) -> IntArray:
     array = np.asarray(value)
+    if int32 and array.dtype == np.int32:
+        return array
     if array.dtype.kind not in "iu":
         raise error(
             f"feature {name!r}: {what} must be integers, got dtype {array.dtype} "

@@ -6,22 +6,25 @@ Import this module only through ``preprocessing._kernels``: it imports numba (``
 which ``import tpuemb_cfg`` and ``tpuemb validate`` must never pay for.
 
 Each local SparseCore ``c`` reads rows ``c b_f .. (c+1) b_f - 1`` of every feature ``f`` of the
-stack and nothing else, and writes its own slice of every output, so chunks of SparseCores run
-on numba's thread count of threads (``base.jit.each_chunk``: serial ``nogil`` kernels, each
+stack and nothing else, and writes its own slice of every output, so the SparseCores of every
+stack run in one pass of numba's thread count of threads (:func:`sort_merge_stacks`,
+``base.jit.each_chunk``: serial ``nogil`` kernels over chunks of (stack, SparseCore), each
 thread taking the next chunk when free) and the result does not depend on how many there are.
-Per SparseCore, in its slice of flat arrays (the stack's ids laid out SparseCore after
-SparseCore):
+Ids are read as given when int32 (else int64), without a copy. Per SparseCore, without
+minibatching in scratch arrays of its own that each thread reuses (they stay in cache and fault
+no pages), with minibatching in its slice of flat arrays (the stack's ids laid out SparseCore
+after SparseCore):
 
-1. **Count** its ids per partition (one pass over the ids).
-2. **Scatter** (a counting sort by partition): per row the gain denominator (sum, or sum of
-   squares by ``fma32``, left to right in float32), then per id its gain by its local position
-   (none for ``sum`` without weights: every gain is 1) and the key ``embedding id | sample |
-   local position`` into its partition's segment, in input order. The keys are distinct and
-   their low bits ascend in input order, so sorting each segment by embedding id, stably
-   (:func:`_sort_segment`: insertion sort when short, else radix passes; the segment stays in
-   cache), gives the order (partition, embedding id, input position) of the reference's
-   stable sort. When the three do not fit 63 bits the sample is kept beside the key, by local
-   position; when embedding id and position alone do not, the stack runs the NumPy code.
+1. **Count** (one pass over the ids): per partition, and every digit of the sort below.
+2. **Sort** (:func:`_sort_core`): a least-significant-digit radix sort of the keys
+   ``partition | embedding id | sample | local position`` by (partition, embedding id), its
+   first pass building the keys from the ids in input order: per row the gain denominator
+   (sum, or sum of squares by ``fma32``, left to right in float32), per id its gain by local
+   position (none for ``sum`` without weights: every gain is 1). The keys are distinct and
+   their low bits ascend in input order, so the stable sort gives the order (partition,
+   embedding id, input position) of the reference's stable sort. When the four do not fit 63
+   bits the sample is kept beside the key, by local position; when partition, embedding id and
+   position alone do not, the stack runs the NumPy code.
 3. **Merge** each partition's sorted keys: neighbours with equal (embedding id, sample) merge
    (gains added in order, float32), counting entries and distinct ids (the statistics) and,
    with ``allow_id_dropping``, the kept prefix of each run (entry rank within ``max_ids`` and
@@ -31,8 +34,9 @@ SparseCore):
 4. **Fill**: each run's written entries and padding into the CSR arrays (skipped with
    ``csr=False``) and every raw id's drop flag. Without minibatching the merge does it
    (:func:`_merge_direct_core`: a SparseCore's runs fill its own slots one after the other, so
-   an entry's fate is known when it opens); with minibatching (a device's SparseCores share
-   one sequence) :func:`_fill` does, after the room of each run is known.
+   an entry's fate is known when it opens), and writes the drop flags in input order; with
+   minibatching (a device's SparseCores share one sequence) :func:`_fill` does, after the
+   room of each run is known.
 
 The limit check, the buffer room of each run (``preprocess_stack._room``) and the row pointers
 (``preprocess_stack._layout``) are computed on the ``[SparseCores, N]`` counts with NumPy.
@@ -41,7 +45,7 @@ The limit check, the buffer room of each run (``preprocess_stack._room``) and th
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -69,11 +73,12 @@ from tpuemb_cfg.sparsecore.preprocess_stack import (
     _shaped,
     _Sizes,
     _Stats,
+    _zeros,
 )
 from tpuemb_cfg.sparsecore.results import PreprocessedStack
 from tpuemb_cfg.sparsecore.stacking import FeatureSlot, Stack
 
-__all__ = ["Compiled", "sort_merge"]
+__all__ = ["Compiled", "sort_merge", "sort_merge_stacks"]
 
 I32Array = npt.NDArray[np.int32]
 _COMBINER = {"sum": 0, "mean": 1, "sqrtn": 2}
@@ -106,55 +111,20 @@ def _denominator(weights: Any, has_w: bool, w_at: int, a: int, b: int, combiner:
 
 
 @njit(nogil=True, cache=True, error_model="numpy")
-def _sort_segment(src: Any, dst: Any, lo: int, hi: int, shift: int, key_bits: int) -> None:
-    """``src[lo:hi]`` sorted into ``dst[lo:hi]`` by bits ``shift .. shift + key_bits - 1`` of
-    each value, stably (``src`` is scratch afterwards): insertion sort when short (the values
-    are distinct and their low bits ascend, so sorting whole values is the stable order), else
-    least-significant-digit radix passes whose number suits the length (all digits' counts in
-    one pass; a digit all values share is skipped)."""
-    size = hi - lo
-    if size <= 24:
-        for i in range(lo, hi):
-            value = src[i]
-            j = i
-            while j > lo and dst[j - 1] > value:
-                dst[j] = dst[j - 1]
-                j -= 1
-            dst[j] = value
-        return
-    # The number of passes with the least work: each pass moves ``size`` values (reading and
-    # writing each: weight 6) and allocates, clears, scans and sums 2^width counts (weight 4).
+def _digits(size: int, key_bits: int) -> tuple[int, int]:
+    """The (passes, width) of a least-significant-digit radix sort of ``size`` values by
+    ``key_bits`` bits with the least work: each pass moves ``size`` values (reading and
+    writing each: weight 6) and clears, scans and sums ``2^width`` counts (weight 4); at most
+    2^11 counts a digit (they stay in the first-level cache)."""
     passes, best = 1, -1
     for p in range(1, key_bits + 1):
         w = (key_bits + p - 1) // p
-        if w > 16:
+        if w > 11:
             continue
         cost = p * (6 * size + 4 * (1 << w))
         if best < 0 or cost < best:
             passes, best = p, cost
-    width = (key_bits + passes - 1) // passes
-    buckets = np.int64(1) << width
-    mask = buckets - 1
-    counts = np.zeros((passes, buckets), np.int64)
-    for i in range(lo, hi):
-        value = src[i] >> shift
-        for d in range(passes):
-            counts[d, (value >> (d * width)) & mask] += 1
-    in_dst = False
-    for d in range(passes):
-        if counts[d].max() == size:
-            continue
-        at = lo
-        for b in range(buckets):
-            at, counts[d, b] = at + counts[d, b], at
-        a, b = (dst, src) if in_dst else (src, dst)
-        for i in range(lo, hi):
-            digit = ((a[i] >> shift) >> (d * width)) & mask
-            b[counts[d, digit]] = a[i]
-            counts[d, digit] += 1
-        in_dst = not in_dst
-    if not in_dst:
-        dst[lo:hi] = src[lo:hi]
+    return passes, (key_bits + passes - 1) // passes
 
 
 @njit(nogil=True, cache=True, error_model="numpy")
@@ -163,26 +133,52 @@ def _sort_core(c: int, values: Any, splits: Any, weights: Any, feat: Any, n: int
                column_bits: int, start: int, key: Any, spare: Any, sample: Any, gain: Any,
                seg: Any) -> Any:
     """Steps 1-2 for SparseCore ``c``, whose slice starts at ``start``: its ids counted per
-    partition (returned), then per id its gain by local position and the key
-    ``embedding id | sample | local position`` (``sample_bits`` and ``bits`` wide) into its
-    partition's segment (``seg[c]``) of ``spare`` in input order, and each segment sorted by
+    partition (returned, and each partition's first slot in ``seg[c]``), per id its gain by
+    local position, and the keys ``partition | embedding id | sample | local position``
+    (``shift_n``, ``column_bits``, ``sample_bits`` and ``bits`` wide) sorted by partition and
     embedding id into ``key``: the order (partition, embedding id, position) of the
-    reference's stable sort (samples ascend with positions). With ``unit`` gains (``sum``
-    without weights: every gain is 1) no gain is written; with ``sample_bits`` 0 (the three do
+    reference's stable sort (samples ascend with positions). The sort is a least-significant-
+    digit radix sort (:func:`_digits`) of the SparseCore's keys: one pass counts every digit
+    (and the partitions), the first pass builds the keys from the ids in input order, each
+    later pass moves them between ``spare`` and ``key`` (a digit all keys share is skipped),
+    so the keys are written and read a few times in cache. With ``unit`` gains (``sum``
+    without weights: every gain is 1) no gain is written; with ``sample_bits`` 0 (the four do
     not fit 63 bits) the samples go to ``sample`` by local position instead."""
     one = np.float32(1.0)
+    below = bits + sample_bits
+    size = 0
+    for f in range(feat.shape[0]):
+        s0, per_core = feat[f, _SPLITS], feat[f, _PER_CORE]
+        size += splits[s0 + (c + 1) * per_core] - splits[s0 + c * per_core]
+    passes, width = _digits(size, shift_n + column_bits)
+    mask = (np.int64(1) << width) - 1
+    counts = np.zeros((passes, np.int64(1) << width), np.int64)
     count = np.zeros(n, np.int64)
     for f in range(feat.shape[0]):
         v0, s0, per_core, shift = feat[f, _VALUES], feat[f, _SPLITS], feat[f, _PER_CORE], \
             feat[f, _SHIFT]
+        column0 = feat[f, _COLUMN]
         for j in range(v0 + splits[s0 + c * per_core], v0 + splits[s0 + (c + 1) * per_core]):
-            count[(values[j] + shift) & (n - 1)] += 1
-    at = np.empty(n, np.int64)
+            x = values[j]
+            p = (x + shift) & (n - 1)
+            v = (p << column_bits) | ((x >> shift_n) + column0)
+            count[p] += 1
+            for d in range(passes):
+                counts[d, (v >> (d * width)) & mask] += 1
     total = start
     for p in range(n):
-        at[p] = total
         seg[c, p] = total
         total += count[p]
+    moves = 1  # the passes that move keys: the first always (it builds them)
+    for d in range(passes):
+        if d and counts[d].max() == size:
+            counts[d, 0] = -1  # skipped
+            continue
+        moves += d > 0
+        at = start
+        for b in range(counts.shape[1]):
+            at, counts[d, b] = at + counts[d, b], at
+    into = key if moves % 2 == 1 else spare  # the last pass writes ``key``
     local = 0
     for f in range(feat.shape[0]):
         v0, s0, per_core, shift = feat[f, _VALUES], feat[f, _SPLITS], feat[f, _PER_CORE], \
@@ -192,25 +188,34 @@ def _sort_core(c: int, values: Any, splits: Any, weights: Any, feat: Any, n: int
         for r in range(per_core):
             a = v0 + splits[s0 + c * per_core + r]
             b = v0 + splits[s0 + c * per_core + r + 1]
-            d = _denominator(weights, has_w, w_at, a, b, combiner)
+            den = _denominator(weights, has_w, w_at, a, b, combiner)
             for j in range(a, b):
                 x = values[j]
                 w = weights[j + w_at] if has_w else one
-                p = (x + shift) & (n - 1)
+                v = (((x + shift) & (n - 1)) << column_bits) | ((x >> shift_n) + column0)
                 i = start + local
                 if not unit:
-                    gain[i] = w if combiner == 0 else w / d
+                    gain[i] = w if combiner == 0 else w / den
                 if sample_bits:
-                    spare[at[p]] = ((((((x >> shift_n) + column0) << sample_bits) |
-                                      (r + sample0)) << bits) | local)
+                    k = (((v << sample_bits) | (r + sample0)) << bits) | local
                 else:
                     sample[i] = r + sample0
-                    spare[at[p]] = (((x >> shift_n) + column0) << bits) | local
-                at[p] += 1
+                    k = (v << bits) | local
+                digit = v & mask
+                into[counts[0, digit]] = k
+                counts[0, digit] += 1
                 local += 1
-    for p in range(n):
-        _sort_segment(spare, key, seg[c, p], seg[c, p] + count[p], bits + sample_bits,
-                      column_bits)
+    in_key = moves % 2 == 1
+    for d in range(1, passes):
+        if counts[d, 0] < 0:
+            continue
+        src, dst = (key, spare) if in_key else (spare, key)
+        for i in range(start, start + size):
+            k = src[i]
+            digit = (k >> (below + d * width)) & mask
+            dst[counts[d, digit]] = k
+            counts[d, digit] += 1
+        in_key = not in_key
     return count
 
 
@@ -225,6 +230,7 @@ def _merge_core(c: int, values: Any, splits: Any, weights: Any, feat: Any,
     """Steps 1-3 for SparseCore ``c``: :func:`_sort_core`, then each partition's sorted keys
     merged, counted and (with ``dropping``) cut to the kept prefix."""
     mask = (np.int64(1) << bits) - 1
+    column_mask = (np.int64(1) << column_bits) - 1
     one = np.float32(1.0)
     start = core_start[c]
     count = _sort_core(c, values, splits, weights, feat, n, shift_n, combiner, unit, bits,
@@ -239,7 +245,7 @@ def _merge_core(c: int, values: Any, splits: Any, weights: Any, feat: Any,
         unique = 0
         for i in range(seg[c, p], seg[c, p] + count[p]):
             k = key[i]
-            column, local = k >> (bits + sample_bits), k & mask
+            column, local = (k >> (bits + sample_bits)) & column_mask, k & mask
             s = (k >> bits) & sample_mask if sample_bits else np.int64(sample[start + local])
             g = one if unit else gain[start + local]
             if column == prev_column and s == prev_sample:
@@ -275,8 +281,8 @@ def _merge_direct_core(c: int, values: Any, splits: Any, weights: Any, feat: Any
                        shift_n: int, combiner: int, unit: bool, bits: int, sample_bits: int,
                        column_bits: int, core_start: Any, dropping: bool, max_ids: int,
                        max_unique: int, key: Any, spare: Any, sample: Any, gain: Any, seg: Any,
-                       capacity: int, write_csr: bool, csr: Any, lost: Any, entries: Any,
-                       distinct: Any, kept: Any, limit_drops: Any) -> None:
+                       capacity: int, write_csr: bool, csr: Any, lost: Any, dropped: Any,
+                       entries: Any, distinct: Any, kept: Any, limit_drops: Any) -> None:
     """Steps 1-4 for SparseCore ``c`` without minibatching, in one pass after the sort: its
     runs are laid out one after the other in its own ``capacity`` slots, so whether an entry
     is written is known when it opens (it is kept while its rank and distinct rank are within
@@ -288,14 +294,16 @@ def _merge_direct_core(c: int, values: Any, splits: Any, weights: Any, feat: Any
     one = np.float32(1.0)
     nan = np.float32(np.nan)
     pad = np.int32(_INT32_MAX)
+    column_mask = (np.int64(1) << column_bits) - 1
     embedding_ids, sample_ids, gains, valid, padded = csr
-    start = core_start[c]
+    start = 0  # the scratch arrays hold this SparseCore's ids only
     count = _sort_core(c, values, splits, weights, feat, n, shift_n, combiner, unit, bits,
                        sample_bits, column_bits, start, key, spare, sample, gain, seg)
     sample_mask = (np.int64(1) << sample_bits) - 1
     first_slot = c * capacity
     begin = 0  # the run's first slot within the SparseCore's segment
     drops = 0
+    any_lost = False
     for p in range(n):
         room = capacity - begin
         opened, unique, keep = 0, 0, 0
@@ -304,33 +312,30 @@ def _merge_direct_core(c: int, values: Any, splits: Any, weights: Any, feat: Any
         kept_now = written_now = False
         for i in range(seg[c, p], seg[c, p] + count[p]):
             k = key[i]
-            column, local = k >> (bits + sample_bits), k & mask
+            column, local = (k >> (bits + sample_bits)) & column_mask, k & mask
             s = (k >> bits) & sample_mask if sample_bits else np.int64(sample[start + local])
             g = one if unit else gain[start + local]
-            if column == prev_column and s == prev_sample:
-                total += g
-            else:
-                if written_now and write_csr:
-                    at = first_slot + begin + opened - 1
-                    embedding_ids[at] = prev_column
-                    sample_ids[at] = prev_sample
-                    gains[at] = total
-                    valid[at] = True
-                opened += 1
-                unique += column != prev_column
-                kept_now = not dropping or (opened <= max_ids and unique <= max_unique)
-                keep += kept_now
-                written_now = kept_now and opened <= room
-                prev_column, prev_sample = column, s
-                total = g
+            # Few branches (equal neighbours come unpredictably): an entry's rank, distinct
+            # rank and fate change only when it opens, and its slot is rewritten with the
+            # running sum at every id it merges, the last time with the whole sum.
+            other = column != prev_column
+            opens = other | (s != prev_sample)
+            opened += opens
+            unique += other
+            total = g if opens else total + g
+            kept_now = not dropping or (opened <= max_ids and unique <= max_unique)
+            keep += kept_now & opens
+            written_now = kept_now and opened <= room
+            prev_column, prev_sample = column, s
+            if written_now and write_csr:
+                at = first_slot + begin + opened - 1
+                embedding_ids[at] = column
+                sample_ids[at] = s
+                gains[at] = total
+                valid[at] = True
             drops += not kept_now
-            lost[start + local] = not written_now
-        if written_now and write_csr:
-            at = first_slot + begin + opened - 1
-            embedding_ids[at] = prev_column
-            sample_ids[at] = prev_sample
-            gains[at] = total
-            valid[at] = True
+            lost[local] = not written_now
+            any_lost |= not written_now
         entries[c, p] = opened
         distinct[c, p] = unique
         kept[c, p] = keep
@@ -343,6 +348,8 @@ def _merge_direct_core(c: int, values: Any, splits: Any, weights: Any, feat: Any
                 padded[i] = True
         begin += (keep + 7) // 8 * 8
     limit_drops[c] = drops
+    if any_lost:  # else its flags stay the zeros they were allocated as
+        _flags(c, c + 1, splits, feat, core_start - core_start[c], lost, dropped)
 
 
 @njit(nogil=True, cache=True, error_model="numpy")
@@ -371,13 +378,22 @@ def _sort_merge(lo: int, hi: int, values: Any, splits: Any, weights: Any,
     """Steps 1-3 for the local SparseCores ``lo .. hi - 1`` (module docstring); the merged
     entries of SparseCore ``c`` from ``core_start[c]``, run after run; with ``direct`` (no
     minibatching) step 4 too, without the merged entries (:func:`_merge_direct_core`)."""
-    for c in range(lo, hi):
-        if direct:
+    if direct:  # scratch for one SparseCore at a time, reused (it stays in cache)
+        most = 0
+        for c in range(lo, hi):
+            most = max(most, core_start[c + 1] - core_start[c])
+        key_c, spare_c, lost_c = np.empty(most, np.int64), np.empty(most, np.int64), \
+            np.empty(most, np.bool_)
+        sample_c = np.empty(0 if sample_bits else most, np.int32)
+        gain_c = np.empty(0 if unit else most, np.float32)
+        for c in range(lo, hi):
             _merge_direct_core(c, values, splits, weights, feat, n, shift_n, combiner, unit,
                                bits, sample_bits, column_bits, core_start, dropping, max_ids,
-                               max_unique, key, spare, sample, gain, seg, capacity, write_csr,
-                               csr, lost, entries, distinct, kept, limit_drops)
-            continue
+                               max_unique, key_c, spare_c, sample_c, gain_c, seg, capacity,
+                               write_csr, csr, lost_c, lost, entries, distinct, kept,
+                               limit_drops)
+        return
+    for c in range(lo, hi):
         _merge_core(c, values, splits, weights, feat, n, shift_n, combiner, unit, bits,
                     sample_bits, column_bits, core_start, dropping, max_ids, max_unique, key,
                     spare, sample, gain, m_column, m_sample, m_gain, m_count, m_new, seg,
@@ -467,7 +483,7 @@ class Compiled:
     kept: IntArray
     limit_drops: IntArray
     #: without minibatching: the CSR arrays already written (flat; empty without ``csr``) and
-    #: each raw id's drop flag by local position (:func:`_merge_direct_core`); else None
+    #: each raw id's drop flag in input order (:func:`_merge_direct_core`); else None
     direct: tuple[tuple[npt.NDArray[Any], ...], BoolArray] | None = None
 
     def finish(self, stack: Stack, slots: Sequence[FeatureSlot],
@@ -481,13 +497,8 @@ class Compiled:
         written = _room(kept, sizes.coo_size // opts.sparse_cores, opts)
         drops += int(kept.sum() - written.sum())
         pointers, base = _layout(written, sizes.coo_size, opts)
-        if self.direct is not None:
-            arrays, lost = self.direct
-            ids = self.key.shape[0]
-            dropped = np.empty(ids, bool) if drops else np.zeros(ids, bool)
-            if drops:
-                each_chunk(self.entries.shape[0], lambda lo, hi: _flags(
-                    lo, hi, self.splits, self.feat, self.core_start, lost, dropped))
+        if self.direct is not None:  # the kernels wrote the drop flags already
+            arrays, dropped = self.direct
             out = _shaped(pointers, *arrays, opts=opts) if csr else _no_csr(opts)
             return _result(stack, sizes, stats, drops, out,
                            _per_feature(dropped, slots, inputs))
@@ -528,7 +539,37 @@ class Compiled:
 
 def sort_merge(stack: Stack, slots: Sequence[FeatureSlot], inputs: Mapping[str, _Feature],
                opts: _Options, sizes: _Sizes, csr: bool = True) -> Compiled | _Merged:
-    """Steps 1-3 of one stack (the limits of ``sizes`` for the kept prefixes), and without
+    """Steps 1-3 of one stack (:func:`sort_merge_stacks`)."""
+    return sort_merge_stacks([(stack, slots, sizes)], inputs, opts, csr)[0]
+
+
+def sort_merge_stacks(items: Sequence[tuple[Stack, Sequence[FeatureSlot], _Sizes]],
+                      inputs: Mapping[str, _Feature], opts: _Options,
+                      csr: bool = True) -> list[Compiled | _Merged]:
+    """Steps 1-3 of each ``(stack, its features, its sizes)``, the SparseCores of every stack
+    in one pass of the threads (``each_chunk``; one wait, however many stacks)."""
+    outs, jobs = [], []
+    for stack, slots, sizes in items:
+        out, args = _prepare(stack, slots, inputs, opts, sizes, csr)
+        outs.append(out)
+        if args is not None:
+            jobs.append(args)
+    cores = opts.local_sparse_cores
+
+    def work(lo: int, hi: int) -> None:
+        for job in range(lo // cores, (hi - 1) // cores + 1):
+            first = job * cores
+            _sort_merge(max(lo, first) - first, min(hi, first + cores) - first, *jobs[job])
+
+    each_chunk(len(jobs) * cores, work)
+    return outs
+
+
+def _prepare(stack: Stack, slots: Sequence[FeatureSlot], inputs: Mapping[str, _Feature],
+             opts: _Options, sizes: _Sizes,
+             csr: bool) -> tuple[Compiled | _Merged, tuple[Any, ...] | None]:
+    """One stack's record and the arguments of :func:`_sort_merge` for it (None: done
+    already). Steps 1-3 (the limits of ``sizes`` for the kept prefixes), and without
     minibatching step 4 as well (the CSR arrays only with ``csr``). A stack whose
     keys (partition, embedding id, local position) would not fit 63 bits (never for int32 ids,
     fewer than 2^20 SparseCores and 2^12 ids per SparseCore and partition... in practice: a
@@ -556,38 +597,43 @@ def sort_merge(stack: Stack, slots: Sequence[FeatureSlot], inputs: Mapping[str, 
     bits = max(1, int(per_core_ids.max(initial=1) - 1).bit_length())
     column_bits = max(1, top_column.bit_length())
     shift_n = n.bit_length() - 1
-    if bits + column_bits > _KEY_BITS:
-        return _merge(_entries(stack, slots, inputs, opts), n)
+    if bits + shift_n + column_bits > _KEY_BITS:  # the NumPy code, on int64 ids
+        wide = {slot.name: replace(inputs[slot.name],
+                                   values=inputs[slot.name].values.astype(np.int64))
+                for slot in slots}
+        return _merge(_entries(stack, slots, wide, opts), n), None
     sample_bits = max(1, samples_at - 1).bit_length()  # samples in the key when they fit
-    if bits + sample_bits + column_bits > _KEY_BITS or not _PACK_SAMPLES:
+    if bits + sample_bits + shift_n + column_bits > _KEY_BITS or not _PACK_SAMPLES:
         sample_bits = 0
-    values = _joined([f.values for f in features], np.int64)
+    narrow = all(f.values.dtype == np.int32 for f in features)  # compiled for int32 and int64
+    values = _joined([f.values for f in features], np.int32 if narrow else np.int64)
     splits = _joined([f.row_splits for f in features], np.int64)
     weights = _joined([f.weights for f in features if f.weights is not None], np.float32)
     total = values.shape[0]
     direct = not opts.minibatching
     merged = 0 if direct else total  # the merged entries' arrays, for _fill or merged()
-    out = Compiled(splits, feat, core_start, bits, np.empty(total, np.int64),
+    out = Compiled(splits, feat, core_start, bits, np.empty(merged, np.int64),
                    np.zeros((cores, n), np.int64), np.zeros((cores, n), np.int64),
                    np.empty(merged, np.int32), np.empty(merged, np.int32),
                    np.empty(merged, np.float32), np.empty(merged, np.int32),
                    np.empty(merged, bool), np.zeros((cores, n), np.int64),
                    np.zeros((cores, n), np.int64), np.zeros((cores, n), np.int64),
                    np.zeros(cores, np.int64))
-    if direct:
+    if direct:  # the drop flags zero but where the kernels drop (their pages faulted only there)
         out.direct = (_csr_zeros(opts.local_devices * sizes.coo_size if csr else 0),
-                      np.empty(total, bool))
+                      _zeros(total, np.bool_))
     arrays, lost = out.direct if out.direct is not None else (_csr_zeros(0), np.empty(0, bool))
     combiner = _COMBINER[stack.combiner]
     unit = combiner == 0 and weights.shape[0] == 0
+    scratch = 0 if direct else total  # without minibatching each chunk has its own
     args = (values, splits, weights, feat, n, shift_n, combiner, unit, bits, sample_bits,
             column_bits, core_start, opts.allow_id_dropping, sizes.max_ids, sizes.max_unique,
-            out.key, np.empty(total, np.int64), np.empty(0 if sample_bits else total, np.int32),
-            np.empty(0 if unit else total, np.float32), out.m_column, out.m_sample, out.m_gain,
+            out.key, np.empty(scratch, np.int64),
+            np.empty(0 if sample_bits else scratch, np.int32),
+            np.empty(0 if unit else scratch, np.float32), out.m_column, out.m_sample, out.m_gain,
             out.m_count, out.m_new, out.seg, out.m_start, out.entries, out.distinct, out.kept,
             out.limit_drops, direct, sizes.coo_size // opts.sparse_cores, csr, arrays, lost)
-    each_chunk(cores, lambda lo, hi: _sort_merge(lo, hi, *args))
-    return out
+    return out, args
 
 
 def _joined(arrays: list[Any], dtype: type) -> npt.NDArray[Any]:

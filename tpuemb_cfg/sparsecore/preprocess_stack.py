@@ -58,21 +58,23 @@ def _check_stack(stack: Stack, opts: _Options) -> _Sizes:
 
 def _count(stack: Stack, slots: Sequence[FeatureSlot], inputs: Mapping[str, _Feature],
            opts: _Options, sizes: _Sizes, kernels: Any = None,
-           csr: bool = True) -> tuple[Any, _Stats]:
+           csr: bool = True, compiled: Any = None) -> tuple[Any, _Stats]:
     """Steps 1-6, then the limit check when ids may not be dropped (with minibatching an
     exceeded limit means a split instead: :func:`_preprocess_split`).
 
     ``kernels`` is the compiled engine (``preprocess_kernels``) or None (this module's NumPy);
     the first value returned is a :class:`_Merged` from NumPy, the compiled engine's own record
     (with ``finish`` and ``merged``) from the kernels, which may write the CSR arrays (when
-    ``csr``) already."""
+    ``csr``) already; ``compiled`` is that record when the kernels ran already (every stack
+    at once: ``preprocess_kernels.sort_merge_stacks``)."""
     for slot in slots:
         _check_rows(stack, slot, inputs[slot.name], opts)
     if kernels is None:
         merged: Any = _merge(_entries(stack, slots, inputs, opts), opts.num_sparse_cores)
         stats = _statistics(merged, opts)
     else:
-        merged = kernels.sort_merge(stack, slots, inputs, opts, sizes, csr)
+        merged = compiled if compiled is not None else kernels.sort_merge(
+            stack, slots, inputs, opts, sizes, csr)
         stats = (_statistics(merged, opts) if isinstance(merged, _Merged) else
                  _stats_of_counts(merged.entries, merged.distinct, opts))
     if not opts.allow_id_dropping and not opts.minibatching:

@@ -37,12 +37,13 @@ SparseCores in the slice, ``L`` local devices and ``S`` SparseCores per device:
 
 Two engines compute the same bits (``engine=``, :data:`ENGINES`):
 
-- ``numba`` (the default): steps 1-7 in compiled kernels (``preprocess_kernels``), each
-  SparseCore's slice of the batch on its own thread (numba's thread count): a counting sort of
-  its ids by partition, a sort of packed (embedding id, position) keys within each partition,
-  one pass that merges, sums gains and counts, and one pass that writes the CSR arrays and the
-  drop flags. A SparseCore's work depends on no other's, so any thread count gives the same
-  bytes. Without numba (or with ``NUMBA_DISABLE_JIT``) it warns once and runs ``numpy``.
+- ``numba`` (the default): steps 1-7 in compiled kernels (``preprocess_kernels``), the
+  SparseCores of every stack shared out over numba's thread count of threads: per SparseCore
+  one pass counting, a radix sort of packed (partition, embedding id, sample, position) keys
+  built from the ids in its first pass, and one pass that merges, sums gains, counts and
+  writes the CSR arrays and the drop flags. A SparseCore's work depends on no other's, so any
+  thread count gives the same bytes. Without numba (or with ``NUMBA_DISABLE_JIT``) it warns
+  once and runs ``numpy``.
 - ``numpy``: the readable reference, vectorised NumPy: one sort of packed int64 keys per
   stacked table, the rest ``bincount`` and cumulative sums; the only Python loops run over
   positions within a row or a merged entry (the float32 left-to-right sums) and over stacks
@@ -75,7 +76,13 @@ from tpuemb_cfg.sparsecore.preprocess_input import (
 from tpuemb_cfg.sparsecore.preprocess_minibatch import _minibatch_of_bucket as _minibatch_of_bucket
 from tpuemb_cfg.sparsecore.preprocess_minibatch import _preprocess_split, highway_hash_int32
 from tpuemb_cfg.sparsecore.preprocess_minibatch import _split_nodes as _split_nodes
-from tpuemb_cfg.sparsecore.preprocess_stack import _check_stack, _count, _finish, _split_needed
+from tpuemb_cfg.sparsecore.preprocess_stack import (
+    _check_rows,
+    _check_stack,
+    _count,
+    _finish,
+    _split_needed,
+)
 from tpuemb_cfg.sparsecore.preprocess_stack import _fma32 as _fma32
 from tpuemb_cfg.sparsecore.preprocess_stack import _sort as _sort
 from tpuemb_cfg.sparsecore.results import PreprocessedBatch
@@ -193,13 +200,22 @@ def preprocess(  # noqa: PLR0913 - the issue's signature, mirroring jax-tpu-embe
             f"{opts.local_devices} < global_devices {opts.global_devices}): the hosts agree on "
             "the minibatches through jax-tpu-embedding's all_reduce_interface, which tpuemb "
             "does not model; preprocess one host's whole slice, or without minibatching")
-    inputs = _read_features(stacking, features, weights)
+    kernels = _kernels(engine)
+    inputs = _read_features(stacking, features, weights, int32=kernels is not None)
     # Every stack's buffer is sized before any id is looked at, as jax-tpu-embedding does (a
     # bad suggestion is reported even when another stack's limits would fail too).
     sizes = {stack.name: _check_stack(stack, opts) for stack in stacking.stacks}
-    kernels = _kernels(engine)
+    compiled: dict[str, Any] = {}
+    if kernels is not None:  # every stack's SparseCores in one pass of the threads
+        for stack in stacking.stacks:
+            for slot in stacking.features_of(stack.name):
+                _check_rows(stack, slot, inputs[slot.name], opts)
+        done = kernels.sort_merge_stacks(
+            [(stack, stacking.features_of(stack.name), sizes[stack.name])
+             for stack in stacking.stacks], inputs, opts, csr)
+        compiled = {stack.name: out for stack, out in zip(stacking.stacks, done, strict=True)}
     counted = {stack.name: _count(stack, stacking.features_of(stack.name), inputs, opts,
-                                  sizes[stack.name], kernels, csr)
+                                  sizes[stack.name], kernels, csr, compiled.get(stack.name))
                for stack in stacking.stacks}
     if opts.minibatching and _split_needed(stacking, counted, sizes):
         return _preprocess_split(stacking, inputs, opts, sizes, counted, csr)
