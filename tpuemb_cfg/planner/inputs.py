@@ -20,7 +20,8 @@ Formats (chosen by extension, :data:`FORMATS`):
   configured feature, named as the feature, of type ``list<integer>`` (a bag per row) or
   ``integer`` (one id per row); a null is an empty bag. Read a record batch at a time
   (:func:`~planner.samples.rows_per_read` rows); a list column without nulls is taken from
-  Arrow's buffers (the ids without a copy, the row splits from the list offsets).
+  Arrow's buffers (the ids without a copy, the row splits from the list offsets). The next
+  record batch is decoded in a background thread meanwhile (:mod:`planner.readahead`).
 - **TFRecord** (``.tfrecord``, ``.tfrecords``, ``.tfr``) of ``tf.train.Example``: one
   ``int64_list`` feature per configured feature (absent from a record: an error; empty: an
   empty bag). The framing (little-endian uint64 length, masked CRC32C of the length, the data,
@@ -68,6 +69,7 @@ from tpuemb_cfg.formats.npzio import NpzMembers, check_total
 
 from ..executor.replay_keys import feature_of, parse_steps
 from .parquet import bad_column, row_group_bytes, row_group_place
+from .readahead import read_ahead
 from .samples import (
     FeatureBatch,
     SampleError,
@@ -466,35 +468,42 @@ def _parquet_column(column: Any, feature: SampleFeature, path: str,
     return check_batch(feature, values, splits, None, path=path, where=where, at=at)
 
 
-def _read_parquet(path: str, schema: SampleSchema, stats: SampleStats,
-                  tick: Tick) -> Iterator[dict[str, FeatureBatch]]:
+def _record_batches(handle: Any, rows: int, names: list[str]) -> Iterator[tuple[int, Any, Any]]:
+    """(row group, record batch, None) for each record batch of the file in order, ending
+    with (row group, None, the exception) when one cannot be read."""
     import pyarrow as pa
 
+    for group in range(handle.metadata.num_row_groups):
+        try:
+            for record_batch in handle.iter_batches(batch_size=rows, row_groups=[group],
+                                                    columns=names):
+                yield group, record_batch, None
+        except (OSError, pa.ArrowException) as exc:
+            yield group, None, exc
+            return
+
+
+def _read_parquet(path: str, schema: SampleSchema, stats: SampleStats,
+                  tick: Tick) -> Iterator[dict[str, FeatureBatch]]:
     handle = _parquet_file(path, schema)  # its row groups' sizes were checked by the probe
     stats.ignored.update(set(handle.schema_arrow.names) - set(schema.names))
     metadata = handle.metadata
     row = 0
     rows = rows_per_read(schema)
-    for group in range(metadata.num_row_groups):
-        where = row_group_place(metadata, group, row)
-        batches = handle.iter_batches(batch_size=rows, row_groups=[group],
-                                      columns=list(schema.names))
-        while True:
-            try:
-                record_batch = next(batches)
-            except StopIteration:
-                break
-            except (OSError, pa.ArrowException) as exc:
-                column = bad_column(handle, group, schema.names, rows)
-                raise SampleError(f"cannot read the data ({exc}): a corrupt or truncated "
-                                  "Parquet file; write it again", path=path,
-                                  where=where if column is None else f"{where}, column {column}"
-                                  ) from None
-            yield {f.name: _parquet_column(record_batch.column(f.name), f, path, row)
-                   for f in schema.features}
-            row += record_batch.num_rows
-            tick(record_batch.num_rows)
-
+    for group, record_batch, exc in read_ahead(_record_batches(handle, rows,
+                                                               list(schema.names))):
+        if exc is not None:
+            first = sum(metadata.row_group(g).num_rows for g in range(group))
+            where = row_group_place(metadata, group, first)
+            column = bad_column(handle, group, schema.names, rows)
+            raise SampleError(f"cannot read the data ({exc}): a corrupt or truncated "
+                              "Parquet file; write it again", path=path,
+                              where=where if column is None else f"{where}, column {column}"
+                              ) from None
+        yield {f.name: _parquet_column(record_batch.column(f.name), f, path, row)
+               for f in schema.features}
+        row += record_batch.num_rows
+        tick(record_batch.num_rows)
 
 
 _READERS: dict[str, Callable[[str, SampleSchema, SampleStats, Tick],

@@ -31,7 +31,10 @@ the SparseCores that received too many (TensorFlow's error names them: ``Sparse 
 
 from __future__ import annotations
 
+import contextlib
 import math
+import sys
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -214,6 +217,20 @@ def _runner(stacking: Stacking, options: LimitOptions) -> Runner:
     return run
 
 
+def _import_numba_early() -> None:
+    """Import numba (``base.jit``, what the compiled preprocessing's first call spends most of
+    its start-up on) in a daemon thread, while the first batch is read: the import holds the
+    GIL, Parquet's decoding does not. The preprocessing's own import then finds it loaded (or
+    waits for it); an ImportError is left to that import, which warns and runs NumPy."""
+
+    def load() -> None:
+        with contextlib.suppress(ImportError):
+            import tpuemb_cfg.base.jit  # noqa: F401
+
+    if "numba" not in sys.modules:
+        threading.Thread(target=load, name="tpuemb-import-numba", daemon=True).start()
+
+
 class _DropCounter:
     """Ids and dropped ids per table at one limit set; the steps each stack fails and the
     SparseCores it overfills there (TensorFlow mode). State: a few integers per table and stack
@@ -379,6 +396,8 @@ def limits(stacking: Stacking, batches: Callable[[], Iterable[Batch]] | Iterable
     # TensorFlow mode: the drops of the limit-free run, which is every limit set's run
     free = _DropCounter(stacking) if stacking.mode == "tensorflow" else None
     steps = 0
+    if stacking.mode != "tensorflow":
+        _import_numba_early()
     for batch in start():
         outcome = _run(run, stacking, batch, current, steps)
         drops_now.add(batch, outcome)

@@ -373,7 +373,7 @@ class _Heavy:
         sample's length)."""
         rows = self.dense.shape[0]
         if rows > top:
-            threshold = int(self.dense[np.argpartition(self.dense, rows - top)[rows - top]])
+            threshold = int(np.partition(self.dense, rows - top)[rows - top])
         else:
             threshold = int(self.dense.min(initial=0))
         threshold = max(threshold, 1)
@@ -500,8 +500,11 @@ class LoadCounter:
             dense = np.bincount(values, minlength=table.vocabulary)
             uniq = np.flatnonzero(dense)
             return uniq, dense[uniq]
-        uniq, counts = np.unique(values, return_counts=True)
-        return uniq, counts.astype(np.int64)
+        # ids below 2^31 (the vocabulary checked above) sorted as int32: the same ids, half the
+        # bytes to sort
+        narrow = values.astype(np.int32) if table.vocabulary <= 1 << 31 else values
+        uniq, counts = np.unique(narrow, return_counts=True)
+        return uniq.astype(np.int64), counts.astype(np.int64)
 
     def reports(self) -> dict[Strategy, LoadReport]:
         """One :class:`LoadReport` per layout."""

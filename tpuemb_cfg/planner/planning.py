@@ -36,6 +36,7 @@ configured layout's max/mean load (the hottest unit's ids over the mean unit's) 
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -479,7 +480,9 @@ class _Stream:
     feeds the load counter (one read for both). ``schema``: the variant's (its global batch)."""
 
     def __init__(self, sample: Sample, schema: SampleSchema, counter: LoadCounter) -> None:
-        self.sample = Sample(sample.paths, schema, sample.format)
+        # the sample's own schema: a copy of it (the files were probed when it was opened)
+        self.sample = copy.copy(sample) if schema == sample.schema else Sample(
+            sample.paths, schema, sample.format)
         self.sample.on_progress = sample.on_progress
         self.counter = counter
         self.calls = 0
