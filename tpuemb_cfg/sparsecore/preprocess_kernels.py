@@ -524,7 +524,8 @@ class Compiled:
         """Steps 6-7 (drops, the CSR arrays, the drop flags): ``preprocess_stack._finish``."""
         if self.direct is not None:  # the kernels wrote everything (:func:`_merge_direct_core`)
             arrays, dropped = self.direct
-            out = _shaped(self.pointers, *arrays, opts=opts) if csr else _no_csr(opts)
+            pointers: Any = self.pointers  # int32 already (astype copies it: small)
+            out = _shaped(pointers, *arrays, opts=opts) if csr else _no_csr(opts)
             return _result(stack, sizes, stats, int(self.limit_drops.sum()), out,
                            _per_feature(dropped, slots, inputs))
         if opts.allow_id_dropping:
@@ -653,9 +654,9 @@ def _prepare(stack: Stack, slots: Sequence[FeatureSlot], inputs: Mapping[str, _F
                    np.zeros(cores, np.int64))
     zero_tail = False
     if direct:  # the drop flags zero but where the kernels drop (their pages faulted only there)
-        slots = opts.local_devices * sizes.coo_size if csr else 0
-        zero_tail = slots * 4 < _EMPTY_BELOW  # else zero pages (_csr_zeros), faulted if written
-        out.direct = (_csr_empty(slots) if zero_tail else _csr_zeros(slots),
+        size = opts.local_devices * sizes.coo_size if csr else 0
+        zero_tail = size * 4 < _EMPTY_BELOW  # else zero pages (_csr_zeros), faulted if written
+        out.direct = (_csr_empty(size) if zero_tail else _csr_zeros(size),
                       _zeros(total, np.bool_))
         out.pointers = np.empty((cores, max(n, 8)), np.int32)
     arrays, lost = out.direct if out.direct is not None else (_csr_zeros(0), np.empty(0, bool))
