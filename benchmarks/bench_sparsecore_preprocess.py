@@ -232,9 +232,12 @@ class Jte:
         env = dict(os.environ)
         if threads is not None:
             env[JTE_THREADS_VARIABLE] = str(threads)
+        # stderr to a file: the library logs a line per call, which would fill a pipe nobody
+        # reads until the end, and the worker would block writing it (the run hangs).
+        self.stderr = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - closed in close()
         self.process = subprocess.Popen(
             [python, __file__, "--jte-worker", path], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+            stdout=subprocess.PIPE, stderr=self.stderr, text=True, env=env)
         line = self.process.stdout.readline() if self.process.stdout else ""
         if not line:
             self.close()
@@ -252,8 +255,10 @@ class Jte:
     def close(self) -> None:
         if self.process.stdin:
             self.process.stdin.close()
-        err = self.process.stderr.read() if self.process.stderr else ""
         self.process.wait(timeout=120)
+        self.stderr.seek(0)
+        err = self.stderr.read()
+        self.stderr.close()
         if self.process.returncode:
             self.error = " | ".join(err.strip().splitlines()[-3:])
 

@@ -132,6 +132,26 @@ def test_without_csr_the_statistics_and_flags_stay(source: str) -> None:
                 assert stack.embedding_ids.size == stack.row_pointers.size == 0
 
 
+def test_uninitialised_buffers_are_written_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The compiled engine allocates the CSR arrays uninitialised and its kernels write every
+    slot (entries, padding, the zeros past each SparseCore's last run): with the arrays filled
+    with garbage first, every stored batch still gives the NumPy engine's bytes."""
+    from tpuemb_cfg.sparsecore import preprocess_kernels
+
+    empty = preprocess_kernels._csr_empty
+
+    def garbage(total: int) -> tuple[Any, ...]:
+        arrays = empty(total)
+        for array in arrays:
+            array.view(np.uint8).fill(0x5B)  # nonzero in every byte: no bool is False
+        return arrays
+
+    monkeypatch.setattr(preprocess_kernels, "_csr_empty", garbage)
+    for case in _cases().values():
+        if not case["enable_minibatching"]:
+            _engines_agree(lambda engine, case=case: _stored(case, engine))
+
+
 @pytest.mark.parametrize("layout", ["samples beside the keys", "numpy for wide keys"])
 def test_the_layouts_of_large_batches(monkeypatch: pytest.MonkeyPatch, layout: str) -> None:
     """A batch whose (embedding id, sample, position) keys would pass 63 bits keeps its

@@ -38,8 +38,12 @@ after SparseCore):
    minibatching (a device's SparseCores share one sequence) :func:`_fill` does, after the
    room of each run is known.
 
-The limit check, the buffer room of each run (``preprocess_stack._room``) and the row pointers
-(``preprocess_stack._layout``) are computed on the ``[SparseCores, N]`` counts with NumPy.
+Without minibatching the kernels also write each run's room and row pointers (the values of
+``preprocess_stack._room`` and ``_layout``), count the buffer's drops and zero the slots of
+their segment no run writes (the CSR arrays are allocated uninitialised when they are below
+the memory-map size of ``preprocess_stack._zeros``), so the serial Python around them is the
+limit check and a few reshapes per stack. With minibatching the limit check, the room and the
+row pointers are computed on the ``[SparseCores, N]`` counts with NumPy.
 """
 
 from __future__ import annotations
@@ -86,6 +90,12 @@ _COMBINER = {"sum": 0, "mean": 1, "sqrtn": 2}
 #: a large batch takes: samples beside the keys, or the NumPy code).
 _KEY_BITS = 63
 _PACK_SAMPLES = True
+#: CSR arrays of fewer bytes (each) are allocated uninitialised and the kernels zero the slots no
+#: run writes (:func:`_csr_empty`): there the C library serves them from its heap, reused memory
+#: ``np.zeros`` would clear with a serial ``memset``; larger ones it maps fresh, zero pages the
+#: kernel clears only where a run writes (the tail of each segment then costs nothing, and
+#: writing it would fault it in: 0.76-0.80x at 16,384 rows per device).
+_EMPTY_BELOW = 1 << 20
 # The columns of the per-feature table the kernels read.
 _VALUES, _SPLITS, _PER_CORE, _SHIFT, _COLUMN, _SAMPLE, _WEIGHTS = range(7)
 
@@ -282,14 +292,18 @@ def _merge_direct_core(c: int, values: Any, splits: Any, weights: Any, feat: Any
                        column_bits: int, core_start: Any, dropping: bool, max_ids: int,
                        max_unique: int, key: Any, spare: Any, sample: Any, gain: Any, seg: Any,
                        capacity: int, write_csr: bool, csr: Any, lost: Any, dropped: Any,
-                       entries: Any, distinct: Any, kept: Any, limit_drops: Any) -> None:
+                       entries: Any, distinct: Any, kept: Any, limit_drops: Any,
+                       zero_tail: bool, pointers: Any) -> None:
     """Steps 1-4 for SparseCore ``c`` without minibatching, in one pass after the sort: its
     runs are laid out one after the other in its own ``capacity`` slots, so whether an entry
     is written is known when it opens (it is kept while its rank and distinct rank are within
     the limits, a prefix; it fits while its rank is within the room its run starts with,
     ``capacity - sum of roundup8(kept)`` of the runs before, as ``preprocess_stack._room``
     computes it), and each entry goes to the CSR arrays ``csr`` when it closes, each raw id's
-    drop flag to ``lost`` by local position."""
+    drop flag to ``lost`` by local position. Its row pointers go to ``pointers[c]`` (each run's
+    end, ``preprocess_stack._layout``), ``limit_drops[c]`` counts every id it drops (limits and
+    buffer); with ``zero_tail`` (``csr`` allocated uninitialised) it also writes the zeros of
+    its slots past its last run (and the masks' zeros of the slots it writes)."""
     mask = (np.int64(1) << bits) - 1
     one = np.float32(1.0)
     nan = np.float32(np.nan)
@@ -333,20 +347,34 @@ def _merge_direct_core(c: int, values: Any, splits: Any, weights: Any, feat: Any
                 sample_ids[at] = s
                 gains[at] = total
                 valid[at] = True
+                padded[at] = False
             drops += not kept_now
             lost[local] = not written_now
             any_lost |= not written_now
         entries[c, p] = opened
         distinct[c, p] = unique
         kept[c, p] = keep
+        written = min(keep, max(0, room))
+        drops += keep - written  # the buffer's drops: an entry once
+        pointers[c, p] = min(begin, capacity) + written
         if write_csr:
-            end = first_slot + begin + min(keep, max(0, room))
+            end = first_slot + begin + written
             for i in range(end, (end + 7) // 8 * 8):
                 embedding_ids[i] = pad
                 sample_ids[i] = pad
                 gains[i] = nan
+                valid[i] = False
                 padded[i] = True
         begin += (keep + 7) // 8 * 8
+    for p in range(n, pointers.shape[1]):  # the slots past N repeat roundup8 of the last end
+        pointers[c, p] = (pointers[c, n - 1] + 7) // 8 * 8
+    if write_csr and zero_tail:  # one array at a time: each a plain fill (vectorised)
+        tail, end = first_slot + min(begin, capacity), first_slot + capacity
+        embedding_ids[tail:end] = 0
+        sample_ids[tail:end] = 0
+        gains[tail:end] = 0
+        valid[tail:end] = False
+        padded[tail:end] = False
     limit_drops[c] = drops
     if any_lost:  # else its flags stay the zeros they were allocated as
         _flags(c, c + 1, splits, feat, core_start - core_start[c], lost, dropped)
@@ -374,7 +402,8 @@ def _sort_merge(lo: int, hi: int, values: Any, splits: Any, weights: Any,
                 max_unique: int, key: Any, spare: Any, sample: Any, gain: Any, m_column: Any,
                 m_sample: Any, m_gain: Any, m_count: Any, m_new: Any, seg: Any, m_start: Any,
                 entries: Any, distinct: Any, kept: Any, limit_drops: Any, direct: bool,
-                capacity: int, write_csr: bool, csr: Any, lost: Any) -> None:
+                capacity: int, write_csr: bool, csr: Any, lost: Any, zero_tail: bool,
+                pointers: Any) -> None:
     """Steps 1-3 for the local SparseCores ``lo .. hi - 1`` (module docstring); the merged
     entries of SparseCore ``c`` from ``core_start[c]``, run after run; with ``direct`` (no
     minibatching) step 4 too, without the merged entries (:func:`_merge_direct_core`)."""
@@ -391,7 +420,7 @@ def _sort_merge(lo: int, hi: int, values: Any, splits: Any, weights: Any,
                                bits, sample_bits, column_bits, core_start, dropping, max_ids,
                                max_unique, key_c, spare_c, sample_c, gain_c, seg, capacity,
                                write_csr, csr, lost_c, lost, entries, distinct, kept,
-                               limit_drops)
+                               limit_drops, zero_tail, pointers)
         return
     for c in range(lo, hi):
         _merge_core(c, values, splits, weights, feat, n, shift_n, combiner, unit, bits,
@@ -485,11 +514,20 @@ class Compiled:
     #: without minibatching: the CSR arrays already written (flat; empty without ``csr``) and
     #: each raw id's drop flag in input order (:func:`_merge_direct_core`); else None
     direct: tuple[tuple[npt.NDArray[Any], ...], BoolArray] | None = None
+    #: without minibatching: the row pointers ``[SparseCores, max(N, 8)]`` the kernels wrote
+    #: (and ``limit_drops`` counts the buffer's drops too)
+    pointers: I32Array | None = None
 
     def finish(self, stack: Stack, slots: Sequence[FeatureSlot],
                inputs: Mapping[str, _Feature], opts: _Options, sizes: _Sizes, stats: _Stats,
                csr: bool) -> PreprocessedStack:
         """Steps 6-7 (drops, the CSR arrays, the drop flags): ``preprocess_stack._finish``."""
+        if self.direct is not None:  # the kernels wrote everything (:func:`_merge_direct_core`)
+            arrays, dropped = self.direct
+            pointers: Any = self.pointers  # int32 already (astype copies it: small)
+            out = _shaped(pointers, *arrays, opts=opts) if csr else _no_csr(opts)
+            return _result(stack, sizes, stats, int(self.limit_drops.sum()), out,
+                           _per_feature(dropped, slots, inputs))
         if opts.allow_id_dropping:
             kept, drops = self.kept, int(self.limit_drops.sum())
         else:
@@ -497,11 +535,6 @@ class Compiled:
         written = _room(kept, sizes.coo_size // opts.sparse_cores, opts)
         drops += int(kept.sum() - written.sum())
         pointers, base = _layout(written, sizes.coo_size, opts)
-        if self.direct is not None:  # the kernels wrote the drop flags already
-            arrays, dropped = self.direct
-            out = _shaped(pointers, *arrays, opts=opts) if csr else _no_csr(opts)
-            return _result(stack, sizes, stats, drops, out,
-                           _per_feature(dropped, slots, inputs))
         arrays = _csr_zeros(opts.local_devices * sizes.coo_size if csr else 0)
         ids = self.key.shape[0]
         dropped = np.empty(ids, bool) if drops else np.zeros(ids, bool)
@@ -619,9 +652,13 @@ def _prepare(stack: Stack, slots: Sequence[FeatureSlot], inputs: Mapping[str, _F
                    np.empty(merged, bool), np.zeros((cores, n), np.int64),
                    np.zeros((cores, n), np.int64), np.zeros((cores, n), np.int64),
                    np.zeros(cores, np.int64))
+    zero_tail = False
     if direct:  # the drop flags zero but where the kernels drop (their pages faulted only there)
-        out.direct = (_csr_zeros(opts.local_devices * sizes.coo_size if csr else 0),
+        size = opts.local_devices * sizes.coo_size if csr else 0
+        zero_tail = size * 4 < _EMPTY_BELOW  # else zero pages (_csr_zeros), faulted if written
+        out.direct = (_csr_empty(size) if zero_tail else _csr_zeros(size),
                       _zeros(total, np.bool_))
+        out.pointers = np.empty((cores, max(n, 8)), np.int32)
     arrays, lost = out.direct if out.direct is not None else (_csr_zeros(0), np.empty(0, bool))
     combiner = _COMBINER[stack.combiner]
     unit = combiner == 0 and weights.shape[0] == 0
@@ -632,8 +669,17 @@ def _prepare(stack: Stack, slots: Sequence[FeatureSlot], inputs: Mapping[str, _F
             np.empty(0 if sample_bits else scratch, np.int32),
             np.empty(0 if unit else scratch, np.float32), out.m_column, out.m_sample, out.m_gain,
             out.m_count, out.m_new, out.seg, out.m_start, out.entries, out.distinct, out.kept,
-            out.limit_drops, direct, sizes.coo_size // opts.sparse_cores, csr, arrays, lost)
+            out.limit_drops, direct, sizes.coo_size // opts.sparse_cores, csr, arrays, lost,
+            zero_tail, out.pointers if direct else np.empty((0, 8), np.int32))
     return out, args
+
+
+def _csr_empty(total: int) -> tuple[npt.NDArray[Any], ...]:
+    """``preprocess_stack._csr_zeros`` uninitialised: each SparseCore's kernel writes its own
+    segment whole (:func:`_merge_direct_core` with ``zero_tail``), in parallel and once, where a
+    ``memset`` of every stack's buffer would run first, alone."""
+    return (np.empty(total, np.int32), np.empty(total, np.int32), np.empty(total, np.float32),
+            np.empty(total, np.bool_), np.empty(total, np.bool_))
 
 
 def _joined(arrays: list[Any], dtype: type) -> npt.NDArray[Any]:
