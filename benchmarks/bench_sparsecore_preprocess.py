@@ -16,8 +16,10 @@ Two workloads:
   permutation of its vocabulary; ``allow_id_dropping`` on for both. jax-tpu-embedding gets the
   same stacking (``table_stacking.stack_tables`` with tpuemb's table order and limits).
 
-Measured, interleaved call by call so that a busy machine slows every contender alike (``--rounds``
-rounds; each figure the median of its calls after one warm-up call):
+Measured in ``--rounds`` rounds; in each, every contender in turn makes ``--burst`` calls back to
+back (as a training input pipeline preprocesses batch after batch; a single call after an idle
+gap also pays for waking a thread pool, on either side), so a busy machine slows every
+contender alike; each figure the median of its calls after one warm-up call:
 
 - tpuemb's ``numba`` engine with all of numba's threads and with 1 (``numba.set_num_threads``);
 - tpuemb's ``numpy`` engine (the reference; ``--numpy-rounds`` calls, it is slow);
@@ -27,6 +29,7 @@ rounds; each figure the median of its calls after one warm-up call):
   ``SPARSECORE_INPUT_PREPROCESSING_THREADS=1``, the variable its pool reads at start-up).
 
 The statistics of every contender (per-partition maxima, buffer sizes, drop counts) are compared,
+and tpuemb's CSR arrays with jax-tpu-embedding's (row pointers, and embedding ids, sample ids and
 so they did the same work. Ratios are ``tpuemb ids/s over jte ids/s`` from the same run; the load
 average before and after each workload is printed beside it. jax-tpu-embedding is never a
 dependency of tpuemb; its worker imports only NumPy and it.
@@ -210,7 +213,11 @@ def jte_worker(path: str) -> None:
             global_device_count=devices, num_sc_per_device=cores, has_leading_dimension=True,
             allow_id_dropping=w["allow_id_dropping"])
 
-    _, stats = call()
+    inputs, stats = call()
+    csr = {f"{field}/{name}": np.asarray(array)
+           for field in ("lhs_row_pointers", "lhs_embedding_ids", "lhs_sample_ids", "lhs_gains")
+           for name, array in getattr(inputs, field).items()}
+    np.savez(path + ".csr.npz", **csr)  # compared with tpuemb's arrays by the parent
     out = {name: {"max_ids_per_partition": stats.max_ids_per_partition[name],
                   "max_unique_ids_per_partition": stats.max_unique_ids_per_partition[name],
                   "required_buffer_size_per_sc": stats.required_buffer_size_per_sc[name],
@@ -246,11 +253,12 @@ class Jte:
 
     error = ""
 
-    def time_call(self) -> float:
+    def time_calls(self, burst: int) -> list[float]:
+        """``burst`` calls back to back in the worker, each timed there."""
         assert self.process.stdin and self.process.stdout
-        self.process.stdin.write("go\n")
+        self.process.stdin.write("go\n" * burst)
         self.process.stdin.flush()
-        return float(self.process.stdout.readline())
+        return [float(self.process.stdout.readline()) for _ in range(burst)]
 
     def close(self) -> None:
         if self.process.stdin:
@@ -273,8 +281,28 @@ def tpuemb_stats(out: Any) -> dict[str, Any]:
                            "id_drop_count": s.id_drop_count} for name, s in out.stacks.items()})
 
 
+def same_csr(out: Any, path: str) -> dict[str, bool]:
+    """Per stack, whether jax-tpu-embedding's CSR arrays (saved by its worker) equal tpuemb's:
+    the row pointers whole, the embedding ids, sample ids and gains (bit for bit, NaN padding
+    included) on every slot tpuemb says is written (an entry or padding); the slots neither
+    writes are left uninitialised by jax-tpu-embedding and are 0 in tpuemb."""
+    result = {}
+    with np.load(path + ".csr.npz") as z:
+        for name, s in out.stacks.items():
+            written = (s.valid_mask | s.padding_mask).reshape(-1)
+            theirs = {field: z[f"lhs_{field}/{name}"].reshape(-1)
+                      for field in ("row_pointers", "embedding_ids", "sample_ids", "gains")}
+            ok = np.array_equal(theirs["row_pointers"], s.row_pointers.reshape(-1))
+            for field in ("embedding_ids", "sample_ids", "gains"):
+                mine = getattr(s, field).reshape(-1)
+                ok = ok and mine.shape == theirs[field].shape and np.array_equal(
+                    mine.view(np.int32)[written], theirs[field].view(np.int32)[written])
+            result[name] = bool(ok)
+    return result
+
+
 def one_workload(w: dict[str, Any], rounds: int, numpy_rounds: int,
-                 jte_python: str | None) -> dict[str, Any]:
+                 jte_python: str | None, burst: int = 3) -> dict[str, Any]:
     import numba
 
     from tpuemb_cfg.sparsecore.preprocessing import preprocess
@@ -312,16 +340,19 @@ def one_workload(w: dict[str, Any], rounds: int, numpy_rounds: int,
                     continue
                 row["jte_version"] = worker.first["version"]
                 same[label] = worker.first["summary"] == reference
-                contenders[label] = worker.time_call
-        times: dict[str, list[float]] = {name: [] for name in contenders}
+                if "same_csr" not in row:
+                    row["same_csr"] = same_csr(contenders["tpuemb numpy"](), path)
+        times: dict[str, list[float]] = {name: [] for name in [*contenders, *workers]}
         for r in range(rounds):
             for name, call in contenders.items():
                 if name == "tpuemb numpy" and r >= numpy_rounds:
                     continue
-                start = time.perf_counter()
-                answer = call()
-                took = time.perf_counter() - start
-                times[name].append(answer if isinstance(answer, float) else took)
+                for _ in range(1 if name == "tpuemb numpy" else burst):
+                    start = time.perf_counter()
+                    call()
+                    times[name].append(time.perf_counter() - start)
+            for label, worker in workers.items():
+                times[label] += worker.time_calls(burst)
         for worker in workers.values():
             worker.close()
     row["load_after"] = os.getloadavg()[0]
@@ -346,6 +377,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7, help="timed calls per contender")
     parser.add_argument("--numpy-rounds", type=int, default=3,
                         help="timed calls of the NumPy engine (at most --rounds)")
+    parser.add_argument("--burst", type=int, default=3,
+                        help="calls back to back per contender and round (as a training input "
+                             "pipeline preprocesses batch after batch)")
     parser.add_argument("--jte-python", help="an interpreter with jax-tpu-embedding 0.2.0")
     parser.add_argument("--jte-worker", help=argparse.SUPPRESS)
     parser.add_argument("--out", help="write the result as JSON to this file")
@@ -361,7 +395,8 @@ def main() -> None:
         workloads.append(mlperf())
     results = []
     for w in workloads:
-        results.append(one_workload(w, args.rounds, args.numpy_rounds, args.jte_python))
+        results.append(one_workload(w, args.rounds, args.numpy_rounds, args.jte_python,
+                                    args.burst))
         print(text(results[-1]), flush=True)
     out: dict[str, Any] = {
         "machine": machine(),
@@ -369,7 +404,7 @@ def main() -> None:
                      "sparse_cores_per_device": SPARSE_CORES, "ids_per_row": IDS_PER_ROW,
                      "zipf": ZIPF, "combiner": "sum", "mlperf_spec": str(
                          MLPERF_SPEC.relative_to(ROOT)), "rounds": args.rounds,
-                     "numpy_rounds": args.numpy_rounds},
+                     "numpy_rounds": args.numpy_rounds, "burst": args.burst},
         "started": time.strftime("%Y-%m-%d %H:%M:%S"),
         "results": results,
     }
@@ -385,6 +420,8 @@ def text(r: dict[str, Any]) -> str:
         lines.append(f"  {name:<28} {rate / 1e6:8.1f}M ids/s  {r['seconds'][name] * 1e3:9.1f} ms"
                      f"  same statistics: {r['same_statistics'].get(name)}")
     lines += [f"  {k}: {v:.2f}x" for k, v in r.items() if " / " in k]
+    if "same_csr" in r:
+        lines.append(f"  CSR arrays identical to jax-tpu-embedding's: {r['same_csr']}")
     return "\n".join(lines)
 
 
