@@ -23,8 +23,9 @@ open_sample`` (every check on, batches of the configured size); TFRecord twice, 
 protobuf reference (``planner.tfrecord.read_tfrecord_reference``), in the same run.
 
 The sizes are rounded to whole configured batches (at least one). Every figure is printed with
-the load average before and after it and the machine's copy bandwidth (``anchor.copy_bandwidth``:
-bytes read and written per second by ``np.copyto``), and stored with them.
+the load average before and after it and the machine's copy bandwidth
+(``tpuemb_cfg.run.bench.copy_bandwidth``: bytes read and written per second by ``np.copyto``),
+and stored with them.
 
 **Counters** (in-process): each measurement runs in a child process of its own (``nice -n
 10``) that generates its batches lazily, one step at a time (the sample is never in memory),
@@ -72,7 +73,6 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # anchor.py, next to this script
 MLPERF_SPEC = ROOT / "examples" / "sparsecore" / "keras_rs_dcnv2_v6e32.py"
 MLPERF_LEGACY = ROOT / "examples" / "models" / "dcnv2_mlperf.pbtxt"
 MLPERF_BATCH = 16_384  # the global batch: a Parquet row group, a B.npz step
@@ -399,11 +399,11 @@ def main() -> None:
     if args.reader:
         print(json.dumps(reader_child(args.reader, args.path, "jax")))
         return
-    import anchor
+    from tpuemb_cfg.run.bench import copy_bandwidth
 
     groups = set(args.only.split(","))
     sizes = _sizes(args.sizes)
-    bandwidth = anchor.copy_bandwidth()
+    bandwidth = copy_bandwidth()
     print(f"copy bandwidth {bandwidth / 1e9:.1f} GB/s, load {os.getloadavg()[0]:.2f}", flush=True)
     results: list[dict[str, Any]] = []
     started = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())

@@ -191,12 +191,17 @@ def jte_worker(path: str) -> None:
               for name, vocab, dim, combiner, max_ids, max_unique in w["tables"]}
     limits = {name: (max_ids, max_unique) for name, _, _, _, max_ids, max_unique in w["tables"]}
     specs, features = {}, {}
-    for fname, table in w["features"]:
+    # jax-tpu-embedding lays a stack's features end to end (their row offsets) in the order it
+    # flattens the feature structure: sorted keys. Keyed by position, that is tpuemb's order
+    # (keras-rs' own structure is the user's dict, whose sorted keys give the order tpuemb
+    # models; keyed by the features' names here, '1' would sort before '10').
+    for k, (fname, table) in enumerate(w["features"]):
         ids = arrays[fname]
-        specs[fname] = es.FeatureSpec(name=fname, table_spec=tables[table],
-                                      input_shape=list(ids.shape),
-                                      output_shape=[ids.shape[0], tables[table].embedding_dim])
-        features[fname] = ids
+        key = f"{k:04d}"
+        specs[key] = es.FeatureSpec(name=fname, table_spec=tables[table],
+                                    input_shape=list(ids.shape),
+                                    output_shape=[ids.shape[0], tables[table].embedding_dim])
+        features[key] = ids
     devices, cores = w["global_devices"], w["sparse_cores"]
     for stack_name, names in w["stacks"] or []:
         table_stacking.stack_tables(

@@ -236,21 +236,30 @@ def _write_parquet(path: Path, schema: SampleSchema, steps: int, repeats: int) -
             writer.write_table(one[s % steps])
 
 
+def _peaks_over_repeats(tmp_path: Path, schema: Any, steps: int,
+                        planned: Any) -> tuple[list[int], list[Any]]:
+    """The traced peak of ``planned(sample)`` over a sample of ``steps`` steps written once,
+    once again (the first run warms the caches) and ten times; with the three results."""
+    peaks, results = [], []
+    for k, repeats in enumerate((1, 1, 10)):
+        path = tmp_path / f"sample_{k}_{repeats}.parquet"
+        _write_parquet(path, schema, steps, repeats)
+        result: list[Any] = []
+
+        def run(path: Path = path, result: list[Any] = result) -> None:
+            result.append(planned(open_sample(str(path), schema)))
+
+        peaks.append(_traced_peak(run))
+        results.append(result[0])
+    return peaks, results
+
+
 def test_a_26_feature_plan_keeps_its_memory_over_10x_the_steps(tmp_path: Path) -> None:
     config = load_sparsecore_spec(str(_spec_26(tmp_path))).config
     schema = sparsecore_schema(config)
     assert len(schema.features) == 26
-    peaks = []
-    for repeats in (1, 1, 10):
-        path = tmp_path / f"sample_{repeats}.parquet"
-        _write_parquet(path, schema, 4, repeats)
-        result: list[Any] = []
-
-        def run(path: Path = path, result: list[Any] = result) -> None:
-            result.append(plan(config, open_sample(str(path), schema)))
-
-        peaks.append(_traced_peak(run))
-        assert result[0].limits.steps == 4 * repeats
+    peaks, results = _peaks_over_repeats(tmp_path, schema, 4, lambda s: plan(config, s))
+    assert [r.limits.steps for r in results] == [4, 4, 40]
     assert peaks[2] <= peaks[1] + _SLACK, peaks
 
 
@@ -261,15 +270,6 @@ def test_dlrm_26_tables_per_host_keep_their_memory_over_10x_the_steps(tmp_path: 
                            "dlrm_criteo_1_16.pbtxt"))
     schema = legacy_schema(prepared.plan)
     assert len(schema.features) == 26
-    peaks = []
-    for repeats in (1, 1, 10):
-        path = tmp_path / f"dlrm_{repeats}.parquet"
-        _write_parquet(path, schema, 2, repeats)
-        result: list[Any] = []
-
-        def run(path: Path = path, result: list[Any] = result) -> None:
-            result.append(plan(prepared, open_sample(str(path), schema)))
-
-        peaks.append(_traced_peak(run))
-        assert result[0].load["MOD"].steps == 2 * repeats
+    peaks, results = _peaks_over_repeats(tmp_path, schema, 2, lambda s: plan(prepared, s))
+    assert [r.load["MOD"].steps for r in results] == [2, 2, 20]
     assert peaks[2] <= peaks[1] + _SLACK, peaks
