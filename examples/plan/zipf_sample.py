@@ -30,6 +30,9 @@ a sample of at most ``--row-group`` rows is drawn exactly as :func:`zipf_columns
 from __future__ import annotations
 
 import argparse
+import math
+import os
+import sys
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -94,41 +97,49 @@ def write(path: str, columns: Columns, batch: int) -> None:
     write_chunks(path, [columns], batch)
 
 
+PARQUET, TFRECORD, NPZ = (".parquet", ".pq"), (".tfrecord", ".tfrecords", ".tfr"), (".npz",)
+
+
 def write_chunks(path: str, chunks: Iterable[Columns], batch: int) -> None:
     """The rows of ``chunks`` one after the other as ``path``, one chunk in memory at a time: a
     Parquet row group per chunk, or the chunk's records; an ``.npz`` holds steps of ``batch``
-    rows (a chunk's rows past its last whole step are dropped)."""
-    if path.endswith((".parquet", ".pq")):
-        import pyarrow as pa
-        import pyarrow.parquet as pq
+    rows (a chunk's rows past its last whole step are dropped). Written atomically (a temporary
+    file beside ``path``, renamed when complete): an interrupted run leaves no partial sample."""
+    from tpuemb_cfg.formats.atomic import atomic_output
 
-        writer = None
-        try:
-            for columns in chunks:
-                table = pa.table({name: pa.ListArray.from_arrays(splits, ids)
-                                  for name, (ids, splits) in columns.items()})
-                if writer is None:
-                    writer = pq.ParquetWriter(path, table.schema)
-                writer.write_table(table, row_group_size=max(table.num_rows, 1))
-        finally:
-            if writer is not None:
-                writer.close()
-    elif path.endswith((".tfrecord", ".tfrecords", ".tfr")):
-        from tpuemb_cfg.planner.inputs import write_tfrecord
+    if not path.endswith(PARQUET + TFRECORD + NPZ):
+        raise ValueError(f"{path!r}: the output must end in .parquet, .tfrecord or .npz")
+    with atomic_output(path) as handle:
+        if path.endswith(PARQUET):
+            import pyarrow as pa
+            import pyarrow.parquet as pq
 
-        with open(path, "wb") as handle:
+            writer = None
+            try:
+                for columns in chunks:
+                    table = pa.table({name: pa.ListArray.from_arrays(splits, ids)
+                                      for name, (ids, splits) in columns.items()})
+                    if writer is None:
+                        writer = pq.ParquetWriter(handle, table.schema)
+                    writer.write_table(table, row_group_size=max(table.num_rows, 1))
+            finally:
+                if writer is not None:
+                    writer.close()
+        elif path.endswith(TFRECORD):
+            from tpuemb_cfg.planner.inputs import write_tfrecord
+
             for columns in chunks:
                 write_tfrecord(handle, _rows(columns))
-    else:
-        _write_npz(path, chunks, batch)
+        else:
+            _write_npz(handle, chunks, batch)
 
 
-def _write_npz(path: str, chunks: Iterable[Columns], batch: int) -> None:
+def _write_npz(handle: Any, chunks: Iterable[Columns], batch: int) -> None:
     """np.savez's layout (one ``.npy`` member per array, stored), written member by member."""
     import zipfile
 
     step = 0
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
+    with zipfile.ZipFile(handle, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
         for columns in chunks:
             rows = len(next(iter(columns.values()))[1]) - 1
             for s in range(rows // batch):
@@ -160,8 +171,17 @@ def main() -> None:
                         help="rows drawn and written at a time (a Parquet row group)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    from tpuemb_cfg.base.errors import TpuembError
+    from tpuemb_cfg.base.errors import TpuembError, printable
 
+    for name in ("rows", "max_bag", "batch", "row_group"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1, got "
+                         f"{getattr(args, name)}")
+    if not math.isfinite(args.exponent) or args.exponent <= 0:
+        parser.error(f"--exponent must be a finite number above 0, got {args.exponent}")
+    if os.path.exists(args.output) and os.path.exists(args.config) and \
+            os.path.samefile(args.output, args.config):
+        parser.error(f"--output {args.output!r} is the configuration itself: choose another file")
     try:
         chunk = args.row_group
         if args.output.endswith(".npz"):  # whole steps per chunk
@@ -171,7 +191,8 @@ def main() -> None:
                                               max_bag=args.max_bag, seed=args.seed,
                                               fixed_bags=args.fixed_bags), args.batch)
     except (TpuembError, OSError, ValueError) as e:
-        raise SystemExit(f"zipf_sample.py: {e}") from None
+        print(f"zipf_sample.py: {printable(str(e))}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":
