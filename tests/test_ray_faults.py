@@ -169,6 +169,8 @@ def test_a_deadline_grows_with_the_work_and_its_scale(monkeypatch: pytest.Monkey
     work = Work(moved=50_000_000, touched=100_000_000, actors=4)
     assert seconds(work) == 60 + 5 + 5 + 20
     assert seconds(work, deadline_scale(0.5)) == 45
+    # + 120 s per optimizer kernel the hosts may compile (a first update of the optimizer)
+    assert seconds(Work(touched=100_000_000, compiles=2)) == 60 + 5 + 240
     assert deadline_scale() == 1
     monkeypatch.setenv(DEADLINE_SCALE_ENV, "4")
     assert deadline_scale() == 4 and deadline_scale(2) == 2  # the option wins
@@ -177,6 +179,35 @@ def test_a_deadline_grows_with_the_work_and_its_scale(monkeypatch: pytest.Monkey
         with pytest.raises(UsageError, match=rf"^{DEADLINE_SCALE_ENV} '{bad}': expected a "
                                              "positive number"):
             deadline_scale()
+
+
+def test_the_first_update_of_each_optimizer_is_allowed_its_compilation() -> None:
+    """A storage's first update of an optimizer may compile its kernel on every host: that wait
+    gets ``COMPILE_SECONDS`` more, once per optimizer (a cold numba cache on a busy machine went
+    past the base deadline); later updates, and reads, do not."""
+    from types import SimpleNamespace
+
+    from tpuemb_cfg.backends.ray.calls import HostCalls
+
+    config = tpuemb_cfg.load(TWO_TABLES.encode(), "text")
+    plan = build_plan(config)
+    names = [t.name for t in plan.tables]
+    assert [t.optimizer.name for t in plan.tables] == ["adagrad", "momentum"]
+    fake = SimpleNamespace(_tables={t.name: t for t in plan.tables}, _updated=set(),
+                           estimates=[0, 0])
+    rows = np.arange(4, dtype=np.int64)
+    grad = np.zeros((4, 4), np.float32)
+
+    def work(*calls: tuple[int, str, tuple[Any, ...]]) -> Work:
+        return HostCalls._work(fake, list(calls))  # type: ignore[arg-type]
+
+    update_a = (0, "update", (names[0], rows, grad, None, 1))
+    assert work((0, "gather", (names[0], rows))).compiles == 0
+    assert work(update_a, (1, "update", (names[0], rows, grad, None, 1))).compiles == 1
+    assert work(update_a).compiles == 0  # compiled by now
+    assert work((1, "update_kept", (names[1], 0, grad, None, 1))).compiles == 1
+    assert work(update_a, (1, "update", (names[1], rows, grad, None, 2))).compiles == 0
+    assert seconds(work()) == 60
 
 
 def test_a_stalled_host_ends_at_its_deadline_or_when_its_node_is_dead(

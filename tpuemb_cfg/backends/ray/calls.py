@@ -41,6 +41,9 @@ NODE_ID_CHARS = 8
 #: Calls that go over every row of the host (its whole share counts as touched: ``_work``).
 WHOLE_METHODS = frozenset({"allocate", "put_defaults", "snapshot", "change_sumsq", "abort",
                            "undo_tables"})
+#: Calls that run a table's optimizer kernel: the first of each optimizer a storage sends may
+#: compile it on the hosts (``deadlines.Work.compiles``).
+UPDATE_METHODS = frozenset({"update", "update_kept", "update_shared"})
 #: The phase of a run a batch of calls belongs to, by the first of its methods found here.
 _PHASE_OF_METHOD = {
     "update": "update", "update_kept": "update", "update_shared": "update",
@@ -117,6 +120,7 @@ class RayState:
     _runtime_env: Any
     _kind: str
     _release: Any
+    _updated: set[str]
 
     def flush(self) -> None:
         """Send the queued updates (``RayStorage.flush``)."""
@@ -238,10 +242,17 @@ class HostCalls(RayState):
 
     def _work(self, calls: Sequence[tuple[int, str, tuple[Any, ...]]]) -> Work:
         """What ``calls`` move and touch (``deadlines.Work``): the arrays sent, the rows read
-        back, and on the busiest host those, or its whole share for a call over every row."""
+        back, and on the busiest host those, or its whole share for a call over every row; and
+        the optimizers updated for the first time (their kernels may compile on the hosts)."""
         moved = 0
         touched: dict[int, int] = {}
+        compiles = 0
         for host, method, args in calls:
+            if method in UPDATE_METHODS and args and args[0] in self._tables:
+                optimizer = self._tables[args[0]].optimizer.name
+                if optimizer not in self._updated:
+                    self._updated.add(optimizer)
+                    compiles += 1
             size = sum(a.nbytes for a in args if isinstance(a, np.ndarray))
             if method in ("gather", "read"):
                 table = args[0] if method == "gather" else str(args[0]).split("/")[1]
@@ -249,7 +260,7 @@ class HostCalls(RayState):
             moved += size
             whole = method in WHOLE_METHODS or (method == "update" and args[1] is None)
             touched[host] = touched.get(host, 0) + (self.estimates[host] if whole else size)
-        return Work(moved=moved, touched=max(touched.values(), default=0))
+        return Work(moved=moved, touched=max(touched.values(), default=0), compiles=compiles)
 
     def _wait(self, submitted: Sequence[Submitted], limit: float
               ) -> tuple[dict[Any, Any], tuple[int, BaseException] | None]:

@@ -11,15 +11,19 @@ Every wait of the Ray backend on its host actors ends. Two things end it early a
   process, a network partition the cluster has not noticed yet):
 
       seconds = scale * (BASE_SECONDS + moved / MOVE_RATE + touched / TOUCH_RATE
-                         + actors * ACTOR_SECONDS)
+                         + actors * ACTOR_SECONDS + compiles * COMPILE_SECONDS)
 
   ``moved``: the bytes that travel between the driver and the hosts in the calls waited for
   (arrays sent, rows read back); ``touched``: the bytes of rows the busiest host of the calls
   reads, writes or steps (its whole share for an allocation, a copy or a non-lazy update);
-  ``actors``: the actors started. The rates are deliberately low - a tenth of what a
-  congested 1 Gb/s link and a busy core manage - and the base covers what does not grow with
-  the work (scheduling, a garbage-collection pause, numba compiling its kernels in a host's
-  first update): a deadline that fires on a slow but healthy cluster is worse than a late one.
+  ``actors``: the actors started; ``compiles``: the optimizer kernels the hosts may compile in
+  this wait (the first update of each optimizer the storage runs: numba compiles it in every
+  host that has no cached copy, 2-4 s on an idle core, and the hosts of a node compile at the
+  same time on its cores - a cold cache on a busy CI machine went past the base alone). The
+  rates are deliberately low - a tenth of what a congested 1 Gb/s link and a busy core manage -
+  and the base covers what does not grow with the work (scheduling, a garbage-collection
+  pause, the small kernels of a first step): a deadline that fires on a slow but healthy
+  cluster is worse than a late one.
 
 ``scale`` (default 1) multiplies every deadline: ``ActorOptions(deadline_scale=...)`` for a
 ``RayStorage`` made directly, else the environment's ``TPUEMB_RAY_DEADLINE_SCALE`` (e.g. 4 on
@@ -37,6 +41,7 @@ from tpuemb_cfg.base.errors import UsageError
 __all__ = [
     "ACTOR_SECONDS",
     "BASE_SECONDS",
+    "COMPILE_SECONDS",
     "DEADLINE_SCALE_ENV",
     "MOVE_RATE",
     "POLL_SECONDS",
@@ -56,6 +61,8 @@ MOVE_RATE = 10e6
 TOUCH_RATE = 20e6
 #: Seconds allowed per actor started (a Python process: importing NumPy, numba and Ray).
 ACTOR_SECONDS = 5.0
+#: Seconds allowed per optimizer kernel the hosts may compile (``Work.compiles``).
+COMPILE_SECONDS = 120.0
 #: Seconds between two checks of the hosts' nodes while a wait goes on.
 POLL_SECONDS = 1.0
 
@@ -63,11 +70,13 @@ POLL_SECONDS = 1.0
 @dataclass(frozen=True)
 class Work:
     """What one wait waits for: ``moved`` bytes between driver and hosts, ``touched`` bytes of
-    rows on the busiest host, ``actors`` started."""
+    rows on the busiest host, ``actors`` started, ``compiles`` optimizer kernels the hosts may
+    compile."""
 
     moved: int = 0
     touched: int = 0
     actors: int = 0
+    compiles: int = 0
 
 
 def deadline_scale(option: float | None = None) -> float:
@@ -94,4 +103,4 @@ def deadline_scale(option: float | None = None) -> float:
 def seconds(work: Work, scale: float = 1.0) -> float:
     """The deadline of ``work``, in seconds (see the module's formula)."""
     return scale * (BASE_SECONDS + work.moved / MOVE_RATE + work.touched / TOUCH_RATE
-                    + work.actors * ACTOR_SECONDS)
+                    + work.actors * ACTOR_SECONDS + work.compiles * COMPILE_SECONDS)

@@ -233,6 +233,7 @@ class RayStorage(Lifecycle):
         self._arena: Arena | None = None
         self._reads = 0  # the key of the last rows read through the arena
         self._kept: dict[str, tuple[np.ndarray, int]] = {}  # table: (rows, key) the hosts keep
+        self._updated: set[str] = set()  # optimizers updated so far (``HostCalls._work``)
         self._scale = deadline_scale(actors.deadline_scale)  # of every wait (``_wait``)
         self._nodes: list[str] = []  # per host, the Ray node id of its actor
         self._addresses: dict[str, str] = {}  # Ray node id: its address, for messages

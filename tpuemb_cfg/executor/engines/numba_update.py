@@ -185,7 +185,6 @@ def _drive(
     before = np.empty((1 + slots, dim), dtype=np.float32)
     lanes = np.empty(8, dtype=np.float64)  # scratch of ``row_sumsq``
     summed = np.empty((1, dim), dtype=np.float32)
-    zero = np.zeros((1, dim), dtype=np.float32)
     grouped = occurrences[0].shape[0] > 0
     if not dense and not grouped:  # the usual case: touched row i's gradient is grad[i]
         for i in range(start, stop):
@@ -195,26 +194,29 @@ def _drive(
                             has_decay, h, slots, before, lanes, kept, i)
         return 0.0
     # Dense: every row r of start:stop, k walking the sorted touched rows alongside; lazy: the
-    # touched rows k = start:stop themselves.
+    # touched rows k = start:stop themselves. The row's gradient is formed in ``summed`` (the
+    # sum of its occurrences, a copy of grad[k], or zeros for an untouched row of a dense
+    # table) and ``_row`` called on that one array. Two call sites in all: each inlines the
+    # optimizer's arithmetic, and four had doubled the kernel's compile time (numba compiles
+    # it in a process's, or a Ray host's, first update); one array chosen at run time instead
+    # of a call per array kept the compiler from vectorising the row (2.5-3x slower).
     k = int(np.searchsorted(rows, start)) if dense else start
     for i in range(start, stop):
         if not dense and i + _AHEAD < stop:  # scattered rows: start loading one a few rows on
             _prefetch_row(params, s0, s1, s2, slots, rows[i + _AHEAD])
         r = i if dense else rows[i]
-        # Each case calls ``_row`` with its own gradient array: one array chosen at run time
-        # kept the compiler from vectorising the row (the update 2.5-3x slower).
         if k < rows.shape[0] and rows[k] == r:
             if grouped:
                 _sum_occurrences(occurrences, k, summed)
-                norms[i] = _row(op, params, s0, s1, s2, r, summed, 0, lr, clips, decay,
-                                has_decay, h, slots, before, lanes, kept, i)
             else:
-                norms[i] = _row(op, params, s0, s1, s2, r, grad, k, lr, clips, decay,
-                                has_decay, h, slots, before, lanes, kept, i)
+                for d in range(dim):
+                    summed[0, d] = grad[k, d]
             k += 1
         else:  # an untouched row of a dense table: a zero gradient
-            norms[i] = _row(op, params, s0, s1, s2, r, zero, 0, lr, clips, decay, has_decay,
-                            h, slots, before, lanes, kept, i)
+            for d in range(dim):
+                summed[0, d] = _ZERO
+        norms[i] = _row(op, params, s0, s1, s2, r, summed, 0, lr, clips, decay, has_decay, h,
+                        slots, before, lanes, kept, i)
     return 0.0
 
 
