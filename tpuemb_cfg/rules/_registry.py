@@ -62,10 +62,11 @@ if TYPE_CHECKING:
 _ID_RE = re.compile(r"^[A-Z][A-Z_]*[0-9]{3}$")
 
 #: What a rule reads: a ``TPUEmbeddingConfiguration`` (:class:`Context`), a
-#: SparseCore configuration (:class:`SparseCoreContext`), or one fact ``tpuemb plan`` measured
-#: (:class:`PlanContext`, :mod:`tpuemb_cfg.rules.plan`).
-Target = Literal["configuration", "sparsecore", "plan"]
-TARGETS: tuple[Target, ...] = ("configuration", "sparsecore", "plan")
+#: SparseCore configuration (:class:`SparseCoreContext`), one fact ``tpuemb plan`` measured
+#: (:class:`PlanContext`, :mod:`tpuemb_cfg.rules.plan`), or one difference ``tpuemb diff``
+#: found between two configurations (:class:`DiffContext`, :mod:`tpuemb_cfg.rules.diff`).
+Target = Literal["configuration", "sparsecore", "plan", "diff"]
+TARGETS: tuple[Target, ...] = ("configuration", "sparsecore", "plan", "diff")
 
 
 if TYPE_CHECKING:
@@ -257,3 +258,9 @@ class PlanContext(_Reporter):
         self.fact = fact
         self.options = dict(options or {})
         self.current_rule = None
+
+
+class DiffContext(PlanContext):
+    """What a ``target="diff"`` rule sees: one ``fact`` ``tpuemb diff`` found between two
+    configurations (a record of :mod:`tpuemb_cfg.rules.diff` or
+    :mod:`tpuemb_cfg.rules.checkpoint`); the rule yields a finding when the fact is one."""
