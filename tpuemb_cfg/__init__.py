@@ -91,6 +91,8 @@ if TYPE_CHECKING:
         TPUEmbeddingConfiguration,
         TPUEmbeddingError,
     )
+    from tpuemb_cfg.review.diffing import ConfigDiff, DiffOptions, diff
+    from tpuemb_cfg.review.sides import SideOptions
     from tpuemb_cfg.run import RunRequest, open_run
     from tpuemb_cfg.session import validate
 
@@ -120,6 +122,10 @@ _LAZY: dict[str, str] = {
     "Diagnostic": "tpuemb_cfg.model",
     "open_run": "tpuemb_cfg.run",
     "RunRequest": "tpuemb_cfg.run",
+    "diff": "tpuemb_cfg.review.diffing",
+    "ConfigDiff": "tpuemb_cfg.review.diffing",
+    "DiffOptions": "tpuemb_cfg.review.diffing",
+    "SideOptions": "tpuemb_cfg.review.sides",
 }
 
 __all__ = [
@@ -131,7 +137,9 @@ __all__ = [
     "BoundedAdagradParameters",
     "CenteredRmsPropParameters",
     "ClippingLimits",
+    "ConfigDiff",
     "Diagnostic",
+    "DiffOptions",
     "DynamicLearningRate",
     "FrequencyAwareAdagradParameters",
     "FrequencyEstimatorParameters",
@@ -150,6 +158,7 @@ __all__ = [
     "ProximalYogiParameters",
     "RmsPropParameters",
     "RunRequest",
+    "SideOptions",
     "SimulatedQuantization",
     "StateVariableSpecification",
     "StochasticGradientDescentParameters",
@@ -160,6 +169,7 @@ __all__ = [
     "UserDefinedProgramParameters",
     "__version__",
     "as_config",
+    "diff",
     "dump",
     "load",
     "open_run",

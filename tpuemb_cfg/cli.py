@@ -55,6 +55,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
                  "Run the configured training updates on the CPU."),
     "plan": ("tpuemb_cfg.commands.plan", "plan",
              "Memory, load and limits from a sample of real ids."),
+    "diff": ("tpuemb_cfg.commands.diff", "diff_command",
+             "What a configuration change does on the TPU and to the checkpoint."),
     "bench": ("tpuemb_cfg.commands.bench", "bench", "Benchmark the executor."),
     "completion": ("tpuemb_cfg.commands.shell", "completion",
                    "Print the shell completion script (bash, zsh, fish)."),

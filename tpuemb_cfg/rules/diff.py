@@ -175,7 +175,8 @@ def optimizer_changed(ctx: DiffContext) -> Iterator[Diagnostic]:
 
     ## Example
     ```
-    new.py:12:1: warning[DIFF003] table 'user': optimizer adagrad -> sgd (slot 'accumulators' dropped)
+    new.py:12:1: warning[DIFF003] table 'user': optimizer adagrad -> sgd
+      (slot 'accumulators' dropped)
     ```
 
     ## Use instead
@@ -225,7 +226,8 @@ def setting_changed(ctx: DiffContext) -> Iterator[Diagnostic]:
 
     ## Example
     ```
-    new.py:20:1: info[DIFF005] topology: v5p-64 (32 chips, 128 SparseCores) -> v6e-32 (32 chips, 64 SparseCores)
+    new.py:20:1: info[DIFF005] topology: v5p-64 (32 chips, 128 SparseCores)
+      -> v6e-32 (32 chips, 64 SparseCores)
     ```
 
     ## Use instead
@@ -251,7 +253,8 @@ def stack_changed(ctx: DiffContext) -> Iterator[Diagnostic]:
 
     ## Example
     ```
-    new.py:25:1: warning[DIFF006] table 'item_id': stack 'item_id_user_id' -> 'brand_item_id_user_id', row offset 0 -> 7816
+    new.py:31:1: warning[DIFF006] table 'brand' moves on the SparseCores: stacked table
+      'brand_category' -> 'brand_category_shop'
     ```
 
     ## Use instead
@@ -317,7 +320,8 @@ def finding_changed(ctx: DiffContext) -> Iterator[Diagnostic]:
 
     ## Example
     ```
-    new.pbtxt:14:5: warning[DIFF009] new finding TAG002: the dynamic learning-rate tags are not 0..K-1
+    new.py:45:1: warning[DIFF009] new finding SC002: max_ids_per_table has no entry for the
+      stacked table 'brand_category_shop': TensorFlow uses 256 for it
     ```
 
     ## Use instead

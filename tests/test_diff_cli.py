@@ -1,0 +1,123 @@
+"""``tpuemb diff`` on the command line: git (``--against``), outputs, exit codes, hostile input."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, run_cli
+
+EXAMPLE = ROOT / "examples" / "sparsecore" / "v6e_dcnv2.py"
+NEXT = ROOT / "examples" / "diff" / "v6e_dcnv2_next.py"
+LEGACY = ROOT / "examples" / "quickstart.pbtxt"
+
+needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+
+
+def _git(cwd: Path, *args: str) -> None:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"}
+    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, env=env)
+
+
+@pytest.fixture()
+def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A git repository whose HEAD holds the example, and whose work tree holds the next one."""
+    _git(tmp_path, "init", "-q")
+    model = tmp_path / "model.py"
+    shutil.copy(EXAMPLE, model)
+    _git(tmp_path, "add", "model.py")
+    _git(tmp_path, "commit", "-q", "-m", "the model")
+    shutil.copy(NEXT, model)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@needs_git
+def test_against_head_reads_old_from_git(repo: Path) -> None:
+    result = run_cli("diff", "model.py", "--against", "HEAD", "-f", "json")
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert document["old"] == "HEAD:model.py" and document["new"] == "model.py"
+    moved = {c["name"] for c in document["changes"] if c["subject"] == "stack"}
+    assert {"brand", "category", "item_terms", "query_terms"} <= moved
+    # the same as comparing the two files
+    direct = run_cli("diff", str(EXAMPLE), "model.py", "-f", "json")
+    assert json.loads(direct.stdout)["changes"] == [
+        {**c, "old_location": c["old_location"] and [str(EXAMPLE), *c["old_location"][1:]]}
+        for c in document["changes"]]
+
+
+@needs_git
+def test_against_refuses_what_git_cannot_give(repo: Path) -> None:
+    result = run_cli("diff", "model.py", "--against", "no-such-ref")
+    assert result.exit_code == 2
+    assert "no-such-ref" in result.output and "Traceback" not in result.output
+    (repo / "other.py").write_text("x = 1\n")
+    result = run_cli("diff", "other.py", "--against", "HEAD")
+    assert result.exit_code == 2 and "other.py" in result.output
+    result = run_cli("diff", "model.py", "--against", "--help")
+    assert result.exit_code == 2
+
+
+def test_against_outside_a_repository(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
+    shutil.copy(NEXT, tmp_path / "model.py")
+    monkeypatch.chdir(tmp_path)
+    result = run_cli("diff", "model.py", "--against", "HEAD")
+    assert result.exit_code == 2, result.output
+    assert "git" in result.output and "Traceback" not in result.output
+
+
+def test_usage_errors_exit_2(tmp_path: Path) -> None:
+    for args in (
+        [str(EXAMPLE)],                                               # one file, no --against
+        [str(EXAMPLE), str(NEXT), str(NEXT)],                         # three files
+        [str(EXAMPLE), str(tmp_path / "missing.py")],                 # missing file
+        [str(EXAMPLE), str(tmp_path)],                                # a folder
+        [str(EXAMPLE), str(NEXT), "--topology", "v9z-8"],             # unknown chip
+        [str(EXAMPLE), str(NEXT), "--topology", "v5p-64,v6e-32,v6e-8"],
+        [str(EXAMPLE), str(NEXT), "--tf-version", "3.0"],
+        [str(EXAMPLE), str(NEXT), "--keras-backend", "torch"],
+        [str(EXAMPLE), str(NEXT), "-o", str(NEXT)],                   # output over an input
+        [str(EXAMPLE), str(NEXT), "--ids", str(tmp_path / "none.npz")],
+    ):
+        result = run_cli("diff", *args)
+        assert result.exit_code == 2, (args, result.output)
+        assert "Traceback" not in result.output, args
+        assert result.output.strip(), args
+
+
+def test_a_broken_input_names_its_file_and_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.pbtxt"
+    bad.write_text("table_descriptor {\n  name: \"a\"\n  vocabulary_size: many\n}\n")
+    result = run_cli("diff", str(LEGACY), str(bad))
+    assert result.exit_code == 2
+    assert f"{bad}:3" in result.output and "Traceback" not in result.output
+
+
+def test_the_report_is_written_atomically_and_an_input_is_never_replaced(
+        tmp_path: Path) -> None:
+    out = tmp_path / "review.md"
+    result = run_cli("diff", str(EXAMPLE), str(NEXT), "-f", "markdown", "-o", str(out))
+    assert result.exit_code == 0, result.output
+    text = out.read_text()
+    assert text.startswith("### tpuemb diff") and "brand_category_shop" in text
+    assert [p.name for p in tmp_path.iterdir()] == ["review.md"]  # no temporary left
+    link = tmp_path / "link.md"
+    link.symlink_to(NEXT)
+    before = NEXT.read_bytes()
+    result = run_cli("diff", str(EXAMPLE), str(NEXT), "-o", str(link))
+    assert result.exit_code == 2 and NEXT.read_bytes() == before
+
+
+def test_fail_on_decides_the_exit_status() -> None:
+    assert run_cli("diff", str(EXAMPLE), str(NEXT)).exit_code == 0
+    assert run_cli("diff", str(EXAMPLE), str(NEXT), "--fail-on", "warning").exit_code == 1
+    assert run_cli("diff", str(EXAMPLE), str(EXAMPLE), "--fail-on", "info").exit_code == 0

@@ -1,0 +1,2 @@
+def checkpoint_report(a, b, **kw):
+    return None, []

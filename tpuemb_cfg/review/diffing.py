@@ -1,0 +1,162 @@
+"""``tpuemb_cfg.diff``: what a configuration change does, as one typed record.
+
+:func:`diff` loads both sides once (``sides.load_side``) and compares them in three ways:
+
+1. **the configurations** (``semantic``): tables, features, optimizers, learning rates,
+   settings and topology, matched by name, renames detected;
+2. **the TPU** (``tpu``): stacks and table places, limits, memory per unit, validation
+   findings, and with a sample (``ids``) the load and drops of ``tpuemb plan`` on both;
+3. **the checkpoint** (``model.checkpoint``): whether OLD's checkpoint restores under NEW as
+   it is, through TensorFlow 2.21's reshard, or not at all, variable by variable.
+
+Every difference becomes a finding of the one registry (DIFF, CKPT), at NEW's line. The
+result, :class:`ConfigDiff`, is what the command renders (``report``) and what a notebook
+reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tpuemb_cfg.base.errors import InputError
+from tpuemb_cfg.rules.diff import Change, Location, diff_findings
+from tpuemb_cfg.session import open_plan, validate
+
+from . import tpu
+from .checkpoints import checkpoint_report
+from .semantic import semantic_report
+from .sides import Side, SideOptions, load_side
+
+if TYPE_CHECKING:
+    from tpuemb_cfg.model import Diagnostic
+
+__all__ = ["ConfigDiff", "DiffOptions", "diff"]
+
+
+@dataclass(frozen=True)
+class DiffOptions:
+    """How :func:`diff` reads and compares: ``old`` / ``new`` (each side's
+    ``sides.SideOptions``: topology, Keras backend, TensorFlow version), ``ids`` (a sample of
+    real ids, read by ``tpuemb plan``'s readers: load and drops on both sides), ``findings``
+    (compare ``tpuemb validate``'s findings), ``checkpoint`` (compare the checkpoints)."""
+
+    old: SideOptions = SideOptions()
+    new: SideOptions = SideOptions()
+    ids: str | Sequence[str] | None = None
+    findings: bool = True
+    checkpoint: bool = True
+
+
+@dataclass(frozen=True)
+class ConfigDiff:
+    """The differences between OLD and NEW. ``old`` / ``new``: the names shown; ``*_kind``:
+    ``legacy`` or ``sparsecore``; ``changes``: every difference (``rules.diff.Change``), the
+    configuration's first, then the TPU's; ``findings``: the DIFF and CKPT findings, at NEW's
+    lines; ``checkpoint``: the checkpoint verdict (``model.checkpoint.CheckpointReport``),
+    None when not compared."""
+
+    old: str
+    new: str
+    old_kind: str
+    new_kind: str
+    changes: tuple[Change, ...]
+    findings: tuple[Diagnostic, ...]
+    checkpoint: Any = None
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def breaking(self) -> bool:
+        """Whether OLD's checkpoint does not restore under NEW (a CKPT error)."""
+        return any(d.rule.startswith("CKPT") and d.severity == "error" for d in self.findings)
+
+    @property
+    def identical(self) -> bool:
+        return not self.changes and not self.findings
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "old": self.old, "new": self.new, "old_kind": self.old_kind,
+            "new_kind": self.new_kind, "breaking": self.breaking,
+            "changes": [c.to_json() for c in self.changes],
+            "findings": [{**d.to_dict(), "path": d.path} for d in self.findings],
+            "checkpoint": self.checkpoint.to_json() if self.checkpoint is not None else None,
+            "notes": list(self.notes),
+        }
+
+
+Progress = Callable[[int, int], None]
+
+
+def diff(old: Any, new: Any, options: DiffOptions = DiffOptions(), *,
+         old_label: str | None = None, new_label: str | None = None,
+         on_sample: Callable[[Any], None] | None = None) -> ConfigDiff:
+    """Compare the configurations ``old`` and ``new`` (paths or objects, of any kind tpuemb
+    reads; the module docstring says how). ``old_label`` / ``new_label``: the names reports
+    show (a file read from git: ``HEAD:model.py``). ``on_sample``: called with each side's
+    ``planner.planning.Planner`` before its sample is read (a progress bar hooks in there).
+
+    Raises ``InputError`` for an input that cannot be read, ``UsageError`` for bad options."""
+    a = load_side(old, options.old, label=old_label)
+    b = load_side(new, options.new, label=new_label)
+    return compare(a, b, options, on_sample=on_sample)
+
+
+def compare(a: Side, b: Side, options: DiffOptions = DiffOptions(), *,
+            on_sample: Callable[[Any], None] | None = None) -> ConfigDiff:
+    """:func:`diff` of two loaded sides."""
+    semantic = semantic_report(a, b)
+    changes: list[Change] = list(semantic.changes)
+    renamed = semantic.renamed
+    locate_new, locate_old = semantic.locate_new, semantic.locate_old
+    notes: list[str] = []
+    if a.kind == b.kind == "sparsecore":
+        changes += tpu.stack_changes(a, b, renamed=renamed, locate_new=locate_new,
+                                     locate_old=locate_old)
+        changes += tpu.limit_changes(a, b, locate_new=locate_new, locate_old=locate_old)
+    for side in (a, b):
+        if side.stacking_error:
+            notes.append(f"{side.label}: the tables cannot be stacked: {side.stacking_error}")
+    top = _top_of(b)
+    changes += tpu.memory_changes(a, b, where=top)
+    if options.findings:
+        changes += tpu.finding_changes(_findings(a), _findings(b), shown_new=b.shown,
+                                       shown_old=a.shown)
+    if options.ids is not None:
+        plans = [_plan(side, options.ids, on_sample) for side in (a, b)]
+        changes += tpu.load_changes(plans[0], plans[1], locate_new=locate_new, where=top)
+    found = diff_findings(changes)
+    report = None
+    if options.checkpoint:
+        report, ckpt_findings = checkpoint_report(a, b, locate_new=locate_new,
+                                                  locate_old=locate_old, renamed=renamed,
+                                                  where=top)
+        found += ckpt_findings
+    return ConfigDiff(a.label, b.label, a.kind, b.kind, tuple(changes), tuple(found), report,
+                      tuple(notes))
+
+
+def _top_of(side: Side) -> Location | None:
+    """The first line of the side's file: where a finding about the whole configuration goes."""
+    return (side.label, 1, 1) if side.path is not None else None
+
+
+def _findings(side: Side) -> list[Diagnostic]:
+    """``tpuemb validate``'s findings of the side (its rules, at its lines)."""
+    source = side.config if side.kind == "sparsecore" else side.source
+    try:
+        return list(validate(source))
+    except InputError:
+        return []
+
+
+def _plan(side: Side, ids: str | Sequence[str], on_sample: Callable[[Any], None] | None) -> Any:
+    """``tpuemb plan`` of the side on the sample (its load and limits)."""
+    from tpuemb_cfg.planner.planning import PlanOptions
+
+    source = side.config if side.kind == "sparsecore" else side.source
+    planner = open_plan(source, ids, options=PlanOptions(topology=side.options.topology))
+    if on_sample is not None:
+        on_sample(planner)
+    return planner.run()
