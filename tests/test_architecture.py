@@ -57,6 +57,7 @@ LAYERS: tuple[dict[str, tuple[str, ...]], ...] = (
         "plan": ("tpuemb_cfg.planner",),
     },
     {"session": ("tpuemb_cfg.session", "tpuemb_cfg.spec_check", "tpuemb_cfg.run")},
+    {"review": ("tpuemb_cfg.review",)},
     {"cli": (
         "tpuemb_cfg.commands", "tpuemb_cfg.cli", "tpuemb_cfg.__main__", "tpuemb_cfg.simulate",
         "tpuemb_cfg",
