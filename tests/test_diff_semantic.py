@@ -243,3 +243,59 @@ def test_bad_input_is_one_input_error(data: bytes | None, name: str,
     shown = where[0] if data is not None else str(tmp_path / name)
     assert (caught.value.path, caught.value.line) == (shown, where[1])
     assert "tpuemb-diff-" not in str(caught.value)  # the temporary copy is never named
+
+
+TF_SPEC = '''\
+from tpuemb_cfg.embedding import Adagrad, FeatureConfig, TableConfig
+
+topology = "v6e-8"
+
+
+def rate():
+    return 0.1
+
+
+optimizer = Adagrad(learning_rate=rate)
+user = TableConfig(vocabulary_size=1000, dim=16, name="user", combiner="sum")
+feature_config = {"user": FeatureConfig(user, output_shape=[64])}
+'''
+
+
+def test_a_rate_function_is_compared_by_its_code_not_its_line(tmp_path: Path) -> None:
+    def facts(text: str, name: str) -> object:
+        return load_facts(text.encode(), name=name)
+
+    moved = TF_SPEC.replace('topology = "v6e-8"\n', 'topology = "v6e-8"\n\n\n')
+    assert semantic_changes(facts(TF_SPEC, "HEAD:m.py"), facts(moved, "m.py")) == []
+    edited = TF_SPEC.replace("return 0.1", "return 0.2")
+    (change,) = semantic_changes(facts(TF_SPEC, "HEAD:m.py"), facts(edited, "m.py"))
+    assert (change.subject, change.name, change.field) == (
+        "learning_rate", "user", "learning_rate.schedule")
+    assert change.old.startswith("rate (code ") and change.new.startswith("rate (code ")
+    assert change.old != change.new
+    # at the optimizer (line 10) that takes the function
+    assert (change.new_location, change.old_location) == (("m.py", 10, 1), ("HEAD:m.py", 10, 1))
+
+
+@pytest.mark.parametrize(("compiled", "spec"), [
+    ("specs/ranking.pbtxt", "specs/ranking.py"),
+    ("specs/video_retrieval.pbtxt", "specs/video_retrieval.toml"),
+    ("specs/dlrm_warmup.pbtxt", "specs/dlrm_warmup.py"),
+    ("models/dcnv2_mlperf.pbtxt", "models/dcnv2_mlperf.py"),
+])
+def test_a_spec_and_the_message_it_compiles_to_do_not_differ(compiled: str, spec: str) -> None:
+    # each .pbtxt is `tpuemb compile` of its spec: the same tables, rates and settings; the
+    # spec's combiners, initializers and schedules are what the message cannot hold
+    examples = Path(__file__).parents[1] / "examples"
+    assert semantic_changes(examples / compiled, examples / spec) == []
+
+
+@pytest.mark.parametrize("fmt", ["binary", "json"])
+def test_binary_and_json_read_from_git_hold_the_same_facts(fmt: str) -> None:
+    from tpuemb_cfg.formats.io import load, serialize
+
+    data = serialize(load(DATA / "base.pbtxt"), fmt)
+    name = "HEAD:config.pb" if fmt == "binary" else "HEAD:config.json"
+    facts = load_facts(data, name=name)
+    assert facts.form == fmt and facts.tables[0].location is None  # no lines in these forms
+    assert semantic_changes(facts, DATA / "base.pbtxt") == []

@@ -33,12 +33,15 @@ read back to the same float32 (a text file's ``0.9`` and a spec's ``0.9`` are on
 
 from __future__ import annotations
 
+import hashlib
+import inspect
 import json
 import math
 import os
 import re
 import struct
 import tempfile
+import textwrap
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -167,15 +170,33 @@ def plain(value: Any) -> Any:
         return {str(k): plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [plain(v) for v in value]
-    if callable(value) and (hasattr(value, "__code__") or hasattr(value, "describe")):
-        return _ADDRESS.sub("", describe_callable(value))  # a function or a schedule
+    if callable(getattr(value, "describe", None)):  # a schedule: its name and formula
+        return describe_callable(value)
+    if hasattr(value, "__code__"):
+        return _function(value)
     number = getattr(value, "item", None)  # a NumPy scalar
     if callable(number):
         try:
             return plain(number())
         except (TypeError, ValueError):
             pass
+    if type(value).__repr__ is object.__repr__ and isinstance(getattr(value, "__dict__", None),
+                                                              dict):
+        fields = ", ".join(f"{k}={json.dumps(plain(v))}" for k, v in vars(value).items()
+                           if not k.startswith("_"))
+        return f"{type(value).__name__}({fields})"  # an initializer: its class and fields
     return _ADDRESS.sub("", repr(value))
+
+
+def _function(fn: Any) -> str:
+    """``lr (code 1a2b3c4d)``: a function by its name and a digest of its source, so that
+    moving it to another line is not a change and editing its body is."""
+    name = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+    try:
+        source = textwrap.dedent(inspect.getsource(fn))
+    except (OSError, TypeError):  # no source to read (a built-in, a lambda typed in a shell)
+        return _ADDRESS.sub("", describe_callable(fn))
+    return f"{name} (code {hashlib.sha256(source.encode()).hexdigest()[:8]})"
 
 
 #: TensorFlow's shared optimizer arguments (``embedding.optimizers``) as the facts name them,
