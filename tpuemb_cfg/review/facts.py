@@ -180,8 +180,8 @@ def plain(value: Any) -> Any:
             return plain(number())
         except (TypeError, ValueError):
             pass
-    if type(value).__repr__ is object.__repr__ and isinstance(getattr(value, "__dict__", None),
-                                                              dict):
+    own_repr: Any = type(value).__repr__
+    if own_repr is object.__repr__ and isinstance(getattr(value, "__dict__", None), dict):
         fields = ", ".join(f"{k}={json.dumps(plain(v))}" for k, v in vars(value).items()
                            if not k.startswith("_"))
         return f"{type(value).__name__}({fields})"  # an initializer: its class and fields
