@@ -55,8 +55,14 @@ def test_a_table_added_to_a_stack_names_every_table_that_moves() -> None:
     assert set(limits) == {"brand_category_shop"}
     assert limits["brand_category_shop"].old["max_ids_per_partition"] == 512
     assert limits["brand_category_shop"].new["max_ids_per_partition"] == 256
-    # every finding is at NEW's lines
-    assert all(d.path == str(NEXT) and d.line for d in result.findings if d.rule != "DIFF008")
+    # every finding is at NEW's lines; what only OLD has, at OLD's
+    for found in result.findings:
+        assert found.path == (str(EXAMPLE) if "is gone" in found.message else str(NEXT)), found
+        assert found.line, found
+    text = NEXT.read_text().splitlines()
+    at = {d.message.split("'")[1]: d.line for d in result.findings if d.rule == "DIFF006"}
+    assert text[at["query_terms"] - 1].startswith("query_terms = TableConfig(")
+    assert text[at["brand_category_shop"] - 1].startswith("brand = TableConfig(")
 
 
 def test_the_findings_the_change_brings_are_reported_at_new_lines() -> None:
@@ -127,3 +133,35 @@ def test_sarif_and_github_annotate_new_file(tmp_path: Path) -> None:
     github = render("github", result).splitlines()
     assert all(line.startswith(("::notice ", "::warning ", "::error ")) for line in github)
     assert any(f"file={NEXT}" in line and "DIFF006" in line for line in github)
+
+
+def test_keras_rs_moving_from_tensorflow_to_jax_restacks_the_mlperf_model() -> None:
+    """keras-rs' MLPerf DLRM-DCNv2 on v6e-32 (N = 64): on TensorFlow, TensorFlow's stacker
+    (tables sorted by name, one stack per width and optimizer below the limits; the limits of
+    keras-rs' conversion are lost: 256); on JAX, jax-tpu-embedding's (tables in feature order,
+    every table of the width in one stack, each stack's limits the largest of its tables')."""
+    spec = ROOT / "examples" / "sparsecore" / "keras_rs_dcnv2_v6e32.py"
+    result = tpuemb_cfg.diff(spec, spec, DiffOptions(
+        old=SideOptions(keras_backend="tensorflow"), new=SideOptions(keras_backend="jax"),
+        checkpoint=False))
+    stacks = _by(result.changes, "stack")
+    n = 64
+    rows_0 = _pad(40_000_000, n)
+    assert rows_0 == 40_000_000  # a multiple of 8 x 64 already
+    # TensorFlow: '0', '1', '10', ... (by name); '10' third, after '0' and '1' (39,060 rows)
+    assert stacks["10"].old["sparse_core_shard_row_offset"] == (rows_0 + _pad(39_060, n)) // n
+    assert stacks["10"].old["sparse_core_shard_rotation"] == 2 * 2  # k = 2, 2 cores per chip
+    # JAX: feature order '0', '10', ...: '10' second
+    assert stacks["10"].new["sparse_core_shard_row_offset"] == rows_0 // n == 625_000
+    assert stacks["10"].new["sparse_core_shard_rotation"] == 1 * 2
+    assert stacks["10"].new["stacked_table_name"] == "0_10_11_19_1_20_21_22_9"
+    assert {stacks[t].old["stacked_table_name"] for t in ("21", "9")} == {"21_9"}
+    limits = _by(result.changes, "limit")
+    change = limits["0_10_11_19_1_20_21_22_9"]
+    assert (change.old["max_ids_per_partition"], change.new["max_ids_per_partition"]) == (
+        256, 8192)
+    assert (change.old["max_unique_ids_per_partition"],
+            change.new["max_unique_ids_per_partition"]) == (256, 4096)
+    # keras-rs on TensorFlow drops the tables' limits (SC004); on JAX it keeps them
+    gone = {c.name for c in result.changes if c.subject == "finding" and c.kind == "removed"}
+    assert gone == {"SC004"}

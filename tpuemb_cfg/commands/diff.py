@@ -27,7 +27,7 @@ from tpuemb_cfg.formats.atomic import OutputSet, check_outputs
 from tpuemb_cfg.formats.limits import max_input_bytes
 from tpuemb_cfg.model import SEVERITY_RANK
 from tpuemb_cfg.review.diffing import DiffOptions, diff
-from tpuemb_cfg.review.report import DIFF_FORMATS, render
+from tpuemb_cfg.review.report import DIFF_FORMATS, render_many
 from tpuemb_cfg.review.sides import SideOptions
 
 #: Without a terminal, a progress line at most this often (seconds).
@@ -70,17 +70,22 @@ def _git(args: list[str], cwd: str) -> bytes:
 
 
 @contextlib.contextmanager
-def _from_git(ref: str, path: str) -> Iterator[tuple[str, str]]:
+def _from_git(ref: str, path: str) -> Iterator[tuple[str | None, str]]:
     """``path`` as it is at ``ref`` (``git show REF:./NAME`` in its folder), in a private
     temporary folder under its own name (a spec keeps its extension), with the label
-    ``REF:PATH``; the folder is removed afterwards."""
+    ``REF:PATH`` (None for a file ``ref`` does not have); the folder is removed afterwards."""
     if ref.startswith("-"):
         raise UsageError(f"--against {ref!r}: a git revision does not start with '-'")
     folder = os.path.dirname(os.path.abspath(path)) or "."
     if not os.path.isdir(folder):
         raise InputError(f"{path}: its folder does not exist")
     _git(["rev-parse", "--git-dir"], folder)
+    _git(["rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}"], folder)
     name = os.path.basename(path)
+    listed = _git(["ls-tree", "--name-only", "--end-of-options", ref, "--", name], folder)
+    if not listed.strip():  # a file the change adds: nothing to compare it with
+        yield None, f"{ref}:{path}"
+        return
     # the size first: a huge blob is refused before it is read
     size_text = _git(["cat-file", "-s", f"{ref}:./{name}"], folder).decode().strip()
     limit = max_input_bytes()
@@ -128,9 +133,9 @@ def _sample_line(quiet: bool) -> Iterator[Any]:
 
 
 @click.command(name="diff")
-@click.argument("files", nargs=-1, required=True, metavar="OLD NEW | NEW --against REF")
+@click.argument("files", nargs=-1, required=True, metavar="OLD NEW | NEW... --against REF")
 @click.option("--against", metavar="REF", help="Read OLD from git at this revision (HEAD, "
-              "main, a commit): the file NEW as it is there, or OLD's path there.")
+              "main, a commit): each file given is a NEW, compared with itself there.")
 @click.option("--ids", "ids", multiple=True, metavar="FILE|FOLDER",
               help="A sample of real ids (tpuemb plan's formats): load, imbalance and drops at "
                    "the limits, OLD vs NEW on the same sample. Repeatable.")
@@ -160,22 +165,23 @@ def diff_command(files: tuple[str, ...], against: str | None, ids: tuple[str, ..
 
     OLD and NEW: any configuration tpuemb reads (text, binary or JSON TPUEmbeddingConfiguration,
     Python/TOML specs, SparseCore specs of TensorFlow, keras-rs and jax-tpu-embedding), not
-    necessarily of the same kind. With --against REF, OLD is read from git (NEW as it is at REF,
-    or the first file at REF when two are given). Exit status: 0 differences reported, 1 with
-    --breaking when OLD's checkpoint does not restore under NEW (or a finding reaches
-    --fail-on), 2 bad input or options, 130 interrupted.
+    necessarily of the same kind. With --against REF, every file given is a NEW compared with
+    itself as git has it at REF (a pre-commit hook passes the files it matched).
+
+    Exit status: 0 differences reported, 1 with --breaking when OLD's checkpoint does not
+    restore under NEW (or a finding reaches --fail-on), 2 bad input or options, 130
+    interrupted.
     """
     if against is None and len(files) != 2:
-        raise UsageError(f"expected OLD and NEW, got {len(files)} file(s); or NEW --against REF")
-    if against is not None and len(files) not in (1, 2):
-        raise UsageError("with --against: NEW (read OLD from git at REF), or OLD NEW (OLD's "
-                         "path read at REF)")
+        raise UsageError(f"expected OLD and NEW, got {len(files)} file(s); or NEW... "
+                         "--against REF")
     old_topo, new_topo = _pair("--topology", topology)
     old_keras, new_keras = _pair("--keras-backend", keras_backend, KERAS_BACKENDS)
     old_tf, new_tf = _pair("--tf-version", tf_version, TF_VERSIONS)
-    new_path = files[-1]
-    old_path = files[0]
-    inputs = [("NEW", new_path), *((("OLD", old_path),) if against is None else ())]
+    # (OLD, NEW) pairs as given: with --against, each file against itself at REF
+    pairs = [(files[0], files[1])] if against is None else [(f, f) for f in files]
+    inputs = [("NEW", new) for _, new in pairs]
+    inputs += [("OLD", old) for old, _ in pairs] if against is None else []
     inputs += [("--ids", p) for p in ids]
     check_outputs([("-o", output)] if output else [], inputs)
     for label, path in inputs:
@@ -185,22 +191,30 @@ def diff_command(files: tuple[str, ...], against: str | None, ids: tuple[str, ..
     # absolute before any spec runs: a spec that changes folder cannot move what is read next
     # or the report's output
     output = os.path.abspath(output) if output is not None else None
-    shown_old = old_path
-    new_path, old_path = os.path.abspath(new_path), os.path.abspath(old_path)
     options = DiffOptions(
         old=SideOptions(old_topo, old_keras, old_tf),
         new=SideOptions(new_topo, new_keras, new_tf),
-        ids=list(ids) or None)
+        ids=[os.path.abspath(p) for p in ids] or None)
+    absolute = [(os.path.abspath(old), os.path.abspath(new)) for old, new in pairs]
+    results = []
     with contextlib.ExitStack() as stack:
-        label = shown_old
-        if against is not None:
-            old_path, label = stack.enter_context(_from_git(against, shown_old))
         hook = stack.enter_context(_sample_line(quiet))
-        result = diff(old_path, new_path, options, old_label=label, new_label=files[-1],
-                      on_sample=hook)
+        for (old, new), (old_abs, new_abs) in zip(pairs, absolute, strict=True):
+            label = old
+            if against is not None:
+                found, label = stack.enter_context(_from_git(against, old))
+                if found is None:
+                    click.echo(f"diff: {printable(new)} is not in {printable(against)} (a new "
+                               "file): nothing to compare", err=True)
+                    continue
+                old_abs = found
+            results.append(diff(old_abs, new_abs, options, old_label=label, new_label=new,
+                                on_sample=hook))
     if breaking:
-        result = _breaking_only(result)
-    text = render(fmt, result)
+        results = [_breaking_only(r) for r in results]
+    if not results:
+        return
+    text = render_many(fmt, results)
     if fmt in ("text", "markdown"):
         text = printable(text, keep=LINES)
     if output is None:
@@ -208,10 +222,11 @@ def diff_command(files: tuple[str, ...], against: str | None, ids: tuple[str, ..
     else:
         with OutputSet() as outputs:
             outputs.write_bytes(output, text.encode("utf-8"))
-    failed = breaking and result.breaking
+    failed = breaking and any(r.breaking for r in results)
     if fail_on is not None:
         rank = SEVERITY_RANK[fail_on]
-        failed = failed or any(SEVERITY_RANK[d.severity] >= rank for d in result.findings)
+        failed = failed or any(SEVERITY_RANK[d.severity] >= rank
+                               for r in results for d in r.findings)
     if failed:
         click.get_current_context().exit(1)
 

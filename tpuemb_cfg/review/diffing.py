@@ -21,12 +21,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tpuemb_cfg.base.errors import InputError
+from tpuemb_cfg.planner.planning import PlanOptions
 from tpuemb_cfg.rules.diff import Change, Location, diff_findings
 from tpuemb_cfg.session import open_plan, validate
 
 from . import tpu
 from .checkpoints import checkpoint_report
-from .semantic import semantic_report
+from .facts import Facts, load_facts
+from .semantic import semantic_changes
 from .sides import Side, SideOptions, load_side
 
 if TYPE_CHECKING:
@@ -106,10 +108,11 @@ def diff(old: Any, new: Any, options: DiffOptions = DiffOptions(), *,
 def compare(a: Side, b: Side, options: DiffOptions = DiffOptions(), *,
             on_sample: Callable[[Any], None] | None = None) -> ConfigDiff:
     """:func:`diff` of two loaded sides."""
-    semantic = semantic_report(a, b)
-    changes: list[Change] = list(semantic.changes)
-    renamed = semantic.renamed
-    locate_new, locate_old = semantic.locate_new, semantic.locate_old
+    old_facts, new_facts = facts_of(a), facts_of(b)
+    changes: list[Change] = semantic_changes(old_facts, new_facts)
+    changes += _slices(a, b)
+    renamed = {c.name: c.old for c in changes if c.subject == "table" and c.kind == "renamed"}
+    locate_new, locate_old = _locator(new_facts), _locator(old_facts)
     notes: list[str] = []
     if a.kind == b.kind == "sparsecore":
         changes += tpu.stack_changes(a, b, renamed=renamed, locate_new=locate_new,
@@ -137,6 +140,40 @@ def compare(a: Side, b: Side, options: DiffOptions = DiffOptions(), *,
                       tuple(notes))
 
 
+def facts_of(side: Side) -> Facts:
+    """The side's semantic facts (``facts.load_facts``), from what the side loaded: a
+    SparseCore configuration as the side runs it (its topology, Keras backend), a legacy file
+    by its path (its lines), under the side's label."""
+    if side.kind == "sparsecore":
+        return load_facts(side.config, name=side.label)
+    if side.path is not None:
+        return load_facts(side.path, name=side.label)
+    return load_facts(side.message, name=side.label)
+
+
+def _locator(facts: Facts) -> Callable[[str], Location | None]:
+    """A table's place in ``facts`` by name (None for a table it does not have)."""
+    places = {t.name: t.location for t in facts.tables}
+    return lambda name: places.get(name)
+
+
+def _slices(a: Side, b: Side) -> list[Change]:
+    """A legacy configuration's slice given on the command line (``--topology``: its host
+    count), which its facts do not show; SparseCore sides' facts carry their slice."""
+    if a.kind == "sparsecore" and b.kind == "sparsecore":
+        return []
+    hosts = [int(s.message.num_hosts) if s.message is not None else None for s in (a, b)]
+    if a.kind != b.kind or hosts[0] == hosts[1] or None in hosts:
+        return []
+    if a.options.topology == b.options.topology:
+        return []
+    where = _top_of(b)
+    return [Change("setting", "changed", "num_hosts", "num_hosts", hosts[0], hosts[1],
+                   f"num_hosts {hosts[0]} -> {hosts[1]} (--topology "
+                   f"{a.options.topology or 'as configured'} -> "
+                   f"{b.options.topology or 'as configured'})", where)]
+
+
 def _top_of(side: Side) -> Location | None:
     """The first line of the side's file: where a finding about the whole configuration goes."""
     return (side.label, 1, 1) if side.path is not None else None
@@ -153,8 +190,6 @@ def _findings(side: Side) -> list[Diagnostic]:
 
 def _plan(side: Side, ids: str | Sequence[str], on_sample: Callable[[Any], None] | None) -> Any:
     """``tpuemb plan`` of the side on the sample (its load and limits)."""
-    from tpuemb_cfg.planner.planning import PlanOptions
-
     source = side.config if side.kind == "sparsecore" else side.source
     planner = open_plan(source, ids, options=PlanOptions(topology=side.options.topology))
     if on_sample is not None:

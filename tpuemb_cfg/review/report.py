@@ -21,7 +21,7 @@ from tpuemb_cfg.validation.report import FileReport, format_github, format_sarif
 if TYPE_CHECKING:
     from .diffing import ConfigDiff
 
-__all__ = ["DIFF_FORMATS", "render"]
+__all__ = ["DIFF_FORMATS", "render", "render_many"]
 
 DIFF_FORMATS = ("text", "json", "sarif", "github", "markdown")
 
@@ -150,4 +150,22 @@ def render(fmt: str, diff: ConfigDiff) -> str:
         return format_sarif(_file_reports(diff), rules=[r.id for r in diff_rules()])
     if fmt == "github":
         return format_github(_file_reports(diff))
+    raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(DIFF_FORMATS)}")
+
+
+def render_many(fmt: str, diffs: Sequence[ConfigDiff]) -> str:
+    """Several diffs (``tpuemb diff --against REF A B ...``) as one report: text and Markdown
+    one after the other, JSON a list, SARIF one run with every file's findings, GitHub every
+    annotation."""
+    if len(diffs) == 1:
+        return render(fmt, diffs[0])
+    if fmt in ("text", "markdown"):
+        return "\n".join(render(fmt, d) for d in diffs)
+    if fmt == "json":
+        return json.dumps([d.to_json() for d in diffs], indent=2, ensure_ascii=False) + "\n"
+    reports = [report for d in diffs for report in _file_reports(d)]
+    if fmt == "sarif":
+        return format_sarif(reports, rules=[r.id for r in diff_rules()])
+    if fmt == "github":
+        return format_github(reports)
     raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(DIFF_FORMATS)}")

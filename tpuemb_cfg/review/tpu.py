@@ -22,7 +22,6 @@ beyond what the sides' validators read.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -88,7 +87,7 @@ def stack_changes(old: Side, new: Side, *, renamed: dict[str, str] | None = None
             out.append(Change("stack", "added", stack.name, "", None,
                               [t.name for t in stack.tables],
                               f"stacked table {stack.name!r} is new ({members}; "
-                              f"{stack.padded_vocabulary_size} rows x {stack.padded_dim})",
+                              f"{stack.padded_vocabulary_size:,} rows x {stack.padded_dim})",
                               locate_new(first)))
         for table in stack.tables:
             was = before.get(renamed.get(table.name, table.name))
@@ -113,12 +112,13 @@ _KEYS = ("stacked_table_name", "sparse_core_shard_row_offset", "sparse_core_shar
 
 def _moved(name: str, was: tuple[Any, ...], now: tuple[Any, ...], where: Location | None,
            where_old: Location | None) -> Change:
-    parts = [f"{label} {a!r} -> {b!r}" if label == "stacked table" else f"{label} {a} -> {b}"
+    parts = [f"{label} {a!r} -> {b!r}" if label == "stacked table" else f"{label} {a:,} -> {b:,}"
              for label, a, b in zip(_FIELDS, was, now, strict=True) if a != b]
+    verb = "moves on the SparseCores" if was[:3] != now[:3] else "on the SparseCores"
     changed = [key for key, a, b in zip(_KEYS, was, now, strict=True) if a != b]
     return Change("stack", "changed", name, ",".join(changed), dict(zip(_KEYS, was, strict=True)),
                   dict(zip(_KEYS, now, strict=True)),
-                  f"table {name!r} moves on the SparseCores: {', '.join(parts)}",
+                  f"table {name!r} {verb}: {', '.join(parts)}",
                   where, where_old)
 
 
@@ -144,7 +144,8 @@ def limit_changes(old: Side, new: Side, *, locate_new: Locate = _nowhere,
         was, now = _limits(match), _limits(stack)
         if was == now:
             continue
-        parts = [f"{key} {was[key]} -> {now[key]}" for key in was if was[key] != now[key]]
+        parts = [f"{key} {_count(was[key])} -> {_count(now[key])}" for key in was
+                 if was[key] != now[key]]
         named = (f"stacked table {stack.name!r}" if match.name == stack.name
                  else f"stacked table {stack.name!r} (was {match.name!r})")
         out.append(Change("limit", "changed", stack.name,
@@ -152,6 +153,10 @@ def limit_changes(old: Side, new: Side, *, locate_new: Locate = _nowhere,
                           f"{named}: {', '.join(parts)}", locate_new(stack.tables[0].name),
                           locate_old(match.tables[0].name)))
     return out
+
+
+def _count(value: int | None) -> str:
+    return "default" if value is None else f"{value:,}"
 
 
 # ------------------------------------------------------------------------------------- memory
@@ -309,8 +314,3 @@ def load_changes(old_plan: Any, new_plan: Any, *, locate_new: Locate = _nowhere,
             f"load per {b['level']}: the busiest of {b['units']} at {b['max_over_mean']}x the "
             f"mean (was {a['max_over_mean']}x of {a['units']} {a['level']}s)", where, None))
     return out
-
-
-def as_json(value: Any) -> str:
-    """A value as the reports print it (JSON, keys sorted)."""
-    return json.dumps(value, sort_keys=True)
