@@ -407,10 +407,8 @@ def _sparsecore_optimizer(table: Any) -> dict[str, Any]:
         values["optimizer.multiply_weight_decay_factor_by_learning_rate"] = bool(
             hyper.get("multiply_weight_decay_factor_by_learning_rate"))
         packing = hyper.get("low_dimensional_packing_status")
-        values["optimizer.low_dimensional_packing"] = (
-            packing is True or packing == PackingStatus.ENABLED
-            or str(packing).upper().endswith("ENABLED") and not str(packing).upper().endswith(
-                "DISABLED"))
+        values["optimizer.low_dimensional_packing"] = (  # True, 1, "ENABLED" (to_enum's)
+            packing == PackingStatus.ENABLED or str(packing).upper().endswith("ENABLED"))
     slots = values["optimizer.slots"]
     if slots and hyper.get("initial_accumulator_value") is not None:
         initial = dict.fromkeys(slots, 0.0)
