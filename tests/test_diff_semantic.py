@@ -329,3 +329,15 @@ def test_adam_to_adagrad_momentum_names_each_slot() -> None:
         "table 'item': optimizer adam -> adagrad_momentum (slot 'velocities' dropped: its state "
         "is lost; slot 'accumulators' added: starts from the initial value)")
     assert change.new_location == ("config.pbtxt", 18, 5)
+
+
+def test_a_schedule_made_by_a_factory_is_compared_by_its_values() -> None:
+    factory = ("def decay(rate):\n    def schedule():\n        return rate\n    return schedule\n"
+               "\n\n")
+    old = TF_SPEC.replace("def rate():\n    return 0.1\n", factory + "rate = decay(0.1)\n")
+    new = old.replace("decay(0.1)", "decay(0.2)")
+    assert old != TF_SPEC
+    (change,) = semantic_changes(load_facts(old.encode(), name="HEAD:m.py"),
+                                 load_facts(new.encode(), name="m.py"))
+    assert change.field == "learning_rate.schedule"
+    assert change.old.startswith("decay.<locals>.schedule (code ") and change.old != change.new
