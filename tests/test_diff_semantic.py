@@ -299,3 +299,45 @@ def test_binary_and_json_read_from_git_hold_the_same_facts(fmt: str) -> None:
     facts = load_facts(data, name=name)
     assert facts.form == fmt and facts.tables[0].location is None  # no lines in these forms
     assert semantic_changes(facts, DATA / "base.pbtxt") == []
+
+
+def test_a_stack_limit_changed_added_and_removed_at_its_key() -> None:
+    spec = Path(__file__).parents[1] / "examples" / "sparsecore" / "v6e_dcnv2.py"
+    text = spec.read_text()
+    new = (text.replace('"item_terms_query_terms": 2048,', '"item_terms_query_terms": 4096,')
+               .replace('        "brand_category": 256,\n', '        "brand_cat": 256,\n'))
+    changes = semantic_changes(load_facts(text.encode(), name="HEAD:v6e.py"),
+                               load_facts(new.encode(), name="v6e.py"))
+    key = 'max_unique_ids_per_table["brand_cat"]'
+    assert [(c.subject, c.kind, c.field, c.old, c.new, c.new_location, c.old_location)
+            for c in changes] == [
+        ("limit", "changed", 'max_ids_per_table["item_terms_query_terms"]', 2048, 4096,
+         ("v6e.py", 50, 9), ("HEAD:v6e.py", 50, 9)),
+        ("limit", "added", key, None, 256, ("v6e.py", 56, 9), None),
+        ("limit", "removed", 'max_unique_ids_per_table["brand_category"]', 256, None, None,
+         ("HEAD:v6e.py", 56, 9)),
+    ]
+
+
+def test_adam_to_adagrad_momentum_names_each_slot() -> None:
+    # Adam keeps momenta and velocities; AdagradMomentum accumulators and momenta (TensorFlow's
+    # slot names): velocities go, accumulators come. Adam's beta1.. are not listed one by one.
+    new = _edited("adam { beta1: 0.9 beta2: 0.999 epsilon: 1e-07 }",
+                  "adagrad_momentum { momentum: 0.9 }")
+    (change,) = _diff(BASE, new)
+    assert change.message == (
+        "table 'item': optimizer adam -> adagrad_momentum (slot 'velocities' dropped: its state "
+        "is lost; slot 'accumulators' added: starts from the initial value)")
+    assert change.new_location == ("config.pbtxt", 18, 5)
+
+
+def test_a_schedule_made_by_a_factory_is_compared_by_its_values() -> None:
+    factory = ("def decay(rate):\n    def schedule():\n        return rate\n    return schedule\n"
+               "\n\n")
+    old = TF_SPEC.replace("def rate():\n    return 0.1\n", factory + "rate = decay(0.1)\n")
+    new = old.replace("decay(0.1)", "decay(0.2)")
+    assert old != TF_SPEC
+    (change,) = semantic_changes(load_facts(old.encode(), name="HEAD:m.py"),
+                                 load_facts(new.encode(), name="m.py"))
+    assert change.field == "learning_rate.schedule"
+    assert change.old.startswith("decay.<locals>.schedule (code ") and change.old != change.new

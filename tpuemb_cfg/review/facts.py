@@ -189,14 +189,19 @@ def plain(value: Any) -> Any:
 
 
 def _function(fn: Any) -> str:
-    """``lr (code 1a2b3c4d)``: a function by its name and a digest of its source, so that
-    moving it to another line is not a change and editing its body is."""
+    """``lr (code 1a2b3c4d)``: a function by its name and a digest of its source and of the
+    values it closes over and defaults to (``optax.exponential_decay(0.1)`` and ``(0.2)`` are
+    one source), so that moving it to another line is not a change and editing it is."""
     name = getattr(fn, "__qualname__", None) or type(fn).__qualname__
     try:
         source = textwrap.dedent(inspect.getsource(fn))
     except (OSError, TypeError):  # no source to read (a built-in, a lambda typed in a shell)
         return _ADDRESS.sub("", describe_callable(fn))
-    return f"{name} (code {hashlib.sha256(source.encode()).hexdigest()[:8]})"
+    bound = [cell.cell_contents for cell in getattr(fn, "__closure__", None) or ()
+             if cell.cell_contents is not fn]
+    bound.extend(getattr(fn, "__defaults__", None) or ())
+    text = "\n".join([source, *(_ADDRESS.sub("", repr(value)) for value in bound)])
+    return f"{name} (code {hashlib.sha256(text.encode()).hexdigest()[:8]})"
 
 
 #: TensorFlow's shared optimizer arguments (``embedding.optimizers``) as the facts name them,
@@ -407,10 +412,8 @@ def _sparsecore_optimizer(table: Any) -> dict[str, Any]:
         values["optimizer.multiply_weight_decay_factor_by_learning_rate"] = bool(
             hyper.get("multiply_weight_decay_factor_by_learning_rate"))
         packing = hyper.get("low_dimensional_packing_status")
-        values["optimizer.low_dimensional_packing"] = (
-            packing is True or packing == PackingStatus.ENABLED
-            or str(packing).upper().endswith("ENABLED") and not str(packing).upper().endswith(
-                "DISABLED"))
+        values["optimizer.low_dimensional_packing"] = (  # True, 1, "ENABLED" (to_enum's)
+            packing == PackingStatus.ENABLED or str(packing).upper().endswith("ENABLED"))
     slots = values["optimizer.slots"]
     if slots and hyper.get("initial_accumulator_value") is not None:
         initial = dict.fromkeys(slots, 0.0)
@@ -437,8 +440,7 @@ def _sparsecore_facts(config: Any, path: str, form: str, text: str | None,
         found = sparsecore_position(config, field_path, spec_path, text)
         return None if found is None else (path, found[0], found[1])
 
-    features_setting = place("feature_specs" if config.mode == "jax" and config.api == "jax"
-                             else "feature_config")
+    features_setting = place("feature_specs" if config.api == "jax" else "feature_config")
     tables = []
     for table in config.tables:
         key = f"tables[{json.dumps(table.name)}]"

@@ -186,15 +186,19 @@ def _optimizer_change(a: Entry, b: Entry) -> Change:
     dropped = [s for s in old_slots if s not in new_slots]
     added = [s for s in new_slots if s not in old_slots]
     if dropped:
-        notes.append(f"slot{'s' if len(dropped) > 1 else ''} {', '.join(map(repr, dropped))} "
-                     "dropped: its state is lost")
+        notes.append(f"{_slots(dropped)} dropped: "
+                     f"{'its' if len(dropped) == 1 else 'their'} state is lost")
     if added:
-        notes.append(f"slot{'s' if len(added) > 1 else ''} {', '.join(map(repr, added))} "
-                     "added: starts from its initial value")
+        notes.append(f"{_slots(added)} added: "
+                     f"{'starts' if len(added) == 1 else 'start'} from the initial value")
     tail = f" ({'; '.join(notes)})" if notes else ""
     return Change("optimizer", "changed", b.name, "optimizer", old, new,
                   f"table {b.name!r}: optimizer {_show(old)} -> {_show(new)}{tail}",
                   new_location=b.where("optimizer"), old_location=a.where("optimizer"))
+
+
+def _slots(names: list[str]) -> str:
+    return f"slot{'s' if len(names) > 1 else ''} {', '.join(map(repr, names))}"
 
 
 # -- features -------------------------------------------------------------------------------------
