@@ -51,7 +51,7 @@ def test_a_table_added_to_a_stack_names_every_table_that_moves() -> None:
     assert set(stacks) == {"brand_category_shop", "brand_category", "brand", "category",
                            "item_terms", "query_terms"}
     # the limits keyed 'brand_category' (512) no longer apply: TensorFlow's default, 256
-    limits = _by(result.changes, "limit")
+    limits = _by(result.changes, "stack_limit")
     assert set(limits) == {"brand_category_shop"}
     assert limits["brand_category_shop"].old["max_ids_per_partition"] == 512
     assert limits["brand_category_shop"].new["max_ids_per_partition"] == 256
@@ -156,7 +156,7 @@ def test_keras_rs_moving_from_tensorflow_to_jax_restacks_the_mlperf_model() -> N
     assert stacks["10"].new["sparse_core_shard_rotation"] == 1 * 2
     assert stacks["10"].new["stacked_table_name"] == "0_10_11_19_1_20_21_22_9"
     assert {stacks[t].old["stacked_table_name"] for t in ("21", "9")} == {"21_9"}
-    limits = _by(result.changes, "limit")
+    limits = _by(result.changes, "stack_limit")
     change = limits["0_10_11_19_1_20_21_22_9"]
     assert (change.old["max_ids_per_partition"], change.new["max_ids_per_partition"]) == (
         256, 8192)

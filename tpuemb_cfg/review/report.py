@@ -28,8 +28,8 @@ DIFF_FORMATS = ("text", "json", "sarif", "github", "markdown")
 #: Sections of the text and Markdown reports: (title, the change subjects it shows).
 SECTIONS = (
     ("Configuration", ("table", "feature", "optimizer", "hyper_parameter", "learning_rate",
-                       "setting", "topology")),
-    ("On the TPU", ("stack", "limit", "memory", "load")),
+                       "setting", "limit", "topology")),
+    ("On the TPU", ("stack", "stack_limit", "memory", "load")),
     ("Findings", ("finding",)),
 )
 _MARK = {"added": "+", "removed": "-", "renamed": "~", "changed": "~"}

@@ -148,7 +148,7 @@ def limit_changes(old: Side, new: Side, *, locate_new: Locate = _nowhere,
                  if was[key] != now[key]]
         named = (f"stacked table {stack.name!r}" if match.name == stack.name
                  else f"stacked table {stack.name!r} (was {match.name!r})")
-        out.append(Change("limit", "changed", stack.name,
+        out.append(Change("stack_limit", "changed", stack.name,
                           ",".join(k for k in was if was[k] != now[k]), was, now,
                           f"{named}: {', '.join(parts)}", locate_new(stack.tables[0].name),
                           locate_old(match.tables[0].name)))

@@ -28,8 +28,9 @@ class Change:
     """One difference between OLD and NEW.
 
     ``subject``: what it is about - ``table``, ``feature``, ``optimizer``, ``hyper_parameter``,
-    ``learning_rate``, ``setting``, ``topology`` (what the configurations say), or ``stack``,
-    ``limit``, ``memory``, ``finding``, ``load`` (what it does on the TPU). ``kind``:
+    ``learning_rate``, ``setting``, ``limit`` (a limit as written), ``topology`` (what the
+    configurations say), or ``stack``, ``stack_limit`` (a stacked table's limits as
+    preprocessing applies them), ``memory``, ``finding``, ``load`` (what it does on the TPU). ``kind``:
     ``added``, ``removed``, ``renamed`` or ``changed``. ``name``: the table, feature, stack,
     setting or memory level (NEW's name; OLD's when removed). ``field``: what changed in it
     (``vocabulary_size``, ``learning_rate.tag``; ``""`` for the whole entry). ``old`` / ``new``:
@@ -267,9 +268,10 @@ def stack_changed(ctx: DiffContext) -> Iterator[Diagnostic]:
 @rule("DIFF007", "info", "a SparseCore limit or buffer changed", target="diff")
 def limit_changed(ctx: DiffContext) -> Iterator[Diagnostic]:
     """## What it does
-    Reports each stacked table whose `max_ids_per_partition`, `max_unique_ids_per_partition`
-    or COO buffer size differs between OLD and NEW, as the SparseCores would apply them
-    (after stacking: a stack's limits are read by its stacked name).
+    Reports each limit written differently (a key of `max_ids_per_table`, a table's own
+    `max_ids_per_partition`, ...), and each stacked table whose `max_ids_per_partition`,
+    `max_unique_ids_per_partition` or COO buffer size differs between OLD and NEW as the
+    SparseCores apply them (after stacking: a stack's limits are read by its stacked name).
 
     ## Why is this bad?
     Lower limits drop ids (or fail the step without `allow_id_dropping`); a limit keyed by a
@@ -284,7 +286,7 @@ def limit_changed(ctx: DiffContext) -> Iterator[Diagnostic]:
     Key limits by the new stacked names (`tpuemb inspect` shows them), and check the drops on
     a sample (`tpuemb plan --ids`).
     """
-    return _changes(ctx, ("limit",))
+    return _changes(ctx, ("limit", "stack_limit"))
 
 
 @rule("DIFF008", "info", "memory per host, chip or SparseCore changed", target="diff")
