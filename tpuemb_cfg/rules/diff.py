@@ -31,8 +31,8 @@ class Change:
     ``learning_rate``, ``setting``, ``limit`` (a limit as written), ``topology`` (what the
     configurations say), or ``stack``, ``stack_limit`` (a stacked table's limits as
     preprocessing applies them), ``memory``, ``finding``, ``load`` (what it does on the TPU).
-    ``kind``: ``added``, ``removed``, ``renamed`` or ``changed``. ``name``: the table, feature, stack,
-    setting or memory level (NEW's name; OLD's when removed). ``field``: what changed in it
+    ``kind``: ``added``, ``removed``, ``renamed`` or ``changed``. ``name``: the table, feature,
+    stack, setting or memory level (NEW's name; OLD's when removed). ``field``: what changed in it
     (``vocabulary_size``, ``learning_rate.tag``; ``""`` for the whole entry). ``old`` / ``new``:
     JSON values (``None`` when absent). ``message``: one line. ``severity``: the finding's,
     when the change decides it (memory that no longer fits: ``error``); ``None`` for the rule's.
