@@ -9,8 +9,8 @@ there; ``tools/tf_reference/gen_tf_versions.py``):
 - ``stacker.json.gz``: 2.20's bytes for the 300 table sets whose 2.21 bytes are in
   ``tests/data/sparsecore/tf_stacker_cases.json.gz``, and both versions' at the default limits.
 
-TensorFlow's group strings depend on ``PYTHONHASHSEED`` (recorded with 0) and tpuemb's are its
-own, so groups are compared as a partition of the tables. The layouts are compared byte for byte:
+TensorFlow's group strings change from run to run (stored renamed ``g0``, ``g1``, ...) and
+tpuemb's are its own, so groups are compared as a partition of the tables. The layouts are compared byte for byte:
 no recorded set has two groups at one padded width (whose order would follow the strings).
 """
 

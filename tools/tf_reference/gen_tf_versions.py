@@ -8,8 +8,12 @@ once in each TensorFlow venv (throwaway environments, never dependencies of tpue
     python3 tools/tf_reference/gen_tf_versions.py --tf220 /tmp/tf220/bin/python \\
         --tf221 /tmp/tf221/bin/python
 
-Each worker runs with ``PYTHONHASHSEED=0`` (TensorFlow's group strings hash the optimizer's
-attribute dict) and writes what its TensorFlow did; the driver merges the two into:
+Each worker runs with ``PYTHONHASHSEED=0`` and writes what its TensorFlow did; the driver merges
+the two into the files below. TensorFlow's group strings hash the optimizer's attribute dict,
+whose ``None`` values hash by address on Python 3.11, so the strings differ from run to run even
+then: they are stored renamed ``g0``, ``g1``, ... by first appearance in each case (which tables
+share a group is what counts; no recorded set has two groups at one padded width, where the
+strings would order the stacks).
 
 - ``feeds.json``: table sets fed to each version's stacker **exactly as its TPUEmbeddingV2 feeds
   it**: the feature structure goes through ``TPUEmbeddingBase.__init__`` (table order, the global
@@ -184,8 +188,12 @@ def _worker() -> dict[str, Any]:  # noqa: C901  (one recording harness)
         finally:
             binding.SparseCoreLayoutStacker = real
         layouts = [entry[1] for entry in log if entry[0] == "GetLayouts"]
-        return {"calls": [entry for entry in log if entry[0] != "GetLayouts"],
-                "layouts_hex": layouts[-1]}
+        calls = [entry for entry in log if entry[0] != "GetLayouts"]
+        names: dict[str, str] = {}  # group strings renamed g0, g1, ... by first appearance
+        for kind, arguments in calls:
+            if kind == "AddTable":
+                arguments["group"] = names.setdefault(arguments["group"], f"g{len(names)}")
+        return {"calls": calls, "layouts_hex": layouts[-1]}
 
     def optimizer_of(kind: str, shared: Any) -> Any:
         return shared if kind == "shared" else {"adam": lambda: emb.Adam(learning_rate=0.01)}[
