@@ -10,8 +10,9 @@ there; ``tools/tf_reference/gen_tf_versions.py``):
   ``tests/data/sparsecore/tf_stacker_cases.json.gz``, and both versions' at the default limits.
 
 TensorFlow's group strings change from run to run (stored renamed ``g0``, ``g1``, ...) and
-tpuemb's are its own, so groups are compared as a partition of the tables. The layouts are compared byte for byte:
-no recorded set has two groups at one padded width (whose order would follow the strings).
+tpuemb's are its own, so groups are compared as a partition of the tables. The layouts are
+compared byte for byte: no recorded set has two groups at one padded width (whose order would
+follow the strings).
 """
 
 from __future__ import annotations
