@@ -258,14 +258,19 @@ def test_get_layouts_returns_a_fresh_message_each_time() -> None:
 
 
 def test_signatures_are_tensorflows() -> None:
-    """Argument names as pybind11 prints them (Set* take one positional ``arg0``)."""
+    """Argument names as pybind11 prints them (Set* take one positional ``arg0``); tpuemb's
+    one addition is the keyword-only ``tf_version`` of the constructor."""
     sigs = _load("tf_stacker_defaults.json")["signatures"]
     for method, text in sigs.items():
         if method == "GetLayouts":
             continue
         theirs = re.findall(r"(\w+): [\w.:]+", text.split("(", 1)[1])[1:]  # after self
-        ours = list(inspect.signature(getattr(SparseCoreLayoutStacker, method)).parameters)[1:]
+        parameters = inspect.signature(getattr(SparseCoreLayoutStacker, method)).parameters
+        ours = [name for name, p in parameters.items() if p.kind != p.KEYWORD_ONLY][1:]
         assert ours == theirs, method
+    keyword_only = [name for name, p in inspect.signature(SparseCoreLayoutStacker).parameters
+                    .items() if p.kind == p.KEYWORD_ONLY]
+    assert keyword_only == ["tf_version"]
 
 
 # --- item 2: the default limits, at and around each boundary -------------------------------------

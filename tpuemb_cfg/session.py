@@ -29,6 +29,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from tpuemb_cfg.base.errors import InputError
+from tpuemb_cfg.base.tf_versions import DEFAULT_TF_VERSION, tensorflow_version
 from tpuemb_cfg.formats.locations import scan_locations, wanted_paths
 from tpuemb_cfg.model.derived import derive
 from tpuemb_cfg.validation import validator
@@ -369,14 +370,16 @@ def is_sparsecore_spec(path: str | os.PathLike[str]) -> bool:
 
 
 def prepare_sparsecore(source: Any, *, stacking: Stacking | None = None,
-                       check: bool = True) -> SparseCoreSetup:
+                       check: bool = True, tf_version: str = DEFAULT_TF_VERSION
+                       ) -> SparseCoreSetup:
     """A SparseCore configuration ready for ``sim.sparsecore.SparseCoreRun``.
 
     ``source``: a spec file (``embedding.sparsecore.load_sparsecore_spec``), what that loader
     returns (``config`` and ``compiled``), or a ``SparseCoreConfig`` (jax-tpu-embedding's,
     which compiles to no legacy message). ``stacking``: the stacks (default: the
-    configuration's own, ``sparsecore.feed.stack``). The legacy configuration the executor
-    runs is the spec's compiled message (TensorFlow, keras-rs) or one built from the
+    configuration's own, ``sparsecore.feed.stack`` with ``tf_version``: TensorFlow ``"2.21"``
+    by default or ``"2.20"``, ``tpuemb_cfg.base.tf_versions``). The legacy configuration the
+    executor runs is the spec's compiled message (TensorFlow, keras-rs) or one built from the
     configuration (jax), with SparseCore semantics (``sim.sparsecore.legacy``), validated
     (``check``) and planned with the ``sum`` combiner; each feature's own combiner goes to the
     gains. ``InputError`` for what cannot be simulated.
@@ -384,6 +387,10 @@ def prepare_sparsecore(source: Any, *, stacking: Stacking | None = None,
     from .sim.sparsecore.legacy import jax_message, sparsecore_message, with_spec_values
     from .sim.sparsecore.run import SparseCoreSetup
 
+    try:
+        tensorflow_version(tf_version)
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
     path: str | None = None
     if isinstance(source, str | os.PathLike):
         from .embedding.sparsecore import load_sparsecore_spec
@@ -435,6 +442,6 @@ def prepare_sparsecore(source: Any, *, stacking: Stacking | None = None,
               for f, p in zip(config.features, plan.features, strict=True)]
     prepared = replace(prepared, plan=plan.with_bags(counts))
     if stacking is None:
-        stacking = stack(config)
+        stacking = stack(config, tf_version=tf_version)
     return SparseCoreSetup(config, stacking, replace(prepared, path=path), tuple(combiners),
                            tuple(record.notes), path)

@@ -19,7 +19,11 @@ per chip (v2 and v3: one per TensorCore; v4 and v5p join their two TensorCores i
 device). Where the two differ, both are kept: a TPU7x chip is two jax devices of 2 SparseCores
 each (jax-tpu-embedding's ``NUM_SC_PER_DEVICE_MAP``), but one TensorFlow device of 4
 (``TPUEmbeddingV2`` reads ``num_embedding_devices_per_chip`` per chip; Google's TPU7x page notes
-TensorFlow does not support TPU7x at all).
+TensorFlow does not support TPU7x at all). jax-tpu-embedding's map said 4 for TPU7x only between
+two commits of its repository (``080ed3e``, 2025-12-08, to ``fce2aef``, 2026-01-14, "Megacore is
+disabled"); no published build had it (the nightly 0.1.0.dev20251208 has no TPU7x entry,
+0.1.0.dev20260312, 0.1.0 and 0.2.0 have 2), so the 2 is every jax-tpu-embedding version's and
+there is no version to choose (docs/sparsecore.md, "Versions").
 
 Pure standard library; imports nothing from the package.
 """

@@ -1,17 +1,20 @@
-"""How TensorFlow 2.21's ``TPUEmbeddingV2`` feeds its stacker, and :func:`stack`: the one entry
+"""How TensorFlow's ``TPUEmbeddingV2`` feeds its stacker, and :func:`stack`: the one entry
 point from a :class:`SparseCoreConfig` to its :class:`Stacking`, in either mode.
 
-TensorFlow (``tpu_embedding_v3._stack_tables_with_same_table_dim_and_optimizer``, 2.21):
+TensorFlow (``tpu_embedding_v3._stack_tables_with_same_table_dim_and_optimizer``, 2.21, and 2.20
+where ``tf_version="2.20"``: the same but for ``num_features``, see
+``tpuemb_cfg.base.tf_versions``):
 
 1. the tables are those some feature uses, **sorted by name** (Python string order);
 2. each is added with ``table_height = vocabulary_size``, ``table_width = dim`` and the group
    string of its optimizer and quantization (``table.optimizer.group``, which the API conversion
    computes as TensorFlow does: ``"_xxtpuv3internal_" + sha1(...)``);
-3. **the 2.21 first-feature bug**: the loop that counts samples per table encloses the whole
-   function and returns in its first iteration, so only the first feature in flattened order is
-   counted. Its table gets ``output_samples`` = the feature's samples (the product of its output
-   shape) and ``num_features = 1``; every other table gets 0 and 0 (no activation bytes, so the
-   activation limit never keeps them apart);
+3. **the first-feature bug** (2.20 and 2.21): the loop that counts samples per table encloses
+   the whole function and returns in its first iteration, so only the first feature in flattened
+   order is counted. Its table gets ``output_samples`` = the feature's samples (the product of
+   its output shape) and (2.21) ``num_features = 1``; every other table gets 0 and 0 (no
+   activation bytes, so the activation limit never keeps them apart). 2.20's ``AddTable`` has
+   no ``num_features``;
 4. after ``GetLayouts`` the sample counts are computed correctly over **all** features:
    per stack, each feature (in flattened order) starts at the running sum of the samples of the
    features before it in that stack (``feature_to_sample_offset``), and the total is the stack's
@@ -33,6 +36,7 @@ from tpuemb_cfg.base.sparsecore_defaults import (
     DEFAULT_MAX_IDS_PER_PARTITION,
     DEFAULT_MAX_UNIQUE_IDS_PER_PARTITION,
 )
+from tpuemb_cfg.base.tf_versions import DEFAULT_TF_VERSION, tensorflow_version
 from tpuemb_cfg.sparsecore import jte
 from tpuemb_cfg.sparsecore._args import check_config_type, found
 from tpuemb_cfg.sparsecore.checks import check_config
@@ -62,14 +66,15 @@ DEFAULT_MAX_UNIQUE_IDS_PER_TABLE = DEFAULT_MAX_UNIQUE_IDS_PER_PARTITION
 
 @dataclass(frozen=True)
 class AddTableCall:
-    """The arguments of one ``SparseCoreLayoutStacker.AddTable`` call, by TensorFlow's names."""
+    """The arguments of one ``SparseCoreLayoutStacker.AddTable`` call, by TensorFlow's names
+    (``num_features`` None: not passed, TensorFlow 2.20)."""
 
     table_name: str
     table_height: int
     table_width: int
     group: str
     output_samples: int
-    num_features: int
+    num_features: int | None
 
 
 def _used_tables(config: SparseCoreConfig) -> dict[str, SparseCoreTable]:
@@ -91,11 +96,13 @@ def _used_tables(config: SparseCoreConfig) -> dict[str, SparseCoreTable]:
     return used
 
 
-def tensorflow_stacker_calls(config: SparseCoreConfig) -> list[AddTableCall]:
+def tensorflow_stacker_calls(config: SparseCoreConfig, *,
+                             tf_version: str = DEFAULT_TF_VERSION) -> list[AddTableCall]:
     """The ``AddTable`` calls ``TPUEmbeddingV2`` makes for ``config``, in order (tables sorted by
-    name; only the first feature counted: the 2.21 bug). No features: no calls (TensorFlow's
-    loop does not run)."""
+    name; only the first feature counted: the first-feature bug; ``num_features`` from 2.21 on).
+    No features: no calls (TensorFlow's loop does not run)."""
     check_config_type("tensorflow_stacker_calls", config)
+    passes_features = tensorflow_version(tf_version).add_table_num_features
     tables = _used_tables(config)
     if not config.features:
         return []
@@ -107,30 +114,34 @@ def tensorflow_stacker_calls(config: SparseCoreConfig) -> list[AddTableCall]:
         calls.append(AddTableCall(
             table_name=name, table_height=table.vocabulary_size, table_width=table.dim,
             group=table.optimizer.group, output_samples=first.samples if counted else 0,
-            num_features=1 if counted else 0))
+            num_features=(1 if counted else 0) if passes_features else None))
     return calls
 
 
-def tensorflow_stacker(config: SparseCoreConfig) -> SparseCoreLayoutStacker:
-    """TensorFlow's stacker for ``config``: one partition per chip, the chip's SparseCores,
-    ``disable_table_stacking`` from the configuration, TensorFlow's default limits
-    (``TPUEmbeddingV2`` never calls a ``Set*`` method), and every
+def tensorflow_stacker(config: SparseCoreConfig, *,
+                       tf_version: str = DEFAULT_TF_VERSION) -> SparseCoreLayoutStacker:
+    """TensorFlow's stacker for ``config`` (of ``tf_version``): one partition per chip, the
+    chip's SparseCores, ``disable_table_stacking`` from the configuration, TensorFlow's default
+    limits (``TPUEmbeddingV2`` never calls a ``Set*`` method), and every
     :func:`tensorflow_stacker_calls` call made."""
     check_config_type("tensorflow_stacker", config)
     stacker = SparseCoreLayoutStacker(
         num_partitions=config.topology.num_partitions,
         disable_table_stacking=config.disable_table_stacking,
-        sparse_cores_per_partition=config.topology.sparse_cores_per_device)
-    for call in tensorflow_stacker_calls(config):
+        sparse_cores_per_partition=config.topology.sparse_cores_per_device,
+        tf_version=tf_version)
+    for call in tensorflow_stacker_calls(config, tf_version=tf_version):
         stacker.AddTable(call.table_name, call.table_height, call.table_width, call.group,
                          call.output_samples, call.num_features)
     return stacker
 
 
-def tensorflow_layouts(config: SparseCoreConfig) -> SparseCoreTableLayouts:
-    """What ``GetLayouts()`` returns inside ``TPUEmbeddingV2`` for ``config``."""
+def tensorflow_layouts(config: SparseCoreConfig, *,
+                       tf_version: str = DEFAULT_TF_VERSION) -> SparseCoreTableLayouts:
+    """What ``GetLayouts()`` returns inside ``TPUEmbeddingV2`` of ``tf_version`` (default 2.21;
+    ``tpuemb_cfg.base.tf_versions``) for ``config``."""
     check_config_type("tensorflow_layouts", config)
-    return tensorflow_stacker(config).GetLayouts()
+    return tensorflow_stacker(config, tf_version=tf_version).GetLayouts()
 
 
 def _limit(limits: Mapping[str, int] | None, stack_name: str, default: int) -> int:
@@ -154,12 +165,13 @@ def _sample_offsets(config: SparseCoreConfig,
     return totals, offsets
 
 
-def layouts_to_stacks(layouts: SparseCoreTableLayouts,
-                      config: SparseCoreConfig) -> tuple[Stack, ...]:
+def layouts_to_stacks(layouts: SparseCoreTableLayouts, config: SparseCoreConfig, *,
+                      tf_version: str = DEFAULT_TF_VERSION) -> tuple[Stack, ...]:
     """The stacks of ``layouts`` (TensorFlow's stacker output for ``config``) in output order:
     tables with their offsets and rotations, the group string and ``AddTable`` counts of the
-    calls made, the combiner of the stack's first table, the samples of all its features, and the
-    limits looked up by stacked name (default 256)."""
+    calls ``tf_version`` makes (``num_features`` 0 where 2.20 passes none), the combiner of the
+    stack's first table, the samples of all its features, and the limits looked up by stacked
+    name (default 256)."""
     from tpuemb_cfg.proto.sparse_core_layout_pb2 import SparseCoreTableLayouts as Layouts
 
     if not isinstance(layouts, Layouts):
@@ -167,7 +179,7 @@ def layouts_to_stacks(layouts: SparseCoreTableLayouts,
                         f"(tensorflow_layouts(config)), got {found(layouts)}")
     check_config_type("layouts_to_stacks", config)
     tables = _used_tables(config)
-    calls = {c.table_name: c for c in tensorflow_stacker_calls(config)}
+    calls = {c.table_name: c for c in tensorflow_stacker_calls(config, tf_version=tf_version)}
     members: dict[str, list[StackedTable]] = {}
     stack_of: dict[str, str] = {}
     for layout in layouts.tables:
@@ -183,7 +195,7 @@ def layouts_to_stacks(layouts: SparseCoreTableLayouts,
             row_offset_in_shard=layout.sparse_core_shard_row_offset,
             shard_rotation=layout.sparse_core_shard_rotation,
             output_samples=call.output_samples if call else 0,
-            num_features=call.num_features if call else layout.num_features))
+            num_features=(call.num_features or 0) if call else layout.num_features))
         stack_of[layout.table_name] = layout.stacked_table_name
     totals, _ = _sample_offsets(config, stack_of)
     stacks = []
@@ -201,8 +213,9 @@ def layouts_to_stacks(layouts: SparseCoreTableLayouts,
     return tuple(stacks)
 
 
-def _tensorflow_stacking(config: SparseCoreConfig) -> Stacking:
-    stacks = layouts_to_stacks(tensorflow_layouts(config), config)
+def _tensorflow_stacking(config: SparseCoreConfig, tf_version: str) -> Stacking:
+    stacks = layouts_to_stacks(tensorflow_layouts(config, tf_version=tf_version), config,
+                               tf_version=tf_version)
     placed = {t.name: (s.name, t) for s in stacks for t in s.tables}
     _, offsets = _sample_offsets(config, {name: s for name, (s, _) in placed.items()})
     cores = config.topology.num_sparse_cores
@@ -218,15 +231,17 @@ def _tensorflow_stacking(config: SparseCoreConfig) -> Stacking:
                     stacks=stacks, features=tuple(features))
 
 
-def stack(config: SparseCoreConfig) -> Stacking:
-    """``config``'s stacks: TensorFlow 2.21's (``mode="tensorflow"``: the stacker fed as
-    ``TPUEmbeddingV2`` feeds it) or jax-tpu-embedding 0.2.0's (``mode="jax"``:
-    ``tpuemb_cfg.sparsecore.jte.stack_config``). ``config`` is checked first: its type
+def stack(config: SparseCoreConfig, *, tf_version: str = DEFAULT_TF_VERSION) -> Stacking:
+    """``config``'s stacks: TensorFlow's (``mode="tensorflow"``: the stacker of ``tf_version``,
+    ``"2.21"`` by default or ``"2.20"``, fed as that version's ``TPUEmbeddingV2`` feeds it) or
+    jax-tpu-embedding 0.2.0's (``mode="jax"``: ``tpuemb_cfg.sparsecore.jte.stack_config``;
+    ``tf_version`` is checked but changes nothing). ``config`` is checked first: its type
     (``_args.check_config_type``), then its values (``checks.check_config``: a ValueError or
-    TypeError naming the object and the argument)."""
+    TypeError naming the object and the argument). An unknown ``tf_version``: ValueError."""
     check_config_type("stack", config)
+    tensorflow_version(tf_version)
     if config.mode == "tensorflow":
-        return _tensorflow_stacking(check_config(config))
+        return _tensorflow_stacking(check_config(config), tf_version)
     if config.mode == "jax":
         result: Stacking = jte.stack_config(config)
         return result

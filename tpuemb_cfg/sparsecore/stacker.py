@@ -1,9 +1,12 @@
-"""TensorFlow 2.21's ``SparseCoreLayoutStacker`` in Python: which tables share a stacked table.
+"""TensorFlow's ``SparseCoreLayoutStacker`` in Python: which tables share a stacked table.
 
 Same constructor, methods and argument names as
 ``tensorflow.python.tpu._pywrap_sparse_core_layout.SparseCoreLayoutStacker``, and
 :meth:`SparseCoreLayoutStacker.GetLayouts` returns tpuemb's ``SparseCoreTableLayouts`` whose bytes
-(``SerializeToString(deterministic=True)``) and text format are TensorFlow's.
+(``SerializeToString(deterministic=True)``) and text format are TensorFlow's. The keyword-only
+``tf_version`` (default 2.21; ``tpuemb_cfg.base.tf_versions``, the one home of what differs)
+chooses whose: 2.20's ``AddTable`` takes no ``num_features`` and its layouts carry neither
+``per_sparse_core_batch_size`` nor ``num_features``; the stacks are the same.
 
 The rules (N = num_partitions x sparse_cores_per_partition; docs/sparsecore/stacking-tensorflow.md):
 
@@ -46,6 +49,7 @@ from tpuemb_cfg.base.sparsecore_defaults import (
     STACKED_ROW_LIMIT,
     VARIABLE_SHARD_BYTES_LIMIT,
 )
+from tpuemb_cfg.base.tf_versions import DEFAULT_TF_VERSION, tensorflow_version
 
 if TYPE_CHECKING:
     from tpuemb_cfg.proto.sparse_core_layout_pb2 import SparseCoreTableLayouts
@@ -168,7 +172,8 @@ class _Stack:
 
 
 class SparseCoreLayoutStacker:
-    """Decides which tables share a stacked table, as TensorFlow 2.21's stacker does.
+    """Decides which tables share a stacked table, as TensorFlow's stacker does (2.21's, or the
+    ``tf_version`` given: ``"2.20"`` or ``"2.21"``).
 
     ``num_partitions`` is the number of devices (a chip is one, or more: ``devices_per_chip`` of
     ``tpuemb_cfg.base.platform``), ``sparse_cores_per_partition`` the SparseCores of each
@@ -179,7 +184,9 @@ class SparseCoreLayoutStacker:
     """
 
     def __init__(self, num_partitions: int, disable_table_stacking: bool,
-                 sparse_cores_per_partition: int) -> None:
+                 sparse_cores_per_partition: int, *, tf_version: str = DEFAULT_TF_VERSION
+                 ) -> None:
+        self._version = tensorflow_version(tf_version)
         partitions = _integer("num_partitions", num_partitions, _INT32, "int")
         enabled = not _flag("disable_table_stacking", disable_table_stacking)
         per_partition = _integer("sparse_cores_per_partition", sparse_cores_per_partition,
@@ -230,15 +237,17 @@ class SparseCoreLayoutStacker:
 
     def AddTable(  # TensorFlow's method name and arguments  # noqa: PLR0913
             self, table_name: str, table_height: int, table_width: int, group: str,
-            output_samples: int, num_features: int) -> None:
+            output_samples: int, num_features: int | None = None) -> None:
         """Place one table: in the first stack of its (padded width, group) that it fits, else in
-        a new stack. ``output_samples`` are the rows looked up per step (all chips)."""
+        a new stack. ``output_samples`` are the rows looked up per step (all chips).
+        ``num_features``: required by TensorFlow 2.21's binding, refused by 2.20's (a
+        TypeError, as pybind11 raises one)."""
         name = _text("table_name", table_name)
         height = _integer("table_height", table_height, _INT64, "int64_t")
         width = _integer("table_width", table_width, _INT64, "int64_t")
         key = _text("group", group)
         samples = _integer("output_samples", output_samples, _INT64, "int64_t")
-        features = _integer("num_features", num_features, _INT64, "int64_t")
+        features = self._num_features(num_features)
 
         batch_size = _cdiv(samples, self._per_partition)
         padded_width = _next_multiple(width, 8)
@@ -264,6 +273,22 @@ class SparseCoreLayoutStacker:
         stack.shard_bytes = _wrap(stack.shard_bytes + shard, 64)
         stack.activation_bytes = _wrap(stack.activation_bytes + activation, 64)
 
+    def _num_features(self, value: int | None) -> int:
+        """``num_features`` as this version's binding takes it: an ``int64_t`` (2.21), or no
+        such argument (2.20: 0, never written)."""
+        version = self._version
+        if not version.add_table_num_features:
+            if value is not None:
+                raise TypeError(f"num_features={value!r}: TensorFlow {version.name}'s AddTable "
+                                f"takes no num_features (its arguments: table_name, "
+                                f"table_height, table_width, group, output_samples); leave it "
+                                f"out, or stack as TensorFlow 2.21 (tf_version='2.21')")
+            return 0
+        if value is None:
+            raise TypeError(f"AddTable() is missing num_features: TensorFlow {version.name}'s "
+                            f"binding requires it (the features looking the table up)")
+        return _integer("num_features", value, _INT64, "int64_t")
+
     def _fitting(self, stacks: list[_Stack], activation: int, shard: int,
                  rows: int) -> _Stack | None:
         """The first stack the table fits in: every total + the table's share stays strictly
@@ -283,7 +308,8 @@ class SparseCoreLayoutStacker:
         return None
 
     def GetLayouts(self) -> SparseCoreTableLayouts:  # TensorFlow's method name
-        """Every table's layout, groups in (padded width, group string) order."""
+        """Every table's layout, groups in (padded width, group string) order (TensorFlow 2.20:
+        without ``per_sparse_core_batch_size`` and ``num_features``)."""
         from tpuemb_cfg.proto.sparse_core_layout_pb2 import SparseCoreTableLayouts
 
         layouts = SparseCoreTableLayouts()
@@ -305,6 +331,7 @@ class SparseCoreLayoutStacker:
                     out.unsharded_padded_shape.extend((table.padded_height, table.padded_width))
                     out.sparse_core_shard_row_offset = table.row_offset
                     out.sparse_core_shard_rotation = table.rotation
-                    out.per_sparse_core_batch_size = table.batch_size
-                    out.num_features = table.num_features
+                    if self._version.layout_batch_fields:
+                        out.per_sparse_core_batch_size = table.batch_size
+                        out.num_features = table.num_features
         return layouts

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from tpuemb_cfg.algorithms import slot_names
 from tpuemb_cfg.base.errors import printable, printable_values
 from tpuemb_cfg.base.sparsecore_defaults import DEFAULT_MAX_IDS_PER_PARTITION
+from tpuemb_cfg.base.tf_versions import DEFAULT_TF_VERSION
 from tpuemb_cfg.base.units import format_size
 from tpuemb_cfg.sparsecore import feed
 from tpuemb_cfg.sparsecore.checks import check_layouts
@@ -71,13 +72,15 @@ def layouts_from_stacking(stacking: Stacking) -> SparseCoreTableLayouts:
     return layouts
 
 
-def layouts_of(config: SparseCoreConfig) -> tuple[SparseCoreTableLayouts, Stacking]:
-    """``config``'s layouts and stacking: TensorFlow's stacker output as ``TPUEmbeddingV2`` feeds
+def layouts_of(config: SparseCoreConfig, *, tf_version: str = DEFAULT_TF_VERSION
+               ) -> tuple[SparseCoreTableLayouts, Stacking]:
+    """``config``'s layouts and stacking: TensorFlow's stacker output as ``TPUEmbeddingV2`` of
+    ``tf_version`` (``"2.21"`` by default, or ``"2.20"``: ``tpuemb_cfg.base.tf_versions``) feeds
     it (``mode="tensorflow"``), or jax-tpu-embedding's stacks written as layouts
-    (:func:`layouts_from_stacking`)."""
-    stacking = feed.stack(config)
+    (:func:`layouts_from_stacking`; ``tf_version`` changes nothing there)."""
+    stacking = feed.stack(config, tf_version=tf_version)
     if config.mode == "tensorflow":
-        return tensorflow_layouts(config), stacking
+        return tensorflow_layouts(config, tf_version=tf_version), stacking
     return layouts_from_stacking(stacking), stacking
 
 
