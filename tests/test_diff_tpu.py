@@ -40,13 +40,19 @@ def test_a_table_added_to_a_stack_names_every_table_that_moves() -> None:
     for name in ("brand", "category"):
         assert stacks[name].old["stacked_table_name"] == "brand_category"
         assert stacks[name].new["stacked_table_name"] == "brand_category_shop"
-        assert stacks[name].field == "stacked_table_name"
+        # the stack's rows per SparseCore: its tables' padded rows / N
+        assert stacks[name].field == "stacked_table_name,total_rows_per_sparse_core_shard"
+        assert stacks[name].old["total_rows_per_sparse_core_shard"] == (
+            _pad(1_000_000, n) + _pad(200_000, n)) // n == 9_384
+        assert stacks[name].new["total_rows_per_sparse_core_shard"] == (
+            _pad(1_000_000, n) + _pad(200_000, n) + _pad(300_000, n)) // n == 11_728
     # item_terms grows: its padding, and the row offset of query_terms after it
     assert stacks["item_terms"].old["padded_rows"] == _pad(5_000_000, n) == 5_000_192
     assert stacks["item_terms"].new["padded_rows"] == _pad(6_000_000, n) == 6_000_640
     assert stacks["query_terms"].old["sparse_core_shard_row_offset"] == 5_000_192 // n
     assert stacks["query_terms"].new["sparse_core_shard_row_offset"] == 6_000_640 // n
-    assert stacks["query_terms"].field == "sparse_core_shard_row_offset"
+    assert stacks["query_terms"].field == (
+        "sparse_core_shard_row_offset,total_rows_per_sparse_core_shard")
     # nothing else moved: exactly these tables and stacks
     assert set(stacks) == {"brand_category_shop", "brand_category", "brand", "category",
                            "item_terms", "query_terms"}
@@ -91,12 +97,20 @@ def test_v5p_64_to_v6e_32_relayouts_every_table_by_its_sparsecores() -> None:
     assert category.new["sparse_core_shard_row_offset"] == _pad(1_000_000, 64) // 64
     assert (category.old["sparse_core_shard_rotation"],
             category.new["sparse_core_shard_rotation"]) == (4, 2)
-    # the first table of a stack keeps offset 0 and rotation 0; only its padding can move
-    assert stacks["item_id"].field == "padded_rows"
-    # brand (first of its stack, 1,000,000 rows: a multiple of both 1024 and 512 after
-    # padding to 1,000,448) does not move at all
+    # the first table of a stack keeps offset 0 and rotation 0; its padding, its stack's rows
+    # per SparseCore and N change
+    assert set(stacks["item_id"].field.split(",")) == {
+        "padded_rows", "total_rows_per_sparse_core_shard", "num_sparse_cores"}
+    # brand: first of its stack, padded to 1,000,448 rows under both N; only N and the rows
+    # per SparseCore change - every table of the slice is named
     assert _pad(1_000_000, 128) == _pad(1_000_000, 64) == 1_000_448
-    assert "brand" not in stacks and "item_terms" not in stacks
+    assert set(stacks["brand"].field.split(",")) == {
+        "total_rows_per_sparse_core_shard", "num_sparse_cores", "per_sparse_core_batch_size"}
+    # the first feature's table (TensorFlow gives it the batch): 512 per replica / cores per chip
+    assert (stacks["brand"].old["per_sparse_core_batch_size"],
+            stacks["brand"].new["per_sparse_core_batch_size"]) == (512 // 4, 512 // 2)
+    assert set(stacks) == {"brand", "category", "item_id", "user_id", "item_terms",
+                           "query_terms"}
     memory = _by(result.changes, "memory")
     # the same bytes per chip over as many chips; each SparseCore holds twice as much
     assert memory["chip"].old["capacity_bytes"] == 95 * 2**30
@@ -165,3 +179,50 @@ def test_keras_rs_moving_from_tensorflow_to_jax_restacks_the_mlperf_model() -> N
     # keras-rs on TensorFlow drops the tables' limits (SC004); on JAX it keeps them
     gone = {c.name for c in result.changes if c.subject == "finding" and c.kind == "removed"}
     assert gone == {"SC004"}
+
+
+def test_tensorflow_2_20_to_2_21_changes_one_layout_and_no_row() -> None:
+    """TensorFlow 2.21 writes per_sparse_core_batch_size and num_features in each layout; both
+    versions' stackers give them to the first feature's table only (keys sorted: 'brand', 512
+    samples per replica / 2 SparseCores per chip = 256; one feature). Nothing moves."""
+    result = tpuemb_cfg.diff(EXAMPLE, EXAMPLE, DiffOptions(
+        old=SideOptions(tf_version="2.20"), new=SideOptions(tf_version="2.21")))
+    stacks = _by(result.changes, "stack")
+    assert set(stacks) == {"brand"}
+    assert stacks["brand"].field == "per_sparse_core_batch_size,num_features"
+    assert (stacks["brand"].old["per_sparse_core_batch_size"],
+            stacks["brand"].new["per_sparse_core_batch_size"]) == (0, 512 // 2)
+    assert (stacks["brand"].old["num_features"], stacks["brand"].new["num_features"]) == (0, 1)
+    assert "keeps its rows" in stacks["brand"].message
+    settings = _by(result.changes, "setting")
+    assert settings["tf_version"].old == "2.20" and settings["tf_version"].new == "2.21"
+
+
+def test_tpu7x_as_4_or_2_sparsecores_per_device() -> None:
+    """jax-tpu-embedding first counted a TPU7x chip as one device of 4 SparseCores (commit
+    080ed3e), then as two devices of 2 (fce2aef, "Megacore is disabled"; every release).
+    8 chips, N = 32 either way: 8 partitions of 4 or 16 of 2. The second table of a stack is
+    rotated by N / partitions: 4, then 2; nothing else of the rows moves."""
+    from dataclasses import replace
+
+    from tpuemb_cfg.embedding.sparsecore import load_sparsecore_spec
+    from tpuemb_cfg.sparsecore.topology import Topology, parse_topology
+
+    spec = ROOT / "examples" / "sparsecore" / "v5p_jax_ranking.py"
+    config = load_sparsecore_spec(str(spec), legacy=False).config
+    two = parse_topology("tpu7x-16")
+    assert (two.chips, two.devices, two.num_sparse_cores) == (8, 16, 32)
+    four = Topology(chips=8, sparse_cores_per_chip=4, hosts=two.hosts, kind=two.kind,
+                    devices_per_chip=1)
+    result = tpuemb_cfg.diff(replace(config, topology=four), replace(config, topology=two),
+                             DiffOptions(checkpoint=False))
+    topology = {c.field: (c.old, c.new) for c in result.changes if c.subject == "topology"}
+    assert topology == {"devices": (8, 16), "sparse_cores_per_device": (4, 2)}
+    stacks = _by(result.changes, "stack")
+    assert set(stacks) == {"query", "user", "document"}
+    # 'query_user': query first (offset 0, rotation 0), user second
+    assert (stacks["user"].old["sparse_core_shard_rotation"],
+            stacks["user"].new["sparse_core_shard_rotation"]) == (32 // 8, 32 // 16)
+    for name in ("query", "document"):  # their rows stay: only the partition count differs
+        assert stacks[name].field == "num_partitions"
+        assert "keeps its rows" in stacks[name].message

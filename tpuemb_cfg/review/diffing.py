@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tpuemb_cfg.base.errors import InputError
+from tpuemb_cfg.base.tf_versions import DEFAULT_TF_VERSION
 from tpuemb_cfg.planner.planning import PlanOptions
 from tpuemb_cfg.rules.diff import Change, Location, diff_findings
 from tpuemb_cfg.session import open_plan, validate
@@ -110,7 +111,7 @@ def compare(a: Side, b: Side, options: DiffOptions = DiffOptions(), *,
     """:func:`diff` of two loaded sides."""
     old_facts, new_facts = facts_of(a), facts_of(b)
     changes: list[Change] = semantic_changes(old_facts, new_facts)
-    changes += _slices(a, b)
+    changes += _slices(a, b) + _versions(a, b)
     renamed = {c.name: c.old for c in changes if c.subject == "table" and c.kind == "renamed"}
     locate_new, locate_old = _locator(new_facts), _locator(old_facts)
     notes: list[str] = []
@@ -172,6 +173,18 @@ def _slices(a: Side, b: Side) -> list[Change]:
                    f"num_hosts {hosts[0]} -> {hosts[1]} (--topology "
                    f"{a.options.topology or 'as configured'} -> "
                    f"{b.options.topology or 'as configured'})", where)]
+
+
+def _versions(a: Side, b: Side) -> list[Change]:
+    """The TensorFlow release each side is laid out with, when the two differ."""
+    if a.kind != "sparsecore" or b.kind != "sparsecore":
+        return []
+    versions = [s.options.tf_version or DEFAULT_TF_VERSION for s in (a, b)]
+    if versions[0] == versions[1]:
+        return []
+    return [Change("setting", "changed", "tf_version", "tf_version", versions[0], versions[1],
+                   f"TensorFlow {versions[0]} -> {versions[1]} (the stacker and layouts of "
+                   "TPUEmbeddingV2)", _top_of(b))]
 
 
 def _top_of(side: Side) -> Location | None:

@@ -15,18 +15,18 @@ keras-rs-on-TensorFlow spec).
 
 from __future__ import annotations
 
-import inspect
 import os
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from tpuemb_cfg.base.errors import InputError, UsageError
 from tpuemb_cfg.session import prepare, source_kind
-from tpuemb_cfg.sparsecore.feed import stack
+from tpuemb_cfg.sparsecore.summary import layouts_of
 from tpuemb_cfg.sparsecore.topology import parse_topology
 
 if TYPE_CHECKING:
     from tpuemb_cfg.executor.prepared import Prepared
+    from tpuemb_cfg.proto.sparse_core_layout_pb2 import SparseCoreTableLayouts
     from tpuemb_cfg.proto.tpu_embedding_configuration_pb2 import TPUEmbeddingConfiguration
     from tpuemb_cfg.sparsecore.config import SparseCoreConfig
     from tpuemb_cfg.sparsecore.stacking import Stacking
@@ -50,7 +50,9 @@ class Side:
     (None for an object); ``label``: the name reports show; ``source``: what was loaded (a path
     or the object, for the validator and the planner); ``prepared`` (legacy, None when the
     executor cannot plan it), ``message`` (legacy), ``config`` and ``stacking`` (SparseCore;
-    ``stacking`` None when the tables cannot be stacked, ``stacking_error`` says why)."""
+    ``stacking`` None when the tables cannot be stacked, ``stacking_error`` says why;
+    ``layouts``: TensorFlow's ``SparseCoreTableLayouts`` of the stacking, what a checkpoint
+    stores and TensorFlow compares at a restore)."""
 
     kind: str
     label: str
@@ -61,6 +63,7 @@ class Side:
     prepared: Prepared | None = None
     config: SparseCoreConfig | None = None
     stacking: Stacking | None = None
+    layouts: SparseCoreTableLayouts | None = None
     stacking_error: str | None = None
 
     def shown(self, path: str | None) -> str | None:
@@ -72,15 +75,18 @@ class Side:
         return path
 
 
-def _stacking(config: SparseCoreConfig, tf_version: str | None) -> Stacking:
-    """The side's stacks: ``sparsecore.feed.stack``, with the TensorFlow release when the
-    stacking code models more than one."""
-    if tf_version is not None and "tf_version" in inspect.signature(stack).parameters:
-        return stack(config, tf_version=tf_version)  # type: ignore[call-arg]
-    if tf_version not in (None, "2.21"):
-        raise UsageError(f"--tf-version {tf_version}: this tpuemb models TensorFlow 2.21's "
-                         "stacking only")
-    return stack(config)
+def _layouts(config: SparseCoreConfig, tf_version: str | None
+             ) -> tuple[SparseCoreTableLayouts, Stacking]:
+    """The side's layouts and stacks as its reference builds them (``summary.layouts_of``:
+    TensorFlow's stacker of ``tf_version``, or jax-tpu-embedding's)."""
+    if tf_version is None:
+        return layouts_of(config)
+    try:
+        return layouts_of(config, tf_version=tf_version)
+    except ValueError as exc:
+        if "version" in str(exc).lower():
+            raise UsageError(f"--tf-version {tf_version!r}: {exc}") from None
+        raise
 
 
 def load_side(source: Any, options: SideOptions = SideOptions(), *,
@@ -110,13 +116,13 @@ def _sparsecore_side(source: Any, path: str | None, label: str,
             raise UsageError(f"--topology {options.topology!r}: {exc}") from None
         config = replace(config, topology=topology)
     error = None
-    stacking = None
+    stacking = layouts = None
     try:
-        stacking = _stacking(config, options.tf_version)
+        layouts, stacking = _layouts(config, options.tf_version)
     except (ValueError, ArithmeticError, KeyError) as exc:
         error = " ".join(str(exc).split())
     return Side("sparsecore", label, path, config if path is None else path, options,
-                config=config, stacking=stacking, stacking_error=error)
+                config=config, stacking=stacking, layouts=layouts, stacking_error=error)
 
 
 def _legacy_side(source: Any, path: str | None, label: str, options: SideOptions) -> Side:

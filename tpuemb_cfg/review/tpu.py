@@ -50,11 +50,45 @@ def _nowhere(_name: str) -> Location | None:
 # ------------------------------------------------------------------------------------- stacks
 
 
-def _places(stacking: Stacking) -> dict[str, tuple[str, int, int, int, int]]:
-    """table -> (stacked table, row offset, rotation, padded rows, padded width)."""
-    return {t.name: (s.name, t.row_offset_in_shard, t.shard_rotation, t.padded_vocabulary_size,
-                     t.padded_dim)
-            for s in stacking.stacks for t in s.tables}
+#: The layout fields of a table, in the order messages list them: (key, words).
+LAYOUT_FIELDS = (
+    ("stacked_table_name", "stacked table"),
+    ("sparse_core_shard_row_offset", "row offset"),
+    ("sparse_core_shard_rotation", "rotation"),
+    ("padded_rows", "padded rows"),
+    ("padded_width", "padded width"),
+    ("total_rows_per_sparse_core_shard", "rows per SparseCore"),
+    ("num_sparse_cores", "SparseCores"),
+    ("num_partitions", "partitions"),
+    ("per_sparse_core_batch_size", "per_sparse_core_batch_size"),
+    ("num_features", "num_features"),
+)
+#: The fields that say where a table's rows are (a change of another field alone leaves the
+#: rows in place: TensorFlow still compares it at a restore).
+_PLACE = ("stacked_table_name", "sparse_core_shard_row_offset", "sparse_core_shard_rotation",
+          "num_sparse_cores")
+
+
+def _places(side: Side) -> dict[str, dict[str, Any]]:
+    """table -> its layout (:data:`LAYOUT_FIELDS`), from the side's TensorFlow layouts (0 for a
+    field a TensorFlow release does not write)."""
+    out: dict[str, dict[str, Any]] = {}
+    if side.layouts is None:
+        return out
+    for layout in side.layouts.tables:
+        padded = list(layout.unsharded_padded_shape) or [0, 0]
+        out[layout.table_name] = {
+            "stacked_table_name": layout.stacked_table_name,
+            "sparse_core_shard_row_offset": int(layout.sparse_core_shard_row_offset),
+            "sparse_core_shard_rotation": int(layout.sparse_core_shard_rotation),
+            "padded_rows": int(padded[0]), "padded_width": int(padded[1]),
+            "total_rows_per_sparse_core_shard": int(layout.total_rows_per_sparse_core_shard),
+            "num_sparse_cores": int(layout.num_sparse_cores),
+            "num_partitions": int(layout.num_partitions),
+            "per_sparse_core_batch_size": int(layout.per_sparse_core_batch_size),
+            "num_features": int(layout.num_features),
+        }
+    return out
 
 
 def _matched(old: Stacking, stack: Stack) -> Stack | None:
@@ -76,7 +110,11 @@ def stack_changes(old: Side, new: Side, *, renamed: dict[str, str] | None = None
     if old.stacking is None or new.stacking is None:
         return []
     renamed = renamed or {}
-    before, after = _places(old.stacking), _places(new.stacking)
+    before, after = _places(old), _places(new)
+    if "jax" in (old.stacking.mode, new.stacking.mode):
+        # jax-tpu-embedding stores no TensorFlow layouts: these two fields are TensorFlow's
+        for place in (*before.values(), *after.values()):
+            place["per_sparse_core_batch_size"] = place["num_features"] = 0
     old_stacks = {s.name: s for s in old.stacking.stacks}
     new_stacks = {s.name: s for s in new.stacking.stacks}
     out: list[Change] = []
@@ -105,21 +143,21 @@ def stack_changes(old: Side, new: Side, *, renamed: dict[str, str] | None = None
     return out
 
 
-_FIELDS = ("stacked table", "row offset", "rotation", "padded rows", "padded width")
-_KEYS = ("stacked_table_name", "sparse_core_shard_row_offset", "sparse_core_shard_rotation",
-         "padded_rows", "padded_width")
-
-
-def _moved(name: str, was: tuple[Any, ...], now: tuple[Any, ...], where: Location | None,
+def _moved(name: str, was: dict[str, Any], now: dict[str, Any], where: Location | None,
            where_old: Location | None) -> Change:
-    parts = [f"{label} {a!r} -> {b!r}" if label == "stacked table" else f"{label} {a:,} -> {b:,}"
-             for label, a, b in zip(_FIELDS, was, now, strict=True) if a != b]
-    verb = "moves on the SparseCores" if was[:3] != now[:3] else "on the SparseCores"
-    changed = [key for key, a, b in zip(_KEYS, was, now, strict=True) if a != b]
-    return Change("stack", "changed", name, ",".join(changed), dict(zip(_KEYS, was, strict=True)),
-                  dict(zip(_KEYS, now, strict=True)),
-                  f"table {name!r} {verb}: {', '.join(parts)}",
-                  where, where_old)
+    changed = [key for key, _ in LAYOUT_FIELDS if was[key] != now[key]]
+    words = dict(LAYOUT_FIELDS)
+    parts = [f"{words[k]} {was[k]!r} -> {now[k]!r}" if k == "stacked_table_name"
+             else f"{words[k]} {was[k]:,} -> {now[k]:,}" for k in changed]
+    if any(was[k] != now[k] for k in _PLACE):
+        verb = "moves on the SparseCores"
+    elif any(k in ("padded_rows", "padded_width", "total_rows_per_sparse_core_shard")
+             for k in changed):
+        verb = "on the SparseCores"
+    else:
+        verb = "keeps its rows; its layout differs"
+    return Change("stack", "changed", name, ",".join(changed), was, now,
+                  f"table {name!r} {verb}: {', '.join(parts)}", where, where_old)
 
 
 # ------------------------------------------------------------------------------------- limits
