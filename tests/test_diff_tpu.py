@@ -226,3 +226,28 @@ def test_tpu7x_as_4_or_2_sparsecores_per_device() -> None:
     for name in ("query", "document"):  # their rows stay: only the partition count differs
         assert stacks[name].field == "num_partitions"
         assert "keeps its rows" in stacks[name].message
+
+
+def test_a_sample_shows_the_drops_of_lower_limits(tmp_path: Path) -> None:
+    """NEW lowers 'item_id_user_id' to 16 ids per partition: on TensorFlow (no id dropping)
+    every step of the sample exceeds it, so every id of its two tables counts as dropped
+    (2 steps x 32,768 rows x 2 features), where OLD dropped none."""
+    import subprocess
+    import sys
+
+    low = tmp_path / "low.py"
+    low.write_text(EXAMPLE.read_text().replace('"item_id_user_id": 512,', '"item_id_user_id": 16,'))
+    sample = tmp_path / "day.npz"
+    subprocess.run([sys.executable, str(ROOT / "examples" / "plan" / "zipf_sample.py"),
+                    str(EXAMPLE), "-o", str(sample), "--rows", "65536", "--batch", "32768"],
+                   check=True, capture_output=True)
+    seen: list[str] = []
+    result = tpuemb_cfg.diff(EXAMPLE, low, DiffOptions(ids=str(sample), checkpoint=False),
+                             on_sample=lambda planner, label: seen.append(label))
+    assert seen == [str(EXAMPLE), str(low)]
+    load = _by(result.changes, "load")
+    drops = load["item_id_user_id"]
+    assert (drops.old["dropped"], drops.new["dropped"]) == (0, 2 * 32_768 * 2)
+    assert (drops.old["failed_steps"], drops.new["failed_steps"]) == (0, 2)
+    assert drops.severity == "warning"
+    assert set(load) == {"item_id_user_id"}  # the other stacks drop nothing on either side

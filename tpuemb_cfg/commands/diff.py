@@ -111,19 +111,18 @@ def _sample_line(quiet: bool) -> Iterator[Any]:
         yield None
         return
 
-    def hook(planner: Any) -> None:
+    def hook(planner: Any, name: str) -> None:
         sample = planner.sample
         total = planner.passes * sample.progress_total
         done = [0]
         last = [0.0]
-        name = getattr(planner, "label", "")
 
         def tick(n: int) -> None:
             done[0] += n
             now = time.monotonic()
             if now - last[0] >= LINE_EVERY or done[0] >= total:
                 last[0] = now
-                click.echo(f"diff: reading the sample{' for ' + name if name else ''}: "
+                click.echo(f"diff: reading the sample for {printable(name)}: "
                            f"{100 * done[0] / max(total, 1):.0f}% ({done[0]:,} of {total:,} "
                            f"{sample.progress_unit})", err=True)
 

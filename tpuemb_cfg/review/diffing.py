@@ -94,11 +94,12 @@ Progress = Callable[[int, int], None]
 
 def diff(old: Any, new: Any, options: DiffOptions = DiffOptions(), *,
          old_label: str | None = None, new_label: str | None = None,
-         on_sample: Callable[[Any], None] | None = None) -> ConfigDiff:
+         on_sample: Callable[[Any, str], None] | None = None) -> ConfigDiff:
     """Compare the configurations ``old`` and ``new`` (paths or objects, of any kind tpuemb
     reads; the module docstring says how). ``old_label`` / ``new_label``: the names reports
     show (a file read from git: ``HEAD:model.py``). ``on_sample``: called with each side's
-    ``planner.planning.Planner`` before its sample is read (a progress bar hooks in there).
+    ``planner.planning.Planner`` and label before its sample is read (a progress line hooks in
+    there).
 
     Raises ``InputError`` for an input that cannot be read, ``UsageError`` for bad options."""
     a = load_side(old, options.old, label=old_label)
@@ -107,7 +108,7 @@ def diff(old: Any, new: Any, options: DiffOptions = DiffOptions(), *,
 
 
 def compare(a: Side, b: Side, options: DiffOptions = DiffOptions(), *,
-            on_sample: Callable[[Any], None] | None = None) -> ConfigDiff:
+            on_sample: Callable[[Any, str], None] | None = None) -> ConfigDiff:
     """:func:`diff` of two loaded sides."""
     old_facts, new_facts = facts_of(a), facts_of(b)
     changes: list[Change] = semantic_changes(old_facts, new_facts)
@@ -201,10 +202,17 @@ def _findings(side: Side) -> list[Diagnostic]:
         return []
 
 
-def _plan(side: Side, ids: str | Sequence[str], on_sample: Callable[[Any], None] | None) -> Any:
+def _plan(side: Side, ids: str | Sequence[str],
+          on_sample: Callable[[Any, str], None] | None) -> Any:
     """``tpuemb plan`` of the side on the sample (its load and limits)."""
     source = side.config if side.kind == "sparsecore" else side.source
-    planner = open_plan(source, ids, options=PlanOptions(topology=side.options.topology))
+    try:
+        planner = open_plan(source, ids, options=PlanOptions(topology=side.options.topology))
+    except InputError as exc:
+        raise InputError(f"{exc.message} (reading the sample for {side.label}: --ids is read "
+                         "for both sides, so it needs every feature of both)", path=exc.path,
+                         line=exc.line, column=exc.column, offset=exc.offset,
+                         key=exc.key) from None
     if on_sample is not None:
-        on_sample(planner)
+        on_sample(planner, side.label)
     return planner.run()
