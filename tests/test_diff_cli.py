@@ -121,3 +121,25 @@ def test_fail_on_decides_the_exit_status() -> None:
     assert run_cli("diff", str(EXAMPLE), str(NEXT)).exit_code == 0
     assert run_cli("diff", str(EXAMPLE), str(NEXT), "--fail-on", "warning").exit_code == 1
     assert run_cli("diff", str(EXAMPLE), str(EXAMPLE), "--fail-on", "info").exit_code == 0
+
+
+@needs_git
+def test_the_input_limit_holds_for_a_file_read_from_git(repo: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TPUEMB_MAX_INPUT", "1K")
+    result = run_cli("diff", "model.py", "--against", "HEAD")
+    assert result.exit_code == 2
+    assert "HEAD:model.py" in result.output and "input limit" in result.output
+
+
+def test_ctrl_c_while_a_spec_runs_exits_130_and_writes_nothing(tmp_path: Path) -> None:
+    import sys
+
+    stop = tmp_path / "stop.py"
+    stop.write_text(NEXT.read_text() + "\nraise KeyboardInterrupt\n")
+    out = tmp_path / "review.md"
+    done = subprocess.run([sys.executable, "-m", "tpuemb_cfg", "diff", str(EXAMPLE), str(stop),
+                           "-o", str(out)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 130, done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["stop.py"]
