@@ -48,7 +48,7 @@ def test_all_rules_is_the_registry_in_id_order() -> None:
     assert ids == sorted(RULES)
     assert [r.id for r in all_rules("plan")] == [
         "PLAN001", "PLAN002", "PLAN003", "PLAN004", "PLAN010", "PLAN011", "PLAN020", "PLAN021"]
-    assert {r.target for r in all_rules()} == {"configuration", "sparsecore", "plan"}
+    assert {r.target for r in all_rules()} == {"configuration", "sparsecore", "plan", "diff"}
 
 
 @pytest.mark.parametrize("rule_id", sorted(RULES))

@@ -5,8 +5,9 @@ Families (``validation-rules.md`` section 2): ``tags`` (TAG), ``modes`` (MODE), 
 hyper-parameter ranges are generated from :mod:`tpuemb_cfg.algorithms`), ``accumulation`` (ACC),
 ``clipping`` (CLIP, QNT), ``sizing`` (SIZE), ``deprecated`` (DEP), ``sparsecore`` (SC: SparseCore
 configurations, run with a :class:`SparseCoreContext`), ``plan`` (PLAN: ``tpuemb plan``'s
-findings, run on the planner's facts with a :class:`PlanContext`); helpers they share are in
-``common``. Add a rule of your own with the :func:`rule` decorator
+findings, run on the planner's facts with a :class:`PlanContext`), ``checkpoint`` (CKPT:
+``tpuemb diff --breaking``'s, run on checkpoint reports with a :class:`DiffContext`); helpers
+they share are in ``common``. Add a rule of your own with the :func:`rule` decorator
 (see :mod:`tpuemb_cfg.rules._registry`).
 """
 
@@ -18,6 +19,7 @@ from tpuemb_cfg.model import SEVERITIES, SEVERITY_RANK, Diagnostic, Severity
 from tpuemb_cfg.rules._registry import (
     RULES,
     Context,
+    DiffContext,
     PlanContext,
     Rule,
     SparseCoreContext,
@@ -31,6 +33,7 @@ __all__ = [
     "SEVERITY_RANK",
     "Context",
     "Diagnostic",
+    "DiffContext",
     "PlanContext",
     "Rule",
     "Severity",
@@ -78,6 +81,7 @@ def parse_failure(ctx: Context) -> Iterator[Diagnostic]:
 # Importing a family registers its rules.
 from tpuemb_cfg.rules import (  # noqa: E402
     accumulation,
+    checkpoint,
     clipping,
     deprecated,
     features,
@@ -106,4 +110,5 @@ FAMILIES = (
     deprecated,
     sparsecore,
     plan,
+    checkpoint,
 )

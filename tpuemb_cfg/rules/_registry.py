@@ -62,10 +62,11 @@ if TYPE_CHECKING:
 _ID_RE = re.compile(r"^[A-Z][A-Z_]*[0-9]{3}$")
 
 #: What a rule reads: a ``TPUEmbeddingConfiguration`` (:class:`Context`), a
-#: SparseCore configuration (:class:`SparseCoreContext`), or one fact ``tpuemb plan`` measured
-#: (:class:`PlanContext`, :mod:`tpuemb_cfg.rules.plan`).
-Target = Literal["configuration", "sparsecore", "plan"]
-TARGETS: tuple[Target, ...] = ("configuration", "sparsecore", "plan")
+#: SparseCore configuration (:class:`SparseCoreContext`), one fact ``tpuemb plan`` measured
+#: (:class:`PlanContext`, :mod:`tpuemb_cfg.rules.plan`), or one fact of ``tpuemb diff``
+#: (:class:`DiffContext`, e.g. :mod:`tpuemb_cfg.rules.checkpoint`).
+Target = Literal["configuration", "sparsecore", "plan", "diff"]
+TARGETS: tuple[Target, ...] = ("configuration", "sparsecore", "plan", "diff")
 
 
 if TYPE_CHECKING:
@@ -113,7 +114,7 @@ def rule(
     """Register the decorated function as rule ``id``.
 
     ``target``: what the rule reads (``"sparsecore"``: a :class:`SparseCoreContext`;
-    ``"plan"``: a :class:`PlanContext`).
+    ``"plan"``: a :class:`PlanContext`; ``"diff"``: a :class:`DiffContext`).
 
     ``on_request`` rules (derived facts such as the tag table) run only when selected explicitly or
     when derived data is asked for (``--show-derived``), so that a correct configuration produces
@@ -257,3 +258,9 @@ class PlanContext(_Reporter):
         self.fact = fact
         self.options = dict(options or {})
         self.current_rule = None
+
+
+class DiffContext(PlanContext):
+    """What a ``target="diff"`` rule sees: one ``fact`` of ``tpuemb diff`` (two configurations
+    compared, e.g. :class:`tpuemb_cfg.model.checkpoint.CheckpointReport`); the rule yields a
+    finding when the fact is one."""
