@@ -27,7 +27,7 @@ from tpuemb_cfg.model.checkpoint import (
     PARAMETERS,
     CheckpointReport,
     CheckpointView,
-    TableLayout,
+    LayoutRecord,
     checkpoint_key,
     checkpoint_verdicts,
     layouts_from_proto,
@@ -200,16 +200,16 @@ def test_legacy_view_names_tables_and_slots() -> None:
 
 
 def _layout(table: str, stack: str, rows: int, padded: int, offset: int, rotation: int,
-            total: int) -> TableLayout:
+            total: int) -> LayoutRecord:
     """8 SparseCores on 2 chips, width 8."""
-    return TableLayout(table, stack, 8, 2, total, (rows, 8), (padded, 8), offset, rotation)
+    return LayoutRecord(table, stack, 8, 2, total, (rows, 8), (padded, 8), offset, rotation)
 
 
-def _sc(layouts: list[TableLayout], slots: tuple[str, ...] = ()) -> CheckpointView:
+def _sc(layouts: list[LayoutRecord], slots: tuple[str, ...] = ()) -> CheckpointView:
     from tpuemb_cfg.model.checkpoint import CheckpointVariable
 
     variables = []
-    stacks: dict[str, list[TableLayout]] = {}
+    stacks: dict[str, list[LayoutRecord]] = {}
     for t in layouts:
         stacks.setdefault(t.stacked_table_name, []).append(t)
     for name, ts in stacks.items():

@@ -52,8 +52,9 @@ if TYPE_CHECKING:
     from tpuemb_cfg.sparsecore.config import SparseCoreConfig
 
 __all__ = [
-    "DEFAULT_OBJECT_PATH", "LAYOUTS_KEY", "PARAMETERS", "CheckpointReport", "CheckpointVariable",
-    "CheckpointView", "TableLayout", "VariableVerdict", "checkpoint_key", "checkpoint_verdicts",
+    "CAUSES", "DEFAULT_OBJECT_PATH", "LAYOUTS_KEY", "PARAMETERS", "CheckpointReport",
+    "CheckpointVariable",
+    "CheckpointView", "LayoutRecord", "VariableVerdict", "checkpoint_key", "checkpoint_verdicts",
     "layouts_from_proto", "saved_layouts", "view_of_legacy", "view_of_sparsecore",
     "view_of_stacking", "view_of_tables",
 ]
@@ -75,8 +76,8 @@ Outcome = Literal["restores", "reshards", "fails", "lost", "initialized"]
 
 
 @dataclass(frozen=True)
-class TableLayout:
-    """One table's ``SparseCoreTableLayout`` (TensorFlow's field names)."""
+class LayoutRecord:
+    """One table's ``SparseCoreTableLayout`` message as a record (TensorFlow's field names)."""
 
     table_name: str
     stacked_table_name: str
@@ -112,7 +113,7 @@ class CheckpointView:
 
     kind: Kind
     variables: tuple[CheckpointVariable, ...]
-    layouts: tuple[TableLayout, ...] = ()
+    layouts: tuple[LayoutRecord, ...] = ()
     object_path: str = DEFAULT_OBJECT_PATH
 
     def variable(self, name: str) -> CheckpointVariable | None:
@@ -125,9 +126,9 @@ class CheckpointView:
             names.append(LAYOUTS_KEY)
         return tuple(sorted(checkpoint_key(self.object_path, n) for n in names))
 
-    def stacks(self) -> dict[str, tuple[TableLayout, ...]]:
+    def stacks(self) -> dict[str, tuple[LayoutRecord, ...]]:
         """Stack -> its tables' layouts by row offset (``_reorg_layouts``), in first-seen order."""
-        out: dict[str, list[TableLayout]] = {}
+        out: dict[str, list[LayoutRecord]] = {}
         for layout in self.layouts:
             out.setdefault(layout.stacked_table_name, []).append(layout)
         return {name: tuple(sorted(ls, key=lambda x: x.sparse_core_shard_row_offset))
@@ -200,10 +201,10 @@ def checkpoint_key(object_path: str, local_name: str) -> str:
     return f"{prefix}{_escape(local_name)}{VALUE_SUFFIX}"
 
 
-def _layout_of(stacking: Stacking, stack_name: str, table: Any) -> TableLayout:
+def _layout_of(stacking: Stacking, stack_name: str, table: Any) -> LayoutRecord:
     cores = stacking.num_sparse_cores
     stack = stacking.stack(stack_name)
-    return TableLayout(
+    return LayoutRecord(
         table_name=table.name, stacked_table_name=stack_name, num_sparse_cores=cores,
         num_partitions=stacking.num_partitions,
         total_rows_per_sparse_core_shard=stack.padded_vocabulary_size // cores,
@@ -215,9 +216,9 @@ def _layout_of(stacking: Stacking, stack_name: str, table: Any) -> TableLayout:
         num_features=table.num_features)
 
 
-def layouts_from_proto(layouts: SparseCoreTableLayouts) -> tuple[TableLayout, ...]:
+def layouts_from_proto(layouts: SparseCoreTableLayouts) -> tuple[LayoutRecord, ...]:
     """The records of a ``SparseCoreTableLayouts`` message, in table-name order (as saved)."""
-    records = [TableLayout(
+    records = [LayoutRecord(
         table_name=t.table_name, stacked_table_name=t.stacked_table_name,
         num_sparse_cores=t.num_sparse_cores, num_partitions=t.num_partitions,
         total_rows_per_sparse_core_shard=t.total_rows_per_sparse_core_shard,
@@ -431,7 +432,7 @@ def _table_set(old: CheckpointView, new: CheckpointView, old_tables: set[str],
     return CheckpointReport("fails", "error", tuple(verdicts), reason, (*added, *removed))
 
 
-def _how(old: CheckpointView, stack: str, layouts: Sequence[TableLayout]) -> str:
+def _how(old: CheckpointView, stack: str, layouts: Sequence[LayoutRecord]) -> str:
     if old.kind != "sparsecore":
         return "from_unsharded"
     before = {t.table_name: t for t in old.layouts}
@@ -449,7 +450,7 @@ def _how(old: CheckpointView, stack: str, layouts: Sequence[TableLayout]) -> str
     return "+".join(kinds) or "same_layout"
 
 
-def _shard_rows(layouts: Sequence[TableLayout], rows: Mapping[str, int]) -> list[int] | None:
+def _shard_rows(layouts: Sequence[LayoutRecord], rows: Mapping[str, int]) -> list[int] | None:
     """Rows ``_shard_from_cpu_to_sc`` gives each partition when table ``t`` arrives with
     ``rows[t]`` rows before NEW's padding is added; None when the tables' widths differ."""
     first = layouts[0]
@@ -467,7 +468,7 @@ def _shard_rows(layouts: Sequence[TableLayout], rows: Mapping[str, int]) -> list
     return out
 
 
-def _reshard_stack(stack: str, layouts: Sequence[TableLayout], shapes: Mapping[str, Any],
+def _reshard_stack(stack: str, layouts: Sequence[LayoutRecord], shapes: Mapping[str, Any],
                    how: str) -> tuple[str, str, str]:
     """(outcome, reason, cause) of resharding ``stack`` from tables of ``shapes`` (OLD's)."""
     changed = [t for t in layouts if tuple(shapes[t.table_name]) != t.unsharded_shape]
@@ -538,7 +539,7 @@ def _adapter(old: CheckpointView, new: CheckpointView) -> CheckpointReport:
     return _report(verdicts, "applied", set(old_shapes))
 
 
-def _restack(old: CheckpointView, name: str, layouts: Sequence[TableLayout],
+def _restack(old: CheckpointView, name: str, layouts: Sequence[LayoutRecord],
              src: CheckpointVariable, how: str,
              old_shapes: Mapping[tuple[str, str], tuple[int, int]]) -> VariableVerdict:
     tables = tuple(t.table_name for t in layouts)

@@ -327,9 +327,10 @@ def needs_reshard(ctx: DiffContext) -> Iterator[Diagnostic]:
       "reshard and its rows land in the wrong places", target="diff")
 def copied_after_build(ctx: DiffContext) -> Iterator[Diagnostic]:
     """## What it does
-    With the restore after `build()` (`--restore-after-build`), reports each stacked variable
-    whose tables sit elsewhere under NEW's layout (another SparseCore count, row offset or
-    rotation, or more rows), or that the checkpoint does not have.
+    When the restore runs after `build()` (`checkpoint_verdicts(old, new, after_build=True)`),
+    reports each stacked variable whose tables sit elsewhere under NEW's layout (another
+    SparseCore count, row offset or rotation, or more rows), or that the checkpoint does not
+    have.
 
     ## Why is this bad?
     Once the variables exist, `_queue_children_for_restoration`
