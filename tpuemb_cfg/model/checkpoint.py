@@ -388,8 +388,9 @@ def _plain(old: CheckpointView, new: CheckpointView, adapter: str) -> Checkpoint
                    if bypassed else ": it is stored under other names")
             verdicts.append(VariableVerdict(
                 v.name, v.tables, "lost" if had else "initialized", "",
-                f"the checkpoint has no {v.name!r}: it keeps its initial values"
-                + (f" (its tables' state is not restored{why})" if had else ""),
+                f"the checkpoint has no {v.name!r}: it keeps its initial values (its tables' "
+                f"state is not restored{why})" if had
+                else f"the checkpoint has no {v.name!r}: it starts from its initializer",
                 ("after_build" if bypassed else "not_in_checkpoint") if had
                 else "new_variable"))
         elif was.shape != v.shape:
@@ -473,7 +474,11 @@ def _reshard_stack(stack: str, layouts: Sequence[LayoutRecord], shapes: Mapping[
     """(outcome, reason, cause) of resharding ``stack`` from tables of ``shapes`` (OLD's)."""
     changed = [t for t in layouts if tuple(shapes[t.table_name]) != t.unsharded_shape]
     if not changed:
-        return "reshards", f"the adapter reshards {stack!r} ({how})", "reshard"
+        if how == "same_layout":
+            return ("reshards", f"the adapter reshards {stack!r} to its unchanged layout "
+                    "(is_layouts_same compares every table's layout at once, and another's "
+                    "changed)", "reshard")
+        return "reshards", f"the adapter reshards {stack!r} ({how.replace('+', ', ')})", "reshard"
     names = ", ".join(f"{t.table_name!r} {list(shapes[t.table_name])} -> "
                       f"{list(t.unsharded_shape)}" for t in changed)
     widths = {shapes[t.table_name][1] + t.unsharded_padded_shape[1] - t.unsharded_shape[1]

@@ -51,7 +51,9 @@ def _at(verdict: VariableVerdict) -> str:
 
 def _each(ctx: DiffContext, cause: str) -> Iterator[Diagnostic]:
     for verdict in _verdicts(ctx, cause):
-        yield ctx.diag(_at(verdict), f"{verdict.variable!r}: {verdict.reason}")
+        named = repr(verdict.variable) in verdict.reason
+        yield ctx.diag(_at(verdict), verdict.reason if named
+                       else f"{verdict.variable!r}: {verdict.reason}")
 
 
 @rule("CKPT001", "error", "the tables differ: TensorFlow 2.21 refuses to restore the SparseCore "
