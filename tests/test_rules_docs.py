@@ -2,7 +2,8 @@
 ``## What it does``, ``## Why is this bad?``, ``## Example``, ``## Use instead``, in that order and
 none empty, and a ``Spec: validation-rules.md section N`` line naming the catalogue section of the
 rule's family (validation-rules.md section 2; PARSE001 is reserved in section 0; SparseCore's
-in sparsecore.md; tpuemb plan's in docs/plan.md, its gate).
+in sparsecore.md; tpuemb plan's in docs/plan.md, its gate; tpuemb diff's checkpoint findings in
+docs/diff/checkpoints.md).
 """
 
 from __future__ import annotations
@@ -19,12 +20,13 @@ SECTIONS = ("## What it does", "## Why is this bad?", "## Example", "## Use inst
 FAMILY_SECTION = {
     "PARSE": "0", "TAG": "2.1", "MODE": "2.2", "FEAT": "2.3", "TBL": "2.4", "OPT": "2.5",
     "ACC": "2.6", "CLIP": "2.7", "QNT": "2.7", "SIZE": "2.8", "DEP": "2.9", "SC": "5",
-    "PLAN": "gate",
+    "PLAN": "gate", "CKPT": "findings",
 }  # fmt: skip
 #: The spec page of a family whose catalogue is not validation-rules.md.
-FAMILY_PAGE = {"SC": "sparsecore.md", "PLAN": "plan.md"}
+FAMILY_PAGE = {"SC": "sparsecore.md", "PLAN": "plan.md", "CKPT": "diff/checkpoints.md"}
 
-SPEC = re.compile(r"^Spec: (?:validation-rules|sparsecore|plan)\.md section (\S+)$", re.MULTILINE)
+SPEC = re.compile(r"^Spec: (?:validation-rules|sparsecore|plan|diff/checkpoints)\.md "
+                  r"section (\S+)$", re.MULTILINE)
 
 
 @pytest.mark.parametrize("rule_id", sorted(RULES))

@@ -282,7 +282,7 @@ def validate(  # noqa: PLR0913  (a click command: one parameter per option)
     "--format", "-f", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
 )
 def rules(fmt: str) -> None:
-    """List the rules (validate's and plan's): id, default severity, summary."""
+    """List the rules (validate's, plan's and diff's): id, default severity, summary."""
     entries = [RULES[rule_id] for rule_id in sorted(RULES)]
     if fmt == "json":
         document = [{"id": r.id, "severity": r.severity, "summary": r.summary} for r in entries]
@@ -296,7 +296,7 @@ def rules(fmt: str) -> None:
 @click.command("explain")
 @click.argument("rule_id", metavar="ID")
 def explain(rule_id: str) -> None:
-    """Explain one rule of validate or plan (what it checks, why, and the fix)."""
+    """Explain one rule of validate, plan or diff (what it checks, why, and the fix)."""
     key = rule_id.strip().upper()
     rule = RULES.get(key)
     if rule is None:

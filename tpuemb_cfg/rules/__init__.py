@@ -6,8 +6,10 @@ hyper-parameter ranges are generated from :mod:`tpuemb_cfg.algorithms`), ``accum
 ``clipping`` (CLIP, QNT), ``sizing`` (SIZE), ``deprecated`` (DEP), ``sparsecore`` (SC: SparseCore
 configurations, run with a :class:`SparseCoreContext`), ``plan`` (PLAN: ``tpuemb plan``'s
 findings, run on the planner's facts with a :class:`PlanContext`), ``diff`` (DIFF: ``tpuemb
-diff``'s, run on each difference with a :class:`DiffContext`); helpers they share are in
-``common``. Add a rule of your own with the :func:`rule` decorator
+diff``'s, run on each difference with a :class:`DiffContext`), ``checkpoint`` (CKPT: the
+checkpoint verdicts of ``tpuemb diff``, run on checkpoint reports with a
+:class:`DiffContext`); helpers they share are in ``common``. Add a rule of your own with the
+:func:`rule` decorator
 (see :mod:`tpuemb_cfg.rules._registry`).
 """
 
@@ -81,6 +83,7 @@ def parse_failure(ctx: Context) -> Iterator[Diagnostic]:
 # Importing a family registers its rules.
 from tpuemb_cfg.rules import (  # noqa: E402
     accumulation,
+    checkpoint,
     clipping,
     deprecated,
     diff,
@@ -111,4 +114,5 @@ FAMILIES = (
     sparsecore,
     plan,
     diff,
+    checkpoint,
 )

@@ -114,7 +114,7 @@ def rule(
     """Register the decorated function as rule ``id``.
 
     ``target``: what the rule reads (``"sparsecore"``: a :class:`SparseCoreContext`;
-    ``"plan"``: a :class:`PlanContext`).
+    ``"plan"``: a :class:`PlanContext`; ``"diff"``: a :class:`DiffContext`).
 
     ``on_request`` rules (derived facts such as the tag table) run only when selected explicitly or
     when derived data is asked for (``--show-derived``), so that a correct configuration produces

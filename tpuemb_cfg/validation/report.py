@@ -149,14 +149,15 @@ def _sarif_rule(rule_id: str) -> dict[str, Any]:
 def format_sarif(reports: Sequence[FileReport], *, fail_on: str = "error",
                  rules: Iterable[str] | None = None) -> str:
     """A SARIF 2.1.0 log with one run; ``tool.driver.rules`` lists the registered ``rules``
-    (ids; default: every rule validation runs, i.e. all but ``tpuemb plan``'s)."""
+    (ids; default: every rule validation runs, i.e. all but ``tpuemb plan``'s and
+    ``tpuemb diff``'s)."""
     return "".join(_sarif_chunks(reports, rules))
 
 
 def _sarif_chunks(reports: Sequence[FileReport],
                   rules: Iterable[str] | None = None) -> Iterator[str]:
     if rules is None:
-        rules = (r.id for r in all_rules() if r.target != "plan")
+        rules = (r.id for r in all_rules() if r.target not in ("plan", "diff"))
     rule_ids = sorted(set(rules))
     index = {rule_id: i for i, rule_id in enumerate(rule_ids)}
 

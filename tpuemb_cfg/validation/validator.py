@@ -53,8 +53,9 @@ def _matches(rule_id: str, selector: str) -> bool:
 
 
 def _validate_rules() -> list[Rule]:
-    """The rules validation runs (``tpuemb plan``'s run on the planner's facts), in id order."""
-    return [rule for rule in all_rules() if rule.target != "plan"]
+    """The rules validation runs (``tpuemb plan``'s and ``tpuemb diff``'s run on their facts), in
+    id order."""
+    return [rule for rule in all_rules() if rule.target not in ("plan", "diff")]
 
 
 def _check_selectors(selectors: Sequence[str], option: str) -> None:
