@@ -143,3 +143,36 @@ def test_ctrl_c_while_a_spec_runs_exits_130_and_writes_nothing(tmp_path: Path) -
     assert done.returncode == 130, done.stderr
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["stop.py"]
+
+
+def _tf_cases() -> list[dict]:
+    data = json.loads((ROOT / "tests" / "data" / "diff" / "breaking" / "cases.json").read_text())
+    return [c for c in data["cases"]
+            if c["old"]["saved_by"] == c["new"]["restored_by"] == "TPUEmbeddingV2"]
+
+
+@pytest.mark.parametrize("after_build", [False, True], ids=["restore-on-create", "after-build"])
+def test_breaking_agrees_with_tensorflow_on_every_stored_pair(tmp_path: Path,
+                                                              after_build: bool) -> None:
+    """The OLD/NEW pairs TensorFlow 2.21 itself saved and restored on a CPU
+    (tests/data/diff/breaking, tools/tf_reference/checkpoint_pairs.py): `tpuemb diff
+    --breaking` gives TensorFlow's outcome, and exits 1 exactly when OLD's state does not all
+    arrive (TensorFlow raised, a table or slot came back other than it was saved, or a
+    variable of OLD has none of its name under NEW: a dropped slot)."""
+    cases = _tf_cases()
+    assert len(cases) >= 20
+    for case in cases:
+        old, new = tmp_path / f"{case['id']}_old.py", tmp_path / f"{case['id']}_new.py"
+        old.write_text(case["old"]["spec"])
+        new.write_text(case["new"]["spec"])
+        args = ["diff", str(old), str(new), "--breaking", "-f", "json",
+                "--object-path", case["root"]]
+        expected = case["after_build"] if after_build else case
+        result = run_cli(*args, *(["--after-build"] if after_build else []))
+        document = json.loads(result.stdout)
+        assert document["checkpoint"]["outcome"] == expected["outcome"], case["id"]
+        # every value NEW restored is OLD's (or new), and every OLD variable has a NEW one
+        kept = (all(v in ("equal", "new") for v in expected["values"].values())
+                and set(case["old"]["variables"]) <= set(case["new"]["variables"]))
+        assert result.exit_code == (0 if kept and expected["outcome"] in ("restores", "reshards")
+                                    else 1), (case["id"], expected, result.output[-2000:])

@@ -251,3 +251,60 @@ def test_a_sample_shows_the_drops_of_lower_limits(tmp_path: Path) -> None:
     assert (drops.old["failed_steps"], drops.new["failed_steps"]) == (0, 2)
     assert drops.severity == "warning"
     assert set(load) == {"item_id_user_id"}  # the other stacks drop nothing on either side
+
+
+
+def _ckpt(result: object) -> set[str]:
+    return {d.rule for d in result.findings if d.rule.startswith("CKPT")}  # type: ignore[attr-defined]
+
+
+def test_the_checkpoint_of_each_change_as_tensorflow_2_21_restores_it(tmp_path: Path) -> None:
+    """What TensorFlow 2.21's adapter does (docs/diff/checkpoints.md; seen on a CPU:
+    tests/data/diff/breaking): a table added refuses the whole restore; a vocabulary change
+    inside a stack gives a tensor of the wrong size; a new slice or TensorFlow 2.20 -> 2.21
+    reshards every stack but silently leaves the slots at their initial values; an optimizer
+    without Adagrad's accumulators drops them."""
+    added = tpuemb_cfg.diff(EXAMPLE, NEXT)
+    assert added.checkpoint.outcome == "fails" and added.breaking
+    assert "CKPT001" in _ckpt(added)
+    assert added.checkpoint.changed_tables == ("shop",)
+
+    grown = tmp_path / "grown.py"
+    grown.write_text(EXAMPLE.read_text().replace(
+        "item_terms = TableConfig(vocabulary_size=5_000_000",
+        "item_terms = TableConfig(vocabulary_size=6_000_000"))
+    result = tpuemb_cfg.diff(EXAMPLE, grown)
+    assert result.checkpoint.outcome == "fails" and _ckpt(result) >= {"CKPT002"}
+
+    for options in (DiffOptions(old=SideOptions(topology="v5p-64"),
+                                new=SideOptions(topology="v6e-32")),
+                    DiffOptions(old=SideOptions(tf_version="2.20"),
+                                new=SideOptions(tf_version="2.21"))):
+        result = tpuemb_cfg.diff(EXAMPLE, EXAMPLE, options)
+        assert (result.checkpoint.outcome, result.checkpoint.adapter) == ("wrong", "applied")
+        verdicts = {v.variable: v.outcome for v in result.checkpoint.verdicts}
+        stacks = ("brand_category", "item_id_user_id", "item_terms_query_terms")
+        assert verdicts == {**{s: "reshards" for s in stacks},
+                            **{f"{s}/accumulators": "lost" for s in stacks}}
+        assert _ckpt(result) == {"CKPT004", "CKPT009"}
+
+    sgd = tmp_path / "sgd.py"
+    sgd.write_text(EXAMPLE.read_text().replace(
+        "optimizer = Adagrad(learning_rate=0.01, initial_accumulator_value=0.1)",
+        "optimizer = SGD(learning_rate=0.01)").replace("    Adagrad,\n", "    Adagrad,\n    SGD,\n"))
+    result = tpuemb_cfg.diff(EXAMPLE, sgd)
+    optimizer = [c for c in result.changes if c.subject == "optimizer"]
+    assert len(optimizer) == 6 and all("'accumulators' dropped" in c.message for c in optimizer)
+    assert result.checkpoint.outcome == "restores" and result.breaking
+    assert _ckpt(result) == {"CKPT006"}
+    dropped = {v.variable for v in result.checkpoint.verdicts if v.outcome == "lost"}
+    assert dropped == {"brand_category/accumulators", "item_id_user_id/accumulators",
+                       "item_terms_query_terms/accumulators"}
+
+
+def test_a_jax_side_has_no_tensorflow_checkpoint_to_compare() -> None:
+    spec = ROOT / "examples" / "sparsecore" / "keras_rs_dcnv2_v6e32.py"
+    result = tpuemb_cfg.diff(spec, spec, DiffOptions(
+        old=SideOptions(keras_backend="tensorflow"), new=SideOptions(keras_backend="jax")))
+    assert result.checkpoint is None and not result.breaking
+    assert any("Orbax" in note for note in result.notes)

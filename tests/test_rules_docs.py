@@ -20,12 +20,13 @@ SECTIONS = ("## What it does", "## Why is this bad?", "## Example", "## Use inst
 FAMILY_SECTION = {
     "PARSE": "0", "TAG": "2.1", "MODE": "2.2", "FEAT": "2.3", "TBL": "2.4", "OPT": "2.5",
     "ACC": "2.6", "CLIP": "2.7", "QNT": "2.7", "SIZE": "2.8", "DEP": "2.9", "SC": "5",
-    "PLAN": "gate", "CKPT": "findings",
+    "PLAN": "gate", "CKPT": "findings", "DIFF": "compares",
 }  # fmt: skip
 #: The spec page of a family whose catalogue is not validation-rules.md.
-FAMILY_PAGE = {"SC": "sparsecore.md", "PLAN": "plan.md", "CKPT": "diff/checkpoints.md"}
+FAMILY_PAGE = {"SC": "sparsecore.md", "PLAN": "plan.md", "CKPT": "diff/checkpoints.md",
+               "DIFF": "diff.md"}
 
-SPEC = re.compile(r"^Spec: (?:validation-rules|sparsecore|plan|diff/checkpoints)\.md "
+SPEC = re.compile(r"^Spec: (?:validation-rules|sparsecore|plan|diff/checkpoints|diff)\.md "
                   r"section (\S+)$", re.MULTILINE)
 
 

@@ -206,9 +206,9 @@ def test_sarif_format(tmp_path: Path) -> None:
     _check_sarif(log)
     run = log["runs"][0]
     # every rule validation runs; tpuemb plan's (PLAN) are listed by tpuemb plan's SARIF,
-    # tpuemb diff's (CKPT) by tpuemb diff's
+    # tpuemb diff's (DIFF, CKPT) by tpuemb diff's
     assert {r["id"] for r in run["tool"]["driver"]["rules"]} == {
-        r for r in RULES if not r.startswith(("PLAN", "CKPT"))
+        r for r in RULES if not r.startswith(("PLAN", "CKPT", "DIFF"))
     }
     results = [r for r in run["results"] if r["ruleId"] == "TBL008"]
     assert len(results) == 1

@@ -148,6 +148,11 @@ def _sample_line(quiet: bool) -> Iterator[Any]:
               "(2.20,2.21: an upgrade).")
 @click.option("--breaking", is_flag=True, help="Report only what breaks the restore of OLD's "
               "checkpoint under NEW (CKPT findings) and exit 1 when something does.")
+@click.option("--object-path", default="embedding", show_default=True, metavar="PATH",
+              help="Where the embedding object sits in the checkpoint (its attribute path, e.g. "
+                   "model/embedding_layer): TensorFlow's adapter rewrites keys under it.")
+@click.option("--after-build", is_flag=True, help="The restore runs after the embedding is "
+              "built (its variables exist): TensorFlow's reshard is bypassed.")
 @click.option("--fail-on", type=click.Choice(["error", "warning", "info"]), default=None,
               help="Exit 1 when a finding of this severity or above is reported.")
 @click.option("-f", "--format", "fmt", type=click.Choice(DIFF_FORMATS), default="text",
@@ -157,8 +162,8 @@ def _sample_line(quiet: bool) -> Iterator[Any]:
 @click.option("--quiet", "-q", is_flag=True, help="No progress line while a sample is read.")
 def diff_command(files: tuple[str, ...], against: str | None, ids: tuple[str, ...],  # noqa: PLR0913
                  topology: str | None, keras_backend: str | None, tf_version: str | None,
-                 breaking: bool, fail_on: str | None, fmt: str, output: str | None,
-                 quiet: bool) -> None:
+                 breaking: bool, object_path: str, after_build: bool, fail_on: str | None,
+                 fmt: str, output: str | None, quiet: bool) -> None:
     # one parameter per option: click's calling convention
     """What changes from OLD to NEW: the configurations, the TPU, the checkpoint.
 
@@ -193,7 +198,8 @@ def diff_command(files: tuple[str, ...], against: str | None, ids: tuple[str, ..
     options = DiffOptions(
         old=SideOptions(old_topo, old_keras, old_tf),
         new=SideOptions(new_topo, new_keras, new_tf),
-        ids=[os.path.abspath(p) for p in ids] or None)
+        ids=[os.path.abspath(p) for p in ids] or None, object_path=_object_path(object_path),
+        after_build=after_build)
     absolute = [(os.path.abspath(old), os.path.abspath(new)) for old, new in pairs]
     results = []
     with contextlib.ExitStack() as stack:
@@ -228,6 +234,15 @@ def diff_command(files: tuple[str, ...], against: str | None, ids: tuple[str, ..
                                for r in results for d in r.findings)
     if failed:
         click.get_current_context().exit(1)
+
+
+def _object_path(text: str) -> str:
+    """``--object-path``: attribute names separated by ``/`` (TensorFlow's object graph path)."""
+    parts = text.split("/")
+    if not text or any(not p or p != p.strip() or "\0" in p for p in parts):
+        raise UsageError(f"--object-path {text!r}: expected attribute names separated by '/', "
+                         "e.g. embedding or model/embedding_layer")
+    return text
 
 
 def _breaking_only(result: Any) -> Any:

@@ -16,12 +16,14 @@ reads.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tpuemb_cfg.base.errors import InputError
 from tpuemb_cfg.base.tf_versions import DEFAULT_TF_VERSION
+from tpuemb_cfg.model.checkpoint import DEFAULT_OBJECT_PATH, CheckpointReport
 from tpuemb_cfg.planner.planning import PlanOptions
 from tpuemb_cfg.rules.diff import Change, Location, diff_findings
 from tpuemb_cfg.session import open_plan, validate
@@ -43,13 +45,17 @@ class DiffOptions:
     """How :func:`diff` reads and compares: ``old`` / ``new`` (each side's
     ``sides.SideOptions``: topology, Keras backend, TensorFlow version), ``ids`` (a sample of
     real ids, read by ``tpuemb plan``'s readers: load and drops on both sides), ``findings``
-    (compare ``tpuemb validate``'s findings), ``checkpoint`` (compare the checkpoints)."""
+    (compare ``tpuemb validate``'s findings), ``checkpoint`` (compare the checkpoints: OLD's
+    restored under NEW, with the embedding object at ``object_path`` of the checkpoint, before
+    ``build()`` as a restore-on-create does, or ``after_build``)."""
 
     old: SideOptions = SideOptions()
     new: SideOptions = SideOptions()
     ids: str | Sequence[str] | None = None
     findings: bool = True
     checkpoint: bool = True
+    object_path: str = DEFAULT_OBJECT_PATH
+    after_build: bool = False
 
 
 @dataclass(frozen=True)
@@ -66,13 +72,14 @@ class ConfigDiff:
     new_kind: str
     changes: tuple[Change, ...]
     findings: tuple[Diagnostic, ...]
-    checkpoint: Any = None
+    checkpoint: CheckpointReport | None = None
     notes: tuple[str, ...] = field(default=())
 
     @property
     def breaking(self) -> bool:
-        """Whether OLD's checkpoint does not restore under NEW (a CKPT error)."""
-        return any(d.rule.startswith("CKPT") and d.severity == "error" for d in self.findings)
+        """Whether OLD's checkpoint does not restore under NEW as it was: TensorFlow raises, or
+        state is lost or misplaced without an error (``CheckpointReport.breaking``)."""
+        return self.checkpoint is not None and self.checkpoint.breaking
 
     @property
     def identical(self) -> bool:
@@ -84,7 +91,8 @@ class ConfigDiff:
             "new_kind": self.new_kind, "breaking": self.breaking,
             "changes": [c.to_json() for c in self.changes],
             "findings": [{**d.to_dict(), "path": d.path} for d in self.findings],
-            "checkpoint": self.checkpoint.to_json() if self.checkpoint is not None else None,
+            "checkpoint": (dataclasses.asdict(self.checkpoint)
+                           if self.checkpoint is not None else None),
             "notes": list(self.notes),
         }
 
@@ -134,10 +142,11 @@ def compare(a: Side, b: Side, options: DiffOptions = DiffOptions(), *,
     found = diff_findings(changes)
     report = None
     if options.checkpoint:
-        report, ckpt_findings = checkpoint_report(a, b, locate_new=locate_new,
-                                                  locate_old=locate_old, renamed=renamed,
-                                                  where=top)
+        report, ckpt_findings, why = checkpoint_report(
+            a, b, locate_new=locate_new, locate_old=locate_old,
+            object_path=options.object_path, after_build=options.after_build)
         found += ckpt_findings
+        notes += why
     return ConfigDiff(a.label, b.label, a.kind, b.kind, tuple(changes), tuple(found), report,
                       tuple(notes))
 

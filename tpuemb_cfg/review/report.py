@@ -56,11 +56,31 @@ def _file_reports(diff: ConfigDiff) -> list[FileReport]:
     return [FileReport(diff.new, findings)]
 
 
+#: What a checkpoint outcome means, for the summary line.
+_OUTCOME = {
+    "restores": "restores as it is",
+    "reshards": "restores through TensorFlow's reshard (before build())",
+    "fails": "does not restore: TensorFlow raises",
+    "wrong": "restores without an error, but state is lost or misplaced",
+}
+
+
 def _verdict_line(diff: ConfigDiff) -> str:
     check = diff.checkpoint
     if check is None:
         return "checkpoint: not compared"
-    return f"checkpoint: {check.summary()}"
+    moved = [v for v in check.verdicts if v.outcome != "restores"]
+    count = f" ({len(moved)} variable{'' if len(moved) == 1 else 's'})" if moved else ""
+    outcome = _OUTCOME.get(check.outcome, check.outcome)
+    if check.outcome in ("restores", "reshards") and check.breaking:
+        outcome += ", but state is dropped"
+    return f"checkpoint: OLD's {outcome}{count}"
+
+
+def _unsettled(diff: ConfigDiff) -> list[Any]:
+    """The checkpoint verdicts that are not a plain restore."""
+    check = diff.checkpoint
+    return [] if check is None else [v for v in check.verdicts if v.outcome != "restores"]
 
 
 def format_text(diff: ConfigDiff) -> str:
@@ -78,17 +98,14 @@ def format_text(diff: ConfigDiff) -> str:
             lines.append(f"  {_MARK.get(change.kind, '~')} {printable(change.message)}"
                          + (f"  ({printable(where)})" if where else ""))
     check = diff.checkpoint
-    if check is not None:
-        lines += ["", "Checkpoint (OLD's, restored under NEW by TensorFlow 2.21):"]
-        for verdict in check.variables:
-            if verdict.outcome == "restores":
-                continue
-            how = f" ({verdict.how})" if getattr(verdict, "how", "") else ""
-            lines.append(f"  {verdict.outcome}{how}: {printable(verdict.variable)}: "
-                         f"{printable(verdict.reason)}")
-        ckpt = [d for d in diff.findings if d.rule.startswith("CKPT")]
-        for found in ckpt:
-            lines.append(f"  {found.severity}[{found.rule}] {printable(found.message)}")
+    if check is not None and (_unsettled(diff) or check.outcome != "restores"):
+        lines += ["", "Checkpoint (OLD's, restored under NEW as TensorFlow 2.21 does):"]
+        for found in (d for d in diff.findings if d.rule.startswith("CKPT")):
+            where = f"{found.path}:{found.line}:{found.column or 1}" if found.line else ""
+            lines.append(f"  {found.severity}[{found.rule}] {printable(found.message)}"
+                         + (f"  ({printable(where)})" if where else ""))
+    for note in diff.notes:
+        lines += ["", f"note: {printable(note)}"]
     lines += ["", _summary(diff)]
     return "\n".join(lines) + "\n"
 
@@ -97,8 +114,9 @@ def _summary(diff: ConfigDiff) -> str:
     n = len(diff.changes)
     counts = {s: sum(1 for d in diff.findings if d.severity == s)
               for s in ("error", "warning", "info")}
-    return (f"{n} difference{'' if n == 1 else 's'}; {counts['error']} error(s), "
-            f"{counts['warning']} warning(s); {_verdict_line(diff)}")
+    differences = f"{n} difference{'' if n == 1 else 's'}; " if n or not diff.findings else ""
+    return (f"{differences}{counts['error']} error(s), {counts['warning']} warning(s); "
+            f"{_verdict_line(diff)}")
 
 
 def _md(text: str) -> str:
@@ -122,15 +140,19 @@ def format_markdown(diff: ConfigDiff) -> str:
             lines.append(f"| {_MARK.get(change.kind, '~')} | {_md(change.message)} | "
                          f"{'`' + _md(where) + '`' if where else ''} |")
     if check is not None:
-        lines += ["", "#### Checkpoint", "", f"{_md(_verdict_line(diff))}", "",
-                  "| variable | outcome | why |", "|---|---|---|"]
-        for verdict in check.variables:
-            how = f" ({verdict.how})" if getattr(verdict, "how", "") else ""
-            lines.append(f"| `{_md(verdict.variable)}` | {verdict.outcome}{_md(how)} | "
-                         f"{_md(verdict.reason)} |")
-        for found in (d for d in diff.findings if d.rule.startswith("CKPT")):
+        lines += ["", "#### Checkpoint", "", _md(_verdict_line(diff))]
+        unsettled = _unsettled(diff)
+        if unsettled:
+            lines += ["", "| variable | outcome | how | why |", "|---|---|---|---|"]
+            for verdict in unsettled:
+                lines.append(f"| `{_md(verdict.variable)}` | {verdict.outcome} | "
+                             f"{_md(verdict.how)} | {_md(verdict.reason)} |")
+        found = [d for d in diff.findings if d.rule.startswith("CKPT")]
+        if found:
             lines.append("")
-            lines.append(f"- **{found.severity}[{found.rule}]** {_md(found.message)}")
+            lines += [f"- **{d.severity}[{d.rule}]** {_md(d.message)}" for d in found]
+    for note in diff.notes:
+        lines += ["", f"> {_md(note)}"]
     return "\n".join(lines) + "\n"
 
 

@@ -134,6 +134,8 @@ def entry_added_or_removed(ctx: DiffContext) -> Iterator[Diagnostic]:
     ## Use instead
     Keep a table's name when only its place in the code changes; when adding or removing a
     table on purpose, plan the restore with `tpuemb diff --breaking`.
+
+    Spec: diff.md section compares
     """
     return _changes(ctx, ("table", "feature"), ("added", "removed", "renamed"))
 
@@ -157,6 +159,8 @@ def table_shape_changed(ctx: DiffContext) -> Iterator[Diagnostic]:
     ## Use instead
     Grow a vocabulary in a new table, or reshard the checkpoint with the padding the new shape
     needs; check the restore with `tpuemb diff --breaking`.
+
+    Spec: diff.md section compares
     """
     fact = ctx.fact
     if (isinstance(fact, Change) and fact.kind == "changed"
@@ -183,6 +187,8 @@ def optimizer_changed(ctx: DiffContext) -> Iterator[Diagnostic]:
     ## Use instead
     Start the new optimizer's slots on purpose (from their initial values), or keep the
     optimizer and change its hyper-parameters instead.
+
+    Spec: diff.md section compares
     """
     return _changes(ctx, ("optimizer",))
 
@@ -205,6 +211,8 @@ def hyper_parameter_changed(ctx: DiffContext) -> Iterator[Diagnostic]:
 
     ## Use instead
     Nothing, when the change is meant; check the learning-rate tags with `tpuemb validate`.
+
+    Spec: diff.md section compares
     """
     fact = ctx.fact
     if (isinstance(fact, Change) and fact.kind == "changed"
@@ -234,6 +242,8 @@ def setting_changed(ctx: DiffContext) -> Iterator[Diagnostic]:
     ## Use instead
     Check the stacks, memory and checkpoint findings of the same diff; with a sample, the load
     (`--ids`).
+
+    Spec: diff.md section compares
     """
     return _changes(ctx, ("setting", "topology"))
 
@@ -261,6 +271,8 @@ def stack_changed(ctx: DiffContext) -> Iterator[Diagnostic]:
     ## Use instead
     Add new tables at the end of their group, keep stacking settings, or plan the reshard of
     the checkpoint (`tpuemb diff --breaking` says which variables need one).
+
+    Spec: diff.md section compares
     """
     return _changes(ctx, ("stack",))
 
@@ -285,6 +297,8 @@ def limit_changed(ctx: DiffContext) -> Iterator[Diagnostic]:
     ## Use instead
     Key limits by the new stacked names (`tpuemb inspect` shows them), and check the drops on
     a sample (`tpuemb plan --ids`).
+
+    Spec: diff.md section compares
     """
     return _changes(ctx, ("limit", "stack_limit"))
 
@@ -307,6 +321,8 @@ def memory_changed(ctx: DiffContext) -> Iterator[Diagnostic]:
 
     ## Use instead
     Use the hint of `tpuemb plan` (more chips or hosts, fewer slots, a smaller table).
+
+    Spec: diff.md section compares
     """
     return _changes(ctx, ("memory",))
 
@@ -328,6 +344,8 @@ def finding_changed(ctx: DiffContext) -> Iterator[Diagnostic]:
 
     ## Use instead
     Fix the new finding (`tpuemb explain ID`), or silence it on its line when it is meant.
+
+    Spec: diff.md section compares
     """
     return _changes(ctx, ("finding",))
 
@@ -351,5 +369,7 @@ def load_changed(ctx: DiffContext) -> Iterator[Diagnostic]:
 
     ## Use instead
     Set the limits `tpuemb plan --ids` suggests for NEW.
+
+    Spec: diff.md section compares
     """
     return _changes(ctx, ("load",))
