@@ -291,7 +291,8 @@ def test_the_checkpoint_of_each_change_as_tensorflow_2_21_restores_it(tmp_path: 
     sgd = tmp_path / "sgd.py"
     sgd.write_text(EXAMPLE.read_text().replace(
         "optimizer = Adagrad(learning_rate=0.01, initial_accumulator_value=0.1)",
-        "optimizer = SGD(learning_rate=0.01)").replace("    Adagrad,\n", "    Adagrad,\n    SGD,\n"))
+        "optimizer = SGD(learning_rate=0.01)").replace(
+            "    Adagrad,\n", "    Adagrad,\n    SGD,\n"))
     result = tpuemb_cfg.diff(EXAMPLE, sgd)
     optimizer = [c for c in result.changes if c.subject == "optimizer"]
     assert len(optimizer) == 6 and all("'accumulators' dropped" in c.message for c in optimizer)
