@@ -87,6 +87,8 @@ def test_usage_errors_exit_2(tmp_path: Path) -> None:
         [str(EXAMPLE), str(NEXT), "--keras-backend", "torch"],
         [str(EXAMPLE), str(NEXT), "-o", str(NEXT)],                   # output over an input
         [str(EXAMPLE), str(NEXT), "--ids", str(tmp_path / "none.npz")],
+        [str(EXAMPLE), str(NEXT), "--object-path", "model//embedding"],
+        [str(EXAMPLE), str(NEXT), "--object-path", ""],
     ):
         result = run_cli("diff", *args)
         assert result.exit_code == 2, (args, result.output)

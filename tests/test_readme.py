@@ -26,7 +26,7 @@ from conftest import ROOT
 
 #: The documents whose examples run, each in its own folder.
 DOCUMENTS = ("README.md", "docs/install.md", "docs/formats.md", "docs/tour.md",
-             "docs/plan-walkthrough.md", "docs/guarantees.md")
+             "docs/plan-walkthrough.md", "docs/guarantees.md", "docs/diff.md")
 
 # A block is skipped when its first line starts with one of these; keep this list short.
 SKIPPED = {
