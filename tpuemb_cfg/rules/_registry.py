@@ -264,3 +264,19 @@ class DiffContext(PlanContext):
     """What a ``target="diff"`` rule sees: one ``fact`` ``tpuemb diff`` found between two
     configurations (a record of :mod:`tpuemb_cfg.rules.diff` or
     :mod:`tpuemb_cfg.rules.checkpoint`); the rule yields a finding when the fact is one."""
+
+
+def run_on_facts(rules: Iterable[Rule], facts: Iterable[object],
+                 context: Callable[..., PlanContext] = PlanContext, *,
+                 options: Mapping[str, Any] | None = None) -> list[Diagnostic]:
+    """Every rule of ``rules`` on each fact in turn, each fact in a ``context(fact,
+    options=...)``: the findings in the order of the facts (``tpuemb plan``'s and ``tpuemb
+    diff``'s rules, which read one measured or compared fact at a time)."""
+    chosen = list(rules)
+    out: list[Diagnostic] = []
+    for fact in facts:
+        ctx = context(fact, options=options)
+        for found in chosen:
+            ctx.current_rule = found
+            out.extend(found.func(ctx))
+    return out

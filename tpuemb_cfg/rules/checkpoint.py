@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator
 
 from tpuemb_cfg.model import Diagnostic
 from tpuemb_cfg.model.checkpoint import CheckpointReport, VariableVerdict
-from tpuemb_cfg.rules._registry import RULES, DiffContext, Rule, rule
+from tpuemb_cfg.rules._registry import RULES, DiffContext, Rule, rule, run_on_facts
 from tpuemb_cfg.rules._sparsecore_common import _table
 
 __all__ = ["checkpoint_findings", "checkpoint_rules"]
@@ -29,14 +29,7 @@ def checkpoint_rules() -> list[Rule]:
 def checkpoint_findings(reports: Iterable[CheckpointReport], *,
                         options: dict[str, object] | None = None) -> list[Diagnostic]:
     """Every CKPT rule on each report in turn."""
-    rules = checkpoint_rules()
-    out: list[Diagnostic] = []
-    for report in reports:
-        ctx = DiffContext(report, options=options)
-        for found in rules:
-            ctx.current_rule = found
-            out.extend(found.func(ctx))
-    return out
+    return run_on_facts(checkpoint_rules(), reports, DiffContext, options=options)
 
 
 def _verdicts(ctx: DiffContext, cause: str) -> Iterator[VariableVerdict]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpuemb_cfg.model import Diagnostic, Severity
-from tpuemb_cfg.rules._registry import RULES, DiffContext, Rule, rule
+from tpuemb_cfg.rules._registry import RULES, DiffContext, Rule, rule, run_on_facts
 
 __all__ = ["Change", "Location", "diff_findings", "diff_rules"]
 
@@ -73,10 +73,8 @@ def diff_findings(facts: Iterable[object], *, select: Iterable[str] | None = Non
              if chosen is None or r.id in chosen or r.family in chosen]
     out: list[Diagnostic] = []
     for fact in facts:
-        ctx = DiffContext(fact, options=options)
-        for found in rules:
-            ctx.current_rule = found
-            out.extend(place(d, fact) for d in found.func(ctx))
+        out.extend(place(d, fact) for d in run_on_facts(rules, [fact], DiffContext,
+                                                         options=options))
     return out
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from tpuemb_cfg.base.units import format_size
 from tpuemb_cfg.model import Diagnostic
-from tpuemb_cfg.rules._registry import RULES, PlanContext, Rule, rule
+from tpuemb_cfg.rules._registry import RULES, PlanContext, Rule, rule, run_on_facts
 
 __all__ = ["LimitDrops", "LoadImbalance", "OverMemory", "PlanFact", "SuggestedDrops",
            "plan_findings", "plan_rules"]
@@ -118,14 +118,7 @@ def plan_rules() -> list[Rule]:
 def plan_findings(facts: Iterable[PlanFact], *, options: dict[str, object] | None = None,
                   ) -> list[Diagnostic]:
     """Every plan rule on each fact in turn: the findings in the order of the facts."""
-    rules = plan_rules()
-    out: list[Diagnostic] = []
-    for fact in facts:
-        ctx = PlanContext(fact, options=options)
-        for found in rules:
-            ctx.current_rule = found
-            out.extend(found.func(ctx))
-    return out
+    return run_on_facts(plan_rules(), facts, PlanContext, options=options)
 
 
 # --- memory -------------------------------------------------------------------------------------
