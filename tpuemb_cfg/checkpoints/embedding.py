@@ -1,0 +1,259 @@
+"""The embedding variables of a TensorFlow checkpoint, found by the names TensorFlow gives them.
+
+A checkpoint written by ``tf.train.Checkpoint`` keys each variable by its object path, its
+escaped local name and ``/.ATTRIBUTES/VARIABLE_VALUE`` (``model.checkpoint.checkpoint_key``).
+The embedding object's variables are, for the mid-level API (``TPUEmbedding``,
+``TPUEmbeddingForServing``), one per table and one per slot (``user``, ``user/accumulators``),
+and for ``TPUEmbeddingV2`` one per stacked table and slot (``item_user``,
+``item_user/accumulators``) with the layouts under ``_sparse_core_table_layouts``
+(docs/diff/checkpoints.md section 1).
+
+:func:`find_embedding` reads only the index (the keys, dtypes and shapes) and the layouts
+string: it never loads a table. Everything here talks to a checkpoint through
+:class:`CheckpointSource`, which ``formats.bundle.BundleReader`` is (and an in-memory dictionary
+is, for tests).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from tpuemb_cfg.base.errors import InputError
+from tpuemb_cfg.model.checkpoint import (
+    DEFAULT_OBJECT_PATH,
+    LAYOUTS_KEY,
+    PARAMETERS,
+    VALUE_SUFFIX,
+    CheckpointVariable,
+    CheckpointView,
+    LayoutRecord,
+    layouts_from_proto,
+)
+
+__all__ = ["CheckpointSource", "EmbeddingCheckpoint", "EmbeddingVariable", "Entry",
+           "MemoryEntry", "MemorySource", "find_embedding", "unescape"]
+
+
+class Entry(Protocol):
+    """A tensor's index entry: its dtype (a NumPy dtype, or ``"string"``) and shape."""
+
+    @property
+    def dtype(self) -> Any: ...
+
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+
+
+class CheckpointSource(Protocol):
+    """What this package reads of a checkpoint (``formats.bundle.BundleReader`` has it)."""
+
+    def keys(self) -> Sequence[str]: ...
+
+    def entry(self, key: str) -> Entry: ...
+
+    def read(self, key: str) -> Any: ...
+
+    def read_rows(self, key: str, start: int, stop: int) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class MemoryEntry:
+    dtype: Any
+    shape: tuple[int, ...]
+
+
+@dataclass
+class MemorySource:
+    """A checkpoint held in memory: key -> array (or list of bytes for a string tensor)."""
+
+    tensors: Mapping[str, Any]
+    name: str = "<memory>"
+
+    def keys(self) -> Sequence[str]:
+        return sorted(self.tensors)
+
+    def entry(self, key: str) -> MemoryEntry:
+        value = self.tensors[key]
+        if isinstance(value, list):
+            return MemoryEntry("string", (len(value),))
+        if isinstance(value, bytes):
+            return MemoryEntry("string", ())
+        array = np.asarray(value)
+        return MemoryEntry(array.dtype, tuple(array.shape))
+
+    def read(self, key: str) -> Any:
+        return self.tensors[key]
+
+    def read_rows(self, key: str, start: int, stop: int) -> np.ndarray:
+        return np.asarray(self.tensors[key])[start:stop]
+
+
+def unescape(escaped: str) -> str:
+    """``trackable_utils.escape_local_name`` undone: ``.S`` -> ``/``, ``..`` -> ``.``."""
+    out = []
+    i = 0
+    while i < len(escaped):
+        if escaped[i] == "." and i + 1 < len(escaped) and escaped[i + 1] in ".S":
+            out.append("." if escaped[i + 1] == "." else "/")
+            i += 2
+        else:
+            out.append(escaped[i])
+            i += 1
+    return "".join(out)
+
+
+@dataclass(frozen=True)
+class EmbeddingVariable:
+    """One embedding variable found: its local ``name`` (``item_user/accumulators``), its
+    checkpoint ``key``, the stacked table or table it holds (``owner``), ``slot``
+    (``parameters`` or the slot's name), ``shape`` and ``dtype`` as stored."""
+
+    name: str
+    key: str
+    owner: str
+    slot: str
+    shape: tuple[int, ...]
+    dtype: str
+
+
+@dataclass(frozen=True)
+class EmbeddingCheckpoint:
+    """The embedding part of a checkpoint: ``kind`` ``sparsecore`` (a layouts variable was
+    found) or ``unsharded``; ``object_path``; the ``variables`` found; the ``layouts`` (table
+    name -> its layout, TensorFlow's order: by table name); ``other_keys``: every other key of
+    the checkpoint (the rest of the model, the optimizer's iterations, the object graph)."""
+
+    source: str
+    kind: str
+    object_path: str
+    variables: tuple[EmbeddingVariable, ...]
+    layouts: tuple[LayoutRecord, ...] = ()
+    layouts_bytes: bytes = b""
+    other_keys: tuple[str, ...] = field(default=())
+
+    def variable(self, name: str) -> EmbeddingVariable | None:
+        return next((v for v in self.variables if v.name == name), None)
+
+    def view(self) -> CheckpointView:
+        """The checkpoint as ``model.checkpoint`` compares it (its variables and layouts)."""
+        owners: dict[str, tuple[str, ...]] = {}
+        for layout in self.layouts:
+            owners.setdefault(layout.stacked_table_name, ())
+            owners[layout.stacked_table_name] += (layout.table_name,)
+        variables = tuple(
+            CheckpointVariable(v.name, owners.get(v.owner, (v.owner,)), v.slot,
+                               (int(v.shape[0]), int(v.shape[1])) if len(v.shape) == 2
+                               else (int(v.shape[0]) if v.shape else 0, 0))
+            for v in self.variables)
+        if self.kind == "sparsecore":
+            return CheckpointView("sparsecore", variables, self.layouts, self.object_path)
+        return CheckpointView("unsharded", variables, self.layouts, self.object_path)
+
+
+def _object_paths(keys: Iterable[str]) -> list[str]:
+    """The object paths holding a layouts variable (``embedding`` for
+    ``embedding/_sparse_core_table_layouts/.ATTRIBUTES/VARIABLE_VALUE``)."""
+    tail = f"{LAYOUTS_KEY}{VALUE_SUFFIX}"
+    return sorted(k[: -len(tail)].rstrip("/") for k in keys if k.endswith(tail))
+
+
+def _variables_under(source: CheckpointSource, object_path: str,
+                     keys: Sequence[str]) -> list[EmbeddingVariable]:
+    """Every 2-D variable directly under ``object_path`` (local names with ``/`` for slots)."""
+    prefix = f"{object_path}/" if object_path else ""
+    out: list[EmbeddingVariable] = []
+    for key in keys:
+        if not key.startswith(prefix) or not key.endswith(VALUE_SUFFIX):
+            continue
+        escaped = key[len(prefix): -len(VALUE_SUFFIX)]
+        if "/" in escaped:  # a child of a child: not the embedding object's own variable
+            continue
+        name = unescape(escaped)
+        if name == LAYOUTS_KEY:
+            continue
+        entry = source.entry(key)
+        shape = tuple(int(d) for d in entry.shape)
+        if len(shape) != 2:
+            continue
+        owner, _, slot = name.partition("/")
+        out.append(EmbeddingVariable(name, key, owner, slot or PARAMETERS, shape,
+                                     str(entry.dtype)))
+    # each owner's parameters first, then its slots (a key order puts '.S' before '/')
+    return sorted(out, key=lambda v: (v.owner, v.slot != PARAMETERS, v.name))
+
+
+def find_embedding(source: CheckpointSource, *, object_path: str | None = None,
+                   tables: Iterable[str] = (), label: str | None = None
+                   ) -> EmbeddingCheckpoint:
+    """The embedding variables of ``source``.
+
+    ``object_path``: where the embedding object sits (``embedding``, ``model/embedding_layer``);
+    by default the path of the checkpoint's layouts variable (a ``TPUEmbeddingV2`` checkpoint),
+    else the path under which the variables named after ``tables`` (a mid-level API checkpoint)
+    are, else ``embedding``. Raises ``InputError`` when a path cannot be chosen (two layouts
+    variables) or the layouts do not parse."""
+    shown = label or getattr(source, "name", None) or "<checkpoint>"
+    keys = list(source.keys())
+    paths = _object_paths(keys)
+    if object_path is None:
+        if len(paths) > 1:
+            raise InputError(f"the checkpoint holds {len(paths)} SparseCore embeddings (at "
+                             f"{', '.join(repr(p) for p in paths)}); name one with the object "
+                             "path", path=shown)
+        object_path = paths[0] if paths else _path_of_tables(keys, set(tables))
+    layouts_key = f"{object_path}/{LAYOUTS_KEY}{VALUE_SUFFIX}" if object_path else \
+        f"{LAYOUTS_KEY}{VALUE_SUFFIX}"
+    layouts: tuple[LayoutRecord, ...] = ()
+    raw = b""
+    if layouts_key in keys:
+        raw = _layouts_bytes(source.read(layouts_key), shown, layouts_key)
+        layouts = _parse_layouts(raw, shown, layouts_key)
+    variables = _variables_under(source, object_path, keys)
+    taken = {v.key for v in variables} | ({layouts_key} if raw else set())
+    return EmbeddingCheckpoint(shown, "sparsecore" if raw else "unsharded", object_path,
+                               tuple(variables), layouts, raw,
+                               tuple(k for k in keys if k not in taken))
+
+
+def _path_of_tables(keys: Sequence[str], tables: set[str]) -> str:
+    """The object path whose direct variables name the most of ``tables``."""
+    counts: dict[str, int] = {}
+    for key in keys:
+        if not key.endswith(VALUE_SUFFIX):
+            continue
+        path, _, escaped = key[: -len(VALUE_SUFFIX)].rpartition("/")
+        if unescape(escaped).partition("/")[0] in tables:
+            counts[path] = counts.get(path, 0) + 1
+    if not counts:
+        return DEFAULT_OBJECT_PATH
+    return max(sorted(counts), key=lambda p: counts[p])
+
+
+def _layouts_bytes(value: Any, shown: str, key: str) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, list | tuple) and len(value) == 1 and isinstance(value[0], bytes):
+        return value[0]
+    array = np.asarray(value, dtype=object)
+    if array.shape == () and isinstance(array.item(), bytes):
+        return bytes(array.item())
+    raise InputError(f"{key}: expected one string (the serialized SparseCoreTableLayouts), "
+                     f"found {type(value).__name__} of shape {np.shape(value)}", path=shown)
+
+
+def _parse_layouts(raw: bytes, shown: str, key: str) -> tuple[LayoutRecord, ...]:
+    from google.protobuf.message import DecodeError
+
+    from tpuemb_cfg.proto.sparse_core_layout_pb2 import SparseCoreTableLayouts
+
+    message = SparseCoreTableLayouts()
+    try:
+        message.ParseFromString(raw)
+    except DecodeError as exc:
+        raise InputError(f"{key}: the layouts do not parse as SparseCoreTableLayouts ({exc})",
+                         path=shown) from None
+    return layouts_from_proto(message)
