@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from tpuemb_cfg.algorithms.table import ALGORITHMS
 from tpuemb_cfg.model.checkpoint import (
     PARAMETERS,
     CheckpointReport,
@@ -187,8 +188,6 @@ def initial_values(tables: Any) -> dict[tuple[str, str], float]:
     """(table, slot) -> a slot's initial value for SparseCore configuration tables
     (``SparseCoreTable``: its optimizer's algorithm and hyper-parameters by the API's names),
     and (table, ``parameters``) for a table whose initializer is a constant."""
-    from tpuemb_cfg.algorithms.table import ALGORITHMS
-
     out: dict[tuple[str, str], float] = {}
     for table in tables:
         algorithm = ALGORITHMS.get(table.optimizer.algorithm)
