@@ -124,3 +124,37 @@ def test_bad_layouts_and_two_embeddings_are_one_error() -> None:
     with pytest.raises(InputError, match="2 SparseCore embeddings"):
         find_embedding(two)
     assert find_embedding(two, object_path="b").object_path == "b"
+
+
+def test_state_round_trip_through_stacked_variables() -> None:
+    """tpuemb's state -> the stacked variables of a view -> the state again, bit for bit;
+    padding stays zero."""
+    from tpuemb_cfg.checkpoints.embedding import EmbeddingCheckpoint, EmbeddingVariable
+    from tpuemb_cfg.checkpoints.state import checkpoint_variables, state_from_checkpoint
+
+    layouts = (_layout("item", "item_user", 5, 32, 0, 0, 16),
+               _layout("user", "item_user", 6, 32, 8, 1, 16))
+    view = CheckpointView("sparsecore", (
+        CheckpointVariable("item_user", ("item", "user"), "parameters", (64, 8)),
+        CheckpointVariable("item_user/accumulators", ("item", "user"), "accumulators", (64, 8)),
+    ), layouts)
+    rng = np.random.default_rng(3)
+    state = {k: rng.standard_normal(shape).astype(np.float32) for k, shape in (
+        ("table/item", (5, 2)), ("table/user", (6, 2)), ("slot/item/accumulators", (5, 2)),
+        ("slot/user/accumulators", (6, 2)))}
+    variables = checkpoint_variables(state, view)
+    assert variables["item_user"].shape == (64, 8)
+    assert np.count_nonzero(variables["item_user"]) == (5 + 6) * 2  # the rest is padding
+    source = MemorySource({f"embedding/{k.replace('/', '.S')}{KEY}": v
+                           for k, v in variables.items()})
+    found = EmbeddingCheckpoint("<memory>", "sparsecore", "embedding", tuple(
+        EmbeddingVariable(name, f"embedding/{name.replace('/', '.S')}{KEY}", "item_user",
+                          name.partition("/")[2] or "parameters", (64, 8), "float32")
+        for name in variables), layouts)
+    back = state_from_checkpoint(source, found, [("item", 5, 2, ("accumulators",)),
+                                                 ("user", 6, 2, ("accumulators",))])
+    assert sorted(back) == sorted(state)
+    for key, value in state.items():
+        assert back[key].tobytes() == value.tobytes(), key
+    with pytest.raises(InputError, match="wrong size"):
+        state_from_checkpoint(source, found, [("item", 7, 2, ())])

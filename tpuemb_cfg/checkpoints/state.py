@@ -1,0 +1,127 @@
+"""A checkpoint's embedding as tpuemb's state, and tpuemb's state as a checkpoint's variables.
+
+tpuemb's state names a table's values ``table/NAME`` and its slots ``slot/NAME/SLOT`` (the
+executor's ``state_arrays``; TensorFlow's slot names). A TensorFlow checkpoint holds them per
+table (the mid-level API: ``NAME``, ``NAME/SLOT``) or stacked (``TPUEmbeddingV2``: ``STACK``,
+``STACK/SLOT`` with the layouts). :func:`state_from_checkpoint` unstacks a checkpoint into the
+state (``tpuemb simulate --init CKPT``); :func:`checkpoint_variables` stacks a state into the
+variables a configuration's checkpoint holds (``tpuemb checkpoint export``).
+
+Stacking follows TensorFlow's arithmetic (``verify.table_rows``): a table's padded row ``j`` sits
+on SparseCore ``(j + rotation) mod N`` at row ``offset + j // N`` of that SparseCore's shard; the
+padding rows and columns are zeros, as TensorFlow pads them (``_shard_from_cpu_to_sc``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from tpuemb_cfg.base.errors import InputError
+from tpuemb_cfg.model.checkpoint import PARAMETERS, CheckpointView, LayoutRecord
+
+from .embedding import CheckpointSource, EmbeddingCheckpoint
+from .verify import table_rows
+
+__all__ = ["checkpoint_variables", "state_from_checkpoint", "state_key"]
+
+
+def state_key(table: str, slot: str) -> str:
+    """tpuemb's state-file key of a table's parameters or one of its slots."""
+    return f"table/{table}" if slot == PARAMETERS else f"slot/{table}/{slot}"
+
+
+def _float32(value: Any, where: str, key: str) -> np.ndarray:
+    array = np.asarray(value)
+    if array.dtype != np.float32:
+        raise InputError(f"{key}: {array.dtype} found, expected float32 (an embedding table or "
+                         "slot)", path=where)
+    return array
+
+
+def state_from_checkpoint(source: CheckpointSource, found: EmbeddingCheckpoint,
+                          tables: Iterable[tuple[str, int, int, Sequence[str]]]
+                          ) -> dict[str, np.ndarray]:
+    """The state of ``tables`` ((name, rows, dim, slot names): what the run expects) from the
+    checkpoint: per table its parameters and slots, unstacked by the layouts when the
+    checkpoint is stacked. A table or slot the checkpoint does not hold is left out (the run
+    gives it its initial value, as ``--init`` does for a missing entry); a table whose shape
+    differs is refused (``InputError`` naming the table, the shapes and the fix)."""
+    where = found.source
+    wanted = list(tables)
+    out: dict[str, np.ndarray] = {}
+    if found.kind == "unsharded":
+        for name, rows, dim, slots in wanted:
+            for slot in (PARAMETERS, *slots):
+                variable = found.variable(name if slot == PARAMETERS else f"{name}/{slot}")
+                if variable is None:
+                    continue
+                array = _float32(source.read(variable.key), where, variable.key)
+                if array.shape != (rows, dim):
+                    raise InputError(
+                        f"{variable.key}: shape {tuple(array.shape)}, the configuration's table "
+                        f"{name!r} is ({rows}, {dim}); reshard or export the checkpoint for "
+                        "this configuration first", path=where)
+                out[state_key(name, slot)] = array
+        return out
+    layouts = {t.table_name: t for t in found.layouts}
+    stacked_cache: dict[str, np.ndarray] = {}
+    for name, rows, dim, slots in wanted:
+        layout = layouts.get(name)
+        if layout is None:
+            continue
+        if tuple(layout.unsharded_shape) != (rows, dim):
+            raise InputError(
+                f"table {name!r}: the checkpoint's layout holds {tuple(layout.unsharded_shape)}, "
+                f"the configuration ({rows}, {dim}); the restore would give a tensor of the wrong "
+                "size (CKPT002)", path=where)
+        stacked_rows, table_rows_ = table_rows(layout)
+        for slot in (PARAMETERS, *slots):
+            local = layout.stacked_table_name + ("" if slot == PARAMETERS else f"/{slot}")
+            variable = found.variable(local)
+            if variable is None:
+                continue
+            if variable.key not in stacked_cache:
+                stacked_cache.clear()  # one stacked variable in memory at a time
+                stacked_cache[variable.key] = _float32(source.read(variable.key), where,
+                                                       variable.key)
+            stacked = stacked_cache[variable.key]
+            table = np.zeros((rows, dim), np.float32)
+            table[table_rows_] = stacked[stacked_rows, :dim]
+            out[state_key(name, slot)] = table
+    return out
+
+
+def checkpoint_variables(state: Mapping[str, np.ndarray], view: CheckpointView
+                         ) -> dict[str, np.ndarray]:
+    """The variables ``view`` (a configuration's checkpoint) holds, by local name, filled from
+    ``state`` (tpuemb's keys); a table or slot ``state`` lacks is refused (``InputError``)."""
+    out: dict[str, np.ndarray] = {}
+    layouts = {t.table_name: t for t in view.layouts}
+    for variable in view.variables:
+        if view.kind == "unsharded":
+            key = state_key(variable.tables[0], variable.slot)
+            out[variable.name] = _needed(state, key, variable.shape)
+            continue
+        stacked = np.zeros(variable.shape, np.float32)
+        for table in variable.tables:
+            layout: LayoutRecord = layouts[table]
+            rows, dim = layout.unsharded_shape
+            values = _needed(state, state_key(table, variable.slot), (rows, dim))
+            stacked_rows, table_rows_ = table_rows(layout)
+            stacked[stacked_rows, :dim] = values[table_rows_]
+        out[variable.name] = stacked
+    return out
+
+
+def _needed(state: Mapping[str, np.ndarray], key: str, shape: tuple[int, int]) -> np.ndarray:
+    if key not in state:
+        raise InputError(f"the state has no {key!r}: expected one per table and slot of the "
+                         "configuration", key=key)
+    array = np.asarray(state[key])
+    if array.shape != tuple(shape) or array.dtype != np.float32:
+        raise InputError(f"{key}: {array.dtype} {tuple(array.shape)} found, expected float32 "
+                         f"{tuple(shape)}", key=key)
+    return array
