@@ -42,7 +42,8 @@ import numpy as np
 from ..base.errors import InputError, OutputError
 from .atomic import OutputSet, check_outputs
 from .crc32c import crc32c, mask, unmask
-from .sstable import read_table, read_varint, varint
+from .ordered_code import decode_slice_key
+from .sstable import build_table, read_table, read_varint, varint
 
 __all__ = ["CHUNK_BYTES", "HEADER_KEY", "OBJECT_GRAPH_KEY", "VALUE_SUFFIX", "BundleEntry",
            "BundleReader", "BundleWriter", "data_path", "index_path", "write_object_checkpoint"]
@@ -131,7 +132,18 @@ class BundleReader:
                              "index", path=self.index)
         self._header(table[0][1])
         self._raw: dict[str, bytes] = {}
+        self._slices: dict[str, list[tuple[str, list[tuple[int, int]], bytes]]] = {}
         for key, value in table[1:]:
+            if key.startswith(b"\x00"):  # a slice of a partitioned tensor (ordered_code)
+                try:
+                    name, extents = decode_slice_key(key)
+                except (ValueError, UnicodeDecodeError) as exc:
+                    raise InputError(f"a key starting with a 0 byte is not a tensor slice's "
+                                     f"key: {exc}: {key!r}", path=self.index) from None
+                label = name + "[" + ", ".join(
+                    f"{a}:{a + n}" if n >= 0 else ":" for a, n in extents) + "]"
+                self._slices.setdefault(name, []).append((label, extents, value))
+                continue
             try:
                 name = key.decode("utf-8")
             except UnicodeDecodeError:
@@ -194,18 +206,21 @@ class BundleReader:
         return found
 
     def _parse(self, key: str) -> BundleEntry:
-        from google.protobuf.message import DecodeError
-
-        from ..proto.tensor_bundle_pb2 import BundleEntryProto
-
         if key not in self._raw:
             near = ", ".join(list(self._raw)[:5])
             raise InputError(f"no tensor {key!r} in the checkpoint (it has {len(self._raw)}: "
                              f"{near}{', ...' if len(self._raw) > 5 else ''})",
                              path=self.index, key=key)
+        return self._parse_value(key, self._raw[key])
+
+    def _parse_value(self, key: str, value: bytes) -> BundleEntry:
+        from google.protobuf.message import DecodeError
+
+        from ..proto.tensor_bundle_pb2 import BundleEntryProto
+
         proto = BundleEntryProto()
         try:
-            proto.ParseFromString(self._raw[key])
+            proto.ParseFromString(value)
         except DecodeError:
             raise InputError(f"the entry of {key!r} is not a BundleEntryProto",
                              path=self.index, key=key) from None
@@ -243,11 +258,6 @@ class BundleReader:
 
     def _shard(self, entry: BundleEntry) -> IO[bytes]:
         """The open shard of ``entry``, its bytes checked to hold the tensor."""
-        if entry.sliced:
-            raise InputError(f"the tensor {entry.key!r} is partitioned (saved in slices, e.g. a "
-                             "tf.compat.v1 partitioned variable): tpuemb does not read sliced "
-                             "tensors; restore and save it unpartitioned with TensorFlow",
-                             path=self.index, key=entry.key)
         opened = self._files.get(entry.shard)
         path = data_path(self.prefix, entry.shard, self.num_shards)
         if opened is None:
@@ -294,11 +304,22 @@ class BundleReader:
                              offset=entry.offset)
 
     def read(self, key: str) -> np.ndarray | list[bytes]:
-        """The whole tensor ``key``, its CRC checked: an array, or for a string tensor its
-        elements in C order (a scalar: a list of one)."""
+        """The whole tensor ``key``, its CRC checked (every slice's, for a partitioned tensor):
+        an array, or for a string tensor its elements in C order (a scalar: a list of one)."""
         entry = self.entry(key)
         if entry.dtype == "string":
+            if entry.sliced:
+                self._pieces(entry)  # refuses
             return self._strings(entry)
+        assert isinstance(entry.dtype, np.dtype)
+        out = np.empty(entry.shape, dtype=entry.dtype)
+        if entry.sliced:
+            for index, part in self._pieces(entry):
+                out[index] = self._whole(part)
+            return out
+        return self._whole(entry)
+
+    def _whole(self, entry: BundleEntry) -> np.ndarray:
         assert isinstance(entry.dtype, np.dtype)
         out = np.empty(entry.shape, dtype=entry.dtype)
         self._check(entry, self._read_into(entry, memoryview(out.reshape(-1).view(np.uint8)), 0))
@@ -319,6 +340,18 @@ class BundleReader:
         if not 0 <= start <= stop <= rows:
             raise InputError(f"rows {start}:{stop} are outside {key!r}, which has {rows} rows",
                              path=self.index, key=key)
+        if not entry.sliced:
+            return self._rows(entry, start, stop)
+        assert isinstance(entry.dtype, np.dtype)
+        out = np.empty((stop - start, *entry.shape[1:]), dtype=entry.dtype)
+        for index, part in self._pieces(entry):
+            low, high = max(start, index[0].start), min(stop, index[0].stop)
+            if low < high:
+                out[(slice(low - start, high - start), *index[1:])] = self._rows(
+                    part, low - index[0].start, high - index[0].start)
+        return out
+
+    def _rows(self, entry: BundleEntry, start: int, stop: int) -> np.ndarray:
         assert isinstance(entry.dtype, np.dtype)
         out = np.empty((stop - start, *entry.shape[1:]), dtype=entry.dtype)
         row_bytes = math.prod(entry.shape[1:]) * entry.dtype.itemsize
@@ -326,8 +359,13 @@ class BundleReader:
         return out
 
     def verify(self, key: str) -> None:
-        """Check the tensor ``key`` against its CRC-32C, one chunk in memory at a time."""
+        """Check the tensor ``key`` against its CRC-32C (each slice's), one chunk in memory at
+        a time."""
         entry = self.entry(key)
+        for part in ([p for _, p in self._pieces(entry)] if entry.sliced else [entry]):
+            self._verify(part)
+
+    def _verify(self, entry: BundleEntry) -> None:
         if entry.dtype == "string":
             self._strings(entry)
             return
@@ -339,11 +377,51 @@ class BundleReader:
             handle.seek(entry.offset + done)
             got = handle.readinto(part)
             if not got:
-                raise InputError(f"the tensor {key!r} ends early", offset=entry.offset + done,
+                raise InputError(f"the tensor {entry.key!r} ends early",
+                                 offset=entry.offset + done,
                                  path=data_path(self.prefix, entry.shard, self.num_shards))
             crc = crc32c(part[:got], crc)
             done += got
         self._check(entry, crc)
+
+    def _pieces(self, entry: BundleEntry) -> list[tuple[tuple[slice, ...], BundleEntry]]:
+        """The slices of a partitioned tensor: (where in the full tensor, the slice's entry),
+        checked to lie inside it, not to overlap and to cover it."""
+        def bad(message: str) -> InputError:
+            return InputError(f"the partitioned tensor {entry.key!r}: {message}",
+                              path=self.index, key=entry.key)
+
+        if entry.dtype == "string":
+            raise bad("a partitioned string tensor; tpuemb reads partitioned numbers only")
+        pieces: list[tuple[tuple[slice, ...], BundleEntry]] = []
+        covered = 0
+        for label, extents, value in self._slices.get(entry.key, []):
+            if len(extents) != len(entry.shape):
+                raise bad(f"slice {label} has {len(extents)} dimensions, the tensor "
+                          f"{len(entry.shape)}")
+            index = []
+            for (begin, length), dim in zip(extents, entry.shape, strict=True):
+                end = dim if length < 0 else begin + length
+                if begin < 0 or end > dim or end < begin or (length < 0 and begin):
+                    raise bad(f"slice {label} lies outside the shape {list(entry.shape)}")
+                index.append(slice(begin, end))
+            part = self._entries.get(label)
+            if part is None:
+                part = self._entries[label] = self._parse_value(label, value)
+            shape = tuple(i.stop - i.start for i in index)
+            if part.sliced or part.dtype != entry.dtype or part.shape != shape:
+                raise bad(f"slice {label} is stored as {part.dtype} {list(part.shape)}, "
+                          f"expected {entry.dtype} {list(shape)}")
+            for other, _ in pieces:
+                if all(a.start < b.stop and b.start < a.stop
+                       for a, b in zip(index, other, strict=True)) and math.prod(shape):
+                    raise bad(f"slice {label} overlaps another slice")
+            pieces.append((tuple(index), part))
+            covered += math.prod(shape)
+        if covered != entry.count:
+            raise bad(f"its {len(pieces)} slices hold {covered} of its {entry.count} elements "
+                      "(a slice is missing from the index)")
+        return pieces
 
     def _strings(self, entry: BundleEntry) -> list[bytes]:
         """A string tensor's elements (``ReadStringTensor``), every CRC checked."""
@@ -572,8 +650,6 @@ class BundleWriter:
     def finish(self) -> None:
         """Write the index and rename both files into place."""
         from ..proto.tensor_bundle_pb2 import BundleHeaderProto
-
-        from .sstable import build_table
 
         if self._data is None:
             return
