@@ -33,8 +33,8 @@ import math
 import os
 import struct
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import ExitStack
 from dataclasses import dataclass
+from io import BufferedReader
 from typing import IO, Any
 
 import numpy as np
@@ -124,7 +124,7 @@ class BundleReader:
     def __init__(self, prefix: str | os.PathLike[str]) -> None:
         self.prefix = os.fspath(prefix)
         self.index = index_path(prefix)
-        self._files: dict[int, tuple[IO[bytes], int]] = {}
+        self._files: dict[int, tuple[BufferedReader, int]] = {}
         raw = self._index_bytes()
         table = read_table(raw, self.index)
         if not table or table[0][0] != b"":
@@ -256,7 +256,7 @@ class BundleReader:
 
     # -- data ------------------------------------------------------------------------------------
 
-    def _shard(self, entry: BundleEntry) -> IO[bytes]:
+    def _shard(self, entry: BundleEntry) -> BufferedReader:
         """The open shard of ``entry``, its bytes checked to hold the tensor."""
         opened = self._files.get(entry.shard)
         path = data_path(self.prefix, entry.shard, self.num_shards)
@@ -322,7 +322,7 @@ class BundleReader:
     def _whole(self, entry: BundleEntry) -> np.ndarray:
         assert isinstance(entry.dtype, np.dtype)
         out = np.empty(entry.shape, dtype=entry.dtype)
-        self._check(entry, self._read_into(entry, memoryview(out.reshape(-1).view(np.uint8)), 0))
+        self._check(entry, self._read_into(entry, out.reshape(-1).view(np.uint8).data, 0))
         return out
 
     def read_rows(self, key: str, start: int, stop: int) -> np.ndarray:
@@ -355,7 +355,7 @@ class BundleReader:
         assert isinstance(entry.dtype, np.dtype)
         out = np.empty((stop - start, *entry.shape[1:]), dtype=entry.dtype)
         row_bytes = math.prod(entry.shape[1:]) * entry.dtype.itemsize
-        self._read_into(entry, memoryview(out.reshape(-1).view(np.uint8)), start * row_bytes)
+        self._read_into(entry, out.reshape(-1).view(np.uint8).data, start * row_bytes)
         return out
 
     def verify(self, key: str) -> None:
@@ -408,16 +408,17 @@ class BundleReader:
             part = self._entries.get(label)
             if part is None:
                 part = self._entries[label] = self._parse_value(label, value)
-            shape = tuple(i.stop - i.start for i in index)
+            shape = tuple(int(i.stop - i.start) for i in index)
+            volume = int(np.prod(shape, dtype=np.int64)) if shape else 1
             if part.sliced or part.dtype != entry.dtype or part.shape != shape:
                 raise bad(f"slice {label} is stored as {part.dtype} {list(part.shape)}, "
                           f"expected {entry.dtype} {list(shape)}")
             for other, _ in pieces:
                 if all(a.start < b.stop and b.start < a.stop
-                       for a, b in zip(index, other, strict=True)) and math.prod(shape):
+                       for a, b in zip(index, other, strict=True)) and volume:
                     raise bad(f"slice {label} overlaps another slice")
             pieces.append((tuple(index), part))
-            covered += math.prod(shape)
+            covered += volume
         if covered != entry.count:
             raise bad(f"its {len(pieces)} slices hold {covered} of its {entry.count} elements "
                       "(a slice is missing from the index)")
@@ -551,14 +552,9 @@ class BundleWriter:
         check_outputs([self._data_path, self._index_path], list(inputs))
         self._entries: dict[str, bytes] = {}
         self._size = 0
-        self._stack = ExitStack()
-        self._outputs = self._stack.enter_context(OutputSet())
-        self._data: IO[bytes] | None = None
-        try:
-            self._data = self._stack.enter_context(self._outputs.open(self._data_path))
-        except BaseException:
-            self._stack.close()
-            raise
+        self._outputs = OutputSet()
+        self._file = self._outputs.open(self._data_path)
+        self._data: IO[bytes] | None = self._file.__enter__()
 
     def _entry(self, key: str, number: int, shape: Sequence[int], size: int, crc: int) -> None:
         from ..proto.tensor_bundle_pb2 import BundleEntryProto
@@ -637,7 +633,7 @@ class BundleWriter:
             raw = np.ascontiguousarray(chunk, dtype=little).reshape(-1).view(np.uint8)
             for start in range(0, raw.size, CHUNK_BYTES):
                 part = raw[start:start + CHUNK_BYTES]
-                handle.write(memoryview(part))
+                handle.write(part.data)
                 crc = crc32c(part, crc)
             written += raw.size
             if written > expected:
@@ -655,34 +651,34 @@ class BundleWriter:
             return
         self._data = None
         try:
-            self._stack.pop_all().close()  # ends the data file's block: staged
+            self._file.__exit__(None, None, None)  # the data file is staged
+            header = BundleHeaderProto(num_shards=1)
+            header.version.producer = _BUNDLE_VERSION
+            table = [(b"", header.SerializeToString())]
+            table += sorted((k.encode("utf-8"), v) for k, v in self._entries.items())
+            _refuse_link(self._index_path)
+            self._outputs.write_bytes(self._index_path, build_table(table))
+            self._outputs.commit()  # the data file, then the index
         except BaseException:
             self._outputs.discard()
             raise
-        header = BundleHeaderProto(num_shards=1)
-        header.version.producer = _BUNDLE_VERSION
-        table = [(b"", header.SerializeToString())]
-        table += sorted((k.encode("utf-8"), v) for k, v in self._entries.items())
-        with self._outputs:  # commits, or discards on an exception
-            _refuse_link(self._index_path)
-            self._outputs.write_bytes(self._index_path, build_table(table))
 
-    def abort(self) -> None:
-        """Remove everything written so far."""
-        self._data = None
-        try:
-            self._stack.close()
-        finally:
-            self._outputs.discard()
+    def abort(self, error: BaseException | None = None) -> None:
+        """Remove everything written so far (``error``: the exception that stops the write)."""
+        if self._data is not None:
+            self._data = None
+            error = error or RuntimeError("the checkpoint write was abandoned")
+            self._file.__exit__(type(error), error, error.__traceback__)  # removes the file
+        self._outputs.discard()
 
     def __enter__(self) -> BundleWriter:
         return self
 
     def __exit__(self, kind: object, value: object, traceback: object) -> None:
-        if kind is None:
+        if value is None:
             self.finish()
         else:
-            self.abort()
+            self.abort(value if isinstance(value, BaseException) else None)
 
 
 # --- TF2 object checkpoints ---------------------------------------------------------------------

@@ -54,7 +54,8 @@ def varint(value: int) -> bytes:
     return bytes(out)
 
 
-def read_varint(data: bytes | memoryview, pos: int, limit: int, bits: int = 64) -> tuple[int, int]:
+def read_varint(data: bytes | bytearray | memoryview, pos: int, limit: int,
+                bits: int = 64) -> tuple[int, int]:
     """(value, next position) of the varint at ``data[pos:limit]``; ValueError when it runs past
     ``limit`` or over ``bits`` bits."""
     value = shift = 0
