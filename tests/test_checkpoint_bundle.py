@@ -439,3 +439,46 @@ def test_never_over_an_input(tmp_path: Path) -> None:
 
     with pytest.raises(UsageError, match="same file as the input"):
         BundleWriter(prefix, inputs=[prefix + ".index"])
+
+
+def snapshot(prefix: str) -> dict[str, bytes]:
+    with BundleReader(prefix) as reader:
+        out = {}
+        for key in reader.keys():
+            value = reader.read(key)
+            out[key] = b"".join(value) if isinstance(value, list) else value.tobytes()
+        return out
+
+
+def unread_bytes(index: bytes) -> set[int]:
+    """The index bytes no reader looks at: the footer's zero padding after its two handles."""
+    footer = len(index) - sstable.FOOTER_SIZE
+    pos = footer
+    for _ in range(4):
+        _, pos = sstable.read_varint(index, pos, len(index))
+    return set(range(pos, footer + 40))
+
+
+@pytest.mark.parametrize("suffix", SUFFIXES)
+def test_every_flipped_byte_and_every_truncation_is_one_input_error(tmp_path: Path,
+                                                                    suffix: str) -> None:
+    """Each byte of the index / data file flipped, and the file cut at every length: one
+    InputError naming the file, or for a byte nothing reads the same tensors."""
+    prefix = copy_case(tmp_path, "mid_level")
+    path = prefix + suffix
+    good = Path(path).read_bytes()
+    expected = snapshot(prefix)
+    step = 1 if suffix == ".index" else 7
+    unread = unread_bytes(good) if suffix == ".index" else set()
+    variants = [(i, good[:i] + bytes([good[i] ^ 0x41]) + good[i + 1:])
+                for i in range(0, len(good), step)]
+    variants += [(-1, good[:n]) for n in range(0, len(good), step)]
+    for where, data in variants:
+        Path(path).write_bytes(data)
+        try:
+            got = snapshot(prefix)
+        except InputError as exc:
+            assert str(exc).startswith(path), str(exc)
+            assert where not in unread
+            continue
+        assert where in unread and got == expected

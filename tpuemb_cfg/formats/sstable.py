@@ -256,13 +256,14 @@ def read_table(data: bytes, path: str) -> list[tuple[bytes, bytes]]:
                          "TensorFlow checkpoint index, or truncated", path=path,
                          offset=footer + _HANDLES_SIZE)
     try:
-        _, pos = read_varint(data, footer, footer + _HANDLES_SIZE)
-        _, pos = read_varint(data, pos, footer + _HANDLES_SIZE)
+        meta_offset, pos = read_varint(data, footer, footer + _HANDLES_SIZE)
+        meta_size, pos = read_varint(data, pos, footer + _HANDLES_SIZE)
         index_offset, pos = read_varint(data, pos, footer + _HANDLES_SIZE)
         index_size, _ = read_varint(data, pos, footer + _HANDLES_SIZE)
     except ValueError as exc:
         raise InputError(f"the footer's block handles are corrupt: {exc}", path=path,
                          offset=footer) from None
+    _block(data, meta_offset, meta_size, path, "metaindex")  # checked, then unused
     index = _block(data, index_offset, index_size, path, "index")
     out: list[tuple[bytes, bytes]] = []
     for separator, value in _entries(index, index_offset, path, "index"):
