@@ -482,3 +482,38 @@ def test_every_flipped_byte_and_every_truncation_is_one_input_error(tmp_path: Pa
             assert where not in unread
             continue
         assert where in unread and got == expected
+
+
+def test_writer_takes_any_byte_order_and_refuses_what_tensorflow_cannot_hold(
+        tmp_path: Path) -> None:
+    big = np.arange(6, dtype=">f4").reshape(2, 3)
+    with BundleWriter(tmp_path / "ck") as writer:
+        writer.add("big", big)
+        with pytest.raises(ValueError, match="dtype object"):
+            writer.add("fixed", np.array([b"a\x00"]))
+        with pytest.raises(ValueError, match="no TensorFlow DataType"):
+            writer.add("when", np.array(["2020-01-01"], dtype="datetime64[D]"))
+        with pytest.raises(ValueError, match="added already"):
+            writer.add("big", big)
+        with pytest.raises(ValueError, match="elements must be bytes"):
+            writer.add("words", ["text"])  # type: ignore[list-item]
+    with BundleReader(tmp_path / "ck") as reader:
+        assert reader.keys() == ["big"]
+        value = reader.read("big")
+        assert isinstance(value, np.ndarray) and value.dtype == np.dtype("<f4")
+        assert np.array_equal(value, big)
+
+
+def test_a_tensor_cut_short_abandons_the_write(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="nothing was written"), \
+            BundleWriter(tmp_path / "ck") as writer:
+        with pytest.raises(ValueError, match="does not fit rows"):  # nothing written yet
+            writer.add_rows("a", (2, 3), np.float32, [np.zeros((2, 4), np.float32)])
+        writer.add("b", np.ones(2, np.float32))
+        with pytest.raises(ValueError, match="does not fit rows"):
+            writer.add_rows("c", (4, 3), np.float32, [np.zeros((2, 3), np.float32),
+                                                      np.zeros((2, 4), np.float32)])
+        assert list(tmp_path.iterdir()) == []
+        with pytest.raises(ValueError, match="abandoned after an error"):
+            writer.add("d", np.ones(2, np.float32))
+    assert list(tmp_path.iterdir()) == []

@@ -530,7 +530,7 @@ def _refuse_link(path: str) -> None:
 
 def _number(dtype: np.dtype[Any]) -> int:
     number = _NUMBERS.get(dtype.str.lstrip("<|=>"))
-    if number is None or dtype.byteorder == ">":
+    if number is None:
         raise ValueError(f"dtype {dtype} has no TensorFlow DataType tpuemb writes")
     return number
 
@@ -554,6 +554,7 @@ class BundleWriter:
         self._size = 0
         self._outputs = OutputSet()
         self._file = self._outputs.open(self._data_path)
+        self._abandoned = False
         self._data: IO[bytes] | None = self._file.__enter__()
 
     def _entry(self, key: str, number: int, shape: Sequence[int], size: int, crc: int) -> None:
@@ -573,7 +574,8 @@ class BundleWriter:
         if key in self._entries:
             raise ValueError(f"the key {key!r} was added already")
         if self._data is None:
-            raise ValueError("the writer is finished")
+            raise ValueError("the writer was abandoned after an error" if self._abandoned
+                             else "the writer is finished")
         return self._data
 
     def add(self, key: str, value: np.ndarray | bytes | Sequence[bytes]) -> None:
@@ -586,9 +588,12 @@ class BundleWriter:
         if not isinstance(value, np.ndarray):
             self._add_strings(handle, key, list(value), (len(value),))
             return
-        if value.dtype.kind in "OS":
-            self._add_strings(handle, key, [bytes(v) for v in value.reshape(-1)], value.shape)
+        if value.dtype.kind == "O":
+            self._add_strings(handle, key, list(value.reshape(-1)), value.shape)
             return
+        if value.dtype.kind in "SU":
+            raise ValueError(f"string tensor {key!r}: give an array of dtype object holding "
+                             f"bytes, not {value.dtype} (NumPy drops trailing zero bytes)")
         self.add_rows(key, value.shape, value.dtype, [value] if value.ndim else [value])
 
     def _add_strings(self, handle: IO[bytes], key: str, items: list[bytes],
@@ -624,23 +629,29 @@ class BundleWriter:
         little = dtype.newbyteorder("<") if dtype.itemsize > 1 else dtype
         expected = math.prod(shape) * dtype.itemsize
         crc, written = 0, 0
-        for chunk in chunks:
-            chunk = np.asarray(chunk)
-            if chunk.dtype != dtype or (shape and chunk.shape[1:] != shape[1:]) \
-                    or (not shape and chunk.shape != ()):
-                raise ValueError(f"tensor {key!r}: a chunk of {chunk.dtype} {chunk.shape} does "
-                                 f"not fit rows of {dtype} {shape}")
-            raw = np.ascontiguousarray(chunk, dtype=little).reshape(-1).view(np.uint8)
-            for start in range(0, raw.size, CHUNK_BYTES):
-                part = raw[start:start + CHUNK_BYTES]
-                handle.write(part.data)
-                crc = crc32c(part, crc)
-            written += raw.size
-            if written > expected:
-                break
-        if written != expected:
-            raise ValueError(f"tensor {key!r}: the chunks hold {written} bytes, its shape "
-                             f"{shape} of {dtype} takes {expected}")
+        try:
+            for chunk in chunks:
+                chunk = np.asarray(chunk)
+                if chunk.dtype != dtype or (shape and chunk.shape[1:] != shape[1:]) \
+                        or (not shape and chunk.shape != ()):
+                    raise ValueError(f"tensor {key!r}: a chunk of {chunk.dtype} {chunk.shape} "
+                                     f"does not fit rows of {dtype} {shape}")
+                raw = np.ascontiguousarray(chunk, dtype=little).reshape(-1).view(np.uint8)
+                for start in range(0, raw.size, CHUNK_BYTES):
+                    part = raw[start:start + CHUNK_BYTES]
+                    handle.write(part.data)
+                    written += part.size
+                    crc = crc32c(part, crc)
+                if written > expected:
+                    break
+            if written != expected:
+                raise ValueError(f"tensor {key!r}: the chunks hold {written} bytes, its shape "
+                                 f"{shape} of {dtype} takes {expected}")
+        except BaseException as exc:  # bytes of a tensor with no entry: the file is unusable
+            if written:
+                self.abort(exc)
+                self._abandoned = True
+            raise
         self._entry(key, number, shape, written, crc)
 
     def finish(self) -> None:
@@ -648,6 +659,8 @@ class BundleWriter:
         from ..proto.tensor_bundle_pb2 import BundleHeaderProto
 
         if self._data is None:
+            if self._abandoned:
+                raise ValueError("the writer was abandoned after an error: nothing was written")
             return
         self._data = None
         try:
