@@ -517,3 +517,27 @@ def test_a_tensor_cut_short_abandons_the_write(tmp_path: Path) -> None:
         with pytest.raises(ValueError, match="abandoned after an error"):
             writer.add("d", np.ones(2, np.float32))
     assert list(tmp_path.iterdir()) == []
+
+
+def test_object_checkpoint_streamed_and_nested(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bundle, "CHUNK_BYTES", 32)
+    table = np.arange(40, dtype=np.float32).reshape(10, 4)
+    write_object_checkpoint(
+        tmp_path / "ck", {"t.v1": iter([table[:3], table[3:]]), "t.v1/slot": table * 2},
+        object_path="model/embedding", strings={"_sparse_core_table_layouts": b"\x0a\x00"},
+        shapes={"t.v1": ((10, 4), np.float32)})
+    with BundleReader(tmp_path / "ck") as reader:
+        found = reader.variables()
+        assert found == {
+            "model/embedding/t.v1": "model/embedding/t..v1/.ATTRIBUTES/VARIABLE_VALUE",
+            "model/embedding/t.v1/slot": "model/embedding/t..v1.Sslot/.ATTRIBUTES/VARIABLE_VALUE",
+            "model/embedding/_sparse_core_table_layouts":
+                "model/embedding/_sparse_core_table_layouts/.ATTRIBUTES/VARIABLE_VALUE"}
+        assert np.array_equal(reader.read(found["model/embedding/t.v1"]), table)
+        assert np.array_equal(reader.read_rows(found["model/embedding/t.v1/slot"], 2, 9),
+                              table[2:9] * 2)
+        assert reader.read(found["model/embedding/_sparse_core_table_layouts"]) == [b"\x0a\x00"]
+        graph = reader.object_graph()
+    assert [c.local_name for c in graph.nodes[0].children] == ["model"]
+    assert all(node.has_checkpoint_values.value for node in graph.nodes)

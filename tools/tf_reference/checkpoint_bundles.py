@@ -22,10 +22,11 @@ checkpoints in TensorFlow's format and what TensorFlow reads from them, so that
 2. **written by tpuemb** (``tpuemb/``): ``tpuemb_cfg.formats.bundle.write_object_checkpoint`` of
    the same values (``mid_level``, ``sparsecore``, ``dtypes``), then read by TensorFlow:
    ``tf.train.load_checkpoint`` (every tensor's SHA-256 of its C-order bytes, or of its strings
-   joined with their lengths) and ``tf.train.Checkpoint(embedding=obj).restore(prefix)
-   .assert_consumed()`` into a freshly built object of the same kind, the SHA-256 of every
-   restored variable stored in ``tpuemb.json``. The suite re-writes each with today's tpuemb and
-   compares the bytes with the stored files, which TensorFlow read.
+   joined with their lengths) and ``tf.train.Checkpoint(embedding=obj).read(prefix)
+   .assert_consumed()`` into a freshly built object of the same kind (``read``, the counterpart
+   of ``write``: ``restore`` would also expect the ``save_counter`` that ``save`` writes), the
+   SHA-256 of every restored variable stored in ``tpuemb.json``. The suite re-writes each with
+   today's tpuemb and compares the bytes with the stored files, which TensorFlow read.
 """
 
 from __future__ import annotations
