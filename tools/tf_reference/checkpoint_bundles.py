@@ -23,8 +23,9 @@ checkpoints in TensorFlow's format and what TensorFlow reads from them, so that
    the same values (``mid_level``, ``sparsecore``, ``dtypes``), then read by TensorFlow:
    ``tf.train.load_checkpoint`` (every tensor's SHA-256 of its C-order bytes, or of its strings
    joined with their lengths) and ``tf.train.Checkpoint(embedding=obj).read(prefix)
-   .assert_consumed()`` into a freshly built object of the same kind (``read``, the counterpart
-   of ``write``: ``restore`` would also expect the ``save_counter`` that ``save`` writes), the
+   .assert_consumed()`` (``read``: the counterpart of ``write``; ``restore``'s
+   ``assert_consumed`` would also expect the ``save_counter`` that ``save`` writes) and
+   ``.restore(prefix)``, each into a freshly built object of the same kind: the
    SHA-256 of every restored variable stored in ``tpuemb.json``. The suite re-writes each with
    today's tpuemb and compares the bytes with the stored files, which TensorFlow read.
 """
@@ -153,34 +154,48 @@ OBJECTS = {"mid_level": mid_level, "sparsecore": sparsecore, "dtypes": dtypes_mo
            "wide_index": wide_module}
 
 
-def restore_digests(name: str, prefix: str) -> dict[str, str]:
-    """Restore ``prefix`` into a fresh object of case ``name``; digest of every variable."""
-    if name == "wide_index":
+def fresh(name: str) -> tuple[Any, dict[str, Any]]:
+    """A fresh object of case ``name`` (values unlike the checkpoint's) and its variables by
+    local name (a SparseCore variable: the list of its shards)."""
+    if name in ("wide_index", "dtypes"):
         obj = tf.Module()
-        for key in WIDE_NAMES:
-            obj._track_trackable(tf.Variable(np.float32(-1), name=key), name=key)
-        tf.train.Checkpoint(embedding=obj).read(prefix).assert_consumed()
-        return {key: digest(obj._lookup_dependency(key).numpy()) for key in WIDE_NAMES}
-    if name == "dtypes":
-        obj = tf.Module()
-        for key, value in DTYPE_VALUES.items():
-            blank = np.zeros_like(value) if value.dtype != object else np.array(
-                [b"?"] * value.size, dtype=object).reshape(value.shape)
+        values = ({key: np.float32(-1) for key in WIDE_NAMES} if name == "wide_index"
+                  else DTYPE_VALUES)
+        for key, value in values.items():
+            value = np.asarray(value)
+            if name == "wide_index":
+                blank = value  # -1: no stored value (i / 3) is negative
+            elif value.dtype == object:
+                blank = np.array([b"?"] * value.size, dtype=object).reshape(value.shape)
+            else:
+                blank = np.zeros_like(value)
             obj._track_trackable(tf.Variable(blank, name=key), name=key)
-        tf.train.Checkpoint(embedding=obj).read(prefix).assert_consumed()
-        return {key: digest(var.numpy()) for key, var in
-                ((k, obj._lookup_dependency(k)) for k in DTYPE_VALUES)}
+        return obj, {key: obj._lookup_dependency(key) for key in values}
     saved_by = "TPUEmbeddingForServing" if name == "mid_level" else "TPUEmbeddingV2"
     obj = pairs.construct(MID_LEVEL if name == "mid_level" else SPARSECORE, saved_by)
     obj.build()
-    tf.train.Checkpoint(embedding=obj).read(prefix).assert_consumed()
-    out = {}
-    for owner, variables in obj._variables.items():
-        for slot, var in variables.items():
-            value = (tf.concat([v.read_value() for v in var.values], 0).numpy()
-                     if hasattr(var, "values") else var.numpy())
-            out[pairs.var_name(owner, slot)] = digest(value)
-    return out
+    return obj, {pairs.var_name(owner, slot): var for owner, variables in obj._variables.items()
+                 for slot, var in variables.items()}
+
+
+def restore_digests(name: str, prefix: str) -> dict[str, str]:
+    """``prefix`` restored into fresh objects of case ``name`` twice: ``read(prefix)
+    .assert_consumed()`` (every checkpoint value used, every variable matched) and
+    ``restore(prefix)``; the digest of every variable, the same both ways (else this raises)."""
+    results = []
+    for how in ("read", "restore"):
+        obj, variables = fresh(name)
+        status = getattr(tf.train.Checkpoint(embedding=obj), how)(prefix)
+        if how == "read":
+            status.assert_consumed()
+        else:
+            status.assert_nontrivial_match()
+        results.append({key: digest(tf.concat([v.read_value() for v in var.values], 0).numpy()
+                                    if hasattr(var, "values") else var.numpy())
+                        for key, var in variables.items()})
+    if results[0] != results[1]:
+        raise AssertionError(f"{name}: read() and restore() restored different values")
+    return results[0]
 
 
 def tpuemb_write(name: str, tf_prefix: str, prefix: str) -> None:
@@ -204,8 +219,8 @@ def tpuemb_write(name: str, tf_prefix: str, prefix: str) -> None:
 
 def main() -> None:
     pairs._embedding_module()
-    if OUT.exists():
-        shutil.rmtree(OUT)
+    for folder in ("tf", "tpuemb"):  # the README stays
+        shutil.rmtree(OUT / folder, ignore_errors=True)
     (OUT / "tf").mkdir(parents=True)
     (OUT / "tpuemb").mkdir(parents=True)
     tf_meta: dict[str, Any] = {"tensorflow": tf.__version__,
