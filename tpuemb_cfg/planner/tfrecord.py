@@ -22,6 +22,8 @@ from typing import IO, Any
 
 import numpy as np
 
+from ..formats.crc32c import CRC_TABLE, crc32c, masked_crc32c
+from ..formats.crc32c import mask_many as mask
 from .samples import (
     FeatureBatch,
     SampleError,
@@ -36,16 +38,7 @@ __all__ = ["compression", "crc32c", "crc32c_many", "decode", "frames", "mask", "
            "probe_tfrecord", "read_tfrecord", "read_tfrecord_reference", "write_tfrecord"]
 
 
-def _crc_table() -> np.ndarray:
-    """CRC-32C (Castagnoli, reflected polynomial 0x82F63B78) of every byte value."""
-    table = np.arange(256, dtype=np.uint32)
-    for _ in range(8):
-        table = np.where(table & 1, (table >> 1) ^ np.uint32(0x82F63B78), table >> 1)
-    return table.astype(np.uint32)
-
-
-_CRC_TABLE = _crc_table()
-_MASK_DELTA = 0xA282EAD8
+_CRC_TABLE = CRC_TABLE
 
 
 def crc32c_many(buffer: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -71,30 +64,6 @@ def crc32c_many(buffer: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> 
     out = np.empty_like(crc)
     out[order] = crc ^ np.uint32(0xFFFFFFFF)
     return out
-
-
-def crc32c(data: bytes) -> int:
-    """CRC-32C of ``data`` (the checksum TFRecord frames carry, before masking), a byte at a time
-    (for short inputs: a frame's length; windows of records use the vectorised form)."""
-    table = _CRC_LIST
-    crc = 0xFFFFFFFF
-    for byte in data:
-        crc = table[(crc ^ byte) & 0xFF] ^ (crc >> 8)
-    return crc ^ 0xFFFFFFFF
-
-
-_CRC_LIST = [int(v) for v in _CRC_TABLE]
-
-
-def mask(crc: np.ndarray) -> np.ndarray:
-    crc = crc.astype(np.uint32)
-    return ((crc >> np.uint32(15)) | (crc << np.uint32(17))) + np.uint32(_MASK_DELTA)
-
-
-def masked_crc32c(data: bytes) -> int:
-    """TFRecord's masked CRC: ``rotate_right(crc32c(data), 15) + 0xa282ead8`` modulo 2^32."""
-    crc = crc32c(data)
-    return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
 
 
 def write_tfrecord(handle: IO[bytes], rows: Iterable[Mapping[str, Sequence[int]]]) -> None:

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from ..executor.engines.jit import njit
+from ..formats.crc32c_kernels import crc_tables, span
 
 __all__ = ["BAD", "END", "FULL", "MORE", "UNKNOWN", "count", "crc_tables", "fill", "frame"]
 
@@ -45,37 +46,7 @@ UNKNOWN = 2  # a key that is no name of the table
 _REFER = 1  # anything the kernels do not decode: protobuf decides
 
 
-def crc_tables() -> np.ndarray:
-    """The slicing-by-8 tables of CRC-32C (reflected polynomial 0x82F63B78), int64 (8, 256)."""
-    tables = np.zeros((8, 256), dtype=np.int64)
-    for byte in range(256):
-        crc = byte
-        for _ in range(8):
-            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
-        tables[0, byte] = crc
-    for k in range(1, 8):
-        for byte in range(256):
-            prev = int(tables[k - 1, byte])
-            tables[k, byte] = (prev >> 8) ^ int(tables[0, prev & 0xFF])
-    return tables
-
-
-@njit(cache=True, nogil=True)
-def _crc32c(buf: np.ndarray, start: int, length: int, t: np.ndarray) -> Any:
-    crc = np.int64(0xFFFFFFFF)
-    p = start
-    end = start + length
-    while p + 8 <= end:
-        low = crc ^ (np.int64(buf[p]) | (np.int64(buf[p + 1]) << 8)
-                     | (np.int64(buf[p + 2]) << 16) | (np.int64(buf[p + 3]) << 24))
-        crc = (t[7, low & 0xFF] ^ t[6, (low >> 8) & 0xFF] ^ t[5, (low >> 16) & 0xFF]
-               ^ t[4, (low >> 24) & 0xFF] ^ t[3, buf[p + 4]] ^ t[2, buf[p + 5]]
-               ^ t[1, buf[p + 6]] ^ t[0, buf[p + 7]])
-        p += 8
-    while p < end:
-        crc = t[0, (crc ^ buf[p]) & 0xFF] ^ (crc >> 8)
-        p += 1
-    return crc ^ 0xFFFFFFFF
+_crc32c = span
 
 
 @njit(cache=True, nogil=True)
