@@ -57,6 +57,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
              "Memory, load and limits from a sample of real ids."),
     "diff": ("tpuemb_cfg.commands.diff", "diff_command",
              "What a configuration change does on the TPU and to the checkpoint."),
+    "checkpoint": ("tpuemb_cfg.commands.checkpoint", "checkpoint",
+                   "Read, check, reshard and write real TensorFlow embedding checkpoints."),
     "bench": ("tpuemb_cfg.commands.bench", "bench", "Benchmark the executor."),
     "completion": ("tpuemb_cfg.commands.shell", "completion",
                    "Print the shell completion script (bash, zsh, fish)."),

@@ -1,0 +1,122 @@
+"""``tpuemb checkpoint`` and ``checkpoints.state`` on checkpoints TensorFlow 2.21 wrote
+(tests/data/checkpoints, tools/tf_reference/checkpoint_bundles.py): the generator filled every
+table and slot with known values (``known``: a seeded NumPy draw per table and variable) and
+let TensorFlow's own ``_shard_from_cpu_to_sc`` stack them, so the tables read back must be
+exactly those values."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import ROOT, run_cli
+
+from tpuemb_cfg.checkpoints.embedding import find_embedding
+from tpuemb_cfg.checkpoints.state import state_from_checkpoint
+from tpuemb_cfg.formats.bundle import BundleReader
+
+DATA = ROOT / "tests" / "data" / "checkpoints"
+SPECS = json.loads((DATA / "tf.json").read_text())["specs"]
+SC_TABLES = [("user", 64, 8), ("item", 128, 8), ("cat", 32, 16)]
+
+
+def known(table: str, variable: str, shape: tuple[int, ...]) -> np.ndarray:
+    """The generator's values (tools/tf_reference/checkpoint_pairs.py ``known``)."""
+    seed = sum(ord(c) * 131 ** i for i, c in enumerate(f"{table}/{variable}")) % 2 ** 32
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+@pytest.fixture()
+def spec(tmp_path: Path) -> Path:
+    path = tmp_path / "sc.py"
+    path.write_text(SPECS["sparsecore"])
+    return path
+
+
+def test_tensorflows_stacked_checkpoint_unstacks_into_the_known_tables() -> None:
+    with BundleReader(DATA / "tf" / "sparsecore") as reader:
+        found = find_embedding(reader)
+        state = state_from_checkpoint(reader, found, [
+            (name, rows, dim, ("accumulators",)) for name, rows, dim in SC_TABLES])
+    assert sorted(state) == sorted(
+        [f"table/{n}" for n, _, _ in SC_TABLES]
+        + [f"slot/{n}/accumulators" for n, _, _ in SC_TABLES])
+    for name, rows, dim in SC_TABLES:
+        assert state[f"table/{name}"].tobytes() == known(
+            name, "parameters", (rows, dim)).tobytes()
+        assert state[f"slot/{name}/accumulators"].tobytes() == known(
+            name, "accumulators", (rows, dim)).tobytes()
+
+
+def test_export_writes_tensorflows_stacked_variables(tmp_path: Path, spec: Path) -> None:
+    """The known tables exported for the spec: every stacked variable and the layouts equal
+    what TensorFlow's TPUEmbeddingV2 saved, bit for bit."""
+    state = {f"table/{n}": known(n, "parameters", (r, d)) for n, r, d in SC_TABLES}
+    state |= {f"slot/{n}/accumulators": known(n, "accumulators", (r, d))
+              for n, r, d in SC_TABLES}
+    np.savez(tmp_path / "state.npz", **state)
+    (tmp_path / "out").mkdir()
+    result = run_cli("checkpoint", "export", str(tmp_path / "state.npz"), str(spec),
+                     "-o", str(tmp_path / "out" / "ckpt"))
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith(f"wrote {tmp_path / 'out' / 'ckpt'}: 4 variable(s)")
+    with BundleReader(DATA / "tf" / "sparsecore") as theirs, \
+            BundleReader(tmp_path / "out" / "ckpt") as ours:
+        embedding = [k for k in theirs.keys() if k.startswith("embedding/")]
+        assert sorted(ours.keys()) == sorted([*embedding, "_CHECKPOINTABLE_OBJECT_GRAPH"])
+        for key in embedding:
+            mine, tf = ours.read(key), theirs.read(key)
+            if isinstance(tf, list):
+                assert mine == tf, key
+            else:
+                assert mine.tobytes() == tf.tobytes(), key
+    # verify agrees: everything there, nothing at its initial value, restores as it is
+    result = run_cli("checkpoint", "verify", str(tmp_path / "out" / "ckpt"), str(spec))
+    assert result.exit_code == 0, result.output
+    assert "restore under" in result.output and result.output.rstrip().endswith("restores")
+
+
+def test_inspect_lists_the_stacks(spec: Path) -> None:
+    result = run_cli("checkpoint", "inspect", str(DATA / "tf" / "sparsecore.index"), "--json")
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert document["kind"] == "sparsecore" and document["object_path"] == "embedding"
+    assert [v["name"] for v in document["variables"]] == [
+        "cat", "cat/accumulators", "item_user", "item_user/accumulators"]
+    user = next(t for t in document["layouts"] if t["table_name"] == "user")
+    # v5p:2 = 8 SparseCores; user second in 'item_user' after item's 128 rows: offset 128/8
+    assert (user["sparse_core_shard_row_offset"], user["sparse_core_shard_rotation"]) == (16, 4)
+
+
+def test_verify_finds_a_nan_and_a_wrong_configuration(tmp_path: Path, spec: Path) -> None:
+    state = {f"table/{n}": known(n, "parameters", (r, d)) for n, r, d in SC_TABLES}
+    state |= {f"slot/{n}/accumulators": np.full((r, d), 0.1, np.float32)
+              for n, r, d in SC_TABLES}
+    state["table/user"][5, 2] = np.inf
+    np.savez(tmp_path / "state.npz", **state)
+    assert run_cli("checkpoint", "export", str(tmp_path / "state.npz"), str(spec),
+                   "-o", str(tmp_path / "ckpt")).exit_code == 0
+    result = run_cli("checkpoint", "verify", str(tmp_path / "ckpt"), str(spec))
+    assert result.exit_code == 1
+    assert "user parameters: 1 row(s) with NaN or infinity" in result.output
+    assert "user accumulators: 64 of 64 rows still at their initial value 0.1" in result.output
+    other = tmp_path / "other.py"
+    other.write_text(SPECS["sparsecore"].replace("vocabulary_size=64", "vocabulary_size=72"))
+    result = run_cli("checkpoint", "verify", str(tmp_path / "ckpt"), str(other))
+    assert result.exit_code == 1
+    assert "shape: item_user: shape [192, 8], expected [256, 8]" in result.output
+
+
+def test_bad_inputs_exit_2(tmp_path: Path, spec: Path) -> None:
+    for args in (["inspect", str(tmp_path / "missing")],
+                 ["inspect", str(tmp_path)],
+                 ["verify", str(DATA / "tf" / "sparsecore"), str(tmp_path / "missing.py")],
+                 ["export", str(tmp_path / "none.npz"), str(spec), "-o", str(tmp_path / "o")],
+                 ["export", str(tmp_path / "none.npz"), str(spec), "-o",
+                  str(DATA / "tf" / "sparsecore")],
+                 ["inspect", str(DATA / "tf" / "sparsecore"), "--object-path", "a//b"]):
+        result = run_cli("checkpoint", *args)
+        assert result.exit_code == 2, (args, result.output)
+        assert "Traceback" not in result.output and result.output.strip(), args

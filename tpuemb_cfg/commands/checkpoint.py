@@ -1,0 +1,264 @@
+"""``tpuemb checkpoint``: read, check, reshard and write real TensorFlow embedding checkpoints.
+
+Thin commands over ``formats.bundle`` (the file format), ``checkpoints`` (the embedding's
+variables, verification, resharding, state) and ``review`` (a configuration as its checkpoint
+view). CKPT is a checkpoint prefix (``ckpt/model-100``, the files ``.index`` and
+``.data-*``) or its ``.index`` file. Outputs are checked before any work and written
+atomically; exit status 0, 1 (``verify`` found a problem), 2 (bad input or options), 130.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import click
+
+from tpuemb_cfg.base.errors import InputError, UsageError, printable
+from tpuemb_cfg.base.units import format_size
+from tpuemb_cfg.checkpoints.embedding import EmbeddingCheckpoint, find_embedding
+from tpuemb_cfg.checkpoints.state import checkpoint_variables
+from tpuemb_cfg.checkpoints.verify import VerifyReport, initial_values, verify
+from tpuemb_cfg.commands.flags import LINES
+from tpuemb_cfg.formats.atomic import check_outputs
+from tpuemb_cfg.formats.bundle import BundleReader, data_path, index_path, write_object_checkpoint
+from tpuemb_cfg.formats.npzio import read_npz
+from tpuemb_cfg.model.checkpoint import LAYOUTS_KEY, CheckpointView, saved_layouts
+from tpuemb_cfg.review.checkpoints import view_of, why_not
+from tpuemb_cfg.review.sides import Side, SideOptions, load_side
+
+__all__ = ["checkpoint", "checkpoint_prefix"]
+
+
+def checkpoint_prefix(path: str) -> str:
+    """The prefix of checkpoint ``path`` (a prefix, or its ``.index`` file); ``InputError``
+    when no ``PREFIX.index`` exists."""
+    prefix = path[: -len(".index")] if path.endswith(".index") else path
+    if not os.path.isfile(index_path(prefix)):
+        hint = (" (a folder: give the checkpoint's prefix inside it, e.g. "
+                f"{os.path.join(path, 'ckpt-100')})" if os.path.isdir(path) else "")
+        raise InputError(f"{path}: no checkpoint here: expected {index_path(prefix)} and its "
+                         f".data-* files{hint}", path=path)
+    return prefix
+
+
+def _object_path(text: str | None) -> str | None:
+    if text is None:
+        return None
+    if not text or any(not p or p != p.strip() for p in text.split("/")):
+        raise UsageError(f"--object-path {text!r}: expected attribute names separated by '/', "
+                         "e.g. embedding or model/embedding_layer")
+    return text
+
+
+def _side(config: str, topology: str | None, keras_backend: str | None,
+          tf_version: str | None) -> Side:
+    side = load_side(os.path.abspath(config), SideOptions(topology, keras_backend, tf_version),
+                     label=config)
+    return side
+
+
+def _expected(side: Side, object_path: str) -> CheckpointView:
+    view = view_of(side, object_path)
+    if view is None:
+        raise UsageError(why_not(side))
+    return view
+
+
+def _config_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    for option in reversed([
+        click.option("--topology", metavar="KIND-N", help="The slice CONFIG runs on (a "
+                     "SparseCore spec's own by default)."),
+        click.option("--keras-backend", type=click.Choice(["jax", "tensorflow"]),
+                     help="A keras-rs spec's Keras backend."),
+        click.option("--tf-version", type=click.Choice(["2.20", "2.21"]),
+                     help="The TensorFlow release whose stacking lays out CONFIG (2.21)."),
+        click.option("--object-path", metavar="PATH", help="Where the embedding object sits in "
+                     "the checkpoint (default: where its layouts are, else where variables "
+                     "named after the tables are, else 'embedding')."),
+    ]):
+        command = option(command)
+    return command
+
+
+@click.group(name="checkpoint")
+def checkpoint() -> None:
+    """Read, check, reshard and write real TensorFlow embedding checkpoints (docs/checkpoints.md).
+
+    CKPT is a checkpoint's prefix (ckpt/model-100: the files model-100.index and
+    model-100.data-*) or its .index file. TensorFlow is not needed: tpuemb reads and writes the
+    format itself.
+    """
+
+
+# ------------------------------------------------------------------------------------ inspect
+
+
+def _describe(found: EmbeddingCheckpoint) -> list[str]:
+    lines = [f"{found.kind} embedding at {found.object_path!r}: {len(found.variables)} "
+             f"variable(s), {len(found.layouts)} table layout(s), "
+             f"{len(found.other_keys)} other key(s)"]
+    for v in found.variables:
+        size = 4 * v.shape[0] * (v.shape[1] if len(v.shape) > 1 else 1)
+        lines.append(f"  {v.name}: {v.dtype} {list(v.shape)} ({format_size(size)})")
+    stacks: dict[str, list[Any]] = {}
+    for layout in found.layouts:
+        stacks.setdefault(layout.stacked_table_name, []).append(layout)
+    for stack, layouts in stacks.items():
+        first = layouts[0]
+        lines.append(f"  stack {stack!r}: {first.num_sparse_cores} SparseCores on "
+                     f"{first.num_partitions} partition(s), "
+                     f"{first.total_rows_per_sparse_core_shard:,} rows per SparseCore")
+        for t in sorted(layouts, key=lambda x: x.sparse_core_shard_row_offset):
+            lines.append(f"    {t.table_name}: {t.unsharded_shape[0]:,} x {t.unsharded_shape[1]}"
+                         f" (padded {t.unsharded_padded_shape[0]:,} x "
+                         f"{t.unsharded_padded_shape[1]}), row offset "
+                         f"{t.sparse_core_shard_row_offset:,}, rotation "
+                         f"{t.sparse_core_shard_rotation}")
+    return lines
+
+
+def _found_json(found: EmbeddingCheckpoint) -> dict[str, Any]:
+    return {"kind": found.kind, "object_path": found.object_path,
+            "variables": [{"name": v.name, "key": v.key, "slot": v.slot,
+                           "shape": list(v.shape), "dtype": v.dtype} for v in found.variables],
+            "layouts": [{**layout.__dict__, "unsharded_shape": list(layout.unsharded_shape),
+                         "unsharded_padded_shape": list(layout.unsharded_padded_shape)}
+                        for layout in found.layouts],
+            "other_keys": list(found.other_keys)}
+
+
+@checkpoint.command(name="inspect")
+@click.argument("ckpt")
+@click.option("--object-path", metavar="PATH", help="Where the embedding object sits (default: "
+              "found from the layouts, else 'embedding').")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object on standard output.")
+def inspect_command(ckpt: str, object_path: str | None, as_json: bool) -> None:
+    """The embedding variables of CKPT: names, shapes, dtypes, and the SparseCore layouts."""
+    prefix = checkpoint_prefix(ckpt)
+    with BundleReader(prefix) as reader:
+        found = find_embedding(reader, object_path=_object_path(object_path), label=ckpt)
+    if as_json:
+        click.echo(json.dumps(_found_json(found), indent=2))
+        return
+    click.echo(printable("\n".join([f"{ckpt}:", *_describe(found)]), keep=LINES))
+
+
+# ------------------------------------------------------------------------------------- verify
+
+
+def _verify_lines(report: VerifyReport, ckpt: str, config: str) -> list[str]:
+    lines = [f"{ckpt} against {config}: " + ("ok" if report.ok else "problems found")]
+    for check in report.variables:
+        if check.status == "ok":
+            continue
+        detail = {"missing": "expected, not in the checkpoint",
+                  "extra": f"in the checkpoint ({list(check.found_shape or ())}), not expected",
+                  "shape": f"shape {list(check.found_shape or ())}, expected "
+                           f"{list(check.expected_shape or ())}",
+                  "dtype": f"dtype {check.dtype}, expected float32"}[check.status]
+        lines.append(f"  {check.status}: {check.name}: {detail}")
+    if report.layouts_differ:
+        lines.append(f"  layouts differ for {len(report.layouts_differ)} table(s): "
+                     + ", ".join(report.layouts_differ))
+    for state in report.states:
+        parts = []
+        if state.nonfinite:
+            parts.append(f"{state.nonfinite:,} row(s) with NaN or infinity")
+        if state.initial is not None:
+            parts.append(f"{state.initial:,} of {state.rows:,} rows still at their initial "
+                         f"value {state.initial_value:g}")
+        if parts:
+            lines.append(f"  {state.table} {state.slot}: {'; '.join(parts)}")
+    restore = report.restore
+    lines.append(f"  restore under {config} (TensorFlow 2.21): {restore.outcome}"
+                 + (f" - {restore.error}" if restore.error else ""))
+    for verdict in restore.verdicts:
+        if verdict.outcome != "restores":
+            lines.append(f"    {verdict.outcome}: {verdict.variable}: {verdict.reason}")
+    return lines
+
+
+@checkpoint.command(name="verify")
+@click.argument("ckpt")
+@click.argument("config", type=click.Path(dir_okay=False))
+@_config_options
+@click.option("--json", "as_json", is_flag=True, help="One JSON object on standard output.")
+def verify_command(ckpt: str, config: str, topology: str | None, keras_backend: str | None,
+                   tf_version: str | None, object_path: str | None, as_json: bool) -> None:
+    """Check CKPT against CONFIG: every table and slot present with its shape, every tensor's
+    CRC, the layouts, NaN/inf rows and rows still at their initial value, and whether
+    TensorFlow 2.21 restores it under CONFIG. Exit 1 when something is wrong."""
+    prefix = checkpoint_prefix(ckpt)
+    side = _side(config, topology, keras_backend, tf_version)
+    with BundleReader(prefix) as reader:
+        found = find_embedding(reader, object_path=_object_path(object_path), label=ckpt,
+                               tables=_table_names(side))
+        expected = _expected(side, found.object_path)
+        for variable in found.variables:
+            reader.verify(variable.key)  # every byte's CRC, streaming
+        initial = initial_values(side.config.tables) if side.config is not None else {}
+        report = verify(reader, found, expected, initial=initial)
+    if as_json:
+        click.echo(json.dumps(_report_json(report), indent=2, default=str))
+    else:
+        click.echo(printable("\n".join(_verify_lines(report, ckpt, config)), keep=LINES))
+    if not report.ok:
+        click.get_current_context().exit(1)
+
+
+def _table_names(side: Side) -> list[str]:
+    if side.config is not None:
+        return [t.name for t in side.config.tables]
+    if side.message is not None:
+        return [t.name for t in side.message.table_descriptor]
+    return []
+
+
+def _report_json(report: VerifyReport) -> dict[str, Any]:
+    import dataclasses
+
+    return {"ok": report.ok, "checkpoint": _found_json(report.checkpoint),
+            "variables": [dataclasses.asdict(v) for v in report.variables],
+            "layouts_differ": list(report.layouts_differ),
+            "states": [dataclasses.asdict(s) for s in report.states],
+            "restore": dataclasses.asdict(report.restore)}
+
+
+# ------------------------------------------------------------------------------------- export
+
+
+def _check_checkpoint_output(output: str, inputs: Sequence[tuple[str, str]]) -> str:
+    """The output prefix: its two files checked as outputs (not an input, writable)."""
+    prefix = output[: -len(".index")] if output.endswith(".index") else output
+    check_outputs([("-o", index_path(prefix)), ("-o", data_path(prefix))], list(inputs))
+    return prefix
+
+
+@checkpoint.command(name="export")
+@click.argument("state", type=click.Path(dir_okay=False))
+@click.argument("config", type=click.Path(dir_okay=False))
+@_config_options
+@click.option("-o", "--output", required=True, metavar="PREFIX",
+              help="The checkpoint to write (PREFIX.index and PREFIX.data-00000-of-00001).")
+def export_command(state: str, config: str, topology: str | None, keras_backend: str | None,
+                   tf_version: str | None, object_path: str | None, output: str) -> None:
+    """Write STATE (tpuemb's tables and slots: tpuemb simulate's tables.npz or --out) as the
+    checkpoint CONFIG's embedding saves: per table for a legacy configuration (the mid-level
+    API), stacked with its layouts for TensorFlow's TPUEmbeddingV2. TensorFlow restores it
+    under CONFIG with no reshard."""
+    prefix = _check_checkpoint_output(output, [("STATE", state), ("CONFIG", config)])
+    side = _side(config, topology, keras_backend, tf_version)
+    view = _expected(side, _object_path(object_path) or "embedding")
+    arrays = read_npz(state)
+    variables = checkpoint_variables(arrays, view)
+    strings = {}
+    if view.kind == "sparsecore" and side.layouts is not None:
+        strings[LAYOUTS_KEY] = saved_layouts(side.layouts).SerializeToString()
+    write_object_checkpoint(prefix, variables, object_path=view.object_path, strings=strings,
+                            inputs=[state, config])
+    total = sum(v.nbytes for v in variables.values())
+    click.echo(f"wrote {printable(prefix)}: {len(variables)} variable(s), {format_size(total)}"
+               f" ({view.kind}, at {view.object_path!r})")
