@@ -14,18 +14,21 @@ padding rows and columns are zeros, as TensorFlow pads them (``_shard_from_cpu_t
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from tpuemb_cfg.base.errors import InputError
+from tpuemb_cfg.formats.bundle import BundleReader, index_path
 from tpuemb_cfg.model.checkpoint import PARAMETERS, CheckpointView, LayoutRecord
 
-from .embedding import CheckpointSource, EmbeddingCheckpoint
+from .embedding import CheckpointSource, EmbeddingCheckpoint, find_embedding
 from .verify import table_rows
 
-__all__ = ["checkpoint_variables", "state_from_checkpoint", "state_key"]
+__all__ = ["checkpoint_prefix", "checkpoint_state_bytes", "checkpoint_variables",
+           "is_checkpoint", "read_checkpoint_state", "state_from_checkpoint", "state_key"]
 
 
 def state_key(table: str, slot: str) -> str:
@@ -125,3 +128,52 @@ def _needed(state: Mapping[str, np.ndarray], key: str, shape: tuple[int, int]) -
         raise InputError(f"{key}: {array.dtype} {tuple(array.shape)} found, expected float32 "
                          f"{tuple(shape)}", key=key)
     return array
+
+
+def is_checkpoint(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` names a TensorFlow checkpoint (its ``.index`` file, or a prefix with
+    one) rather than an ``.npz`` state file."""
+    text = os.fspath(path)
+    return text.endswith(".index") or (not text.endswith(".npz")
+                                       and os.path.isfile(index_path(text)))
+
+
+def checkpoint_prefix(path: str | os.PathLike[str]) -> str:
+    """The prefix of checkpoint ``path`` (a prefix, or its ``.index`` file); ``InputError``
+    when no ``PREFIX.index`` exists."""
+    text = os.fspath(path)
+    prefix = text[: -len(".index")] if text.endswith(".index") else text
+    if not os.path.isfile(index_path(prefix)):
+        hint = (" (a folder: give the checkpoint's prefix inside it, e.g. "
+                f"{os.path.join(text, 'ckpt-100')})" if os.path.isdir(text) else "")
+        raise InputError(f"no checkpoint here: expected {index_path(prefix)} and its .data-* "
+                         f"files{hint}", path=text)
+    return prefix
+
+
+def checkpoint_state_bytes(path: str | os.PathLike[str]) -> int:
+    """The bytes of the 2-D float32 variables of checkpoint ``path`` (what reading its
+    embedding as a state may take, before unstacking), from its index alone."""
+    with BundleReader(checkpoint_prefix(path)) as reader:
+        total = 0
+        for key in reader.keys():
+            entry = reader.entry(key)
+            if len(entry.shape) == 2 and str(entry.dtype) == "float32":
+                total += 4 * entry.shape[0] * entry.shape[1]
+        return total
+
+
+def read_checkpoint_state(path: str | os.PathLike[str],
+                          tables: Iterable[tuple[str, int, int, Sequence[str]]], *,
+                          object_path: str | None = None) -> dict[str, np.ndarray]:
+    """:func:`state_from_checkpoint` of checkpoint ``path`` (``tpuemb simulate --init CKPT``):
+    the embedding found by TensorFlow's names (``embedding.find_embedding``), unstacked."""
+    wanted = list(tables)
+    with BundleReader(checkpoint_prefix(path)) as reader:
+        found = find_embedding(reader, object_path=object_path, tables=[t[0] for t in wanted],
+                               label=os.fspath(path))
+        if not found.variables:
+            raise InputError(f"no embedding variable of the configuration's tables "
+                             f"({', '.join(t[0] for t in wanted)}) under {found.object_path!r}",
+                             path=os.fspath(path))
+        return state_from_checkpoint(reader, found, wanted)

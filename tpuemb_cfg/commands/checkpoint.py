@@ -16,10 +16,10 @@ from typing import Any
 
 import click
 
-from tpuemb_cfg.base.errors import InputError, UsageError, printable
+from tpuemb_cfg.base.errors import UsageError, printable
 from tpuemb_cfg.base.units import format_size
 from tpuemb_cfg.checkpoints.embedding import EmbeddingCheckpoint, find_embedding
-from tpuemb_cfg.checkpoints.state import checkpoint_variables
+from tpuemb_cfg.checkpoints.state import checkpoint_prefix, checkpoint_variables
 from tpuemb_cfg.checkpoints.verify import VerifyReport, initial_values, verify
 from tpuemb_cfg.commands.flags import LINES
 from tpuemb_cfg.formats.atomic import check_outputs
@@ -29,19 +29,7 @@ from tpuemb_cfg.model.checkpoint import LAYOUTS_KEY, CheckpointView, saved_layou
 from tpuemb_cfg.review.checkpoints import view_of, why_not
 from tpuemb_cfg.review.sides import Side, SideOptions, load_side
 
-__all__ = ["checkpoint", "checkpoint_prefix"]
-
-
-def checkpoint_prefix(path: str) -> str:
-    """The prefix of checkpoint ``path`` (a prefix, or its ``.index`` file); ``InputError``
-    when no ``PREFIX.index`` exists."""
-    prefix = path[: -len(".index")] if path.endswith(".index") else path
-    if not os.path.isfile(index_path(prefix)):
-        hint = (" (a folder: give the checkpoint's prefix inside it, e.g. "
-                f"{os.path.join(path, 'ckpt-100')})" if os.path.isdir(path) else "")
-        raise InputError(f"{path}: no checkpoint here: expected {index_path(prefix)} and its "
-                         f".data-* files{hint}", path=path)
-    return prefix
+__all__ = ["checkpoint"]
 
 
 def _object_path(text: str | None) -> str | None:

@@ -1,4 +1,5 @@
-"""The paths of a run, anchored where it started, and the headers of an ``.npz`` file."""
+"""The paths of a run, anchored where it started, the headers of an ``.npz`` file, and a
+state file (``--init``): an ``.npz`` of tpuemb's state or a TensorFlow checkpoint."""
 
 from __future__ import annotations
 
@@ -8,9 +9,14 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from tpuemb_cfg.base.errors import InputError
+from tpuemb_cfg.checkpoints.state import (
+    checkpoint_state_bytes,
+    is_checkpoint,
+    read_checkpoint_state,
+)
 from tpuemb_cfg.formats.npzio import read_npz
 
-__all__ = ["Anchored", "npz_headers"]
+__all__ = ["Anchored", "npz_headers", "plan_tables", "read_state_file", "state_file_bytes"]
 
 
 class Anchored:
@@ -60,3 +66,27 @@ def npz_headers(path: str, check: Callable[[Any], object] | None = None) -> dict
     except _HeadersRead:
         pass
     return found
+
+
+def plan_tables(plan: Any) -> list[tuple[str, int, int, tuple[str, ...]]]:
+    """(name, rows, dim, slot names) of every table of an executor plan: what a checkpoint's
+    embedding is read into."""
+    return [(t.name, int(t.vocabulary), int(t.dimension), tuple(t.slot_names))
+            for t in plan.tables]
+
+
+def state_file_bytes(path: str) -> int:
+    """The bytes reading state file ``path`` takes: a checkpoint's float32 variables (from its
+    index), an ``.npz``'s arrays (from its ``.npy`` headers)."""
+    if is_checkpoint(path):
+        return checkpoint_state_bytes(path)
+    return sum(h.nbytes for h in npz_headers(path).values())
+
+
+def read_state_file(path: str, tables: list[tuple[str, int, int, tuple[str, ...]]]
+                    ) -> dict[str, Any]:
+    """State file ``path``: a TensorFlow checkpoint's embedding unstacked into tpuemb's keys
+    (``checkpoints.state``), or an ``.npz`` as it is."""
+    if is_checkpoint(path):
+        return read_checkpoint_state(path, tables)
+    return read_npz(path)

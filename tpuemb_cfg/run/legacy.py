@@ -8,6 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 from tpuemb_cfg.base.errors import UsageError
+from tpuemb_cfg.checkpoints.state import is_checkpoint
 from tpuemb_cfg.executor.core import CHECKPOINT_REMEDY
 from tpuemb_cfg.executor.engines import get_engine
 from tpuemb_cfg.executor.replay import replay, require_replay_memory
@@ -15,7 +16,12 @@ from tpuemb_cfg.executor.replay_keys import parse_steps
 from tpuemb_cfg.formats.limits import available_memory
 from tpuemb_cfg.formats.npzio import read_npz
 from tpuemb_cfg.run.base import Progress, Run, RunResult
-from tpuemb_cfg.run.files import Anchored, npz_headers
+from tpuemb_cfg.run.files import (
+    Anchored,
+    plan_tables,
+    read_state_file,
+    state_file_bytes,
+)
 from tpuemb_cfg.run.plans import replay_plan, synthetic_plan
 from tpuemb_cfg.run.request import RunRequest
 from tpuemb_cfg.sim.multiworker import MultiWorkerRun
@@ -192,7 +198,7 @@ class ReplayRun(_Legacy):
         prepared = self.prepared
         count = [0]
         with self.named_as_typed():
-            init_bytes = (sum(h.nbytes for h in npz_headers(self.where(init_path)).values())
+            init_bytes = (state_file_bytes(self.where(init_path))
                           if init_path is not None and local else None)
 
             def check(headers: Any) -> None:
@@ -207,7 +213,12 @@ class ReplayRun(_Legacy):
             self._batches = read_npz(self.where(batches_path), max_bytes=limit if local else None,
                                      check_keys=check)
             read_state = self.backend.read_state()
-            self._init = read_state(self.where(init_path)) if init_path is not None else None
+            if init_path is None:
+                self._init = None
+            elif is_checkpoint(self.where(init_path)):  # a TensorFlow checkpoint's embedding
+                self._init = read_state_file(self.where(init_path), plan_tables(prepared.plan))
+            else:
+                self._init = read_state(self.where(init_path))
         self.total = count[0]
 
     def run(self, progress: Progress | None = None, *,

@@ -14,7 +14,7 @@ from tpuemb_cfg.executor.engines import get_engine
 from tpuemb_cfg.executor.memory import RunShape, replay_estimate, step_ids
 from tpuemb_cfg.executor.replay_keys import parse_steps
 from tpuemb_cfg.formats.limits import default_memory_limit
-from tpuemb_cfg.run.files import Anchored, npz_headers
+from tpuemb_cfg.run.files import Anchored, npz_headers, state_file_bytes
 from tpuemb_cfg.run.request import RunRequest
 from tpuemb_cfg.sim import multiworker
 from tpuemb_cfg.sim.options import WorkerOptions
@@ -115,8 +115,7 @@ def replay_plan(prepared: Any, request: RunRequest, label: str, real: Anchored,
     with real.named_as_typed():
         headers = npz_headers(real[batches_path],
                               lambda h: parse_steps(h, len(plan.features), batches_path))
-        init_bytes = (sum(h.nbytes for h in npz_headers(real[init_path]).values())
-                      if init_path is not None else None)
+        init_bytes = state_file_bytes(real[init_path]) if init_path is not None else None
     engine = get_engine(request.options.engine).name
     estimate = replay_estimate(plan, headers, engine=engine, init_bytes=init_bytes)
     if not in_process:  # the tables and their steps live in the backend's processes

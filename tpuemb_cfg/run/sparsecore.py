@@ -11,7 +11,7 @@ from tpuemb_cfg.executor.replay_keys import parse_steps
 from tpuemb_cfg.formats.limits import available_memory
 from tpuemb_cfg.formats.npzio import read_npz
 from tpuemb_cfg.run.base import Progress, Run, RunResult
-from tpuemb_cfg.run.files import Anchored
+from tpuemb_cfg.run.files import Anchored, plan_tables, read_state_file
 from tpuemb_cfg.run.request import RunRequest
 from tpuemb_cfg.sim.synthetic import SyntheticData
 
@@ -60,7 +60,9 @@ class SparseCoreMode(Run):
 
         request = self.request
         with self.named_as_typed():
-            init = read_npz(self.where(request.init)) if request.init is not None else None
+            init = (read_state_file(self.where(request.init),
+                                    plan_tables(self.setup.prepared.plan))
+                    if request.init is not None else None)
             self.sim = run = SparseCoreRun(self.setup, request.options,
                                            allow_id_dropping=self.allow_id_dropping,
                                            compare=request.compare_dropping,
