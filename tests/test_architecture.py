@@ -46,7 +46,7 @@ LAYERS: tuple[dict[str, tuple[str, ...]], ...] = (
     {"base": ("tpuemb_cfg.proto", "tpuemb_cfg.base")},
     {"io": ("tpuemb_cfg.formats",)},
     {"algorithms": ("tpuemb_cfg.algorithms",)},
-    {"model": ("tpuemb_cfg.model", "tpuemb_cfg.sparsecore")},
+    {"model": ("tpuemb_cfg.model", "tpuemb_cfg.sparsecore", "tpuemb_cfg.checkpoints")},
     {"validate": ("tpuemb_cfg.validation", "tpuemb_cfg.rules")},
     {
         "compile": ("tpuemb_cfg.embedding",),
