@@ -180,7 +180,8 @@ def test_a_cap_below_one_block_is_refused_before_reading() -> None:
 # -- hand-derived ------------------------------------------------------------------------------
 
 def _layout(name: str, stack: str, rows: int, padded: int, offset: int, rotation: int, *,
-            n: int = 4, per_shard: int = 4, dim: int = 2) -> LayoutRecord:
+            n: int = 4, per_shard: int = 4) -> LayoutRecord:
+    dim = 2
     return LayoutRecord(table_name=name, stacked_table_name=stack, num_sparse_cores=n,
                         num_partitions=1, total_rows_per_sparse_core_shard=per_shard,
                         unsharded_shape=(rows, dim), unsharded_padded_shape=(padded, dim),
