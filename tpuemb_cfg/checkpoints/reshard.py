@@ -488,8 +488,14 @@ def _blocks(var: NewVariable, source: RowSource, dtype: np.dtype[Any], block_row
                 which, table_row = table_rows(var.layouts, rows)
             else:
                 which, table_row = np.zeros(len(rows), dtype=np.int64), rows
-            for k, src in enumerate(var.sources):
-                dest = np.flatnonzero((which == k) & (table_row < src.rows))
+            # the block's rows grouped by table: one pass, then only the tables present
+            by_table = np.argsort(which, kind="stable")
+            counts = np.bincount(which, minlength=len(var.sources))
+            starts = np.cumsum(counts) - counts
+            for k in np.flatnonzero(counts):
+                src = var.sources[k]
+                dest = by_table[starts[k]:starts[k] + counts[k]]
+                dest = dest[table_row[dest] < src.rows]
                 if not dest.size:
                     continue
                 wanted = table_row[dest]
