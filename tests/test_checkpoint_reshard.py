@@ -345,3 +345,25 @@ def test_keyed_source_and_sink_speak_checkpoint_keys() -> None:
                                   "embedding/b/.ATTRIBUTES/VARIABLE_VALUE"]
     assert writer.got["embedding/b/.ATTRIBUTES/VARIABLE_VALUE"].tobytes() == (
         _tables()["b"].tobytes())
+
+
+@pytest.mark.parametrize(("pid", "amplification"), [
+    ("topology_v5p2_to_v5p4", 2), ("topology_v5p4_to_v5p2", 1), ("topology_v5p2_to_v6e4", 1),
+    ("topology_v6e2_to_v5p4", 4), ("unshard_base", 1), ("shard_v6e4", 8), ("identical", 1)])
+def test_amplification_is_new_cores_over_their_gcd_with_old(pid: str, amplification: int) -> None:
+    assert _plan(PAIRS[pid]).amplification == amplification
+
+
+def test_the_plan_names_its_inputs_and_reports_progress() -> None:
+    pair = PAIRS["stacking_off"]
+    plan = _plan(pair, slots=("accumulators",))
+    assert plan.inputs() == ("cat", "cat/accumulators", "item_user", "item_user/accumulators")
+    assert [v.name for v in plan.variables] == [
+        "cat", "cat/accumulators", "item", "item/accumulators", "user", "user/accumulators"]
+    old = _arrays(pair, "old")
+    old.update({f"{n}/accumulators": v for n, v in old.items()})
+    seen: list[tuple[str, int, int]] = []
+    execute_reshard(plan, ArraySource(old), ArraySink(), memory_cap=1 << 16,
+                    progress=lambda name, done, total: seen.append((name, done, total)))
+    assert seen[-1] == ("user/accumulators", 320, 320)
+    assert [s for s in seen if s[0] == "cat"][-1] == ("cat", 128, 128)
