@@ -2,6 +2,7 @@
 
     nice -n 10 python benchmarks/bench_reshard.py --gib 4 --cap-mib 512
     nice -n 10 python benchmarks/bench_reshard.py --gib 16 --cap-mib 4096 --old 8 --new 16
+    nice -n 10 python benchmarks/bench_reshard.py --gib 4 --new 8 --new-per-chip 2  # v5p:2 -> v6e:4
 
 One stack of ``--tables`` tables of ``--width`` float32 columns (vocabularies a little off the
 padding, rotations spread) makes an OLD stacked variable of about ``--gib`` GiB on ``--old``
@@ -44,17 +45,19 @@ from tpuemb_cfg.model.checkpoint import LayoutRecord  # noqa: E402
 NAME = "stack"
 
 
-def layouts(rows_total: int, tables: int, width: int, cores: int) -> list[LayoutRecord]:
+def layouts(rows_total: int, tables: int, width: int, cores: int, per_chip: int = 4
+            ) -> list[LayoutRecord]:
     """A stack of ``tables`` tables of about ``rows_total`` rows together on ``cores``
-    SparseCores: vocabularies 8N-padded, offsets in order, rotation ``4k mod N``."""
+    SparseCores, ``per_chip`` a chip (a partition): vocabularies 8N-padded, offsets in order,
+    table k's rotation ``per_chip x k mod N``."""
     out, offset = [], 0
     vocab = [rows_total // tables - 3 * k - 1 for k in range(tables)]
     for k, v in enumerate(vocab):
         padded = -(-v // (8 * cores)) * 8 * cores
-        out.append((f"t{k}", v, padded, offset, (4 * k) % cores))
+        out.append((f"t{k}", v, padded, offset, (per_chip * k) % cores))
         offset += padded // cores
     return [LayoutRecord(table_name=name, stacked_table_name=NAME, num_sparse_cores=cores,
-                         num_partitions=max(1, cores // 4), total_rows_per_sparse_core_shard=offset,
+                         num_partitions=max(1, cores // per_chip), total_rows_per_sparse_core_shard=offset,
                          unsharded_shape=(v, width), unsharded_padded_shape=(p, width),
                          sparse_core_shard_row_offset=o, sparse_core_shard_rotation=r)
             for name, v, p, o, r in out]
@@ -123,8 +126,8 @@ def make_old(path: Path, shape: tuple[int, int]) -> None:
 
 def child(args: argparse.Namespace) -> None:
     before = hwm()
-    old_l = layouts(args.rows, args.tables, args.width, args.old)
-    new_l = layouts(args.rows, args.tables, args.width, args.new)
+    old_l = layouts(args.rows, args.tables, args.width, args.old, args.old_per_chip)
+    new_l = layouts(args.rows, args.tables, args.width, args.new, args.new_per_chip)
     folder = Path(args.dir)
     source = NpyFile(folder / "old.npy")
     started = time.perf_counter()
@@ -172,6 +175,8 @@ def main() -> None:
     ap.add_argument("--cap-mib", type=int, default=512)
     ap.add_argument("--old", type=int, default=8, help="OLD's SparseCores (v5p:2: 8)")
     ap.add_argument("--new", type=int, default=16, help="NEW's SparseCores (v5p:4: 16)")
+    ap.add_argument("--old-per-chip", type=int, default=4, help="OLD's SparseCores a chip")
+    ap.add_argument("--new-per-chip", type=int, default=4, help="NEW's (v6e: 2)")
     ap.add_argument("--tables", type=int, default=4)
     ap.add_argument("--width", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=2)
@@ -186,20 +191,23 @@ def main() -> None:
     rows = int(args.gib * (1 << 30) / (args.width * 4))
     cap = args.cap_mib << 20
     with tempfile.TemporaryDirectory(dir=args.dir) as folder:
-        old_l = layouts(rows, args.tables, args.width, args.old)
+        old_l = layouts(rows, args.tables, args.width, args.old, args.old_per_chip)
         shape = (old_l[0].num_sparse_cores * old_l[0].total_rows_per_sparse_core_shard,
                  args.width)
         make_old(Path(folder) / "old.npy", shape)
         size = shape[0] * shape[1] * 4
         print(f"OLD {shape[0]:,} x {shape[1]} float32 = {size / 2**30:.2f} GiB on {args.old} "
-              f"SparseCores -> {args.new}; cap {args.cap_mib} MiB")
+              f"SparseCores ({args.old_per_chip} a chip) -> {args.new} ({args.new_per_chip} a "
+              f"chip); cap {args.cap_mib} MiB")
         for repeat in range(args.repeats):
             for task in ("copy", "reshard"):
                 load = Path("/proc/loadavg").read_text().split()[:3]
                 out = subprocess.run(
                     [sys.executable, __file__, "--task", task, "--rows", str(rows),
                      "--cap", str(cap), "--dir", folder, "--old", str(args.old), "--new",
-                     str(args.new), "--tables", str(args.tables), "--width", str(args.width)],
+                     str(args.new), "--tables", str(args.tables), "--width", str(args.width),
+                     "--old-per-chip", str(args.old_per_chip), "--new-per-chip",
+                     str(args.new_per_chip)],
                     check=True, capture_output=True, text=True).stdout
                 r = json.loads(out)
                 extra = "" if task == "copy" else (

@@ -320,7 +320,8 @@ def test_keyed_source_and_sink_speak_checkpoint_keys() -> None:
 
         def entry(self, key: str) -> Any:
             value = self.arrays[key]
-            return type("Entry", (), {"shape": value.shape, "dtype": value.dtype})()
+            dtype = "string" if value.dtype.kind == "O" else value.dtype
+            return type("Entry", (), {"shape": value.shape, "dtype": dtype})()
 
         def read_rows(self, key: str, start: int, stop: int) -> np.ndarray:
             return self.arrays[key][start:stop]
@@ -345,6 +346,14 @@ def test_keyed_source_and_sink_speak_checkpoint_keys() -> None:
                                   "embedding/b/.ATTRIBUTES/VARIABLE_VALUE"]
     assert writer.got["embedding/b/.ATTRIBUTES/VARIABLE_VALUE"].tobytes() == (
         _tables()["b"].tobytes())
+    plan = plan_reshard([A, B], None)
+    with pytest.raises(ReshardError, match="the checkpoint has no variable 'a_b' \\(key "
+                       "'embedding/a_b/.ATTRIBUTES/VARIABLE_VALUE'\\)"):
+        execute_reshard(plan, KeyedSource(Reader({})), KeyedSink(Writer()), memory_cap=1 << 20)
+    strings = np.empty((16, 2), dtype=object)
+    with pytest.raises(ReshardError, match="variable 'a_b' holds strings"):
+        execute_reshard(plan, KeyedSource(Reader({key: strings})), KeyedSink(Writer()),
+                        memory_cap=1 << 20)
 
 
 @pytest.mark.parametrize(("pid", "amplification"), [

@@ -150,12 +150,23 @@ class KeyedSource:
     def __init__(self, reader: Any, object_path: str = DEFAULT_OBJECT_PATH) -> None:
         self.reader, self.object_path = reader, object_path
 
+    def _entry(self, name: str) -> Any:
+        key = checkpoint_key(self.object_path, name)
+        try:
+            return self.reader.entry(key)
+        except KeyError:
+            raise ReshardError(f"the checkpoint has no variable {name!r} (key {key!r})",
+                               variable=name) from None
+
     def shape(self, name: str) -> tuple[int, ...]:
-        return tuple(self.reader.entry(checkpoint_key(self.object_path, name)).shape)
+        return tuple(self._entry(name).shape)
 
     def dtype(self, name: str) -> np.dtype[Any]:
-        dtype: np.dtype[Any] = np.dtype(
-            self.reader.entry(checkpoint_key(self.object_path, name)).dtype)
+        found = self._entry(name).dtype
+        if isinstance(found, str) and found == "string":
+            raise ReshardError(f"variable {name!r} holds strings: only numeric variables are "
+                               "resharded", variable=name)
+        dtype: np.dtype[Any] = np.dtype(found)
         return dtype
 
     def read_rows(self, name: str, start: int, stop: int) -> np.ndarray:
