@@ -57,7 +57,8 @@ def layouts(rows_total: int, tables: int, width: int, cores: int, per_chip: int 
         out.append((f"t{k}", v, padded, offset, (per_chip * k) % cores))
         offset += padded // cores
     return [LayoutRecord(table_name=name, stacked_table_name=NAME, num_sparse_cores=cores,
-                         num_partitions=max(1, cores // per_chip), total_rows_per_sparse_core_shard=offset,
+                         num_partitions=max(1, cores // per_chip),
+                         total_rows_per_sparse_core_shard=offset,
                          unsharded_shape=(v, width), unsharded_padded_shape=(p, width),
                          sparse_core_shard_row_offset=o, sparse_core_shard_rotation=r)
             for name, v, p, o, r in out]
