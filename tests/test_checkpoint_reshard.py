@@ -151,7 +151,7 @@ def test_streaming_with_a_tiny_cap_gives_the_same_bytes(pid: str) -> None:
     old.update({f"{n}/accumulators": v * 2 for n, v in old.items()})
     whole = reshard_arrays(plan, old)
     widest = max(v.shape[1] for v in old.values()) * 4
-    cap = MIN_BLOCK_ROWS * ((plan.amplification + 3) * widest + 112)
+    cap = 2 * MIN_BLOCK_ROWS * ((plan.amplification + 3) * widest + 112)
     source, sink = CountingSource(old), ArraySink()
     stats = execute_reshard(plan, source, sink, memory_cap=cap)
     assert sorted(sink.arrays) == sorted(whole)
