@@ -376,3 +376,22 @@ def test_the_plan_names_its_inputs_and_reports_progress() -> None:
                     progress=lambda name, done, total: seen.append((name, done, total)))
     assert seen[-1] == ("user/accumulators", 320, 320)
     assert [s for s in seen if s[0] == "cat"][-1] == ("cat", 128, 128)
+
+
+@pytest.mark.parametrize("pid", sorted(p for p in PAIRS if PAIRS[p]["new"]["layouts_hex"]))
+def test_new_layouts_from_tpuembs_own_stacker_give_tensorflows_arrays(pid: str,
+                                                                      tmp_path: Path) -> None:
+    """The workflow: OLD's layouts as the checkpoint stores them, NEW's from the configuration
+    (``sparsecore.summary.layouts_of``, tpuemb's stacker), not from TensorFlow."""
+    from tpuemb_cfg.embedding.sparsecore import load_sparsecore_spec
+    from tpuemb_cfg.sparsecore.summary import layouts_of
+
+    pair = PAIRS[pid]
+    spec = tmp_path / "new_spec.py"
+    spec.write_text(pair["new"]["spec"])
+    new_layouts, _ = layouts_of(load_sparsecore_spec(str(spec), legacy=False).config)
+    got = reshard_arrays(plan_reshard(_side(pair["old"]), new_layouts), _arrays(pair, "old"))
+    want = _arrays(pair, "new")
+    assert sorted(got) == sorted(want)
+    for name, value in want.items():
+        assert got[name].tobytes() == value.tobytes(), name
