@@ -395,3 +395,62 @@ def test_new_layouts_from_tpuembs_own_stacker_give_tensorflows_arrays(pid: str,
     assert sorted(got) == sorted(want)
     for name, value in want.items():
         assert got[name].tobytes() == value.tobytes(), name
+
+
+def _random_stacks(rng: np.random.Generator, names: list[str], dims: dict[str, int],
+                   rows: dict[str, int]) -> list[LayoutRecord]:
+    """Consistent layouts of random stacking, SparseCores, partitions and rotations."""
+    n = int(rng.choice([1, 2, 4, 8, 16]))
+    partitions = int(rng.choice([p for p in (1, 2, 4) if n % p == 0]))
+    order = list(rng.permutation(names))
+    stacks: dict[str, list[str]] = {}
+    for name in order:  # tables of one width may share a stack
+        key = f"w{dims[name]}_{int(rng.integers(2))}"
+        stacks.setdefault(key, []).append(name)
+    out = []
+    for members in stacks.values():
+        stack = "_".join(members)
+        width = -(-max(dims[t] for t in members) // 8) * 8 + 8 * int(rng.integers(2))
+        padded = {t: -(-rows[t] // (8 * n)) * 8 * n + 8 * n * int(rng.integers(2))
+                  for t in members}
+        per_shard = sum(padded.values()) // n
+        offset = 0
+        for t in members:
+            out.append(LayoutRecord(t, stack, n, partitions, per_shard, (rows[t], dims[t]),
+                                    (padded[t], width), offset, int(rng.integers(n))))
+            offset += padded[t] // n
+    return out
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_layouts_agree_with_the_reference_under_small_caps(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    names = [f"t{i}" for i in range(int(rng.integers(1, 6)))]
+    dims = {t: int(rng.choice([4, 8, 12, 16])) for t in names}
+    rows = {t: int(rng.integers(1, 150)) for t in names}
+    old, new = _random_stacks(rng, names, dims, rows), _random_stacks(rng, names, dims, rows)
+    old_stacks = stacks_of(old)
+    arrays = {}
+    for stack, layouts in old_stacks.items():
+        shape = (layouts[0].num_sparse_cores * layouts[0].total_rows_per_sparse_core_shard,
+                 layouts[0].unsharded_padded_shape[1])
+        arrays[stack] = rng.standard_normal(shape).astype(np.float32)
+        arrays[f"{stack}/momenta"] = rng.standard_normal(shape).astype(np.float32)
+    tables = {}
+    for stack, layouts in old_stacks.items():
+        for which in (stack, f"{stack}/momenta"):
+            for value, layout in zip(unshard(arrays[which], layouts), layouts, strict=True):
+                tables[(layout.table_name, which != stack)] = value
+    plan = plan_reshard(old, new, slots=("momenta",))
+    cap = int(rng.integers(2, 6)) * 4 * MIN_BLOCK_ROWS * (
+        (plan.amplification + 3) * 16 * 4 + 112)
+    sink = ArraySink()
+    execute_reshard(plan, ArraySource(arrays), sink, memory_cap=cap)
+    for stack, layouts in stacks_of(new).items():
+        for slot in (False, True):
+            want = shard({t: tables[(t, slot)] for t in (r.table_name for r in layouts)},
+                         layouts)
+            name = f"{stack}/momenta" if slot else stack
+            if not plan.adapter:
+                want = arrays[name]
+            assert sink.arrays[name].tobytes() == want.tobytes(), (seed, name)
