@@ -1,6 +1,6 @@
-"""Real TensorFlow checkpoints of embeddings: their variables (``embedding``), resharding from
-one layout to another (``reshard``), and checking one against a configuration (``verify``).
-
-A folder of the model layer: it reads files only through ``formats.bundle`` and configurations
-only as ``model.checkpoint`` views and ``sparsecore`` layouts.
+"""Real TensorFlow checkpoints of embeddings, in the model layer: TensorFlow's SparseCore layout
+arithmetic (``sharding``), the streaming reshard (``reshard``: NumPy on rows; a reader or writer
+plugs in through ``RowSource`` / ``RowSink``), the embedding's variables found by TensorFlow's
+names (``embedding``), checking them against a configuration (``verify``) and tpuemb's state
+to and from them (``state``). Files are read and written only through ``formats.bundle``.
 """
