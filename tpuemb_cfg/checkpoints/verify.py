@@ -9,10 +9,9 @@ What it reports, per variable the configuration expects (``model.checkpoint`` vi
   of rows (never a whole stacked variable in memory): the rows holding a NaN or an infinity,
   and the rows still exactly at their initial value (a slot's initial value - Adagrad's
   ``initial_accumulator_value``, 0 for Adam's moments - or a table's constant initializer):
-  rows no training step has touched. A stacked variable's rows are split into its tables by
-  the layouts (TensorFlow's arithmetic: a table's padded row ``j`` sits on SparseCore
-  ``(j + rotation) mod N`` at row ``offset + j // N`` of that SparseCore's shard), padding
-  rows aside;
+  rows no training step has touched. A stacked variable is read once, block by block, each
+  row given to its table by the layouts (``sharding.table_rows``, TensorFlow's arithmetic),
+  padding rows and columns aside;
 - **the restore verdict** of ``model.checkpoint`` (what TensorFlow 2.21 does restoring this
   checkpoint under the configuration: as it is, through its reshard, or not).
 """
@@ -35,6 +34,8 @@ from tpuemb_cfg.model.checkpoint import (
 )
 
 from .embedding import CheckpointSource, EmbeddingCheckpoint
+from .sharding import shard_rows
+from .sharding import table_rows as stacked_table_rows
 
 __all__ = ["StateCheck", "VariableCheck", "VerifyReport", "table_rows", "verify"]
 
@@ -87,49 +88,51 @@ class VerifyReport:
 
 
 def table_rows(layout: LayoutRecord) -> tuple[np.ndarray, np.ndarray]:
-    """(stacked rows, table rows) of ``layout``'s real (unpadded) rows: stacked row
-    ``s * R + offset + k`` holds padded table row ``((s - rotation) mod N) + k * N``
-    (``tpu_embedding_v3_checkpoint_adapter._shard_from_cpu_to_sc``), for SparseCore ``s`` of
-    ``N``, ``R`` rows per SparseCore, ``k`` below padded rows / N; rows past the table's
-    vocabulary are padding."""
-    n = layout.num_sparse_cores
-    per = layout.unsharded_padded_shape[0] // n
-    shard = np.arange(n, dtype=np.int64)[:, None]
-    k = np.arange(per, dtype=np.int64)[None, :]
-    base = shard * layout.total_rows_per_sparse_core_shard + layout.sparse_core_shard_row_offset
-    stacked = base + k
-    table = (shard - layout.sparse_core_shard_rotation) % n + k * n
-    real = table < layout.unsharded_shape[0]
-    return stacked[real], table[real]
+    """(stacked rows, table rows) of ``layout``'s real (unpadded) rows, by stacked row: where
+    ``sharding.shard_rows`` puts each table row (TensorFlow's ``_shard_from_cpu_to_sc``); rows
+    past the table's vocabulary are padding and left out."""
+    rows = np.arange(layout.unsharded_shape[0], dtype=np.int64)
+    stacked = shard_rows(layout, rows)
+    order = np.argsort(stacked, kind="stable")
+    return stacked[order], rows[order]
 
 
-def _scan(source: CheckpointSource, key: str, rows: np.ndarray | None, total: int,
-          initial: float | None, columns: int | None = None) -> tuple[int, int | None]:
-    """(non-finite rows, rows at ``initial``) among ``rows`` of variable ``key`` (all its
-    ``total`` rows when None), in its first ``columns`` (the table's width; the rest is
-    padding), reading blocks of consecutive rows."""
-    entry = source.entry(key)
-    width = int(entry.shape[1]) if len(entry.shape) > 1 else 1
+def _scan(source: CheckpointSource, key: str, total: int, width: int,
+          tables: list[tuple[LayoutRecord, float | None]] | None, initial: float | None = None,
+          columns: int | None = None) -> list[tuple[int, int]]:
+    """Per table of ``tables`` (a stack's layouts with each one's initial value; None: a
+    per-table variable, its ``columns`` and ``initial``): (non-finite rows, rows at the initial
+    value) of variable ``key``, read once in blocks of consecutive rows."""
     block = max(1, BLOCK_BYTES // max(1, 4 * width))
-    nonfinite = 0
-    at_initial = 0
-    wanted = np.sort(rows) if rows is not None else None
-    start = 0
-    while start < total:
+    if tables is None:
+        layouts: list[LayoutRecord] = []
+        dims = np.array([columns or width], dtype=np.int64)
+        values_at = np.array([np.nan if initial is None else initial], dtype=np.float32)
+    else:
+        layouts = sorted((t for t, _ in tables), key=lambda t: t.sparse_core_shard_row_offset)
+        by_name = {t.table_name: v for t, v in tables}
+        dims = np.array([t.unsharded_shape[1] for t in layouts], dtype=np.int64)
+        values_at = np.array([np.nan if by_name[t.table_name] is None
+                              else by_name[t.table_name] for t in layouts], dtype=np.float32)
+    vocab = np.array([t.unsharded_shape[0] for t in layouts] or [total], dtype=np.int64)
+    bad = np.zeros(len(vocab), dtype=np.int64)
+    same = np.zeros(len(vocab), dtype=np.int64)
+    cols = np.arange(width, dtype=np.int64)[None, :]
+    for start in range(0, total, block):
         stop = min(total, start + block)
-        values = np.asarray(source.read_rows(key, start, stop))
-        if wanted is not None:
-            lo, hi = np.searchsorted(wanted, [start, stop])
-            values = values[wanted[lo:hi] - start]
-        values = values.reshape(values.shape[0], -1)
-        if columns is not None:
-            values = values[:, :columns]
-        finite = np.isfinite(values).all(axis=1)
-        nonfinite += int(values.shape[0] - finite.sum())
-        if initial is not None:
-            at_initial += int((values == np.float32(initial)).all(axis=1).sum())
-        start = stop
-    return nonfinite, (at_initial if initial is not None else None)
+        values = np.asarray(source.read_rows(key, start, stop)).reshape(stop - start, -1)
+        if layouts:
+            which, rows = stacked_table_rows(layouts, np.arange(start, stop, dtype=np.int64))
+            real = rows < vocab[which]
+            values, which = values[real], which[real]
+        else:
+            which = np.zeros(stop - start, dtype=np.int64)
+        padding = cols[:, : values.shape[1]] >= dims[which][:, None]
+        nonfinite = ~(np.isfinite(values) | padding).all(axis=1)
+        bad += np.bincount(which[nonfinite], minlength=len(vocab))
+        at = ((values == values_at[which][:, None]) | padding).all(axis=1)
+        same += np.bincount(which[at], minlength=len(vocab))
+    return list(zip(bad.tolist(), same.tolist(), strict=True))
 
 
 def verify(source: CheckpointSource, found: EmbeddingCheckpoint, expected: CheckpointView, *,
@@ -165,21 +168,21 @@ def verify(source: CheckpointSource, found: EmbeddingCheckpoint, expected: Check
         if on_variable is not None:
             on_variable(variable.name)
         slot = variable.slot
+        width = int(variable.shape[1]) if len(variable.shape) > 1 else 1
         if found.kind == "sparsecore":
-            for layout in found.layouts:
-                if layout.stacked_table_name != variable.owner:
-                    continue
-                stacked, _ = table_rows(layout)
-                value = initial.get((layout.table_name, slot))
-                bad, same = _scan(source, variable.key, stacked, variable.shape[0], value,
-                                  layout.unsharded_shape[1])
+            stack = [t for t in found.layouts if t.stacked_table_name == variable.owner]
+            tables = [(t, initial.get((t.table_name, slot))) for t in stack]
+            counts = _scan(source, variable.key, variable.shape[0], width, tables)
+            ordered = sorted(tables, key=lambda t: t[0].sparse_core_shard_row_offset)
+            for (layout, value), (bad, same) in zip(ordered, counts, strict=True):
                 states.append(StateCheck(layout.table_name, slot, variable.name,
-                                         int(stacked.shape[0]), bad, same, value))
+                                         layout.unsharded_shape[0], bad,
+                                         same if value is not None else None, value))
         else:
             value = initial.get((variable.owner, slot))
-            bad, same = _scan(source, variable.key, None, variable.shape[0], value)
+            [(bad, same)] = _scan(source, variable.key, variable.shape[0], width, None, value)
             states.append(StateCheck(variable.owner, slot, variable.name, variable.shape[0],
-                                     bad, same, value))
+                                     bad, same if value is not None else None, value))
     restore = checkpoint_verdicts(found.view(), expected)
     return VerifyReport(found, tuple(checks), differ, tuple(states), restore)
 
