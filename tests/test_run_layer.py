@@ -172,7 +172,8 @@ def test_a_run_that_will_not_fit_is_refused_before_allocating() -> None:
     (None, {"resume": True}, "resume and checkpoint_every need checkpoint"),
     (None, {"batches": "b.npz", "workers": 2},
      "RunRequest: workers apply to synthetic runs, not to a replay of batches"),
-    (None, {"init": "i.npz"}, "RunRequest init: only a replay of batches starts from given"),
+    (None, {"init": "i.npz", "resume": True, "checkpoint": "c.npz"},
+     "RunRequest init: a resumed run continues from its checkpoint"),
     (None, {"max_staleness": -1}, "RunRequest max_staleness=-1: expected 0 or more"),
     # the library refuses what --workers and --replicas-to-aggregate refuse (once, workers=0
     # ran one worker)

@@ -140,18 +140,21 @@ def simulate(ctx: click.Context, /, **o: Any) -> None:
             else:
                 modes.replay(run, as_json=o["as_json"], quiet=o["quiet"])
     else:
-        refuse_given(ctx, _REPLAY_ONLY,
-                     "need --batches (replay mode); a synthetic run writes to --out-dir")
+        refuse_given(ctx, ("out_path",),
+                     "needs --batches (replay mode); a synthetic run writes to --out-dir")
+        _refuse_init_with_resume(o)
         if o["save_batches"] is not None and o["resume"]:
             raise UsageError("--save-batches cannot be combined with --resume: the steps before "
                              "the checkpoint are not in this process; run from the start to save "
                              "every step's batches")
         request = replace(base, plot=o["plot"], save_batches=o["save_batches"],
-                          checkpoint_every=o["checkpoint_every"], resume=o["resume"])
+                          checkpoint_every=o["checkpoint_every"], resume=o["resume"],
+                          init=o["init_path"])
         if not dry_run:
             check_synthetic_outputs(config, spec, out_dir, o["plot"], resume=o["resume"],
                                     checkpoints=o["checkpoint_every"] is not None,
-                                    tables=o["tables_output"], save_batches=o["save_batches"])
+                                    tables=o["tables_output"], save_batches=o["save_batches"],
+                                    init=o["init_path"])
         _synthetic(config, request, o)
 
 
@@ -161,6 +164,12 @@ def _session(request: Any, dry_run: bool) -> contextlib.AbstractContextManager[N
     if dry_run:
         return contextlib.nullcontext()
     return choose_backend(request.backend).session(request.placement.options)
+
+
+def _refuse_init_with_resume(o: dict[str, Any]) -> None:
+    if o["init_path"] is not None and o["resume"]:
+        raise UsageError("--init cannot be combined with --resume: a resumed run continues from "
+                         "its checkpoint; --init starts a new run from given tables")
 
 
 def _check_workers(ctx: click.Context, o: dict[str, Any]) -> None:
@@ -224,9 +233,9 @@ def _sparsecore(ctx: click.Context, o: dict[str, Any], base: Any, spec: Any) -> 
         if out is None and not dry_run:
             raise UsageError("--batches needs --out O.npz (where the final tables, slots and "
                              "activations go)")
-    else:
-        refuse_given(ctx, _REPLAY_ONLY,
-                     "need --batches (replay mode); a synthetic run writes to --out-dir")
+    else:  # a SparseCore synthetic run starts from --init (an .npz or a checkpoint) too
+        refuse_given(ctx, ("out_path",),
+                     "needs --batches (replay mode); a synthetic run writes to --out-dir")
     summary_dir = Path(o["out_dir"]) if (not replay or given(ctx, "out_dir")) else None
     if not dry_run:
         if replay:
@@ -234,7 +243,8 @@ def _sparsecore(ctx: click.Context, o: dict[str, Any], base: Any, spec: Any) -> 
         if summary_dir is not None:
             check_synthetic_outputs(config, None, summary_dir, None, resume=False,
                                     checkpoints=False,
-                                    tables=o["tables_output"] if not replay else "none")
+                                    tables=o["tables_output"] if not replay else "none",
+                                    init=o["init_path"])
     request = replace(base, learning_rate=None, combiners=(), batches=batches,
                       init=o["init_path"], out=out, checkpoint=None,
                       out_dir=str(summary_dir) if summary_dir is not None else None,

@@ -140,22 +140,40 @@ def _read(config: str | None, spec: Any, *more: tuple[str, str | None]) -> list[
     return [(label, str(path)) for label, path in pairs if path is not None]
 
 
+def _init_files(init: str | None) -> list[str]:
+    """The files ``--init`` reads: an ``.npz``, or a checkpoint's index and data shards."""
+    if init is None:
+        return []
+    from tpuemb_cfg.checkpoints.state import is_checkpoint  # NumPy: only when --init is given
+
+    if not is_checkpoint(init):
+        return [init]
+    import glob
+
+    prefix = init[: -len(".index")] if init.endswith(".index") else init
+    return [f"{prefix}.index", *sorted(glob.glob(glob.escape(prefix) + ".data-*"))]
+
+
 def check_replay_outputs(config: str, spec: Any, batches: str, init: str | None,
                          out: str) -> None:
     """Before anything is read: ``--out`` is a writable ``.npz`` path and no input."""
     if out == "-":
         raise UsageError("--out -: a replay writes an .npz archive; give its file name (O.npz)")
-    check_outputs([("--out", out)], _read(config, spec, ("--batches", batches), ("--init", init)))
+    check_outputs([("--out", out)], _read(config, spec, ("--batches", batches),
+                                          *(("--init", path) for path in _init_files(init))))
     check_outputs([("--out", out)], suffixes=(".npz",))  # after: an input named as --out says so
 
 
-def check_synthetic_outputs(config: str | None, spec: Any, out_dir: Path, plot: str | None,
+def check_synthetic_outputs(config: str | None, spec: Any, out_dir: Path,  # noqa: PLR0913
+                            plot: str | None,
                             *, resume: bool, checkpoints: bool, tables: str = "all",
-                            save_batches: str | None = None) -> None:
+                            save_batches: str | None = None, init: str | None = None) -> None:
     """Before anything is read: every file of a synthetic run can be written and is no input
-    (``--resume`` reads OUT_DIR/checkpoint.npz, which later checkpoints replace by design)."""
+    (``--resume`` reads OUT_DIR/checkpoint.npz, which later checkpoints replace by design;
+    ``init``: a SparseCore run's ``--init``, an ``.npz`` or a checkpoint's files)."""
     checkpoint = str(out_dir / "checkpoint.npz")
-    inputs = _read(config, spec, ("--resume", checkpoint if resume else None))
+    inputs = _read(config, spec, ("--resume", checkpoint if resume else None),
+                   *(("--init", path) for path in _init_files(init)))
     check_run_outputs(out_dir, plot, inputs, tables=tables, save_batches=save_batches)
     if checkpoints and not resume:
         check_outputs([("--checkpoint-every", checkpoint)], inputs, make_dirs=True)
@@ -214,8 +232,10 @@ def simulate_options(command: F) -> F:
 @click.argument("config", required=False, type=click.Path(dir_okay=False))
 @click.option("--batches", "batches_path", type=click.Path(dir_okay=False), metavar="B.npz",
               help="Replay the recorded steps of B.npz (the replay contract, docs/simulate.md).")
-@click.option("--init", "init_path", type=click.Path(dir_okay=False), metavar="I.npz",
-              help="Replay: initial tables and slots (missing entries get defaults).")
+@click.option("--init", "init_path", type=click.Path(dir_okay=False), metavar="I.npz | CKPT",
+              help="Start from these tables and slots (missing entries get defaults): an .npz "
+                   "of tpuemb's state, or a TensorFlow checkpoint (its prefix or .index file; "
+                   "per-table or SparseCore stacked, unstacked by its layouts).")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), metavar="O.npz",
               help="Replay: write final tables, slots and every step's activations here.")
 @click.option("--combiner", "combiners", multiple=True, metavar="NAME | F=NAME",

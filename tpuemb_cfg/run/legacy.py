@@ -84,8 +84,11 @@ class SyntheticMode(_Synthetic):
 
         request = self.request
         with self.named_as_typed():
+            init = (read_state_file(self.where(request.init), plan_tables(self.prepared.plan))
+                    if request.init is not None else None)
             self.sim = run = SyntheticRun(self.prepared, request.options, request.placement,
-                                          data=request.data)
+                                          data=request.data, initial_state=init,
+                                          state_source=request.init)
             if request.resume:
                 checkpoint = request.checkpoint
                 assert checkpoint is not None

@@ -121,9 +121,11 @@ class RunRequest:
             if self.resume or self.checkpoint_every is not None or self.save_batches:
                 raise InputError("RunRequest: resume, checkpoint_every and save_batches apply "
                                  "to synthetic runs, not to a replay of batches")
-        elif self.init is not None:
-            raise InputError("RunRequest init: only a replay of batches starts from given "
-                             "tables (a synthetic run resumes from checkpoint)")
+        elif self.init is not None and (self.resume or self.several is not None):
+            raise InputError("RunRequest init: a resumed run continues from its checkpoint and "
+                             "a multi-worker run starts from its initializers; init (the "
+                             "tables and slots to start from) applies to one replay or one "
+                             "synthetic run")
         if self.several is not None and (self.resume or self.checkpoint_every is not None
                                          or self.save_batches is not None):
             raise InputError("RunRequest: resume, checkpoint_every and save_batches cannot be "

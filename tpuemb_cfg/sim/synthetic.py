@@ -357,13 +357,18 @@ class SyntheticRun:
 
     def __init__(self, prepared: Prepared, options: RunOptions | None = None,
                  placement: Placement | None = None, *,
-                 data: SyntheticOptions | None = None) -> None:
+                 data: SyntheticOptions | None = None,
+                 initial_state: Mapping[str, Any] | None = None,
+                 state_source: str | None = None) -> None:
         options, placement = options or RunOptions(), placement or Placement()
         data = data or SyntheticOptions()
         ids, sequence_lengths = data.id_distribution, data.lengths
         # The executor refuses tables and a step it cannot hold before it allocates them;
         # ``run`` checks the whole run (the history, the process, the outputs) before it starts.
-        self.executor = Executor(prepared, options, placement)
+        # ``initial_state``: tables and slots to start from (``--init``: an .npz or a
+        # TensorFlow checkpoint's embedding), as a replay's.
+        self.executor = Executor(prepared, options, placement, initial_state=initial_state,
+                                 state_source=state_source)
         self.plan = self.executor.plan
         self.data = SyntheticData.of(self.plan, options.seed, data)
         self.seed = self.data.seed
