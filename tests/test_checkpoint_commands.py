@@ -181,3 +181,82 @@ def test_a_synthetic_sparsecore_run_starts_from_a_checkpoint(tmp_path: Path, spe
     assert result.exit_code == 2 and "--init" in result.output
     result = run_cli("simulate", str(spec), "--init", str(tmp_path / "ckpt"), "--resume")
     assert result.exit_code == 2
+
+
+def test_reshard_to_another_slice_restores_every_table_and_slot(tmp_path: Path,
+                                                                 spec: Path) -> None:
+    """TensorFlow's v5p:2 checkpoint resharded for v6e:4 (8 -> 8 SparseCores, 2 a chip: other
+    rotations): verify then says it restores as it is, and it unstacks into the very tables
+    and slots TensorFlow stacked - the slots too, which TensorFlow's adapter would reset."""
+    target = tmp_path / "v6e.py"
+    target.write_text(SPECS["sparsecore"].replace('topology = "v5p:2"', 'topology = "v6e:4"'))
+    before = run_cli("checkpoint", "verify", str(DATA / "tf" / "sparsecore"), str(target))
+    assert before.exit_code == 1 and "restore under" in before.output
+    assert "(TensorFlow 2.21): wrong" in before.output  # the adapter drops the slots
+    result = run_cli("checkpoint", "reshard", str(DATA / "tf" / "sparsecore"), str(target),
+                     "-o", str(tmp_path / "v6e"), "-q", "--max-memory", "64K")
+    assert result.exit_code == 0, result.output
+    assert "4 variable(s) stacked for" in result.output and "resharded" in result.output
+    after = run_cli("checkpoint", "verify", str(tmp_path / "v6e"), str(target))
+    assert after.exit_code == 0, after.output
+    assert after.output.rstrip().endswith("(TensorFlow 2.21): restores")
+    with BundleReader(tmp_path / "v6e") as reader:
+        found = find_embedding(reader)
+        assert {t.table_name: t.sparse_core_shard_rotation for t in found.layouts} == {
+            "cat": 0, "item": 0, "user": 2}  # 8 SparseCores on 4 chips: 2 a chip
+        state = state_from_checkpoint(reader, found, [
+            (name, rows, dim, ("accumulators",)) for name, rows, dim in SC_TABLES])
+    for name, rows, dim in SC_TABLES:
+        for slot in ("parameters", "accumulators"):
+            key = f"table/{name}" if slot == "parameters" else f"slot/{name}/{slot}"
+            assert state[key].tobytes() == known(name, slot, (rows, dim)).tobytes(), key
+    # unstacked: the mid-level API's per-table variables
+    result = run_cli("checkpoint", "reshard", str(tmp_path / "v6e"), str(target), "--unstack",
+                     "-o", str(tmp_path / "flat"), "-q")
+    assert result.exit_code == 0, result.output
+    with BundleReader(tmp_path / "flat") as reader:
+        found = find_embedding(reader, tables=["user", "item", "cat"])
+        assert found.kind == "unsharded"
+        assert reader.read(found.variable("user/accumulators").key).tobytes() == known(
+            "user", "accumulators", (64, 8)).tobytes()
+
+
+def test_ctrl_c_during_a_reshard_leaves_nothing(tmp_path: Path, spec: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    import tpuemb_cfg.checkpoints.reshard as reshard
+
+    calls = [0]
+    real = reshard._gather
+
+    def interrupted(*args: object, **kwargs: object) -> object:
+        calls[0] += 1
+        if calls[0] == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(reshard, "_gather", interrupted)
+    target = tmp_path / "v6e.py"
+    target.write_text(SPECS["sparsecore"].replace('topology = "v5p:2"', 'topology = "v6e:4"'))
+    result = run_cli("checkpoint", "reshard", str(DATA / "tf" / "sparsecore"), str(target),
+                     "-o", str(tmp_path / "out"), "-q", "--max-memory", "64K")
+    assert result.exit_code == 130, result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sc.py", "v6e.py"]  # no output
+
+
+def test_reshard_refuses_what_it_cannot_do(tmp_path: Path, spec: Path) -> None:
+    grown = tmp_path / "grown.py"
+    grown.write_text(SPECS["sparsecore"].replace("vocabulary_size=64", "vocabulary_size=72"))
+    result = run_cli("checkpoint", "reshard", str(DATA / "tf" / "sparsecore"), str(grown),
+                     "-o", str(tmp_path / "o"))
+    assert result.exit_code == 2 and "table 'user'" in result.output
+    assert "resize" in result.output
+    result = run_cli("checkpoint", "reshard", str(DATA / "tf" / "sparsecore"), str(grown),
+                     "-o", str(tmp_path / "o"), "--resize", "-q")
+    assert result.exit_code == 0, result.output
+    for bad in (["--max-memory", "12"], ["--max-memory", "lots"],
+                ["-o", str(DATA / "tf" / "sparsecore")]):
+        args = ["-o", str(tmp_path / "p"), *bad] if bad[0] != "-o" else bad
+        result = run_cli("checkpoint", "reshard", str(DATA / "tf" / "sparsecore"), str(spec),
+                         *args)
+        assert result.exit_code == 2, (bad, result.output)
+        assert "Traceback" not in result.output

@@ -9,23 +9,29 @@ atomically; exit status 0, 1 (``verify`` found a problem), 2 (bad input or optio
 
 from __future__ import annotations
 
+import glob
 import json
 import os
-from collections.abc import Callable, Sequence
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import click
 
+from tpuemb_cfg.algorithms.table import slot_names
 from tpuemb_cfg.base.errors import UsageError, printable
-from tpuemb_cfg.base.units import format_size
+from tpuemb_cfg.base.units import format_size, parse_size
 from tpuemb_cfg.checkpoints.embedding import EmbeddingCheckpoint, find_embedding
+from tpuemb_cfg.checkpoints.reshard import KeyedSource, execute_reshard, plan_reshard
 from tpuemb_cfg.checkpoints.state import checkpoint_prefix, checkpoint_variables
 from tpuemb_cfg.checkpoints.verify import VerifyReport, initial_values, verify
 from tpuemb_cfg.commands.flags import LINES
 from tpuemb_cfg.formats.atomic import check_outputs
 from tpuemb_cfg.formats.bundle import BundleReader, data_path, index_path, write_object_checkpoint
+from tpuemb_cfg.formats.limits import default_memory_limit
 from tpuemb_cfg.formats.npzio import read_npz
-from tpuemb_cfg.model.checkpoint import LAYOUTS_KEY, CheckpointView, saved_layouts
+from tpuemb_cfg.model.checkpoint import LAYOUTS_KEY, PARAMETERS, CheckpointView, saved_layouts
 from tpuemb_cfg.review.checkpoints import view_of, why_not
 from tpuemb_cfg.review.sides import Side, SideOptions, load_side
 
@@ -250,3 +256,121 @@ def export_command(state: str, config: str, topology: str | None, keras_backend:
     total = sum(v.nbytes for v in variables.values())
     click.echo(f"wrote {printable(prefix)}: {len(variables)} variable(s), {format_size(total)}"
                f" ({view.kind}, at {view.object_path!r})")
+
+
+# ------------------------------------------------------------------------------------ reshard
+
+#: Without a terminal, a progress line at most this often (seconds).
+LINE_EVERY = 10.0
+
+
+class _Collected:
+    """A reshard sink that keeps each variable's chunk iterator (nothing is read until the
+    writer pulls it): the checkpoint writer then streams them in order."""
+
+    def __init__(self) -> None:
+        self.variables: dict[str, Iterator[Any]] = {}
+        self.shapes: dict[str, tuple[tuple[int, ...], Any]] = {}
+
+    def add_rows(self, name: str, shape: tuple[int, int], dtype: Any,
+                 chunks: Iterable[Any]) -> None:
+        self.variables[name] = iter(chunks)
+        self.shapes[name] = (tuple(shape), dtype)
+
+
+def _checkpoint_files(prefix: str) -> list[str]:
+    return [index_path(prefix), *sorted(glob.glob(glob.escape(prefix) + ".data-*"))]
+
+
+def _slots(side: Side) -> dict[str, tuple[str, ...]]:
+    """table -> its optimizer's slot names (TensorFlow's), from the configuration."""
+    if side.config is not None:
+        return {t.name: slot_names(t.optimizer.algorithm) for t in side.config.tables}
+    out: dict[str, tuple[str, ...]] = {}
+    for table in side.message.table_descriptor if side.message is not None else ():
+        params = table.optimization_parameters
+        algorithm = params.WhichOneof("parameters") if table.HasField(
+            "optimization_parameters") else None
+        out[table.name] = slot_names(algorithm) if algorithm else ()
+    return out
+
+
+def _shapes(side: Side) -> dict[str, tuple[int, int]]:
+    if side.config is not None:
+        return {t.name: (t.vocabulary_size, t.dim) for t in side.config.tables}
+    assert side.message is not None
+    return {t.name: (int(t.vocabulary_size), int(t.dimension))
+            for t in side.message.table_descriptor}
+
+
+def _progress(quiet: bool) -> Callable[[str, int, int], None] | None:
+    if quiet:
+        return None
+    last = [0.0]
+
+    def line(name: str, done: int, rows: int) -> None:
+        now = time.monotonic()
+        if now - last[0] >= (0.5 if sys.stderr.isatty() else LINE_EVERY) or done >= rows:
+            last[0] = now
+            click.echo(f"reshard: {printable(name)}: {100 * done / max(rows, 1):.0f}% "
+                       f"({done:,} of {rows:,} rows)", err=True)
+
+    return line
+
+
+@checkpoint.command(name="reshard")
+@click.argument("ckpt")
+@click.argument("config", type=click.Path(dir_okay=False))
+@_config_options
+@click.option("-o", "--output", required=True, metavar="PREFIX",
+              help="The checkpoint to write (PREFIX.index and PREFIX.data-00000-of-00001).")
+@click.option("--unstack", is_flag=True, help="Write per-table variables (the mid-level API's "
+              "and TPUEmbeddingForServing's), whatever CONFIG stacks.")
+@click.option("--resize", is_flag=True, help="A table whose shape changed: copy the rows and "
+              "columns both have, zeros elsewhere (default: refuse it).")
+@click.option("--max-memory", metavar="SIZE", help="Memory the reshard may use (default: 80% "
+              "of the memory available); the checkpoint may be far larger.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
+def reshard_command(ckpt: str, config: str, topology: str | None,  # noqa: PLR0913
+                    keras_backend: str | None, tf_version: str | None,
+                    object_path: str | None, output: str, unstack: bool, resize: bool,
+                    max_memory: str | None, quiet: bool) -> None:
+    """Reshard CKPT to the layout CONFIG gives (another slice or SparseCore count, another
+    stacking or TensorFlow version), or to per-table variables (--unstack), in bounded memory.
+    The result restores under CONFIG with no adapter, slots included (TensorFlow's adapter
+    leaves them at their initial values). Only the embedding is written."""
+    prefix = checkpoint_prefix(ckpt)
+    out = _check_checkpoint_output(output, [("CKPT", f) for f in _checkpoint_files(prefix)]
+                                   + [("CONFIG", config)])
+    try:
+        cap = parse_size(max_memory) if max_memory is not None else default_memory_limit()
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"--max-memory {max_memory!r}: {exc}") from None
+    side = _side(config, topology, keras_backend, tf_version)
+    with BundleReader(prefix) as reader:
+        found = find_embedding(reader, object_path=_object_path(object_path), label=ckpt,
+                               tables=_table_names(side))
+        old: Any = (found.layouts if found.kind == "sparsecore" else
+                    {v.owner: (int(v.shape[0]), int(v.shape[1])) for v in found.variables
+                     if v.slot == PARAMETERS})
+        stacked = not unstack and side.kind == "sparsecore" and side.layouts is not None
+        if side.kind == "sparsecore" and side.layouts is None and not unstack:
+            raise UsageError(f"{config}: its tables cannot be stacked ({side.stacking_error}); "
+                             "--unstack writes per-table variables")
+        new: Any = side.layouts if stacked else _shapes(side)
+        plan = plan_reshard(old, new, slots=_slots(side), resize=resize)
+        sink = _Collected()
+        stats = execute_reshard(plan, KeyedSource(reader, found.object_path), sink,
+                                memory_cap=cap if cap is not None else 1 << 62,
+                                progress=_progress(quiet))
+        strings = ({LAYOUTS_KEY: saved_layouts(side.layouts).SerializeToString()}
+                   if stacked and side.layouts is not None else {})
+        write_object_checkpoint(out, sink.variables, object_path=found.object_path,
+                                strings=strings, shapes=sink.shapes,
+                                inputs=_checkpoint_files(prefix))
+    kind = "stacked for " + config if stacked else "per table"
+    dropped = f"; left out (not in {config}): {', '.join(plan.dropped)}" if plan.dropped else ""
+    how = "resharded" if plan.adapter else "copied (the layouts are equal)"
+    click.echo(f"wrote {printable(out)}: {len(sink.variables)} variable(s) {kind}, {how}; "
+               f"{format_size(stats.bytes_written)} written, {format_size(stats.bytes_read)} "
+               f"read{dropped}")
