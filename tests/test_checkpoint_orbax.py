@@ -118,3 +118,51 @@ def test_damaged_array_is_an_input_error(ts_available: None, tmp_path: Path) -> 
         for key in reader.keys():
             reader.read(key)
     assert str(copy) in str(info.value.path)
+
+
+def test_find_jax_embedding_stacks_and_slots(ts_available: None) -> None:
+    from tpuemb_cfg.checkpoints.embedding import JAX_KIND, find_jax_embedding
+
+    found = find_jax_embedding(orbax.OrbaxReader(MANAGER), label="ckpt")
+    assert (found.kind, found.object_path, found.layouts) == (JAX_KIND, STACKS, ())
+    assert [(v.name, v.owner, v.slot, v.shape) for v in found.variables] == [
+        ("country", "country", "parameters", (64, 16)),
+        ("country/accumulator", "country", "accumulator", (64, 16)),
+        ("user_item", "user_item", "parameters", (384, 8)),
+        ("user_item/accumulator", "user_item", "accumulator", (384, 8))]
+    assert found.other_keys == ("model/dense/kernel/value",)
+    with pytest.raises(InputError, match="no jax-tpu-embedding embedding variables"):
+        find_jax_embedding(_Only(["model/dense/kernel/value"]), label="x")
+
+
+class _Only:
+    """The stored checkpoint with only some keys."""
+
+    def __init__(self, keys: list[str]) -> None:
+        self.reader = orbax.OrbaxReader(STEP)
+        self._keys = keys
+
+    def keys(self) -> list[str]:
+        return self._keys
+
+    def entry(self, key: str) -> orbax.OrbaxEntry:
+        return self.reader.entry(key)
+
+    def read(self, key: str) -> np.ndarray:
+        return self.reader.read(key)
+
+    def read_rows(self, key: str, start: int, stop: int) -> np.ndarray:
+        return self.reader.read_rows(key, start, stop)
+
+
+def test_cli_inspect_reads_an_orbax_folder(ts_available: None) -> None:
+    import json
+
+    from conftest import run_cli
+
+    result = run_cli("checkpoint", "inspect", str(MANAGER), "--json")
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert document["kind"] == "jax-tpu-embedding" and document["object_path"] == STACKS
+    assert [v["name"] for v in document["variables"]] == [
+        "country", "country/accumulator", "user_item", "user_item/accumulator"]
