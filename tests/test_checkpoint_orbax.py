@@ -61,6 +61,9 @@ def test_bad_input_names_the_path(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("x")
     with pytest.raises(InputError, match="not a folder"):
         orbax.OrbaxReader(tmp_path / "file")
+
+
+def test_bad_metadata_names_the_file(ts_available: None, tmp_path: Path) -> None:
     item = tmp_path / "item"
     item.mkdir()
     (item / "_METADATA").write_text("{not json")
