@@ -114,7 +114,8 @@ _PB2 = "google.protobuf"  # what importing a generated ``*_pb2`` module imports
 
 #: Third-party packages whose import costs start-up time: the roots of :func:`heavy_modules`.
 #: ``google.protobuf`` stands for the generated ``*_pb2`` modules too (each imports it).
-HEAVY_PACKAGES = ("numpy", "numba", "ray", "pyarrow", "google.protobuf", "matplotlib")
+HEAVY_PACKAGES = ("numpy", "numba", "ray", "pyarrow", "google.protobuf", "matplotlib",
+                  "tensorstore")
 
 #: Modules allowed an in-function import that defers nothing heavy, each with its reason
 #: (``test_in_function_imports_keep_start_up_fast``; docs/architecture.md, "In-function

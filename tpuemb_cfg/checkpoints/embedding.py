@@ -16,6 +16,7 @@ is, for tests).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -34,8 +35,8 @@ from tpuemb_cfg.model.checkpoint import (
     layouts_from_proto,
 )
 
-__all__ = ["CheckpointSource", "EmbeddingCheckpoint", "EmbeddingVariable", "Entry",
-           "MemoryEntry", "MemorySource", "find_embedding", "unescape"]
+__all__ = ["JAX_KIND", "CheckpointSource", "EmbeddingCheckpoint", "EmbeddingVariable", "Entry",
+           "MemoryEntry", "MemorySource", "find_embedding", "find_jax_embedding", "unescape"]
 
 
 class Entry(Protocol):
@@ -257,3 +258,47 @@ def _parse_layouts(raw: bytes, shown: str, key: str) -> tuple[LayoutRecord, ...]
         raise InputError(f"{key}: the layouts do not parse as SparseCoreTableLayouts ({exc})",
                          path=shown) from None
     return layouts_from_proto(message)
+
+
+#: jax-tpu-embedding's embedding variables in a pytree: ``<object path>/<stack>/table`` and
+#: ``<object path>/<stack>/slot/<slot name>`` (``EmbeddingVariables(table, slot)`` per stacked
+#: table; NNX's ``SparseCoreEmbed`` puts them at ``<layer>/embedding_table/value``).
+_JAX_VARIABLE = re.compile(r"^(?:(?P<path>.*)/)?(?P<stack>[^/]+)/(?:table|slot/(?P<slot>[^/]+))$")
+JAX_KIND = "jax-tpu-embedding"
+
+
+def find_jax_embedding(source: CheckpointSource, *, object_path: str | None = None,
+                       label: str | None = None) -> EmbeddingCheckpoint:
+    """The stacked tables and slots of a jax-tpu-embedding checkpoint (keys: pytree paths
+    joined with "/", as ``formats.orbax.OrbaxReader`` gives them). ``object_path``: the
+    dictionary of ``EmbeddingVariables`` (``model/embedding_layer/embedding_table/value``); by
+    default the one path holding ``<stack>/table`` arrays. The stacking layout (jax-tpu-embedding's
+    ``EmbeddingSpecProto``, stored beside) is not read: ``layouts`` stays empty."""
+    shown = label or getattr(source, "name", None) or getattr(source, "path", None) \
+        or "<checkpoint>"
+    keys = list(source.keys())
+    found: dict[str, list[tuple[str, str, str | None]]] = {}
+    for key in keys:
+        match = _JAX_VARIABLE.match(key)
+        if match and len(source.entry(key).shape) == 2:
+            found.setdefault(match["path"] or "", []).append((key, match["stack"], match["slot"]))
+    paths = sorted(p for p, items in found.items() if any(s is None for _, _, s in items))
+    if object_path is None:
+        if len(paths) > 1:
+            raise InputError(f"the checkpoint holds {len(paths)} jax-tpu-embedding embeddings (at "
+                             f"{', '.join(repr(p) for p in paths)}); name one with the object "
+                             "path", path=shown)
+        if not paths:
+            raise InputError("no jax-tpu-embedding embedding variables (no 2-D '<stack>/table' "
+                             "array) in the checkpoint", path=shown)
+        object_path = paths[0]
+    variables = []
+    for key, stack, slot in found.get(object_path, []):
+        entry = source.entry(key)
+        name = stack if slot is None else f"{stack}/{slot}"
+        variables.append(EmbeddingVariable(name, key, stack, slot or PARAMETERS,
+                                           tuple(int(d) for d in entry.shape), str(entry.dtype)))
+    variables.sort(key=lambda v: (v.owner, v.slot != PARAMETERS, v.name))
+    taken = {v.key for v in variables}
+    return EmbeddingCheckpoint(str(shown), JAX_KIND, object_path, tuple(variables), (), b"",
+                               tuple(k for k in keys if k not in taken))

@@ -22,7 +22,11 @@ import click
 from tpuemb_cfg.algorithms.table import slot_names
 from tpuemb_cfg.base.errors import UsageError, printable
 from tpuemb_cfg.base.units import format_size, parse_size
-from tpuemb_cfg.checkpoints.embedding import EmbeddingCheckpoint, find_embedding
+from tpuemb_cfg.checkpoints.embedding import (
+    EmbeddingCheckpoint,
+    find_embedding,
+    find_jax_embedding,
+)
 from tpuemb_cfg.checkpoints.reshard import KeyedSource, execute_reshard, plan_reshard
 from tpuemb_cfg.checkpoints.state import checkpoint_prefix, checkpoint_variables
 from tpuemb_cfg.checkpoints.verify import VerifyReport, initial_values, verify
@@ -31,6 +35,7 @@ from tpuemb_cfg.formats.atomic import check_outputs
 from tpuemb_cfg.formats.bundle import BundleReader, data_path, index_path, write_object_checkpoint
 from tpuemb_cfg.formats.limits import default_memory_limit
 from tpuemb_cfg.formats.npzio import read_npz
+from tpuemb_cfg.formats.orbax import OrbaxReader, is_orbax_checkpoint
 from tpuemb_cfg.model.checkpoint import LAYOUTS_KEY, PARAMETERS, CheckpointView, saved_layouts
 from tpuemb_cfg.review.checkpoints import view_of, why_not
 from tpuemb_cfg.review.sides import Side, SideOptions, load_side
@@ -130,10 +135,16 @@ def _found_json(found: EmbeddingCheckpoint) -> dict[str, Any]:
               "found from the layouts, else 'embedding').")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object on standard output.")
 def inspect_command(ckpt: str, object_path: str | None, as_json: bool) -> None:
-    """The embedding variables of CKPT: names, shapes, dtypes, and the SparseCore layouts."""
-    prefix = checkpoint_prefix(ckpt)
-    with BundleReader(prefix) as reader:
-        found = find_embedding(reader, object_path=_object_path(object_path), label=ckpt)
+    """The embedding variables of CKPT: names, shapes, dtypes, and the SparseCore layouts.
+
+    CKPT may also be a jax-tpu-embedding (Orbax) checkpoint folder: a CheckpointManager's folder
+    (its last step), a step or an item (needs the extra: pip install 'tpuemb[orbax]')."""
+    if is_orbax_checkpoint(ckpt):
+        with OrbaxReader(ckpt) as orbax_reader:
+            found = find_jax_embedding(orbax_reader, object_path=object_path, label=ckpt)
+    else:
+        with BundleReader(checkpoint_prefix(ckpt)) as reader:
+            found = find_embedding(reader, object_path=_object_path(object_path), label=ckpt)
     if as_json:
         click.echo(json.dumps(_found_json(found), indent=2))
         return
