@@ -260,3 +260,20 @@ def test_reshard_refuses_what_it_cannot_do(tmp_path: Path, spec: Path) -> None:
                          *args)
         assert result.exit_code == 2, (bad, result.output)
         assert "Traceback" not in result.output
+
+
+def test_a_corrupt_checkpoint_is_refused_before_a_reshard_writes_anything(tmp_path: Path,
+                                                                         spec: Path) -> None:
+    import shutil
+
+    for suffix in (".index", ".data-00000-of-00001"):
+        shutil.copy(DATA / "tf" / f"sparsecore{suffix}", tmp_path / f"bad{suffix}")
+    data = bytearray((tmp_path / "bad.data-00000-of-00001").read_bytes())
+    data[100] ^= 0xFF
+    (tmp_path / "bad.data-00000-of-00001").write_bytes(bytes(data))
+    for command in (["reshard", str(tmp_path / "bad"), str(spec), "-o", str(tmp_path / "out")],
+                    ["verify", str(tmp_path / "bad"), str(spec)]):
+        result = run_cli("checkpoint", *command)
+        assert result.exit_code == 2, result.output
+        assert "does not match its CRC-32C" in result.output
+    assert not list(tmp_path.glob("out*"))

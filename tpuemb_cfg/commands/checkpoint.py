@@ -370,6 +370,12 @@ def reshard_command(ckpt: str, config: str, topology: str | None,  # noqa: PLR09
                              "--unstack writes per-table variables")
         new: Any = side.layouts if stacked else _shapes(side)
         plan = plan_reshard(old, new, slots=_slots(side), resize=resize)
+        # read_rows cannot check a part of a tensor: every input's CRC first, streaming (one
+        # more read of the checkpoint, against a corrupt file written out as good)
+        for name in plan.inputs():
+            variable = found.variable(name)
+            if variable is not None:
+                reader.verify(variable.key)
         sink = _Collected()
         stats = execute_reshard(plan, KeyedSource(reader, found.object_path), sink,
                                 memory_cap=cap if cap is not None else 1 << 62,
