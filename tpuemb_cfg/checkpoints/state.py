@@ -7,13 +7,13 @@ table (the mid-level API: ``NAME``, ``NAME/SLOT``) or stacked (``TPUEmbeddingV2`
 state (``tpuemb simulate --init CKPT``); :func:`checkpoint_variables` stacks a state into the
 variables a configuration's checkpoint holds (``tpuemb checkpoint export``).
 
-Stacking follows TensorFlow's arithmetic (``verify.table_rows``): a table's padded row ``j`` sits
-on SparseCore ``(j + rotation) mod N`` at row ``offset + j // N`` of that SparseCore's shard; the
-padding rows and columns are zeros, as TensorFlow pads them (``_shard_from_cpu_to_sc``).
+Stacking and unstacking are ``sharding.shard`` / ``sharding.unshard`` (TensorFlow's
+``_shard_from_cpu_to_sc`` / ``_unshard_from_sc_to_cpu``): the padding rows and columns are zeros.
 """
 
 from __future__ import annotations
 
+import glob
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -22,13 +22,14 @@ import numpy as np
 
 from tpuemb_cfg.base.errors import InputError
 from tpuemb_cfg.formats.bundle import BundleReader, index_path
-from tpuemb_cfg.model.checkpoint import PARAMETERS, CheckpointView, LayoutRecord
+from tpuemb_cfg.model.checkpoint import PARAMETERS, CheckpointView
 
 from .embedding import CheckpointSource, EmbeddingCheckpoint, find_embedding
-from .verify import table_rows
+from .sharding import shard, stacks_of, unshard
 
-__all__ = ["checkpoint_prefix", "checkpoint_state_bytes", "checkpoint_variables",
-           "is_checkpoint", "read_checkpoint_state", "state_from_checkpoint", "state_key"]
+__all__ = ["checkpoint_files", "checkpoint_prefix", "checkpoint_state_bytes",
+           "checkpoint_variables", "is_checkpoint", "read_checkpoint_state",
+           "state_from_checkpoint", "state_key"]
 
 
 def state_key(table: str, slot: str) -> str:
@@ -70,7 +71,8 @@ def state_from_checkpoint(source: CheckpointSource, found: EmbeddingCheckpoint,
                 out[state_key(name, slot)] = array
         return out
     layouts = {t.table_name: t for t in found.layouts}
-    stacked_cache: dict[str, np.ndarray] = {}
+    stacks = stacks_of(found.layouts)
+    unstacked: dict[str, dict[str, np.ndarray]] = {}  # one stacked variable's tables at a time
     for name, rows, dim, slots in wanted:
         layout = layouts.get(name)
         if layout is None:
@@ -80,20 +82,19 @@ def state_from_checkpoint(source: CheckpointSource, found: EmbeddingCheckpoint,
                 f"table {name!r}: the checkpoint's layout holds {tuple(layout.unsharded_shape)}, "
                 f"the configuration ({rows}, {dim}); the restore would give a tensor of the wrong "
                 "size (CKPT002)", path=where)
-        stacked_rows, table_rows_ = table_rows(layout)
+        members = stacks[layout.stacked_table_name]
         for slot in (PARAMETERS, *slots):
             local = layout.stacked_table_name + ("" if slot == PARAMETERS else f"/{slot}")
             variable = found.variable(local)
             if variable is None:
                 continue
-            if variable.key not in stacked_cache:
-                stacked_cache.clear()  # one stacked variable in memory at a time
-                stacked_cache[variable.key] = _float32(source.read(variable.key), where,
-                                                       variable.key)
-            stacked = stacked_cache[variable.key]
-            table = np.zeros((rows, dim), np.float32)
-            table[table_rows_] = stacked[stacked_rows, :dim]
-            out[state_key(name, slot)] = table
+            if variable.key not in unstacked:
+                unstacked.clear()
+                stacked = _float32(source.read(variable.key), where, variable.key)
+                unstacked[variable.key] = {
+                    t.table_name: table for t, table in zip(members, unshard(stacked, members),
+                                                            strict=True)}
+            out[state_key(name, slot)] = unstacked[variable.key][name]
     return out
 
 
@@ -102,20 +103,17 @@ def checkpoint_variables(state: Mapping[str, np.ndarray], view: CheckpointView
     """The variables ``view`` (a configuration's checkpoint) holds, by local name, filled from
     ``state`` (tpuemb's keys); a table or slot ``state`` lacks is refused (``InputError``)."""
     out: dict[str, np.ndarray] = {}
-    layouts = {t.table_name: t for t in view.layouts}
+    stacks = stacks_of(view.layouts) if view.kind == "sparsecore" else {}
     for variable in view.variables:
         if view.kind == "unsharded":
             key = state_key(variable.tables[0], variable.slot)
             out[variable.name] = _needed(state, key, variable.shape)
             continue
-        stacked = np.zeros(variable.shape, np.float32)
-        for table in variable.tables:
-            layout: LayoutRecord = layouts[table]
-            rows, dim = layout.unsharded_shape
-            values = _needed(state, state_key(table, variable.slot), (rows, dim))
-            stacked_rows, table_rows_ = table_rows(layout)
-            stacked[stacked_rows, :dim] = values[table_rows_]
-        out[variable.name] = stacked
+        members = stacks[variable.name.partition("/")[0]]
+        out[variable.name] = shard({t.table_name: _needed(state, state_key(t.table_name,
+                                                                           variable.slot),
+                                                          t.unsharded_shape)
+                                    for t in members}, members)
     return out
 
 
@@ -149,6 +147,14 @@ def checkpoint_prefix(path: str | os.PathLike[str]) -> str:
         raise InputError(f"no checkpoint here: expected {index_path(prefix)} and its .data-* "
                          f"files{hint}", path=text)
     return prefix
+
+
+def checkpoint_files(path: str | os.PathLike[str]) -> list[str]:
+    """The files of checkpoint ``path`` (a prefix, or its ``.index`` file): its index and the
+    data shards present; what no output may replace."""
+    text = os.fspath(path)
+    prefix = text[: -len(".index")] if text.endswith(".index") else text
+    return [index_path(prefix), *sorted(glob.glob(glob.escape(prefix) + ".data-*"))]
 
 
 def checkpoint_state_bytes(path: str | os.PathLike[str]) -> int:

@@ -9,7 +9,6 @@ atomically; exit status 0, 1 (``verify`` found a problem), 2 (bad input or optio
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import sys
@@ -19,7 +18,6 @@ from typing import Any
 
 import click
 
-from tpuemb_cfg.algorithms.table import slot_names
 from tpuemb_cfg.base.errors import UsageError, printable
 from tpuemb_cfg.base.units import format_size, parse_size
 from tpuemb_cfg.checkpoints.embedding import (
@@ -28,9 +26,14 @@ from tpuemb_cfg.checkpoints.embedding import (
     find_jax_embedding,
 )
 from tpuemb_cfg.checkpoints.reshard import KeyedSource, execute_reshard, plan_reshard
-from tpuemb_cfg.checkpoints.state import checkpoint_prefix, checkpoint_variables
+from tpuemb_cfg.checkpoints.state import (
+    checkpoint_files,
+    checkpoint_prefix,
+    checkpoint_variables,
+)
 from tpuemb_cfg.checkpoints.verify import VerifyReport, initial_values, verify
 from tpuemb_cfg.commands.flags import LINES
+from tpuemb_cfg.commands.flags import object_path as object_path_option
 from tpuemb_cfg.formats.atomic import check_outputs
 from tpuemb_cfg.formats.bundle import BundleReader, data_path, index_path, write_object_checkpoint
 from tpuemb_cfg.formats.limits import default_memory_limit
@@ -41,15 +44,6 @@ from tpuemb_cfg.review.checkpoints import view_of, why_not
 from tpuemb_cfg.review.sides import Side, SideOptions, load_side
 
 __all__ = ["checkpoint"]
-
-
-def _object_path(text: str | None) -> str | None:
-    if text is None:
-        return None
-    if not text or any(not p or p != p.strip() for p in text.split("/")):
-        raise UsageError(f"--object-path {text!r}: expected attribute names separated by '/', "
-                         "e.g. embedding or model/embedding_layer")
-    return text
 
 
 def _side(config: str, topology: str | None, keras_backend: str | None,
@@ -144,7 +138,7 @@ def inspect_command(ckpt: str, object_path: str | None, as_json: bool) -> None:
             found = find_jax_embedding(orbax_reader, object_path=object_path, label=ckpt)
     else:
         with BundleReader(checkpoint_prefix(ckpt)) as reader:
-            found = find_embedding(reader, object_path=_object_path(object_path), label=ckpt)
+            found = find_embedding(reader, object_path=object_path_option(object_path), label=ckpt)
     if as_json:
         click.echo(json.dumps(_found_json(found), indent=2))
         return
@@ -199,7 +193,7 @@ def verify_command(ckpt: str, config: str, topology: str | None, keras_backend: 
     prefix = checkpoint_prefix(ckpt)
     side = _side(config, topology, keras_backend, tf_version)
     with BundleReader(prefix) as reader:
-        found = find_embedding(reader, object_path=_object_path(object_path), label=ckpt,
+        found = find_embedding(reader, object_path=object_path_option(object_path), label=ckpt,
                                tables=_table_names(side))
         expected = _expected(side, found.object_path)
         for variable in found.variables:
@@ -256,7 +250,7 @@ def export_command(state: str, config: str, topology: str | None, keras_backend:
     under CONFIG with no reshard."""
     prefix = _check_checkpoint_output(output, [("STATE", state), ("CONFIG", config)])
     side = _side(config, topology, keras_backend, tf_version)
-    view = _expected(side, _object_path(object_path) or "embedding")
+    view = _expected(side, object_path_option(object_path) or "embedding")
     arrays = read_npz(state)
     variables = checkpoint_variables(arrays, view)
     strings = {}
@@ -289,29 +283,18 @@ class _Collected:
         self.shapes[name] = (tuple(shape), dtype)
 
 
-def _checkpoint_files(prefix: str) -> list[str]:
-    return [index_path(prefix), *sorted(glob.glob(glob.escape(prefix) + ".data-*"))]
-
-
-def _slots(side: Side) -> dict[str, tuple[str, ...]]:
-    """table -> its optimizer's slot names (TensorFlow's), from the configuration."""
-    if side.config is not None:
-        return {t.name: slot_names(t.optimizer.algorithm) for t in side.config.tables}
-    out: dict[str, tuple[str, ...]] = {}
-    for table in side.message.table_descriptor if side.message is not None else ():
-        params = table.optimization_parameters
-        algorithm = params.WhichOneof("parameters") if table.HasField(
-            "optimization_parameters") else None
-        out[table.name] = slot_names(algorithm) if algorithm else ()
-    return out
-
-
-def _shapes(side: Side) -> dict[str, tuple[int, int]]:
-    if side.config is not None:
-        return {t.name: (t.vocabulary_size, t.dim) for t in side.config.tables}
-    assert side.message is not None
-    return {t.name: (int(t.vocabulary_size), int(t.dimension))
-            for t in side.message.table_descriptor}
+def _slots_and_shapes(view: CheckpointView
+                      ) -> tuple[dict[str, tuple[str, ...]], dict[str, tuple[int, int]]]:
+    """table -> its slot names, and table -> (rows, dim), as CONFIG's checkpoint holds them."""
+    slots: dict[str, tuple[str, ...]] = {}
+    for variable in view.variables:
+        for table in variable.tables:
+            slots.setdefault(table, ())
+            if variable.slot != PARAMETERS and variable.slot not in slots[table]:
+                slots[table] += (variable.slot,)
+    shapes = {table: shape for (table, slot), shape in view.table_shapes().items()
+              if slot == PARAMETERS}
+    return slots, shapes
 
 
 def _progress(quiet: bool) -> Callable[[str, int, int], None] | None:
@@ -351,7 +334,7 @@ def reshard_command(ckpt: str, config: str, topology: str | None,  # noqa: PLR09
     The result restores under CONFIG with no adapter, slots included (TensorFlow's adapter
     leaves them at their initial values). Only the embedding is written."""
     prefix = checkpoint_prefix(ckpt)
-    out = _check_checkpoint_output(output, [("CKPT", f) for f in _checkpoint_files(prefix)]
+    out = _check_checkpoint_output(output, [("CKPT", f) for f in checkpoint_files(prefix)]
                                    + [("CONFIG", config)])
     try:
         cap = parse_size(max_memory) if max_memory is not None else default_memory_limit()
@@ -359,7 +342,7 @@ def reshard_command(ckpt: str, config: str, topology: str | None,  # noqa: PLR09
         raise UsageError(f"--max-memory {max_memory!r}: {exc}") from None
     side = _side(config, topology, keras_backend, tf_version)
     with BundleReader(prefix) as reader:
-        found = find_embedding(reader, object_path=_object_path(object_path), label=ckpt,
+        found = find_embedding(reader, object_path=object_path_option(object_path), label=ckpt,
                                tables=_table_names(side))
         old: Any = (found.layouts if found.kind == "sparsecore" else
                     {v.owner: (int(v.shape[0]), int(v.shape[1])) for v in found.variables
@@ -368,8 +351,9 @@ def reshard_command(ckpt: str, config: str, topology: str | None,  # noqa: PLR09
         if side.kind == "sparsecore" and side.layouts is None and not unstack:
             raise UsageError(f"{config}: its tables cannot be stacked ({side.stacking_error}); "
                              "--unstack writes per-table variables")
-        new: Any = side.layouts if stacked else _shapes(side)
-        plan = plan_reshard(old, new, slots=_slots(side), resize=resize)
+        slots, shapes = _slots_and_shapes(_expected(side, found.object_path))
+        new: Any = side.layouts if stacked else shapes
+        plan = plan_reshard(old, new, slots=slots, resize=resize)
         # read_rows cannot check a part of a tensor: every input's CRC first, streaming (one
         # more read of the checkpoint, against a corrupt file written out as good)
         for name in plan.inputs():
@@ -384,7 +368,7 @@ def reshard_command(ckpt: str, config: str, topology: str | None,  # noqa: PLR09
                    if stacked and side.layouts is not None else {})
         write_object_checkpoint(out, sink.variables, object_path=found.object_path,
                                 strings=strings, shapes=sink.shapes,
-                                inputs=_checkpoint_files(prefix))
+                                inputs=checkpoint_files(prefix))
     kind = "stacked for " + config if stacked else "per table"
     dropped = f"; left out (not in {config}): {', '.join(plan.dropped)}" if plan.dropped else ""
     how = "resharded" if plan.adapter else "copied (the layouts are equal)"

@@ -23,6 +23,7 @@ import click
 
 from tpuemb_cfg.base.errors import InputError, UsageError, printable
 from tpuemb_cfg.commands.flags import LINES
+from tpuemb_cfg.commands.flags import object_path as object_path_option
 from tpuemb_cfg.formats.atomic import OutputSet, check_outputs
 from tpuemb_cfg.formats.limits import max_input_bytes
 from tpuemb_cfg.model import SEVERITY_RANK
@@ -198,8 +199,8 @@ def diff_command(files: tuple[str, ...], against: str | None, ids: tuple[str, ..
     options = DiffOptions(
         old=SideOptions(old_topo, old_keras, old_tf),
         new=SideOptions(new_topo, new_keras, new_tf),
-        ids=[os.path.abspath(p) for p in ids] or None, object_path=_object_path(object_path),
-        after_build=after_build)
+        ids=[os.path.abspath(p) for p in ids] or None,
+        object_path=object_path_option(object_path) or "embedding", after_build=after_build)
     absolute = [(os.path.abspath(old), os.path.abspath(new)) for old, new in pairs]
     results = []
     with contextlib.ExitStack() as stack:
@@ -234,15 +235,6 @@ def diff_command(files: tuple[str, ...], against: str | None, ids: tuple[str, ..
                                for r in results for d in r.findings)
     if failed:
         click.get_current_context().exit(1)
-
-
-def _object_path(text: str) -> str:
-    """``--object-path``: attribute names separated by ``/`` (TensorFlow's object graph path)."""
-    parts = text.split("/")
-    if not text or any(not p or p != p.strip() or "\0" in p for p in parts):
-        raise UsageError(f"--object-path {text!r}: expected attribute names separated by '/', "
-                         "e.g. embedding or model/embedding_layer")
-    return text
 
 
 def _breaking_only(result: Any) -> Any:

@@ -18,7 +18,7 @@ from typing import Any
 
 import click
 
-from tpuemb_cfg.base.errors import TpuembError, printable, printable_json
+from tpuemb_cfg.base.errors import TpuembError, UsageError, printable, printable_json
 
 __all__ = ["FLAGS", "LINES", "cli_message", "echo", "keras_backend_option", "printable_json"]
 
@@ -86,3 +86,15 @@ def keras_backend_option(command: Callable[..., Any]) -> Callable[..., Any]:
             return command(*args, **kwargs)
 
     return run
+
+
+def object_path(text: str | None) -> str | None:
+    """``--object-path``: attribute names separated by ``/`` (a checkpoint's object graph
+    path, such as ``model/embedding_layer``); None stays None."""
+    if text is None:
+        return None
+    if (not text or any(not part or part != part.strip() for part in text.split("/"))
+            or not text.isprintable()):
+        raise UsageError(f"--object-path {text!r}: expected attribute names separated by '/', "
+                         "e.g. embedding or model/embedding_layer")
+    return text

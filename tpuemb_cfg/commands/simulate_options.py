@@ -144,14 +144,10 @@ def _init_files(init: str | None) -> list[str]:
     """The files ``--init`` reads: an ``.npz``, or a checkpoint's index and data shards."""
     if init is None:
         return []
-    from tpuemb_cfg.checkpoints.state import is_checkpoint  # NumPy: only when --init is given
+    # NumPy: only when --init is given
+    from tpuemb_cfg.checkpoints.state import checkpoint_files, is_checkpoint
 
-    if not is_checkpoint(init):
-        return [init]
-    import glob
-
-    prefix = init[: -len(".index")] if init.endswith(".index") else init
-    return [f"{prefix}.index", *sorted(glob.glob(glob.escape(prefix) + ".data-*"))]
+    return checkpoint_files(init) if is_checkpoint(init) else [init]
 
 
 def check_replay_outputs(config: str, spec: Any, batches: str, init: str | None,
