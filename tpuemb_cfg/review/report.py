@@ -168,18 +168,14 @@ def render(fmt: str, diff: ConfigDiff) -> str:
         return format_markdown(diff)
     if fmt == "json":
         return format_json(diff)
-    if fmt == "sarif":
-        return format_sarif(_file_reports(diff), rules=[r.id for r in diff_rules()])
-    if fmt == "github":
-        return format_github(_file_reports(diff))
-    raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(DIFF_FORMATS)}")
+    return render_many(fmt, [diff])
 
 
 def render_many(fmt: str, diffs: Sequence[ConfigDiff]) -> str:
     """Several diffs (``tpuemb diff --against REF A B ...``) as one report: text and Markdown
     one after the other, JSON a list, SARIF one run with every file's findings, GitHub every
     annotation."""
-    if len(diffs) == 1:
+    if len(diffs) == 1 and fmt in ("text", "markdown", "json"):
         return render(fmt, diffs[0])
     if fmt in ("text", "markdown"):
         return "\n".join(render(fmt, d) for d in diffs)
