@@ -116,7 +116,12 @@ def test_bad_inputs_exit_2(tmp_path: Path, spec: Path) -> None:
                  ["export", str(tmp_path / "none.npz"), str(spec), "-o", str(tmp_path / "o")],
                  ["export", str(tmp_path / "none.npz"), str(spec), "-o",
                   str(DATA / "tf" / "sparsecore")],
-                 ["inspect", str(DATA / "tf" / "sparsecore"), "--object-path", "a//b"]):
+                 ["inspect", str(DATA / "tf" / "sparsecore"), "--object-path", "a//b"],
+                 ["inspect", str(DATA / "tf" / "sparsecore"), "--object-path", "nowhere"],
+                 ["verify", str(DATA / "tf" / "sparsecore"), str(spec), "--topology",
+                  "v5p:99999999999"],
+                 ["reshard", str(DATA / "tf" / "sparsecore"), str(spec), "-o",
+                  str(tmp_path / "r"), "--max-memory", "nan"]):
         result = run_cli("checkpoint", *args)
         assert result.exit_code == 2, (args, result.output)
         assert "Traceback" not in result.output and result.output.strip(), args

@@ -88,6 +88,8 @@ def test_usage_errors_exit_2(tmp_path: Path) -> None:
         [str(EXAMPLE), str(NEXT), "-o", str(NEXT)],                   # output over an input
         [str(EXAMPLE), str(NEXT), "--ids", str(tmp_path / "none.npz")],
         [str(EXAMPLE), str(NEXT), "--object-path", "model//embedding"],
+        [str(EXAMPLE), str(NEXT), "--topology", "v6e-99999999999999999999"],
+        [str(EXAMPLE), str(NEXT), "--object-path", "emb\x1b[31m"],
         [str(EXAMPLE), str(NEXT), "--object-path", ""],
     ):
         result = run_cli("diff", *args)
@@ -178,3 +180,18 @@ def test_breaking_agrees_with_tensorflow_on_every_stored_pair(tmp_path: Path,
                 and set(case["old"]["variables"]) <= set(case["new"]["variables"]))
         assert result.exit_code == (0 if kept and expected["outcome"] in ("restores", "reshards")
                                     else 1), (case["id"], expected, result.output[-2000:])
+
+
+def test_the_library_refuses_wrong_types_naming_the_argument() -> None:
+    import tpuemb_cfg
+    from tpuemb_cfg import DiffOptions, SideOptions
+    from tpuemb_cfg.base.errors import UsageError
+
+    for make, match in ((lambda: SideOptions(topology=5), "SideOptions topology"),  # type: ignore[arg-type]
+                        (lambda: DiffOptions(old="v5p"), "DiffOptions old"),  # type: ignore[arg-type]
+                        (lambda: DiffOptions(findings=1), "DiffOptions findings"),  # type: ignore[arg-type]
+                        (lambda: tpuemb_cfg.diff(EXAMPLE, EXAMPLE, "x"), "options")):  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match=match):
+            make()
+    with pytest.raises(UsageError, match="keras_backend 'torch'"):
+        SideOptions(keras_backend="torch")

@@ -199,6 +199,7 @@ def find_embedding(source: CheckpointSource, *, object_path: str | None = None,
     variables) or the layouts do not parse."""
     shown = label or getattr(source, "name", None) or "<checkpoint>"
     keys = list(source.keys())
+    given = object_path is not None
     paths = _object_paths(keys)
     if object_path is None:
         if len(paths) > 1:
@@ -214,6 +215,12 @@ def find_embedding(source: CheckpointSource, *, object_path: str | None = None,
         raw = _layouts_bytes(source.read(layouts_key), shown, layouts_key)
         layouts = _parse_layouts(raw, shown, layouts_key)
     variables = _variables_under(source, object_path, keys)
+    if given and not variables and layouts_key not in keys:
+        holding = sorted({k[: -len(VALUE_SUFFIX)].rpartition("/")[0] or "(the root)"
+                          for k in keys if k.endswith(VALUE_SUFFIX)})
+        raise InputError(f"no embedding variable under object path {object_path!r}; the "
+                         f"checkpoint's variables are under: {', '.join(holding) or 'nothing'}",
+                         path=shown)
     taken = {v.key for v in variables} | ({layouts_key} if raw else set())
     return EmbeddingCheckpoint(shown, "sparsecore" if raw else "unsharded", object_path,
                                tuple(variables), layouts, raw,

@@ -18,7 +18,7 @@ from typing import Any
 
 import click
 
-from tpuemb_cfg.base.errors import UsageError, printable
+from tpuemb_cfg.base.errors import InputError, UsageError, printable
 from tpuemb_cfg.base.units import format_size, parse_size
 from tpuemb_cfg.checkpoints.embedding import (
     EmbeddingCheckpoint,
@@ -133,12 +133,13 @@ def inspect_command(ckpt: str, object_path: str | None, as_json: bool) -> None:
 
     CKPT may also be a jax-tpu-embedding (Orbax) checkpoint folder: a CheckpointManager's folder
     (its last step), a step or an item (needs the extra: pip install 'tpuemb[orbax]')."""
+    path = object_path_option(object_path)
     if is_orbax_checkpoint(ckpt):
         with OrbaxReader(ckpt) as orbax_reader:
-            found = find_jax_embedding(orbax_reader, object_path=object_path, label=ckpt)
+            found = find_jax_embedding(orbax_reader, object_path=path, label=ckpt)
     else:
         with BundleReader(checkpoint_prefix(ckpt)) as reader:
-            found = find_embedding(reader, object_path=object_path_option(object_path), label=ckpt)
+            found = find_embedding(reader, object_path=path, label=ckpt)
     if as_json:
         click.echo(json.dumps(_found_json(found), indent=2))
         return
@@ -252,7 +253,11 @@ def export_command(state: str, config: str, topology: str | None, keras_backend:
     side = _side(config, topology, keras_backend, tf_version)
     view = _expected(side, object_path_option(object_path) or "embedding")
     arrays = read_npz(state)
-    variables = checkpoint_variables(arrays, view)
+    try:
+        variables = checkpoint_variables(arrays, view)
+    except InputError as exc:  # a state without a table or slot of CONFIG: name the file
+        exc.path = exc.path or state
+        raise
     strings = {}
     if view.kind == "sparsecore" and side.layouts is not None:
         strings[LAYOUTS_KEY] = saved_layouts(side.layouts).SerializeToString()

@@ -79,8 +79,12 @@ def _from_git(ref: str, path: str) -> Iterator[tuple[str | None, str]]:
         raise UsageError(f"--against {ref!r}: a git revision does not start with '-'")
     folder = os.path.dirname(os.path.abspath(path)) or "."
     if not os.path.isdir(folder):
-        raise InputError(f"{path}: its folder does not exist")
-    _git(["rev-parse", "--git-dir"], folder)
+        raise InputError("its folder does not exist", path=path)
+    try:
+        _git(["rev-parse", "--git-dir"], folder)
+    except InputError as exc:
+        raise InputError(f"--against {ref}: the file is not in a git repository ({exc.message})",
+                         path=path) from None
     _git(["rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}"], folder)
     name = os.path.basename(path)
     listed = _git(["ls-tree", "--name-only", "--end-of-options", ref, "--", name], folder)
@@ -191,8 +195,8 @@ def diff_command(files: tuple[str, ...], against: str | None, ids: tuple[str, ..
     check_outputs([("-o", output)] if output else [], inputs)
     for label, path in inputs:
         if label != "--ids" and not os.path.isfile(path):
-            raise InputError(f"{path}: no such file" if not os.path.exists(path)
-                             else f"{path}: not a file")
+            raise InputError("no such file" if not os.path.exists(path) else
+                             f"not a file (expected a configuration as {label})", path=path)
     # absolute before any spec runs: a spec that changes folder cannot move what is read next
     # or the report's output
     output = os.path.abspath(output) if output is not None else None

@@ -57,6 +57,19 @@ class DiffOptions:
     object_path: str = DEFAULT_OBJECT_PATH
     after_build: bool = False
 
+    def __post_init__(self) -> None:
+        for name in ("old", "new"):
+            if not isinstance(getattr(self, name), SideOptions):
+                raise TypeError(f"DiffOptions {name}: expected SideOptions, got "
+                                f"{type(getattr(self, name)).__name__}")
+        for name in ("findings", "checkpoint", "after_build"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"DiffOptions {name}: expected a bool, got "
+                                f"{type(getattr(self, name)).__name__}")
+        if not isinstance(self.object_path, str):
+            raise TypeError(f"DiffOptions object_path: expected a string, got "
+                            f"{type(self.object_path).__name__}")
+
 
 @dataclass(frozen=True)
 class ConfigDiff:
@@ -110,6 +123,8 @@ def diff(old: Any, new: Any, options: DiffOptions = DiffOptions(), *,
     there).
 
     Raises ``InputError`` for an input that cannot be read, ``UsageError`` for bad options."""
+    if not isinstance(options, DiffOptions):
+        raise TypeError(f"options: expected DiffOptions, got {type(options).__name__}")
     a = load_side(old, options.old, label=old_label)
     b = load_side(new, options.new, label=new_label)
     return compare(a, b, options, on_sample=on_sample)

@@ -43,6 +43,15 @@ class SideOptions:
     keras_backend: str | None = None
     tf_version: str | None = None
 
+    def __post_init__(self) -> None:
+        for name in ("topology", "keras_backend", "tf_version"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                raise TypeError(f"SideOptions {name}: expected a string or None, got "
+                                f"{type(value).__name__}")
+        if self.keras_backend not in (None, "jax", "tensorflow"):
+            raise UsageError(f"keras_backend {self.keras_backend!r}: expected jax or tensorflow")
+
 
 @dataclass(frozen=True)
 class Side:
@@ -121,6 +130,9 @@ def _sparsecore_side(source: Any, path: str | None, label: str,
         layouts, stacking = _layouts(config, options.tf_version)
     except (ValueError, ArithmeticError, KeyError) as exc:
         error = " ".join(str(exc).split())
+        if options.topology is not None:  # the slice asked for cannot hold the tables
+            raise UsageError(f"--topology {options.topology!r}: {label} cannot be stacked on "
+                             f"it: {error}") from None
     return Side("sparsecore", label, path, config if path is None else path, options,
                 config=config, stacking=stacking, layouts=layouts, stacking_error=error)
 
