@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from tpuemb_cfg.base.errors import InputError, UsageError
+from tpuemb_cfg.planner.memory import with_hosts
 from tpuemb_cfg.session import prepare, source_kind
 from tpuemb_cfg.sparsecore.summary import layouts_of
 from tpuemb_cfg.sparsecore.topology import parse_topology
@@ -157,12 +158,5 @@ def _legacy_side(source: Any, path: str | None, label: str, options: SideOptions
             hosts = parse_topology(options.topology).hosts
         except ValueError as exc:
             raise UsageError(f"--topology {options.topology!r}: {exc}") from None
-        message = _with_hosts(message, hosts)
+        message = with_hosts(message, hosts)
     return Side("legacy", label, path, source, options, message=message, prepared=prepared)
-
-
-def _with_hosts(message: TPUEmbeddingConfiguration, hosts: int) -> TPUEmbeddingConfiguration:
-    copy = type(message)()
-    copy.CopyFrom(message)
-    copy.num_hosts = hosts
-    return copy
