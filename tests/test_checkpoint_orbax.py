@@ -126,7 +126,9 @@ def test_damaged_array_is_an_input_error(ts_available: None, tmp_path: Path) -> 
 def test_find_jax_embedding_stacks_and_slots(ts_available: None) -> None:
     from tpuemb_cfg.checkpoints.embedding import JAX_KIND, find_jax_embedding
 
-    found = find_jax_embedding(orbax.OrbaxReader(MANAGER), label="ckpt")
+    # a source without the step's files (no read_file): no spec, so no layouts, and the slots
+    # keep jax-tpu-embedding's names (with the spec: tests/test_checkpoint_jax.py)
+    found = find_jax_embedding(_Only(orbax.OrbaxReader(MANAGER).keys()), label="ckpt")
     assert (found.kind, found.object_path, found.layouts) == (JAX_KIND, STACKS, ())
     assert [(v.name, v.owner, v.slot, v.shape) for v in found.variables] == [
         ("country", "country", "parameters", (64, 16)),
@@ -167,5 +169,10 @@ def test_cli_inspect_reads_an_orbax_folder(ts_available: None) -> None:
     assert result.exit_code == 0, result.output
     document = json.loads(result.stdout)
     assert document["kind"] == "jax-tpu-embedding" and document["object_path"] == STACKS
-    assert [v["name"] for v in document["variables"]] == [
-        "country", "country/accumulator", "user_item", "user_item/accumulator"]
+    assert [(v["name"], v["key"].rpartition("/value/")[2]) for v in document["variables"]] == [
+        ("country", "country/table"), ("country/accumulators", "country/slot/accumulator"),
+        ("user_item", "user_item/table"),
+        ("user_item/accumulators", "user_item/slot/accumulator")]
+    assert [(t["table_name"], t["sparse_core_shard_row_offset"],
+             t["sparse_core_shard_rotation"]) for t in document["layouts"]] == [
+        ("country", 0, 0), ("item", 32, 4), ("user", 0, 0)]

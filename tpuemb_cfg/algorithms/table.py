@@ -38,6 +38,8 @@ __all__ = [
     "ALGORITHMS",
     "BENCHMARK",
     "BENCHMARK_DEFAULT",
+    "JAX_PROTO_TYPES",
+    "JAX_SLOTS",
     "JAX_SPECS",
     "KERAS_NAMES",
     "KERAS_RS_DEFAULT",
@@ -485,6 +487,24 @@ JAX_SPECS: dict[str, tuple[str, str]] = {
     "AdagradMomentumOptimizerSpec": ("adagrad_momentum", "adagrad_momentum"),
     "AdamOptimizerSpec": ("adam", "adam"),
     "FTRLOptimizerSpec": ("ftrl", "ftrl"),
+}
+
+#: The names jax-tpu-embedding 0.2.0 gives those algorithms' slots (its ``*SlotVariables`` named
+#: tuples; a checkpoint's ``<stack>/slot/<name>``), in TensorFlow's slot order: the i-th is
+#: TensorFlow's i-th slot (``slot_names``).
+JAX_SLOTS: dict[str, tuple[str, ...]] = {
+    "stochastic_gradient_descent": (),
+    "adagrad": ("accumulator",),
+    "adagrad_momentum": ("accumulator", "momentum"),
+    "adam": ("momentum", "velocity"),
+    "ftrl": ("accumulator", "linear"),
+}
+
+#: jax-tpu-embedding's ``OptimizerSpecProto.OptimizerType`` names (its ``EmbeddingSpecProto``,
+#: a checkpoint's stacking) and the algorithm each stands for; ``F2A`` and ``CUSTOM`` have none.
+JAX_PROTO_TYPES: dict[str, str] = {
+    "SGD": "stochastic_gradient_descent", "ADAGRAD": "adagrad", "ADAM": "adam", "FTRL": "ftrl",
+    "ADAGRAD_MOMENTUM": "adagrad_momentum",
 }
 
 

@@ -34,6 +34,14 @@ from tpuemb_cfg.model.checkpoint import (
     LayoutRecord,
     layouts_from_proto,
 )
+from tpuemb_cfg.model.jax_checkpoint import (
+    JAX_SPEC_FILE,
+    jax_layout,
+    layouts_from_embedding_spec,
+    parse_embedding_spec,
+    spec_algorithms,
+    tensorflow_slot_name,
+)
 
 __all__ = ["JAX_KIND", "CheckpointSource", "EmbeddingCheckpoint", "EmbeddingVariable", "Entry",
            "MemoryEntry", "MemorySource", "find_embedding", "find_jax_embedding", "unescape"]
@@ -124,9 +132,11 @@ class EmbeddingVariable:
 @dataclass(frozen=True)
 class EmbeddingCheckpoint:
     """The embedding part of a checkpoint: ``kind`` ``sparsecore`` (a layouts variable was
-    found) or ``unsharded``; ``object_path``; the ``variables`` found; the ``layouts`` (table
-    name -> its layout, TensorFlow's order: by table name); ``other_keys``: every other key of
-    the checkpoint (the rest of the model, the optimizer's iterations, the object graph)."""
+    found), ``unsharded`` or :data:`JAX_KIND` (an Orbax checkpoint of jax-tpu-embedding);
+    ``object_path``; the ``variables`` found; the ``layouts`` (table name -> its layout,
+    TensorFlow's order: by table name); ``layouts_bytes``: the layouts as stored (TensorFlow's
+    serialized message, jax-tpu-embedding's spec text); ``other_keys``: every other key of the
+    checkpoint (the rest of the model, the optimizer's iterations, the object graph)."""
 
     source: str
     kind: str
@@ -150,9 +160,17 @@ class EmbeddingCheckpoint:
                                (int(v.shape[0]), int(v.shape[1])) if len(v.shape) == 2
                                else (int(v.shape[0]) if v.shape else 0, 0))
             for v in self.variables)
+        if self.kind == JAX_KIND:
+            return CheckpointView("jax", variables, tuple(jax_layout(t) for t in self.layouts),
+                                  self.object_path)
         if self.kind == "sparsecore":
             return CheckpointView("sparsecore", variables, self.layouts, self.object_path)
         return CheckpointView("unsharded", variables, self.layouts, self.object_path)
+
+    @property
+    def stacked(self) -> bool:
+        """Whether the variables are stacked tables laid out by ``layouts``."""
+        return self.kind != "unsharded"
 
 
 def _object_paths(keys: Iterable[str]) -> list[str]:
@@ -275,14 +293,21 @@ JAX_KIND = "jax-tpu-embedding"
 
 
 def find_jax_embedding(source: CheckpointSource, *, object_path: str | None = None,
-                       label: str | None = None) -> EmbeddingCheckpoint:
+                       label: str | None = None, spec: bytes | None = None
+                       ) -> EmbeddingCheckpoint:
     """The stacked tables and slots of a jax-tpu-embedding checkpoint (keys: pytree paths
-    joined with "/", as ``formats.orbax.OrbaxReader`` gives them). ``object_path``: the
-    dictionary of ``EmbeddingVariables`` (``model/embedding_layer/embedding_table/value``); by
-    default the one path holding ``<stack>/table`` arrays. The stacking layout (jax-tpu-embedding's
-    ``EmbeddingSpecProto``, stored beside) is not read: ``layouts`` stays empty."""
+    joined with "/", as ``formats.orbax.OrbaxReader`` gives them), named as TensorFlow names a
+    stacked table's variables (``<stack>``, ``<stack>/accumulators``: ``model.jax_checkpoint``).
+
+    ``object_path``: the dictionary of ``EmbeddingVariables``
+    (``model/embedding_layer/embedding_table/value``); by default the one path holding
+    ``<stack>/table`` arrays. ``spec``: jax-tpu-embedding's ``EmbeddingSpecProto`` in text form
+    (by default the source's ``embedding_spec/proto.pbtxt``, when it has ``read_file``): the
+    layouts, and each stack's optimizer, which names its slots; without it ``layouts`` is empty
+    and the slots keep jax-tpu-embedding's names."""
     shown = label or getattr(source, "name", None) or getattr(source, "path", None) \
         or "<checkpoint>"
+    shown = str(shown)
     keys = list(source.keys())
     found: dict[str, list[tuple[str, str, str | None]]] = {}
     for key in keys:
@@ -299,13 +324,30 @@ def find_jax_embedding(source: CheckpointSource, *, object_path: str | None = No
             raise InputError("no jax-tpu-embedding embedding variables (no 2-D '<stack>/table' "
                              "array) in the checkpoint", path=shown)
         object_path = paths[0]
+    elif object_path not in paths:
+        raise InputError(f"no jax-tpu-embedding embedding under object path {object_path!r}; "
+                         f"the checkpoint's are under: {', '.join(paths) or 'nothing'}",
+                         path=shown)
+    if spec is None and hasattr(source, "read_file"):
+        spec = source.read_file(JAX_SPEC_FILE)
+    layouts: tuple[LayoutRecord, ...] = ()
+    algorithms: dict[str, str] = {}
+    if spec is not None:
+        where = f"{shown}/{JAX_SPEC_FILE}"
+        message = parse_embedding_spec(spec, path=where)
+        layouts = layouts_from_embedding_spec(message, path=where)
+        by_table = spec_algorithms(message)
+        algorithms = {t.stacked_table_name: by_table[t.table_name]
+                      for t in sorted(layouts, key=lambda t: t.table_name, reverse=True)
+                      if t.table_name in by_table}
     variables = []
     for key, stack, slot in found.get(object_path, []):
         entry = source.entry(key)
-        name = stack if slot is None else f"{stack}/{slot}"
-        variables.append(EmbeddingVariable(name, key, stack, slot or PARAMETERS,
+        named = None if slot is None else tensorflow_slot_name(algorithms.get(stack), slot)
+        name = stack if named is None else f"{stack}/{named}"
+        variables.append(EmbeddingVariable(name, key, stack, named or PARAMETERS,
                                            tuple(int(d) for d in entry.shape), str(entry.dtype)))
     variables.sort(key=lambda v: (v.owner, v.slot != PARAMETERS, v.name))
     taken = {v.key for v in variables}
-    return EmbeddingCheckpoint(str(shown), JAX_KIND, object_path, tuple(variables), (), b"",
-                               tuple(k for k in keys if k not in taken))
+    return EmbeddingCheckpoint(shown, JAX_KIND, object_path, tuple(variables), layouts,
+                               spec or b"", tuple(k for k in keys if k not in taken))

@@ -149,13 +149,21 @@ class KeyedSource:
     """A :class:`RowSource` over a checkpoint reader keyed by checkpoint keys (the
     ``BundleReader`` interface: ``entry(key)`` with ``.shape`` and ``.dtype``,
     ``read_rows(key, start, stop)``): a variable's local name becomes its key under
-    ``object_path`` (:func:`~tpuemb_cfg.model.checkpoint.checkpoint_key`)."""
+    ``object_path`` (:func:`~tpuemb_cfg.model.checkpoint.checkpoint_key`), or ``key_of(name)``
+    when given (a jax-tpu-embedding checkpoint's Orbax keys: the found variables' ``key``)."""
 
-    def __init__(self, reader: Any, object_path: str = DEFAULT_OBJECT_PATH) -> None:
+    def __init__(self, reader: Any, object_path: str = DEFAULT_OBJECT_PATH, *,
+                 key_of: Callable[[str], str] | None = None) -> None:
         self.reader, self.object_path = reader, object_path
+        self._key_of = key_of
+
+    def key(self, name: str) -> str:
+        if self._key_of is not None:
+            return self._key_of(name)
+        return checkpoint_key(self.object_path, name)
 
     def _entry(self, name: str) -> Any:
-        key = checkpoint_key(self.object_path, name)
+        key = self.key(name)
         try:
             return self.reader.entry(key)
         except KeyError:
@@ -174,8 +182,7 @@ class KeyedSource:
         return dtype
 
     def read_rows(self, name: str, start: int, stop: int) -> np.ndarray:
-        rows: np.ndarray = self.reader.read_rows(checkpoint_key(self.object_path, name),
-                                                 start, stop)
+        rows: np.ndarray = self.reader.read_rows(self.key(name), start, stop)
         return rows
 
 
@@ -331,8 +338,8 @@ def plan_reshard(old: Any, new: Any, *,
         raise ReshardError(
             f"table {t!r} is {list(a.shapes[t])} in the checkpoint and {list(b.shapes[t])} under "
             "NEW: a reshard keeps every table's shape (TensorFlow's adapter gives a tensor of the "
-            "wrong size, CKPT002); pass resize=True to copy the rows and columns both have and "
-            "fill the rest with zeros", table=t)
+            "wrong size, CKPT002); resize=True (the command's --resize) copies the rows and "
+            "columns both have and fills the rest with zeros", table=t)
     dropped = tuple(sorted(set(a.shapes) - set(b.shapes)))
     if a.stacks is not None and b.stacks is not None and a.records == b.records:
         return ReshardPlan(_copies(b), adapter=False, dropped=dropped)

@@ -96,7 +96,8 @@ def _where(r: LayoutRecord) -> str:
 
 def check_stack(layouts: Sequence[LayoutRecord]) -> None:
     """The layouts of one stack describe a variable the formulas serve: every table on the same
-    N SparseCores (N at least 1, a multiple of ``num_partitions``), the same R rows per shard
+    N SparseCores (N at least 1, a multiple of ``num_partitions`` unless that is 0, as in
+    jax-tpu-embedding's layouts), the same R rows per shard
     and padded width; its shapes positive, the padded no smaller, padded rows a multiple of N;
     the tables' ``P / N`` rows tiling each shard from row 0 to R in row-offset order (what
     ``_shard_from_cpu_to_sc``'s concatenation assumes and the stacker writes)."""
@@ -106,10 +107,11 @@ def check_stack(layouts: Sequence[LayoutRecord]) -> None:
     for r in ordered:
         where = _where(r)
         n = r.num_sparse_cores
-        if n < 1 or r.num_partitions < 1 or n % r.num_partitions:
-            raise LayoutError(f"{where}: {n} SparseCores on {r.num_partitions} partitions: both "
-                              "must be at least 1, the SparseCores a multiple of the partitions",
-                              table=r.table_name)
+        # 0 partitions: not recorded (jax-tpu-embedding's spec has no such number)
+        if n < 1 or r.num_partitions < 0 or (r.num_partitions and n % r.num_partitions):
+            raise LayoutError(f"{where}: {n} SparseCores on {r.num_partitions} partitions: "
+                              "SparseCores at least 1 and a multiple of the partitions (0: not "
+                              "recorded)", table=r.table_name)
         for field in ("num_sparse_cores", "num_partitions", "total_rows_per_sparse_core_shard"):
             if getattr(r, field) != getattr(first, field):
                 raise LayoutError(f"{where}: {field} {getattr(r, field)}, where table "

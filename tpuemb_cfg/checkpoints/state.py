@@ -3,7 +3,9 @@
 tpuemb's state names a table's values ``table/NAME`` and its slots ``slot/NAME/SLOT`` (the
 executor's ``state_arrays``; TensorFlow's slot names). A TensorFlow checkpoint holds them per
 table (the mid-level API: ``NAME``, ``NAME/SLOT``) or stacked (``TPUEmbeddingV2``: ``STACK``,
-``STACK/SLOT`` with the layouts). :func:`state_from_checkpoint` unstacks a checkpoint into the
+``STACK/SLOT`` with the layouts); a jax-tpu-embedding (Orbax) checkpoint holds them stacked,
+named as ``TPUEmbeddingV2``'s once found (``model.jax_checkpoint``).
+:func:`state_from_checkpoint` unstacks a checkpoint into the
 state (``tpuemb simulate --init CKPT``); :func:`checkpoint_variables` stacks a state into the
 variables a configuration's checkpoint holds (``tpuemb checkpoint export``).
 
@@ -22,9 +24,11 @@ import numpy as np
 
 from tpuemb_cfg.base.errors import InputError
 from tpuemb_cfg.formats.bundle import BundleReader, index_path
+from tpuemb_cfg.formats.orbax import OrbaxReader, is_orbax_checkpoint
 from tpuemb_cfg.model.checkpoint import PARAMETERS, CheckpointView
+from tpuemb_cfg.model.jax_checkpoint import JAX_SPEC_FILE
 
-from .embedding import CheckpointSource, EmbeddingCheckpoint, find_embedding
+from .embedding import CheckpointSource, EmbeddingCheckpoint, find_embedding, find_jax_embedding
 from .sharding import shard, stacks_of, unshard
 
 __all__ = ["checkpoint_files", "checkpoint_prefix", "checkpoint_state_bytes",
@@ -103,7 +107,7 @@ def checkpoint_variables(state: Mapping[str, np.ndarray], view: CheckpointView
     """The variables ``view`` (a configuration's checkpoint) holds, by local name, filled from
     ``state`` (tpuemb's keys); a table or slot ``state`` lacks is refused (``InputError``)."""
     out: dict[str, np.ndarray] = {}
-    stacks = stacks_of(view.layouts) if view.kind == "sparsecore" else {}
+    stacks = stacks_of(view.layouts) if view.stacked else {}
     for variable in view.variables:
         if view.kind == "unsharded":
             key = state_key(variable.tables[0], variable.slot)
@@ -129,11 +133,12 @@ def _needed(state: Mapping[str, np.ndarray], key: str, shape: tuple[int, int]) -
 
 
 def is_checkpoint(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` names a TensorFlow checkpoint (its ``.index`` file, or a prefix with
-    one) rather than an ``.npz`` state file."""
+    """Whether ``path`` names a checkpoint rather than an ``.npz`` state file: a TensorFlow
+    checkpoint (its ``.index`` file, or a prefix with one) or a jax-tpu-embedding (Orbax)
+    checkpoint folder."""
     text = os.fspath(path)
-    return text.endswith(".index") or (not text.endswith(".npz")
-                                       and os.path.isfile(index_path(text)))
+    return text.endswith(".index") or (not text.endswith(".npz") and (
+        os.path.isfile(index_path(text)) or is_orbax_checkpoint(text)))
 
 
 def checkpoint_prefix(path: str | os.PathLike[str]) -> str:
@@ -150,36 +155,62 @@ def checkpoint_prefix(path: str | os.PathLike[str]) -> str:
 
 
 def checkpoint_files(path: str | os.PathLike[str]) -> list[str]:
-    """The files of checkpoint ``path`` (a prefix, or its ``.index`` file): its index and the
-    data shards present; what no output may replace."""
+    """The files of checkpoint ``path`` (a prefix, or its ``.index`` file: its index and the
+    data shards present; an Orbax folder: every file under it): what no output may replace."""
     text = os.fspath(path)
+    if is_orbax_checkpoint(text):
+        return sorted(os.path.join(folder, name) for folder, _, names in os.walk(text)
+                      for name in names)
     prefix = text[: -len(".index")] if text.endswith(".index") else text
     return [index_path(prefix), *sorted(glob.glob(glob.escape(prefix) + ".data-*"))]
 
 
+def _float32_bytes(reader: Any) -> int:
+    total = 0
+    for key in reader.keys():
+        entry = reader.entry(key)
+        if len(entry.shape) == 2 and str(entry.dtype) == "float32":
+            total += 4 * entry.shape[0] * entry.shape[1]
+    return total
+
+
 def checkpoint_state_bytes(path: str | os.PathLike[str]) -> int:
     """The bytes of the 2-D float32 variables of checkpoint ``path`` (what reading its
-    embedding as a state may take, before unstacking), from its index alone."""
+    embedding as a state may take, before unstacking), from its metadata alone."""
+    if is_orbax_checkpoint(path):
+        with OrbaxReader(path) as orbax_reader:
+            return _float32_bytes(orbax_reader)
     with BundleReader(checkpoint_prefix(path)) as reader:
-        total = 0
-        for key in reader.keys():
-            entry = reader.entry(key)
-            if len(entry.shape) == 2 and str(entry.dtype) == "float32":
-                total += 4 * entry.shape[0] * entry.shape[1]
-        return total
+        return _float32_bytes(reader)
 
 
 def read_checkpoint_state(path: str | os.PathLike[str],
                           tables: Iterable[tuple[str, int, int, Sequence[str]]], *,
                           object_path: str | None = None) -> dict[str, np.ndarray]:
     """:func:`state_from_checkpoint` of checkpoint ``path`` (``tpuemb simulate --init CKPT``):
-    the embedding found by TensorFlow's names (``embedding.find_embedding``), unstacked."""
+    the embedding found by TensorFlow's names (``embedding.find_embedding``) or, in an Orbax
+    folder, jax-tpu-embedding's (``embedding.find_jax_embedding``: its spec's layouts),
+    unstacked."""
     wanted = list(tables)
+    shown = os.fspath(path)
+    if is_orbax_checkpoint(path):
+        with OrbaxReader(path) as orbax_reader:
+            found = find_jax_embedding(orbax_reader, object_path=object_path, label=shown)
+            if not found.layouts:
+                raise InputError(f"no {JAX_SPEC_FILE} beside the arrays: the stacking of the "
+                                 "jax-tpu-embedding checkpoint is not known", path=shown)
+            return _state(orbax_reader, found, wanted, shown)
     with BundleReader(checkpoint_prefix(path)) as reader:
         found = find_embedding(reader, object_path=object_path, tables=[t[0] for t in wanted],
-                               label=os.fspath(path))
-        if not found.variables:
-            raise InputError(f"no embedding variable of the configuration's tables "
-                             f"({', '.join(t[0] for t in wanted)}) under {found.object_path!r}",
-                             path=os.fspath(path))
-        return state_from_checkpoint(reader, found, wanted)
+                               label=shown)
+        return _state(reader, found, wanted, shown)
+
+
+def _state(source: CheckpointSource, found: EmbeddingCheckpoint,
+           wanted: list[tuple[str, int, int, Sequence[str]]], shown: str
+           ) -> dict[str, np.ndarray]:
+    if not found.variables:
+        raise InputError(f"no embedding variable of the configuration's tables "
+                         f"({', '.join(t[0] for t in wanted)}) under {found.object_path!r}",
+                         path=shown)
+    return state_from_checkpoint(source, found, wanted)

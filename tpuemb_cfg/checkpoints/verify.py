@@ -13,7 +13,8 @@ What it reports, per variable the configuration expects (``model.checkpoint`` vi
   row given to its table by the layouts (``sharding.table_rows``, TensorFlow's arithmetic),
   padding rows and columns aside;
 - **the restore verdict** of ``model.checkpoint`` (what TensorFlow 2.21 does restoring this
-  checkpoint under the configuration: as it is, through its reshard, or not).
+  checkpoint under the configuration: as it is, through its reshard, or not), or for a
+  jax-tpu-embedding checkpoint ``model.jax_checkpoint``'s (what Orbax's restore does).
 """
 
 from __future__ import annotations
@@ -32,12 +33,14 @@ from tpuemb_cfg.model.checkpoint import (
     LayoutRecord,
     checkpoint_verdicts,
 )
+from tpuemb_cfg.model.jax_checkpoint import jax_restore
 
 from .embedding import CheckpointSource, EmbeddingCheckpoint
 from .sharding import shard_rows
 from .sharding import table_rows as stacked_table_rows
 
-__all__ = ["StateCheck", "VariableCheck", "VerifyReport", "table_rows", "verify"]
+__all__ = ["StateCheck", "VariableCheck", "VerifyReport", "restore_verdict", "table_rows",
+           "verify"]
 
 #: Bytes of rows read at a time while scanning a variable.
 BLOCK_BYTES = 64 << 20
@@ -169,7 +172,7 @@ def verify(source: CheckpointSource, found: EmbeddingCheckpoint, expected: Check
             on_variable(variable.name)
         slot = variable.slot
         width = int(variable.shape[1]) if len(variable.shape) > 1 else 1
-        if found.kind == "sparsecore":
+        if found.stacked:
             stack = [t for t in found.layouts if t.stacked_table_name == variable.owner]
             tables = [(t, initial.get((t.table_name, slot))) for t in stack]
             counts = _scan(source, variable.key, variable.shape[0], width, tables)
@@ -183,8 +186,24 @@ def verify(source: CheckpointSource, found: EmbeddingCheckpoint, expected: Check
             [(bad, same)] = _scan(source, variable.key, variable.shape[0], width, None, value)
             states.append(StateCheck(variable.owner, slot, variable.name, variable.shape[0],
                                      bad, same if value is not None else None, value))
-    restore = checkpoint_verdicts(found.view(), expected)
-    return VerifyReport(found, tuple(checks), differ, tuple(states), restore)
+    return VerifyReport(found, tuple(checks), differ, tuple(states),
+                        restore_verdict(found.view(), expected))
+
+
+def restore_verdict(found: CheckpointView, expected: CheckpointView) -> CheckpointReport:
+    """What restoring the checkpoint ``found`` under the configuration ``expected`` does: a
+    jax-tpu-embedding checkpoint into a jax-tpu-embedding model (Orbax's restore,
+    ``jax_restore``), a TensorFlow one into a TensorFlow embedding (TensorFlow 2.21's,
+    ``checkpoint_verdicts``); across the two, nothing reads the other's format."""
+    if (found.kind == "jax") != (expected.kind == "jax"):
+        theirs = "jax-tpu-embedding (Orbax)" if found.kind == "jax" else "TensorFlow"
+        ours = "jax-tpu-embedding" if expected.kind == "jax" else "TensorFlow"
+        return CheckpointReport("fails", "not_applicable", (), f"a {theirs} checkpoint: {ours} "
+                                "does not read it; `tpuemb checkpoint reshard` writes one for "
+                                "the configuration")
+    if expected.kind == "jax":
+        return jax_restore(found, expected)
+    return checkpoint_verdicts(found, expected)
 
 
 def initial_values(tables: Any) -> dict[tuple[str, str], float]:

@@ -14,6 +14,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import click
@@ -21,6 +22,7 @@ import click
 from tpuemb_cfg.base.errors import InputError, UsageError, printable
 from tpuemb_cfg.base.units import format_size, parse_size
 from tpuemb_cfg.checkpoints.embedding import (
+    JAX_KIND,
     EmbeddingCheckpoint,
     find_embedding,
     find_jax_embedding,
@@ -39,7 +41,14 @@ from tpuemb_cfg.formats.bundle import BundleReader, data_path, index_path, write
 from tpuemb_cfg.formats.limits import default_memory_limit
 from tpuemb_cfg.formats.npzio import read_npz
 from tpuemb_cfg.formats.orbax import OrbaxReader, is_orbax_checkpoint
-from tpuemb_cfg.model.checkpoint import LAYOUTS_KEY, PARAMETERS, CheckpointView, saved_layouts
+from tpuemb_cfg.model.checkpoint import (
+    DEFAULT_OBJECT_PATH,
+    LAYOUTS_KEY,
+    PARAMETERS,
+    CheckpointView,
+    saved_layouts,
+)
+from tpuemb_cfg.model.jax_checkpoint import JAX_SPEC_FILE
 from tpuemb_cfg.review.checkpoints import view_of, why_not
 from tpuemb_cfg.review.sides import Side, SideOptions, load_side
 
@@ -54,10 +63,32 @@ def _side(config: str, topology: str | None, keras_backend: str | None,
 
 
 def _expected(side: Side, object_path: str) -> CheckpointView:
-    view = view_of(side, object_path)
+    """The checkpoint CONFIG's embedding saves (jax-tpu-embedding's for a JAX spec)."""
+    view = view_of(side, object_path, jax=True)
     if view is None:
         raise UsageError(why_not(side))
     return view
+
+
+@contextmanager
+def _reading(ckpt: str, object_path: str | None, tables: Sequence[str] = ()
+             ) -> Iterator[tuple[Any, EmbeddingCheckpoint]]:
+    """(reader, the embedding found) of CKPT: a TensorFlow checkpoint (``BundleReader``) or a
+    jax-tpu-embedding Orbax folder (``OrbaxReader``)."""
+    if is_orbax_checkpoint(ckpt):
+        with OrbaxReader(ckpt) as orbax_reader:
+            yield orbax_reader, find_jax_embedding(orbax_reader, object_path=object_path,
+                                                   label=ckpt)
+        return
+    with BundleReader(checkpoint_prefix(ckpt)) as reader:
+        yield reader, find_embedding(reader, object_path=object_path, label=ckpt, tables=tables)
+
+
+def _needs_layouts(found: EmbeddingCheckpoint, ckpt: str) -> None:
+    if found.kind == JAX_KIND and not found.layouts:
+        raise InputError(f"no {JAX_SPEC_FILE} in the checkpoint step: the stacking of its "
+                         "tables is not known (jax-tpu-embedding's save_checkpoint stores it "
+                         "as the item 'embedding_spec')", path=ckpt)
 
 
 def _config_options(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -95,14 +126,17 @@ def _describe(found: EmbeddingCheckpoint) -> list[str]:
              f"{len(found.other_keys)} other key(s)"]
     for v in found.variables:
         size = 4 * v.shape[0] * (v.shape[1] if len(v.shape) > 1 else 1)
-        lines.append(f"  {v.name}: {v.dtype} {list(v.shape)} ({format_size(size)})")
+        stored = (f" at {v.key[len(found.object_path) + 1:]}" if found.kind == JAX_KIND
+                  else "")
+        lines.append(f"  {v.name}: {v.dtype} {list(v.shape)} ({format_size(size)}){stored}")
     stacks: dict[str, list[Any]] = {}
     for layout in found.layouts:
         stacks.setdefault(layout.stacked_table_name, []).append(layout)
     for stack, layouts in stacks.items():
         first = layouts[0]
-        lines.append(f"  stack {stack!r}: {first.num_sparse_cores} SparseCores on "
-                     f"{first.num_partitions} partition(s), "
+        partitions = (f" on {first.num_partitions} partition(s)" if first.num_partitions
+                      else "")
+        lines.append(f"  stack {stack!r}: {first.num_sparse_cores} SparseCores{partitions}, "
                      f"{first.total_rows_per_sparse_core_shard:,} rows per SparseCore")
         for t in sorted(layouts, key=lambda x: x.sparse_core_shard_row_offset):
             lines.append(f"    {t.table_name}: {t.unsharded_shape[0]:,} x {t.unsharded_shape[1]}"
@@ -133,13 +167,8 @@ def inspect_command(ckpt: str, object_path: str | None, as_json: bool) -> None:
 
     CKPT may also be a jax-tpu-embedding (Orbax) checkpoint folder: a CheckpointManager's folder
     (its last step), a step or an item (needs the extra: pip install 'tpuemb[orbax]')."""
-    path = object_path_option(object_path)
-    if is_orbax_checkpoint(ckpt):
-        with OrbaxReader(ckpt) as orbax_reader:
-            found = find_jax_embedding(orbax_reader, object_path=path, label=ckpt)
-    else:
-        with BundleReader(checkpoint_prefix(ckpt)) as reader:
-            found = find_embedding(reader, object_path=path, label=ckpt)
+    with _reading(ckpt, object_path_option(object_path)) as (_, found):
+        pass
     if as_json:
         click.echo(json.dumps(_found_json(found), indent=2))
         return
@@ -173,7 +202,9 @@ def _verify_lines(report: VerifyReport, ckpt: str, config: str) -> list[str]:
         if parts:
             lines.append(f"  {state.table} {state.slot}: {'; '.join(parts)}")
     restore = report.restore
-    lines.append(f"  restore under {config} (TensorFlow 2.21): {restore.outcome}"
+    by = ("jax-tpu-embedding, Orbax" if report.checkpoint.kind == JAX_KIND
+          else "TensorFlow 2.21")
+    lines.append(f"  restore under {config} ({by}): {restore.outcome}"
                  + (f" - {restore.error}" if restore.error else ""))
     for verdict in restore.verdicts:
         if verdict.outcome != "restores":
@@ -190,15 +221,15 @@ def verify_command(ckpt: str, config: str, topology: str | None, keras_backend: 
                    tf_version: str | None, object_path: str | None, as_json: bool) -> None:
     """Check CKPT against CONFIG: every table and slot present with its shape, every tensor's
     CRC, the layouts, NaN/inf rows and rows still at their initial value, and whether
-    TensorFlow 2.21 restores it under CONFIG. Exit 1 when something is wrong."""
-    prefix = checkpoint_prefix(ckpt)
+    TensorFlow 2.21 restores it under CONFIG (for a jax-tpu-embedding checkpoint: whether
+    Orbax restores it into CONFIG's model, rows in place). Exit 1 when something is wrong."""
     side = _side(config, topology, keras_backend, tf_version)
-    with BundleReader(prefix) as reader:
-        found = find_embedding(reader, object_path=object_path_option(object_path), label=ckpt,
-                               tables=_table_names(side))
+    with _reading(ckpt, object_path_option(object_path), _table_names(side)) as (reader, found):
+        _needs_layouts(found, ckpt)
         expected = _expected(side, found.object_path)
-        for variable in found.variables:
-            reader.verify(variable.key)  # every byte's CRC, streaming
+        if found.kind != JAX_KIND:  # Orbax's zarr chunks carry no checksum
+            for variable in found.variables:
+                reader.verify(variable.key)  # every byte's CRC, streaming
         initial = initial_values(side.config.tables) if side.config is not None else {}
         report = verify(reader, found, expected, initial=initial)
     if as_json:
@@ -230,11 +261,32 @@ def _report_json(report: VerifyReport) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------- export
 
 
-def _check_checkpoint_output(output: str, inputs: Sequence[tuple[str, str]]) -> str:
-    """The output prefix: its two files checked as outputs (not an input, writable)."""
+def _check_checkpoint_output(output: str, inputs: Sequence[tuple[str, str]], *,
+                             inside: str | None = None) -> str:
+    """The output prefix: its two files checked as outputs (not an input, writable; not in
+    the Orbax checkpoint folder ``inside``)."""
     prefix = output[: -len(".index")] if output.endswith(".index") else output
+    if inside is not None and is_orbax_checkpoint(inside) and _within(prefix, inside):
+        raise UsageError(f"-o {output!r} is inside the checkpoint folder {inside!r}: write it "
+                         "elsewhere")
     check_outputs([("-o", index_path(prefix)), ("-o", data_path(prefix))], list(inputs))
     return prefix
+
+
+def _within(path: str, folder: str) -> bool:
+    here, there = os.path.realpath(path), os.path.realpath(folder)
+    return here == there or here.startswith(there.rstrip(os.sep) + os.sep)
+
+
+def _key_of(found: EmbeddingCheckpoint) -> Callable[[str], str]:
+    """A variable's checkpoint key by its name, as found (a JAX checkpoint's Orbax key)."""
+    def key(name: str) -> str:
+        variable = found.variable(name)
+        if variable is None:
+            raise InputError(f"the checkpoint has no variable {name!r} under "
+                             f"{found.object_path!r}", path=found.source)
+        return variable.key
+    return key
 
 
 @checkpoint.command(name="export")
@@ -317,6 +369,16 @@ def _progress(quiet: bool) -> Callable[[str, int, int], None] | None:
     return line
 
 
+def _check_orbax_output(output: str, ckpt: str, inputs: Sequence[str]) -> str:
+    raise UsageError("writing an Orbax checkpoint: not yet")
+
+
+def _reshard_to_orbax(plan: Any, source: Any, reader: Any, found: EmbeddingCheckpoint,
+                      view: CheckpointView, out: str, limit: int,
+                      progress: Any) -> tuple[Any, int]:
+    raise UsageError("writing an Orbax checkpoint: not yet")
+
+
 @checkpoint.command(name="reshard")
 @click.argument("ckpt")
 @click.argument("config", type=click.Path(dir_okay=False))
@@ -338,45 +400,64 @@ def reshard_command(ckpt: str, config: str, topology: str | None,  # noqa: PLR09
     stacking or TensorFlow version), or to per-table variables (--unstack), in bounded memory.
     The result restores under CONFIG with no adapter, slots included (TensorFlow's adapter
     leaves them at their initial values). Only the embedding is written."""
-    prefix = checkpoint_prefix(ckpt)
-    out = _check_checkpoint_output(output, [("CKPT", f) for f in checkpoint_files(prefix)]
-                                   + [("CONFIG", config)])
+    inputs = checkpoint_files(ckpt if is_orbax_checkpoint(ckpt) else checkpoint_prefix(ckpt))
     try:
         cap = parse_size(max_memory) if max_memory is not None else default_memory_limit()
     except (TypeError, ValueError) as exc:
         raise UsageError(f"--max-memory {max_memory!r}: {exc}") from None
     side = _side(config, topology, keras_backend, tf_version)
-    with BundleReader(prefix) as reader:
-        found = find_embedding(reader, object_path=object_path_option(object_path), label=ckpt,
-                               tables=_table_names(side))
-        old: Any = (found.layouts if found.kind == "sparsecore" else
+    with _reading(ckpt, object_path_option(object_path), _table_names(side)) as (reader, found):
+        _needs_layouts(found, ckpt)
+        from_jax = found.kind == JAX_KIND
+        view = _expected(side, found.object_path)
+        to_jax = view.kind == "jax" and not unstack
+        if to_jax and not from_jax:
+            raise UsageError(f"{config} is a jax-tpu-embedding model: tpuemb writes its Orbax "
+                             "checkpoints from one of its own (CKPT is TensorFlow's); --unstack "
+                             "writes per-table variables")
+        out = (_check_orbax_output(output, ckpt, inputs + [config]) if to_jax else
+               _check_checkpoint_output(output, [("CKPT", f) for f in inputs]
+                                        + [("CONFIG", config)], inside=ckpt))
+        old: Any = (found.layouts if found.stacked else
                     {v.owner: (int(v.shape[0]), int(v.shape[1])) for v in found.variables
                      if v.slot == PARAMETERS})
         stacked = not unstack and side.kind == "sparsecore" and side.layouts is not None
         if side.kind == "sparsecore" and side.layouts is None and not unstack:
             raise UsageError(f"{config}: its tables cannot be stacked ({side.stacking_error}); "
                              "--unstack writes per-table variables")
-        slots, shapes = _slots_and_shapes(_expected(side, found.object_path))
-        new: Any = side.layouts if stacked else shapes
-        plan = plan_reshard(old, new, slots=slots, resize=resize)
-        # read_rows cannot check a part of a tensor: every input's CRC first, streaming (one
-        # more read of the checkpoint, against a corrupt file written out as good)
-        for name in plan.inputs():
-            variable = found.variable(name)
-            if variable is not None:
-                reader.verify(variable.key)
-        sink = _Collected()
-        stats = execute_reshard(plan, KeyedSource(reader, found.object_path), sink,
-                                memory_cap=cap if cap is not None else 1 << 62,
-                                progress=_progress(quiet))
-        strings = ({LAYOUTS_KEY: saved_layouts(side.layouts).SerializeToString()}
-                   if stacked and side.layouts is not None else {})
-        write_object_checkpoint(out, sink.variables, object_path=found.object_path,
-                                strings=strings, shapes=sink.shapes,
-                                inputs=checkpoint_files(prefix))
+        slots, shapes = _slots_and_shapes(view)
+        new: Any = (view.layouts if to_jax else side.layouts) if stacked else shapes
+        try:
+            plan = plan_reshard(old, new, slots=slots, resize=resize)
+        except InputError as exc:  # the layouts and shapes of CKPT against CONFIG's
+            exc.path = exc.path or ckpt
+            raise
+        if not from_jax:
+            # read_rows cannot check a part of a tensor: every input's CRC first, streaming (one
+            # more read of the checkpoint, against a corrupt file written out as good)
+            for name in plan.inputs():
+                variable = found.variable(name)
+                if variable is not None:
+                    reader.verify(variable.key)
+        source = KeyedSource(reader, found.object_path, key_of=_key_of(found))
+        progress = _progress(quiet)
+        limit = cap if cap is not None else 1 << 62
+        if to_jax:
+            stats, written = _reshard_to_orbax(plan, source, reader, found, view, out,
+                                               limit, progress)
+        else:
+            sink = _Collected()
+            stats = execute_reshard(plan, source, sink, memory_cap=limit, progress=progress)
+            strings = ({LAYOUTS_KEY: saved_layouts(side.layouts).SerializeToString()}
+                       if stacked and side.layouts is not None else {})
+            write_object_checkpoint(out, sink.variables,
+                                    object_path=DEFAULT_OBJECT_PATH if from_jax
+                                    else found.object_path,
+                                    strings=strings, shapes=sink.shapes, inputs=inputs)
+            written = len(sink.variables)
     kind = "stacked for " + config if stacked else "per table"
     dropped = f"; left out (not in {config}): {', '.join(plan.dropped)}" if plan.dropped else ""
     how = "resharded" if plan.adapter else "copied (the layouts are equal)"
-    click.echo(f"wrote {printable(out)}: {len(sink.variables)} variable(s) {kind}, {how}; "
+    click.echo(f"wrote {printable(out)}: {written} variable(s) {kind}, {how}; "
                f"{format_size(stats.bytes_written)} written, {format_size(stats.bytes_read)} "
                f"read{dropped}")

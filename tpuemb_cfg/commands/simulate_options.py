@@ -141,7 +141,8 @@ def _read(config: str | None, spec: Any, *more: tuple[str, str | None]) -> list[
 
 
 def _init_files(init: str | None) -> list[str]:
-    """The files ``--init`` reads: an ``.npz``, or a checkpoint's index and data shards."""
+    """The files ``--init`` reads: an ``.npz``, a checkpoint's index and data shards, or an
+    Orbax checkpoint folder's files."""
     if init is None:
         return []
     # NumPy: only when --init is given
@@ -228,10 +229,12 @@ def simulate_options(command: F) -> F:
 @click.argument("config", required=False, type=click.Path(dir_okay=False))
 @click.option("--batches", "batches_path", type=click.Path(dir_okay=False), metavar="B.npz",
               help="Replay the recorded steps of B.npz (the replay contract, docs/simulate.md).")
-@click.option("--init", "init_path", type=click.Path(dir_okay=False), metavar="I.npz | CKPT",
+@click.option("--init", "init_path", type=click.Path(), metavar="I.npz | CKPT",
               help="Start from these tables and slots (missing entries get defaults): an .npz "
-                   "of tpuemb's state, or a TensorFlow checkpoint (its prefix or .index file; "
-                   "per-table or SparseCore stacked, unstacked by its layouts).")
+                   "of tpuemb's state, a TensorFlow checkpoint (its prefix or .index file; "
+                   "per-table or SparseCore stacked, unstacked by its layouts) or a "
+                   "jax-tpu-embedding Orbax checkpoint folder (unstacked by its embedding "
+                   "spec; pip install 'tpuemb[orbax]').")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), metavar="O.npz",
               help="Replay: write final tables, slots and every step's activations here.")
 @click.option("--combiner", "combiners", multiple=True, metavar="NAME | F=NAME",

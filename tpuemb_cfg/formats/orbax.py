@@ -36,6 +36,8 @@ STEP_METADATA = "_CHECKPOINT_METADATA"
 ARRAY_TYPES = ("jax.Array", "np.ndarray")
 #: Largest ``_METADATA`` read (a pytree of many thousand leaves is a few MB).
 METADATA_LIMIT = 256 << 20
+#: Largest other file read from a step (an item saved as text, such as a proto).
+FILE_LIMIT = 64 << 20
 
 
 def is_orbax_checkpoint(path: str | os.PathLike[str]) -> bool:
@@ -59,6 +61,15 @@ def _layout(folder: Path) -> list[tuple[str, Path]] | None:
     if steps:
         return _layout(max(steps, key=lambda p: int(p.name)))
     return None
+
+
+def _step_of(folder: Path, items: list[tuple[str, Path]]) -> Path | None:
+    """The step folder holding ``items`` (the folder itself, its chosen step, or an item's
+    parent step)."""
+    parent = items[0][1].parent
+    if (parent / STEP_METADATA).is_file():
+        return parent
+    return folder if (folder / STEP_METADATA).is_file() else None
 
 
 @dataclass(frozen=True)
@@ -97,6 +108,8 @@ class OrbaxReader:
         self._stores: dict[str, Any] = {}
         self._entries: dict[str, OrbaxEntry] = {}
         self.items = {prefix.rstrip("/"): item for prefix, item in items}
+        #: the CheckpointManager step folder read (None: an item folder outside any step)
+        self.step: Path | None = _step_of(folder, items)
         for prefix, item in items:
             self._read_item(prefix, item)
 
@@ -170,6 +183,24 @@ class OrbaxReader:
         except Exception as exc:
             raise InputError(f"array {key!r} cannot be read: {_first_line(exc)}",
                              path=str(entry.item)) from None
+
+    def read_file(self, relative: str, limit: int = FILE_LIMIT) -> bytes | None:
+        """A small file of the step (``embedding_spec/proto.pbtxt``: a ``ProtoSave`` item), or
+        None when the step has no such file; a planted symlink or a file over ``limit`` bytes
+        is refused (``InputError``)."""
+        if self.step is None:
+            return None
+        path = self.step / relative
+        try:
+            if path.is_symlink() or not path.is_file():
+                if path.is_symlink():
+                    raise InputError("is a symbolic link: refused", path=str(path))
+                return None
+            if path.stat().st_size > limit:
+                raise InputError(f"is larger than {limit} bytes", path=str(path))
+            return path.read_bytes()
+        except OSError as exc:
+            raise InputError(f"cannot be read: {exc.strerror or exc}", path=str(path)) from None
 
     def close(self) -> None:
         self._stores.clear()

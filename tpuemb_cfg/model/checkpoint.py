@@ -55,7 +55,7 @@ __all__ = [
     "CAUSES", "DEFAULT_OBJECT_PATH", "LAYOUTS_KEY", "PARAMETERS", "CheckpointReport",
     "CheckpointVariable",
     "CheckpointView", "LayoutRecord", "VariableVerdict", "checkpoint_key", "checkpoint_verdicts",
-    "layouts_from_proto", "saved_layouts", "view_of_legacy", "view_of_sparsecore",
+    "layout_of", "layouts_from_proto", "saved_layouts", "view_of_legacy", "view_of_sparsecore",
     "view_of_stacking", "view_of_tables",
 ]
 
@@ -69,7 +69,7 @@ VALUE_SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
 #: examples save it as ``tf.train.Checkpoint(embedding=...)``.
 DEFAULT_OBJECT_PATH = "embedding"
 
-Kind = Literal["sparsecore", "unsharded"]
+Kind = Literal["sparsecore", "unsharded", "jax"]
 #: A variable's fate: restored as it is, resharded by the adapter, the restore raises, its state
 #: does not arrive (silently), or NEW's variable has nothing in the checkpoint (its initializer).
 Outcome = Literal["restores", "reshards", "fails", "lost", "initialized"]
@@ -107,9 +107,10 @@ class CheckpointVariable:
 @dataclass(frozen=True)
 class CheckpointView:
     """What a configuration's checkpoint holds: ``kind`` ``"sparsecore"`` (``TPUEmbeddingV2``:
-    stacked variables and the layouts, in table-name order) or ``"unsharded"`` (the mid-level
-    API, per table, no layouts); ``object_path``: where the embedding object sits in the
-    checkpoint (the start of every key)."""
+    stacked variables and the layouts, in table-name order), ``"unsharded"`` (the mid-level
+    API, per table, no layouts) or ``"jax"`` (jax-tpu-embedding's Orbax checkpoint: stacked like
+    ``sparsecore``, keys by ``model.jax_checkpoint.jax_key``); ``object_path``: where the
+    embedding object sits in the checkpoint (the start of every key)."""
 
     kind: Kind
     variables: tuple[CheckpointVariable, ...]
@@ -119,8 +120,13 @@ class CheckpointView:
     def variable(self, name: str) -> CheckpointVariable | None:
         return next((v for v in self.variables if v.name == name), None)
 
+    @property
+    def stacked(self) -> bool:
+        """Whether the variables are stacked tables laid out by ``layouts``."""
+        return self.kind != "unsharded"
+
     def keys(self) -> tuple[str, ...]:
-        """Every checkpoint key, sorted (as a checkpoint reader lists them)."""
+        """Every checkpoint key, sorted (as a checkpoint reader lists them); TensorFlow's kinds."""
         names = [v.name for v in self.variables]
         if self.kind == "sparsecore":
             names.append(LAYOUTS_KEY)
@@ -201,7 +207,7 @@ def checkpoint_key(object_path: str, local_name: str) -> str:
     return f"{prefix}{_escape(local_name)}{VALUE_SUFFIX}"
 
 
-def _layout_of(stacking: Stacking, stack_name: str, table: Any) -> LayoutRecord:
+def layout_of(stacking: Stacking, stack_name: str, table: Any) -> LayoutRecord:
     cores = stacking.num_sparse_cores
     stack = stacking.stack(stack_name)
     return LayoutRecord(
@@ -258,7 +264,7 @@ def view_of_stacking(stacking: Stacking, slots: Mapping[str, Sequence[str]], *,
         variables.append(CheckpointVariable(stacked.name, tables, PARAMETERS, shape))
         variables += [CheckpointVariable(f"{stacked.name}/{slot}", tables, slot, shape)
                       for slot in slots.get(first, ())]
-        layouts += [_layout_of(stacking, stacked.name, t) for t in stacked.tables]
+        layouts += [layout_of(stacking, stacked.name, t) for t in stacked.tables]
     return CheckpointView("sparsecore", tuple(variables),
                           tuple(sorted(layouts, key=lambda r: r.table_name)), object_path)
 

@@ -25,6 +25,7 @@ from tpuemb_cfg.model.checkpoint import (
     view_of_legacy,
     view_of_sparsecore,
 )
+from tpuemb_cfg.model.jax_checkpoint import view_of_jax
 from tpuemb_cfg.rules.checkpoint import checkpoint_findings
 from tpuemb_cfg.rules.diff import Location
 
@@ -35,12 +36,19 @@ __all__ = ["checkpoint_report", "view_of"]
 _TABLE_PATH = re.compile(r'^tables\[("(?:[^"\\]|\\.)*")\]')
 
 
-def view_of(side: Side, object_path: str = DEFAULT_OBJECT_PATH) -> CheckpointView | None:
-    """The checkpoint ``side`` saves, or None when TensorFlow's restore never reads it (an
-    Orbax checkpoint of jax-tpu-embedding or keras-rs on JAX) or it cannot be laid out."""
+def view_of(side: Side, object_path: str = DEFAULT_OBJECT_PATH, *, jax: bool = False
+            ) -> CheckpointView | None:
+    """The checkpoint ``side`` saves, or None when it cannot be laid out or when TensorFlow's
+    restore never reads it (an Orbax checkpoint of jax-tpu-embedding or keras-rs on JAX)
+    unless ``jax``: then jax-tpu-embedding's view (``model.jax_checkpoint.view_of_jax``)."""
     if side.kind == "sparsecore":
-        if side.config is None or side.stacking is None or side.stacking.mode != "tensorflow":
+        if side.config is None or side.stacking is None:
             return None
+        if side.stacking.mode != "tensorflow":
+            if not jax:
+                return None
+            algorithms = {t.name: t.optimizer.algorithm for t in side.config.tables}
+            return view_of_jax(side.stacking, algorithms, object_path=object_path)
         return view_of_sparsecore(side.config, side.stacking, object_path=object_path)
     if side.message is None:
         return None

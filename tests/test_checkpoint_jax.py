@@ -1,0 +1,238 @@
+"""jax-tpu-embedding (Orbax) checkpoints: the stacking spec stored beside the arrays
+(``model.jax_checkpoint``), the variables named as TensorFlow names them, the state unstacked
+(``simulate --init``), verify and the restore verdict, reshard to per-table variables.
+
+Expected values are computed here by hand from the stored spec's numbers (padded table row j on
+shard (j mod N + rotation) mod N, row offset + j div N) and the generator's recipe for the
+arrays (tests/data/checkpoints/orbax/README.md), never by tpuemb's sharding module."""
+
+from __future__ import annotations
+
+import shutil
+import zlib
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from tpuemb_cfg.base.errors import InputError
+from tpuemb_cfg.checkpoints.embedding import JAX_KIND, find_jax_embedding
+from tpuemb_cfg.checkpoints.state import (
+    checkpoint_files,
+    checkpoint_state_bytes,
+    is_checkpoint,
+    read_checkpoint_state,
+)
+from tpuemb_cfg.checkpoints.verify import initial_values, verify
+from tpuemb_cfg.cli import main
+from tpuemb_cfg.formats.bundle import BundleReader
+from tpuemb_cfg.formats.orbax import OrbaxReader
+from tpuemb_cfg.model.jax_checkpoint import (
+    jax_key,
+    jax_restore,
+    jax_slot_name,
+    layouts_from_embedding_spec,
+    parse_embedding_spec,
+    tensorflow_slot_name,
+)
+from tpuemb_cfg.review.checkpoints import view_of
+from tpuemb_cfg.review.sides import SideOptions, load_side
+
+DATA = Path(__file__).parent / "data" / "checkpoints"
+MANAGER = DATA / "orbax" / "jte_adagrad"
+STEP = MANAGER / "7"
+SPEC_TEXT = STEP / "embedding_spec" / "proto.pbtxt"
+#: jax-tpu-embedding's own serialization of the stored spec (its embedding_spec_pb2).
+SPEC_BYTES = DATA / "jax" / "jte_adagrad_spec.binpb"
+#: The same model as tpuemb reads jax-tpu-embedding's specs (auto-stacked: item_user).
+CONFIG = DATA / "jax" / "jte_adagrad_spec.py"
+STACKS = "model/embedding_layer/embedding_table/value"
+#: (table, stack, vocabulary, dim, row offset, rotation, rows per shard) of the stored spec.
+PLACES = (("user", "user_item", 200, 8, 0, 0, 48), ("item", "user_item", 100, 8, 32, 4, 48),
+          ("country", "country", 50, 16, 0, 0, 8))
+N = 8
+
+
+def known(key: str, shape: tuple[int, int]) -> np.ndarray:
+    rng = np.random.default_rng(zlib.crc32(key.encode()))
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def table_by_hand(stack: str, part: str, name: str) -> np.ndarray:
+    """Table ``name``'s rows in stack ``stack``'s array ``part`` (``table`` or
+    ``slot/accumulator``), picked by the spec's numbers."""
+    _, _, vocab, dim, offset, rotation, per_shard = next(p for p in PLACES if p[0] == name)
+    stacked = known(f"{STACKS}/{stack}/{part}", (N * per_shard, 16 if stack == "country" else 8))
+    rows = [stacked[((j % N + rotation) % N) * per_shard + offset + j // N] for j in range(vocab)]
+    return np.stack(rows)[:, :dim]
+
+
+def test_the_spec_proto_is_jax_tpu_embeddings_on_the_wire_and_in_text() -> None:
+    text = SPEC_TEXT.read_text()
+    spec = parse_embedding_spec(text, path=str(SPEC_TEXT))
+    assert spec.SerializeToString() == SPEC_BYTES.read_bytes()
+    from google.protobuf import text_format
+
+    assert text_format.MessageToString(spec) == text
+
+
+def test_layouts_from_the_spec_by_hand() -> None:
+    spec = parse_embedding_spec(SPEC_TEXT.read_bytes(), path="spec")
+    layouts = {t.table_name: t for t in layouts_from_embedding_spec(spec)}
+    assert list(layouts) == ["country", "item", "user"]  # TensorFlow's order: by name
+    for name, stack, vocab, dim, offset, rotation, per_shard in PLACES:
+        t = layouts[name]
+        assert (t.stacked_table_name, t.num_sparse_cores, t.total_rows_per_sparse_core_shard) == \
+            (stack, N, per_shard)
+        assert t.unsharded_shape == (vocab, dim)
+        assert t.unsharded_padded_shape == ({"user": 256, "item": 128, "country": 64}[name], dim)
+        assert (t.sparse_core_shard_row_offset, t.sparse_core_shard_rotation) == (offset, rotation)
+        assert (t.num_partitions, t.per_sparse_core_batch_size, t.num_features) == (0, 0, 0)
+
+
+def test_slot_names_both_ways() -> None:
+    assert tensorflow_slot_name("adagrad", "accumulator") == "accumulators"
+    assert tensorflow_slot_name("adam", "velocity") == "velocities"
+    assert tensorflow_slot_name("ftrl", "linear") == "linears"
+    assert jax_slot_name("adagrad_momentum", "momenta") == "momentum"
+    assert tensorflow_slot_name(None, "local_step") == "local_step"  # F2A: unknown, kept
+    assert jax_key("a/b", "s", "adam") == "a/b/s/table"
+    assert jax_key("a/b", "s/velocities", "adam") == "a/b/s/slot/velocity"
+
+
+@pytest.mark.parametrize("folder", [MANAGER, STEP, STEP / "model"])
+def test_found_with_tensorflows_names_and_the_specs_layouts(folder: Path) -> None:
+    with OrbaxReader(folder) as reader:
+        found = find_jax_embedding(reader)
+    item = folder.name == "model"  # an item folder's keys do not start with the item's name
+    path = STACKS.removeprefix("model/") if item else STACKS
+    assert found.kind == JAX_KIND and found.object_path == path
+    assert [(v.name, v.key[len(path) + 1:], v.slot) for v in found.variables] == [
+        ("country", "country/table", "parameters"),
+        ("country/accumulators", "country/slot/accumulator", "accumulators"),
+        ("user_item", "user_item/table", "parameters"),
+        ("user_item/accumulators", "user_item/slot/accumulator", "accumulators")]
+    assert [t.table_name for t in found.layouts] == ["country", "item", "user"]
+    assert found.layouts_bytes == SPEC_TEXT.read_bytes()
+    assert found.other_keys == ("dense/kernel/value" if item else "model/dense/kernel/value",)
+
+
+def test_state_unstacked_by_the_spec_equals_the_rows_picked_by_hand() -> None:
+    tables = [("user", 200, 8, ("accumulators",)), ("item", 100, 8, ("accumulators",)),
+              ("country", 50, 16, ("accumulators",))]
+    assert is_checkpoint(MANAGER) and is_checkpoint(STEP)
+    state = read_checkpoint_state(MANAGER, tables)
+    assert sorted(state) == ["slot/country/accumulators", "slot/item/accumulators",
+                             "slot/user/accumulators", "table/country", "table/item",
+                             "table/user"]
+    for name, stack, *_ in PLACES:
+        np.testing.assert_array_equal(state[f"table/{name}"], table_by_hand(stack, "table", name))
+        np.testing.assert_array_equal(state[f"slot/{name}/accumulators"],
+                                      table_by_hand(stack, "slot/accumulator", name))
+    # what simulate --init refuses to overwrite, and what reading it may take
+    assert str(SPEC_TEXT) in checkpoint_files(MANAGER)
+    assert checkpoint_state_bytes(MANAGER) == 4 * (2 * 384 * 8 + 2 * 64 * 16 + 16 * 4)
+
+
+def test_a_missing_spec_and_a_bad_spec_are_named(tmp_path: Path) -> None:
+    copy = tmp_path / "ckpt"
+    shutil.copytree(MANAGER, copy)
+    spec = copy / "7" / "embedding_spec" / "proto.pbtxt"
+    spec.write_text('stacked_table_specs {\n  stack_name: "a"\n  bogus: 1\n}\n')
+    with OrbaxReader(copy) as reader, pytest.raises(InputError) as info:
+        find_jax_embedding(reader)
+    assert info.value.path.endswith("embedding_spec/proto.pbtxt")
+    assert (info.value.line, info.value.column) == (3, 3) and "bogus" in str(info.value)
+    spec.write_text('stacked_table_specs { stack_name: "a" stack_vocab_size: 12 '
+                    'num_sparsecores: 8 }\n')
+    with OrbaxReader(copy) as reader, pytest.raises(InputError, match="multiple of"):
+        find_jax_embedding(reader)
+    spec.unlink()
+    spec.symlink_to(SPEC_TEXT)
+    with OrbaxReader(copy) as reader, pytest.raises(InputError, match="symbolic link"):
+        find_jax_embedding(reader)
+    spec.unlink()
+    with pytest.raises(InputError, match="stacking of the jax-tpu-embedding checkpoint"):
+        read_checkpoint_state(copy, [("user", 200, 8, ())])
+    result = CliRunner().invoke(main, ["checkpoint", "verify", str(copy), str(CONFIG)])
+    assert result.exit_code == 2 and "no embedding_spec/proto.pbtxt" in result.output
+    with OrbaxReader(copy) as reader:  # inspect still lists the arrays
+        assert len(find_jax_embedding(reader).variables) == 4
+
+
+def test_verify_against_the_auto_stacked_model_fails_as_orbax_would() -> None:
+    """tpuemb's reading of the same specs auto-stacks item before user ('item_user'): Orbax's
+    restore raises on the other tree (seen with orbax-checkpoint 0.12.8)."""
+    side = load_side(str(CONFIG), SideOptions())
+    with OrbaxReader(MANAGER) as reader:
+        found = find_jax_embedding(reader)
+        expected = view_of(side, found.object_path, jax=True)
+        assert expected is not None and expected.kind == "jax"
+        report = verify(reader, found, expected, initial=initial_values(side.config.tables))
+    status = {v.name: v.status for v in report.variables}
+    assert status == {"country": "ok", "country/accumulators": "ok", "item_user": "missing",
+                      "item_user/accumulators": "missing", "user_item": "extra",
+                      "user_item/accumulators": "extra"}
+    assert report.layouts_differ == ("item", "user")
+    assert report.restore.outcome == "fails" and "tree structures" in report.restore.error
+    # the country accumulators are draws, none at Adagrad's initial 0.1
+    [acc] = [s for s in report.states if s.slot == "accumulators"]
+    assert (acc.table, acc.rows, acc.initial, acc.initial_value) == ("country", 50, 0, 0.1)
+    result = CliRunner().invoke(main, ["checkpoint", "verify", str(MANAGER), str(CONFIG)])
+    assert result.exit_code == 1
+    assert "(jax-tpu-embedding, Orbax): fails" in result.output
+
+
+def test_equal_shapes_under_another_layout_restore_silently_wrong() -> None:
+    with OrbaxReader(MANAGER) as reader:
+        view = find_jax_embedding(reader).view()
+    assert jax_restore(view, view).outcome == "restores"
+    moved = tuple(replace(t, sparse_core_shard_rotation=2) if t.table_name == "item" else t
+                  for t in view.layouts)
+    report = jax_restore(view, replace(view, layouts=moved))
+    assert report.outcome == "wrong" and report.breaking
+    assert {v.variable for v in report.verdicts if v.outcome == "lost"} == {
+        "user_item", "user_item/accumulators"}
+    smaller = replace(view, variables=tuple(
+        replace(v, shape=(192, 8)) if v.name == "user_item" else v for v in view.variables))
+    assert jax_restore(view, smaller).outcome == "fails"
+
+
+def test_reshard_unstacks_a_jax_checkpoint_into_tensorflows_per_table_variables(
+        tmp_path: Path) -> None:
+    out = tmp_path / "tables"
+    result = CliRunner().invoke(main, ["checkpoint", "reshard", str(MANAGER), str(CONFIG),
+                                       "--unstack", "-o", str(out), "-q"])
+    assert result.exit_code == 0, result.output
+    with BundleReader(str(out)) as reader:
+        for name, stack, *_ in PLACES:
+            key = f"embedding/{name}/.ATTRIBUTES/VARIABLE_VALUE"
+            np.testing.assert_array_equal(reader.read(key), table_by_hand(stack, "table", name))
+            slot = f"embedding/{name}.Saccumulators/.ATTRIBUTES/VARIABLE_VALUE"
+            np.testing.assert_array_equal(reader.read(slot),
+                                          table_by_hand(stack, "slot/accumulator", name))
+    inside = STEP / "out"
+    result = CliRunner().invoke(main, ["checkpoint", "reshard", str(MANAGER), str(CONFIG),
+                                       "--unstack", "-o", str(inside), "-q"])
+    assert result.exit_code == 2 and "inside the checkpoint folder" in result.output
+    assert not list(STEP.glob("out*"))
+
+
+def test_simulate_starts_from_a_jax_checkpoint(tmp_path: Path) -> None:
+    """One step from the checkpoint's state: every row the step did not touch (at most 64 ids
+    per table) is still the checkpoint's row, picked by hand. The stored arrays are draws, so
+    Adagrad's negative accumulators give NaN on touched rows: the run warns with the cause."""
+    run = tmp_path / "run"
+    result = CliRunner().invoke(main, ["simulate", str(CONFIG), "--init", str(MANAGER),
+                                       "--steps", "1", "--out-dir", str(run), "-q",
+                                       "--tables", "all"])
+    assert result.exit_code == 0, result.output
+    assert "the square root of the negative" in result.output
+    with np.load(run / "tables.npz") as tables:
+        for name, stack, vocab, *_ in PLACES:
+            for key, part in ((f"table/{name}", "table"),
+                              (f"slot/{name}/accumulators", "slot/accumulator")):
+                same = (tables[key] == table_by_hand(stack, part, name)).all(axis=1)
+                assert vocab - 64 <= same.sum() < vocab, key
