@@ -17,9 +17,12 @@ What it writes (see tests/data/checkpoints/orbax/README.md for the findings):
   per-table values into the training layout, in ``restore_cross_topology_checkpoint``; it uses
   ``row_offset_in_shard`` and ``shard_rotation``), padding 0; the generator asserts the result
   equals ``compute_physical_row_ids`` (what the TPU lookups use) row by row.
-- ``jte_tables_4x4/7``, ``jte_tables_1x4/7``, ``jte_tables_unstacked/7``: the output of
-  ``checkpoint_utils.convert_cross_topology_checkpoint`` on ``jte_tables`` for 4 devices x 4
-  SparseCores, 1 device x 4 SparseCores and no target topology (unstacked), untouched.
+- ``jte_tables_4x4/7``, ``jte_tables_1x4/7``, ``jte_tables_unstacked/7``: ``jte_tables``
+  converted for 4 devices x 4 SparseCores, 1 device x 4 SparseCores and no target topology
+  (unstacked) by ``convert_like_jte``: ``checkpoint_utils.convert_cross_topology_checkpoint``'s
+  own steps, the slots restacked per optimizer (the converter itself refuses stacks with
+  different optimizers). The tool checks the real converter writes the same arrays and stack
+  protos for one-optimizer checkpoints holding each stack alone.
 - ``jte_findings.json``: what jax-tpu-embedding's functions did (printed too).
 """
 
