@@ -236,3 +236,73 @@ def test_simulate_starts_from_a_jax_checkpoint(tmp_path: Path) -> None:
                               (f"slot/{name}/accumulators", "slot/accumulator")):
                 same = (tables[key] == table_by_hand(stack, part, name)).all(axis=1)
                 assert vocab - 64 <= same.sum() < vocab, key
+
+
+# --- jte_tables: known per-table values, three optimizers, jax-tpu-embedding's conversions -------
+
+TABLES = DATA / "orbax"
+#: (table, vocabulary, dim, algorithm) of tests/data/checkpoints/orbax/jte_tables.
+KNOWN = (("alpha", 30, 12, "adagrad"), ("mid", 60, 16, "adagrad"), ("zeta", 70, 10, "adagrad"),
+         ("item", 45, 4, "adam"), ("user", 120, 8, "adam"), ("country", 50, 20, "ftrl"))
+#: jax-tpu-embedding's slot names in TensorFlow's order (its *SlotVariables named tuples).
+JTE_SLOTS = {"adagrad": ("accumulator",), "adam": ("momentum", "velocity"),
+             "ftrl": ("accumulator", "linear")}
+
+
+def _wanted() -> list[tuple[str, int, int, tuple[str, ...]]]:
+    from tpuemb_cfg.algorithms import slot_names
+
+    return [(name, vocab, dim, slot_names(algorithm)) for name, vocab, dim, algorithm in KNOWN]
+
+
+@pytest.mark.parametrize("folder", ["jte_tables", "jte_tables_4x4", "jte_tables_1x4",
+                                    "jte_tables_unstacked"])
+def test_every_jte_layout_unstacks_to_the_known_values(folder: str) -> None:
+    """jax-tpu-embedding's own checkpoint (2 x 4, stacks in an order other than their names'),
+    its converter's 4 x 4, 1 x 4 and per-table outputs: the same tables and slots, bit for bit,
+    TensorFlow's slot names given to jax-tpu-embedding's in order."""
+    from tpuemb_cfg.algorithms import slot_names
+
+    state = read_checkpoint_state(TABLES / folder, _wanted())
+    with np.load(TABLES / "jte_tables_values.npz") as known_values:
+        for name, _, _, algorithm in KNOWN:
+            np.testing.assert_array_equal(state[f"table/{name}"], known_values[f"table/{name}"])
+            for ours, theirs in zip(slot_names(algorithm), JTE_SLOTS[algorithm], strict=True):
+                np.testing.assert_array_equal(state[f"slot/{name}/{ours}"],
+                                              known_values[f"slot/{name}/{theirs}"])
+    assert len(state) == 6 + 3 + 4 + 2
+
+
+@pytest.mark.parametrize("target", ["jte_tables_4x4", "jte_tables_1x4"])
+def test_reshard_equals_jax_tpu_embeddings_converter(target: str) -> None:
+    """tpuemb's reshard of jte_tables (2 x 4) to the layouts of the converter's output: every
+    real row and column bit for bit as jax-tpu-embedding wrote it; padding zero (the converter
+    pads tables with NaN, slots with zero: never looked up)."""
+    from tpuemb_cfg.algorithms import slot_names
+    from tpuemb_cfg.checkpoints.reshard import ArraySink, KeyedSource, execute_reshard, \
+        plan_reshard
+    from tpuemb_cfg.checkpoints.verify import table_rows
+
+    with OrbaxReader(TABLES / "jte_tables") as old_reader, \
+            OrbaxReader(TABLES / target) as new_reader:
+        old = find_jax_embedding(old_reader)
+        new = find_jax_embedding(new_reader)
+        slots = {name: slot_names(algorithm) for name, _, _, algorithm in KNOWN}
+        plan = plan_reshard(old.layouts, new.layouts, slots=slots)
+        sink = ArraySink()
+        execute_reshard(plan, KeyedSource(old_reader, key_of=lambda n: old.variable(n).key),
+                        sink, memory_cap=1 << 20)
+        assert sorted(sink.arrays) == sorted(v.name for v in new.variables)
+        for variable in new.variables:
+            theirs = new_reader.read(variable.key)
+            ours = sink.arrays[variable.name]
+            assert ours.shape == theirs.shape
+            real = np.zeros(ours.shape, bool)
+            for layout in new.layouts:
+                if layout.stacked_table_name == variable.owner:
+                    stacked, _ = table_rows(layout)
+                    real[stacked, :layout.unsharded_shape[1]] = True
+            np.testing.assert_array_equal(ours[real], theirs[real])
+            assert not ours[~real].any()
+            if variable.slot == "parameters":
+                assert np.isnan(theirs[~real]).all()

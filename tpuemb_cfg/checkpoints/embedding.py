@@ -169,8 +169,9 @@ class EmbeddingCheckpoint:
 
     @property
     def stacked(self) -> bool:
-        """Whether the variables are stacked tables laid out by ``layouts``."""
-        return self.kind != "unsharded"
+        """Whether the variables are stacked tables laid out by ``layouts`` (a
+        jax-tpu-embedding checkpoint of per-table arrays has none)."""
+        return self.kind == "sparsecore" or (self.kind == JAX_KIND and bool(self.layouts))
 
 
 def _object_paths(keys: Iterable[str]) -> list[str]:
@@ -285,6 +286,17 @@ def _parse_layouts(raw: bytes, shown: str, key: str) -> tuple[LayoutRecord, ...]
     return layouts_from_proto(message)
 
 
+def _per_table(items: Sequence[tuple[str, str, str | None]], layouts: Sequence[LayoutRecord],
+               source: CheckpointSource) -> bool:
+    """Whether the ``<name>/table`` arrays are the spec's tables themselves (each of its table's
+    own shape), not its stacks."""
+    shapes = {t.table_name: tuple(t.unsharded_shape) for t in layouts}
+    tables = [(key, name) for key, name, slot in items if slot is None]
+    return bool(tables) and all(
+        name in shapes and tuple(source.entry(key).shape) == shapes[name]
+        for key, name in tables)
+
+
 #: jax-tpu-embedding's embedding variables in a pytree: ``<object path>/<stack>/table`` and
 #: ``<object path>/<stack>/slot/<slot name>`` (``EmbeddingVariables(table, slot)`` per stacked
 #: table; NNX's ``SparseCoreEmbed`` puts them at ``<layer>/embedding_table/value``).
@@ -340,6 +352,10 @@ def find_jax_embedding(source: CheckpointSource, *, object_path: str | None = No
         algorithms = {t.stacked_table_name: by_table[t.table_name]
                       for t in sorted(layouts, key=lambda t: t.table_name, reverse=True)
                       if t.table_name in by_table}
+        if _per_table(found.get(object_path, []), layouts, source):
+            # jax-tpu-embedding's converter without a target topology: one unpadded array per
+            # table (and slot), the source's spec kept beside them
+            layouts, algorithms = (), by_table
     variables = []
     for key, stack, slot in found.get(object_path, []):
         entry = source.entry(key)

@@ -60,7 +60,7 @@ def state_from_checkpoint(source: CheckpointSource, found: EmbeddingCheckpoint,
     where = found.source
     wanted = list(tables)
     out: dict[str, np.ndarray] = {}
-    if found.kind == "unsharded":
+    if not found.stacked:
         for name, rows, dim, slots in wanted:
             for slot in (PARAMETERS, *slots):
                 variable = found.variable(name if slot == PARAMETERS else f"{name}/{slot}")
@@ -109,7 +109,7 @@ def checkpoint_variables(state: Mapping[str, np.ndarray], view: CheckpointView
     out: dict[str, np.ndarray] = {}
     stacks = stacks_of(view.layouts) if view.stacked else {}
     for variable in view.variables:
-        if view.kind == "unsharded":
+        if not view.stacked:
             key = state_key(variable.tables[0], variable.slot)
             out[variable.name] = _needed(state, key, variable.shape)
             continue
@@ -196,7 +196,7 @@ def read_checkpoint_state(path: str | os.PathLike[str],
     if is_orbax_checkpoint(path):
         with OrbaxReader(path) as orbax_reader:
             found = find_jax_embedding(orbax_reader, object_path=object_path, label=shown)
-            if not found.layouts:
+            if not found.layouts_bytes:
                 raise InputError(f"no {JAX_SPEC_FILE} beside the arrays: the stacking of the "
                                  "jax-tpu-embedding checkpoint is not known", path=shown)
             return _state(orbax_reader, found, wanted, shown)

@@ -85,7 +85,7 @@ def _reading(ckpt: str, object_path: str | None, tables: Sequence[str] = ()
 
 
 def _needs_layouts(found: EmbeddingCheckpoint, ckpt: str) -> None:
-    if found.kind == JAX_KIND and not found.layouts:
+    if found.kind == JAX_KIND and not found.layouts_bytes:
         raise InputError(f"no {JAX_SPEC_FILE} in the checkpoint step: the stacking of its "
                          "tables is not known (jax-tpu-embedding's save_checkpoint stores it "
                          "as the item 'embedding_spec')", path=ckpt)

@@ -122,8 +122,9 @@ class CheckpointView:
 
     @property
     def stacked(self) -> bool:
-        """Whether the variables are stacked tables laid out by ``layouts``."""
-        return self.kind != "unsharded"
+        """Whether the variables are stacked tables laid out by ``layouts`` (a
+        jax-tpu-embedding checkpoint of per-table arrays has none)."""
+        return self.kind == "sparsecore" or (self.kind == "jax" and bool(self.layouts))
 
     def keys(self) -> tuple[str, ...]:
         """Every checkpoint key, sorted (as a checkpoint reader lists them); TensorFlow's kinds."""
