@@ -279,8 +279,7 @@ def test_reshard_equals_jax_tpu_embeddings_converter(target: str) -> None:
     real row and column bit for bit as jax-tpu-embedding wrote it; padding zero (the converter
     pads tables with NaN, slots with zero: never looked up)."""
     from tpuemb_cfg.algorithms import slot_names
-    from tpuemb_cfg.checkpoints.reshard import ArraySink, KeyedSource, execute_reshard, \
-        plan_reshard
+    from tpuemb_cfg.checkpoints.reshard import ArraySink, KeyedSource, execute_reshard, plan_reshard
     from tpuemb_cfg.checkpoints.verify import table_rows
 
     with OrbaxReader(TABLES / "jte_tables") as old_reader, \
