@@ -305,3 +305,43 @@ def test_reshard_equals_jax_tpu_embeddings_converter(target: str) -> None:
             assert not ours[~real].any()
             if variable.slot == "parameters":
                 assert np.isnan(theirs[~real]).all()
+
+
+def test_verify_the_converted_checkpoint_against_its_model_restores() -> None:
+    config = str(DATA / "jax" / "jte_tables_4x4.py")
+    result = CliRunner().invoke(main, ["checkpoint", "verify", str(TABLES / "jte_tables_4x4"),
+                                       config])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[0].endswith(": ok")
+    assert "(jax-tpu-embedding, Orbax): restores" in result.output
+    # the 2 x 4 original under the 4 x 4 model: other stacks (adagrad3, adam2), other shapes
+    result = CliRunner().invoke(main, ["checkpoint", "verify", str(TABLES / "jte_tables"),
+                                       config, "--json"])
+    assert result.exit_code == 1
+    import json
+
+    document = json.loads(result.output)
+    assert document["restore"]["outcome"] == "fails"
+    assert {v["name"] for v in document["variables"] if v["status"] == "missing"} == {
+        "alpha_mid_zeta", "alpha_mid_zeta/accumulators", "item_user", "item_user/momenta",
+        "item_user/velocities"}
+    assert {v["name"]: v["status"] for v in document["variables"]}["country/linears"] == "shape"
+
+
+def test_across_tensorflow_and_jax_nothing_restores(tmp_path: Path) -> None:
+    tf_config = str(Path(__file__).parents[1] / "examples" / "checkpoints" / "ranking_v6e.py")
+    result = CliRunner().invoke(main, ["checkpoint", "verify", str(TABLES / "jte_tables"),
+                                       tf_config])
+    assert result.exit_code == 1
+    assert "TensorFlow does not read it" in result.output
+    # a TensorFlow checkpoint cannot seed a jax-tpu-embedding one: nothing to copy the rest from
+    out = tmp_path / "tables"
+    assert CliRunner().invoke(main, ["checkpoint", "reshard", str(TABLES / "jte_tables"),
+                                     str(DATA / "jax" / "jte_tables_4x4.py"), "--unstack",
+                                     "-o", str(out), "-q"]).exit_code == 0
+    result = CliRunner().invoke(main, ["checkpoint", "reshard", str(out),
+                                       str(DATA / "jax" / "jte_tables_4x4.py"), "-o",
+                                       str(tmp_path / "jax")])
+    assert result.exit_code == 2 and "tpuemb writes its Orbax checkpoints from one of its own" \
+        in result.output
+    assert not (tmp_path / "jax").exists()
