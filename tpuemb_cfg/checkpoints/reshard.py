@@ -187,15 +187,24 @@ class KeyedSource:
 
 
 class KeyedSink:
-    """A :class:`RowSink` over a checkpoint writer keyed by checkpoint keys (``BundleWriter``:
-    ``add_rows(key, shape, dtype, chunks)``)."""
+    """A :class:`RowSink` over a checkpoint writer keyed by checkpoint keys (``BundleWriter``,
+    ``formats.orbax_write.OrbaxStepWriter``: ``add_rows(key, shape, dtype, chunks)``); the keys
+    as :class:`KeyedSource` makes them (``key_of``: a jax-tpu-embedding checkpoint's Orbax keys,
+    ``model.jax_checkpoint.jax_key``)."""
 
-    def __init__(self, writer: Any, object_path: str = DEFAULT_OBJECT_PATH) -> None:
+    def __init__(self, writer: Any, object_path: str = DEFAULT_OBJECT_PATH, *,
+                 key_of: Callable[[str], str] | None = None) -> None:
         self.writer, self.object_path = writer, object_path
+        self._key_of = key_of
+
+    def key(self, name: str) -> str:
+        if self._key_of is not None:
+            return self._key_of(name)
+        return checkpoint_key(self.object_path, name)
 
     def add_rows(self, name: str, shape: tuple[int, int], dtype: np.dtype[Any],
                  chunks: Iterable[np.ndarray]) -> None:
-        self.writer.add_rows(checkpoint_key(self.object_path, name), shape, dtype, chunks)
+        self.writer.add_rows(self.key(name), shape, dtype, chunks)
 
 
 # -- the plan -----------------------------------------------------------------------------------

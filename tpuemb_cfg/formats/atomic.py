@@ -43,14 +43,17 @@ Every command that writes files follows the same two steps, and this module hold
    and SIGHUP are blocked while an :class:`OutputSet` renames its files, so a signal cannot split
    the set.
 
-:func:`remove_temporaries` deletes the temporary files still being written; the CLI calls it when
-it must exit at once on a second Ctrl-C.
+:func:`remove_temporaries` deletes the temporary files still being written, and the temporary
+folders of :func:`make_temporary_folder` (a checkpoint folder being built, renamed into place by
+its writer, ``formats.orbax_write``); the CLI calls it when it must exit at once on a second
+Ctrl-C.
 """
 
 from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import stat
 import tempfile
 import threading
@@ -69,6 +72,7 @@ PathSpec = PathLike | tuple[str, PathLike]
 
 _OWN_DESCRIPTORS = ("/dev/stdout", "/dev/stderr", "/dev/fd/", "/proc/self/fd/")
 _LIVE: set[str] = set()  # temporary files being written, removed on an abrupt exit
+_LIVE_FOLDERS: set[str] = set()  # temporary folders being filled, removed on an abrupt exit
 _LIVE_LOCK = threading.Lock()
 
 
@@ -339,15 +343,52 @@ def _unlink(tmp: str) -> None:
 
 
 def remove_temporaries() -> None:
-    """Delete every temporary file still being written (before an abrupt exit)."""
+    """Delete every temporary file and folder still being written (before an abrupt exit)."""
     with _LIVE_LOCK:
         pending = list(_LIVE)
         _LIVE.clear()
+        folders = list(_LIVE_FOLDERS)
+        _LIVE_FOLDERS.clear()
     for tmp in pending:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def make_temporary_folder(parent: PathLike, name: str) -> Path:
+    """A new private folder with an unpredictable name (``.NAME.<random>.tmp``) in ``parent``,
+    removed by :func:`remove_temporaries` until :func:`release_temporary_folder`.
+
+    ``OSError`` becomes an ``OutputError`` naming ``parent``."""
+    try:
+        with _interrupt.held():  # the folder exists only once it is registered for removal
+            folder = tempfile.mkdtemp(prefix=f".{name[:40]}.", suffix=".tmp", dir=parent)
+            with _LIVE_LOCK:
+                _LIVE_FOLDERS.add(folder)
+    except OSError as exc:
+        raise _error(parent, exc) from None
+    return Path(folder)
+
+
+def folder_mode() -> int:
+    """The mode a new folder gets by default: ``0o777 & ~umask`` (for a temporary folder, made
+    private, when it is published)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o777 & ~umask
+
+
+def release_temporary_folder(folder: PathLike, *, remove: bool) -> None:
+    """Stop tracking a folder of :func:`make_temporary_folder`; ``remove``: delete it first
+    (it was abandoned), else it was renamed into place."""
+    name = os.fspath(folder)
+    if remove:
+        shutil.rmtree(name, ignore_errors=True)
+    with _LIVE_LOCK:
+        _LIVE_FOLDERS.discard(name)
 
 
 @dataclass
@@ -386,7 +427,8 @@ def _finish(handle: BinaryIO, tmp: str, target: Path) -> None:
     os.chmod(tmp, _mode_for(target))
 
 
-def _sync_folder(folder: Path) -> None:
+def sync_folder(folder: Path) -> None:
+    """Flush a folder's entries (a rename in it) to disk, where the platform allows."""
     try:
         fd = os.open(folder, os.O_RDONLY)
     except OSError:
@@ -477,7 +519,7 @@ class OutputSet:
                     raise _error(item.path, exc) from None
                 _forget(item.tmp)
         for folder in {item.target.parent for item in staged}:
-            _sync_folder(folder)
+            sync_folder(folder)
         self._made = []
 
     def discard(self) -> None:

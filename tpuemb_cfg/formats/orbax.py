@@ -27,7 +27,8 @@ import numpy as np
 
 from tpuemb_cfg.base.errors import InputError
 
-__all__ = ["INSTALL_HINT", "OrbaxEntry", "OrbaxReader", "is_orbax_checkpoint"]
+__all__ = ["INSTALL_HINT", "OrbaxEntry", "OrbaxReader", "first_line", "is_orbax_checkpoint",
+           "load_tensorstore"]
 
 INSTALL_HINT = "reading an Orbax checkpoint needs tensorstore: pip install 'tpuemb[orbax]'"
 ITEM_METADATA = "_METADATA"
@@ -82,7 +83,8 @@ class OrbaxEntry:
     shape: tuple[int, ...]
 
 
-def _tensorstore() -> Any:
+def load_tensorstore() -> Any:
+    """The tensorstore module (the optional extra), or an InputError saying how to install it."""
     try:
         import tensorstore  # the optional extra
     except ImportError:
@@ -104,7 +106,7 @@ class OrbaxReader:
         if not items:
             raise InputError(f"not an Orbax checkpoint: no {ITEM_METADATA} or {STEP_METADATA} "
                              f"in the folder (nor in a numbered step folder)", path=self.path)
-        self._ts = _tensorstore()
+        self._ts = load_tensorstore()
         self._stores: dict[str, Any] = {}
         self._entries: dict[str, OrbaxEntry] = {}
         self.items = {prefix.rstrip("/"): item for prefix, item in items}
@@ -150,7 +152,7 @@ class OrbaxReader:
         try:
             return self._ts.open(spec, read=True).result()
         except Exception as exc:  # tensorstore raises ValueError / its own status errors
-            raise InputError(f"array {key!r} cannot be opened: {_first_line(exc)}",
+            raise InputError(f"array {key!r} cannot be opened: {first_line(exc)}",
                              path=str(item)) from None
 
     # -- CheckpointSource -----------------------------------------------------------------
@@ -181,7 +183,7 @@ class OrbaxReader:
         try:
             return np.asarray(store.read().result())
         except Exception as exc:
-            raise InputError(f"array {key!r} cannot be read: {_first_line(exc)}",
+            raise InputError(f"array {key!r} cannot be read: {first_line(exc)}",
                              path=str(entry.item)) from None
 
     def read_file(self, relative: str, limit: int = FILE_LIMIT) -> bytes | None:
@@ -217,6 +219,7 @@ def _numpy_dtype(dtype: Any) -> Any:
     return np.dtype(numpy_dtype) if numpy_dtype is not None else str(dtype)
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (tensorstore's run to many lines)."""
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__

@@ -1,0 +1,328 @@
+"""formats.orbax_write.OrbaxStepWriter on the stored jax-tpu-embedding checkpoint
+(tests/data/checkpoints/orbax/jte_adagrad/7): a new step with the ``user_item`` stack replaced,
+read back with OrbaxReader (copied arrays bit for bit, replaced ones as given, the metadata's
+shapes), restored by Orbax itself (tests/data/checkpoints/orbax/written_restore.json, written by
+tools/jax_reference/orbax_restore.py from the step ``write_case`` below writes), and refusals and
+clean-up on every error.
+
+Regenerate the stored restore (jax-tpu-embedding's venv for the second step)::
+
+    PYTHONPATH=. python tests/test_checkpoint_orbax_write.py /tmp/case
+    python tools/jax_reference/orbax_restore.py /tmp/case 7 \\
+        > tests/data/checkpoints/orbax/written_restore.json
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tensorstore")
+
+from tpuemb_cfg.base.errors import InputError, OutputError  # noqa: E402
+from tpuemb_cfg.checkpoints.embedding import find_jax_embedding, jax_key  # noqa: E402
+from tpuemb_cfg.checkpoints.reshard import KeyedSink  # noqa: E402
+from tpuemb_cfg.formats.orbax import OrbaxReader  # noqa: E402
+from tpuemb_cfg.formats.orbax_write import OrbaxStepWriter, step_target  # noqa: E402
+
+CHECKPOINTS = Path(__file__).parent / "data" / "checkpoints" / "orbax"
+STEP = CHECKPOINTS / "jte_adagrad" / "7"
+RESTORED = CHECKPOINTS / "written_restore.json"
+STACKS = "model/embedding_layer/embedding_table/value"
+TABLE, SLOT = f"{STACKS}/user_item/table", f"{STACKS}/user_item/slot/accumulator"
+NEW_ROWS = 768
+#: Small chunks and transactions, so that the case is written in many of both.
+CHUNK_BYTES, BUFFER_BYTES = 1024, 4096
+
+
+def known_values(key: str, shape: tuple[int, ...]) -> np.ndarray:
+    """The recipe of tests/data/checkpoints/orbax/README.md (the case's new arrays use it too)."""
+    rng = np.random.default_rng(zlib.crc32(key.encode()))
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def blocks(array: np.ndarray, size: int) -> Iterator[np.ndarray]:
+    for start in range(0, len(array), size):
+        yield array[start:start + size]
+
+
+def new_spec() -> bytes:
+    """The source's embedding_spec/proto.pbtxt with the user_item stack twice as tall."""
+    text = (STEP / "embedding_spec" / "proto.pbtxt").read_text()
+    old = 'stack_name: "user_item"\n  stack_vocab_size: 384\n'
+    assert old in text
+    return text.replace(old, old.replace("384", str(NEW_ROWS))).encode()
+
+
+def write_case(out: str | os.PathLike[str]) -> Path:
+    """jte_adagrad/7 with user_item's table and slot replaced by 768 x 8 known values, streamed
+    in blocks of 100 rows, and the spec replaced: the case Orbax restored."""
+    target = step_target(STEP, out)
+    with OrbaxStepWriter(STEP, target, make_dirs=True, chunk_bytes=CHUNK_BYTES,
+                         buffer_bytes=BUFFER_BYTES) as writer:
+        for key in (TABLE, SLOT):
+            writer.add_rows(key, (NEW_ROWS, 8), np.float32,
+                            blocks(known_values(key, (NEW_ROWS, 8)), 100))
+        writer.replace_file("embedding_spec/proto.pbtxt", new_spec())
+    return target
+
+
+def crc(array: np.ndarray) -> int:
+    little = np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<"), copy=False)
+    return zlib.crc32(little.tobytes())
+
+
+@pytest.fixture(scope="module")
+def case(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_case(tmp_path_factory.mktemp("written") / "manager")
+
+
+def test_round_trip_copied_bit_for_bit_replaced_as_given(case: Path) -> None:
+    assert case.name == "7"
+    with OrbaxReader(case) as written, OrbaxReader(STEP) as source:
+        assert written.keys() == source.keys()
+        for key in source.keys():
+            if key in (TABLE, SLOT):
+                assert written.entry(key).shape == (NEW_ROWS, 8)
+                np.testing.assert_array_equal(written.read(key),
+                                              known_values(key, (NEW_ROWS, 8)))
+            else:
+                assert written.entry(key).shape == source.entry(key).shape
+                assert written.read(key).tobytes() == source.read(key).tobytes()
+        np.testing.assert_array_equal(written.read_rows(TABLE, 380, 390),
+                                      known_values(TABLE, (NEW_ROWS, 8))[380:390])
+
+
+def test_metadata_follows_the_new_shapes(case: Path) -> None:
+    meta = json.loads((case / "model" / "_METADATA").read_text())
+    shapes = {".".join(k["key"] for k in leaf["key_metadata"]):
+              leaf["value_metadata"].get("write_shape")
+              for leaf in meta["tree_metadata"].values()}
+    # 768 rows over the 2 devices of the stack's sharding: 384 each; the rest unchanged.
+    assert shapes == {"dense.kernel.value": None,
+                      "embedding_layer.embedding_table.value.country.slot.accumulator": [32, 16],
+                      "embedding_layer.embedding_table.value.country.table": [32, 16],
+                      "embedding_layer.embedding_table.value.user_item.slot.accumulator": [384, 8],
+                      "embedding_layer.embedding_table.value.user_item.table": [384, 8]}
+    assert meta["use_ocdbt"] is True and meta["use_zarr3"] is False
+    stored = json.loads((case / "model" / "array_metadatas" / "process_0").read_text())
+    found = {m["array_metadata"]["param_name"].split(".", 3)[3]:
+             (m["array_metadata"]["write_shape"], m["array_metadata"]["chunk_shape"])
+             for m in stored["array_metadatas"]}
+    # chunks of at most 1024 bytes: 32 rows of 8 float32 (32 divides 384).
+    assert found == {"country.slot.accumulator": ([32, 16], [32, 16]),
+                     "country.table": ([32, 16], [32, 16]),
+                     "user_item.slot.accumulator": ([384, 8], [32, 8]),
+                     "user_item.table": ([384, 8], [32, 8])}
+    for name in ("_CHECKPOINT_METADATA", "commit_success.txt", "model/_sharding",
+                 "model/commit_success.txt", "embedding_spec/commit_success.txt"):
+        assert (case / name).read_bytes() == (STEP / name).read_bytes(), name
+    assert (case / "embedding_spec" / "proto.pbtxt").read_bytes() == new_spec()
+    assert not list(case.parent.glob(".*")), "a temporary folder was left"
+
+
+def _store(folder: Path) -> dict[bytes, bytes]:
+    import tensorstore as ts
+
+    base = {"driver": "file", "path": str(folder.resolve()) + "/"}
+    kv = ts.KvStore.open({"driver": "ocdbt", "base": base}).result()
+    return {key: kv.read(key).result().value for key in kv.list().result()}
+
+
+def test_copied_arrays_keep_their_stored_chunks_and_new_ones_are_chunked(case: Path) -> None:
+    written, source = _store(case / "model"), _store(STEP / "model")
+    replaced = (b"embedding_layer.embedding_table.value.user_item.table/",
+                b"embedding_layer.embedding_table.value.user_item.slot.accumulator/")
+    kept = {k: v for k, v in source.items() if not k.startswith(replaced)}
+    assert {k: written[k] for k in kept} == kept  # compressed chunks, bit for bit
+    for prefix in replaced:
+        chunks = sorted(k[len(prefix):] for k in written if k.startswith(prefix))
+        assert chunks == sorted([b".zarray"] + [f"{i}.0".encode() for i in range(24)])
+        zarray = json.loads(written[prefix + b".zarray"])
+        source_zarray = json.loads(source[prefix + b".zarray"])
+        assert zarray == {**source_zarray, "shape": [NEW_ROWS, 8], "chunks": [32, 8]}
+
+
+def test_orbax_restores_what_tpuemb_wrote(case: Path) -> None:
+    """The stored restore (Orbax 0.12.8's CheckpointManager.restore of write_case's step) holds
+    the arrays tpuemb wrote, CRC for CRC, and the replaced spec."""
+    restored = json.loads(RESTORED.read_text())
+    with OrbaxReader(case) as written:
+        assert sorted(restored["arrays"]) == written.keys()
+        for key, found in restored["arrays"].items():
+            array = written.read(key)
+            assert found["shape"] == list(array.shape), key
+            assert found["dtype"] == str(array.dtype), key
+            assert found["crc32"] == crc(array), key
+    assert restored["arrays"][TABLE]["crc32"] == crc(known_values(TABLE, (NEW_ROWS, 8)))
+    assert restored["arrays"][TABLE]["type"] == "ArrayImpl"  # a jax.Array, 2 devices
+    stacks = {s["name"]: (s["vocab"], s["dim"], s["sparsecores"])
+              for s in restored["embedding_spec"]}
+    assert stacks == {"country": (64, 16, 8), "user_item": (NEW_ROWS, 8, 8)}
+    assert restored["restored_into_a_target_equal"] is True
+
+
+def test_reshard_sink_names_jax_tpu_embedding_keys(tmp_path: Path) -> None:
+    assert jax_key(STACKS, "user_item") == TABLE
+    assert jax_key(STACKS, "user_item/accumulator") == SLOT
+    assert jax_key("", "country") == "country/table"
+    with OrbaxStepWriter(STEP, tmp_path / "7") as writer:
+        sink = KeyedSink(writer, STACKS, key=jax_key)
+        for name in ("user_item", "user_item/accumulator"):
+            sink.add_rows(name, (NEW_ROWS, 8), np.dtype(np.float32),
+                          blocks(np.full((NEW_ROWS, 8), len(name), np.float32), 64))
+    with OrbaxReader(tmp_path / "7") as written:
+        found = find_jax_embedding(written)
+        assert {v.name: v.shape for v in found.variables} == {
+            "user_item": (NEW_ROWS, 8), "user_item/accumulator": (NEW_ROWS, 8),
+            "country": (64, 16), "country/accumulator": (64, 16)}
+        assert np.all(written.read(SLOT) == len("user_item/accumulator"))
+
+
+def test_blocks_of_any_size_and_the_default_chunks(tmp_path: Path) -> None:
+    values = known_values(TABLE, (NEW_ROWS, 8))
+    sizes = [0, 1, 250, 7, 0, 510]  # 768 rows in odd blocks, empty ones included
+    parts, at = [], 0
+    for size in sizes:
+        parts.append(values[at:at + size])
+        at += size
+    with OrbaxStepWriter(STEP, tmp_path / "7") as writer:
+        writer.add_rows(TABLE, (NEW_ROWS, 8), np.float32, iter(parts))
+    with OrbaxReader(tmp_path / "7") as written:
+        np.testing.assert_array_equal(written.read(TABLE), values)
+    stored = json.loads((tmp_path / "7" / "model" / "array_metadatas" / "process_0").read_text())
+    shapes = {m["array_metadata"]["param_name"]: m["array_metadata"]["chunk_shape"]
+              for m in stored["array_metadatas"]}
+    assert shapes["embedding_layer.embedding_table.value.user_item.table"] == [384, 8]
+
+
+def test_an_unchanged_step_is_copied_file_for_file(tmp_path: Path) -> None:
+    with OrbaxStepWriter(STEP, tmp_path / "7"):
+        pass
+    files = sorted(p.relative_to(STEP) for p in STEP.rglob("*") if p.is_file())
+    assert sorted(p.relative_to(tmp_path / "7") for p in (tmp_path / "7").rglob("*")
+                  if p.is_file()) == files
+    for name in files:
+        assert (tmp_path / "7" / name).read_bytes() == (STEP / name).read_bytes()
+
+
+# -- refusals and clean-up ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("planted", ["folder", "file", "link", "dangling link"])
+def test_an_existing_target_is_refused_and_left_alone(tmp_path: Path, planted: str) -> None:
+    target = tmp_path / "7"
+    if planted == "folder":
+        target.mkdir()
+    elif planted == "file":
+        target.write_text("keep")
+    elif planted == "link":
+        (tmp_path / "elsewhere").mkdir()
+        target.symlink_to(tmp_path / "elsewhere")
+    else:
+        target.symlink_to(tmp_path / "nowhere")
+    before = sorted(os.listdir(tmp_path))
+    with pytest.raises(OutputError, match="never over anything") as info:
+        OrbaxStepWriter(STEP, target)
+    assert info.value.path == str(target)
+    assert sorted(os.listdir(tmp_path)) == before
+    if planted == "link":
+        assert os.listdir(tmp_path / "elsewhere") == []
+
+
+def test_a_target_inside_the_source_or_without_a_folder_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(OutputError, match="inside the input"):
+        OrbaxStepWriter(STEP, STEP / "model" / "8")
+    with pytest.raises(OutputError, match="does not exist; create it first"):
+        OrbaxStepWriter(STEP, tmp_path / "missing" / "7")
+    assert not (tmp_path / "missing").exists()
+
+
+def test_bad_input_is_named(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="not an Orbax step folder") as info:
+        OrbaxStepWriter(STEP.parent, tmp_path / "7")
+    assert info.value.path == str(STEP.parent)
+    with OrbaxStepWriter(STEP, tmp_path / "7") as writer:
+        with pytest.raises(InputError, match="no array 'model/nothing'"):
+            writer.add_rows("model/nothing", (8, 8), np.float32, [])
+    # 767 rows cannot split over the 2 devices of the stack's sharding: refused, nothing left.
+    with pytest.raises(InputError, match=r"767\) does not split over the 2 devices"), \
+            OrbaxStepWriter(STEP, tmp_path / "8") as writer:
+        writer.add_rows(TABLE, (767, 8), np.float32, [np.zeros((767, 8), np.float32)])
+    assert sorted(os.listdir(tmp_path)) == ["7"]
+
+
+def test_a_wrong_block_abandons_the_write(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="the chunks hold 700 rows"):  # noqa: PT012
+        with OrbaxStepWriter(STEP, tmp_path / "7") as writer:
+            writer.add_rows(TABLE, (NEW_ROWS, 8), np.float32, [np.zeros((700, 8), np.float32)])
+    with pytest.raises(ValueError, match="does not fit rows"), \
+            OrbaxStepWriter(STEP, tmp_path / "7") as writer:
+        writer.add_rows(TABLE, (NEW_ROWS, 8), np.float32, [np.zeros((8, 4), np.float32)])
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("where", ["add_rows", "after add_rows"])
+def test_an_interrupt_leaves_nothing(tmp_path: Path, where: str) -> None:
+    out = tmp_path / "manager"
+
+    def interrupted() -> Iterator[np.ndarray]:
+        yield np.zeros((256, 8), np.float32)
+        yield np.zeros((256, 8), np.float32)
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt), \
+            OrbaxStepWriter(STEP, out / "7", make_dirs=True, chunk_bytes=CHUNK_BYTES,
+                            buffer_bytes=BUFFER_BYTES) as writer:
+        if where == "add_rows":
+            writer.add_rows(TABLE, (NEW_ROWS, 8), np.float32, interrupted())
+        else:
+            writer.add_rows(TABLE, (NEW_ROWS, 8), np.float32, [np.zeros((768, 8), np.float32)])
+            raise KeyboardInterrupt
+    assert os.listdir(tmp_path) == []  # the step, its temporary folder and the made parent
+
+
+def test_a_target_appearing_meanwhile_is_never_written_over(tmp_path: Path) -> None:
+    target = tmp_path / "7"
+    with pytest.raises(OutputError, match="appeared while"):  # noqa: PT012
+        with OrbaxStepWriter(STEP, target) as writer:
+            writer.add_rows(TABLE, (NEW_ROWS, 8), np.float32, [np.zeros((768, 8), np.float32)])
+            target.mkdir()
+            (target / "theirs").write_text("keep")
+    assert os.listdir(tmp_path) == ["7"]
+    assert os.listdir(target) == ["theirs"]
+
+
+def test_an_abrupt_exit_removes_the_temporary_folder(tmp_path: Path) -> None:
+    from tpuemb_cfg.formats.atomic import remove_temporaries
+
+    writer = OrbaxStepWriter(STEP, tmp_path / "7")
+    writer.add_rows(TABLE, (NEW_ROWS, 8), np.float32, [np.zeros((768, 8), np.float32)])
+    assert len(os.listdir(tmp_path)) == 1
+    remove_temporaries()  # what the CLI does on a second Ctrl-C, before it exits
+    assert os.listdir(tmp_path) == []
+    with pytest.raises(OutputError, match="cannot write"):  # had it gone on: a named error
+        writer.finish()
+    assert os.listdir(tmp_path) == []
+
+
+def test_files_replaced_are_checked(tmp_path: Path) -> None:
+    with OrbaxStepWriter(STEP, tmp_path / "made" / "7", make_dirs=True) as writer:
+        with pytest.raises(ValueError, match="a path inside the step"):
+            writer.replace_file("../escape", b"")
+        with pytest.raises(ValueError, match="written from the arrays"):
+            writer.replace_file("model/_METADATA", b"")
+        with pytest.raises(InputError, match="has no folder"):
+            writer.replace_file("nothing/file", b"")
+        writer.abort()  # given up: nothing written, and leaving the block is no error
+    assert os.listdir(tmp_path) == []
+
+
+if __name__ == "__main__":
+    print(write_case(sys.argv[1]))
