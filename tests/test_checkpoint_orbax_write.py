@@ -5,11 +5,15 @@ shapes), restored by Orbax itself (tests/data/checkpoints/orbax/written_restore.
 tools/jax_reference/orbax_restore.py from the step ``write_case`` below writes), and refusals and
 clean-up on every error.
 
-Regenerate the stored restore (jax-tpu-embedding's venv for the second step)::
+The same for the other storage Orbax writes (zarr v3, no OCDBT: tests/data/checkpoints/orbax/
+zarr3_files/3, restored in written_restore_zarr3_files.json). Regenerate the stored restores
+(jax-tpu-embedding's venv for the second and third steps)::
 
     PYTHONPATH=. python tests/test_checkpoint_orbax_write.py /tmp/case
-    python tools/jax_reference/orbax_restore.py /tmp/case 7 \\
+    python tools/jax_reference/orbax_restore.py /tmp/case/jte_adagrad 7 \\
         > tests/data/checkpoints/orbax/written_restore.json
+    python tools/jax_reference/orbax_restore.py /tmp/case/zarr3_files 3 \\
+        > tests/data/checkpoints/orbax/written_restore_zarr3_files.json
 """
 
 from __future__ import annotations
@@ -34,7 +38,10 @@ from tpuemb_cfg.formats.orbax_write import OrbaxStepWriter, step_target  # noqa:
 
 CHECKPOINTS = Path(__file__).parent / "data" / "checkpoints" / "orbax"
 STEP = CHECKPOINTS / "jte_adagrad" / "7"
+ZARR3_STEP = CHECKPOINTS / "zarr3_files" / "3"
 RESTORED = CHECKPOINTS / "written_restore.json"
+ZARR3_RESTORED = CHECKPOINTS / "written_restore_zarr3_files.json"
+ZARR3_ROWS = 128
 STACKS = "model/embedding_layer/embedding_table/value"
 TABLE, SLOT = f"{STACKS}/user_item/table", f"{STACKS}/user_item/slot/accumulator"
 NEW_ROWS = 768
@@ -71,6 +78,17 @@ def write_case(out: str | os.PathLike[str]) -> Path:
             writer.add_rows(key, (NEW_ROWS, 8), np.float32,
                             blocks(known_values(key, (NEW_ROWS, 8)), 100))
         writer.replace_file("embedding_spec/proto.pbtxt", new_spec())
+    return target
+
+
+def write_zarr3_case(out: str | os.PathLike[str]) -> Path:
+    """zarr3_files/3 (zarr v3, one folder per array) with user_item's table replaced by 128 x 8
+    known values in blocks of 10 rows, chunks of 16 rows: the case Orbax restored."""
+    target = step_target(ZARR3_STEP, out)
+    with OrbaxStepWriter(ZARR3_STEP, target, make_dirs=True, chunk_bytes=512,
+                         buffer_bytes=1024) as writer:
+        writer.add_rows(TABLE, (ZARR3_ROWS, 8), np.float32,
+                        blocks(known_values(TABLE, (ZARR3_ROWS, 8)), 10))
     return target
 
 
@@ -167,6 +185,37 @@ def test_orbax_restores_what_tpuemb_wrote(case: Path) -> None:
               for s in restored["embedding_spec"]}
     assert stacks == {"country": (64, 16, 8), "user_item": (NEW_ROWS, 8, 8)}
     assert restored["restored_into_a_target_equal"] is True
+
+
+def test_zarr3_without_ocdbt_written_as_orbax_does_and_restored(tmp_path: Path) -> None:
+    case = write_zarr3_case(tmp_path / "manager")
+    meta = json.loads((case / "model" / "_METADATA").read_text())
+    assert meta["use_ocdbt"] is False and meta["use_zarr3"] is True
+    folder = case / "model" / "embedding_layer.embedding_table.value.user_item.table"
+    source = ZARR3_STEP / "model" / folder.name
+    zarr = json.loads((folder / "zarr.json").read_text())
+    stored = json.loads((source / "zarr.json").read_text())
+    sharded = stored["codecs"][0]["configuration"]
+    assert zarr == {**stored, "shape": [ZARR3_ROWS, 8],
+                    "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [16, 8]}},
+                    "codecs": [{**stored["codecs"][0],
+                                "configuration": {**sharded, "chunk_shape": [16, 8]}}]}
+    assert sorted(p.parent.name for p in (folder / "c").glob("*/0")) == [str(i) for i in range(8)]
+    slot = "embedding_layer.embedding_table.value.user_item.slot.accumulator"
+    for path in (ZARR3_STEP / "model" / slot).rglob("*"):  # copied file for file
+        if path.is_file():
+            relative = path.relative_to(ZARR3_STEP)
+            assert (case / relative).read_bytes() == path.read_bytes()
+    restored = json.loads(ZARR3_RESTORED.read_text())
+    assert restored["restored_into_a_target_equal"] is True
+    with OrbaxReader(case) as written, OrbaxReader(ZARR3_STEP) as original:
+        np.testing.assert_array_equal(written.read(TABLE), known_values(TABLE, (ZARR3_ROWS, 8)))
+        assert sorted(restored["arrays"]) == written.keys()
+        for key, found in restored["arrays"].items():
+            array = written.read(key)
+            assert (found["shape"], found["crc32"]) == (list(array.shape), crc(array)), key
+            if key != TABLE:
+                assert array.tobytes() == original.read(key).tobytes()
 
 
 def test_reshard_sink_names_jax_tpu_embedding_keys(tmp_path: Path) -> None:
@@ -325,4 +374,5 @@ def test_files_replaced_are_checked(tmp_path: Path) -> None:
 
 
 if __name__ == "__main__":
-    print(write_case(sys.argv[1]))
+    print(write_case(Path(sys.argv[1]) / "jte_adagrad"))
+    print(write_zarr3_case(Path(sys.argv[1]) / "zarr3_files"))

@@ -93,5 +93,34 @@ def main(out: str) -> None:
     print(proto)
 
 
+def main_zarr3_files(out: str) -> None:
+    """``zarr3_files/3``: one ``PyTreeCheckpointHandler`` item ``model`` saved with zarr v3 and
+    without OCDBT (one folder per array), the user_item stack's two arrays row-sharded over 2
+    CPU devices: the other storage Orbax writes (``python ... OUT --zarr3-files``)."""
+    import os
+
+    os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={DEVICES}"
+    import jax
+    import orbax.checkpoint as ocp
+
+    jax.config.update("jax_platforms", "cpu")
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:DEVICES]), ("device",))
+    rows = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("device", None))
+    prefix = "model/embedding_layer/embedding_table/value/user_item"
+    stack = {"table": jax.device_put(known_values(f"{prefix}/table", (64, 8)), rows),
+             "slot": {"accumulator": jax.device_put(
+                 known_values(f"{prefix}/slot/accumulator", (64, 8)), rows)}}
+    state = {"embedding_layer": {"embedding_table": {"value": {"user_item": stack}}},
+             "dense": {"kernel": {"value": known_values("model/dense/kernel/value", (16, 4))}}}
+    handler = ocp.PyTreeCheckpointHandler(use_ocdbt=False, use_zarr3=True)
+    manager = ocp.CheckpointManager(Path(out).resolve() / "zarr3_files",
+                                    item_handlers={"model": handler})
+    manager.save(3, args=ocp.args.Composite(model=ocp.args.PyTreeSave(state)))
+    manager.wait_until_finished()
+
+
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "tests/data/checkpoints/orbax")
+    if "--zarr3-files" in sys.argv:
+        main_zarr3_files(sys.argv[1])
+    else:
+        main(sys.argv[1] if len(sys.argv) > 1 else "tests/data/checkpoints/orbax")

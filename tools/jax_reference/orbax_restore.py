@@ -7,11 +7,12 @@ which restores the same items the same way) accepts a step tpuemb wrote
     python tools/jax_reference/orbax_restore.py MANAGER_FOLDER STEP [--devices N]
 
 ``CheckpointManager(MANAGER_FOLDER).restore(STEP, args=Composite(model=StandardRestore(),
-embedding_spec=ProtoRestore(EmbeddingSpecProto)))``: the arrays restored with the shardings the
-step's ``_sharding`` names (so jax needs as many devices: ``--devices``, CPU devices by
-``XLA_FLAGS``). Prints one JSON object: for each restored array (the pytree path joined with
-"/", item first) its shape, dtype and ``zlib.crc32`` of its bytes (C order, little-endian), and
-the restored EmbeddingSpecProto's stacks (name, vocabulary size, dim, SparseCores), and whether
+embedding_spec=ProtoRestore(EmbeddingSpecProto)))`` (``PyTreeRestore()`` for an item a
+``PyTreeCheckpointHandler`` saved; no ``embedding_spec`` when the step has none): the arrays
+restored with the shardings the step's ``_sharding`` names (so jax needs as many devices:
+``--devices``, CPU devices by ``XLA_FLAGS``). Prints one JSON object: for each restored array
+(the pytree path joined with "/", item first) its shape, dtype and ``zlib.crc32`` of its bytes
+(C order, little-endian), the restored EmbeddingSpecProto's stacks (name, vocabulary size, dim, SparseCores), and whether
 a second restore into a target (jax-tpu-embedding's way: ``StandardRestore(state)``, the jax
 arrays row-sharded over the devices) gives the same arrays.
 """
@@ -40,9 +41,24 @@ def main(argv: list[str]) -> None:
     jax.config.update("jax_platforms", "cpu")
     manager = ocp.CheckpointManager(os.path.abspath(args.manager),
                                     options=ocp.CheckpointManagerOptions(read_only=True))
-    restored = manager.restore(args.step, args=ocp.args.Composite(
-        model=ocp.args.StandardRestore(),
-        embedding_spec=ocp.args.ProtoRestore(embedding_spec_pb2.EmbeddingSpecProto)))
+    step_metadata = os.path.join(os.path.abspath(args.manager), str(args.step),
+                                 "_CHECKPOINT_METADATA")
+    with open(step_metadata, encoding="utf-8") as handle:
+        handlers = json.load(handle)["item_handlers"]
+    pytree = handlers["model"].endswith("PyTreeCheckpointHandler")
+
+    def model_args(target: object = None) -> object:
+        if not pytree:
+            return ocp.args.StandardRestore(target)
+        if target is None:
+            return ocp.args.PyTreeRestore()
+        return ocp.args.PyTreeRestore(
+            target, restore_args=ocp.checkpoint_utils.construct_restore_args(target))
+
+    items = {"model": model_args()}
+    if "embedding_spec" in handlers:
+        items["embedding_spec"] = ocp.args.ProtoRestore(embedding_spec_pb2.EmbeddingSpecProto)
+    restored = manager.restore(args.step, args=ocp.args.Composite(**items))
     # Restored again as jax-tpu-embedding's restore_checkpoint does: into a target of the
     # shapes expected (here: those restored), the jax arrays row-sharded over the devices.
     mesh = jax.sharding.Mesh(np.array(jax.devices()[:args.devices]), ("device",))
@@ -54,8 +70,7 @@ def main(argv: list[str]) -> None:
         return np.zeros_like(value)
 
     target = jax.tree.map(abstract, restored["model"])
-    again = manager.restore(args.step, args=ocp.args.Composite(
-        model=ocp.args.StandardRestore(target)))["model"]
+    again = manager.restore(args.step, args=ocp.args.Composite(model=model_args(target)))["model"]
     same = jax.tree.all(jax.tree.map(lambda a, b: bool(np.array_equal(a, b)),
                                      restored["model"], again))
     arrays = {}
@@ -67,9 +82,10 @@ def main(argv: list[str]) -> None:
         arrays[key] = {"shape": list(array.shape), "dtype": str(array.dtype),
                        "crc32": zlib.crc32(little.tobytes()),
                        "type": type(value).__name__}
-    spec = restored["embedding_spec"]
+    spec = restored.get("embedding_spec")
     stacks = [{"name": s.stack_name, "vocab": s.stack_vocab_size, "dim": s.stack_embedding_dim,
-               "sparsecores": s.num_sparsecores} for s in spec.stacked_table_specs]
+               "sparsecores": s.num_sparsecores}
+              for s in (spec.stacked_table_specs if spec is not None else ())]
     versions = {"orbax-checkpoint": ocp.__version__, "jax": jax.__version__}
     json.dump({"versions": versions, "arrays": dict(sorted(arrays.items())),
                "embedding_spec": stacks, "restored_into_a_target_equal": same},
