@@ -12,9 +12,9 @@ embedding_spec=ProtoRestore(EmbeddingSpecProto)))`` (``PyTreeRestore()`` for an 
 restored with the shardings the step's ``_sharding`` names (so jax needs as many devices:
 ``--devices``, CPU devices by ``XLA_FLAGS``). Prints one JSON object: for each restored array
 (the pytree path joined with "/", item first) its shape, dtype and ``zlib.crc32`` of its bytes
-(C order, little-endian), the restored EmbeddingSpecProto's stacks (name, vocabulary size,
-dim, SparseCores), and whether a second restore into a target (jax-tpu-embedding's way: ``StandardRestore(state)``, the jax
-arrays row-sharded over the devices) gives the same arrays.
+(C order, little-endian); the restored EmbeddingSpecProto's stacks (name, vocabulary size, dim,
+SparseCores); and whether a second restore into a target (jax-tpu-embedding's way:
+``StandardRestore(state)``, the jax arrays row-sharded over the devices) gives the same arrays.
 """
 
 from __future__ import annotations
