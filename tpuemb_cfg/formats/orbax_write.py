@@ -33,7 +33,10 @@ refuses such an array). ``_sharding`` itself names no shape and is kept. The **c
 largest divisor whose chunk takes at most ``chunk_bytes`` (Orbax too cuts a write shape into
 chunks below a byte size, ``subchunking.choose_chunk_shape``). Rows arrive in any blocks; they
 are gathered into whole rows of chunks and written through tensorstore in transactions of at most
-``buffer_bytes``: memory is one row of chunks plus one transaction, whatever the array's size.
+``buffer_bytes`` (one OCDBT commit each: few commits, since each writes a new root node): the
+peak memory does not grow with the array, about twice ``buffer_bytes`` (the rows a transaction
+holds, then their compressed copy) plus ``chunk_bytes`` and tensorstore's working memory
+(measured: docs/performance.md, "Writing an Orbax step").
 
 **Safety**, as every tpuemb writer (``formats.atomic``): the step is built in a private folder
 with an unpredictable name (``.<step>.<random>.tmp``, which a ``CheckpointManager`` ignores: it
