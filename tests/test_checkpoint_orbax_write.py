@@ -337,6 +337,26 @@ def test_an_interrupt_leaves_nothing(tmp_path: Path, where: str) -> None:
     assert os.listdir(tmp_path) == []  # the step, its temporary folder and the made parent
 
 
+def test_an_interrupt_while_finishing_leaves_nothing(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    copied = []
+    real_copy = shutil.copyfile
+
+    def copy_then_interrupt(source: str, target: str) -> None:
+        copied.append(source)
+        if len(copied) == 3:
+            raise KeyboardInterrupt
+        real_copy(source, target)
+
+    monkeypatch.setattr("tpuemb_cfg.formats.orbax_write.shutil.copyfile", copy_then_interrupt)
+    with pytest.raises(KeyboardInterrupt), OrbaxStepWriter(STEP, tmp_path / "7") as writer:
+        writer.add_rows(TABLE, (NEW_ROWS, 8), np.float32, [np.zeros((768, 8), np.float32)])
+    assert len(copied) == 3
+    assert os.listdir(tmp_path) == []
+
+
 def test_a_target_appearing_meanwhile_is_never_written_over(tmp_path: Path) -> None:
     target = tmp_path / "7"
     with pytest.raises(OutputError, match="appeared while"):  # noqa: PT012

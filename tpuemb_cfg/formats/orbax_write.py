@@ -350,9 +350,15 @@ class OrbaxStepWriter:
         except BaseException as exc:
             self.abort(exc)
             raise
+        self._close()
         self._made = []
         sync_folder(self.target.parent)
         return self.target
+
+    def _close(self) -> None:
+        for item in self._items.values():
+            item.source_kv = item.target_kv = None
+        self.reader.close()
 
     def _rename(self, tmp: Path) -> None:
         try:
@@ -433,8 +439,7 @@ class OrbaxStepWriter:
         tmp, self._tmp = self._tmp, None
         if tmp is not None:
             self._abandoned = error is not None
-            for item in self._items.values():
-                item.source_kv = item.target_kv = None
+            self._close()
             release_temporary_folder(tmp, remove=True)
         self._remove_parents()
 
