@@ -90,7 +90,8 @@ def main() -> None:
         with open("/proc/loadavg", encoding="ascii") as handle:
             load = handle.read().split()[:3]
         orbax, plain = results["orbax"], results["plain"]
-        print(f"{mib:6d} MiB table, buffer {args.buffer_mib} MiB: peak above start {orbax['peak_mib'] - orbax['before_mib']:7.1f}"
+        above = orbax["peak_mib"] - orbax["before_mib"]
+        print(f"{mib:6d} MiB table, buffer {args.buffer_mib} MiB: peak above start {above:7.1f}"
               f" MiB (plain write {plain['peak_mib'] - plain['before_mib']:6.1f} MiB); "
               f"{orbax['seconds']:6.2f} s vs plain {plain['seconds']:5.2f} s "
               f"(x{orbax['seconds'] / plain['seconds']:.1f}); load {' '.join(load)}")
