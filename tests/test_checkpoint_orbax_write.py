@@ -5,6 +5,7 @@ shapes), restored by Orbax itself (tests/data/checkpoints/orbax/written_restore.
 tools/jax_reference/orbax_restore.py from the step ``write_case`` below writes), and refusals and
 clean-up on every error.
 
+And with the stack split in two (arrays dropped and added: written_restore_restacked.json).
 The same for the other storage Orbax writes (zarr v3, no OCDBT: tests/data/checkpoints/orbax/
 zarr3_files/3, restored in written_restore_zarr3_files.json). Regenerate the stored restores
 (jax-tpu-embedding's venv for the second and third steps)::
@@ -14,6 +15,8 @@ zarr3_files/3, restored in written_restore_zarr3_files.json). Regenerate the sto
         > tests/data/checkpoints/orbax/written_restore.json
     python tools/jax_reference/orbax_restore.py /tmp/case/zarr3_files 3 \\
         > tests/data/checkpoints/orbax/written_restore_zarr3_files.json
+    python tools/jax_reference/orbax_restore.py /tmp/case/restacked 7 \\
+        > tests/data/checkpoints/orbax/written_restore_restacked.json
 """
 
 from __future__ import annotations
@@ -42,6 +45,10 @@ ZARR3_STEP = CHECKPOINTS / "zarr3_files" / "3"
 RESTORED = CHECKPOINTS / "written_restore.json"
 ZARR3_RESTORED = CHECKPOINTS / "written_restore_zarr3_files.json"
 ZARR3_ROWS = 128
+RESTACKED_RESTORED = CHECKPOINTS / "written_restore_restacked.json"
+#: The restacked case: user_item split into its tables' own stacks (rows: 2 devices x 4
+#: SparseCores x a multiple of 8 above each vocabulary).
+SPLIT = {"user": 256, "item": 128}
 STACKS = "model/embedding_layer/embedding_table/value"
 TABLE, SLOT = f"{STACKS}/user_item/table", f"{STACKS}/user_item/slot/accumulator"
 NEW_ROWS = 768
@@ -89,6 +96,20 @@ def write_zarr3_case(out: str | os.PathLike[str]) -> Path:
                          buffer_bytes=1024) as writer:
         writer.add_rows(TABLE, (ZARR3_ROWS, 8), np.float32,
                         blocks(known_values(TABLE, (ZARR3_ROWS, 8)), 10))
+    return target
+
+
+def write_restacked_case(out: str | os.PathLike[str]) -> Path:
+    """jte_adagrad/7 with the user_item stack dropped and new stacks ``user`` (256 x 8) and
+    ``item`` (128 x 8), table and slot, of known values: the case Orbax restored."""
+    target = step_target(STEP, out)
+    with OrbaxStepWriter(STEP, target, make_dirs=True) as writer:
+        writer.drop(TABLE)
+        writer.drop(SLOT)
+        for stack, rows in SPLIT.items():
+            for key in (f"{STACKS}/{stack}/table", f"{STACKS}/{stack}/slot/accumulator"):
+                writer.add_rows(key, (rows, 8), np.float32,
+                                blocks(known_values(key, (rows, 8)), 50))
     return target
 
 
@@ -216,6 +237,74 @@ def test_zarr3_without_ocdbt_written_as_orbax_does_and_restored(tmp_path: Path) 
             assert (found["shape"], found["crc32"]) == (list(array.shape), crc(array)), key
             if key != TABLE:
                 assert array.tobytes() == original.read(key).tobytes()
+
+
+def test_new_stacks_follow_their_siblings_and_dropped_ones_vanish(tmp_path: Path) -> None:
+    import base64
+
+    case = write_restacked_case(tmp_path / "manager")
+    expected = {f"{STACKS}/{stack}/{what}": (rows, 8) for stack, rows in SPLIT.items()
+                for what in ("table", "slot/accumulator")}
+    expected.update({f"{STACKS}/country/table": (64, 16),
+                     f"{STACKS}/country/slot/accumulator": (64, 16),
+                     "model/dense/kernel/value": (16, 4)})
+    restored = json.loads(RESTACKED_RESTORED.read_text())
+    assert restored["restored_into_a_target_equal"] is True
+    with OrbaxReader(case) as written, OrbaxReader(STEP) as source:
+        assert {k: written.entry(k).shape for k in written.keys()} == expected
+        assert sorted(restored["arrays"]) == sorted(expected)
+        for key, found in restored["arrays"].items():
+            array = written.read(key)
+            assert (found["shape"], found["crc32"]) == (list(array.shape), crc(array)), key
+            if key in source.keys():
+                assert array.tobytes() == source.read(key).tobytes()
+            else:
+                np.testing.assert_array_equal(array, known_values(key, expected[key]))
+        found_jax = find_jax_embedding(written)
+        assert sorted(v.name for v in found_jax.variables) == [
+            "country", "country/accumulator", "item", "item/accumulator", "user",
+            "user/accumulator"]
+    meta = json.loads((case / "model" / "_METADATA").read_text())
+    tree = meta["tree_metadata"]
+    assert list(tree) == sorted(tree)
+    leaf = tree["('embedding_layer', 'embedding_table', 'value', 'user', 'slot', 'accumulator')"]
+    assert leaf == {"key_metadata": [{"key": k, "key_type": 2} for k in (
+                        "embedding_layer", "embedding_table", "value", "user", "slot",
+                        "accumulator")],
+                    "value_metadata": {"value_type": "jax.Array", "skip_deserialize": False,
+                                       "write_shape": [128, 8]}}
+    assert not any("user_item" in k for k in tree)
+    shardings = {base64.b64decode(k).decode(): v for k, v in
+                 json.loads((case / "model" / "_sharding").read_text()).items()}
+    stored = {base64.b64decode(k).decode(): v for k, v in
+              json.loads((STEP / "model" / "_sharding").read_text()).items()}
+    like = stored["embedding_layer.embedding_table.value.user_item.table"]
+    assert shardings == {
+        **{k: v for k, v in stored.items() if "user_item" not in k},
+        **{f"embedding_layer.embedding_table.value.{stack}.{what}": like
+           for stack in SPLIT for what in ("table", "slot.accumulator")}}
+    entries = json.loads((case / "model" / "array_metadatas" / "process_0").read_text())
+    assert [(e["array_metadata"]["param_name"].split(".", 3)[3],
+             e["array_metadata"]["write_shape"]) for e in entries["array_metadatas"]] == [
+        ("country.slot.accumulator", [32, 16]), ("country.table", [32, 16]),
+        ("item.slot.accumulator", [64, 8]), ("item.table", [64, 8]),
+        ("user.slot.accumulator", [128, 8]), ("user.table", [128, 8])]
+    assert not any(b"user_item" in key for key in _store(case / "model"))
+
+
+def test_a_new_array_needs_a_sibling(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="none whose path differs from it in one part only"), \
+            OrbaxStepWriter(STEP, tmp_path / "7") as writer:
+        writer.add_rows("model/elsewhere/new/table", (8, 8), np.float32, [])
+    with pytest.raises(InputError, match="nor an item 'optimizer'"), \
+            OrbaxStepWriter(STEP, tmp_path / "7") as writer:
+        writer.add_rows("optimizer/x", (8, 8), np.float32, [])
+    with OrbaxStepWriter(STEP, tmp_path / "7") as writer:
+        writer.drop(TABLE)
+        with pytest.raises(ValueError, match="added or dropped already"):
+            writer.add_rows(TABLE, (8, 8), np.float32, [])
+        writer.abort()
+    assert os.listdir(tmp_path) == []
 
 
 def test_reshard_sink_names_jax_tpu_embedding_keys(tmp_path: Path) -> None:
@@ -396,3 +485,4 @@ def test_files_replaced_are_checked(tmp_path: Path) -> None:
 if __name__ == "__main__":
     print(write_case(Path(sys.argv[1]) / "jte_adagrad"))
     print(write_zarr3_case(Path(sys.argv[1]) / "zarr3_files"))
+    print(write_restacked_case(Path(sys.argv[1]) / "restacked"))

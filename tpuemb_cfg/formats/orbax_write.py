@@ -9,6 +9,11 @@ The output of ``tpuemb checkpoint reshard`` for a jax-tpu-embedding checkpoint: 
 - the files given to :meth:`OrbaxStepWriter.replace_file` (``embedding_spec/proto.pbtxt``, the
   stacking of the new topology).
 
+Arrays the source lacks (a stack the new layout adds) are written the same way, their metadata
+(``value_type``, sharding, zarr compression) taken from the source array of the same item whose
+path differs in one part only (``.../user/table`` from ``.../user_item/table``); arrays given to
+:meth:`OrbaxStepWriter.drop` are left out, metadata and all.
+
 **What is rewritten, and how.** An item none of whose arrays is replaced (``embedding_spec``,
 another ``StandardSave`` item) is copied file by file, byte for byte. An item holding a replaced
 array (a ``PyTreeCheckpointHandler`` / ``StandardCheckpointHandler`` item: a ``_METADATA``) keeps
@@ -103,9 +108,14 @@ def step_target(source_step: str | os.PathLike[str], out: str | os.PathLike[str]
 
 @dataclass
 class _Replaced:
+    """A written array: its shapes, the source array whose metadata it follows (``like``: its
+    own name when it replaces one) and, for a new array, its pytree path (``parts``)."""
+
     shape: tuple[int, ...]
     write_shape: tuple[int, ...]
     chunk_shape: tuple[int, ...]
+    like: str
+    parts: tuple[str, ...] | None = None
 
 
 @dataclass
@@ -115,10 +125,23 @@ class _Item:
 
     source: Path
     meta: dict[str, Any]
-    shardings: dict[str, Any]
+    #: The source's arrays and other leaves by param name (the path joined with "."): the
+    #: pytree path and the tree_metadata entry (its name there and its value).
+    leaves: dict[str, tuple[tuple[str, ...], str, dict[str, Any]]]
+    #: ``_sharding`` as stored: base64 of the param name -> the sharding's JSON text.
+    sharding_text: dict[str, str]
     replaced: dict[str, _Replaced] = field(default_factory=dict)
+    dropped: set[str] = field(default_factory=set)
     source_kv: Any = None
     target_kv: Any = None
+
+    def sharding(self, name: str) -> Any:
+        text = self.sharding_text.get(_encoded(name))
+        return json.loads(text) if text is not None else None
+
+    @property
+    def rebuilt(self) -> bool:
+        return bool(self.replaced or self.dropped)
 
     @property
     def ocdbt(self) -> bool:
@@ -144,6 +167,7 @@ class OrbaxStepWriter:
         self.chunk_bytes, self.buffer_bytes = max(1, chunk_bytes), max(1, buffer_bytes)
         self._refuse_target([self.source, *map(Path, inputs)])
         self.reader = OrbaxReader(self.source)
+        self._keys = set(self.reader.keys())
         self._ts = load_tensorstore()
         self._context = self._ts.Context()
         self._items = {name: self._item(folder) for name, folder in self.reader.items.items()}
@@ -199,15 +223,21 @@ class OrbaxStepWriter:
 
     def _item(self, folder: Path) -> _Item:
         meta = _read_json(folder / ITEM_METADATA)
-        shardings: dict[str, Any] = {}
+        leaves = {}
+        for tree_key, leaf in meta["tree_metadata"].items():  # OrbaxReader checked them
+            parts = tuple(str(k["key"]) for k in leaf["key_metadata"])
+            leaves[".".join(parts)] = (parts, tree_key, leaf)
+        texts: dict[str, str] = {}
         if (folder / SHARDING).is_file():
-            for name, text in _read_json(folder / SHARDING).items():
-                try:
-                    shardings[base64.b64decode(name).decode("utf-8")] = json.loads(text)
-                except (ValueError, TypeError):
-                    raise InputError(f"a {SHARDING} entry that is not base64 name -> sharding "
-                                     "JSON", path=str(folder / SHARDING)) from None
-        return _Item(folder, meta, shardings)
+            texts = _read_json(folder / SHARDING)
+            try:
+                for name, text in texts.items():
+                    base64.b64decode(name, validate=True).decode("utf-8")
+                    json.loads(text)
+            except (ValueError, TypeError, AttributeError):
+                raise InputError(f"a {SHARDING} entry that is not base64 name -> sharding "
+                                 "JSON", path=str(folder / SHARDING)) from None
+        return _Item(folder, meta, leaves, texts)
 
     # -- writing --------------------------------------------------------------------------
     def _live(self) -> Path:
@@ -234,31 +264,71 @@ class OrbaxStepWriter:
 
     def add_rows(self, key: str, shape: Iterable[int], dtype: Any,
                  chunks: Iterable[np.ndarray]) -> None:
-        """Replace the array ``key`` by one of ``shape`` and ``dtype`` whose rows (along the
-        first axis) come in ``chunks``, in order, in blocks of any size."""
+        """Write the array ``key`` of ``shape`` and ``dtype`` whose rows (along the first axis)
+        come in ``chunks``, in order, in blocks of any size: in place of the source's array
+        ``key``, or as a new array (a new stack) when the source has none: its metadata
+        (``value_type``, sharding, zarr compression) then follows the source array of the same
+        item whose path differs from ``key`` in one part only (``.../user/table`` follows
+        ``.../user_item/table``)."""
         tmp = self._live()
-        entry = self.reader.entry(key)
-        item_name = next(n for n, i in self._items.items() if i.source == entry.item)
+        item_name, name, like, parts = self._resolve(key)
         item = self._items[item_name]
-        if entry.name in item.replaced:
-            raise ValueError(f"the array {key!r} was added already")
+        if name in item.replaced or name in item.dropped:
+            raise ValueError(f"the array {key!r} was added or dropped already")
         shape = tuple(int(d) for d in shape)
         dtype = np.dtype(dtype)
-        if not shape or any(d < 0 for d in shape) or len(shape) != len(entry.shape):
-            raise ValueError(f"array {key!r}: shape {shape} does not replace one of "
-                             f"{entry.shape} (the same number of dimensions, at least one)")
-        replaced = self._plan(key, item, entry.name, shape, dtype)
+        ndim = len(self.reader.entry(f"{item_name}/{'/'.join(item.leaves[like][0])}").shape)
+        if not shape or any(d < 0 for d in shape) or len(shape) != ndim:
+            raise ValueError(f"array {key!r}: shape {shape} does not replace an array of "
+                             f"{ndim} dimensions (the same number of dimensions, at least one)")
+        replaced = self._plan(key, item, like, shape, dtype)
+        replaced.parts = parts
         try:
-            store = self._create(tmp / item_name, item, entry.name, shape, replaced, dtype)
+            store = self._create(tmp / item_name, item, name, shape, replaced, dtype)
             self._stream(key, store, shape, dtype, replaced.chunk_shape[0], chunks)
         except BaseException as exc:
             self.abort(exc)
             raise
-        item.replaced[entry.name] = replaced
+        item.replaced[name] = replaced
 
-    def _plan(self, key: str, item: _Item, name: str, shape: tuple[int, ...],
+    def drop(self, key: str) -> None:
+        """Leave the source's array ``key`` out of the new step (a stack the new layout does
+        not have): its data, its metadata and its sharding."""
+        self._live()
+        entry = self.reader.entry(key)
+        item = next(i for i in self._items.values() if i.source == entry.item)
+        if entry.name in item.replaced or entry.name in item.dropped:
+            raise ValueError(f"the array {key!r} was added or dropped already")
+        item.dropped.add(entry.name)
+
+    def _resolve(self, key: str) -> tuple[str, str, str, tuple[str, ...] | None]:
+        """(item, param name, the source array it follows, its path if new) of ``key``."""
+        item_name, _, rest = key.partition("/")
+        item = self._items.get(item_name)
+        parts = tuple(rest.split("/")) if rest else ()
+        name = ".".join(parts)
+        if item is None or not parts:
+            raise InputError(f"no array {key!r} in the checkpoint, nor an item {item_name!r} "
+                             f"to add it to (its items: {', '.join(sorted(self._items))})",
+                             path=str(self.source))
+        if key in self._keys:
+            return item_name, name, name, None
+        if name in item.leaves:
+            raise InputError(f"{key!r} is a value stored in the item's metadata, not an array",
+                             path=str(item.source))
+        siblings = sorted((p[-1] != parts[-1], n) for n, (p, _, leaf) in item.leaves.items()
+                          if f"{item_name}/{'/'.join(p)}" in self._keys
+                          and len(p) == len(parts)
+                          and sum(a != b for a, b in zip(p, parts, strict=True)) == 1)
+        if not siblings:
+            raise InputError(f"no array {key!r} in the checkpoint, and none whose path differs "
+                             "from it in one part only to take its metadata from (a new stack "
+                             "follows another stack's arrays)", path=str(item.source))
+        return item_name, name, siblings[0][1], parts
+
+    def _plan(self, key: str, item: _Item, like: str, shape: tuple[int, ...],
               dtype: np.dtype[Any]) -> _Replaced:
-        shards = _shards(item.shardings.get(name), len(shape))
+        shards = _shards(item.sharding(like), len(shape))
         for dim, (size, parts) in enumerate(zip(shape, shards, strict=True)):
             if size % parts:
                 raise InputError(f"array {key!r}: dimension {dim} of the new shape {shape} "
@@ -270,7 +340,7 @@ class OrbaxStepWriter:
         rows = write_shape[0]
         cap = max(1, self.chunk_bytes // max(1, row_bytes))
         chunk_rows = max((d for d in _divisors(rows) if d <= cap), default=1) if rows else 1
-        return _Replaced(shape, write_shape, (chunk_rows, *write_shape[1:]))
+        return _Replaced(shape, write_shape, (chunk_rows, *write_shape[1:]), like)
 
     def _kv(self, folder: Path, item: _Item, *, create: bool) -> Any:
         base = {"driver": "file", "path": str(folder.resolve()) + "/"}
@@ -278,13 +348,20 @@ class OrbaxStepWriter:
                 else {"driver": "ocdbt", "base": base} if item.ocdbt else base)
         return self._ts.KvStore.open(spec, context=self._context).result()
 
-    def _create(self, folder: Path, item: _Item, name: str, shape: tuple[int, ...],
-                replaced: _Replaced, dtype: np.dtype[Any]) -> Any:
+    def _open_stores(self, folder: Path, item: _Item) -> None:
         if item.target_kv is None:
             folder.mkdir(exist_ok=True)
-            item.source_kv = self._kv(item.source, item, create=False)
-            item.target_kv = self._kv(folder, item, create=True)
-        where = f"{name}/{_ZARR_METADATA[item.zarr3]}"
+            try:
+                item.source_kv = self._kv(item.source, item, create=False)
+                item.target_kv = self._kv(folder, item, create=True)
+            except Exception as exc:  # tensorstore's status errors
+                raise OutputError(f"cannot write the item {folder.name!r}: {first_line(exc)}",
+                                  path=str(self.target)) from None
+
+    def _create(self, folder: Path, item: _Item, name: str, shape: tuple[int, ...],
+                replaced: _Replaced, dtype: np.dtype[Any]) -> Any:
+        self._open_stores(folder, item)
+        where = f"{replaced.like}/{_ZARR_METADATA[item.zarr3]}"
         try:
             stored = json.loads(item.source_kv.read(where).result().value)
         except Exception as exc:  # tensorstore's status errors, a bad JSON
@@ -379,7 +456,7 @@ class OrbaxStepWriter:
             raise OutputError(f"cannot write: {exc.strerror}", path=str(self.target)) from None
 
     def _copy_step(self, tmp: Path) -> None:
-        items = {name: item for name, item in self._items.items() if item.replaced}
+        items = {name: item for name, item in self._items.items() if item.rebuilt}
         _copy_tree(self.source, tmp, lambda rel: rel.parts[0] in items or rel.as_posix()
                    in self._files)
         for name, item in items.items():
@@ -388,11 +465,14 @@ class OrbaxStepWriter:
             (tmp / relative).write_bytes(data)
 
     def _copy_item(self, folder: Path, item: _Item) -> None:
-        names = set(item.replaced)
+        names = set(item.replaced) | item.dropped
+        reshaped = any(r.parts is not None for r in item.replaced.values()) or item.dropped
+        rewritten = {ITEM_METADATA, *self._item_files(folder.name),
+                     *((SHARDING,) if reshaped else ())}
 
         def skip(rel: Path) -> bool:
             head = rel.parts[0]
-            if rel.as_posix() in (ITEM_METADATA, *self._item_files(folder.name)):
+            if rel.as_posix() in rewritten:
                 return True
             if item.ocdbt:
                 return head in _OCDBT_FILES or head.startswith(_OCDBT_PREFIX)
@@ -400,20 +480,22 @@ class OrbaxStepWriter:
 
         _copy_tree(item.source, folder, skip)
         if item.ocdbt:
+            self._open_stores(folder, item)
             self._copy_keys(item, names)
-        meta = json.loads(json.dumps(item.meta))
-        for leaf in meta["tree_metadata"].values():
-            name = ".".join(str(k["key"]) for k in leaf["key_metadata"])
-            value = leaf["value_metadata"]
-            if name in item.replaced and "write_shape" in value:
-                value["write_shape"] = list(item.replaced[name].write_shape)
-        (folder / ITEM_METADATA).write_text(json.dumps(meta), encoding="utf-8")
+        (folder / ITEM_METADATA).write_text(json.dumps(_tree_metadata(item)), encoding="utf-8")
+        if reshaped and item.sharding_text:
+            texts = {k: v for k, v in item.sharding_text.items()
+                     if base64.b64decode(k).decode("utf-8") not in item.dropped}
+            for name, new in item.replaced.items():
+                if new.parts is not None and _encoded(new.like) in item.sharding_text:
+                    texts[_encoded(name)] = item.sharding_text[_encoded(new.like)]
+            (folder / SHARDING).write_text(json.dumps(texts, separators=(",", ":")),
+                                           encoding="utf-8")
         stores = item.source / ARRAY_METADATAS
         if stores.is_dir():
             for path in sorted(stores.iterdir()):
                 (folder / ARRAY_METADATAS / path.name).write_text(
-                    json.dumps(_array_metadatas(_read_json(path), item.replaced)),
-                    encoding="utf-8")
+                    json.dumps(_array_metadatas(_read_json(path), item)), encoding="utf-8")
 
     def _item_files(self, item: str) -> tuple[str, ...]:
         """The item's files rewritten from its metadata (the array_metadatas files)."""
@@ -537,14 +619,54 @@ def _zarr_metadata(source: dict[str, Any], shape: tuple[int, ...], chunks: tuple
     return meta
 
 
-def _array_metadatas(stored: dict[str, Any], replaced: Mapping[str, _Replaced]) -> dict[str, Any]:
+def _encoded(name: str) -> str:
+    """A param name as ``_sharding`` names it."""
+    return base64.b64encode(name.encode("utf-8")).decode("ascii")
+
+
+def _tree_metadata(item: _Item) -> dict[str, Any]:
+    """The item's ``_METADATA`` for the new step: dropped leaves out, written arrays' write
+    shapes, new arrays' leaves (their model's, on their own path: Orbax names a leaf by the
+    tuple of its keys), in order of those names when any was added."""
+    meta: dict[str, Any] = json.loads(json.dumps(item.meta))
+    tree = {k: v for k, v in meta["tree_metadata"].items()
+            if ".".join(str(p["key"]) for p in v["key_metadata"]) not in item.dropped}
+    for name, new in item.replaced.items():
+        if new.parts is None:
+            _, tree_key, _ = item.leaves[name]
+            leaf = tree[tree_key]
+        else:
+            leaf = json.loads(json.dumps(item.leaves[new.like][2]))
+            leaf["key_metadata"] = [{**k, "key": part}
+                                    for k, part in zip(leaf["key_metadata"], new.parts,
+                                                       strict=True)]
+            tree[str(new.parts)] = leaf
+        if "write_shape" in leaf["value_metadata"]:
+            leaf["value_metadata"]["write_shape"] = list(new.write_shape)
+    added = any(new.parts is not None for new in item.replaced.values())
+    meta["tree_metadata"] = dict(sorted(tree.items())) if added else tree
+    return meta
+
+
+def _array_metadatas(stored: dict[str, Any], item: _Item) -> dict[str, Any]:
+    """An ``array_metadatas`` file for the new step (as :func:`_tree_metadata`)."""
     out: dict[str, Any] = json.loads(json.dumps(stored))
-    for entry in out.get("array_metadatas", []):
-        meta = entry.get("array_metadata", {})
-        new = replaced.get(meta.get("param_name"))
-        if new is not None:
+    entries = [e for e in out.get("array_metadatas", [])
+               if e.get("array_metadata", {}).get("param_name") not in item.dropped]
+    by_name = {e.get("array_metadata", {}).get("param_name"): e for e in entries}
+    for name, new in item.replaced.items():
+        if new.parts is not None and new.like in by_name:
+            entry = json.loads(json.dumps(by_name[new.like]))
+            entry["array_metadata"]["param_name"] = name
+            entries.append(entry)
+            by_name[name] = entry
+        meta = by_name.get(name, {}).get("array_metadata")
+        if meta is not None:
             meta["write_shape"] = list(new.write_shape)
             meta["chunk_shape"] = list(new.chunk_shape)
+    added = any(new.parts is not None for new in item.replaced.values())
+    out["array_metadatas"] = sorted(entries, key=lambda e: str(
+        e.get("array_metadata", {}).get("param_name"))) if added else entries
     return out
 
 
