@@ -33,7 +33,10 @@ order) with the new shape and chunks and dtype. Its **write shape** (Orbax's sha
 ``_METADATA`` ``write_shape``, ``array_metadatas`` ``write_shape``) is the new shape divided by
 the devices its sharding in ``_sharding`` splits each dimension over (a ``NamedSharding``'s
 ``partition_spec`` over its ``device_mesh``); a shape that does not divide is refused (jax
-refuses such an array). ``_sharding`` itself names no shape and is kept. The **chunk shape**
+refuses such an array). ``_sharding`` names no shape and is kept (a new array's entry is its
+model's, a dropped one's removed): its device mesh stays the source's, which jax-tpu-embedding's
+restores never use (they restore into the model's own shardings, ``StandardRestore(state)``),
+while a restore without a target places the arrays on that mesh. The **chunk shape**
 (``array_metadatas`` ``chunk_shape``, the zarr chunks) is the write shape with its rows cut to the
 largest divisor whose chunk takes at most ``chunk_bytes`` (Orbax too cuts a write shape into
 chunks below a byte size, ``subchunking.choose_chunk_shape``). Rows arrive in any blocks; they
