@@ -35,9 +35,16 @@ pytest.importorskip("tensorstore")
 
 from tpuemb_cfg.base.errors import InputError, OutputError  # noqa: E402
 from tpuemb_cfg.checkpoints.embedding import find_jax_embedding, jax_key  # noqa: E402
-from tpuemb_cfg.checkpoints.reshard import KeyedSink  # noqa: E402
+from tpuemb_cfg.checkpoints.reshard import (  # noqa: E402
+    ArraySink,
+    KeyedSink,
+    KeyedSource,
+    execute_reshard,
+    plan_reshard,
+)
 from tpuemb_cfg.formats.orbax import OrbaxReader  # noqa: E402
 from tpuemb_cfg.formats.orbax_write import OrbaxStepWriter, step_target  # noqa: E402
+from tpuemb_cfg.model.checkpoint import LayoutRecord  # noqa: E402
 
 CHECKPOINTS = Path(__file__).parent / "data" / "checkpoints" / "orbax"
 STEP = CHECKPOINTS / "jte_adagrad" / "7"
@@ -322,6 +329,43 @@ def test_reshard_sink_names_jax_tpu_embedding_keys(tmp_path: Path) -> None:
             "user_item": (NEW_ROWS, 8), "user_item/accumulator": (NEW_ROWS, 8),
             "country": (64, 16), "country/accumulator": (64, 16)}
         assert np.all(written.read(SLOT) == len("user_item/accumulator"))
+
+
+def _layouts(cores: int, item_offset: int) -> list[LayoutRecord]:
+    """The stored case's stacking (embedding_spec/proto.pbtxt, mapped as docs/checkpoints.md
+    says) on ``cores`` SparseCores: user_item = user (200 -> 256 rows) + item (100 -> 128)."""
+    def record(table: str, stack: str, rows: int, dim: int, padded: int, stacked: int,
+               offset: int, rotation: int) -> LayoutRecord:
+        return LayoutRecord(table_name=table, stacked_table_name=stack, num_sparse_cores=cores,
+                            num_partitions=1, total_rows_per_sparse_core_shard=stacked // cores,
+                            unsharded_shape=(rows, dim), unsharded_padded_shape=(padded, dim),
+                            sparse_core_shard_row_offset=offset,
+                            sparse_core_shard_rotation=rotation)
+    return [record("user", "user_item", 200, 8, 256, 384, 0, 0),
+            record("item", "user_item", 100, 8, 128, 384, item_offset, 4),
+            record("country", "country", 50, 16, 64, 64, 0, 0)]
+
+
+def test_the_reshard_engine_writes_an_orbax_step(tmp_path: Path) -> None:
+    """8 -> 16 SparseCores through the engine: a source and a sink by jax-tpu-embedding's names
+    over the stored step and a new one; the step holds what the engine gives an ArraySink."""
+    plan = plan_reshard(_layouts(8, 32), _layouts(16, 16), slots=("accumulator",))
+    assert sorted(v.name for v in plan.variables) == [
+        "country", "country/accumulator", "user_item", "user_item/accumulator"]
+    with OrbaxReader(STEP) as reader:
+        source = KeyedSource(reader, STACKS, key=jax_key)
+        expected = ArraySink()
+        execute_reshard(plan, source, expected, memory_cap=1 << 20)
+        assert not np.array_equal(expected.arrays["user_item"], reader.read(TABLE))  # moved
+        with OrbaxStepWriter(STEP, tmp_path / "7", chunk_bytes=CHUNK_BYTES,
+                             buffer_bytes=BUFFER_BYTES) as writer:
+            execute_reshard(plan, source, KeyedSink(writer, STACKS, key=jax_key),
+                            memory_cap=16 << 10)  # blocks of a few dozen rows
+    with OrbaxReader(tmp_path / "7") as written:
+        for name, array in expected.arrays.items():
+            assert written.read(jax_key(STACKS, name)).tobytes() == array.tobytes(), name
+        assert written.read("model/dense/kernel/value").tobytes() == \
+            known_values("model/dense/kernel/value", (16, 4)).tobytes()
 
 
 def test_blocks_of_any_size_and_the_default_chunks(tmp_path: Path) -> None:
