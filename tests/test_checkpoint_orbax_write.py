@@ -424,6 +424,10 @@ def test_a_target_inside_the_source_or_without_a_folder_is_refused(tmp_path: Pat
     with pytest.raises(OutputError, match="does not exist; create it first"):
         OrbaxStepWriter(STEP, tmp_path / "missing" / "7")
     assert not (tmp_path / "missing").exists()
+    (tmp_path / "file").write_text("keep")
+    with pytest.raises(OutputError, match="is a file, not a folder"):
+        OrbaxStepWriter(STEP, tmp_path / "file" / "out" / "7", make_dirs=True)
+    assert sorted(os.listdir(tmp_path)) == ["file"]
 
 
 def test_bad_input_is_named(tmp_path: Path) -> None:

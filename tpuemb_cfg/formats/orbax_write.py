@@ -201,6 +201,10 @@ class OrbaxStepWriter:
         parent = self.target.parent
         if parent.is_dir():
             return []
+        existing = next(p for p in (parent, *parent.parents) if p.exists() or p == p.parent)
+        if existing.exists() and not existing.is_dir():
+            raise OutputError(f"cannot write here: {existing} is a file, not a folder; choose "
+                              "another output folder", path=str(self.target))
         if not make_dirs:
             raise OutputError(f"cannot write here: folder {parent} does not exist; create it "
                               "first or choose another output folder", path=str(self.target))
