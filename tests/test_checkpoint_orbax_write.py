@@ -430,6 +430,23 @@ def test_a_target_inside_the_source_or_without_a_folder_is_refused(tmp_path: Pat
     assert sorted(os.listdir(tmp_path)) == ["file"]
 
 
+def test_without_tensorstore_one_clear_error(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_tensorstore(name: str, *args: object, **kwargs: object) -> object:
+        if name == "tensorstore":
+            raise ImportError("no tensorstore")
+        return real_import(name, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(builtins, "__import__", no_tensorstore)
+    with pytest.raises(InputError, match=r"pip install 'tpuemb\[orbax\]'"):
+        OrbaxStepWriter(STEP, tmp_path / "7")
+    assert os.listdir(tmp_path) == []
+
+
 def test_bad_input_is_named(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="not an Orbax step folder") as info:
         OrbaxStepWriter(STEP.parent, tmp_path / "7")
