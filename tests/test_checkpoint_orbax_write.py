@@ -34,7 +34,7 @@ import pytest
 pytest.importorskip("tensorstore")
 
 from tpuemb_cfg.base.errors import InputError, OutputError  # noqa: E402
-from tpuemb_cfg.checkpoints.embedding import find_jax_embedding, jax_key  # noqa: E402
+from tpuemb_cfg.checkpoints.embedding import find_jax_embedding  # noqa: E402
 from tpuemb_cfg.checkpoints.reshard import (  # noqa: E402
     ArraySink,
     KeyedSink,
@@ -45,6 +45,7 @@ from tpuemb_cfg.checkpoints.reshard import (  # noqa: E402
 from tpuemb_cfg.formats.orbax import OrbaxReader  # noqa: E402
 from tpuemb_cfg.formats.orbax_write import OrbaxStepWriter, step_target  # noqa: E402
 from tpuemb_cfg.model.checkpoint import LayoutRecord  # noqa: E402
+from tpuemb_cfg.model.jax_checkpoint import jax_key  # noqa: E402
 
 CHECKPOINTS = Path(__file__).parent / "data" / "checkpoints" / "orbax"
 STEP = CHECKPOINTS / "jte_adagrad" / "7"
@@ -268,9 +269,8 @@ def test_new_stacks_follow_their_siblings_and_dropped_ones_vanish(tmp_path: Path
             else:
                 np.testing.assert_array_equal(array, known_values(key, expected[key]))
         found_jax = find_jax_embedding(written)
-        assert sorted(v.name for v in found_jax.variables) == [
-            "country", "country/accumulator", "item", "item/accumulator", "user",
-            "user/accumulator"]
+        assert sorted(v.key for v in found_jax.variables) == sorted(
+            k for k in expected if k.startswith(STACKS))
     meta = json.loads((case / "model" / "_METADATA").read_text())
     tree = meta["tree_metadata"]
     assert list(tree) == sorted(tree)
@@ -314,21 +314,27 @@ def test_a_new_array_needs_a_sibling(tmp_path: Path) -> None:
     assert os.listdir(tmp_path) == []
 
 
+def adagrad_key(name: str) -> str:
+    """The Orbax key of a variable as tpuemb names it (TensorFlow's slot names)."""
+    return jax_key(STACKS, name, "adagrad")
+
+
 def test_reshard_sink_names_jax_tpu_embedding_keys(tmp_path: Path) -> None:
-    assert jax_key(STACKS, "user_item") == TABLE
-    assert jax_key(STACKS, "user_item/accumulator") == SLOT
-    assert jax_key("", "country") == "country/table"
+    assert adagrad_key("user_item") == TABLE
+    assert adagrad_key("user_item/accumulators") == SLOT
     with OrbaxStepWriter(STEP, tmp_path / "7") as writer:
-        sink = KeyedSink(writer, STACKS, key=jax_key)
-        for name in ("user_item", "user_item/accumulator"):
+        sink = KeyedSink(writer, STACKS, key_of=adagrad_key)
+        for name in ("user_item", "user_item/accumulators"):
             sink.add_rows(name, (NEW_ROWS, 8), np.dtype(np.float32),
                           blocks(np.full((NEW_ROWS, 8), len(name), np.float32), 64))
+        writer.replace_file("embedding_spec/proto.pbtxt", new_spec())
     with OrbaxReader(tmp_path / "7") as written:
         found = find_jax_embedding(written)
-        assert {v.name: v.shape for v in found.variables} == {
-            "user_item": (NEW_ROWS, 8), "user_item/accumulator": (NEW_ROWS, 8),
-            "country": (64, 16), "country/accumulator": (64, 16)}
-        assert np.all(written.read(SLOT) == len("user_item/accumulator"))
+        assert {v.name: (v.key, v.shape) for v in found.variables} == {
+            "user_item": (TABLE, (NEW_ROWS, 8)), "user_item/accumulators": (SLOT, (NEW_ROWS, 8)),
+            "country": (f"{STACKS}/country/table", (64, 16)),
+            "country/accumulators": (f"{STACKS}/country/slot/accumulator", (64, 16))}
+        assert np.all(written.read(SLOT) == len("user_item/accumulators"))
 
 
 def _layouts(cores: int, item_offset: int) -> list[LayoutRecord]:
@@ -349,21 +355,21 @@ def _layouts(cores: int, item_offset: int) -> list[LayoutRecord]:
 def test_the_reshard_engine_writes_an_orbax_step(tmp_path: Path) -> None:
     """8 -> 16 SparseCores through the engine: a source and a sink by jax-tpu-embedding's names
     over the stored step and a new one; the step holds what the engine gives an ArraySink."""
-    plan = plan_reshard(_layouts(8, 32), _layouts(16, 16), slots=("accumulator",))
+    plan = plan_reshard(_layouts(8, 32), _layouts(16, 16), slots=("accumulators",))
     assert sorted(v.name for v in plan.variables) == [
-        "country", "country/accumulator", "user_item", "user_item/accumulator"]
+        "country", "country/accumulators", "user_item", "user_item/accumulators"]
     with OrbaxReader(STEP) as reader:
-        source = KeyedSource(reader, STACKS, key=jax_key)
+        source = KeyedSource(reader, STACKS, key_of=adagrad_key)
         expected = ArraySink()
         execute_reshard(plan, source, expected, memory_cap=1 << 20)
         assert not np.array_equal(expected.arrays["user_item"], reader.read(TABLE))  # moved
         with OrbaxStepWriter(STEP, tmp_path / "7", chunk_bytes=CHUNK_BYTES,
                              buffer_bytes=BUFFER_BYTES) as writer:
-            execute_reshard(plan, source, KeyedSink(writer, STACKS, key=jax_key),
+            execute_reshard(plan, source, KeyedSink(writer, STACKS, key_of=adagrad_key),
                             memory_cap=16 << 10)  # blocks of a few dozen rows
     with OrbaxReader(tmp_path / "7") as written:
         for name, array in expected.arrays.items():
-            assert written.read(jax_key(STACKS, name)).tobytes() == array.tobytes(), name
+            assert written.read(adagrad_key(name)).tobytes() == array.tobytes(), name
         assert written.read("model/dense/kernel/value").tobytes() == \
             known_values("model/dense/kernel/value", (16, 4)).tobytes()
 
