@@ -5,7 +5,10 @@ shapes), restored by Orbax itself (tests/data/checkpoints/orbax/written_restore.
 tools/jax_reference/orbax_restore.py from the step ``write_case`` below writes), and refusals and
 clean-up on every error.
 
-And with the stack split in two (arrays dropped and added: written_restore_restacked.json).
+And with the stack split in two (arrays dropped and added: written_restore_restacked.json), and
+jax-tpu-embedding's own 2 x 4 checkpoint (jte_tables/7) resharded to 4 x 4 by tpuemb's engine
+into a step that jax-tpu-embedding restores to every known table and slot
+(written_jte_restore_check_4x4.json, written_restore_resharded_4x4.json).
 The same for the other storage Orbax writes (zarr v3, no OCDBT: tests/data/checkpoints/orbax/
 zarr3_files/3, restored in written_restore_zarr3_files.json). Regenerate the stored restores
 (jax-tpu-embedding's venv for the second and third steps)::
@@ -17,6 +20,11 @@ zarr3_files/3, restored in written_restore_zarr3_files.json). Regenerate the sto
         > tests/data/checkpoints/orbax/written_restore_zarr3_files.json
     python tools/jax_reference/orbax_restore.py /tmp/case/restacked 7 \\
         > tests/data/checkpoints/orbax/written_restore_restacked.json
+    python tools/jax_reference/orbax_restore.py /tmp/case/resharded_4x4 7 \\
+        > tests/data/checkpoints/orbax/written_restore_resharded_4x4.json
+    python tools/jax_reference/restore_check.py /tmp/case/resharded_4x4/7 \\
+        tests/data/checkpoints/orbax/jte_tables_values.npz \\
+        > tests/data/checkpoints/orbax/written_jte_restore_check_4x4.json
 """
 
 from __future__ import annotations
@@ -53,6 +61,13 @@ ZARR3_STEP = CHECKPOINTS / "zarr3_files" / "3"
 RESTORED = CHECKPOINTS / "written_restore.json"
 ZARR3_RESTORED = CHECKPOINTS / "written_restore_zarr3_files.json"
 ZARR3_ROWS = 128
+TABLES_STEP = CHECKPOINTS / "jte_tables" / "7"
+TABLES_4X4 = CHECKPOINTS / "jte_tables_4x4" / "7"
+RESHARDED_RESTORED = CHECKPOINTS / "written_restore_resharded_4x4.json"
+RESHARDED_JTE_CHECK = CHECKPOINTS / "written_jte_restore_check_4x4.json"
+#: jte_tables' tables and optimizers (tests/data/checkpoints/orbax/README.md).
+TABLE_ALGORITHMS = {"alpha": "adagrad", "mid": "adagrad", "zeta": "adagrad", "item": "adam",
+                    "user": "adam", "country": "ftrl"}
 RESTACKED_RESTORED = CHECKPOINTS / "written_restore_restacked.json"
 #: The restacked case: user_item split into its tables' own stacks (rows: 2 devices x 4
 #: SparseCores x a multiple of 8 above each vocabulary).
@@ -118,6 +133,31 @@ def write_restacked_case(out: str | os.PathLike[str]) -> Path:
             for key in (f"{STACKS}/{stack}/table", f"{STACKS}/{stack}/slot/accumulator"):
                 writer.add_rows(key, (rows, 8), np.float32,
                                 blocks(known_values(key, (rows, 8)), 50))
+    return target
+
+
+def write_resharded_case(out: str | os.PathLike[str]) -> Path:
+    """jte_tables/7 (2 x 4 SparseCores, jax-tpu-embedding's own save) resharded by tpuemb to
+    the stacking jax-tpu-embedding's converter gives 4 x 4 (jte_tables_4x4: other stack names,
+    so every stack is dropped and a new one added), with that spec: the case jax-tpu-embedding
+    restored (restore_check.py) and Orbax restored (orbax_restore.py)."""
+    from tpuemb_cfg.algorithms import slot_names
+
+    target = step_target(TABLES_STEP, out)
+    with OrbaxReader(TABLES_STEP) as old_reader, OrbaxReader(TABLES_4X4) as new_reader:
+        old, new = find_jax_embedding(old_reader), find_jax_embedding(new_reader)
+        slots = {name: slot_names(algorithm) for name, algorithm in TABLE_ALGORITHMS.items()}
+        plan = plan_reshard(old.layouts, new.layouts, slots=slots)
+        with OrbaxStepWriter(TABLES_STEP, target, make_dirs=True, chunk_bytes=CHUNK_BYTES,
+                             buffer_bytes=BUFFER_BYTES) as writer:
+            for key in {v.key for v in old.variables} - {v.key for v in new.variables}:
+                writer.drop(key)  # the stacks 4 x 4 does not have
+            execute_reshard(plan, KeyedSource(old_reader, key_of=lambda n: old.variable(n).key),
+                            KeyedSink(writer, key_of=lambda n: new.variable(n).key),
+                            memory_cap=64 << 10)
+            spec = new_reader.read_file("embedding_spec/proto.pbtxt")
+            assert spec is not None
+            writer.replace_file("embedding_spec/proto.pbtxt", spec)
     return target
 
 
@@ -317,6 +357,32 @@ def test_a_new_array_needs_a_sibling(tmp_path: Path) -> None:
 def adagrad_key(name: str) -> str:
     """The Orbax key of a variable as tpuemb names it (TensorFlow's slot names)."""
     return jax_key(STACKS, name, "adagrad")
+
+
+def test_a_resharded_step_restores_in_jax_tpu_embedding(tmp_path: Path) -> None:
+    """jte_tables (2 x 4) resharded by tpuemb into an Orbax step for 4 x 4: jax-tpu-embedding's
+    own restore (restore_check.py: its handlers, StandardRestore of model and optimizer,
+    ProtoRestore, unstack_and_unshard_stacked_tables) gave back every known table and slot, and
+    Orbax restored exactly the bytes this test writes again."""
+    case = write_resharded_case(tmp_path / "manager")
+    verdict = json.loads(RESHARDED_JTE_CHECK.read_text())
+    assert verdict["restored"] is True and verdict["error"] is None
+    assert verdict["layout"] == "stacked" and not verdict["missing"]
+    assert len(verdict["tables_equal"]) == 15 and all(verdict["tables_equal"].values())
+    restored = json.loads(RESHARDED_RESTORED.read_text())
+    assert restored["restored_into_a_target_equal"] is True
+    with OrbaxReader(case) as written, OrbaxReader(TABLES_4X4) as converted:
+        assert {k: written.entry(k).shape for k in written.keys()} == \
+            {k: converted.entry(k).shape for k in converted.keys()}  # jte's converter's shapes
+        model = [k for k in written.keys() if k.startswith("model/")]
+        assert sorted(restored["arrays"]) == model
+        for key in model:
+            found, array = restored["arrays"][key], written.read(key)
+            assert (found["shape"], found["crc32"]) == (list(array.shape), crc(array)), key
+    assert (case / "embedding_spec" / "proto.pbtxt").read_bytes() == \
+        (TABLES_4X4 / "embedding_spec" / "proto.pbtxt").read_bytes()
+    for name in ("optimizer/_METADATA", "_CHECKPOINT_METADATA"):  # copied as it is
+        assert (case / name).read_bytes() == (TABLES_STEP / name).read_bytes()
 
 
 def test_reshard_sink_names_jax_tpu_embedding_keys(tmp_path: Path) -> None:
@@ -557,3 +623,4 @@ if __name__ == "__main__":
     print(write_case(Path(sys.argv[1]) / "jte_adagrad"))
     print(write_zarr3_case(Path(sys.argv[1]) / "zarr3_files"))
     print(write_restacked_case(Path(sys.argv[1]) / "restacked"))
+    print(write_resharded_case(Path(sys.argv[1]) / "resharded_4x4"))

@@ -60,13 +60,18 @@ def main(argv: list[str]) -> None:
         items["embedding_spec"] = ocp.args.ProtoRestore(embedding_spec_pb2.EmbeddingSpecProto)
     restored = manager.restore(args.step, args=ocp.args.Composite(**items))
     # Restored again as jax-tpu-embedding's restore_checkpoint does: into a target of the
-    # shapes expected (here: those restored), the jax arrays row-sharded over the devices.
+    # shapes expected (here: those restored), the 2-D jax arrays row-sharded over the devices (the
+    # others replicated).
     mesh = jax.sharding.Mesh(np.array(jax.devices()[:args.devices]), ("device",))
     rows = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("device", None))
 
+    replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+
     def abstract(value: object) -> object:
         if isinstance(value, jax.Array):
-            return jax.ShapeDtypeStruct(value.shape, value.dtype, sharding=rows)
+            split = value.ndim == 2 and value.shape[0] % args.devices == 0
+            return jax.ShapeDtypeStruct(value.shape, value.dtype,
+                                        sharding=rows if split else replicated)
         return np.zeros_like(value)
 
     target = jax.tree.map(abstract, restored["model"])
