@@ -345,3 +345,72 @@ def test_across_tensorflow_and_jax_nothing_restores(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "tpuemb writes its Orbax checkpoints from one of its own" \
         in result.output
     assert not (tmp_path / "jax").exists()
+
+
+@pytest.mark.parametrize("target", ["4x4", "1x4"])
+def test_reshard_writes_the_step_jax_tpu_embedding_restores(tmp_path: Path, target: str) -> None:
+    """``tpuemb checkpoint reshard`` of jte_tables (2 x 4) for the model on 4 x 4 / 1 x 4: the
+    spec is jax-tpu-embedding's converter's, byte for byte; every real row as the converter
+    wrote it; for 4 x 4 every array's bytes are those Orbax restored from the same step and
+    jax-tpu-embedding's own restore gave back every known table and slot
+    (written_restore_resharded_4x4.json, written_jte_restore_check_4x4.json:
+    tools/jax_reference/restore_check.py on this command's output gives the same)."""
+    import json
+
+    out = tmp_path / "out"
+    config = str(DATA / "jax" / f"jte_tables_{target}.py")
+    result = CliRunner().invoke(main, ["checkpoint", "reshard", str(TABLES / "jte_tables"),
+                                       config, "-o", str(out), "-q"])
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith(f"wrote {out / '7'}: 8 variable(s) stacked for ")
+    theirs = TABLES / f"jte_tables_{target}" / "7"
+    spec = "embedding_spec/proto.pbtxt"
+    assert (out / "7" / spec).read_bytes() == (theirs / spec).read_bytes()
+    state = read_checkpoint_state(out, _wanted())
+    with np.load(TABLES / "jte_tables_values.npz") as known_values:
+        np.testing.assert_array_equal(state["table/zeta"], known_values["table/zeta"])
+        np.testing.assert_array_equal(state["slot/user/velocities"],
+                                      known_values["slot/user/velocity"])
+    verify_result = CliRunner().invoke(main, ["checkpoint", "verify", str(out), config])
+    assert verify_result.exit_code == 0 and "Orbax): restores" in verify_result.output
+    if target == "4x4":
+        restored = json.loads((TABLES / "written_restore_resharded_4x4.json").read_text())
+        with OrbaxReader(out) as written:
+            model = [key for key in written.keys() if key.startswith("model/")]
+            assert sorted(restored["arrays"]) == model
+            for key in model:
+                array = written.read(key)
+                assert restored["arrays"][key]["crc32"] == zlib.crc32(
+                    np.ascontiguousarray(array).tobytes()), key
+    # the same output again: refused, the step left as it is
+    again = CliRunner().invoke(main, ["checkpoint", "reshard", str(TABLES / "jte_tables"),
+                                      config, "-o", str(out), "-q"])
+    assert again.exit_code == 2 and "exists" in again.output
+    inside = CliRunner().invoke(main, ["checkpoint", "reshard", str(TABLES / "jte_tables"),
+                                       config, "-o", str(TABLES / "jte_tables" / "x"), "-q"])
+    assert inside.exit_code == 2 and "inside the input" in inside.output
+    assert not (TABLES / "jte_tables" / "x").exists()
+
+
+def test_ctrl_c_in_a_jax_reshard_leaves_nothing(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from conftest import run_cli
+
+    from tpuemb_cfg.checkpoints import reshard
+
+    calls = [0]
+    real = reshard._gather
+
+    def interrupted(*args: object, **kwargs: object) -> object:
+        calls[0] += 1
+        if calls[0] == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(reshard, "_gather", interrupted)
+    out = tmp_path / "deep" / "out"
+    result = run_cli("checkpoint", "reshard", str(TABLES / "jte_tables"),
+                     str(DATA / "jax" / "jte_tables_4x4.py"), "-o", str(out), "-q",
+                     "--max-memory", "64K")
+    assert result.exit_code == 130, result.output
+    assert calls[0] == 3 and list(tmp_path.iterdir()) == []  # not even the folders it made

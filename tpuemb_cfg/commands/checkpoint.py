@@ -1,4 +1,5 @@
-"""``tpuemb checkpoint``: read, check, reshard and write real TensorFlow embedding checkpoints.
+"""``tpuemb checkpoint``: read, check, reshard and write real TensorFlow and JAX embedding
+checkpoints.
 
 Thin commands over ``formats.bundle`` (the file format), ``checkpoints`` (the embedding's
 variables, verification, resharding, state) and ``review`` (a configuration as its checkpoint
@@ -15,6 +16,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import click
@@ -27,7 +29,7 @@ from tpuemb_cfg.checkpoints.embedding import (
     find_embedding,
     find_jax_embedding,
 )
-from tpuemb_cfg.checkpoints.reshard import KeyedSource, execute_reshard, plan_reshard
+from tpuemb_cfg.checkpoints.reshard import KeyedSink, KeyedSource, execute_reshard, plan_reshard
 from tpuemb_cfg.checkpoints.state import (
     checkpoint_files,
     checkpoint_prefix,
@@ -41,6 +43,7 @@ from tpuemb_cfg.formats.bundle import BundleReader, data_path, index_path, write
 from tpuemb_cfg.formats.limits import default_memory_limit
 from tpuemb_cfg.formats.npzio import read_npz
 from tpuemb_cfg.formats.orbax import OrbaxReader, is_orbax_checkpoint
+from tpuemb_cfg.formats.orbax_write import BUFFER_BYTES, CHUNK_BYTES, OrbaxStepWriter, step_target
 from tpuemb_cfg.model.checkpoint import (
     DEFAULT_OBJECT_PATH,
     LAYOUTS_KEY,
@@ -48,7 +51,12 @@ from tpuemb_cfg.model.checkpoint import (
     CheckpointView,
     saved_layouts,
 )
-from tpuemb_cfg.model.jax_checkpoint import JAX_SPEC_FILE
+from tpuemb_cfg.model.jax_checkpoint import (
+    JAX_SPEC_FILE,
+    jax_key,
+    parse_embedding_spec,
+    restacked_spec,
+)
 from tpuemb_cfg.review.checkpoints import view_of, why_not
 from tpuemb_cfg.review.sides import Side, SideOptions, load_side
 
@@ -109,11 +117,14 @@ def _config_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
 @click.group(name="checkpoint")
 def checkpoint() -> None:
-    """Read, check, reshard and write real TensorFlow embedding checkpoints (docs/checkpoints.md).
+    """Read, check, reshard and write real TensorFlow and JAX embedding checkpoints
+    (docs/checkpoints.md).
 
-    CKPT is a checkpoint's prefix (ckpt/model-100: the files model-100.index and
-    model-100.data-*) or its .index file. TensorFlow is not needed: tpuemb reads and writes the
-    format itself.
+    CKPT is a TensorFlow checkpoint's prefix (ckpt/model-100: the files model-100.index and
+    model-100.data-*) or its .index file, or a jax-tpu-embedding Orbax checkpoint folder (a
+    CheckpointManager's folder: its last step; or a step folder), its stacking read from the
+    embedding spec saved beside it (pip install 'tpuemb[orbax]'). TensorFlow and JAX are not
+    needed: tpuemb reads and writes the formats itself.
     """
 
 
@@ -369,22 +380,61 @@ def _progress(quiet: bool) -> Callable[[str, int, int], None] | None:
     return line
 
 
-def _check_orbax_output(output: str, ckpt: str, inputs: Sequence[str]) -> str:
-    raise UsageError("writing an Orbax checkpoint: not yet")
+def _check_orbax_output(output: str, reader: Any, inputs: Sequence[str]) -> Path:
+    """The step folder a JAX reshard writes: ``OUTPUT/<step>`` (a manager folder; the step
+    keeps its number), checked before any work (nothing there, not inside an input)."""
+    step = getattr(reader, "step", None)
+    if step is None:
+        raise UsageError("the checkpoint is an item folder outside a CheckpointManager step: "
+                         "give the step folder (<manager folder>/<step>) to reshard it")
+    target = step_target(step, output)
+    if os.path.lexists(target):
+        raise UsageError(f"-o {output!r}: {target} exists; tpuemb writes a new step and never "
+                         "over anything: choose another output folder")
+    for item in inputs:
+        if _within(str(target), item):
+            raise UsageError(f"-o {output!r} is inside the input {item!r}: write it elsewhere")
+    return target
 
 
-def _reshard_to_orbax(plan: Any, source: Any, reader: Any, found: EmbeddingCheckpoint,
-                      view: CheckpointView, out: str, limit: int,
+def _reshard_to_orbax(plan: Any, reader: Any, found: EmbeddingCheckpoint, side: Side,
+                      target: Path, inputs: Sequence[str], cap: int,
                       progress: Any) -> tuple[Any, int]:
-    raise UsageError("writing an Orbax checkpoint: not yet")
+    """Write the resharded step: the source step copied, the embedding's arrays replaced by
+    NEW's (the stacks NEW does not have dropped), its spec restacked."""
+    from google.protobuf import text_format
+
+    assert side.config is not None and side.stacking is not None
+    spec = restacked_spec(parse_embedding_spec(found.layouts_bytes, path=found.source),
+                          side.stacking)
+    algorithms = {t.name: t.optimizer.algorithm for t in side.config.tables}
+    by_stack = {s.name: algorithms.get(s.tables[0].name) for s in side.stacking.stacks}
+    new_names = {v.name for v in plan.variables}
+    # a quarter of the memory cap for each of the writer's two buffers, at most 128 MiB
+    buffer = max(1 << 20, min(BUFFER_BYTES, cap // 4))
+    with OrbaxStepWriter(reader.step, target, inputs=inputs, make_dirs=True,
+                         chunk_bytes=min(CHUNK_BYTES, buffer),
+                         buffer_bytes=buffer) as writer:
+        for variable in found.variables:
+            if variable.name not in new_names:
+                writer.drop(variable.key)
+        sink = KeyedSink(writer, key_of=lambda name: jax_key(
+            found.object_path, name, by_stack.get(name.partition("/")[0])))
+        source = KeyedSource(reader, found.object_path, key_of=_key_of(found))
+        stats = execute_reshard(plan, source, sink, memory_cap=max(1 << 20, cap - 2 * buffer),
+                                progress=progress)
+        writer.replace_file(JAX_SPEC_FILE, text_format.MessageToString(spec).encode())
+        writer.finish()
+    return stats, len(plan.variables)
 
 
 @checkpoint.command(name="reshard")
 @click.argument("ckpt")
 @click.argument("config", type=click.Path(dir_okay=False))
 @_config_options
-@click.option("-o", "--output", required=True, metavar="PREFIX",
-              help="The checkpoint to write (PREFIX.index and PREFIX.data-00000-of-00001).")
+@click.option("-o", "--output", required=True, metavar="PREFIX | DIR",
+              help="The checkpoint to write (PREFIX.index and PREFIX.data-00000-of-00001; for "
+                   "a jax-tpu-embedding model, the manager folder DIR of the new step).")
 @click.option("--unstack", is_flag=True, help="Write per-table variables (the mid-level API's "
               "and TPUEmbeddingForServing's), whatever CONFIG stacks.")
 @click.option("--resize", is_flag=True, help="A table whose shape changed: copy the rows and "
@@ -399,7 +449,9 @@ def reshard_command(ckpt: str, config: str, topology: str | None,  # noqa: PLR09
     """Reshard CKPT to the layout CONFIG gives (another slice or SparseCore count, another
     stacking or TensorFlow version), or to per-table variables (--unstack), in bounded memory.
     The result restores under CONFIG with no adapter, slots included (TensorFlow's adapter
-    leaves them at their initial values). Only the embedding is written."""
+    leaves them at their initial values). A TensorFlow output holds the embedding only; a
+    jax-tpu-embedding checkpoint resharded for a jax-tpu-embedding CONFIG is a new Orbax step
+    (DIR/<step>) with the rest of the model copied and the spec restacked."""
     inputs = checkpoint_files(ckpt if is_orbax_checkpoint(ckpt) else checkpoint_prefix(ckpt))
     try:
         cap = parse_size(max_memory) if max_memory is not None else default_memory_limit()
@@ -415,9 +467,9 @@ def reshard_command(ckpt: str, config: str, topology: str | None,  # noqa: PLR09
             raise UsageError(f"{config} is a jax-tpu-embedding model: tpuemb writes its Orbax "
                              "checkpoints from one of its own (CKPT is TensorFlow's); --unstack "
                              "writes per-table variables")
-        out = (_check_orbax_output(output, ckpt, inputs + [config]) if to_jax else
-               _check_checkpoint_output(output, [("CKPT", f) for f in inputs]
-                                        + [("CONFIG", config)], inside=ckpt))
+        target = _check_orbax_output(output, reader, [ckpt, config]) if to_jax else None
+        out = str(target) if target is not None else _check_checkpoint_output(
+            output, [("CKPT", f) for f in inputs] + [("CONFIG", config)], inside=ckpt)
         old: Any = (found.layouts if found.stacked else
                     {v.owner: (int(v.shape[0]), int(v.shape[1])) for v in found.variables
                      if v.slot == PARAMETERS})
@@ -439,13 +491,13 @@ def reshard_command(ckpt: str, config: str, topology: str | None,  # noqa: PLR09
                 variable = found.variable(name)
                 if variable is not None:
                     reader.verify(variable.key)
-        source = KeyedSource(reader, found.object_path, key_of=_key_of(found))
         progress = _progress(quiet)
         limit = cap if cap is not None else 1 << 62
-        if to_jax:
-            stats, written = _reshard_to_orbax(plan, source, reader, found, view, out,
-                                               limit, progress)
+        if target is not None:
+            stats, written = _reshard_to_orbax(plan, reader, found, side, target,
+                                               [ckpt, config], limit, progress)
         else:
+            source = KeyedSource(reader, found.object_path, key_of=_key_of(found))
             sink = _Collected()
             stats = execute_reshard(plan, source, sink, memory_cap=limit, progress=progress)
             strings = ({LAYOUTS_KEY: saved_layouts(side.layouts).SerializeToString()}

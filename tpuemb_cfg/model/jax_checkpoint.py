@@ -36,9 +36,9 @@ offline, slots included.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tpuemb_cfg.algorithms.table import JAX_PROTO_TYPES, JAX_SLOTS, slot_names
 from tpuemb_cfg.base.errors import InputError
@@ -58,8 +58,8 @@ if TYPE_CHECKING:
     from tpuemb_cfg.proto.embedding_spec_pb2 import EmbeddingSpecProto
 
 __all__ = ["JAX_SPEC_FILE", "jax_key", "jax_layout", "jax_restore", "jax_slot_name",
-           "layouts_from_embedding_spec", "parse_embedding_spec", "spec_algorithms",
-           "tensorflow_slot_name", "view_of_jax"]
+           "layouts_from_embedding_spec", "parse_embedding_spec", "restacked_spec",
+           "spec_algorithms", "tensorflow_slot_name", "view_of_jax"]
 
 #: Where jax-tpu-embedding's NNX ``save_checkpoint`` puts the stacking in a checkpoint step.
 JAX_SPEC_FILE = "embedding_spec/proto.pbtxt"
@@ -240,3 +240,59 @@ def jax_restore(old: CheckpointView, new: CheckpointView) -> CheckpointReport:
     changed = tuple(sorted(new_names - old_names)) + tuple(sorted(old_names - new_names))
     return CheckpointReport(outcome, "not_applicable", tuple(verdicts), error, changed)
 
+
+
+def restacked_spec(source: EmbeddingSpecProto, stacking: Stacking,
+                   features: Mapping[str, Sequence[int]] | None = None) -> EmbeddingSpecProto:
+    """The spec jax-tpu-embedding's cross-topology converter writes beside ``source``'s tables
+    restacked as ``stacking`` (jax-tpu-embedding's own, ``mode="jax"``): each table's and
+    feature's spec kept (optimizer, combiner, shapes; ``features``: feature name -> new
+    (input_shape, output_shape) when the batch changed) with the new layout fields; stacks in the
+    order their first feature comes, tables and features in feature order (as
+    ``create_proto_from_feature_specs`` lists a flattened dict of feature specs); each stack's
+    ``activation_mem_bytes_limit`` the source's first stack's. ``InputError`` for a table or
+    feature ``source`` does not have."""
+    from tpuemb_cfg.proto.embedding_spec_pb2 import EmbeddingSpecProto as Spec
+
+    tables = {t.table_name: t for s in source.stacked_table_specs for t in s.table_specs}
+    feature_specs = {f.feature_name: f for t in tables.values() for f in t.feature_specs}
+    activation = (source.stacked_table_specs[0].activation_mem_bytes_limit
+                  if source.stacked_table_specs else 0)
+    out = Spec()
+    stacks: dict[str, Any] = {}
+    placed: dict[str, Any] = {}
+    n = stacking.num_sparse_cores
+    for slot in stacking.features:
+        stack = stacking.stack(slot.stack)
+        if slot.table not in tables or slot.name not in feature_specs:
+            missing = slot.table if slot.table not in tables else slot.name
+            raise InputError(f"{missing!r} is not in the checkpoint's embedding spec: its "
+                             "tables and features are restacked, none added")
+        if stack.name not in stacks:
+            stacks[stack.name] = out.stacked_table_specs.add(
+                stack_name=stack.name, stack_vocab_size=stack.padded_vocabulary_size,
+                stack_embedding_dim=stack.padded_dim,
+                total_sample_count=stack.total_sample_count,
+                max_ids_per_partition=stack.max_ids_per_partition,
+                max_unique_ids_per_partition=stack.max_unique_ids_per_partition,
+                num_sparsecores=n, activation_mem_bytes_limit=activation)
+        if slot.table not in placed:
+            place = next(t for t in stack.tables if t.name == slot.table)
+            table = stacks[stack.name].table_specs.add()
+            table.CopyFrom(tables[slot.table])
+            del table.feature_specs[:]
+            table.padded_vocab_size = place.padded_vocabulary_size
+            table.padded_embedding_dim = place.padded_dim
+            table.row_offset_in_shard = place.row_offset_in_shard
+            table.shard_rotation = place.shard_rotation
+            placed[slot.table] = table
+        feature = placed[slot.table].feature_specs.add()
+        feature.CopyFrom(feature_specs[slot.name])
+        if features is not None and slot.name in features:
+            shapes = features[slot.name]
+            del feature.input_shape[:], feature.output_shape[:]
+            feature.input_shape.extend(shapes[0])
+            feature.output_shape.extend(shapes[1])
+        feature.row_offset, feature.col_offset = slot.row_offset, slot.col_offset
+        feature.col_shift = slot.col_shift
+    return out
