@@ -414,3 +414,45 @@ def test_ctrl_c_in_a_jax_reshard_leaves_nothing(tmp_path: Path,
                      "--max-memory", "64K")
     assert result.exit_code == 130, result.output
     assert calls[0] == 3 and list(tmp_path.iterdir()) == []  # not even the folders it made
+
+
+def test_a_stack_of_one_unpadded_table_named_as_it_is_a_stack() -> None:
+    """``big/table`` of 128 x 8 with a spec whose stack 'big' holds table 'big' of 128 x 8
+    (nothing padded): the array is the stack, laid out on 8 SparseCores, not the table itself;
+    the same array named after a table that is not a stack is a per-table array."""
+    from tpuemb_cfg.checkpoints.embedding import MemorySource
+
+    spec = ('stacked_table_specs { stack_name: "big" stack_vocab_size: 128 '
+            'stack_embedding_dim: 8 num_sparsecores: 8 table_specs { table_name: "big" '
+            'vocab_size: 128 embedding_dim: 8 padded_vocab_size: 128 padded_embedding_dim: 8 '
+            'optimizer { type: SGD } } }')
+    array = np.zeros((128, 8), np.float32)
+    stacked = find_jax_embedding(MemorySource({"m/big/table": array}), spec=spec.encode())
+    assert stacked.stacked and [t.table_name for t in stacked.layouts] == ["big"]
+    spec_two = spec.replace('stack_name: "big"', 'stack_name: "big_stack"')
+    alone = find_jax_embedding(MemorySource({"m/big/table": array}), spec=spec_two.encode())
+    assert not alone.stacked and alone.layouts == ()
+
+
+def test_a_grown_table_needs_resize_and_the_spec_says_its_new_shape(tmp_path: Path) -> None:
+    grown = tmp_path / "grown.py"
+    grown.write_text((DATA / "jax" / "jte_tables_4x4.py").read_text().replace(
+        '("alpha", 30, 12, adagrad)', '("alpha", 40, 12, adagrad)'))
+    out = tmp_path / "out"
+    args = ["checkpoint", "reshard", str(TABLES / "jte_tables"), str(grown), "-o", str(out),
+            "-q"]
+    refused = CliRunner().invoke(main, args)
+    assert refused.exit_code == 2 and "table 'alpha' is [30, 12]" in refused.output
+    assert not out.exists()
+    result = CliRunner().invoke(main, [*args, "--resize"])
+    assert result.exit_code == 0, result.output
+    spec = parse_embedding_spec((out / "7" / "embedding_spec" / "proto.pbtxt").read_bytes(),
+                                path="spec")
+    alpha = next(t for s in spec.stacked_table_specs for t in s.table_specs
+                 if t.table_name == "alpha")
+    assert (alpha.vocab_size, alpha.embedding_dim) == (40, 12)
+    wanted = [("alpha", 40, 12, ("accumulators",)), *_wanted()[1:]]
+    state = read_checkpoint_state(out, wanted)
+    with np.load(TABLES / "jte_tables_values.npz") as known_values:
+        np.testing.assert_array_equal(state["table/alpha"][:30], known_values["table/alpha"])
+    assert not state["table/alpha"][30:].any()

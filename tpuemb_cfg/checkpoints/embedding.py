@@ -289,12 +289,15 @@ def _parse_layouts(raw: bytes, shown: str, key: str) -> tuple[LayoutRecord, ...]
 def _per_table(items: Sequence[tuple[str, str, str | None]], layouts: Sequence[LayoutRecord],
                source: CheckpointSource) -> bool:
     """Whether the ``<name>/table`` arrays are the spec's tables themselves (each of its table's
-    own shape), not its stacks."""
+    own shape), not its stacks (a stack of one unpadded table named as it is both: a stack)."""
+    stacks = {t.stacked_table_name: (t.num_sparse_cores * t.total_rows_per_sparse_core_shard,
+                                     t.unsharded_padded_shape[1]) for t in layouts}
     shapes = {t.table_name: tuple(t.unsharded_shape) for t in layouts}
-    tables = [(key, name) for key, name, slot in items if slot is None]
-    return bool(tables) and all(
-        name in shapes and tuple(source.entry(key).shape) == shapes[name]
-        for key, name in tables)
+    tables = [(name, tuple(source.entry(key).shape)) for key, name, slot in items
+              if slot is None]
+    if all(stacks.get(name) == shape for name, shape in tables):
+        return False
+    return bool(tables) and all(shapes.get(name) == shape for name, shape in tables)
 
 
 #: jax-tpu-embedding's embedding variables in a pytree: ``<object path>/<stack>/table`` and

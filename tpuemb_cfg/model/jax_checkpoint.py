@@ -247,7 +247,8 @@ def restacked_spec(source: EmbeddingSpecProto, stacking: Stacking,
     """The spec jax-tpu-embedding's cross-topology converter writes beside ``source``'s tables
     restacked as ``stacking`` (jax-tpu-embedding's own, ``mode="jax"``): each table's and
     feature's spec kept (optimizer, combiner, shapes; ``features``: feature name -> new
-    (input_shape, output_shape) when the batch changed) with the new layout fields; stacks in the
+    (input_shape, output_shape) when the batch changed) with the new layout fields and the
+    table's shape (a reshard with ``resize``); stacks in the
     order their first feature comes, tables and features in feature order (as
     ``create_proto_from_feature_specs`` lists a flattened dict of feature specs); each stack's
     ``activation_mem_bytes_limit`` the source's first stack's. ``InputError`` for a table or
@@ -281,6 +282,7 @@ def restacked_spec(source: EmbeddingSpecProto, stacking: Stacking,
             table = stacks[stack.name].table_specs.add()
             table.CopyFrom(tables[slot.table])
             del table.feature_specs[:]
+            table.vocab_size, table.embedding_dim = place.vocabulary_size, place.dim  # --resize
             table.padded_vocab_size = place.padded_vocabulary_size
             table.padded_embedding_dim = place.padded_dim
             table.row_offset_in_shard = place.row_offset_in_shard
