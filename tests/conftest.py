@@ -339,3 +339,35 @@ def adagrad(gradient, embedding_table, slot_variables, learning_rate, hyperparam
 def total(valency, vectors):  # type: ignore[no-untyped-def]
     """A CustomCombiner's computation: the sum of the bag's vectors."""
     return vectors[:valency].sum(axis=0)
+
+
+def interrupt_reshard(monkeypatch: pytest.MonkeyPatch, at: int = 3) -> list[int]:
+    """Make the reshard engine's ``at``-th read of rows raise KeyboardInterrupt (a Ctrl-C in
+    the middle of ``tpuemb checkpoint reshard``); the returned list counts the reads."""
+    import tpuemb_cfg.checkpoints.reshard as reshard
+
+    calls = [0]
+    real = reshard._gather
+
+    def interrupted(*args: object, **kwargs: object) -> object:
+        calls[0] += 1
+        if calls[0] == at:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(reshard, "_gather", interrupted)
+    return calls
+
+
+def without_tensorstore(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make ``import tensorstore`` fail, as without the extra ``orbax``."""
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_tensorstore(name: str, *args: object, **kwargs: object) -> object:
+        if name == "tensorstore":
+            raise ImportError("no tensorstore")
+        return real_import(name, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(builtins, "__import__", no_tensorstore)

@@ -228,18 +228,9 @@ def test_reshard_to_another_slice_restores_every_table_and_slot(tmp_path: Path,
 
 def test_ctrl_c_during_a_reshard_leaves_nothing(tmp_path: Path, spec: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    import tpuemb_cfg.checkpoints.reshard as reshard
+    from conftest import interrupt_reshard
 
-    calls = [0]
-    real = reshard._gather
-
-    def interrupted(*args: object, **kwargs: object) -> object:
-        calls[0] += 1
-        if calls[0] == 3:
-            raise KeyboardInterrupt
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(reshard, "_gather", interrupted)
+    interrupt_reshard(monkeypatch)
     target = tmp_path / "v6e.py"
     target.write_text(SPECS["sparsecore"].replace('topology = "v5p:2"', 'topology = "v6e:4"'))
     result = run_cli("checkpoint", "reshard", str(DATA / "tf" / "sparsecore"), str(target),

@@ -35,16 +35,9 @@ def known_values(key: str, shape: tuple[int, ...]) -> np.ndarray:
 
 
 def test_without_tensorstore_one_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    import builtins
+    from conftest import without_tensorstore
 
-    real_import = builtins.__import__
-
-    def no_tensorstore(name: str, *args: object, **kwargs: object) -> object:
-        if name == "tensorstore":
-            raise ImportError("no tensorstore")
-        return real_import(name, *args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(builtins, "__import__", no_tensorstore)
+    without_tensorstore(monkeypatch)
     with pytest.raises(InputError, match=r"pip install 'tpuemb\[orbax\]'"):
         orbax.OrbaxReader(STEP)
 

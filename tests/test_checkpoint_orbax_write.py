@@ -504,16 +504,9 @@ def test_a_target_inside_the_source_or_without_a_folder_is_refused(tmp_path: Pat
 
 def test_without_tensorstore_one_clear_error(tmp_path: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    import builtins
+    from conftest import without_tensorstore
 
-    real_import = builtins.__import__
-
-    def no_tensorstore(name: str, *args: object, **kwargs: object) -> object:
-        if name == "tensorstore":
-            raise ImportError("no tensorstore")
-        return real_import(name, *args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(builtins, "__import__", no_tensorstore)
+    without_tensorstore(monkeypatch)
     with pytest.raises(InputError, match=r"pip install 'tpuemb\[orbax\]'"):
         OrbaxStepWriter(STEP, tmp_path / "7")
     assert os.listdir(tmp_path) == []

@@ -61,7 +61,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from tpuemb_cfg.base import interrupt as _interrupt
 from tpuemb_cfg.base.errors import OutputError, UsageError
@@ -389,6 +389,26 @@ def release_temporary_folder(folder: PathLike, *, remove: bool) -> None:
         shutil.rmtree(name, ignore_errors=True)
     with _LIVE_LOCK:
         _LIVE_FOLDERS.discard(name)
+
+
+class Finishing:
+    """A writer used as a context manager: ``finish()`` when the block ends normally,
+    ``abort(error)`` when it raises (``KeyboardInterrupt`` included). Subclasses define both."""
+
+    def finish(self) -> Any:
+        raise NotImplementedError
+
+    def abort(self, error: BaseException | None = None) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, kind: object, value: object, traceback: object) -> None:
+        if value is None:
+            self.finish()
+        else:
+            self.abort(value if isinstance(value, BaseException) else None)
 
 
 @dataclass

@@ -40,7 +40,7 @@ from typing import IO, Any
 import numpy as np
 
 from ..base.errors import InputError, OutputError
-from .atomic import OutputSet, check_outputs
+from .atomic import Finishing, OutputSet, check_outputs
 from .crc32c import crc32c, mask, unmask
 from .ordered_code import decode_slice_key
 from .sstable import build_table, read_table, read_varint, varint
@@ -535,7 +535,7 @@ def _number(dtype: np.dtype[Any]) -> int:
     return number
 
 
-class BundleWriter:
+class BundleWriter(Finishing):
     """Writes ``PREFIX.index`` and ``PREFIX.data-00000-of-00001`` (a context manager).
 
     Tensors are written in the order added (:meth:`add`, :meth:`add_rows` streaming a large one),
@@ -686,12 +686,6 @@ class BundleWriter:
 
     def __enter__(self) -> BundleWriter:
         return self
-
-    def __exit__(self, kind: object, value: object, traceback: object) -> None:
-        if value is None:
-            self.finish()
-        else:
-            self.abort(value if isinstance(value, BaseException) else None)
 
 
 # --- TF2 object checkpoints ---------------------------------------------------------------------

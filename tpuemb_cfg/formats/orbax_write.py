@@ -73,6 +73,7 @@ import numpy as np
 from tpuemb_cfg.base import interrupt as _interrupt
 from tpuemb_cfg.base.errors import InputError, OutputError
 from tpuemb_cfg.formats.atomic import (
+    Finishing,
     folder_mode,
     make_temporary_folder,
     release_temporary_folder,
@@ -155,7 +156,7 @@ class _Item:
         return bool(self.meta.get("use_zarr3", False))
 
 
-class OrbaxStepWriter:
+class OrbaxStepWriter(Finishing):
     """Writes a new Orbax step folder ``target`` from the step folder ``source`` (a context
     manager; see the module). ``inputs``: other inputs the target must not lie inside;
     ``make_dirs``: create the target's missing parent folders (removed again on an error)."""
@@ -534,12 +535,6 @@ class OrbaxStepWriter:
 
     def __enter__(self) -> OrbaxStepWriter:
         return self
-
-    def __exit__(self, kind: object, value: object, traceback: object) -> None:
-        if value is None:
-            self.finish()
-        else:
-            self.abort(value if isinstance(value, BaseException) else None)
 
 
 class _Transactions:

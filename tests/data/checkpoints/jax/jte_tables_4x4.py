@@ -1,7 +1,8 @@
 """The model of tests/data/checkpoints/orbax/jte_tables as tpuemb reads jax-tpu-embedding's specs,
 on 4 devices x 4 SparseCores: auto-stacked, it is the layout jax-tpu-embedding's cross-topology
 converter gives that checkpoint for 4 x 4 (jte_tables_4x4: stacks alpha_mid_zeta, item_user,
-country). tools/jax_reference/jte_layouts.py built the same tables."""
+country); with ``--topology v5p:1`` (1 device x 4 SparseCores), the converter's 1 x 4
+(jte_tables_1x4). tools/jax_reference/jte_layouts.py built the same tables."""
 
 from tpuemb_cfg.sparsecore.jte import (
     AdagradOptimizerSpec,
