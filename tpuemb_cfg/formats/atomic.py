@@ -381,6 +381,16 @@ def folder_mode() -> int:
     return 0o777 & ~umask
 
 
+def remove_made_folders(made: list[Path]) -> None:
+    """Remove the folders a writer created for its outputs (``made``: parents first), deepest
+    first, each only if it is empty (another process may have put something there)."""
+    for folder in reversed(made):
+        try:
+            folder.rmdir()
+        except OSError:
+            pass
+
+
 def release_temporary_folder(folder: PathLike, *, remove: bool) -> None:
     """Stop tracking a folder of :func:`make_temporary_folder`; ``remove``: delete it first
     (it was abandoned), else it was renamed into place."""
@@ -547,11 +557,7 @@ class OutputSet:
         staged, self._staged = self._staged, []
         for item in staged:
             _unlink(item.tmp)
-        for folder in reversed(self._made):
-            try:
-                folder.rmdir()
-            except OSError:
-                pass
+        remove_made_folders(self._made)
         self._made = []
 
     def __enter__(self) -> OutputSet:

@@ -77,6 +77,7 @@ from tpuemb_cfg.formats.atomic import (
     folder_mode,
     make_temporary_folder,
     release_temporary_folder,
+    remove_made_folders,
     sync_folder,
 )
 from tpuemb_cfg.formats.orbax import (
@@ -222,11 +223,7 @@ class OrbaxStepWriter(Finishing):
         return list(reversed(missing))
 
     def _remove_parents(self) -> None:
-        for folder in reversed(self._made):
-            try:
-                folder.rmdir()
-            except OSError:
-                pass
+        remove_made_folders(self._made)
         self._made = []
 
     def _item(self, folder: Path) -> _Item:
