@@ -447,3 +447,36 @@ def test_a_grown_table_needs_resize_and_the_spec_says_its_new_shape(tmp_path: Pa
     with np.load(TABLES / "jte_tables_values.npz") as known_values:
         np.testing.assert_array_equal(state["table/alpha"][:30], known_values["table/alpha"])
     assert not state["table/alpha"][30:].any()
+
+
+@pytest.mark.parametrize("output", ["", " ", "{tmp}/", "{tmp}/.index"])
+def test_an_output_that_names_no_checkpoint_is_refused(tmp_path: Path, output: str) -> None:
+    """An empty -o once wrote '.index' and '.data-...' into the working folder."""
+    before = sorted(Path.cwd().iterdir())
+    result = CliRunner().invoke(main, ["checkpoint", "reshard", str(TABLES / "jte_tables"),
+                                       str(DATA / "jax" / "jte_tables_4x4.py"), "--unstack",
+                                       "-o", output.format(tmp=tmp_path), "-q"])
+    assert result.exit_code == 2 and "expected a checkpoint prefix" in result.output
+    assert sorted(Path.cwd().iterdir()) == before and list(tmp_path.iterdir()) == []
+
+
+def test_a_jax_reshard_needs_a_step_and_an_output_folder(tmp_path: Path) -> None:
+    config = str(DATA / "jax" / "jte_tables_4x4.py")
+    result = CliRunner().invoke(main, ["checkpoint", "reshard", str(TABLES / "jte_tables"),
+                                       config, "-o", "", "-q"])
+    assert result.exit_code == 2 and "-o is empty" in result.output
+    item = TABLES / "jte_tables" / "7" / "model"
+    result = CliRunner().invoke(main, ["checkpoint", "reshard", str(item), config, "-o",
+                                       str(tmp_path / "out"), "-q"])
+    assert result.exit_code == 2 and "CKPT is an item folder" in result.output
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_spec_that_is_not_text_is_named_at_its_place(tmp_path: Path) -> None:
+    copy = tmp_path / "ckpt"
+    shutil.copytree(TABLES / "jte_tables", copy)
+    (copy / "7" / "embedding_spec" / "proto.pbtxt").write_bytes(b"\xff\xfe garbage")
+    result = CliRunner().invoke(main, ["checkpoint", "verify", str(copy),
+                                       str(DATA / "jax" / "jte_tables_4x4.py")])
+    assert result.exit_code == 2
+    assert f"{copy / '7' / 'embedding_spec' / 'proto.pbtxt'}: error: not UTF-8" in result.output

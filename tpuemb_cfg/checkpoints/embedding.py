@@ -16,6 +16,7 @@ is, for tests).
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -348,7 +349,8 @@ def find_jax_embedding(source: CheckpointSource, *, object_path: str | None = No
     layouts: tuple[LayoutRecord, ...] = ()
     algorithms: dict[str, str] = {}
     if spec is not None:
-        where = f"{shown}/{JAX_SPEC_FILE}"
+        step = getattr(source, "step", None)
+        where = os.path.join(step if step is not None else shown, JAX_SPEC_FILE)
         message = parse_embedding_spec(spec, path=where)
         layouts = layouts_from_embedding_spec(message, path=where)
         by_table = spec_algorithms(message)

@@ -277,6 +277,10 @@ def _check_checkpoint_output(output: str, inputs: Sequence[tuple[str, str]], *,
     """The output prefix: its two files checked as outputs (not an input, writable; not in
     the Orbax checkpoint folder ``inside``)."""
     prefix = output[: -len(".index")] if output.endswith(".index") else output
+    if not os.path.basename(prefix).strip():
+        raise UsageError(f"-o {output!r}: expected a checkpoint prefix (a folder and a name, "
+                         "such as ckpt/model-100: the files model-100.index and "
+                         "model-100.data-*)")
     if inside is not None and is_orbax_checkpoint(inside) and _within(prefix, inside):
         raise UsageError(f"-o {output!r} is inside the checkpoint folder {inside!r}: write it "
                          "elsewhere")
@@ -384,9 +388,12 @@ def _check_orbax_output(output: str, reader: Any, inputs: Sequence[str]) -> Path
     """The step folder a JAX reshard writes: ``OUTPUT/<step>`` (a manager folder; the step
     keeps its number), checked before any work (nothing there, not inside an input)."""
     step = getattr(reader, "step", None)
-    if step is None:
-        raise UsageError("the checkpoint is an item folder outside a CheckpointManager step: "
-                         "give the step folder (<manager folder>/<step>) to reshard it")
+    if step is None or "" in getattr(reader, "items", {}):
+        where = f" ({step})" if step is not None else ""
+        raise UsageError("CKPT is an item folder: give its step folder" + where + " or its "
+                         "manager folder; the new step is written from the whole step")
+    if not output.strip():
+        raise UsageError("-o is empty: give the manager folder of the new step")
     target = step_target(step, output)
     if os.path.lexists(target):
         raise UsageError(f"-o {output!r}: {target} exists; tpuemb writes a new step and never "
