@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -371,3 +372,12 @@ def without_tensorstore(monkeypatch: pytest.MonkeyPatch) -> None:
         return real_import(name, *args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(builtins, "__import__", no_tensorstore)
+
+
+def partition(pairs: Iterable[tuple[str, str]]) -> set[frozenset[str]]:
+    """(table, key) pairs as the sets of tables sharing a key (stacking groups compared
+    regardless of their keys' spelling)."""
+    groups: dict[str, set[str]] = {}
+    for table, key in pairs:
+        groups.setdefault(key, set()).add(table)
+    return {frozenset(g) for g in groups.values()}

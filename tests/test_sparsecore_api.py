@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import run_cli
+from conftest import partition, run_cli
 
 from tpuemb_cfg.base.errors import InputError
 from tpuemb_cfg.embedding import (
@@ -97,14 +97,6 @@ def _feed_case(case: dict[str, Any]) -> Any:
     return tensorflow_config(features, shared, sc, topology=topology)
 
 
-def _partition(pairs: list[tuple[str, str]]) -> set[frozenset[str]]:
-    """{table: key} pairs as the sets of tables sharing a key."""
-    groups: dict[str, set[str]] = defaultdict(set)
-    for table, key in pairs:
-        groups[key].add(table)
-    return {frozenset(g) for g in groups.values()}
-
-
 @pytest.mark.parametrize("case", FEED, ids=lambda c: f"feed{c['id']}")
 def test_conversion_matches_tensorflow(case: dict[str, Any]) -> None:
     """Table list, names, feature paths and groups as ``TPUEmbeddingV2`` makes them."""
@@ -113,7 +105,7 @@ def test_conversion_matches_tensorflow(case: dict[str, Any]) -> None:
     assert [t.name for t in config.tables] == expected["table_order_before_sorting"]
     assert [f.name for f in config.features] == expected["flat_feature_paths"]
     recorded = [c[1] for c in expected["stacker_calls"] if c[0] == "AddTable"]
-    assert _partition([(t.name, t.optimizer.group) for t in config.tables]) == _partition(
+    assert partition([(t.name, t.optimizer.group) for t in config.tables]) == partition(
         [(c["table_name"], c["group"]) for c in recorded])
     assert all(t.optimizer.group.startswith("_xxtpuv3internal_") for t in config.tables)
     by_name = {t.name: t for t in config.tables}
@@ -143,7 +135,7 @@ def test_stacker_calls_and_stacking_match_tensorflow(case: dict[str, Any]) -> No
     fields = ("table_name", "table_height", "table_width", "output_samples", "num_features")
     assert [{k: getattr(c, k) for k in fields} for c in calls] == [
         {k: c[k] for k in fields} for c in recorded]
-    assert _partition([(c.table_name, c.group) for c in calls]) == _partition(
+    assert partition([(c.table_name, c.group) for c in calls]) == partition(
         [(c["table_name"], c["group"]) for c in recorded])
 
     stacking = feed.stack(config)

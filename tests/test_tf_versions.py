@@ -21,13 +21,12 @@ import base64
 import gzip
 import json
 import re
-from collections import defaultdict
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DATA
+from conftest import DATA, partition
 
 from tpuemb_cfg.base.errors import InputError
 from tpuemb_cfg.base.tf_versions import (
@@ -90,13 +89,6 @@ def _config(case: dict[str, Any]) -> Any:
     return tensorflow_config(features, shared, sc, topology=topology)
 
 
-def _partition(pairs: list[tuple[str, str]]) -> set[frozenset[str]]:
-    groups: dict[str, set[str]] = defaultdict(set)
-    for table, key in pairs:
-        groups[key].add(table)
-    return {frozenset(g) for g in groups.values()}
-
-
 # -- the feeds: each version's TPUEmbeddingV2 and stacker ----------------------------------------
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -118,7 +110,7 @@ def test_feed_calls_and_layouts_are_each_versions(case: dict[str, Any], version:
     assert [{k: getattr(c, k) for k in fields} for c in calls] == [
         {k: c[k] for k in fields} for c in recorded]
     assert [c.num_features for c in calls] == [c.get("num_features") for c in recorded]
-    assert _partition([(c.table_name, c.group) for c in calls]) == _partition(
+    assert partition([(c.table_name, c.group) for c in calls]) == partition(
         [(c["table_name"], c["group"]) for c in recorded])
 
     layouts, stacking = layouts_of(config, tf_version=version)

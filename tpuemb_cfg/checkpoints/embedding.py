@@ -37,7 +37,6 @@ from tpuemb_cfg.model.checkpoint import (
 )
 from tpuemb_cfg.model.jax_checkpoint import (
     JAX_SPEC_FILE,
-    jax_layout,
     layouts_from_embedding_spec,
     parse_embedding_spec,
     spec_algorithms,
@@ -162,8 +161,7 @@ class EmbeddingCheckpoint:
                                else (int(v.shape[0]) if v.shape else 0, 0))
             for v in self.variables)
         if self.kind == JAX_KIND:
-            return CheckpointView("jax", variables, tuple(jax_layout(t) for t in self.layouts),
-                                  self.object_path)
+            return CheckpointView("jax", variables, self.layouts, self.object_path)
         if self.kind == "sparsecore":
             return CheckpointView("sparsecore", variables, self.layouts, self.object_path)
         return CheckpointView("unsharded", variables, self.layouts, self.object_path)
@@ -354,9 +352,10 @@ def find_jax_embedding(source: CheckpointSource, *, object_path: str | None = No
         message = parse_embedding_spec(spec, path=where)
         layouts = layouts_from_embedding_spec(message, path=where)
         by_table = spec_algorithms(message)
-        algorithms = {t.stacked_table_name: by_table[t.table_name]
-                      for t in sorted(layouts, key=lambda t: t.table_name, reverse=True)
-                      if t.table_name in by_table}
+        algorithms = {}  # a stack's slots are named by its tables' optimizer (one per stack)
+        for t in layouts:
+            if t.table_name in by_table:
+                algorithms.setdefault(t.stacked_table_name, by_table[t.table_name])
         if _per_table(found.get(object_path, []), layouts, source):
             # jax-tpu-embedding's converter without a target topology: one unpadded array per
             # table (and slot), the source's spec kept beside them

@@ -145,7 +145,22 @@ class ArraySink:
         self.arrays[name] = out
 
 
-class KeyedSource:
+class _Keyed:
+    """A variable's local name as a checkpoint key: under ``object_path``
+    (:func:`~tpuemb_cfg.model.checkpoint.checkpoint_key`), or ``key_of(name)`` when given."""
+
+    def __init__(self, object_path: str = DEFAULT_OBJECT_PATH, *,
+                 key_of: Callable[[str], str] | None = None) -> None:
+        self.object_path = object_path
+        self._key_of = key_of
+
+    def key(self, name: str) -> str:
+        if self._key_of is not None:
+            return self._key_of(name)
+        return checkpoint_key(self.object_path, name)
+
+
+class KeyedSource(_Keyed):
     """A :class:`RowSource` over a checkpoint reader keyed by checkpoint keys (the
     ``BundleReader`` interface: ``entry(key)`` with ``.shape`` and ``.dtype``,
     ``read_rows(key, start, stop)``): a variable's local name becomes its key under
@@ -154,13 +169,8 @@ class KeyedSource:
 
     def __init__(self, reader: Any, object_path: str = DEFAULT_OBJECT_PATH, *,
                  key_of: Callable[[str], str] | None = None) -> None:
-        self.reader, self.object_path = reader, object_path
-        self._key_of = key_of
-
-    def key(self, name: str) -> str:
-        if self._key_of is not None:
-            return self._key_of(name)
-        return checkpoint_key(self.object_path, name)
+        super().__init__(object_path, key_of=key_of)
+        self.reader = reader
 
     def _entry(self, name: str) -> Any:
         key = self.key(name)
@@ -186,7 +196,7 @@ class KeyedSource:
         return rows
 
 
-class KeyedSink:
+class KeyedSink(_Keyed):
     """A :class:`RowSink` over a checkpoint writer keyed by checkpoint keys (``BundleWriter``,
     ``formats.orbax_write.OrbaxStepWriter``: ``add_rows(key, shape, dtype, chunks)``); the keys
     as :class:`KeyedSource` makes them (``key_of``: a jax-tpu-embedding checkpoint's Orbax keys,
@@ -194,13 +204,8 @@ class KeyedSink:
 
     def __init__(self, writer: Any, object_path: str = DEFAULT_OBJECT_PATH, *,
                  key_of: Callable[[str], str] | None = None) -> None:
-        self.writer, self.object_path = writer, object_path
-        self._key_of = key_of
-
-    def key(self, name: str) -> str:
-        if self._key_of is not None:
-            return self._key_of(name)
-        return checkpoint_key(self.object_path, name)
+        super().__init__(object_path, key_of=key_of)
+        self.writer = writer
 
     def add_rows(self, name: str, shape: tuple[int, int], dtype: np.dtype[Any],
                  chunks: Iterable[np.ndarray]) -> None:

@@ -24,7 +24,7 @@ NEW's place (and OLD's).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from tpuemb_cfg.algorithms.table import ALGORITHMS
@@ -114,20 +114,27 @@ def _outline(entry: Entry) -> str:
 # -- tables ---------------------------------------------------------------------------------------
 
 
-def _table_renames(a: Facts, b: Facts) -> dict[str, str]:
-    """NEW name -> OLD name of each renamed table."""
-    old_names = {t.name for t in a.tables}
-    new_names = {t.name for t in b.tables}
-    removed = [t for t in a.tables if t.name not in new_names]
+def _renames(old: Sequence[Entry], new: Sequence[Entry],
+             pick: Callable[[Entry, list[Entry]], Entry | None]) -> dict[str, str]:
+    """NEW name -> OLD name of each entry of ``new`` whose name OLD lacks and that ``pick``
+    matches to one of OLD's entries NEW lacks (each taken once)."""
+    old_names = {e.name for e in old}
+    new_names = {e.name for e in new}
+    free = [e for e in old if e.name not in new_names]
     renames: dict[str, str] = {}
-    for table in b.tables:
-        if table.name in old_names:
+    for entry in new:
+        if entry.name in old_names:
             continue
-        match = next((t for t in removed if t.name not in renames.values()
-                      and _identity(t, table)), None)
+        match = pick(entry, [e for e in free if e.name not in renames.values()])
         if match is not None:
-            renames[table.name] = match.name
+            renames[entry.name] = match.name
     return renames
+
+
+def _table_renames(a: Facts, b: Facts) -> dict[str, str]:
+    """NEW name -> OLD name of each renamed table (same shape, optimizer and rate)."""
+    return _renames(a.tables, b.tables,
+                    lambda table, free: next((t for t in free if _identity(t, table)), None))
 
 
 def _tables(a: Facts, b: Facts, renames: dict[str, str]) -> Iterator[Change]:
@@ -205,23 +212,17 @@ def _slots(names: list[str]) -> str:
 
 
 def _feature_renames(a: Facts, b: Facts, tables: dict[str, str]) -> dict[str, str]:
-    """NEW name -> OLD name of each renamed feature (``tables``: NEW -> OLD table names)."""
-    old_names = {f.name for f in a.features}
-    new_names = {f.name for f in b.features}
-    removed = [f for f in a.features if f.name not in new_names]
-    renames: dict[str, str] = {}
-    for feature in b.features:
-        if feature.name in old_names:
-            continue
+    """NEW name -> OLD name of each renamed feature (``tables``: NEW -> OLD table names): one of
+    the same table, the same in every other value if there is one."""
+    def pick(feature: Entry, free: list[Entry]) -> Entry | None:
         table = feature.values.get("table")
         table = tables.get(table, table) if isinstance(table, str) else table
-        candidates = [f for f in removed if f.name not in renames.values()
-                      and f.values.get("table") == table]
+        candidates = [f for f in free if f.values.get("table") == table]
         same = [f for f in candidates
                 if all(f.values.get(k) == v for k, v in feature.values.items() if k != "table")]
-        if same or candidates:
-            renames[feature.name] = (same or candidates)[0].name
-    return renames
+        return next(iter(same or candidates), None)
+
+    return _renames(a.features, b.features, pick)
 
 
 def _features(a: Facts, b: Facts, tables: dict[str, str]) -> Iterator[Change]:
