@@ -381,6 +381,18 @@ def folder_mode() -> int:
     return 0o777 & ~umask
 
 
+def make_missing_folders(folder: Path) -> list[Path]:
+    """Create ``folder`` and its missing parents: the folders made, parents first (for
+    :func:`remove_made_folders`). ``OSError`` is the caller's to report."""
+    missing = []
+    probe = folder
+    while not probe.exists() and probe != probe.parent:
+        missing.append(probe)
+        probe = probe.parent
+    folder.mkdir(parents=True, exist_ok=True)
+    return list(reversed(missing))
+
+
 def remove_made_folders(made: list[Path]) -> None:
     """Remove the folders a writer created for its outputs (``made``: parents first), deepest
     first, each only if it is empty (another process may have put something there)."""
@@ -434,13 +446,7 @@ def _create_temporary(path: PathLike, made: list[Path] | None = None) -> tuple[P
     folder = target.parent
     try:
         if made is not None and not folder.is_dir():
-            missing = []
-            probe = folder
-            while not probe.exists() and probe != probe.parent:
-                missing.append(probe)
-                probe = probe.parent
-            folder.mkdir(parents=True, exist_ok=True)
-            made.extend(reversed(missing))
+            made.extend(make_missing_folders(folder))
         with _interrupt.held():  # the file exists only once it is registered for removal
             fd, tmp = tempfile.mkstemp(prefix=f".{target.name[:40]}.", suffix=".tmp",
                                        dir=folder)

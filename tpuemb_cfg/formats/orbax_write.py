@@ -75,6 +75,7 @@ from tpuemb_cfg.base.errors import InputError, OutputError
 from tpuemb_cfg.formats.atomic import (
     Finishing,
     folder_mode,
+    make_missing_folders,
     make_temporary_folder,
     release_temporary_folder,
     remove_made_folders,
@@ -210,17 +211,11 @@ class OrbaxStepWriter(Finishing):
         if not make_dirs:
             raise OutputError(f"cannot write here: folder {parent} does not exist; create it "
                               "first or choose another output folder", path=str(self.target))
-        missing = []
-        probe = parent
-        while not probe.exists() and probe != probe.parent:
-            missing.append(probe)
-            probe = probe.parent
         try:
-            parent.mkdir(parents=True)
+            return make_missing_folders(parent)
         except OSError as exc:
             raise OutputError(f"cannot write here: {exc.strerror}", path=str(self.target)) \
                 from None
-        return list(reversed(missing))
 
     def _remove_parents(self) -> None:
         remove_made_folders(self._made)
