@@ -480,3 +480,33 @@ def test_a_spec_that_is_not_text_is_named_at_its_place(tmp_path: Path) -> None:
                                        str(DATA / "jax" / "jte_tables_4x4.py")])
     assert result.exit_code == 2
     assert f"{copy / '7' / 'embedding_spec' / 'proto.pbtxt'}: error: not UTF-8" in result.output
+
+
+def test_a_spec_that_disagrees_with_its_arrays_or_with_itself_is_refused() -> None:
+    from tpuemb_cfg.checkpoints.embedding import MemorySource
+
+    def spec(vocab: int, stack_rows: int, table_rows: int) -> bytes:
+        return (f'stacked_table_specs {{ stack_name: "s" stack_vocab_size: {stack_rows} '
+                f'stack_embedding_dim: 8 num_sparsecores: 8 table_specs {{ table_name: "t" '
+                f'vocab_size: {vocab} embedding_dim: 8 padded_vocab_size: {table_rows} '
+                f'padded_embedding_dim: 8 }} }}').encode()
+
+    source = MemorySource({"m/s/table": np.zeros((64, 8), np.float32)})
+    assert find_jax_embedding(source, spec=spec(50, 64, 64)).layouts[0].unsharded_shape == (50, 8)
+    with pytest.raises(InputError, match="both positive"):
+        find_jax_embedding(source, spec=spec(-1, 64, 64))
+    with pytest.raises(InputError, match=r"by the spec, its array 'm/s/table' is \[64, 8\]"):
+        find_jax_embedding(source, spec=spec(50, 8 * 10**15, 8 * 10**15))
+    with pytest.raises(InputError, match="fill 8 rows"):
+        find_jax_embedding(source, spec=spec(50, 128, 64))
+    with pytest.raises(TypeError, match="bytes or str"):
+        find_jax_embedding(source, spec=123)  # type: ignore[arg-type]
+
+
+def test_the_step_writer_refuses_wrong_sizes(tmp_path: Path) -> None:
+    from tpuemb_cfg.formats.orbax_write import OrbaxStepWriter
+
+    for bad in ("x", 0, -1, True, 1.5):
+        with pytest.raises(TypeError, match="chunk_bytes is a positive int"):
+            OrbaxStepWriter(TABLES / "jte_tables" / "7", tmp_path / "7", chunk_bytes=bad)
+    assert list(tmp_path.iterdir()) == []

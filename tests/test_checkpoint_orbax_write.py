@@ -91,11 +91,17 @@ def blocks(array: np.ndarray, size: int) -> Iterator[np.ndarray]:
 
 
 def new_spec() -> bytes:
-    """The source's embedding_spec/proto.pbtxt with the user_item stack twice as tall."""
+    """The source's embedding_spec/proto.pbtxt with the user_item stack twice as tall: user's
+    padding grown from 256 to 640 rows (80 of each SparseCore's 96), item after it."""
     text = (STEP / "embedding_spec" / "proto.pbtxt").read_text()
-    old = 'stack_name: "user_item"\n  stack_vocab_size: 384\n'
-    assert old in text
-    return text.replace(old, old.replace("384", str(NEW_ROWS))).encode()
+    edits = (('stack_name: "user_item"\n  stack_vocab_size: 384\n',
+              f'stack_name: "user_item"\n  stack_vocab_size: {NEW_ROWS}\n'),
+             ("padded_vocab_size: 256\n", "padded_vocab_size: 640\n"),
+             ("row_offset_in_shard: 32\n", "row_offset_in_shard: 80\n"))
+    for old, new in edits:
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    return text.encode()
 
 
 def write_case(out: str | os.PathLike[str]) -> Path:

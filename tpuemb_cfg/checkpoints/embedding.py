@@ -43,6 +43,8 @@ from tpuemb_cfg.model.jax_checkpoint import (
     tensorflow_slot_name,
 )
 
+from .sharding import stack_shape, stacks_of
+
 __all__ = ["JAX_KIND", "CheckpointSource", "EmbeddingCheckpoint", "EmbeddingVariable", "Entry",
            "MemoryEntry", "MemorySource", "find_embedding", "find_jax_embedding", "unescape"]
 
@@ -299,6 +301,24 @@ def _per_table(items: Sequence[tuple[str, str, str | None]], layouts: Sequence[L
     return bool(tables) and all(shapes.get(name) == shape for name, shape in tables)
 
 
+def _check_against_arrays(layouts: Sequence[LayoutRecord],
+                          items: Sequence[tuple[str, str, str | None]],
+                          source: CheckpointSource, where: str) -> None:
+    """The spec's stacks are layouts the arithmetic serves (``sharding.check_stack``), and each
+    ``<stack>/table`` or slot array it describes has the shape it gives (N x R, the padded
+    width); else ``InputError`` naming the spec (a hand-edited or foreign spec)."""
+    try:
+        stacks = stacks_of(layouts)
+    except InputError as exc:
+        raise InputError(f"not a layout of a stacked table: {exc.message}", path=where) from None
+    for key, stack, _ in items:
+        if stack in stacks:
+            want, have = stack_shape(stacks[stack]), tuple(source.entry(key).shape)
+            if have != want:
+                raise InputError(f"stack {stack!r} is {list(want)} by the spec, its array "
+                                 f"{key!r} is {list(have)}", path=where)
+
+
 #: jax-tpu-embedding's embedding variables in a pytree: ``<object path>/<stack>/table`` and
 #: ``<object path>/<stack>/slot/<slot name>`` (``EmbeddingVariables(table, slot)`` per stacked
 #: table; NNX's ``SparseCoreEmbed`` puts them at ``<layer>/embedding_table/value``).
@@ -360,6 +380,8 @@ def find_jax_embedding(source: CheckpointSource, *, object_path: str | None = No
             # jax-tpu-embedding's converter without a target topology: one unpadded array per
             # table (and slot), the source's spec kept beside them
             layouts, algorithms = (), by_table
+        else:
+            _check_against_arrays(layouts, found.get(object_path, []), source, where)
     variables = []
     for key, stack, slot in found.get(object_path, []):
         entry = source.entry(key)

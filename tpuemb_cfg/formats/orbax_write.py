@@ -170,7 +170,10 @@ class OrbaxStepWriter(Finishing):
         if not (self.source / STEP_METADATA).is_file():
             raise InputError(f"not an Orbax step folder: no {STEP_METADATA} (give the step "
                              "folder, e.g. <manager folder>/7)", path=str(self.source))
-        self.chunk_bytes, self.buffer_bytes = max(1, chunk_bytes), max(1, buffer_bytes)
+        for name, value in (("chunk_bytes", chunk_bytes), ("buffer_bytes", buffer_bytes)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise TypeError(f"{name} is a positive int (bytes), not {value!r}")
+        self.chunk_bytes, self.buffer_bytes = chunk_bytes, buffer_bytes
         self._refuse_target([self.source, *map(Path, inputs)])
         self.reader = OrbaxReader(self.source)
         self._keys = set(self.reader.keys())

@@ -74,6 +74,8 @@ def parse_embedding_spec(text: bytes | str, *, path: str) -> EmbeddingSpecProto:
 
     from tpuemb_cfg.proto.embedding_spec_pb2 import EmbeddingSpecProto
 
+    if not isinstance(text, bytes | str):
+        raise TypeError(f"the spec is bytes or str (its text form), not {type(text).__name__}")
     if len(text) > SPEC_LIMIT:
         raise InputError(f"is larger than {SPEC_LIMIT} bytes: not an embedding spec", path=path)
     try:
